@@ -1,0 +1,406 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver (pure Go, no cgo)
+)
+
+// SQLite is the default Store: one database file, WAL journal with
+// synchronous=FULL so a committed write survives kill -9 and power loss.
+type SQLite struct {
+	db *sql.DB
+}
+
+var _ Store = (*SQLite)(nil)
+
+const schemaVersion = 1
+
+var migrations = []string{
+	// v1
+	`CREATE TABLE nodes (
+		id TEXT PRIMARY KEY,
+		name TEXT NOT NULL UNIQUE,
+		labels TEXT NOT NULL DEFAULT '{}',
+		hostname TEXT NOT NULL DEFAULT '',
+		os TEXT NOT NULL DEFAULT '',
+		arch TEXT NOT NULL DEFAULT '',
+		machine_id TEXT NOT NULL DEFAULT '',
+		agent_version TEXT NOT NULL DEFAULT '',
+		transport TEXT NOT NULL DEFAULT '',
+		online INTEGER NOT NULL DEFAULT 0,
+		last_seen INTEGER NOT NULL DEFAULT 0,
+		created_at INTEGER NOT NULL,
+		cert_serial TEXT NOT NULL DEFAULT '',
+		cert_expires INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE TABLE tokens (
+		id TEXT PRIMARY KEY,
+		secret_hash BLOB NOT NULL,
+		labels TEXT NOT NULL DEFAULT '{}',
+		uses_left INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL,
+		created_at INTEGER NOT NULL
+	);
+	CREATE TABLE operators (
+		name TEXT PRIMARY KEY,
+		public_key TEXT NOT NULL,
+		fingerprint TEXT NOT NULL UNIQUE,
+		created_at INTEGER NOT NULL
+	);`,
+}
+
+// OpenSQLite opens (creating if needed) the database at path and migrates it.
+func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	q := url.Values{}
+	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(1)"} {
+		q.Add("_pragma", p)
+	}
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	// One writer at a time is what SQLite does anyway; a single connection
+	// keeps transactions simple and avoids SQLITE_BUSY between our own conns.
+	db.SetMaxOpenConns(1)
+	s := &SQLite{db: db}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return s, nil
+}
+
+func (s *SQLite) migrate(ctx context.Context) error {
+	var v int
+	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if v > schemaVersion {
+		return fmt.Errorf("database schema v%d is newer than this hub understands (v%d); upgrade the hub", v, schemaVersion)
+	}
+	for ; v < schemaVersion; v++ {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migrate to v%d: %w", v+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", v+1)); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close closes the database.
+func (s *SQLite) Close() error { return s.db.Close() }
+
+func unix(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromUnix(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+func encodeLabels(l map[string]string) string {
+	if l == nil {
+		l = map[string]string{}
+	}
+	b, _ := json.Marshal(l)
+	return string(b)
+}
+
+func decodeLabels(s string) (map[string]string, error) {
+	l := map[string]string{}
+	if err := json.Unmarshal([]byte(s), &l); err != nil {
+		return nil, fmt.Errorf("decode labels: %w", err)
+	}
+	return l, nil
+}
+
+func isUniqueViolation(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+// CreateToken implements Store.
+func (s *SQLite) CreateToken(ctx context.Context, t Token) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO tokens (id, secret_hash, labels, uses_left, expires_at, created_at) VALUES (?,?,?,?,?,?)`,
+		t.ID, t.SecretHash, encodeLabels(t.Labels), t.UsesLeft, unix(t.ExpiresAt), unix(t.CreatedAt))
+	if err != nil {
+		return fmt.Errorf("store: create token %s: %w", t.ID, err)
+	}
+	return nil
+}
+
+// ListTokens implements Store.
+func (s *SQLite) ListTokens(ctx context.Context) ([]Token, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, secret_hash, labels, uses_left, expires_at, created_at FROM tokens ORDER BY created_at`)
+	if err != nil {
+		return nil, fmt.Errorf("store: list tokens: %w", err)
+	}
+	defer rows.Close()
+	var out []Token
+	for rows.Next() {
+		t, err := scanToken(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+type scanner interface{ Scan(...any) error }
+
+func scanToken(r scanner) (Token, error) {
+	var t Token
+	var labels string
+	var exp, created int64
+	if err := r.Scan(&t.ID, &t.SecretHash, &labels, &t.UsesLeft, &exp, &created); err != nil {
+		return Token{}, err
+	}
+	var err error
+	if t.Labels, err = decodeLabels(labels); err != nil {
+		return Token{}, fmt.Errorf("store: token %s: %w", t.ID, err)
+	}
+	t.ExpiresAt, t.CreatedAt = fromUnix(exp), fromUnix(created)
+	return t, nil
+}
+
+// DeleteToken implements Store.
+func (s *SQLite) DeleteToken(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM tokens WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("store: delete token %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: token %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// Join implements Store.
+func (s *SQLite) Join(ctx context.Context, tokenID string, check func(Token) error, n Node) (Node, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Node{}, fmt.Errorf("store: join: %w", err)
+	}
+	defer tx.Rollback()
+	t, err := scanToken(tx.QueryRowContext(ctx, `SELECT id, secret_hash, labels, uses_left, expires_at, created_at FROM tokens WHERE id = ?`, tokenID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Node{}, ErrTokenUnknown
+	}
+	if err != nil {
+		return Node{}, fmt.Errorf("store: join: read token: %w", err)
+	}
+	if err := check(t); err != nil {
+		return Node{}, err
+	}
+	now := time.Now()
+	if !now.Before(t.ExpiresAt) {
+		return Node{}, fmt.Errorf("%w at %s", ErrTokenExpired, t.ExpiresAt.Format(time.RFC3339))
+	}
+	if t.UsesLeft <= 0 {
+		return Node{}, ErrTokenUsedUp
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE tokens SET uses_left = uses_left - 1 WHERE id = ?`, tokenID); err != nil {
+		return Node{}, fmt.Errorf("store: join: consume token: %w", err)
+	}
+	labels := map[string]string{}
+	for k, v := range t.Labels {
+		labels[k] = v
+	}
+	for k, v := range n.Labels {
+		labels[k] = v
+	}
+	n.Labels = labels
+	if n.CreatedAt.IsZero() {
+		n.CreatedAt = now
+	}
+	if err := insertNode(ctx, tx, n); err != nil {
+		return Node{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return Node{}, fmt.Errorf("store: join: commit: %w", err)
+	}
+	return n, nil
+}
+
+func insertNode(ctx context.Context, tx *sql.Tx, n Node) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO nodes (id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		n.ID, n.Name, encodeLabels(n.Labels), n.Hostname, n.OS, n.Arch, n.MachineID, n.AgentVersion, n.Transport, n.Online,
+		unix(n.LastSeen), unix(n.CreatedAt), n.CertSerial, unix(n.CertExpires))
+	if isUniqueViolation(err) {
+		return fmt.Errorf("store: node %q: %w", n.Name, ErrNameTaken)
+	}
+	if err != nil {
+		return fmt.Errorf("store: insert node %q: %w", n.Name, err)
+	}
+	return nil
+}
+
+const nodeColumns = `id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires`
+
+func scanNode(r scanner) (Node, error) {
+	var n Node
+	var labels string
+	var lastSeen, created, certExp int64
+	if err := r.Scan(&n.ID, &n.Name, &labels, &n.Hostname, &n.OS, &n.Arch, &n.MachineID, &n.AgentVersion, &n.Transport,
+		&n.Online, &lastSeen, &created, &n.CertSerial, &certExp); err != nil {
+		return Node{}, err
+	}
+	var err error
+	if n.Labels, err = decodeLabels(labels); err != nil {
+		return Node{}, fmt.Errorf("store: node %s: %w", n.ID, err)
+	}
+	n.LastSeen, n.CreatedAt, n.CertExpires = fromUnix(lastSeen), fromUnix(created), fromUnix(certExp)
+	return n, nil
+}
+
+func (s *SQLite) getNode(ctx context.Context, where, arg string) (Node, error) {
+	n, err := scanNode(s.db.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE `+where+` = ?`, arg))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Node{}, fmt.Errorf("store: node %q: %w", arg, ErrNotFound)
+	}
+	if err != nil {
+		return Node{}, fmt.Errorf("store: node %q: %w", arg, err)
+	}
+	return n, nil
+}
+
+// GetNode implements Store.
+func (s *SQLite) GetNode(ctx context.Context, id string) (Node, error) { return s.getNode(ctx, "id", id) }
+
+// GetNodeByName implements Store.
+func (s *SQLite) GetNodeByName(ctx context.Context, name string) (Node, error) {
+	return s.getNode(ctx, "name", name)
+}
+
+// ListNodes implements Store.
+func (s *SQLite) ListNodes(ctx context.Context) ([]Node, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("store: list nodes: %w", err)
+	}
+	defer rows.Close()
+	out := []Node{}
+	for rows.Next() {
+		n, err := scanNode(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// UpdateNodeSeen implements Store.
+func (s *SQLite) UpdateNodeSeen(ctx context.Context, id string, st Seen) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET online = ?, transport = CASE WHEN ? = '' THEN transport ELSE ? END,
+		agent_version = CASE WHEN ? = '' THEN agent_version ELSE ? END, last_seen = ? WHERE id = ?`,
+		st.Online, st.Transport, st.Transport, st.AgentVersion, st.AgentVersion, unix(st.At), id)
+	if err != nil {
+		return fmt.Errorf("store: update node %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: node %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// MarkAllOffline implements Store.
+func (s *SQLite) MarkAllOffline(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, `UPDATE nodes SET online = 0 WHERE online != 0`); err != nil {
+		return fmt.Errorf("store: mark nodes offline: %w", err)
+	}
+	return nil
+}
+
+// DeleteNode implements Store.
+func (s *SQLite) DeleteNode(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM nodes WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("store: delete node %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: node %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// AddOperator implements Store.
+func (s *SQLite) AddOperator(ctx context.Context, o Operator) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO operators (name, public_key, fingerprint, created_at) VALUES (?,?,?,?)`,
+		o.Name, o.PublicKey, o.Fingerprint, unix(o.CreatedAt))
+	if isUniqueViolation(err) {
+		return fmt.Errorf("store: operator %q or key %s: %w", o.Name, o.Fingerprint, ErrNameTaken)
+	}
+	if err != nil {
+		return fmt.Errorf("store: add operator %q: %w", o.Name, err)
+	}
+	return nil
+}
+
+// ListOperators implements Store.
+func (s *SQLite) ListOperators(ctx context.Context) ([]Operator, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, public_key, fingerprint, created_at FROM operators ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("store: list operators: %w", err)
+	}
+	defer rows.Close()
+	out := []Operator{}
+	for rows.Next() {
+		var o Operator
+		var created int64
+		if err := rows.Scan(&o.Name, &o.PublicKey, &o.Fingerprint, &created); err != nil {
+			return nil, err
+		}
+		o.CreatedAt = fromUnix(created)
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// RemoveOperator implements Store.
+func (s *SQLite) RemoveOperator(ctx context.Context, name string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM operators WHERE name = ?`, name)
+	if err != nil {
+		return fmt.Errorf("store: remove operator %q: %w", name, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: operator %q: %w", name, ErrNotFound)
+	}
+	return nil
+}

@@ -1,0 +1,227 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func openTest(t *testing.T) *SQLite {
+	t.Helper()
+	s, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "tether.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func accept(Token) error { return nil }
+
+func TestJoinConsumesToken(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	cases := []struct {
+		name    string
+		token   Token
+		joins   int
+		wantErr error // of the last join
+	}{
+		{"single use", Token{ID: "a", UsesLeft: 1, ExpiresAt: now.Add(time.Hour)}, 1, nil},
+		{"reused", Token{ID: "a", UsesLeft: 1, ExpiresAt: now.Add(time.Hour)}, 2, ErrTokenUsedUp},
+		{"three uses", Token{ID: "a", UsesLeft: 3, ExpiresAt: now.Add(time.Hour)}, 3, nil},
+		{"expired", Token{ID: "a", UsesLeft: 3, ExpiresAt: now.Add(-time.Second)}, 1, ErrTokenExpired},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openTest(t)
+			tc.token.SecretHash = []byte("h")
+			tc.token.Labels = map[string]string{"site": "lab"}
+			if err := s.CreateToken(ctx, tc.token); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			for i := 0; i < tc.joins; i++ {
+				_, err = s.Join(ctx, "a", accept, Node{ID: fmt.Sprint("id", i), Name: fmt.Sprint("n", i), Labels: map[string]string{"role": "x"}})
+			}
+			if !errors.Is(err, tc.wantErr) && !(tc.wantErr == nil && err == nil) {
+				t.Fatalf("last join: %v, want %v", err, tc.wantErr)
+			}
+			if tc.wantErr == nil {
+				n, err := s.GetNodeByName(ctx, "n0")
+				if err != nil || n.Labels["site"] != "lab" || n.Labels["role"] != "x" {
+					t.Fatalf("node after join: %+v %v", n, err)
+				}
+			}
+		})
+	}
+}
+
+func TestJoinUnknownTokenAndCheck(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	if _, err := s.Join(ctx, "nope", accept, Node{ID: "1", Name: "n1"}); !errors.Is(err, ErrTokenUnknown) {
+		t.Fatalf("unknown token: %v", err)
+	}
+	s.CreateToken(ctx, Token{ID: "a", SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)})
+	bad := errors.New("bad secret")
+	if _, err := s.Join(ctx, "a", func(Token) error { return bad }, Node{ID: "1", Name: "n1"}); !errors.Is(err, bad) {
+		t.Fatalf("check error not returned: %v", err)
+	}
+	// A failed check must not consume the use.
+	if _, err := s.Join(ctx, "a", accept, Node{ID: "1", Name: "n1"}); err != nil {
+		t.Fatalf("use was consumed by a failed check: %v", err)
+	}
+}
+
+func TestJoinNameTakenKeepsTokenUse(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	s.CreateToken(ctx, Token{ID: "a", SecretHash: []byte("h"), UsesLeft: 2, ExpiresAt: time.Now().Add(time.Hour)})
+	if _, err := s.Join(ctx, "a", accept, Node{ID: "1", Name: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Join(ctx, "a", accept, Node{ID: "2", Name: "n1"}); !errors.Is(err, ErrNameTaken) {
+		t.Fatalf("duplicate name: %v", err)
+	}
+	toks, _ := s.ListTokens(ctx)
+	if toks[0].UsesLeft != 1 {
+		t.Fatalf("uses left = %d, want 1 (failed join must roll back)", toks[0].UsesLeft)
+	}
+}
+
+func TestNodeSeenAndOperators(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	s.CreateToken(ctx, Token{ID: "a", SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)})
+	s.Join(ctx, "a", accept, Node{ID: "1", Name: "n1"})
+	at := time.Now().Truncate(time.Millisecond)
+	if err := s.UpdateNodeSeen(ctx, "1", Seen{Online: true, Transport: "quic", AgentVersion: "v1", At: at}); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := s.GetNode(ctx, "1")
+	if !n.Online || n.Transport != "quic" || n.AgentVersion != "v1" || !n.LastSeen.Equal(at) {
+		t.Fatalf("after seen: %+v", n)
+	}
+	s.MarkAllOffline(ctx)
+	if n, _ = s.GetNode(ctx, "1"); n.Online || n.Transport != "quic" {
+		t.Fatalf("after MarkAllOffline: %+v", n)
+	}
+	if err := s.UpdateNodeSeen(ctx, "missing", Seen{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("missing node: %v", err)
+	}
+	if err := s.AddOperator(ctx, Operator{Name: "alice", PublicKey: "k", Fingerprint: "f"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddOperator(ctx, Operator{Name: "bob", PublicKey: "k", Fingerprint: "f"}); !errors.Is(err, ErrNameTaken) {
+		t.Fatalf("same key twice: %v", err)
+	}
+	if err := s.RemoveOperator(ctx, "bob"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("remove missing: %v", err)
+	}
+	if err := s.DeleteNode(ctx, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetNode(ctx, "1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("deleted node: %v", err)
+	}
+}
+
+// TestCrashDuringWrites kills (SIGKILL) a child process that is writing
+// nodes as fast as it can, then reopens the file: it must open cleanly, pass
+// SQLite's integrity check, and hold every node the child reported committed.
+func TestCrashDuringWrites(t *testing.T) {
+	if os.Getenv("TETHER_STORE_CRASH_CHILD") != "" {
+		return
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tether.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "TETHER_STORE_CRASH_CHILD="+path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Read committed counts until enough writes happened, then kill -9.
+	buf := make([]byte, 64<<10)
+	committed := 0
+	deadline := time.Now().Add(20 * time.Second)
+	var acc []byte
+	for committed < 200 && time.Now().Before(deadline) {
+		n, err := out.Read(buf)
+		acc = append(acc, buf[:n]...)
+		for {
+			i := indexByte(acc, '\n')
+			if i < 0 {
+				break
+			}
+			if v, err := strconv.Atoi(string(acc[:i])); err == nil {
+				committed = v
+			}
+			acc = acc[i+1:]
+		}
+		if err != nil {
+			break
+		}
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	if committed < 200 {
+		t.Fatalf("child committed only %d writes before the deadline", committed)
+	}
+	s, err := OpenSQLite(context.Background(), path)
+	if err != nil {
+		t.Fatalf("reopen after kill -9: %v", err)
+	}
+	defer s.Close()
+	var res string
+	if err := s.db.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
+		t.Fatalf("integrity_check = %q, %v", res, err)
+	}
+	nodes, err := s.ListNodes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) < committed {
+		t.Fatalf("%d nodes after crash, child reported %d committed", len(nodes), committed)
+	}
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestCrashChild is the writer process of TestCrashDuringWrites.
+func TestCrashChild(t *testing.T) {
+	path := os.Getenv("TETHER_STORE_CRASH_CHILD")
+	if path == "" {
+		t.Skip("helper process for TestCrashDuringWrites")
+	}
+	ctx := context.Background()
+	s, err := OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.CreateToken(ctx, Token{ID: "t", SecretHash: []byte("h"), UsesLeft: 1 << 30, ExpiresAt: time.Now().Add(time.Hour)})
+	for i := 1; i <= 100000; i++ {
+		if _, err := s.Join(ctx, "t", accept, Node{ID: fmt.Sprint(i), Name: fmt.Sprint("n", i)}); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Println(i)
+	}
+}

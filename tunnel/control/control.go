@@ -1,0 +1,195 @@
+// Package control defines the messages of a session's control stream (the
+// first stream the agent opens after connecting) and of the join request.
+//
+// Wire layout of one control frame:
+//
+//	| length uint32 BE (1..MaxFrame) | JSON object of that many bytes |
+//
+// JSON keeps the control plane easy to evolve and debug; it carries a few
+// small messages per minute, so its cost does not matter. Every decoded
+// message is validated before it is returned.
+package control
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"unicode/utf8"
+)
+
+// MaxFrame bounds one control message (the largest is a node's authorized key list).
+const MaxFrame = 1 << 20
+
+// ProtocolVersion is sent in Hello; the hub refuses versions it does not know.
+const ProtocolVersion = 1
+
+// ErrBadMessage wraps every decoding or validation failure.
+var ErrBadMessage = errors.New("control: bad message")
+
+// Type names a control message.
+type Type string
+
+// Message types.
+const (
+	TypeHello          Type = "hello"           // agent -> hub, first message
+	TypeWelcome        Type = "welcome"         // hub -> agent, answer to hello
+	TypeHeartbeat      Type = "heartbeat"       // agent -> hub, updates last seen
+	TypeAuthorizedKeys Type = "authorized_keys" // hub -> agent, keys the embedded SSH server accepts
+	TypeNotice         Type = "notice"          // hub -> agent, human-readable (e.g. why the session ends)
+)
+
+// Facts describe the machine an agent runs on.
+type Facts struct {
+	Hostname  string `json:"hostname"`
+	OS        string `json:"os"` // PRETTY_NAME from /etc/os-release
+	OSID      string `json:"os_id,omitempty"`
+	OSVersion string `json:"os_version,omitempty"`
+	Arch      string `json:"arch"`
+	MachineID string `json:"machine_id,omitempty"`
+}
+
+// Hello is the agent's introduction on a new session.
+type Hello struct {
+	ProtocolVersion int      `json:"protocol_version"`
+	Name            string   `json:"name"`
+	AgentVersion    string   `json:"agent_version"`
+	Facts           Facts    `json:"facts"`
+	Capabilities    []string `json:"capabilities,omitempty"` // e.g. "ssh-embedded", "ssh-local", "tcp"
+}
+
+// Welcome confirms the session.
+type Welcome struct {
+	NodeID           string `json:"node_id"`
+	Name             string `json:"name"`
+	HeartbeatSeconds int    `json:"heartbeat_seconds"`
+}
+
+// Message is one control frame. Exactly the field matching Type is set.
+type Message struct {
+	Type           Type     `json:"type"`
+	Hello          *Hello   `json:"hello,omitempty"`
+	Welcome        *Welcome `json:"welcome,omitempty"`
+	AuthorizedKeys []string `json:"authorized_keys,omitempty"`
+	Notice         string   `json:"notice,omitempty"`
+}
+
+const (
+	maxShort  = 256  // names, versions, facts
+	maxKeys   = 4096 // authorized keys per node
+	maxKeyLen = 16 << 10
+	maxNotice = 1024
+	maxCaps   = 32
+)
+
+func checkString(field, s string, max int) error {
+	if len(s) > max {
+		return fmt.Errorf("%w: %s longer than %d bytes", ErrBadMessage, field, max)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s is not UTF-8", ErrBadMessage, field)
+	}
+	return nil
+}
+
+// Validate checks a message's shape and bounds.
+func (m *Message) Validate() error {
+	switch m.Type {
+	case TypeHello:
+		h := m.Hello
+		if h == nil {
+			return fmt.Errorf("%w: hello without body", ErrBadMessage)
+		}
+		if h.ProtocolVersion != ProtocolVersion {
+			return fmt.Errorf("%w: protocol version %d not supported (want %d): upgrade the agent or hub", ErrBadMessage, h.ProtocolVersion, ProtocolVersion)
+		}
+		for field, v := range map[string]string{"name": h.Name, "agent_version": h.AgentVersion, "hostname": h.Facts.Hostname,
+			"os": h.Facts.OS, "os_id": h.Facts.OSID, "os_version": h.Facts.OSVersion, "arch": h.Facts.Arch, "machine_id": h.Facts.MachineID} {
+			if err := checkString(field, v, maxShort); err != nil {
+				return err
+			}
+		}
+		if len(h.Capabilities) > maxCaps {
+			return fmt.Errorf("%w: more than %d capabilities", ErrBadMessage, maxCaps)
+		}
+		for _, c := range h.Capabilities {
+			if err := checkString("capability", c, maxShort); err != nil {
+				return err
+			}
+		}
+	case TypeWelcome:
+		if m.Welcome == nil || m.Welcome.NodeID == "" || m.Welcome.HeartbeatSeconds < 0 {
+			return fmt.Errorf("%w: welcome without node id", ErrBadMessage)
+		}
+		if err := checkString("name", m.Welcome.Name, maxShort); err != nil {
+			return err
+		}
+	case TypeHeartbeat:
+	case TypeAuthorizedKeys:
+		if len(m.AuthorizedKeys) > maxKeys {
+			return fmt.Errorf("%w: more than %d authorized keys", ErrBadMessage, maxKeys)
+		}
+		for _, k := range m.AuthorizedKeys {
+			if err := checkString("authorized key", k, maxKeyLen); err != nil {
+				return err
+			}
+		}
+	case TypeNotice:
+		if err := checkString("notice", m.Notice, maxNotice); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%w: unknown type %.32q", ErrBadMessage, m.Type)
+	}
+	return nil
+}
+
+// Write sends one message.
+func Write(w io.Writer, m *Message) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	body, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("control: encode %s: %w", m.Type, err)
+	}
+	if len(body) > MaxFrame {
+		return fmt.Errorf("control: %s message is %d bytes, max %d", m.Type, len(body), MaxFrame)
+	}
+	frame := make([]byte, 4+len(body))
+	binary.BigEndian.PutUint32(frame, uint32(len(body)))
+	copy(frame[4:], body)
+	if _, err := w.Write(frame); err != nil {
+		return fmt.Errorf("control: send %s: %w", m.Type, err)
+	}
+	return nil
+}
+
+// Read receives and validates one message. io.EOF is returned as is when the
+// stream ends cleanly between frames.
+func Read(r io.Reader) (*Message, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("%w: truncated length", ErrBadMessage)
+		}
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n == 0 || n > MaxFrame {
+		return nil, fmt.Errorf("%w: frame length %d outside 1..%d", ErrBadMessage, n, MaxFrame)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, fmt.Errorf("%w: truncated frame (%d bytes announced): %v", ErrBadMessage, n, err)
+	}
+	var m Message
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadMessage, err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}

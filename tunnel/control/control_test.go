@@ -1,0 +1,102 @@
+package control
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+func frame(body string) []byte {
+	b := make([]byte, 4+len(body))
+	binary.BigEndian.PutUint32(b, uint32(len(body)))
+	copy(b[4:], body)
+	return b
+}
+
+func TestRoundTrip(t *testing.T) {
+	msgs := []*Message{
+		{Type: TypeHello, Hello: &Hello{ProtocolVersion: ProtocolVersion, Name: "n1", AgentVersion: "v0", Facts: Facts{Hostname: "h", OS: "Debian", Arch: "amd64"}, Capabilities: []string{"ssh-embedded"}}},
+		{Type: TypeWelcome, Welcome: &Welcome{NodeID: "id", Name: "n1", HeartbeatSeconds: 30}},
+		{Type: TypeHeartbeat},
+		{Type: TypeAuthorizedKeys, AuthorizedKeys: []string{"ssh-ed25519 AAAA"}},
+		{Type: TypeNotice, Notice: "bye"},
+	}
+	var buf bytes.Buffer
+	for _, m := range msgs {
+		if err := Write(&buf, m); err != nil {
+			t.Fatalf("write %s: %v", m.Type, err)
+		}
+	}
+	for _, want := range msgs {
+		got, err := Read(&buf)
+		if err != nil {
+			t.Fatalf("read %s: %v", want.Type, err)
+		}
+		if got.Type != want.Type {
+			t.Fatalf("got %s want %s", got.Type, want.Type)
+		}
+	}
+	if _, err := Read(&buf); err != io.EOF {
+		t.Fatalf("at end: %v, want io.EOF", err)
+	}
+}
+
+func TestReadRejects(t *testing.T) {
+	huge := make([]byte, 4)
+	binary.BigEndian.PutUint32(huge, MaxFrame+1)
+	cases := map[string][]byte{
+		"zero length":      {0, 0, 0, 0},
+		"oversized":        huge,
+		"truncated length": {0, 0},
+		"truncated body":   frame(`{"type":"heartbeat"}`)[:10],
+		"not json":         frame(`hello`),
+		"unknown type":     frame(`{"type":"exec","notice":"rm -rf /"}`),
+		"hello no body":    frame(`{"type":"hello"}`),
+		"hello old proto":  frame(`{"type":"hello","hello":{"protocol_version":99,"name":"n"}}`),
+		"long name":        frame(`{"type":"hello","hello":{"protocol_version":1,"name":"` + strings.Repeat("a", 300) + `"}}`),
+		"welcome no id":    frame(`{"type":"welcome","welcome":{}}`),
+	}
+	for name, in := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Read(bytes.NewReader(in))
+			if !errors.Is(err, ErrBadMessage) {
+				t.Fatalf("Read = %v, want ErrBadMessage", err)
+			}
+		})
+	}
+}
+
+// FuzzRead: no input panics or allocates past MaxFrame, and whatever decodes
+// re-encodes and decodes again to the same type.
+func FuzzRead(f *testing.F) {
+	f.Add(frame(`{"type":"heartbeat"}`))
+	f.Add(frame(`{"type":"hello","hello":{"protocol_version":1,"name":"n1","facts":{"arch":"amd64"}}}`))
+	f.Add(frame(`{"type":"authorized_keys","authorized_keys":["ssh-ed25519 AAAA"]}`))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{0, 0, 0, 2, '{', '}'})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		m, err := Read(bytes.NewReader(in))
+		if err != nil {
+			return
+		}
+		var buf bytes.Buffer
+		if err := Write(&buf, m); err != nil {
+			t.Fatalf("decoded message does not re-encode: %v", err)
+		}
+		m2, err := Read(&buf)
+		if err != nil || m2.Type != m.Type {
+			t.Fatalf("re-decode: %v", err)
+		}
+	})
+}
+
+func FuzzJoinRequestValidate(f *testing.F) {
+	f.Add("abcdefgh.secret", "n1", []byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, token, name string, csr []byte) {
+		r := JoinRequest{Token: token, Name: name, CSR: csr}
+		_ = r.Validate()
+	})
+}

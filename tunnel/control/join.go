@@ -1,0 +1,53 @@
+package control
+
+import (
+	"fmt"
+)
+
+// JoinPath is the HTTP endpoint (on the hub's TLS port, ALPN h2/http1.1) that
+// exchanges a join token and CSR for a node certificate.
+const JoinPath = "/v1/join"
+
+// JoinRequest is POSTed as JSON to JoinPath.
+type JoinRequest struct {
+	Token string `json:"token"` // ID.SECRET
+	Name  string `json:"name"`
+	CSR   []byte `json:"csr"` // DER, base64 in JSON
+	Facts Facts  `json:"facts"`
+	// AgentVersion is informational.
+	AgentVersion string `json:"agent_version"`
+}
+
+// JoinResponse carries the node's new identity.
+type JoinResponse struct {
+	NodeID string   `json:"node_id"`
+	Name   string   `json:"name"`
+	Cert   string   `json:"cert"` // PEM, leaf
+	CA     string   `json:"ca"`   // PEM, root
+	Hubs   []string `json:"hubs"` // addresses to connect to
+}
+
+// ErrorResponse is the JSON body of every API error.
+type ErrorResponse struct {
+	Error string `json:"error"`
+}
+
+// MaxJoinRequest bounds the join request body.
+const MaxJoinRequest = 64 << 10
+
+// Validate checks a join request's bounds (the hub checks meaning).
+func (r *JoinRequest) Validate() error {
+	if r.Token == "" {
+		return fmt.Errorf("join: missing token")
+	}
+	if len(r.CSR) == 0 || len(r.CSR) > 8<<10 {
+		return fmt.Errorf("join: csr missing or larger than 8 KiB")
+	}
+	for field, v := range map[string]string{"token": r.Token, "name": r.Name, "agent_version": r.AgentVersion, "hostname": r.Facts.Hostname,
+		"os": r.Facts.OS, "os_id": r.Facts.OSID, "os_version": r.Facts.OSVersion, "arch": r.Facts.Arch, "machine_id": r.Facts.MachineID} {
+		if err := checkString(field, v, maxShort); err != nil {
+			return fmt.Errorf("join: %w", err)
+		}
+	}
+	return nil
+}
