@@ -1,0 +1,36 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tether-dev/tether/edge"
+)
+
+func newJoinCmd() *cobra.Command {
+	var o edge.JoinOptions
+	cmd := &cobra.Command{
+		Use:   "join JOIN_STRING",
+		Short: "Join a hub: make a key, get a node certificate, store them in --state-dir",
+		Long: `Join a hub with a join string from 'tether token create'. The key is made
+here and never leaves the machine; the hub must prove the CA pinned in the join
+string. Exits non-zero with the hub's reason when the token is unknown, used up
+or expired, or the name is taken.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.JoinString = args[0]
+			id, err := edge.Join(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "joined as %s (node id %s); certificate valid until %s\n",
+				id.Config.Name, id.Config.NodeID, id.Cert.Leaf.NotAfter.Format("2006-01-02 15:04 MST"))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&o.StateDir, "state-dir", defaultStateDir(), "where the node key, certificate and config are stored (env TETHER_STATE_DIR)")
+	cmd.Flags().StringVar(&o.Name, "name", "", "node name (a DNS label; default: derived from the hostname)")
+	return cmd
+}

@@ -1,0 +1,59 @@
+// Command tether-edge is the Tether agent: it joins a hub once, then keeps an
+// outbound tunnel to it. This package only parses flags and wires packages.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRoot().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "tether-edge:", err)
+		os.Exit(1)
+	}
+}
+
+var logLevel string
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "tether-edge",
+		Short: "Tether edge agent: joins a hub and keeps this machine reachable through it",
+		Long: `tether-edge dials out to a Tether hub (QUIC, or TLS over TCP where UDP is
+blocked) and serves the streams the hub opens: SSH to the local sshd or to an
+embedded SSH server, and TCP to ports you allow. No inbound port is opened.
+
+Typical unit file line (joins on first boot only, then just connects):
+
+  tether-edge run --join "$JOIN" --state-dir /var/lib/tether-edge`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.AddCommand(newJoinCmd(), newRunCmd(), newStatusCmd(), newVersionCmd())
+	return root
+}
+
+func newLogger() (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+func defaultStateDir() string {
+	if d := os.Getenv("TETHER_STATE_DIR"); d != "" {
+		return d
+	}
+	return "/var/lib/tether-edge"
+}

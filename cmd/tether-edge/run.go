@@ -1,0 +1,81 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tether-dev/tether/edge"
+	"github.com/tether-dev/tether/tunnel"
+)
+
+func newRunCmd() *cobra.Command {
+	var cfg edge.Config
+	var join, name, transport string
+	var ports []uint
+	tc := tunnel.DefaultConfig()
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Stay connected to the hub (joining first if --join is given and the state dir is empty)",
+		Long: `Connect to the hub and serve its streams until stopped, reconnecting forever
+with capped exponential backoff and full jitter.
+
+With --join, the agent joins first only if --state-dir holds no identity yet, so
+the same command line works on every boot.
+
+--ssh selects where SSH streams go: "embedded" (a built-in SSH server with
+shell, exec, PTY and sftp that accepts the operator keys the hub pushes; it
+runs commands as this agent's OS user, whatever login name is given) or
+HOST:PORT of a local sshd. --allow-port opens individual local TCP ports to the
+hub (none by default).`,
+		Example: `  tether-edge run --join "$JOIN" --state-dir ./n1 --name n1 --ssh embedded
+  tether-edge run --join "$JOIN" --state-dir ./n2 --name n2 --ssh 127.0.0.1:22 --transport tcp`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger()
+			if err != nil {
+				return err
+			}
+			if cfg.Transport, err = tunnel.ParseTransport(transport); err != nil {
+				return fmt.Errorf("--transport: %w", err)
+			}
+			for _, p := range ports {
+				if p == 0 || p > 65535 {
+					return fmt.Errorf("--allow-port %d: want 1-65535", p)
+				}
+				cfg.AllowPorts = append(cfg.AllowPorts, uint16(p))
+			}
+			if _, err := edge.LoadIdentity(cfg.StateDir); errors.Is(err, edge.ErrNotJoined) {
+				if join == "" {
+					return err
+				}
+				id, err := edge.Join(cmd.Context(), edge.JoinOptions{JoinString: join, StateDir: cfg.StateDir, Name: name})
+				if err != nil {
+					return err
+				}
+				log.Info("joined hub", "node", id.Config.Name, "node_id", id.Config.NodeID)
+			} else if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			cfg.Tunnel = tc
+			a, err := edge.New(cfg)
+			if err != nil {
+				return err
+			}
+			return a.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.StateDir, "state-dir", defaultStateDir(), "node identity directory (env TETHER_STATE_DIR)")
+	f.StringVar(&join, "join", "", "join string; used only when --state-dir has no identity yet")
+	f.StringVar(&name, "name", "", "node name used when joining (default: derived from the hostname)")
+	f.StringVar(&cfg.SSHTarget, "ssh", "127.0.0.1:22", `target of SSH streams: "embedded" or HOST:PORT of a local sshd`)
+	f.UintSliceVar(&ports, "allow-port", nil, "local TCP port the hub may open streams to (repeatable)")
+	f.StringVar(&transport, "transport", "auto", "auto (race QUIC and TCP), quic, or tcp")
+	f.DurationVar(&cfg.BackoffMax, "backoff-max", 0, "cap of the reconnect backoff (default 30s)")
+	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
+	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead")
+	return cmd
+}

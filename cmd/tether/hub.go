@@ -1,0 +1,53 @@
+package main
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tether-dev/tether/hub"
+	"github.com/tether-dev/tether/tunnel"
+)
+
+func newHubCmd() *cobra.Command {
+	cfg := hub.Config{}
+	tc := tunnel.DefaultConfig()
+	cmd := &cobra.Command{
+		Use:   "hub",
+		Short: "Run the hub: tunnel endpoint, SSH bastion and API",
+		Long: `Run the Tether hub.
+
+One port (--listen) carries the agents' tunnels (UDP: QUIC; TCP: TLS 1.3 with
+ALPN tether/1) and the HTTPS API and join endpoint (TCP, ALPN h2/http1.1).
+Operators jump through the SSH bastion on --ssh-listen.
+
+The data dir holds the CA (ca/), the database (tether.db), the SSH host key,
+and a local admin identity (admin/) that other tether commands on this machine
+use with --data-dir. Keep it private (it is created 0700).`,
+		Example: `  tether hub --data-dir ./hub --listen 127.0.0.1:7443 --ssh-listen 127.0.0.1:2222
+  tether hub --data-dir /var/lib/tether --listen :7443 --advertise hub.example.com:7443`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger()
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			cfg.Tunnel = tc
+			s, err := hub.New(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			return s.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "hub state directory")
+	f.StringVar(&cfg.Listen, "listen", ":7443", "tunnel + API address (UDP and TCP, same port)")
+	f.StringVar(&cfg.SSHListen, "ssh-listen", ":2222", "SSH bastion address for operators")
+	f.StringSliceVar(&cfg.Advertise, "advertise", nil, "HOST:PORT agents should dial, put into join strings (repeatable; default: the --listen address, or this host's name if it is a wildcard)")
+	f.DurationVar(&cfg.NodeCertTTL, "node-cert-ttl", 90*24*time.Hour, "lifetime of node certificates issued at join")
+	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
+	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead")
+	return cmd
+}

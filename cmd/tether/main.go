@@ -1,0 +1,62 @@
+// Command tether is the Tether hub (`tether hub`) and the admin/operator CLI.
+// This package only parses flags and wires packages together.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRoot()
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "tether:", err)
+		var ee exitError
+		if errors.As(err, &ee) {
+			os.Exit(int(ee))
+		}
+		os.Exit(1)
+	}
+}
+
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+var logLevel string
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "tether",
+		Short: "Tether: reverse-tunnel hub and SSH bastion for fleets of edge machines",
+		Long: `Tether keeps one outbound tunnel (QUIC, or TLS+TCP where UDP is blocked) from
+every edge node to the hub, and lets operators reach any node with plain OpenSSH:
+
+  ssh -J alice@HUB:2222 root@NODE
+
+Run the hub with 'tether hub'. The other commands administer it; on the hub's
+machine they need only --data-dir, elsewhere --hub ADDR and --identity DIR.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.AddCommand(newHubCmd(), newTokenCmd(), newOperatorCmd(), newNodesCmd(), newVersionCmd())
+	return root
+}
+
+func newLogger() (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), nil
+}

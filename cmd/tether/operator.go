@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tether-dev/tether/hub/api"
+)
+
+func newOperatorCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "operator", Short: "Manage operators allowed to jump through the bastion"}
+	cmd.AddCommand(newOperatorAddCmd(), newOperatorListCmd(), newOperatorRmCmd())
+	return cmd
+}
+
+func newOperatorAddCmd() *cobra.Command {
+	var cf clientFlags
+	var keyPath string
+	cmd := &cobra.Command{
+		Use:   "add NAME --key PUBKEY_FILE",
+		Short: "Register an operator's SSH public key",
+		Long: `Register an operator. NAME is the user name they give the bastion
+(ssh -J NAME@hub:2222 ...); the key is one OpenSSH public key (use - for stdin).
+Their key is pushed at once to every node's embedded SSH server.`,
+		Example: `  tether operator add alice --data-dir ./hub --key ~/.ssh/id_ed25519.pub`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if keyPath == "" {
+				return fmt.Errorf("--key is required (a public key file such as ~/.ssh/id_ed25519.pub, or - for stdin)")
+			}
+			var b []byte
+			var err error
+			if keyPath == "-" {
+				b, err = io.ReadAll(io.LimitReader(os.Stdin, 64<<10))
+			} else {
+				b, err = os.ReadFile(keyPath)
+			}
+			if err != nil {
+				return fmt.Errorf("read --key: %w", err)
+			}
+			if _, err := api.ParseAuthorizedKey(string(b)); err != nil {
+				return fmt.Errorf("%s: %w", keyPath, err)
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			o, err := c.AddOperator(cmd.Context(), api.OperatorAddRequest{Name: args[0], PublicKey: string(b)})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "operator %s added (%s)\n", o.Name, o.Fingerprint)
+			return nil
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().StringVar(&keyPath, "key", "", "OpenSSH public key file, or - for stdin")
+	return cmd
+}
+
+func newOperatorListCmd() *cobra.Command {
+	var cf clientFlags
+	var output string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List operators",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ops, err := c.ListOperators(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return printJSON(os.Stdout, ops)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tKEY FINGERPRINT\tADDED")
+			for _, o := range ops {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", o.Name, o.Fingerprint, o.CreatedAt.Local().Format("2006-01-02 15:04"))
+			}
+			return tw.Flush()
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func newOperatorRmCmd() *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Remove an operator (new jumps refused at once)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return c.RemoveOperator(cmd.Context(), args[0])
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}

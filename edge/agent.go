@@ -1,0 +1,326 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/edge/sshserver"
+	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
+)
+
+// SSHEmbedded selects the embedded SSH server as the target of ssh streams.
+const SSHEmbedded = "embedded"
+
+// Config configures the agent.
+type Config struct {
+	StateDir   string
+	SSHTarget  string   // "embedded" or HOST:PORT of a local sshd (default 127.0.0.1:22)
+	AllowPorts []uint16 // local TCP ports the hub may open streams to; empty = none
+	Transport  tunnel.Transport
+	Tunnel     *tunnel.Config
+	BackoffMin time.Duration // default 500ms
+	BackoffMax time.Duration // cap of the exponential backoff, default 30s
+	Logger     *slog.Logger
+}
+
+// CheckAndSetDefaults validates c and fills defaults.
+func (c *Config) CheckAndSetDefaults() error {
+	if c.StateDir == "" {
+		return errors.New("edge: StateDir is required (--state-dir)")
+	}
+	if c.SSHTarget == "" {
+		c.SSHTarget = "127.0.0.1:22"
+	}
+	if c.SSHTarget != SSHEmbedded {
+		if _, _, err := net.SplitHostPort(c.SSHTarget); err != nil {
+			return fmt.Errorf("edge: --ssh %q: want %q or HOST:PORT of a local sshd", c.SSHTarget, SSHEmbedded)
+		}
+	}
+	for _, p := range c.AllowPorts {
+		if p == 0 {
+			return errors.New("edge: allowed port 0 is invalid")
+		}
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = 500 * time.Millisecond
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = 30 * time.Second
+	}
+	if c.BackoffMax < c.BackoffMin {
+		return fmt.Errorf("edge: backoff cap %s is below the minimum %s", c.BackoffMax, c.BackoffMin)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Tunnel != nil {
+		if err := c.Tunnel.Validate(); err != nil {
+			return fmt.Errorf("edge: %w", err)
+		}
+	}
+	return nil
+}
+
+// Agent keeps a node connected to its hub.
+type Agent struct {
+	cfg   Config
+	id    *Identity
+	log   *slog.Logger
+	sshd  *sshserver.Server // nil unless SSHTarget is embedded
+	allow map[uint16]bool
+
+	statusMu sync.Mutex // guards status
+	status   Status
+}
+
+// ErrRemoved means the hub no longer knows this node; re-join is needed.
+var ErrRemoved = errors.New("node removed from hub")
+
+// New loads the identity from the state dir and prepares services.
+func New(cfg Config) (*Agent, error) {
+	if err := cfg.CheckAndSetDefaults(); err != nil {
+		return nil, err
+	}
+	id, err := LoadIdentity(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, id: id, log: cfg.Logger.With("node", id.Config.Name), allow: map[uint16]bool{}}
+	for _, p := range cfg.AllowPorts {
+		a.allow[p] = true
+	}
+	if cfg.SSHTarget == SSHEmbedded {
+		a.sshd, err = sshserver.New(sshserver.Config{
+			HostKeyPath: filepath.Join(cfg.StateDir, hostKeyFile),
+			Logger:      a.log.With("component", "sshd"),
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	a.status = Status{Name: id.Config.Name, NodeID: id.Config.NodeID, State: "connecting", Since: time.Now().UTC(),
+		CertExpires: id.Cert.Leaf.NotAfter, PID: os.Getpid(), Version: Version}
+	return a, nil
+}
+
+func (a *Agent) setStatus(f func(*Status)) {
+	a.statusMu.Lock()
+	f(&a.status)
+	st := a.status
+	a.statusMu.Unlock()
+	if err := writeStatus(a.cfg.StateDir, st); err != nil {
+		a.log.Warn("write status file", "err", err)
+	}
+}
+
+// Run connects and reconnects forever (capped exponential backoff with full
+// jitter) until ctx is cancelled or the hub says this node was removed.
+func (a *Agent) Run(ctx context.Context) error {
+	if a.sshd != nil {
+		defer a.sshd.Close()
+	}
+	attempt := 0
+	for {
+		connected, err := a.runOnce(ctx)
+		if ctx.Err() != nil {
+			a.setStatus(func(s *Status) { s.State = "stopped"; s.Since = time.Now().UTC() })
+			return nil
+		}
+		if errors.Is(err, ErrRemoved) {
+			a.setStatus(func(s *Status) { s.State = "refused"; s.LastError = err.Error(); s.Since = time.Now().UTC() })
+			return err
+		}
+		if connected {
+			attempt = 0
+		}
+		wait := backoff(attempt, a.cfg.BackoffMin, a.cfg.BackoffMax)
+		attempt++
+		a.log.Warn("hub connection lost; retrying", "err", err, "in", wait.Round(time.Millisecond))
+		a.setStatus(func(s *Status) {
+			s.State, s.LastError, s.Transport, s.Since = "connecting", errString(err), "", time.Now().UTC()
+		})
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// backoff is "full jitter": uniform in [0, min(cap, base*2^attempt)], with
+// the base as a floor so a flapping hub is not hammered.
+func backoff(attempt int, base, max time.Duration) time.Duration {
+	d := base
+	for i := 0; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return base/2 + time.Duration(rand.Int64N(int64(d)))
+}
+
+// runOnce makes one connection and serves it until it ends. connected
+// reports whether the hub accepted the session.
+func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
+	tc := pki.ClientTLSConfig(a.id.Cert, a.id.CA)
+	d := &tunnel.Dialer{TLSConfig: tc, Config: a.cfg.Tunnel, Transport: a.cfg.Transport, Logger: a.log}
+	var sess tunnel.Session
+	var hub string
+	var errs []error
+	for _, addr := range a.id.Config.Hubs {
+		dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		sess, err = d.Dial(dctx, addr)
+		cancel()
+		if err == nil {
+			hub = addr
+			break
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	}
+	if sess == nil {
+		return false, errors.Join(errs...)
+	}
+	defer sess.Close()
+	log := a.log.With("hub", hub, "transport", sess.Transport().String())
+
+	// Stop everything of this session when ctx ends.
+	stop := context.AfterFunc(ctx, func() { sess.Close() })
+	defer stop()
+
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctrl, err := sess.OpenStream(octx)
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("open control stream: %w", err)
+	}
+	defer ctrl.Close()
+	caps := []string{"tcp"}
+	if a.sshd != nil {
+		caps = append(caps, "ssh-embedded")
+	} else {
+		caps = append(caps, "ssh-local")
+	}
+	hello := &control.Message{Type: control.TypeHello, Hello: &control.Hello{ProtocolVersion: control.ProtocolVersion,
+		Name: a.id.Config.Name, AgentVersion: Version, Facts: GatherFacts(), Capabilities: caps}}
+	var sendMu sync.Mutex
+	send := func(m *control.Message) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		_ = ctrl.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		return control.Write(ctrl, m)
+	}
+	if err := send(hello); err != nil {
+		return false, err
+	}
+	_ = ctrl.SetReadDeadline(time.Now().Add(15 * time.Second))
+	msg, err := control.Read(ctrl)
+	if err != nil {
+		return false, fmt.Errorf("waiting for welcome: %w", err)
+	}
+	if msg.Type == control.TypeNotice {
+		return false, fmt.Errorf("%w: %s", ErrRemoved, msg.Notice)
+	}
+	if msg.Type != control.TypeWelcome {
+		return false, fmt.Errorf("hub sent %s instead of welcome", msg.Type)
+	}
+	_ = ctrl.SetReadDeadline(time.Time{})
+	log.Info("connected to hub")
+	a.setStatus(func(s *Status) {
+		s.State, s.Hub, s.Transport, s.LastError, s.Since = "connected", hub, sess.Transport().String(), "", time.Now().UTC()
+	})
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		a.acceptStreams(sctx, sess, log, &wg)
+		scancel()
+	}()
+	go func() {
+		defer wg.Done()
+		hb := time.Duration(msg.Welcome.HeartbeatSeconds) * time.Second
+		if hb <= 0 {
+			hb = 30 * time.Second
+		}
+		t := time.NewTicker(hb)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				if err := send(&control.Message{Type: control.TypeHeartbeat}); err != nil {
+					sess.Close()
+					return
+				}
+			}
+		}
+	}()
+	for {
+		msg, err := control.Read(ctrl)
+		if err != nil {
+			scancel()
+			sess.Close()
+			if errors.Is(err, io.EOF) {
+				return true, errors.New("hub closed the control stream")
+			}
+			return true, fmt.Errorf("control stream: %w", err)
+		}
+		switch msg.Type {
+		case control.TypeAuthorizedKeys:
+			a.setAuthorizedKeys(msg.AuthorizedKeys, log)
+		case control.TypeNotice:
+			log.Warn("hub notice", "notice", msg.Notice)
+			if strings.Contains(msg.Notice, "removed") {
+				scancel()
+				sess.Close()
+				return true, fmt.Errorf("%w: %s", ErrRemoved, msg.Notice)
+			}
+		default:
+			log.Warn("unexpected control message from hub", "type", msg.Type)
+		}
+	}
+}
+
+func (a *Agent) setAuthorizedKeys(lines []string, log *slog.Logger) {
+	if a.sshd == nil {
+		return
+	}
+	keys := make([]gossh.PublicKey, 0, len(lines))
+	for _, l := range lines {
+		k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(l))
+		if err != nil {
+			log.Warn("ignoring unreadable authorized key from hub", "err", err)
+			continue
+		}
+		keys = append(keys, k)
+	}
+	a.sshd.SetAuthorizedKeys(keys)
+	log.Debug("authorized keys updated", "count", len(keys))
+}

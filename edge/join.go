@@ -1,0 +1,152 @@
+package edge
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/tunnel/control"
+)
+
+// Version is the agent version, set at build time.
+var Version = "dev"
+
+// ErrJoinRefused is returned when the hub refused the join (bad, used-up or
+// expired token; name taken). Retrying will not help.
+var ErrJoinRefused = errors.New("join refused by hub")
+
+// JoinOptions are the inputs of Join.
+type JoinOptions struct {
+	JoinString string
+	StateDir   string
+	Name       string // default: DefaultName()
+	Timeout    time.Duration
+}
+
+// Join exchanges a join string for a node identity and stores it in the
+// state dir. The key is generated here and never leaves the machine; the hub
+// is trusted only if it proves the CA pinned in the join string.
+func Join(ctx context.Context, o JoinOptions) (*Identity, error) {
+	js, err := pki.ParseJoinString(o.JoinString)
+	if err != nil {
+		return nil, err
+	}
+	if o.Name == "" {
+		o.Name = DefaultName()
+	}
+	if err := pki.ValidateName(o.Name); err != nil {
+		return nil, fmt.Errorf("node %w", err)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 30 * time.Second
+	}
+	if _, err := LoadIdentity(o.StateDir); err == nil {
+		return nil, fmt.Errorf("%s already holds a node identity; use another --state-dir or delete it to re-join", o.StateDir)
+	}
+	key, err := pki.GenerateKey()
+	if err != nil {
+		return nil, err
+	}
+	csr, err := pki.NewCSR(key, o.Name)
+	if err != nil {
+		return nil, err
+	}
+	body, _ := json.Marshal(control.JoinRequest{Token: js.Token, Name: o.Name, CSR: csr, Facts: GatherFacts(), AgentVersion: Version})
+
+	var errs []error
+	for _, addr := range js.Addrs {
+		resp, ca, err := postJoin(ctx, addr, js.CAPin, body, o.Timeout)
+		if err != nil {
+			if errors.Is(err, ErrJoinRefused) {
+				return nil, err
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			continue
+		}
+		certs, err := pki.ParseCerts([]byte(resp.Cert))
+		if err != nil {
+			return nil, fmt.Errorf("join: hub sent a bad certificate: %w", err)
+		}
+		// The certificate must be for our key and chain to the pinned CA.
+		if _, err := certs[0].Verify(x509.VerifyOptions{Roots: poolOf(ca), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			return nil, fmt.Errorf("join: issued certificate does not verify against the pinned CA: %w", err)
+		}
+		if !samePublicKey(certs[0].PublicKey, key.Public()) {
+			return nil, errors.New("join: issued certificate is not for this node's key")
+		}
+		hubs := resp.Hubs
+		if len(hubs) == 0 {
+			hubs = js.Addrs
+		}
+		cfg := NodeConfig{NodeID: resp.NodeID, Name: resp.Name, Hubs: hubs, JoinedAt: time.Now().UTC()}
+		if err := saveIdentity(o.StateDir, cfg, key, certs[0], ca); err != nil {
+			return nil, fmt.Errorf("join: save identity: %w", err)
+		}
+		return LoadIdentity(o.StateDir)
+	}
+	return nil, fmt.Errorf("join: no hub reachable: %w", errors.Join(errs...))
+}
+
+func poolOf(c *x509.Certificate) *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(c)
+	return p
+}
+
+func samePublicKey(a, b crypto.PublicKey) bool {
+	type equaler interface{ Equal(x crypto.PublicKey) bool }
+	ea, ok := a.(equaler)
+	return ok && ea.Equal(b)
+}
+
+func postJoin(ctx context.Context, addr, pin string, body []byte, timeout time.Duration) (*control.JoinResponse, *x509.Certificate, error) {
+	var ca *x509.Certificate
+	tc, err := pki.PinnedTLSConfig(pin, func(c *x509.Certificate) { ca = c })
+	if err != nil {
+		return nil, nil, err
+	}
+	tc.NextProtos = []string{"http/1.1"}
+	client := &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: tc, TLSHandshakeTimeout: 10 * time.Second}}
+	defer client.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+control.JoinPath, bytes.NewReader(body))
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e control.ErrorResponse
+		_ = json.Unmarshal(b, &e)
+		if e.Error == "" {
+			e.Error = resp.Status
+		}
+		if resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusBadRequest {
+			return nil, nil, fmt.Errorf("%w: %s", ErrJoinRefused, e.Error)
+		}
+		return nil, nil, errors.New(e.Error)
+	}
+	var jr control.JoinResponse
+	if err := json.Unmarshal(b, &jr); err != nil {
+		return nil, nil, fmt.Errorf("decode join response: %w", err)
+	}
+	if ca == nil {
+		return nil, nil, pki.ErrPinMismatch
+	}
+	return &jr, ca, nil
+}

@@ -1,0 +1,118 @@
+package sshserver
+
+import (
+	"fmt"
+
+	"github.com/gliderlabs/ssh"
+	gossh "golang.org/x/crypto/ssh"
+)
+
+// keySet is an immutable set of public keys keyed by their wire encoding.
+// It is swapped as a whole so a reader never sees half an update.
+type keySet struct {
+	keys map[string]struct{}
+}
+
+func newKeySet(keys []gossh.PublicKey) *keySet {
+	ks := &keySet{keys: make(map[string]struct{}, len(keys))}
+	for _, k := range keys {
+		if k == nil {
+			continue
+		}
+		ks.keys[string(k.Marshal())] = struct{}{}
+	}
+	return ks
+}
+
+// contains reports whether k is in the set. Public keys are not secret, so
+// a map lookup (not constant time) leaks nothing worth protecting.
+func (ks *keySet) contains(k gossh.PublicKey) bool {
+	if k == nil {
+		return false
+	}
+	_, ok := ks.keys[string(k.Marshal())]
+	return ok
+}
+
+func (ks *keySet) empty() bool { return len(ks.keys) == 0 }
+
+// SetAuthorizedKeys replaces the set of operator keys that may log in. The
+// hub pushes the complete set for the node, so this is a replacement, not a
+// merge; keys compare by their wire encoding. It affects authentication of
+// new connections; connections already established keep running. A nil or
+// empty slice locks out plain keys (user certificates from trusted CAs still
+// work). Certificates in keys are matched as exact certificates only.
+func (s *Server) SetAuthorizedKeys(keys []gossh.PublicKey) {
+	s.authorized.Store(newKeySet(keys))
+}
+
+// SetTrustedUserCAs replaces the set of certificate authorities whose user
+// certificates are accepted in addition to the authorized keys. A
+// certificate must be a user certificate, be within its validity window,
+// carry no critical options other than source-address (which is enforced
+// against the connection's remote address) and, if it lists principals,
+// list the login name. Empty (the default) accepts no certificates.
+func (s *Server) SetTrustedUserCAs(keys []gossh.PublicKey) {
+	s.userCAs.Store(newKeySet(keys))
+}
+
+// authorize is the gliderlabs PublicKeyHandler. It runs for key queries and
+// for signed attempts alike; x/crypto verifies the signature separately.
+func (s *Server) authorize(ctx ssh.Context, key ssh.PublicKey) bool {
+	// gliderlabs hands x/crypto the context's *Permissions after this
+	// returns, and x/crypto caches that pointer per key. Give every
+	// accepted key its own Permissions value so one certificate's
+	// source-address cannot be overwritten by another key's query.
+	p := ctx.Permissions()
+	if s.authorized.Load().contains(key) {
+		p.Permissions = &gossh.Permissions{}
+		return true
+	}
+	cert, ok := key.(*gossh.Certificate)
+	if !ok {
+		return false
+	}
+	perms, err := s.checkUserCert(ctx.User(), cert)
+	if err != nil {
+		if st := connStateFrom(ctx); st != nil {
+			st.log.Debug("user certificate rejected", "user", ctx.User(), "key", keyDescription(cert), "err", err)
+		}
+		return false
+	}
+	// x/crypto enforces source-address from the returned permissions.
+	p.Permissions = &gossh.Permissions{
+		CriticalOptions: perms.CriticalOptions,
+		Extensions:      perms.Extensions,
+	}
+	return true
+}
+
+func (s *Server) checkUserCert(user string, cert *gossh.Certificate) (*gossh.Permissions, error) {
+	cas := s.userCAs.Load()
+	if cas.empty() {
+		return nil, fmt.Errorf("sshserver: no trusted user CAs")
+	}
+	if cert.CertType != gossh.UserCert {
+		return nil, fmt.Errorf("sshserver: certificate type %d is not a user certificate", cert.CertType)
+	}
+	if !cas.contains(cert.SignatureKey) {
+		return nil, fmt.Errorf("sshserver: certificate signed by an untrusted authority")
+	}
+	checker := gossh.CertChecker{
+		SupportedCriticalOptions: []string{"source-address"},
+	}
+	// CheckCert covers validity window, principals, critical options and
+	// the CA signature.
+	if err := checker.CheckCert(user, cert); err != nil {
+		return nil, fmt.Errorf("sshserver: check user certificate: %w", err)
+	}
+	return &cert.Permissions, nil
+}
+
+// keyDescription names a key in logs the way OpenSSH does.
+func keyDescription(k gossh.PublicKey) string {
+	if cert, ok := k.(*gossh.Certificate); ok {
+		return fmt.Sprintf("%s %s id=%q serial=%d CA %s", cert.Type(), gossh.FingerprintSHA256(cert.Key), cert.KeyId, cert.Serial, gossh.FingerprintSHA256(cert.SignatureKey))
+	}
+	return k.Type() + " " + gossh.FingerprintSHA256(k)
+}

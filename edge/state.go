@@ -1,0 +1,146 @@
+// Package edge is the Tether agent: it joins a hub once, then keeps one
+// outbound tunnel to it and serves the streams the hub opens (ssh to a local
+// sshd or the embedded SSH server, tcp to allow-listed local ports).
+//
+// The agent links no hub, database or CA-signing code (DESIGN.md).
+package edge
+
+import (
+	"crypto"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tether-dev/tether/pki"
+)
+
+// Files in the agent's state dir (0700; keys 0600).
+const (
+	keyFile     = "node.key"
+	certFile    = "node.crt"
+	caFile      = "ca.crt"
+	configFile  = "node.json"
+	statusFile  = "status.json"
+	hostKeyFile = "ssh_host_ed25519_key"
+)
+
+// ErrNotJoined means the state dir holds no identity yet.
+var ErrNotJoined = errors.New("this node has not joined a hub yet")
+
+// NodeConfig is what join stores besides the key and certificates.
+type NodeConfig struct {
+	NodeID   string    `json:"node_id"`
+	Name     string    `json:"name"`
+	Hubs     []string  `json:"hubs"`
+	JoinedAt time.Time `json:"joined_at"`
+}
+
+// Identity is a joined node's credentials.
+type Identity struct {
+	Config NodeConfig
+	Cert   tls.Certificate
+	CA     *x509.Certificate
+}
+
+// LoadIdentity reads the identity from dir.
+func LoadIdentity(dir string) (*Identity, error) {
+	cfgBytes, err := os.ReadFile(filepath.Join(dir, configFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w (no %s in %s): run `tether-edge join JOIN_STRING --state-dir %s`", ErrNotJoined, configFile, dir, dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var cfg NodeConfig
+	if err := json.Unmarshal(cfgBytes, &cfg); err != nil {
+		return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, configFile), err)
+	}
+	if cfg.NodeID == "" || cfg.Name == "" || len(cfg.Hubs) == 0 {
+		return nil, fmt.Errorf("%s is incomplete (node_id, name and hubs are required); re-join", filepath.Join(dir, configFile))
+	}
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, certFile), filepath.Join(dir, keyFile))
+	if err != nil {
+		return nil, fmt.Errorf("load node certificate from %s: %w", dir, err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, caFile))
+	if err != nil {
+		return nil, fmt.Errorf("load hub CA: %w", err)
+	}
+	cas, err := pki.ParseCerts(caPEM)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, caFile), err)
+	}
+	return &Identity{Config: cfg, Cert: cert, CA: cas[0]}, nil
+}
+
+// saveIdentity writes a new identity. Every file is written atomically and
+// node.json last, so a crash mid-join leaves "not joined" rather than a
+// half identity.
+func saveIdentity(dir string, cfg NodeConfig, key crypto.Signer, cert, ca *x509.Certificate) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	keyPEM, err := pki.EncodeKey(key)
+	if err != nil {
+		return err
+	}
+	cfgJSON, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+		perm os.FileMode
+	}{
+		{keyFile, keyPEM, 0o600},
+		{certFile, pki.EncodeCerts(cert), 0o600},
+		{caFile, pki.EncodeCerts(ca), 0o600},
+		{configFile, cfgJSON, 0o600},
+	} {
+		if err := pki.WriteFileAtomic(filepath.Join(dir, f.name), f.data, f.perm); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Status is what a running agent reports in status.json for `tether-edge status`.
+type Status struct {
+	Name        string    `json:"name"`
+	NodeID      string    `json:"node_id"`
+	State       string    `json:"state"` // connecting|connected|refused
+	Hub         string    `json:"hub,omitempty"`
+	Transport   string    `json:"transport,omitempty"`
+	Since       time.Time `json:"since"`
+	LastError   string    `json:"last_error,omitempty"`
+	CertExpires time.Time `json:"cert_expires"`
+	PID         int       `json:"pid"`
+	Version     string    `json:"agent_version"`
+}
+
+func writeStatus(dir string, st Status) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return pki.WriteFileAtomic(filepath.Join(dir, statusFile), b, 0o600)
+}
+
+// ReadStatus reads the last status the agent wrote.
+func ReadStatus(dir string) (Status, error) {
+	var st Status
+	b, err := os.ReadFile(filepath.Join(dir, statusFile))
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal(b, &st)
+}

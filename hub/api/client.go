@@ -1,0 +1,181 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/tunnel/control"
+)
+
+// Files the hub leaves in its data dir for local admin commands.
+const (
+	AdminDir      = "admin"
+	AdminCertFile = "admin.crt"
+	AdminKeyFile  = "admin.key"
+	AdminCAFile   = "ca.crt"
+	HubInfoFile   = "hub.json"
+)
+
+// HubInfo is written by a running hub so local CLI commands find it.
+type HubInfo struct {
+	API string `json:"api"` // host:port of the TLS API
+	SSH string `json:"ssh"` // host:port of the bastion
+	PID int    `json:"pid"`
+}
+
+// Client talks to the hub API with the admin identity.
+type Client struct {
+	base string
+	http *http.Client
+}
+
+// ErrHubNotRunning means the local hub info file is missing.
+var ErrHubNotRunning = errors.New("no running hub found")
+
+// NewLocalClient builds a client from a hub data dir: the address comes
+// from hub.json, the identity from admin/.
+func NewLocalClient(dataDir string) (*Client, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, HubInfoFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w in %s: start it with `tether hub --data-dir %s`, or pass --hub ADDR --identity DIR", ErrHubNotRunning, dataDir, dataDir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var info HubInfo
+	if err := json.Unmarshal(b, &info); err != nil {
+		return nil, fmt.Errorf("read %s: %w", filepath.Join(dataDir, HubInfoFile), err)
+	}
+	return NewClient(info.API, filepath.Join(dataDir, AdminDir))
+}
+
+// NewClient builds a client for the hub at addr using the admin identity in
+// identityDir (admin.crt, admin.key, ca.crt — copy them from the hub's data dir).
+func NewClient(addr, identityDir string) (*Client, error) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, fmt.Errorf("hub address %q: %w (want HOST:PORT)", addr, err)
+	}
+	cert, err := tls.LoadX509KeyPair(filepath.Join(identityDir, AdminCertFile), filepath.Join(identityDir, AdminKeyFile))
+	if err != nil {
+		return nil, fmt.Errorf("load admin identity from %s: %w", identityDir, err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(identityDir, AdminCAFile))
+	if err != nil {
+		return nil, fmt.Errorf("load hub CA: %w", err)
+	}
+	cas, err := pki.ParseCerts(caPEM)
+	if err != nil {
+		return nil, err
+	}
+	tc := pki.ClientTLSConfig(cert, cas[0])
+	tc.NextProtos = []string{"h2", "http/1.1"}
+	tr := &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second}
+	return &Client{base: "https://" + addr, http: &http.Client{Transport: tr, Timeout: 60 * time.Second}}, nil
+}
+
+// Close releases idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+// Error is an API error with the hub's message.
+type Error struct {
+	Status  int
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("hub API %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var e control.ErrorResponse
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = fmt.Sprintf("hub answered %s", resp.Status)
+		}
+		return &Error{Status: resp.StatusCode, Message: e.Error}
+	}
+	if out != nil && len(b) > 0 {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("decode %s %s: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+// CreateToken creates a join token.
+func (c *Client) CreateToken(ctx context.Context, req TokenCreateRequest) (TokenCreateResponse, error) {
+	var out TokenCreateResponse
+	return out, c.do(ctx, http.MethodPost, "/v1/tokens", req, &out)
+}
+
+// ListTokens lists join tokens.
+func (c *Client) ListTokens(ctx context.Context) ([]Token, error) {
+	var out []Token
+	return out, c.do(ctx, http.MethodGet, "/v1/tokens", nil, &out)
+}
+
+// DeleteToken revokes a join token.
+func (c *Client) DeleteToken(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/tokens/"+url.PathEscape(id), nil, nil)
+}
+
+// ListNodes lists nodes.
+func (c *Client) ListNodes(ctx context.Context) ([]Node, error) {
+	var out []Node
+	return out, c.do(ctx, http.MethodGet, "/v1/nodes", nil, &out)
+}
+
+// RemoveNode deletes a node and closes its tunnel.
+func (c *Client) RemoveNode(ctx context.Context, name string) (Node, error) {
+	var out Node
+	return out, c.do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(name), nil, &out)
+}
+
+// AddOperator registers an operator key.
+func (c *Client) AddOperator(ctx context.Context, req OperatorAddRequest) (Operator, error) {
+	var out Operator
+	return out, c.do(ctx, http.MethodPost, "/v1/operators", req, &out)
+}
+
+// ListOperators lists operators.
+func (c *Client) ListOperators(ctx context.Context) ([]Operator, error) {
+	var out []Operator
+	return out, c.do(ctx, http.MethodGet, "/v1/operators", nil, &out)
+}
+
+// RemoveOperator deletes an operator.
+func (c *Client) RemoveOperator(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/operators/"+url.PathEscape(name), nil, nil)
+}

@@ -1,0 +1,344 @@
+package api
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/hub/metrics"
+	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/pki/ca"
+	"github.com/tether-dev/tether/tunnel/control"
+)
+
+// Deps is what the API handlers work on.
+type Deps struct {
+	Store       store.Store
+	CA          *ca.CA
+	Registry    *registry.Registry
+	Metrics     *metrics.Metrics
+	Advertise   []string      // hub addresses put into join strings
+	NodeCertTTL time.Duration // lifetime of issued node certificates
+	Logger      *slog.Logger
+	// OperatorsChanged is called after an operator is added or removed so
+	// the hub can push new authorized keys to the nodes.
+	OperatorsChanged func()
+}
+
+type handler struct{ Deps }
+
+// NewHandler returns the API's http.Handler.
+func NewHandler(d Deps) http.Handler {
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.OperatorsChanged == nil {
+		d.OperatorsChanged = func() {}
+	}
+	h := &handler{d}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+control.JoinPath, h.join)
+	mux.HandleFunc("GET /v1/nodes", h.admin(h.listNodes))
+	mux.HandleFunc("DELETE /v1/nodes/{name}", h.admin(h.removeNode))
+	mux.HandleFunc("POST /v1/tokens", h.admin(h.createToken))
+	mux.HandleFunc("GET /v1/tokens", h.admin(h.listTokens))
+	mux.HandleFunc("DELETE /v1/tokens/{id}", h.admin(h.deleteToken))
+	mux.HandleFunc("POST /v1/operators", h.admin(h.addOperator))
+	mux.HandleFunc("GET /v1/operators", h.admin(h.listOperators))
+	mux.HandleFunc("DELETE /v1/operators/{name}", h.admin(h.removeOperator))
+	if d.Metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, control.ErrorResponse{Error: msg})
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid request body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// admin wraps handlers that need an admin client certificate.
+func (h *handler) admin(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+			writeError(w, http.StatusUnauthorized, "this endpoint needs the admin client certificate (run the CLI with --data-dir on the hub machine, or --hub with --identity)")
+			return
+		}
+		id, err := pki.IdentityOf(r.TLS.PeerCertificates[0])
+		if err != nil || id.Kind != pki.KindAdmin {
+			writeError(w, http.StatusForbidden, fmt.Sprintf("certificate %q is not an admin identity", r.TLS.PeerCertificates[0].Subject.CommonName))
+			return
+		}
+		next(w, r)
+	}
+}
+
+func newID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (h *handler) join(w http.ResponseWriter, r *http.Request) {
+	result := "error"
+	defer func() {
+		if h.Metrics != nil {
+			h.Metrics.Joins.WithLabelValues(result).Inc()
+		}
+	}()
+	var req control.JoinRequest
+	if !decode(w, r, &req) {
+		result = "bad_request"
+		return
+	}
+	if err := req.Validate(); err != nil {
+		result = "bad_request"
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := pki.ValidateName(req.Name); err != nil {
+		result = "bad_request"
+		writeError(w, http.StatusBadRequest, "node "+err.Error())
+		return
+	}
+	tokenID, secret, err := pki.SplitToken(req.Token)
+	if err != nil {
+		result = "refused"
+		writeError(w, http.StatusForbidden, "join refused: "+err.Error())
+		return
+	}
+	// Sign before consuming a token use so a bad CSR costs nothing; a
+	// certificate whose join is then refused names a node id that never
+	// reaches the store, so the hub refuses it at connect.
+	nodeID := newID()
+	cert, err := h.CA.SignCSR(req.CSR, pki.Identity{Kind: pki.KindNode, ID: nodeID}, req.Name, h.NodeCertTTL)
+	if err != nil {
+		result = "bad_request"
+		writeError(w, http.StatusBadRequest, "join: invalid CSR: "+err.Error())
+		return
+	}
+	n := store.Node{
+		ID: nodeID, Name: req.Name, Hostname: req.Facts.Hostname, OS: req.Facts.OS, Arch: req.Facts.Arch,
+		MachineID: req.Facts.MachineID, AgentVersion: req.AgentVersion,
+		CertSerial: cert.SerialNumber.Text(16), CertExpires: cert.NotAfter,
+	}
+	n, err = h.Store.Join(r.Context(), tokenID, func(t store.Token) error {
+		if !pki.SecretMatches(t.SecretHash, secret) {
+			return store.ErrTokenUnknown
+		}
+		return nil
+	}, n)
+	switch {
+	case errors.Is(err, store.ErrTokenUnknown), errors.Is(err, store.ErrTokenExpired), errors.Is(err, store.ErrTokenUsedUp):
+		result = "refused"
+		h.Logger.Info("join refused", "token_id", tokenID, "name", req.Name, "remote", r.RemoteAddr, "reason", err)
+		writeError(w, http.StatusForbidden, "join refused: "+err.Error()+"; ask an admin for a new join string (`tether token create`)")
+		return
+	case errors.Is(err, store.ErrNameTaken):
+		result = "conflict"
+		writeError(w, http.StatusConflict, fmt.Sprintf("join refused: node name %q is already registered; choose another --name, or remove the old node with `tether nodes rm %s`", req.Name, req.Name))
+		return
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, "join: "+err.Error())
+		return
+	}
+	result = "ok"
+	h.Logger.Info("node joined", "node", n.Name, "id", n.ID, "token_id", tokenID, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, control.JoinResponse{
+		NodeID: n.ID, Name: n.Name,
+		Cert: string(pki.EncodeCerts(cert)), CA: string(pki.EncodeCerts(h.CA.Certificate())),
+		Hubs: h.Advertise,
+	})
+}
+
+func (h *handler) listNodes(w http.ResponseWriter, r *http.Request) {
+	nodes, err := h.Store.ListNodes(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	for i := range nodes {
+		// The registry is the truth about liveness; the store may lag.
+		c, ok := h.Registry.Get(nodes[i].Name)
+		nodes[i].Online = ok && c.NodeID == nodes[i].ID
+	}
+	writeJSON(w, http.StatusOK, nodes)
+}
+
+func (h *handler) removeNode(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	n, err := h.Store.GetNodeByName(r.Context(), name)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no node named %q", name))
+		return
+	}
+	if err == nil {
+		err = h.Store.DeleteNode(r.Context(), n.ID)
+	}
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	if c, ok := h.Registry.Get(name); ok && c.NodeID == n.ID {
+		_ = c.Send(&control.Message{Type: control.TypeNotice, Notice: "this node was removed from the hub; re-join to come back"})
+		c.Session.Close()
+	}
+	h.Logger.Info("node removed", "node", name, "id", n.ID)
+	writeJSON(w, http.StatusOK, n)
+}
+
+func (h *handler) createToken(w http.ResponseWriter, r *http.Request) {
+	var req TokenCreateRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	ttl := time.Duration(req.TTLSeconds) * time.Second
+	if ttl <= 0 || ttl > MaxTokenTTL {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("ttl must be between 1s and %s", MaxTokenTTL))
+		return
+	}
+	if req.Uses < 1 || req.Uses > MaxTokenUses {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("uses must be between 1 and %d", MaxTokenUses))
+		return
+	}
+	if err := ValidateLabels(req.Labels); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if len(h.Advertise) == 0 {
+		writeError(w, http.StatusInternalServerError, "hub has no advertised address; start it with --advertise HOST:PORT")
+		return
+	}
+	id, secret, err := pki.NewToken()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	now := time.Now()
+	t := store.Token{ID: id, SecretHash: pki.HashSecret(secret), Labels: req.Labels, UsesLeft: req.Uses, ExpiresAt: now.Add(ttl), CreatedAt: now}
+	if err := h.Store.CreateToken(r.Context(), t); err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	js := pki.JoinString{Addrs: h.Advertise, Token: id + "." + secret, CAPin: h.CA.Pin()}
+	h.Logger.Info("join token created", "token_id", id, "uses", req.Uses, "expires", t.ExpiresAt)
+	writeJSON(w, http.StatusCreated, TokenCreateResponse{ID: id, JoinString: js.String(), ExpiresAt: t.ExpiresAt})
+}
+
+func (h *handler) listTokens(w http.ResponseWriter, r *http.Request) {
+	ts, err := h.Store.ListTokens(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	if ts == nil {
+		ts = []store.Token{}
+	}
+	writeJSON(w, http.StatusOK, ts)
+}
+
+func (h *handler) deleteToken(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := h.Store.DeleteToken(r.Context(), id); errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no token with id %q", id))
+		return
+	} else if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// ParseAuthorizedKey parses exactly one authorized_keys line.
+func ParseAuthorizedKey(line string) (gossh.PublicKey, error) {
+	key, _, _, rest, err := gossh.ParseAuthorizedKey([]byte(strings.TrimSpace(line)))
+	if err != nil {
+		return nil, fmt.Errorf("public key: %w (want one line like `ssh-ed25519 AAAA... comment`)", err)
+	}
+	if len(strings.TrimSpace(string(rest))) > 0 {
+		return nil, errors.New("public key: more than one key given; add one key per operator")
+	}
+	if _, ok := key.(*gossh.Certificate); ok {
+		return nil, errors.New("public key: a certificate was given; register the plain public key")
+	}
+	return key, nil
+}
+
+func (h *handler) addOperator(w http.ResponseWriter, r *http.Request) {
+	var req OperatorAddRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if err := pki.ValidateName(req.Name); err != nil {
+		writeError(w, http.StatusBadRequest, "operator "+err.Error())
+		return
+	}
+	key, err := ParseAuthorizedKey(req.PublicKey)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	o := store.Operator{Name: req.Name, PublicKey: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(key))),
+		Fingerprint: gossh.FingerprintSHA256(key), CreatedAt: time.Now()}
+	if err := h.Store.AddOperator(r.Context(), o); errors.Is(err, store.ErrNameTaken) {
+		writeError(w, http.StatusConflict, fmt.Sprintf("operator %q or key %s is already registered", o.Name, o.Fingerprint))
+		return
+	} else if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	h.OperatorsChanged()
+	h.Logger.Info("operator added", "operator", o.Name, "key", o.Fingerprint)
+	writeJSON(w, http.StatusCreated, o)
+}
+
+func (h *handler) listOperators(w http.ResponseWriter, r *http.Request) {
+	ops, err := h.Store.ListOperators(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, ops)
+}
+
+func (h *handler) removeOperator(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := h.Store.RemoveOperator(r.Context(), name); errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no operator named %q", name))
+		return
+	} else if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	h.OperatorsChanged()
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,48 @@
+// Package api is the hub's HTTP API (served on the hub's TLS port for ALPN
+// h2/http1.1) and the Go client that the CLI and tests use.
+//
+// Admin endpoints require a client certificate with an admin identity
+// (mTLS); the join endpoint is authenticated by the join token instead.
+package api
+
+import (
+	"time"
+
+	"github.com/tether-dev/tether/hub/store"
+)
+
+// TokenCreateRequest is the body of POST /v1/tokens.
+type TokenCreateRequest struct {
+	TTLSeconds int64             `json:"ttl_seconds"`
+	Uses       int               `json:"uses"`
+	Labels     map[string]string `json:"labels,omitempty"`
+}
+
+// TokenCreateResponse answers POST /v1/tokens.
+type TokenCreateResponse struct {
+	ID         string    `json:"id"`
+	JoinString string    `json:"join_string"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// OperatorAddRequest is the body of POST /v1/operators.
+type OperatorAddRequest struct {
+	Name      string `json:"name"`
+	PublicKey string `json:"public_key"`
+}
+
+// Node is a node as the API shows it.
+type Node = store.Node
+
+// Operator is an operator as the API shows it.
+type Operator = store.Operator
+
+// Token is a token as the API shows it (never the secret).
+type Token = store.Token
+
+// Limits on admin inputs.
+const (
+	MaxTokenTTL  = 365 * 24 * time.Hour
+	MaxTokenUses = 100000
+	maxBody      = 64 << 10
+)

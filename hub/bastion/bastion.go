@@ -1,0 +1,236 @@
+// Package bastion is the hub's SSH server for operators. It authenticates
+// operators by public key and serves exactly one thing: direct-tcpip channels
+// (what `ssh -J` and ProxyJump use) to *node names*, each relayed over a
+// stream through the node's tunnel. Operator-to-node SSH stays end-to-end
+// encrypted: the hub only moves the bytes of the inner SSH connection.
+package bastion
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gliderlabs/ssh"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/hub/metrics"
+	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/tunnel"
+)
+
+// Dialer opens a stream to a service on a named node.
+type Dialer interface {
+	Dial(ctx context.Context, node string, h tunnel.Header) (tunnel.Stream, error)
+}
+
+// Authorizer decides whether key may log in as user; nil denies everyone.
+type Authorizer func(user string, key gossh.PublicKey) bool
+
+// Config configures the bastion.
+type Config struct {
+	Addr       string         // listen address, e.g. 127.0.0.1:2222
+	HostSigner gossh.Signer   // the hub's SSH host key
+	Authorize  Authorizer     // operator check; nil denies all
+	Dialer     Dialer         // reaches nodes
+	NodeSuffix string         // optional DNS-ish suffix stripped from targets, default ".tether"
+	Logger     *slog.Logger   // nil discards
+	Metrics    *metrics.Metrics // nil disables
+	// HandshakeTimeout bounds the time from TCP accept to successful auth
+	// (slowloris); default 20s.
+	HandshakeTimeout time.Duration
+}
+
+// Bastion is the operators' SSH server.
+type Bastion struct {
+	cfg    Config
+	srv    *ssh.Server
+	ln     net.Listener
+	wg     sync.WaitGroup
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+type deadlineKey struct{}
+
+// New validates cfg and builds the server.
+func New(cfg Config) (*Bastion, error) {
+	if cfg.HostSigner == nil || cfg.Dialer == nil {
+		return nil, errors.New("bastion: HostSigner and Dialer are required")
+	}
+	if cfg.NodeSuffix == "" {
+		cfg.NodeSuffix = ".tether"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = 20 * time.Second
+	}
+	b := &Bastion{cfg: cfg}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.srv = &ssh.Server{
+		Version:     "Tether",
+		HostSigners: []ssh.Signer{cfg.HostSigner},
+		ConnCallback: func(ctx ssh.Context, conn net.Conn) net.Conn {
+			// Bound the unauthenticated phase; cleared once a key is accepted.
+			_ = conn.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
+			ctx.SetValue(deadlineKey{}, conn)
+			return conn
+		},
+		PublicKeyHandler: func(ctx ssh.Context, key ssh.PublicKey) bool {
+			if cfg.Authorize == nil || !cfg.Authorize(ctx.User(), key) {
+				return false
+			}
+			if c, ok := ctx.Value(deadlineKey{}).(net.Conn); ok {
+				_ = c.SetDeadline(time.Time{})
+			}
+			return true
+		},
+		ServerConfigCallback: func(ctx ssh.Context) *gossh.ServerConfig {
+			return &gossh.ServerConfig{MaxAuthTries: 6}
+		},
+		Handler: func(s ssh.Session) {
+			fmt.Fprintf(s.Stderr(), "tether: this is a jump host; it has no shell. Use it with ssh -J %s@HUB NODE, e.g. `ssh -J %s@%s root@NODE`\n",
+				s.User(), s.User(), cfg.Addr)
+			_ = s.Exit(1)
+		},
+		ChannelHandlers: map[string]ssh.ChannelHandler{
+			"session":      ssh.DefaultSessionHandler,
+			"direct-tcpip": b.directTCPIP,
+		},
+	}
+	return b, nil
+}
+
+// Listen binds the address; Serve then accepts.
+func (b *Bastion) Listen() (net.Addr, error) {
+	ln, err := net.Listen("tcp", b.cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("bastion: listen on %s: %w", b.cfg.Addr, err)
+	}
+	b.ln = ln
+	return ln.Addr(), nil
+}
+
+// Serve accepts operator connections until Close.
+func (b *Bastion) Serve() error {
+	err := b.srv.Serve(b.ln)
+	if errors.Is(err, ssh.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Close stops the listener, closes all operator connections and waits for
+// relays to finish.
+func (b *Bastion) Close() error {
+	b.cancel()
+	err := b.srv.Close()
+	b.wg.Wait()
+	return err
+}
+
+// directTCPIPData is RFC 4254 7.2's channel-open payload.
+type directTCPIPData struct {
+	DestAddr   string
+	DestPort   uint32
+	OriginAddr string
+	OriginPort uint32
+}
+
+// ErrNotANode is returned for any target that is not a node name.
+var ErrNotANode = errors.New("not a node")
+
+// Target turns a direct-tcpip destination into a node name and stream header.
+// Only node names (optionally with the suffix) are accepted: IP addresses,
+// localhost and anything else that is not a valid node name are refused, so
+// the bastion can never be used to reach the hub's own network.
+func Target(host string, port uint32, suffix string) (string, tunnel.Header, error) {
+	name := strings.TrimSuffix(strings.ToLower(host), suffix)
+	if net.ParseIP(strings.Trim(host, "[]")) != nil || name == "localhost" {
+		return "", tunnel.Header{}, fmt.Errorf("%w: %q is an address; tether forwards only to node names", ErrNotANode, host)
+	}
+	if err := pki.ValidateName(name); err != nil {
+		return "", tunnel.Header{}, fmt.Errorf("%w: %v", ErrNotANode, err)
+	}
+	switch {
+	case port == 22:
+		return name, tunnel.Header{Service: tunnel.ServiceSSH}, nil
+	case port >= 1 && port <= 65535:
+		return name, tunnel.Header{Service: tunnel.ServiceTCP, Port: uint16(port)}, nil
+	default:
+		return "", tunnel.Header{}, fmt.Errorf("%w: port %d out of range", ErrNotANode, port)
+	}
+}
+
+func (b *Bastion) result(r string) {
+	if b.cfg.Metrics != nil {
+		b.cfg.Metrics.JumpAttempts.WithLabelValues(r).Inc()
+	}
+}
+
+func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gossh.NewChannel, ctx ssh.Context) {
+	var d directTCPIPData
+	if err := gossh.Unmarshal(newChan.ExtraData(), &d); err != nil {
+		b.result("bad_request")
+		_ = newChan.Reject(gossh.ConnectionFailed, "tether: malformed direct-tcpip request")
+		return
+	}
+	log := b.cfg.Logger.With("operator", conn.User(), "remote", conn.RemoteAddr().String(), "target", fmt.Sprintf("%s:%d", d.DestAddr, d.DestPort))
+	node, hdr, err := Target(d.DestAddr, d.DestPort, b.cfg.NodeSuffix)
+	if err != nil {
+		b.result("not_a_node")
+		log.Info("jump refused", "reason", err)
+		_ = newChan.Reject(gossh.Prohibited, "tether: "+err.Error())
+		return
+	}
+	b.wg.Add(1)
+	defer b.wg.Done()
+	st, err := b.cfg.Dialer.Dial(b.ctx, node, hdr)
+	if err != nil {
+		b.result("dial_failed")
+		log.Info("jump failed", "err", err)
+		_ = newChan.Reject(gossh.ConnectionFailed, "tether: "+err.Error())
+		return
+	}
+	ch, reqs, err := newChan.Accept()
+	if err != nil {
+		st.Close()
+		b.result("accept_failed")
+		return
+	}
+	b.result("ok")
+	go gossh.DiscardRequests(reqs)
+	log.Info("jump started", "node", node, "service", hdr.Service.String())
+	m := b.cfg.Metrics
+	if m != nil {
+		m.StreamsActive.Inc()
+		defer m.StreamsActive.Dec()
+	}
+	start := time.Now()
+	counts := tunnel.Pipe(channelConn{ch}, st, func(toNode bool, n int) {
+		if m == nil {
+			return
+		}
+		if toNode {
+			m.RelayedBytes.WithLabelValues("to_node").Add(float64(n))
+		} else {
+			m.RelayedBytes.WithLabelValues("from_node").Add(float64(n))
+		}
+	})
+	log.Info("jump ended", "node", node, "bytes_to_node", counts.AtoB, "bytes_from_node", counts.BtoA, "duration", time.Since(start).Round(time.Millisecond))
+}
+
+// channelConn adapts an SSH channel to io.ReadWriteCloser with CloseWrite
+// (EOF to the operator) so Pipe can half-close it.
+type channelConn struct{ gossh.Channel }
+
+func (c channelConn) CloseWrite() error { return c.Channel.CloseWrite() }
+
+var _ io.ReadWriteCloser = channelConn{}

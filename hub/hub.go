@@ -1,0 +1,346 @@
+// Package hub wires the Tether hub: the tunnel listener (QUIC + TLS/yamux on
+// one port), the node registry, the operators' SSH bastion, the HTTP API and
+// the store.
+package hub
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/bastion"
+	"github.com/tether-dev/tether/hub/metrics"
+	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/pki/ca"
+	"github.com/tether-dev/tether/tunnel"
+)
+
+// Version is set at build time (-ldflags -X).
+var Version = "dev"
+
+// Config configures a hub.
+type Config struct {
+	DataDir     string         // state: CA, database, host key, admin identity
+	Listen      string         // tunnel + API address (UDP and TCP), default :7443
+	SSHListen   string         // bastion address, default :2222
+	Advertise   []string       // addresses agents dial (put into join strings); default: Listen's address if it is not a wildcard
+	NodeCertTTL time.Duration  // default ca.DefaultNodeTTL
+	Tunnel      *tunnel.Config // nil means tunnel defaults
+	Logger      *slog.Logger
+}
+
+// CheckAndSetDefaults validates c and fills defaults.
+func (c *Config) CheckAndSetDefaults() error {
+	if c.DataDir == "" {
+		return errors.New("hub: DataDir is required (--data-dir)")
+	}
+	if c.Listen == "" {
+		c.Listen = ":7443"
+	}
+	if c.SSHListen == "" {
+		c.SSHListen = ":2222"
+	}
+	if c.NodeCertTTL <= 0 {
+		c.NodeCertTTL = ca.DefaultNodeTTL
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	for _, addr := range append([]string{c.Listen, c.SSHListen}, c.Advertise...) {
+		if _, port, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("hub: address %q: %w (want HOST:PORT)", addr, err)
+		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			return fmt.Errorf("hub: address %q: bad port", addr)
+		}
+	}
+	if c.Tunnel != nil {
+		if err := c.Tunnel.Validate(); err != nil {
+			return fmt.Errorf("hub: %w", err)
+		}
+	}
+	return nil
+}
+
+// Server is a running hub.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	store    store.Store
+	ca       *ca.CA
+	reg      *registry.Registry
+	metrics  *metrics.Metrics
+	hostKey  gossh.Signer
+	serving  tls.Certificate
+	opsMu    sync.RWMutex // guards ops
+	ops      map[string]gossh.PublicKey // operator name -> key
+	sessions sync.WaitGroup
+}
+
+// New opens the hub's state (creating it the first time).
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if err := cfg.CheckAndSetDefaults(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("hub: data dir: %w", err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, reg: registry.New(), metrics: metrics.New()}
+	var err error
+	if s.ca, err = ca.LoadOrCreate(filepath.Join(cfg.DataDir, "ca"), "Tether"); err != nil {
+		return nil, err
+	}
+	if s.hostKey, err = loadOrCreateHostKey(filepath.Join(cfg.DataDir, "ssh_host_ed25519_key")); err != nil {
+		return nil, err
+	}
+	if s.serving, err = s.ca.IssueHubServer("hub", nil, 90*24*time.Hour); err != nil {
+		return nil, err
+	}
+	if err := s.writeAdminIdentity(); err != nil {
+		return nil, err
+	}
+	if s.store, err = store.OpenSQLite(ctx, filepath.Join(cfg.DataDir, "tether.db")); err != nil {
+		return nil, err
+	}
+	if err := s.store.MarkAllOffline(ctx); err != nil {
+		s.store.Close()
+		return nil, err
+	}
+	if err := s.reloadOperators(ctx); err != nil {
+		s.store.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// CAPin is the pin joining agents check.
+func (s *Server) CAPin() string { return s.ca.Pin() }
+
+func loadOrCreateHostKey(path string) (gossh.Signer, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		block, err := gossh.MarshalPrivateKey(priv, "tether hub host key")
+		if err != nil {
+			return nil, err
+		}
+		if err := pki.WriteFileAtomic(path, pem.EncodeToMemory(block), 0o600); err != nil {
+			return nil, fmt.Errorf("hub: host key: %w", err)
+		}
+		return gossh.NewSignerFromKey(priv)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("hub: host key: %w", err)
+	}
+	signer, err := gossh.ParsePrivateKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("hub: host key %s: %w", path, err)
+	}
+	return signer, nil
+}
+
+// writeAdminIdentity leaves a fresh admin client certificate in the data dir
+// (0700 dir, 0600 key) so CLI commands on this machine need only --data-dir.
+func (s *Server) writeAdminIdentity() error {
+	dir := filepath.Join(s.cfg.DataDir, api.AdminDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("hub: admin identity: %w", err)
+	}
+	cert, keyPEM, err := s.ca.IssueKeyPair(pki.Identity{Kind: pki.KindAdmin, ID: "local-admin"}, "local-admin", 365*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	for name, f := range map[string]struct {
+		data []byte
+		perm os.FileMode
+	}{
+		api.AdminKeyFile:  {keyPEM, 0o600},
+		api.AdminCertFile: {pki.EncodeCerts(cert.Leaf), 0o644},
+		api.AdminCAFile:   {pki.EncodeCerts(s.ca.Certificate()), 0o644},
+	} {
+		if err := pki.WriteFileAtomic(filepath.Join(dir, name), f.data, f.perm); err != nil {
+			return fmt.Errorf("hub: admin identity: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *Server) reloadOperators(ctx context.Context) error {
+	ops, err := s.store.ListOperators(ctx)
+	if err != nil {
+		return err
+	}
+	m := make(map[string]gossh.PublicKey, len(ops))
+	for _, o := range ops {
+		k, err := api.ParseAuthorizedKey(o.PublicKey)
+		if err != nil {
+			s.log.Warn("skipping operator with unreadable key", "operator", o.Name, "err", err)
+			continue
+		}
+		m[o.Name] = k
+	}
+	s.opsMu.Lock()
+	s.ops = m
+	s.opsMu.Unlock()
+	return nil
+}
+
+// authorizedKeys are the operator keys pushed to nodes' embedded SSH servers.
+func (s *Server) authorizedKeys() []string {
+	s.opsMu.RLock()
+	defer s.opsMu.RUnlock()
+	out := make([]string, 0, len(s.ops))
+	for _, k := range s.ops {
+		out = append(out, string(gossh.MarshalAuthorizedKey(k)))
+	}
+	return out
+}
+
+func (s *Server) authorizeOperator(user string, key gossh.PublicKey) bool {
+	s.opsMu.RLock()
+	defer s.opsMu.RUnlock()
+	k, ok := s.ops[user]
+	return ok && string(k.Marshal()) == string(key.Marshal())
+}
+
+func (s *Server) operatorsChanged() {
+	if err := s.reloadOperators(context.Background()); err != nil {
+		s.log.Error("reload operators", "err", err)
+		return
+	}
+	for _, c := range s.reg.All() {
+		go s.pushKeys(c)
+	}
+}
+
+func advertiseFor(addr net.Addr, configured []string) []string {
+	if len(configured) > 0 {
+		return configured
+	}
+	host, port, _ := net.SplitHostPort(addr.String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil {
+			return []string{net.JoinHostPort(h, port)}
+		}
+	}
+	return []string{net.JoinHostPort(host, port)}
+}
+
+// localAddr turns a wildcard listen address into one local clients can dial.
+func localAddr(addr net.Addr) string {
+	host, port, _ := net.SplitHostPort(addr.String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// Run serves until ctx is cancelled, then shuts down gracefully: listeners
+// close, tunnels and operator connections end, the store is closed.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.store.Close()
+	tlsTunnel := &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{s.serving},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    s.ca.Pool(),
+	}
+	tlsHTTP := tlsTunnel.Clone()
+	tlsHTTP.ClientAuth = tls.VerifyClientCertIfGiven
+	ln, err := tunnel.Listen(ctx, s.cfg.Listen, tunnel.ListenConfig{
+		TunnelTLS: tlsTunnel, HTTPTLS: tlsHTTP, Config: s.cfg.Tunnel, Logger: s.log.With("component", "tunnel"),
+	})
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	defer ln.Close()
+	advertise := advertiseFor(ln.Addr(), s.cfg.Advertise)
+
+	b, err := bastion.New(bastion.Config{
+		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, Authorize: s.authorizeOperator, Dialer: s.reg,
+		Logger: s.log.With("component", "bastion"), Metrics: s.metrics,
+	})
+	if err != nil {
+		return err
+	}
+	sshAddr, err := b.Listen()
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+
+	httpSrv := &http.Server{
+		Handler: api.NewHandler(api.Deps{
+			Store: s.store, CA: s.ca, Registry: s.reg, Metrics: s.metrics, Advertise: advertise,
+			NodeCertTTL: s.cfg.NodeCertTTL, Logger: s.log.With("component", "api"), OperatorsChanged: s.operatorsChanged,
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+
+	info := api.HubInfo{API: localAddr(ln.Addr()), SSH: localAddr(sshAddr), PID: os.Getpid()}
+	infoJSON, _ := json.Marshal(info)
+	infoPath := filepath.Join(s.cfg.DataDir, api.HubInfoFile)
+	if err := pki.WriteFileAtomic(infoPath, infoJSON, 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(infoPath)
+
+	s.log.Info("hub listening", "tunnel_and_api", ln.Addr().String(), "ssh", sshAddr.String(),
+		"advertise", advertise, "ca_pin", "sha256:"+s.ca.Pin(), "version", Version)
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 3)
+	wg.Add(3)
+	go func() { defer wg.Done(); errc <- ignoreClosed(httpSrv.Serve(ln.HTTPListener())) }()
+	go func() { defer wg.Done(); errc <- b.Serve() }()
+	go func() { defer wg.Done(); errc <- s.acceptSessions(ctx, ln) }()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	s.log.Info("hub shutting down")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = httpSrv.Shutdown(shutCtx)
+	_ = b.Close()
+	ln.Close()
+	for _, c := range s.reg.All() {
+		c.Session.Close()
+	}
+	wg.Wait()
+	s.sessions.Wait()
+	if runErr != nil && ctx.Err() == nil {
+		return runErr
+	}
+	return nil
+}
+
+func ignoreClosed(err error) error {
+	if err == nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}

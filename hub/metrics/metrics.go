@@ -1,0 +1,57 @@
+// Package metrics defines the hub's Prometheus metrics. Every name starts
+// with tether_ and carries its unit.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics is the hub's set of collectors, registered on its own registry so
+// tests can run several hubs in one process.
+type Metrics struct {
+	Registry          *prometheus.Registry
+	NodesConnected    *prometheus.GaugeVec   // transport
+	StreamsOpened     *prometheus.CounterVec // service, result
+	StreamsActive     prometheus.Gauge
+	RelayedBytes      *prometheus.CounterVec // direction: to_node|from_node
+	JumpAttempts      *prometheus.CounterVec // result
+	HandshakeDuration *prometheus.HistogramVec
+	Joins             *prometheus.CounterVec // result
+}
+
+// New creates and registers the metrics.
+func New() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		NodesConnected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tether_nodes_connected", Help: "Nodes with a live tunnel, by transport.",
+		}, []string{"transport"}),
+		StreamsOpened: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_streams_opened_total", Help: "Streams the hub opened to nodes, by service and result.",
+		}, []string{"service", "result"}),
+		StreamsActive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tether_streams_active", Help: "Streams to nodes currently relaying.",
+		}),
+		RelayedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_relayed_bytes_total", Help: "Bytes relayed between operators and nodes, by direction.",
+		}, []string{"direction"}),
+		JumpAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_jump_attempts_total", Help: "SSH jump (direct-tcpip) requests, by result.",
+		}, []string{"result"}),
+		HandshakeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tether_tunnel_handshake_duration_seconds",
+			Help:    "Time from session accept to the node being registered (control hello), by transport.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"transport"}),
+		Joins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_joins_total", Help: "Join requests, by result.",
+		}, []string{"result"}),
+	}
+	m.Registry.MustRegister(m.NodesConnected, m.StreamsOpened, m.StreamsActive, m.RelayedBytes, m.JumpAttempts,
+		m.HandshakeDuration, m.Joins, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, t := range []string{"quic", "tcp"} {
+		m.NodesConnected.WithLabelValues(t)
+	}
+	return m
+}

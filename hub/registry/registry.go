@@ -1,0 +1,144 @@
+// Package registry holds the hub's live node sessions and dials services on
+// nodes through them.
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
+)
+
+// Sentinel errors for callers (the bastion turns them into client messages).
+var (
+	ErrOffline = errors.New("node is not connected")
+	ErrRefused = errors.New("node refused the stream")
+)
+
+// Conn is one node's live session.
+type Conn struct {
+	NodeID    string
+	Name      string
+	Session   tunnel.Session
+	Connected time.Time
+
+	sendMu sync.Mutex // guards writes to the control stream
+	ctrl   tunnel.Stream
+}
+
+// NewConn wraps a registered session; ctrl is its control stream.
+func NewConn(nodeID, name string, s tunnel.Session, ctrl tunnel.Stream) *Conn {
+	return &Conn{NodeID: nodeID, Name: name, Session: s, ctrl: ctrl, Connected: time.Now()}
+}
+
+// Send writes a control message to the node.
+func (c *Conn) Send(m *control.Message) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	_ = c.ctrl.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	defer c.ctrl.SetWriteDeadline(time.Time{})
+	return control.Write(c.ctrl, m)
+}
+
+// Registry maps node names to live sessions. A node that reconnects replaces
+// its old session, which is closed.
+type Registry struct {
+	mu     sync.Mutex // guards byName
+	byName map[string]*Conn
+}
+
+// New returns an empty registry.
+func New() *Registry { return &Registry{byName: map[string]*Conn{}} }
+
+// Put registers c and returns the session it replaced, if any (already closed).
+func (r *Registry) Put(c *Conn) (replaced *Conn) {
+	r.mu.Lock()
+	old := r.byName[c.Name]
+	r.byName[c.Name] = c
+	r.mu.Unlock()
+	if old != nil && old != c {
+		_ = old.Send(&control.Message{Type: control.TypeNotice, Notice: "replaced by a newer session of the same node"})
+		old.Session.Close()
+		return old
+	}
+	return nil
+}
+
+// Remove drops c if it is still the registered session for its name, and
+// reports whether it was.
+func (r *Registry) Remove(c *Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byName[c.Name] == c {
+		delete(r.byName, c.Name)
+		return true
+	}
+	return false
+}
+
+// Get returns the live session of node name.
+func (r *Registry) Get(name string) (*Conn, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.byName[name]
+	return c, ok
+}
+
+// All returns a snapshot of the live sessions.
+func (r *Registry) All() []*Conn {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*Conn, 0, len(r.byName))
+	for _, c := range r.byName {
+		out = append(out, c)
+	}
+	return out
+}
+
+// Len is the number of live sessions.
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.byName)
+}
+
+// Dial opens a stream to service h on node name and waits for the agent's
+// answer. The returned stream is ready for payload bytes.
+func (r *Registry) Dial(ctx context.Context, name string, h tunnel.Header) (tunnel.Stream, error) {
+	c, ok := r.Get(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrOffline, name)
+	}
+	return c.Dial(ctx, h)
+}
+
+// Dial opens a stream to service h on this node.
+func (c *Conn) Dial(ctx context.Context, h tunnel.Header) (tunnel.Stream, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	st, err := c.Session.OpenStream(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open stream to %s: %w", c.Name, err)
+	}
+	deadline, _ := ctx.Deadline()
+	_ = st.SetDeadline(deadline)
+	if err := tunnel.WriteHeader(st, h); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("send stream header to %s: %w", c.Name, err)
+	}
+	rep, err := tunnel.ReadReply(st)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("read answer from %s: %w", c.Name, err)
+	}
+	_ = st.SetDeadline(time.Time{})
+	if !rep.OK {
+		st.Close()
+		return nil, fmt.Errorf("%w: %s: %s", ErrRefused, c.Name, rep.Reason)
+	}
+	return st, nil
+}

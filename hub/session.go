@@ -1,0 +1,183 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
+)
+
+const (
+	helloTimeout      = 10 * time.Second
+	heartbeatInterval = 30 * time.Second
+)
+
+func (s *Server) acceptSessions(ctx context.Context, ln *tunnel.Listener) error {
+	for {
+		sess, err := ln.Accept(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("hub: accept tunnel: %w", err)
+		}
+		s.sessions.Add(1)
+		go func() {
+			defer s.sessions.Done()
+			s.serveSession(ctx, sess)
+		}()
+	}
+}
+
+// serveSession authenticates a node session, registers it, and reads its
+// control stream until the session ends. Any protocol violation closes only
+// this session.
+func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
+	start := time.Now()
+	defer sess.Close()
+	log := s.log.With("remote", sess.RemoteAddr().String(), "transport", sess.Transport().String())
+	certs := sess.ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		log.Warn("session without client certificate")
+		return
+	}
+	id, err := pki.IdentityOf(certs[0])
+	if err != nil || id.Kind != pki.KindNode {
+		log.Warn("session refused: not a node certificate", "subject", certs[0].Subject.CommonName, "err", err)
+		return
+	}
+	log = log.With("node_id", id.ID)
+	node, err := s.store.GetNode(ctx, id.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		log.Warn("session refused: node is not registered (removed?)")
+		s.refuse(sess, "this node is not registered on the hub (it was removed); re-join with a new join string")
+		return
+	}
+	if err != nil {
+		log.Error("session: load node", "err", err)
+		return
+	}
+	log = log.With("node", node.Name)
+
+	hctx, cancel := context.WithTimeout(ctx, helloTimeout)
+	ctrl, err := sess.AcceptStream(hctx)
+	cancel()
+	if err != nil {
+		log.Info("session ended before control stream", "err", err)
+		return
+	}
+	defer ctrl.Close()
+	_ = ctrl.SetReadDeadline(time.Now().Add(helloTimeout))
+	msg, err := control.Read(ctrl)
+	if err != nil || msg.Type != control.TypeHello {
+		log.Warn("session refused: bad hello", "err", err)
+		return
+	}
+	_ = ctrl.SetReadDeadline(time.Time{})
+	if msg.Hello.Name != node.Name {
+		// A certificate is bound to one node: node A's cert cannot claim B.
+		log.Warn("session refused: hello name does not match certificate", "claimed", msg.Hello.Name)
+		_ = control.Write(ctrl, &control.Message{Type: control.TypeNotice,
+			Notice: fmt.Sprintf("this identity belongs to node %q, not %q", node.Name, msg.Hello.Name)})
+		return
+	}
+	conn := registry.NewConn(node.ID, node.Name, sess, ctrl)
+	if err := conn.Send(&control.Message{Type: control.TypeWelcome, Welcome: &control.Welcome{
+		NodeID: node.ID, Name: node.Name, HeartbeatSeconds: int(heartbeatInterval / time.Second)}}); err != nil {
+		log.Info("session ended during welcome", "err", err)
+		return
+	}
+	s.pushKeys(conn)
+	if old := s.reg.Put(conn); old != nil {
+		log.Info("node reconnected; replaced its previous session", "previous_remote", old.Session.RemoteAddr().String())
+	}
+	transport := sess.Transport().String()
+	s.metrics.NodesConnected.WithLabelValues(transport).Inc()
+	s.metrics.HandshakeDuration.WithLabelValues(transport).Observe(time.Since(start).Seconds())
+	s.markSeen(ctx, log, node.ID, store.Seen{Online: true, Transport: transport, AgentVersion: msg.Hello.AgentVersion, At: time.Now()})
+	log.Info("node connected", "agent_version", msg.Hello.AgentVersion)
+
+	// The agent must never open streams to the hub: refuse any it tries.
+	go s.refuseAgentStreams(sess, log)
+	s.readControl(ctx, conn, ctrl, log)
+
+	s.metrics.NodesConnected.WithLabelValues(transport).Dec()
+	if s.reg.Remove(conn) {
+		s.markSeen(context.Background(), log, node.ID, store.Seen{Online: false, At: time.Now()})
+	}
+	log.Info("node disconnected", "connected_for", time.Since(conn.Connected).Round(time.Second))
+}
+
+func (s *Server) refuse(sess tunnel.Session, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if st, err := sess.AcceptStream(ctx); err == nil {
+		_ = st.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := control.Read(st); err == nil {
+			_ = control.Write(st, &control.Message{Type: control.TypeNotice, Notice: why})
+		}
+		st.Close()
+	}
+}
+
+func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunnel.Stream, log *slog.Logger) {
+	lastStored := time.Now()
+	for {
+		msg, err := control.Read(ctrl)
+		if err != nil {
+			select {
+			case <-conn.Session.Done():
+			default:
+				if !errors.Is(err, io.EOF) {
+					log.Info("control stream ended", "err", err)
+				}
+			}
+			return
+		}
+		switch msg.Type {
+		case control.TypeHeartbeat:
+			// Throttle store writes: last_seen at heartbeat granularity is plenty.
+			if time.Since(lastStored) >= heartbeatInterval/2 {
+				lastStored = time.Now()
+				s.markSeen(ctx, log, conn.NodeID, store.Seen{Online: true, At: lastStored})
+			}
+		default:
+			log.Warn("unexpected control message from agent; closing session", "type", msg.Type)
+			return
+		}
+	}
+}
+
+func (s *Server) refuseAgentStreams(sess tunnel.Session, log *slog.Logger) {
+	for {
+		// AcceptStream fails once the session ends, which ends this loop.
+		st, err := sess.AcceptStream(context.Background())
+		if err != nil {
+			return
+		}
+		log.Warn("agent tried to open a stream to the hub; refused")
+		_ = tunnel.WriteReply(st, tunnel.Reply{OK: false, Reason: "agents may not open streams to the hub"})
+		st.Close()
+	}
+}
+
+func (s *Server) pushKeys(c *registry.Conn) {
+	if err := c.Send(&control.Message{Type: control.TypeAuthorizedKeys, AuthorizedKeys: s.authorizedKeys()}); err != nil {
+		s.log.Info("push authorized keys failed", "node", c.Name, "err", err)
+	}
+}
+
+func (s *Server) markSeen(ctx context.Context, log *slog.Logger, id string, seen store.Seen) {
+	if err := s.store.UpdateNodeSeen(ctx, id, seen); err != nil && !errors.Is(err, store.ErrNotFound) {
+		log.Error("record node status", "err", err)
+	}
+}

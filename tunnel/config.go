@@ -1,0 +1,198 @@
+package tunnel
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	"github.com/quic-go/quic-go"
+)
+
+// Defaults of Config. They suit edge links: dead peers are noticed within
+// 15s, and one stream can fill a 4 MiB/RTT pipe.
+const (
+	DefaultKeepAliveInterval = 5 * time.Second
+	DefaultIdleTimeout       = 15 * time.Second
+	DefaultHandshakeTimeout  = 10 * time.Second
+	DefaultStreamWindow      = 4 << 20  // 4 MiB
+	DefaultSessionWindow     = 16 << 20 // 16 MiB
+	DefaultMaxStreams        = 256
+)
+
+// Limits that Config.Validate enforces.
+const (
+	// minStreamWindow is yamux's initial (and minimum) window.
+	minStreamWindow = 256 << 10
+	// maxStreamWindow keeps StreamWindow*MaxStreams meaningful as a memory
+	// bound and the value inside yamux's uint32 arithmetic.
+	maxStreamWindow = 1 << 30
+	// maxMaxStreams bounds the per-session semaphores and yamux backlog.
+	maxMaxStreams = 1 << 16
+)
+
+// Config tunes sessions on both transports. The zero value of a field means
+// its default, and a nil *Config means defaults everywhere. Hub and agent
+// should use the same values (keepalives and windows are per side).
+//
+// Memory: a session buffers at most StreamWindow bytes per stream it has
+// open, and at most MaxStreams streams per direction are open, so received
+// data held per session is bounded by roughly MaxStreams*StreamWindow per
+// direction (in Tether only the hub opens streams, so one direction counts).
+// QUIC further caps the whole session at SessionWindow; yamux has no
+// session-level window, so on TCP MaxStreams*StreamWindow is the bound.
+type Config struct {
+	// KeepAliveInterval is how often an idle session sends a keepalive, so
+	// NAT bindings stay open and a dead peer is noticed. Default 5s.
+	KeepAliveInterval time.Duration
+
+	// IdleTimeout bounds how long a dead peer goes unnoticed: the session
+	// ends (Done closes) when nothing has been heard from the peer for this
+	// long. QUIC: MaxIdleTimeout. yamux: a ping every KeepAliveInterval must
+	// be answered within IdleTimeout-KeepAliveInterval (yamux's
+	// ConnectionWriteTimeout, which also bounds each frame write), so the
+	// bound holds there too. Must exceed KeepAliveInterval. Default 15s.
+	IdleTimeout time.Duration
+
+	// HandshakeTimeout bounds TLS and QUIC handshakes, on the hub (so a
+	// client that stalls mid-handshake costs at most this long) and on the
+	// dialer. Default 10s.
+	HandshakeTimeout time.Duration
+
+	// StreamWindow is the receive window of one stream: how many bytes the
+	// peer may send ahead of our reads. One stream's throughput is capped at
+	// StreamWindow/RTT (yamux's own 256 KiB default would cap a 100 ms link
+	// at 2.5 MiB/s). Min 256 KiB. Default 4 MiB.
+	StreamWindow uint32
+
+	// SessionWindow bounds the receive window of all streams of a session
+	// together (QUIC MaxConnectionReceiveWindow). Ignored on TCP, where yamux
+	// has no session-level window. Must be at least StreamWindow.
+	// Default 16 MiB.
+	SessionWindow uint64
+
+	// MaxStreams is the most streams the peer may have open at once towards
+	// us, and the most we open towards the peer. QUIC enforces it with
+	// MaxIncomingStreams (so the peer's value limits our opens); on TCP this
+	// package enforces it with semaphores in OpenStream/AcceptStream that a
+	// stream's Close releases, and the yamux accept backlog is MaxStreams.
+	// OpenStream blocks while the limit is reached. Default 256.
+	MaxStreams int
+}
+
+// DefaultConfig returns a Config with every field set to its default.
+func DefaultConfig() *Config {
+	return &Config{
+		KeepAliveInterval: DefaultKeepAliveInterval,
+		IdleTimeout:       DefaultIdleTimeout,
+		HandshakeTimeout:  DefaultHandshakeTimeout,
+		StreamWindow:      DefaultStreamWindow,
+		SessionWindow:     DefaultSessionWindow,
+		MaxStreams:        DefaultMaxStreams,
+	}
+}
+
+// Validate reports the first field that is out of range, after zero fields
+// have taken their defaults. A nil Config is valid.
+func (c *Config) Validate() error {
+	_, err := c.resolve()
+	return err
+}
+
+// resolve returns a copy with defaults filled in, validated.
+func (c *Config) resolve() (*Config, error) {
+	r := DefaultConfig()
+	if c != nil {
+		if c.KeepAliveInterval != 0 {
+			r.KeepAliveInterval = c.KeepAliveInterval
+		}
+		if c.IdleTimeout != 0 {
+			r.IdleTimeout = c.IdleTimeout
+		}
+		if c.HandshakeTimeout != 0 {
+			r.HandshakeTimeout = c.HandshakeTimeout
+		}
+		if c.StreamWindow != 0 {
+			r.StreamWindow = c.StreamWindow
+		}
+		if c.SessionWindow != 0 {
+			r.SessionWindow = c.SessionWindow
+		}
+		if c.MaxStreams != 0 {
+			r.MaxStreams = c.MaxStreams
+		}
+	}
+	switch {
+	case r.KeepAliveInterval < 0:
+		return nil, fmt.Errorf("tunnel: config: KeepAliveInterval %v must be positive", r.KeepAliveInterval)
+	case r.IdleTimeout <= r.KeepAliveInterval:
+		return nil, fmt.Errorf("tunnel: config: IdleTimeout %v must be greater than KeepAliveInterval %v", r.IdleTimeout, r.KeepAliveInterval)
+	case r.HandshakeTimeout < 0:
+		return nil, fmt.Errorf("tunnel: config: HandshakeTimeout %v must be positive", r.HandshakeTimeout)
+	case r.StreamWindow < minStreamWindow || r.StreamWindow > maxStreamWindow:
+		return nil, fmt.Errorf("tunnel: config: StreamWindow %d must be between %d and %d", r.StreamWindow, minStreamWindow, maxStreamWindow)
+	case r.SessionWindow < uint64(r.StreamWindow):
+		return nil, fmt.Errorf("tunnel: config: SessionWindow %d must be at least StreamWindow %d", r.SessionWindow, r.StreamWindow)
+	case r.MaxStreams < 1 || r.MaxStreams > maxMaxStreams:
+		return nil, fmt.Errorf("tunnel: config: MaxStreams %d must be between 1 and %d", r.MaxStreams, maxMaxStreams)
+	}
+	return r, nil
+}
+
+// quicConfig maps a resolved Config onto quic-go's.
+func (c *Config) quicConfig() *quic.Config {
+	return &quic.Config{
+		// quic-go aborts a handshake after twice HandshakeIdleTimeout, so
+		// half of ours bounds the whole handshake by HandshakeTimeout.
+		HandshakeIdleTimeout:           c.HandshakeTimeout / 2,
+		MaxIdleTimeout:                 c.IdleTimeout,
+		KeepAlivePeriod:                c.KeepAliveInterval,
+		InitialStreamReceiveWindow:     uint64(c.StreamWindow),
+		MaxStreamReceiveWindow:         uint64(c.StreamWindow),
+		InitialConnectionReceiveWindow: c.SessionWindow,
+		MaxConnectionReceiveWindow:     c.SessionWindow,
+		MaxIncomingStreams:             int64(c.MaxStreams),
+		MaxIncomingUniStreams:          -1, // Tether uses bidirectional streams only
+	}
+}
+
+// yamuxConfig maps a resolved Config onto yamux's.
+func (c *Config) yamuxConfig(log *slog.Logger) *yamux.Config {
+	return &yamux.Config{
+		// Streams beyond the backlog are reset by yamux; the backlog only
+		// fills when the peer exceeds MaxStreams or we stop accepting.
+		AcceptBacklog:          c.MaxStreams,
+		EnableKeepAlive:        true,
+		KeepAliveInterval:      c.KeepAliveInterval,
+		ConnectionWriteTimeout: c.IdleTimeout - c.KeepAliveInterval,
+		MaxStreamWindowSize:    c.StreamWindow,
+		// StreamOpenTimeout closes the whole session when the peer is slow
+		// to accept a stream (for instance because its MaxStreams is
+		// reached), which QUIC never does; dead peers are the keepalive's
+		// job, so it stays off.
+		StreamOpenTimeout: 0,
+		// StreamCloseTimeout would reset a half-closed stream (CloseWrite)
+		// whose peer keeps sending for longer than the timeout, breaking
+		// half-close semantics; full closes are handled in yamuxStream.Close.
+		StreamCloseTimeout: 0,
+		Logger:             yamuxLogger{log},
+	}
+}
+
+// yamuxLogger sends yamux's printf logs (keepalive failures, resets) to slog
+// at Debug: they describe one peer's trouble, not the hub's.
+type yamuxLogger struct{ log *slog.Logger }
+
+func (l yamuxLogger) Print(v ...any) { l.log.Debug(fmt.Sprint(v...)) }
+func (l yamuxLogger) Printf(format string, v ...any) {
+	l.log.Debug(fmt.Sprintf(format, v...))
+}
+func (l yamuxLogger) Println(v ...any) { l.log.Debug(fmt.Sprint(v...)) }
+
+// orDiscard returns l, or a logger that drops everything when l is nil.
+func orDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}

@@ -1,0 +1,200 @@
+package tunnel
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+// QUIC error codes this package sends.
+const (
+	// quicCodeClosed is the application error code of Session.Close and of
+	// Stream.Close's STOP_SENDING: a normal end, not a failure.
+	quicCodeClosed = 0
+)
+
+// quicSession is a Session over one QUIC connection. quic-go does the
+// multiplexing, flow control (stream and session windows), stream limits
+// (MaxIncomingStreams) and keepalives; this type only adapts the API.
+type quicSession struct {
+	conn *quic.Conn
+}
+
+var _ Session = (*quicSession)(nil)
+
+func newQUICSession(conn *quic.Conn) *quicSession {
+	return &quicSession{conn: conn}
+}
+
+// OpenStream opens a stream with OpenStreamSync, which blocks while the peer's
+// MaxIncomingStreams is reached. The peer only sees the stream once data is
+// written on it.
+func (s *quicSession) OpenStream(ctx context.Context) (Stream, error) {
+	st, err := s.conn.OpenStreamSync(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel: open stream: %w", s.sessionErr(ctx, err))
+	}
+	return &quicStream{st: st, conn: s.conn}, nil
+}
+
+func (s *quicSession) AcceptStream(ctx context.Context) (Stream, error) {
+	st, err := s.conn.AcceptStream(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel: accept stream: %w", s.sessionErr(ctx, err))
+	}
+	return &quicStream{st: st, conn: s.conn}, nil
+}
+
+// sessionErr marks err with ErrSessionClosed when the connection is gone, so
+// callers can tell "session over" from "my ctx expired".
+func (s *quicSession) sessionErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil && s.conn.Context().Err() == nil {
+		return err
+	}
+	if s.conn.Context().Err() != nil {
+		return fmt.Errorf("%w: %w", ErrSessionClosed, err)
+	}
+	return err
+}
+
+func (s *quicSession) Transport() Transport { return TransportQUIC }
+
+func (s *quicSession) ConnectionState() tls.ConnectionState {
+	return s.conn.ConnectionState().TLS
+}
+
+func (s *quicSession) LocalAddr() net.Addr  { return s.conn.LocalAddr() }
+func (s *quicSession) RemoteAddr() net.Addr { return s.conn.RemoteAddr() }
+
+func (s *quicSession) Done() <-chan struct{} { return s.conn.Context().Done() }
+
+// context is done when the session ends; the Listener uses it to forget the
+// session.
+func (s *quicSession) context() context.Context { return s.conn.Context() }
+
+// Close closes the connection with code 0; quic-go makes it idempotent.
+func (s *quicSession) Close() error {
+	_ = s.conn.CloseWithError(quicCodeClosed, "")
+	return nil
+}
+
+// quicStream adapts *quic.Stream to Stream. A quic.Stream's Close only ends
+// the send direction (what we call CloseWrite); our Close also stops
+// reading (STOP_SENDING), so it is a full close as on a TCP socket.
+type quicStream struct {
+	st       *quic.Stream
+	conn     *quic.Conn
+	closed   atomic.Bool
+	wrClosed atomic.Bool
+}
+
+var _ Stream = (*quicStream)(nil)
+
+func (s *quicStream) Read(b []byte) (int, error) {
+	if s.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	n, err := s.st.Read(b)
+	if err != nil && err != io.EOF {
+		err = s.mapErr(err)
+	}
+	return n, err
+}
+
+func (s *quicStream) Write(b []byte) (int, error) {
+	if s.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	n, err := s.st.Write(b)
+	if err != nil {
+		if errors.Is(err, quic.ErrStreamClosed) && s.wrClosed.Load() && !s.closed.Load() {
+			return n, errWriteAfterCloseWrite
+		}
+		err = s.mapErr(err)
+	}
+	return n, err
+}
+
+// mapErr turns errors of a locally closed stream into net.ErrClosed, and of
+// an ended session into ErrSessionClosed, as net.Conn users expect.
+func (s *quicStream) mapErr(err error) error {
+	switch {
+	case s.closed.Load():
+		return net.ErrClosed
+	case s.conn.Context().Err() != nil && !isTimeout(err):
+		return fmt.Errorf("tunnel: stream: %w: %w", ErrSessionClosed, err)
+	}
+	return err
+}
+
+func (s *quicStream) CloseWrite() error {
+	if s.closed.Load() {
+		return net.ErrClosed
+	}
+	s.wrClosed.Store(true)
+	if err := s.st.Close(); err != nil {
+		return fmt.Errorf("tunnel: close write: %w", err)
+	}
+	return nil
+}
+
+// Close stops reading (the peer's further writes fail) and sends FIN after
+// the data already written. A Write blocked in another goroutine is
+// interrupted and returns net.ErrClosed.
+func (s *quicStream) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.st.CancelRead(quicCodeClosed)
+	// Unblock a concurrent Write; data it already queued is still sent.
+	_ = s.st.SetWriteDeadline(time.Now())
+	if s.wrClosed.Swap(true) {
+		return nil
+	}
+	// Close fails only if the send side was reset; the stream is over
+	// either way.
+	_ = s.st.Close()
+	return nil
+}
+
+func (s *quicStream) LocalAddr() net.Addr  { return s.conn.LocalAddr() }
+func (s *quicStream) RemoteAddr() net.Addr { return s.conn.RemoteAddr() }
+
+func (s *quicStream) SetDeadline(t time.Time) error {
+	if s.closed.Load() {
+		return net.ErrClosed
+	}
+	return s.st.SetDeadline(t)
+}
+
+func (s *quicStream) SetReadDeadline(t time.Time) error {
+	if s.closed.Load() {
+		return net.ErrClosed
+	}
+	return s.st.SetReadDeadline(t)
+}
+
+func (s *quicStream) SetWriteDeadline(t time.Time) error {
+	if s.closed.Load() {
+		return net.ErrClosed
+	}
+	return s.st.SetWriteDeadline(t)
+}
+
+// errWriteAfterCloseWrite is returned by Write after CloseWrite, on both
+// transports.
+var errWriteAfterCloseWrite = fmt.Errorf("tunnel: write after CloseWrite: %w", net.ErrClosed)
+
+// isTimeout reports a deadline error, which must stay recognisable as one
+// (os.ErrDeadlineExceeded) even while the session is ending.
+func isTimeout(err error) bool {
+	return errors.Is(err, os.ErrDeadlineExceeded)
+}
