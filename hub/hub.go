@@ -89,7 +89,7 @@ type Server struct {
 	metrics  *metrics.Metrics
 	hostKey  gossh.Signer
 	serving  tls.Certificate
-	opsMu    sync.RWMutex // guards ops
+	opsMu    sync.RWMutex               // guards ops
 	ops      map[string]gossh.PublicKey // operator name -> key
 	sessions sync.WaitGroup
 }
@@ -277,7 +277,7 @@ func (s *Server) Run(ctx context.Context) error {
 	advertise := advertiseFor(ln.Addr(), s.cfg.Advertise)
 
 	b, err := bastion.New(bastion.Config{
-		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, Authorize: s.authorizeOperator, Dialer: s.reg,
+		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, Authorize: s.authorizeOperator, Dialer: nodeDialer{s},
 		Logger: s.log.With("component", "bastion"), Metrics: s.metrics,
 	})
 	if err != nil {

@@ -181,3 +181,30 @@ func (s *Server) markSeen(ctx context.Context, log *slog.Logger, id string, seen
 		log.Error("record node status", "err", err)
 	}
 }
+
+// nodeDialer is what the bastion dials through: the registry, with the
+// store consulted to tell an unknown node from an offline one.
+type nodeDialer struct{ s *Server }
+
+func (d nodeDialer) Dial(ctx context.Context, name string, h tunnel.Header) (tunnel.Stream, error) {
+	st, err := d.s.reg.Dial(ctx, name, h)
+	if errors.Is(err, registry.ErrOffline) {
+		n, serr := d.s.store.GetNodeByName(ctx, name)
+		if errors.Is(serr, store.ErrNotFound) {
+			return nil, fmt.Errorf("no node named %q is registered (see `tether nodes`)", name)
+		}
+		if serr == nil {
+			seen := "never connected"
+			if !n.LastSeen.IsZero() {
+				seen = "last seen " + time.Since(n.LastSeen).Round(time.Second).String() + " ago"
+			}
+			return nil, fmt.Errorf("node %q is offline (%s)", name, seen)
+		}
+	}
+	if err != nil && d.s.metrics != nil {
+		d.s.metrics.StreamsOpened.WithLabelValues(h.Service.String(), "error").Inc()
+	} else if err == nil {
+		d.s.metrics.StreamsOpened.WithLabelValues(h.Service.String(), "ok").Inc()
+	}
+	return st, err
+}

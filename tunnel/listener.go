@@ -78,7 +78,7 @@ type Listener struct {
 	wg        sync.WaitGroup // accept loops and handshake goroutines
 	handshake chan struct{}  // semaphore of maxPendingHandshakes
 
-	mu   sync.Mutex               // guards the following
+	mu   sync.Mutex                  // guards the following
 	live map[trackedSession]struct{} // sessions not yet ended, closed by Close
 }
 
@@ -234,12 +234,11 @@ func (l *Listener) Close() error {
 		l.cancel()
 		l.http.close()
 		err = l.tcp.Close()
-		_ = l.ql.Close()
-		_ = l.qtr.Close() // closes all QUIC connections
-		if uerr := l.udp.Close(); err == nil {
-			err = uerr
-		}
+		_ = l.ql.Close() // stops accepting; established connections stay
 		l.wg.Wait()
+		// Close sessions before the QUIC transport: closing the transport
+		// would drop QUIC connections without telling the peers, which
+		// would then wait for their idle timeout.
 		l.mu.Lock()
 		live := make([]trackedSession, 0, len(l.live))
 		for s := range l.live {
@@ -248,6 +247,10 @@ func (l *Listener) Close() error {
 		l.mu.Unlock()
 		for _, s := range live {
 			_ = s.Close()
+		}
+		_ = l.qtr.Close()
+		if uerr := l.udp.Close(); err == nil {
+			err = uerr
 		}
 		l.log.Info("tunnel listener closed", "addr", l.tcp.Addr().String())
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -189,15 +190,24 @@ func (s *Server) handleSession(sess ssh.Session) {
 	st := sctx.state
 	defer st.tasks.done()
 
-	ptyReq, winch, isPty := sess.Pty()
 	raw := sess.RawCommand()
 	kind := "exec"
 	if raw == "" {
 		kind = "shell"
 	}
 	log := st.log.With("user", sess.User(), "kind", kind)
-	log.Info("session started", "pty", isPty)
 	log.Debug("session command", "command", raw)
+	// Everything, including the agent socket, is cleaned up before the
+	// client learns the exit status.
+	res := s.runSession(sctx, sess, raw, log)
+	log.Info("session ended", "status", res.status, "signal", res.signal, "client_gone", sctx.Err() != nil)
+	res.send(sess)
+}
+
+func (s *Server) runSession(sctx *sessionContext, sess ssh.Session, raw string, log *slog.Logger) exitResult {
+	st := sctx.state
+	ptyReq, winch, isPty := sess.Pty()
+	log.Info("session started", "pty", isPty)
 
 	// Client signals and window changes must be consumed for as long as the
 	// channel lives: gliderlabs delivers both with blocking sends from its
@@ -218,14 +228,10 @@ func (s *Server) handleSession(sess ssh.Session) {
 	}
 
 	cmd := s.command(raw, env)
-	var res exitResult
 	if isPty {
-		res = s.runPTY(sctx, cmd, ptyReq, proc)
-	} else {
-		res = s.runPipes(sctx, sess, cmd, proc)
+		return s.runPTY(sctx, cmd, ptyReq, proc)
 	}
-	log.Info("session ended", "status", res.status, "signal", res.signal, "client_gone", sctx.Err() != nil)
-	res.send(sess)
+	return s.runPipes(sctx, sess, cmd, proc)
 }
 
 // command builds the process for a session: a login shell when raw is

@@ -34,12 +34,12 @@ type Authorizer func(user string, key gossh.PublicKey) bool
 
 // Config configures the bastion.
 type Config struct {
-	Addr       string         // listen address, e.g. 127.0.0.1:2222
-	HostSigner gossh.Signer   // the hub's SSH host key
-	Authorize  Authorizer     // operator check; nil denies all
-	Dialer     Dialer         // reaches nodes
-	NodeSuffix string         // optional DNS-ish suffix stripped from targets, default ".tether"
-	Logger     *slog.Logger   // nil discards
+	Addr       string           // listen address, e.g. 127.0.0.1:2222
+	HostSigner gossh.Signer     // the hub's SSH host key
+	Authorize  Authorizer       // operator check; nil denies all
+	Dialer     Dialer           // reaches nodes
+	NodeSuffix string           // optional DNS-ish suffix stripped from targets, default ".tether"
+	Logger     *slog.Logger     // nil discards
 	Metrics    *metrics.Metrics // nil disables
 	// HandshakeTimeout bounds the time from TCP accept to successful auth
 	// (slowloris); default 20s.

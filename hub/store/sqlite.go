@@ -301,7 +301,9 @@ func (s *SQLite) getNode(ctx context.Context, where, arg string) (Node, error) {
 }
 
 // GetNode implements Store.
-func (s *SQLite) GetNode(ctx context.Context, id string) (Node, error) { return s.getNode(ctx, "id", id) }
+func (s *SQLite) GetNode(ctx context.Context, id string) (Node, error) {
+	return s.getNode(ctx, "id", id)
+}
 
 // GetNodeByName implements Store.
 func (s *SQLite) GetNodeByName(ctx context.Context, name string) (Node, error) {

@@ -1,0 +1,185 @@
+package sshserver
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+)
+
+func TestUnauthorizedKeyRefused(t *testing.T) {
+	e := newTestEnv(t)
+	other := newTestKey(t, e.dir, "id_other")
+	// -i would add to the configured IdentityFile; use a config with only
+	// the other key to be sure it is the one refused.
+	r := e.ssh("-F", writeConfigWithKey(t, e, other.path), testHost, "true")
+	if r.code != 255 || !strings.Contains(r.stderr, "Permission denied") {
+		t.Fatalf("unauthorized key: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// writeConfigWithKey writes a copy of the test ssh_config using keyPath as
+// the only identity. A later -F wins over the one clientCmd passes.
+func writeConfigWithKey(t *testing.T, e *testEnv, keyPath string) string {
+	t.Helper()
+	data, err := os.ReadFile(e.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := strings.Replace(string(data), "IdentityFile "+e.key.path, "IdentityFile "+keyPath, 1)
+	path := filepath.Join(e.dir, "ssh_config_"+filepath.Base(keyPath))
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestSetAuthorizedKeysReplaces(t *testing.T) {
+	e := newTestEnv(t)
+	second := newTestKey(t, e.dir, "id_second")
+	secondConf := writeConfigWithKey(t, e, second.path)
+
+	mustSucceed(t, "first key before replacement", e.ssh(testHost, "true"))
+	if r := e.ssh("-F", secondConf, testHost, "true"); r.code != 255 {
+		t.Fatalf("second key before replacement: exit %d", r.code)
+	}
+
+	e.srv.SetAuthorizedKeys([]gossh.PublicKey{second.pub()})
+	if r := e.ssh(testHost, "true"); r.code != 255 || !strings.Contains(r.stderr, "Permission denied") {
+		t.Fatalf("first key after replacement: exit %d, stderr %q", r.code, r.stderr)
+	}
+	mustSucceed(t, "second key after replacement", e.ssh("-F", secondConf, testHost, "true"))
+
+	e.srv.SetAuthorizedKeys(nil)
+	if r := e.ssh("-F", secondConf, testHost, "true"); r.code != 255 {
+		t.Fatalf("after emptying the set: exit %d", r.code)
+	}
+}
+
+func newCA(t *testing.T) gossh.Signer {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := gossh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func signCert(t *testing.T, ca gossh.Signer, c *gossh.Certificate) *gossh.Certificate {
+	t.Helper()
+	if err := c.SignCert(rand.Reader, ca); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestUserCertificates(t *testing.T) {
+	e := newTestEnv(t)
+	ca := newCA(t)
+	user := newTestKey(t, e.dir, "id_certuser") // not in the authorized keys
+	conf := writeConfigWithKey(t, e, user.path)
+	certPath := user.path + "-cert.pub"
+	now := time.Now()
+	useCert := func(c *gossh.Certificate) {
+		t.Helper()
+		if err := os.WriteFile(certPath, gossh.MarshalAuthorizedKey(c), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cert := func(principals []string, after, before time.Time) *gossh.Certificate {
+		return signCert(t, ca, &gossh.Certificate{
+			Key:             user.pub(),
+			CertType:        gossh.UserCert,
+			KeyId:           "alice@example",
+			ValidPrincipals: principals,
+			ValidAfter:      uint64(after.Unix()),
+			ValidBefore:     uint64(before.Unix()),
+			Permissions:     gossh.Permissions{Extensions: map[string]string{"permit-pty": ""}},
+		})
+	}
+	run := func() result {
+		t.Helper()
+		return e.ssh("-F", conf, "-o", "CertificateFile="+certPath, testHost, "echo cert-ok")
+	}
+
+	useCert(cert([]string{"operator"}, now.Add(-time.Minute), now.Add(time.Hour)))
+	if r := run(); r.code != 255 {
+		t.Fatalf("certificate accepted with no trusted CAs: exit %d", r.code)
+	}
+
+	e.srv.SetTrustedUserCAs([]gossh.PublicKey{ca.PublicKey()})
+	r := run()
+	mustSucceed(t, "valid certificate", r)
+	if r.stdout != "cert-ok\n" {
+		t.Fatalf("stdout %q", r.stdout)
+	}
+
+	for name, c := range map[string]*gossh.Certificate{
+		"expired":         cert([]string{"operator"}, now.Add(-2*time.Hour), now.Add(-time.Hour)),
+		"not yet valid":   cert([]string{"operator"}, now.Add(time.Hour), now.Add(2*time.Hour)),
+		"wrong principal": cert([]string{"someone-else"}, now.Add(-time.Minute), now.Add(time.Hour)),
+		"other CA": signCert(t, newCA(t), &gossh.Certificate{
+			Key: user.pub(), CertType: gossh.UserCert, ValidBefore: gossh.CertTimeInfinity,
+		}),
+	} {
+		useCert(c)
+		if r := run(); r.code != 255 {
+			t.Errorf("%s certificate: exit %d", name, r.code)
+		}
+	}
+
+	// No principals means any login name, as in x/crypto and OpenSSH.
+	useCert(cert(nil, now.Add(-time.Minute), now.Add(time.Hour)))
+	mustSucceed(t, "certificate without principals", run())
+}
+
+func TestHostCertificate(t *testing.T) {
+	e := newTestEnv(t)
+	ca := newCA(t)
+
+	if err := e.srv.AddHostCertificate(signCert(t, ca, &gossh.Certificate{
+		Key: e.srv.HostSigner().PublicKey(), CertType: gossh.UserCert, ValidBefore: gossh.CertTimeInfinity,
+	})); err == nil {
+		t.Fatal("user certificate accepted as host certificate")
+	}
+	if err := e.srv.AddHostCertificate(signCert(t, ca, &gossh.Certificate{
+		Key: ca.PublicKey(), CertType: gossh.HostCert, ValidBefore: gossh.CertTimeInfinity,
+	})); err == nil {
+		t.Fatal("certificate for another key accepted")
+	}
+
+	hostCert := signCert(t, ca, &gossh.Certificate{
+		Key:             e.srv.HostSigner().PublicKey(),
+		CertType:        gossh.HostCert,
+		KeyId:           "node",
+		ValidPrincipals: []string{"127.0.0.1", testHost},
+		ValidAfter:      uint64(time.Now().Add(-time.Minute).Unix()),
+		ValidBefore:     uint64(time.Now().Add(time.Hour).Unix()),
+	})
+	if err := e.srv.AddHostCertificate(hostCert); err != nil {
+		t.Fatal(err)
+	}
+	// Only the CA is trusted: no trust on first use, no pinned host key.
+	e.writeKnownHosts("@cert-authority * " + strings.TrimSpace(string(gossh.MarshalAuthorizedKey(ca.PublicKey()))))
+	mustSucceed(t, "ssh with host certificate", e.ssh(testHost, "true"))
+
+	// A pinned plain key still works: the plain key is still presented.
+	e.writeKnownHosts(fmt.Sprintf("[127.0.0.1]:%d %s", e.port, gossh.MarshalAuthorizedKey(e.srv.HostSigner().PublicKey())))
+	mustSucceed(t, "ssh with pinned host key", e.ssh(testHost, "true"))
+
+	// An untrusted CA fails StrictHostKeyChecking.
+	e.writeKnownHosts("@cert-authority * " + strings.TrimSpace(string(gossh.MarshalAuthorizedKey(newCA(t).PublicKey()))))
+	if r := e.ssh(testHost, "true"); r.code != 255 {
+		t.Fatalf("untrusted host CA: exit %d", r.code)
+	}
+}

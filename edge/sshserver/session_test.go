@@ -1,0 +1,311 @@
+package sshserver
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+)
+
+func TestExecOutputAndStatus(t *testing.T) {
+	e := newTestEnv(t)
+
+	r := e.ssh(testHost, "echo out; echo err >&2; exit 3")
+	if r.code != 3 || r.stdout != "out\n" || r.stderr != "err\n" {
+		t.Fatalf("got exit %d stdout %q stderr %q; want 3 %q %q", r.code, r.stdout, r.stderr, "out\n", "err\n")
+	}
+
+	// A command killed by a signal: OpenSSH's client ignores exit-signal
+	// and reports the exit-status 128+n the server sends after it.
+	r = e.ssh(testHost, "kill -TERM $$")
+	if r.code != 128+15 {
+		t.Fatalf("killed by SIGTERM: exit %d, want 143; stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestExecEnvironment(t *testing.T) {
+	e := newTestEnv(t)
+	home, _ := os.UserHomeDir()
+	r := e.run(nil, []string{"LANG=C.UTF-8", "LC_TETHER=yes", "SECRET=leak"}, "ssh",
+		"-o", "SendEnv=LANG LC_* SECRET", testHost,
+		`echo "$HOME|$USER|$PATH|$SHELL|$LANG|$LC_TETHER|$SECRET|$TERM|$(pwd)"; echo "$SSH_CONNECTION"`)
+	mustSucceed(t, "ssh env", r)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("output %q", r.stdout)
+	}
+	f := strings.Split(lines[0], "|")
+	if f[0] != home || f[1] == "" || f[2] == "" || f[3] != "/bin/sh" {
+		t.Errorf("base environment %q", lines[0])
+	}
+	if f[4] != "C.UTF-8" || f[5] != "yes" {
+		t.Errorf("LANG/LC_* not passed: %q", lines[0])
+	}
+	if f[6] != "" {
+		t.Errorf("client variable SECRET was accepted: %q", lines[0])
+	}
+	if f[7] != "" {
+		t.Errorf("TERM set without a pty: %q", lines[0])
+	}
+	if f[8] != home {
+		t.Errorf("working directory %q, want %q", f[8], home)
+	}
+	if c := strings.Fields(lines[1]); len(c) != 4 || c[0] != "127.0.0.1" || c[3] != fmt.Sprint(e.port) {
+		t.Errorf("SSH_CONNECTION %q", lines[1])
+	}
+}
+
+func TestExecStdinRoundTrip(t *testing.T) {
+	e := newTestEnv(t)
+	in := make([]byte, 4<<20)
+	rand.Read(in)
+	r := e.run(bytes.NewReader(in), nil, "ssh", testHost, "cat")
+	mustSucceed(t, "ssh cat", r)
+	if got, want := sha256.Sum256([]byte(r.stdout)), sha256.Sum256(in); got != want {
+		t.Fatalf("cat round trip: got %d bytes, sha256 mismatch", len(r.stdout))
+	}
+
+	// EOF on stdin reaches the command.
+	r = e.run(strings.NewReader("a\nb\nc\n"), nil, "ssh", testHost, "wc -l")
+	mustSucceed(t, "ssh wc", r)
+	if strings.TrimSpace(r.stdout) != "3" {
+		t.Fatalf("wc -l: %q", r.stdout)
+	}
+}
+
+func TestPTYSession(t *testing.T) {
+	e := newTestEnv(t)
+	r := e.run(nil, []string{"TERM=xterm-tether"}, "ssh", "-tt", testHost, `tty; echo "term=$TERM tty=$SSH_TTY"; echo ok`)
+	mustSucceed(t, "ssh -tt", r)
+	out := strings.ReplaceAll(r.stdout, "\r\n", "\n")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "/dev/pts/") || lines[2] != "ok" {
+		t.Fatalf("pty output %q", r.stdout)
+	}
+	if want := "term=xterm-tether tty=" + lines[0]; lines[1] != want {
+		t.Fatalf("got %q, want %q", lines[1], want)
+	}
+	if strings.Contains(r.stdout, "\r\r\n") {
+		t.Errorf("newlines translated twice: %q", r.stdout)
+	}
+
+	// Interactive shell on a PTY, driven through stdin.
+	r = e.run(strings.NewReader("echo interactive-$((6*7))\nexit 5\n"), nil, "ssh", "-tt", testHost)
+	if r.code != 5 || !strings.Contains(r.stdout, "interactive-42") {
+		t.Fatalf("interactive shell: exit %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+func TestShellWithoutPTY(t *testing.T) {
+	e := newTestEnv(t)
+	r := e.run(strings.NewReader("echo no-pty-$((6*7))\ntty || true\n"), nil, "ssh", "-T", testHost)
+	mustSucceed(t, "ssh -T", r)
+	if !strings.Contains(r.stdout, "no-pty-42") || !strings.Contains(r.stdout, "not a tty") {
+		t.Fatalf("shell without pty: %q", r.stdout)
+	}
+}
+
+func TestWindowChangeAndSignal(t *testing.T) {
+	e := newTestEnv(t)
+	c := e.dial()
+
+	// Window change resizes the terminal.
+	sess, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if err := sess.RequestPty("xterm", 24, 80, gossh.TerminalModes{gossh.ECHO: 0}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := sess.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := sess.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.Start("stty size; read x; stty size"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(out)
+	if line := readLine(t, br); line != "24 80" {
+		t.Fatalf("initial size %q", line)
+	}
+	if err := sess.WindowChange(50, 132); err != nil {
+		t.Fatal(err)
+	}
+	// The resize and this input travel in order on one connection, but the
+	// resize is applied by another goroutine; give it a moment.
+	time.Sleep(200 * time.Millisecond)
+	fmt.Fprintln(stdin, "go")
+	// gliderlabs does not apply terminal modes, so "go" is echoed back.
+	if line := readLine(t, br, "go"); line != "50 132" {
+		t.Fatalf("size after window-change %q", line)
+	}
+	if err := sess.Wait(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A client signal reaches the command, and exit-signal reports it.
+	sess2, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess2.Close()
+	out2, _ := sess2.StdoutPipe()
+	if err := sess2.Start("echo started; exec sleep 30"); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(out2).ReadString('\n'); line != "started\n" {
+		t.Fatalf("got %q", line)
+	}
+	if err := sess2.Signal(gossh.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var ee *gossh.ExitError
+	if err := sess2.Wait(); !errors.As(err, &ee) || ee.Signal() != "TERM" || ee.ExitStatus() != 143 {
+		t.Fatalf("after SIGTERM: %v", err)
+	}
+}
+
+func TestClientDisconnectKillsProcess(t *testing.T) {
+	e := newTestEnv(t)
+	cmd, pid := e.startSleeper()
+	cmd.Process.Kill()
+	waitExit(t, cmd)
+	waitProcessGone(t, pid)
+}
+
+func TestBackgroundJobsKilledWhenSessionEnds(t *testing.T) {
+	e := newTestEnv(t)
+	pidFile := filepath.Join(e.dir, "bg.pid")
+	// The background sleep does not hold stdout, so the session ends when
+	// the shell exits; the sleep must not survive it.
+	r := e.ssh(testHost, fmt.Sprintf("sleep 300 >/dev/null 2>&1 </dev/null & echo $! > %s", pidFile))
+	mustSucceed(t, "ssh background", r)
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	fmt.Sscan(string(data), &pid)
+	waitProcessGone(t, pid)
+}
+
+func TestCloseEndsSessions(t *testing.T) {
+	e := newTestEnv(t)
+	cmd, pid := e.startSleeper()
+	done := make(chan struct{})
+	go func() {
+		e.srv.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	// Close waited for the session, which reaped the process.
+	if err := waitExit(t, cmd); err == nil {
+		t.Error("ssh exited 0 after the server closed")
+	}
+	waitProcessGone(t, pid)
+
+	// A closed server refuses new connections.
+	if r := e.ssh(testHost, "true"); r.code != 255 {
+		t.Fatalf("after Close: exit %d", r.code)
+	}
+}
+
+func TestForwardingDenied(t *testing.T) {
+	e := newTestEnv(t)
+	// -W opens a direct-tcpip channel, as local forwarding does.
+	r := e.ssh("-W", "127.0.0.1:9", testHost)
+	if r.code != 255 {
+		t.Errorf("stdio forwarding: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = e.ssh("-o", "ExitOnForwardFailure=yes", "-R", "0:127.0.0.1:9", testHost, "true")
+	if r.code != 255 {
+		t.Errorf("remote forwarding: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestAgentForwarding(t *testing.T) {
+	if _, err := exec.LookPath("ssh-agent"); err != nil {
+		t.Skip("ssh-agent not installed")
+	}
+	e := newTestEnv(t)
+	sock := filepath.Join(e.dir, "agent.sock")
+	agent := exec.Command("ssh-agent", "-D", "-a", sock)
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		agent.Process.Kill()
+		agent.Wait()
+	})
+	for i := 0; ; i++ {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if i > 200 {
+			t.Fatal("ssh-agent socket did not appear")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	add := exec.Command("ssh-add", e.key.path)
+	add.Env = []string{"SSH_AUTH_SOCK=" + sock}
+	if out, err := add.CombinedOutput(); err != nil {
+		t.Fatalf("ssh-add: %v: %s", err, out)
+	}
+
+	// The config says IdentityAgent none, which makes ssh drop any agent
+	// and with it forwarding; -o wins over the config file.
+	r := e.ssh("-A", "-o", "IdentityAgent="+sock, testHost, `ssh-add -l; echo "sock=$SSH_AUTH_SOCK"`)
+	mustSucceed(t, "ssh -A", r)
+	if !strings.Contains(r.stdout, gossh.FingerprintSHA256(e.key.pub())) {
+		t.Fatalf("forwarded agent does not list the key: %q", r.stdout)
+	}
+	sockLine := r.stdout[strings.LastIndex(r.stdout, "sock="):]
+	remoteSock := strings.TrimSpace(strings.TrimPrefix(sockLine, "sock="))
+	if remoteSock == "" {
+		t.Fatal("SSH_AUTH_SOCK not set")
+	}
+	if _, err := os.Stat(filepath.Dir(remoteSock)); !os.IsNotExist(err) {
+		t.Errorf("agent socket directory left behind: %v", err)
+	}
+
+	r = e.ssh(testHost, `echo "sock=$SSH_AUTH_SOCK"`)
+	if strings.TrimSpace(r.stdout) != "sock=" {
+		t.Errorf("SSH_AUTH_SOCK set without agent forwarding: %q", r.stdout)
+	}
+}
+
+// readLine reads the next line that is not one of skip, without surrounding
+// whitespace (PTY output ends lines with "\r\n").
+func readLine(t *testing.T, br *bufio.Reader, skip ...string) string {
+	t.Helper()
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("read: %v (partial %q)", err, line)
+		}
+		line = strings.TrimSpace(line)
+		if !slices.Contains(skip, line) {
+			return line
+		}
+	}
+}
