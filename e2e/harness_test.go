@@ -26,11 +26,11 @@ import (
 )
 
 var (
-	binDir   string // built tether and tether-edge
-	opKey    string // operator private key path
-	opPub    string // operator public key path
+	binDir    string // built tether and tether-edge
+	opKey     string // operator private key path
+	opPub     string // operator public key path
 	loginUser string
-	sshdPath = "/usr/sbin/sshd"
+	sshdPath  = "/usr/sbin/sshd"
 )
 
 func TestMain(m *testing.M) {
@@ -214,11 +214,11 @@ func runCmd(t *testing.T, timeout time.Duration, bin string, args ...string) (st
 
 // hub is a running hub plus the paths tests need.
 type hub struct {
-	t        *testing.T
-	dataDir  string
-	apiPort  int
-	sshPort  int
-	p        *proc
+	t       *testing.T
+	dataDir string
+	apiPort int
+	sshPort int
+	p       *proc
 }
 
 func (h *hub) apiAddr() string { return fmt.Sprintf("127.0.0.1:%d", h.apiPort) }
@@ -240,8 +240,11 @@ func (h *hub) start() {
 		if h.p.exited() {
 			t.Fatalf("hub exited: %v\n%s", h.p.err, h.p.logText())
 		}
-		_, err := os.Stat(filepath.Join(h.dataDir, "hub.json"))
-		return err == nil
+		// hub.json names the pid of the hub that wrote it; a stale one from a
+		// killed hub does not count.
+		b, err := os.ReadFile(filepath.Join(h.dataDir, "hub.json"))
+		var info struct{ PID int }
+		return err == nil && json.Unmarshal(b, &info) == nil && info.PID == h.p.cmd.Process.Pid
 	})
 }
 
@@ -375,11 +378,11 @@ LogLevel VERBOSE
 // sshClient writes an ssh_config with strict host key checking against a
 // known_hosts file the test controls: no trust-on-first-use anywhere.
 type sshClient struct {
-	t      *testing.T
-	h      *hub
-	cfg    string
-	known  string
-	mu     sync.Mutex
+	t     *testing.T
+	h     *hub
+	cfg   string
+	known string
+	mu    sync.Mutex
 }
 
 func newSSHClient(t *testing.T, h *hub) *sshClient {

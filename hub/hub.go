@@ -159,6 +159,28 @@ func loadOrCreateHostKey(path string) (gossh.Signer, error) {
 	return signer, nil
 }
 
+// loadOrCreateSecret returns a 32-byte secret kept in path (0600).
+func loadOrCreateSecret(path string) (*[32]byte, error) {
+	var key [32]byte
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil && len(b) == len(key):
+		copy(key[:], b)
+		return &key, nil
+	case err == nil:
+		return nil, fmt.Errorf("hub: %s holds %d bytes, want %d; delete it to make a new one", path, len(b), len(key))
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("hub: %w", err)
+	}
+	if _, err := rand.Read(key[:]); err != nil {
+		return nil, err
+	}
+	if err := pki.WriteFileAtomic(path, key[:], 0o600); err != nil {
+		return nil, fmt.Errorf("hub: %w", err)
+	}
+	return &key, nil
+}
+
 // writeAdminIdentity leaves a fresh admin client certificate in the data dir
 // (0700 dir, 0600 key) so CLI commands on this machine need only --data-dir.
 func (s *Server) writeAdminIdentity() error {
@@ -267,8 +289,13 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	tlsHTTP := tlsTunnel.Clone()
 	tlsHTTP.ClientAuth = tls.VerifyClientCertIfGiven
+	resetKey, err := loadOrCreateSecret(filepath.Join(s.cfg.DataDir, "quic_reset.key"))
+	if err != nil {
+		return err
+	}
 	ln, err := tunnel.Listen(ctx, s.cfg.Listen, tunnel.ListenConfig{
 		TunnelTLS: tlsTunnel, HTTPTLS: tlsHTTP, Config: s.cfg.Tunnel, Logger: s.log.With("component", "tunnel"),
+		StatelessResetKey: resetKey,
 	})
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)

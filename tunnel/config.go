@@ -3,6 +3,7 @@ package tunnel
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -183,11 +184,11 @@ func (c *Config) yamuxConfig(log *slog.Logger) *yamux.Config {
 // at Debug: they describe one peer's trouble, not the hub's.
 type yamuxLogger struct{ log *slog.Logger }
 
-func (l yamuxLogger) Print(v ...any) { l.log.Debug(fmt.Sprint(v...)) }
+func (l yamuxLogger) Print(v ...any) { l.log.Debug(strings.TrimSpace(fmt.Sprint(v...))) }
 func (l yamuxLogger) Printf(format string, v ...any) {
-	l.log.Debug(fmt.Sprintf(format, v...))
+	l.log.Debug(strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
-func (l yamuxLogger) Println(v ...any) { l.log.Debug(fmt.Sprint(v...)) }
+func (l yamuxLogger) Println(v ...any) { l.log.Debug(strings.TrimSpace(fmt.Sprint(v...))) }
 
 // orDiscard returns l, or a logger that drops everything when l is nil.
 func orDiscard(l *slog.Logger) *slog.Logger {

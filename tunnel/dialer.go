@@ -47,6 +47,11 @@ type Dialer struct {
 // Config.HandshakeTimeout. In TransportAuto the first transport to complete
 // wins and the other attempt is cancelled (and closed, if it completed too);
 // if both fail the error names both failures and wraps both.
+//
+// A hub that refuses the client certificate makes a TCP dial fail with the
+// TLS alert (Dial waits one round trip for it). On QUIC the refusal can
+// arrive just after Dial returned (TLS 1.3 lets the client finish first):
+// the session then ends at once, and Done closes.
 func (d *Dialer) Dial(ctx context.Context, addr string) (Session, error) {
 	cfg, err := d.Config.resolve()
 	if err != nil {
@@ -125,7 +130,7 @@ func dialAuto(ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config
 		select {
 		case <-timer.C:
 			if !tcpStarted {
-				log.Debug("tunnel: quic head start over, racing tcp")
+				log.Debug("tunnel quic head start over, racing tcp")
 				startTCP()
 			}
 		case r := <-results:
@@ -137,10 +142,10 @@ func dialAuto(ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config
 						_ = loser.s.Close()
 					}
 				}
-				log.Debug("tunnel: dialed", "transport", r.t.String())
+				log.Debug("tunnel dialed", "transport", r.t.String())
 				return r.s, nil
 			}
-			log.Debug("tunnel: dial attempt failed", "transport", r.t.String(), "err", r.err)
+			log.Debug("tunnel dial attempt failed", "transport", r.t.String(), "err", r.err)
 			if r.t == TransportQUIC {
 				quicErr = r.err
 				if !tcpStarted {

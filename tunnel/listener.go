@@ -54,6 +54,13 @@ type ListenConfig struct {
 	// Logger receives the listener's logs; failed handshakes and other
 	// per-connection noise go to Debug. Nil discards.
 	Logger *slog.Logger
+
+	// StatelessResetKey, if set, lets a restarted hub answer packets of QUIC
+	// connections it no longer knows with a stateless reset, so agents
+	// notice a hub restart at their next packet instead of after their idle
+	// timeout. It must stay the same across restarts (keep it in the data
+	// dir) and secret.
+	StatelessResetKey *[32]byte
 }
 
 // Listener accepts tunnel sessions on one address: QUIC on UDP and TLS on
@@ -124,6 +131,10 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 		return nil, err
 	}
 	qtr := &quic.Transport{Conn: udpConn}
+	if lc.StatelessResetKey != nil {
+		key := quic.StatelessResetKey(*lc.StatelessResetKey)
+		qtr.StatelessResetKey = &key
+	}
 	ql, err := qtr.Listen(tunnelTLS, cfg.quicConfig())
 	if err != nil {
 		_ = tcpLn.Close()
@@ -289,7 +300,7 @@ func (l *Listener) acceptQUIC() {
 		conn, err := l.ql.Accept(l.ctx)
 		if err != nil {
 			if l.ctx.Err() == nil {
-				l.log.Error("tunnel: quic accept stopped", "err", err)
+				l.log.Error("tunnel quic accept stopped", "err", err)
 			}
 			return
 		}
@@ -311,7 +322,7 @@ func (l *Listener) acceptTCP() {
 			// Out of file descriptors and the like: back off as
 			// net/http does rather than spin.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			l.log.Warn("tunnel: tcp accept failed", "err", err, "retry_in", backoff)
+			l.log.Warn("tunnel tcp accept failed", "err", err, "retry_in", backoff)
 			select {
 			case <-time.After(backoff):
 				continue
@@ -323,7 +334,7 @@ func (l *Listener) acceptTCP() {
 		select {
 		case l.handshake <- struct{}{}:
 		default:
-			l.log.Debug("tunnel: too many pending handshakes, dropping connection", "remote", raw.RemoteAddr().String())
+			l.log.Debug("tunnel handshake backlog full, dropping connection", "remote", raw.RemoteAddr().String())
 			_ = raw.Close()
 			continue
 		}
@@ -344,7 +355,7 @@ func (l *Listener) serveTCP(raw net.Conn) {
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
-		log.Debug("tunnel: tls handshake failed", "err", err)
+		log.Debug("tunnel tls handshake failed", "err", err)
 		_ = raw.Close()
 		return
 	}
@@ -356,7 +367,7 @@ func (l *Listener) serveTCP(raw net.Conn) {
 	}
 	sess, err := newYamuxSession(tc, l.cfg, true, log.With("transport", "tcp"))
 	if err != nil {
-		log.Debug("tunnel: start session failed", "err", err)
+		log.Debug("tunnel start session failed", "err", err)
 		return
 	}
 	log.Debug("tunnel session accepted", "transport", "tcp")

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -220,5 +221,20 @@ func TestAcceptContext(t *testing.T) {
 	defer cancel()
 	if _, err := l.Accept(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Accept: %v, want context.DeadlineExceeded", err)
+	}
+}
+
+// TestListenWildcard: an address without host listens on all interfaces,
+// on both transports.
+func TestListenWildcard(t *testing.T) {
+	l, err := Listen(t.Context(), ":0", ListenConfig{TunnelTLS: tunnelServerTLS()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+	for _, tr := range transports {
+		agent, hub := dialAccept(t, l, addr, tr, nil)
+		openPair(t, hub, agent)
 	}
 }

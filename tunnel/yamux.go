@@ -220,9 +220,8 @@ func (c *hookConn) Read(b []byte) (int, error) {
 }
 
 func (c *hookConn) Close() error {
-	err := c.Conn.Close()
-	c.cancel()
-	return err
+	c.cancel() // first: closing TLS may wait for its close_notify write
+	return c.Conn.Close()
 }
 
 // firstReadErr is the first error a read on the connection returned, or nil.

@@ -30,7 +30,7 @@ func newStatusCmd() *cobra.Command {
 			} else if err != nil {
 				return fmt.Errorf("read status: %w", err)
 			}
-			if st.PID != 0 && st.State != "stopped" && syscall.Kill(st.PID, 0) != nil {
+			if st.PID != 0 && (st.State == "connected" || st.State == "connecting") && syscall.Kill(st.PID, 0) != nil {
 				st.State = "not running (agent exited)"
 			}
 			switch output {

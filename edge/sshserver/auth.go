@@ -1,6 +1,7 @@
 package sshserver
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/gliderlabs/ssh"
@@ -90,13 +91,13 @@ func (s *Server) authorize(ctx ssh.Context, key ssh.PublicKey) bool {
 func (s *Server) checkUserCert(user string, cert *gossh.Certificate) (*gossh.Permissions, error) {
 	cas := s.userCAs.Load()
 	if cas.empty() {
-		return nil, fmt.Errorf("sshserver: no trusted user CAs")
+		return nil, errors.New("sshserver: no trusted user CAs")
 	}
 	if cert.CertType != gossh.UserCert {
 		return nil, fmt.Errorf("sshserver: certificate type %d is not a user certificate", cert.CertType)
 	}
 	if !cas.contains(cert.SignatureKey) {
-		return nil, fmt.Errorf("sshserver: certificate signed by an untrusted authority")
+		return nil, errors.New("sshserver: certificate signed by an untrusted authority")
 	}
 	checker := gossh.CertChecker{
 		SupportedCriticalOptions: []string{"source-address"},

@@ -17,11 +17,12 @@ import (
 // runPTY runs cmd on a new pseudo-terminal whose size follows the client's
 // window changes. The terminal is the process's controlling terminal, so
 // job control and ^C work as on a real login.
-func (s *Server) runPTY(sctx *sessionContext, cmd *exec.Cmd, req ssh.Pty, proc *procState) exitResult {
+func (s *Server) runPTY(sctx *sessionContext, cmd *exec.Cmd, req ssh.Pty) exitResult {
+	proc := &sctx.proc
 	ch := sctx.rawChannel()
 	master, tty, err := openPTY()
 	if err != nil {
-		return startFailed(ch.Stderr(), err)
+		return startFailed(ch.Stderr(), "\r\n", err)
 	}
 	setWinsize(master, req.Window)
 	if req.Term != "" {
@@ -35,7 +36,7 @@ func (s *Server) runPTY(sctx *sessionContext, cmd *exec.Cmd, req ssh.Pty, proc *
 	tty.Close()
 	if err != nil {
 		master.Close()
-		return startFailed(ch.Stderr(), err)
+		return startFailed(ch.Stderr(), "\r\n", err)
 	}
 	proc.setPTY(master)
 	defer func() {
@@ -52,7 +53,7 @@ func (s *Server) runPTY(sctx *sessionContext, cmd *exec.Cmd, req ssh.Pty, proc *
 		// Ends with EIO once no process holds the terminal any more.
 		io.Copy(ch, master)
 	}()
-	res := supervise(sctx, cmd, proc)
+	res := supervise(sctx, cmd)
 	drainOutput(sctx, &out, master)
 	return res
 }
@@ -65,18 +66,18 @@ func (s *Server) runPTY(sctx *sessionContext, cmd *exec.Cmd, req ssh.Pty, proc *
 func openPTY() (master, tty *os.File, err error) {
 	m, t, err := pty.Open()
 	if err != nil {
-		return nil, nil, fmt.Errorf("sshserver: open pty: %w", err)
+		return nil, nil, fmt.Errorf("open pty: %w", err)
 	}
 	fd, err := unix.FcntlInt(m.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	m.Close()
 	if err != nil {
 		t.Close()
-		return nil, nil, fmt.Errorf("sshserver: dup pty master: %w", err)
+		return nil, nil, fmt.Errorf("dup pty master: %w", err)
 	}
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
 		t.Close()
-		return nil, nil, fmt.Errorf("sshserver: pty master non-blocking: %w", err)
+		return nil, nil, fmt.Errorf("pty master non-blocking: %w", err)
 	}
 	return os.NewFile(uintptr(fd), "/dev/ptmx"), t, nil
 }

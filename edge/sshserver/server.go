@@ -18,7 +18,11 @@
 // Close is called) everything left in that session is killed with SIGKILL, so
 // nothing outlives the SSH session: background jobs and nohup'ed commands
 // included. Only processes that deliberately leave the session (setsid,
-// daemonizing) escape, as with any supervisor.
+// daemonizing) escape, as with any supervisor; one that also keeps the
+// session's stdout or stderr open keeps the session open until the client
+// disconnects, as with sshd. Killing the whole session relies on /proc and is
+// complete on Linux; elsewhere only the session's main process group is
+// killed. The package builds on Unix systems only.
 //
 // Supported: exec and shell sessions with or without a PTY, window changes,
 // client signals, the "sftp" subsystem (which also serves OpenSSH 9's scp),

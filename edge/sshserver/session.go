@@ -3,7 +3,6 @@ package sshserver
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/gliderlabs/ssh"
@@ -75,6 +73,7 @@ type sessionContext struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	state  *connState
+	proc   procState // receives the session's signals and window changes
 
 	mu      sync.Mutex // guards the following fields
 	values  map[any]any
@@ -124,20 +123,64 @@ func (c *sessionContext) rawChannel() gossh.Channel {
 	return c.channel
 }
 
-// acceptHook records the accepted channel in the session context.
+// acceptHook records the accepted channel in the session context and puts
+// filterRequests between the channel and gliderlabs' request loop.
 type acceptHook struct {
 	gossh.NewChannel
-	sctx *sessionContext
+	sctx     *sessionContext
+	filtered chan struct{} // closed when filterRequests is done
 }
 
+// Accept implements gossh.NewChannel.
 func (a acceptHook) Accept() (gossh.Channel, <-chan *gossh.Request, error) {
 	ch, reqs, err := a.NewChannel.Accept()
-	if err == nil {
-		a.sctx.mu.Lock()
-		a.sctx.channel = ch
-		a.sctx.mu.Unlock()
+	if err != nil {
+		close(a.filtered)
+		return ch, reqs, err
 	}
-	return ch, reqs, err
+	a.sctx.mu.Lock()
+	a.sctx.channel = ch
+	a.sctx.mu.Unlock()
+	out := make(chan *gossh.Request)
+	go func() {
+		defer close(a.filtered)
+		a.sctx.filterRequests(reqs, out)
+	}()
+	return ch, out, nil
+}
+
+// filterRequests handles "window-change" and "signal" itself and passes the
+// other session requests on. gliderlabs delivers those two with blocking
+// channel sends from its request loop, to readers that only exist while a
+// handler runs: a client sending a window change without ever starting a
+// shell would wedge the loop, and with it Close. Here they are applied to
+// the session's process state without blocking.
+func (c *sessionContext) filterRequests(in <-chan *gossh.Request, out chan<- *gossh.Request) {
+	defer close(out)
+	for req := range in {
+		switch req.Type {
+		case "window-change":
+			var p struct{ Cols, Rows, WidthPx, HeightPx uint32 }
+			err := gossh.Unmarshal(req.Payload, &p)
+			if err == nil {
+				c.proc.resize(ssh.Window{Width: int(p.Cols), Height: int(p.Rows)})
+			}
+			if req.WantReply {
+				req.Reply(err == nil, nil)
+			}
+		case "signal":
+			var p struct{ Signal string }
+			err := gossh.Unmarshal(req.Payload, &p)
+			if err == nil {
+				c.proc.signal(ssh.Signal(p.Signal))
+			}
+			if req.WantReply {
+				req.Reply(err == nil, nil)
+			}
+		default:
+			out <- req
+		}
+	}
 }
 
 // sessionChannel handles a "session" channel. gliderlabs' default handler
@@ -153,32 +196,9 @@ func (s *Server) sessionChannel(srv *ssh.Server, conn *gossh.ServerConn, newChan
 	defer st.tasks.done()
 	sctx := newSessionContext(ctx, st)
 	defer sctx.cancel()
-	ssh.DefaultSessionHandler(srv, conn, acceptHook{NewChannel: newChan, sctx: sctx}, sctx)
-}
-
-// exitResult is how a session's process ended, as reported to the client.
-type exitResult struct {
-	status     int    // exit status; 128+n for a process killed by signal n
-	signal     string // RFC 4254 signal name if killed by a standard signal
-	coreDumped bool
-}
-
-// send reports r to the client and closes the channel. For a signal it
-// sends exit-signal and then exit-status 128+n: RFC 4254 clients (such as
-// x/crypto) see the signal, and OpenSSH's client, which ignores exit-signal,
-// exits with the shell convention 128+n instead of 255.
-func (r exitResult) send(sess ssh.Session) {
-	_ = sess.CloseWrite()
-	if r.signal != "" {
-		msg := struct {
-			Signal     string
-			CoreDumped bool
-			Error      string
-			Lang       string
-		}{Signal: r.signal, CoreDumped: r.coreDumped}
-		_, _ = sess.SendRequest("exit-signal", false, gossh.Marshal(&msg))
-	}
-	_ = sess.Exit(r.status)
+	hook := acceptHook{NewChannel: newChan, sctx: sctx, filtered: make(chan struct{})}
+	ssh.DefaultSessionHandler(srv, conn, hook, sctx)
+	<-hook.filtered
 }
 
 // handleSession serves "shell" and "exec" requests.
@@ -200,22 +220,19 @@ func (s *Server) handleSession(sess ssh.Session) {
 	// Everything, including the agent socket, is cleaned up before the
 	// client learns the exit status.
 	res := s.runSession(sctx, sess, raw, log)
+	if res.err != nil {
+		log.Warn("session failed", "err", res.err)
+	}
 	log.Info("session ended", "status", res.status, "signal", res.signal, "client_gone", sctx.Err() != nil)
 	res.send(sess)
 }
 
 func (s *Server) runSession(sctx *sessionContext, sess ssh.Session, raw string, log *slog.Logger) exitResult {
 	st := sctx.state
-	ptyReq, winch, isPty := sess.Pty()
+	// Window changes never reach gliderlabs (see filterRequests), so the
+	// size in ptyReq is the one from the pty request.
+	ptyReq, _, isPty := sess.Pty()
 	log.Info("session started", "pty", isPty)
-
-	// Client signals and window changes must be consumed for as long as the
-	// channel lives: gliderlabs delivers both with blocking sends from its
-	// request loop.
-	proc := &procState{}
-	sigs := make(chan ssh.Signal, 128) // gliderlabs buffers at most 128 early signals
-	sess.Signals(sigs)
-	st.tasks.goTracked(func() { proc.pump(sctx, sigs, winch) })
 
 	env := s.sessionEnv(sess)
 	if ssh.AgentRequested(sess) {
@@ -229,9 +246,9 @@ func (s *Server) runSession(sctx *sessionContext, sess ssh.Session, raw string, 
 
 	cmd := s.command(raw, env)
 	if isPty {
-		return s.runPTY(sctx, cmd, ptyReq, proc)
+		return s.runPTY(sctx, cmd, ptyReq)
 	}
-	return s.runPipes(sctx, sess, cmd, proc)
+	return s.runPipes(sctx, sess, cmd)
 }
 
 // command builds the process for a session: a login shell when raw is
@@ -306,248 +323,4 @@ func (s *Server) forwardAgent(sess ssh.Session, st *connState) (sock string, cle
 		return "", nil, fmt.Errorf("sshserver: agent forwarding: connection closing")
 	}
 	return sock, cleanup, nil
-}
-
-// runPipes runs cmd without a terminal, stdin/stdout/stderr on pipes.
-// The pipes are *os.File on both ends, so os/exec starts no copy goroutines
-// of its own and Wait returns when the process exits; the copying is ours.
-func (s *Server) runPipes(sctx *sessionContext, sess ssh.Session, cmd *exec.Cmd, proc *procState) exitResult {
-	var pipes [3][2]*os.File // [stdin, stdout, stderr][read, write]
-	for i := range pipes {
-		r, w, err := os.Pipe()
-		if err != nil {
-			for _, p := range pipes[:i] {
-				p[0].Close()
-				p[1].Close()
-			}
-			return startFailed(sess.Stderr(), err)
-		}
-		pipes[i] = [2]*os.File{r, w}
-	}
-	stdinW, stdoutR, stderrR := pipes[0][1], pipes[1][0], pipes[2][0]
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0][0], pipes[1][1], pipes[2][1]
-	// A new session is also a new process group, so killSession reaches
-	// the command and everything it starts.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err := cmd.Start()
-	pipes[0][0].Close()
-	pipes[1][1].Close()
-	pipes[2][1].Close()
-	if err != nil {
-		stdinW.Close()
-		stdoutR.Close()
-		stderrR.Close()
-		return startFailed(sess.Stderr(), err)
-	}
-	// Closing stdinW on return also unblocks a copy stuck writing to a pipe
-	// nobody reads any more.
-	defer stdinW.Close()
-	// Stdin is not waited for: a client may keep its stdin open after the
-	// command exited. The copy ends at client EOF (passed on as EOF) or when
-	// the channel closes, and the connection's tracker waits for it.
-	if !sctx.state.tasks.goTracked(func() {
-		io.Copy(stdinW, sess)
-		stdinW.Close()
-	}) {
-		stdinW.Close()
-	}
-	var out sync.WaitGroup
-	out.Add(2)
-	go func() {
-		defer out.Done()
-		io.Copy(sess, stdoutR)
-	}()
-	go func() {
-		defer out.Done()
-		io.Copy(sess.Stderr(), stderrR)
-	}()
-	res := supervise(sctx, cmd, proc)
-	drainOutput(sctx, &out, stdoutR, stderrR)
-	return res
-}
-
-// drainOutput waits until the output copies hit EOF, which (with the session
-// killed) is once everything buffered reached the client, or until the
-// session is gone and nobody would receive it. The read ends are closed
-// either way, which also unblocks copies still reading.
-func drainOutput(sctx *sessionContext, out *sync.WaitGroup, readers ...*os.File) {
-	done := make(chan struct{})
-	go func() {
-		out.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-sctx.Done():
-	}
-	for _, r := range readers {
-		r.Close()
-	}
-	<-done
-}
-
-// startFailed reports a process that could not be started, with the status
-// shells use for a command that cannot be run.
-func startFailed(stderr io.Writer, err error) exitResult {
-	fmt.Fprintf(stderr, "sshserver: start session: %v\r\n", err)
-	return exitResult{status: 127}
-}
-
-// supervise waits for the session's process to exit, kills whatever is left
-// in its session, reaps it and returns its status. If the session context
-// ends first (client gone, Close, ServeConn's context), the whole session is
-// killed right away.
-func supervise(sctx *sessionContext, cmd *exec.Cmd, proc *procState) exitResult {
-	pid := cmd.Process.Pid
-	proc.started(pid)
-	stop := make(chan struct{})
-	watcherDone := make(chan struct{})
-	go func() {
-		defer close(watcherDone)
-		select {
-		case <-sctx.Done():
-			killSession(pid)
-		case <-stop:
-		}
-	}()
-	// Where possible, wait without reaping: while the exited leader is a
-	// zombie its pid, and with it the session and group id, cannot be
-	// reused, so the kills below cannot hit an unrelated process.
-	reaped := false
-	if !waitExitedNoReap(pid) {
-		cmd.Wait()
-		reaped = true
-	}
-	close(stop)
-	<-watcherDone
-	proc.exited()
-	killSession(pid)
-	if !reaped {
-		cmd.Wait()
-	}
-	return resultOf(cmd.ProcessState)
-}
-
-func resultOf(ps *os.ProcessState) exitResult {
-	if ps == nil {
-		return exitResult{status: 255}
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		sig := ws.Signal()
-		return exitResult{status: 128 + int(sig), signal: signalName(sig), coreDumped: ws.CoreDump()}
-	}
-	return exitResult{status: ps.ExitCode()}
-}
-
-// signals maps the RFC 4254 section 6.10 signal names to their numbers.
-var signals = map[ssh.Signal]syscall.Signal{
-	ssh.SIGABRT: syscall.SIGABRT,
-	ssh.SIGALRM: syscall.SIGALRM,
-	ssh.SIGFPE:  syscall.SIGFPE,
-	ssh.SIGHUP:  syscall.SIGHUP,
-	ssh.SIGILL:  syscall.SIGILL,
-	ssh.SIGINT:  syscall.SIGINT,
-	ssh.SIGKILL: syscall.SIGKILL,
-	ssh.SIGPIPE: syscall.SIGPIPE,
-	ssh.SIGQUIT: syscall.SIGQUIT,
-	ssh.SIGSEGV: syscall.SIGSEGV,
-	ssh.SIGTERM: syscall.SIGTERM,
-	ssh.SIGUSR1: syscall.SIGUSR1,
-	ssh.SIGUSR2: syscall.SIGUSR2,
-}
-
-// signalName is the RFC 4254 name of sig, or "" for signals the RFC does
-// not name (those are reported by exit status only).
-func signalName(sig syscall.Signal) string {
-	for name, s := range signals {
-		if s == sig {
-			return string(name)
-		}
-	}
-	return ""
-}
-
-// procState is what the request pump needs to act on a session's process.
-type procState struct {
-	mu      sync.Mutex       // guards the following fields
-	pid     int              // the running process; 0 before start and once it exited
-	done    bool             // the process exited; signals are dropped
-	pending []syscall.Signal // signals that arrived before the process started
-	pty     *os.File         // PTY master, nil without a PTY or once closed
-	win     *ssh.Window      // latest requested window size
-}
-
-// maxPendingSignals bounds signals queued before the process starts.
-const maxPendingSignals = 16
-
-// started records the process and delivers signals the client sent before
-// it existed (a client may signal right after its exec request is accepted).
-func (p *procState) started(pid int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.pid = pid
-	for _, sig := range p.pending {
-		syscall.Kill(pid, sig)
-	}
-	p.pending = nil
-}
-
-// exited stops signal delivery; it is called before the process is reaped
-// so a signal can never reach a recycled pid.
-func (p *procState) exited() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.pid = 0
-	p.done = true
-}
-
-// signal delivers sig to the process, like sshd: to the session's process
-// only, which decides what to do with its children.
-func (p *procState) signal(sig ssh.Signal) {
-	n, ok := signals[sig]
-	if !ok {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case p.pid != 0:
-		syscall.Kill(p.pid, n)
-	case !p.done && len(p.pending) < maxPendingSignals:
-		p.pending = append(p.pending, n)
-	}
-}
-
-// setPTY attaches (or, with nil, detaches) the PTY master and applies the
-// latest window size requested so far.
-func (p *procState) setPTY(f *os.File) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.pty = f
-	if f != nil && p.win != nil {
-		setWinsize(f, *p.win)
-	}
-}
-
-// pump delivers client signals and window changes until the session ends.
-func (p *procState) pump(ctx context.Context, sigs <-chan ssh.Signal, winch <-chan ssh.Window) {
-	for {
-		select {
-		case sig := <-sigs:
-			p.signal(sig)
-		case w, ok := <-winch:
-			if !ok {
-				winch = nil
-				continue
-			}
-			p.mu.Lock()
-			p.win = &w
-			if p.pty != nil {
-				setWinsize(p.pty, w)
-			}
-			p.mu.Unlock()
-		case <-ctx.Done():
-			return
-		}
-	}
 }

@@ -34,6 +34,22 @@ func TestExecOutputAndStatus(t *testing.T) {
 	}
 }
 
+func TestMissingShell(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { c.Shell = "/nonexistent/shell" })
+	r := e.ssh(testHost, "true")
+	if r.code != 127 || !strings.Contains(r.stderr, "sshserver: start session") {
+		t.Fatalf("missing shell: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = e.ssh("-tt", testHost)
+	if r.code != 127 || !strings.Contains(r.stdout+r.stderr, "sshserver: start session") {
+		t.Fatalf("missing shell with pty: exit %d, stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// SFTP does not need a shell.
+	batch := filepath.Join(e.dir, "batch")
+	os.WriteFile(batch, []byte("pwd\n"), 0o600)
+	mustSucceed(t, "sftp without a shell", e.run(nil, nil, "sftp", "-b", batch, testHost))
+}
+
 func TestExecEnvironment(t *testing.T) {
 	e := newTestEnv(t)
 	home, _ := os.UserHomeDir()
@@ -105,6 +121,23 @@ func TestPTYSession(t *testing.T) {
 	if r.code != 5 || !strings.Contains(r.stdout, "interactive-42") {
 		t.Fatalf("interactive shell: exit %d, stdout %q", r.code, r.stdout)
 	}
+}
+
+// An interactive shell on a terminal puts background jobs in process groups
+// of their own; they are still in the session and must die with it.
+func TestPTYJobControlJobsKilled(t *testing.T) {
+	e := newTestEnv(t)
+	pidFile := filepath.Join(e.dir, "job.pid")
+	in := fmt.Sprintf("set -m; sleep 300 & echo $! > %s\nexit\n", pidFile)
+	r := e.run(strings.NewReader(in), nil, "ssh", "-tt", testHost)
+	mustSucceed(t, "ssh -tt job", r)
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	fmt.Sscan(string(data), &pid)
+	waitProcessGone(t, pid)
 }
 
 func TestShellWithoutPTY(t *testing.T) {
@@ -181,12 +214,83 @@ func TestWindowChangeAndSignal(t *testing.T) {
 	}
 }
 
+// A client may request a PTY and resize it without ever starting a shell;
+// that must not wedge the session's request handling (and so Close).
+func TestWindowChangesWithoutShell(t *testing.T) {
+	e := newTestEnv(t)
+	c := e.dial()
+	sess, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.RequestPty("xterm", 24, 80, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := sess.WindowChange(30+i, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A request with a reply proves the loop is still serving.
+	if ok, err := sess.SendRequest("env", true, gossh.Marshal(struct{ K, V string }{"LANG", "C"})); err != nil || !ok {
+		t.Fatalf("env request after window changes: %v %v", ok, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		e.srv.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hung")
+	}
+}
+
 func TestClientDisconnectKillsProcess(t *testing.T) {
 	e := newTestEnv(t)
 	cmd, pid := e.startSleeper()
 	cmd.Process.Kill()
 	waitExit(t, cmd)
 	waitProcessGone(t, pid)
+}
+
+func TestChannelCloseKillsProcess(t *testing.T) {
+	e := newTestEnv(t)
+	c := e.dial()
+	sess, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := sess.StdoutPipe()
+	if err := sess.Start("echo $$; exec sleep 300"); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Fscan(out, &pid); err != nil {
+		t.Fatal(err)
+	}
+	// Closing the channel while the connection stays up (as a multiplexing
+	// client does) ends the session too.
+	sess.Close()
+	waitProcessGone(t, pid)
+	// The connection is still usable.
+	sess2, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess2.Close()
+	if out, err := sess2.Output("echo again"); err != nil || string(out) != "again\n" {
+		t.Fatalf("second session: %q, %v", out, err)
+	}
+}
+
+func TestIdleTimeout(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+	mustSucceed(t, "quick command", e.ssh(testHost, "echo hi"))
+	if r := e.ssh(testHost, "sleep 3; echo too-late"); r.code != 255 || strings.Contains(r.stdout, "too-late") {
+		t.Fatalf("idle connection: exit %d, stdout %q", r.code, r.stdout)
+	}
 }
 
 func TestBackgroundJobsKilledWhenSessionEnds(t *testing.T) {

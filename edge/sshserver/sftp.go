@@ -19,11 +19,6 @@ func (s *Server) handleSFTP(sess ssh.Session) {
 	defer st.tasks.done()
 	log := st.log.With("user", sess.User(), "kind", "sftp")
 	log.Info("session started")
-	// A (pointless) PTY request still produces window changes that must
-	// be consumed; see handleSession.
-	if _, winch, isPty := sess.Pty(); isPty {
-		st.tasks.goTracked(func() { (&procState{}).pump(sctx, nil, winch) })
-	}
 
 	srv, err := sftp.NewServer(sctx.rawChannel(), sftp.WithServerWorkingDirectory(s.user.dir))
 	if err != nil {

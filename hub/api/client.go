@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/tether-dev/tether/pki"
@@ -57,6 +58,13 @@ func NewLocalClient(dataDir string) (*Client, error) {
 	var info HubInfo
 	if err := json.Unmarshal(b, &info); err != nil {
 		return nil, fmt.Errorf("read %s: %w", filepath.Join(dataDir, HubInfoFile), err)
+	}
+	if info.PID > 0 {
+		// kill(pid, 0): ESRCH means the hub that wrote hub.json is gone
+		// (killed without cleanup); EPERM means it runs as another user.
+		if err := syscall.Kill(info.PID, 0); errors.Is(err, syscall.ESRCH) {
+			return nil, fmt.Errorf("%w: %s names pid %d, which has exited; start the hub with `tether hub --data-dir %s`", ErrHubNotRunning, filepath.Join(dataDir, HubInfoFile), info.PID, dataDir)
+		}
 	}
 	return NewClient(info.API, filepath.Join(dataDir, AdminDir))
 }

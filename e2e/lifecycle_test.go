@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestHubRestart: agents reconnect by themselves after a graceful restart
+// and after kill -9, and jumps work again; the store survives both.
+func TestHubRestart(t *testing.T) {
+	h := startHub(t)
+	h.cli("operator", "add", "alice", "--key", opPub)
+	join := h.token("--uses", "2")
+	fast := []string{"--ssh", "embedded", "--keepalive", "1s", "--dead-peer-timeout", "4s"}
+	_, dirQ := startAgent(t, join, "rq", append(fast, "--transport", "quic")...)
+	_, dirT := startAgent(t, join, "rt", append(fast, "--transport", "tcp")...)
+	h.waitOnline("rq", "quic")
+	h.waitOnline("rt", "tcp")
+	c := newSSHClient(t, h)
+	c.trust("rq", readHostPub(t, filepath.Join(dirQ, "ssh_host_ed25519_key")))
+	c.trust("rt", readHostPub(t, filepath.Join(dirT, "ssh_host_ed25519_key")))
+
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			h.p.stop(sig)
+			// Restart at once. After kill -9 a QUIC agent learns of the
+			// restart from a stateless reset (if it sends data) or from its
+			// dead-peer timeout, shortened here to keep the test fast.
+			start := time.Now()
+			h.start()
+			h.waitOnline("rq", "quic")
+			h.waitOnline("rt", "tcp")
+			t.Logf("after %s: both agents back in %s", sig, time.Since(start).Round(10*time.Millisecond))
+			for _, n := range []string{"rq", "rt"} {
+				out, errOut, code := c.run(30*time.Second, n, "echo back")
+				if code != 0 || strings.TrimSpace(out) != "back" {
+					t.Fatalf("jump to %s after restart: %d %q %q", n, code, out, errOut)
+				}
+			}
+		})
+	}
+	// The operator registered before both restarts is still there.
+	if !strings.Contains(h.cli("operator", "list"), "alice") {
+		t.Fatal("operator lost across restarts")
+	}
+}
+
+type agentStatus struct {
+	State     string `json:"state"`
+	Transport string `json:"transport"`
+	LastError string `json:"last_error"`
+}
+
+func readStatus(t *testing.T, stateDir string) agentStatus {
+	t.Helper()
+	out, _, _ := runCmd(t, 10*time.Second, filepath.Join(binDir, "tether-edge"), "status", "--state-dir", stateDir, "-o", "json")
+	var st agentStatus
+	_ = json.Unmarshal([]byte(out), &st)
+	return st
+}
+
+// TestJoinRefusals: used-up, expired, unknown tokens and a wrong CA pin are
+// refused with a clear message and a non-zero exit from tether-edge join.
+func TestJoinRefusals(t *testing.T) {
+	h := startHub(t)
+	edgeBin := filepath.Join(binDir, "tether-edge")
+	join := func(js, name string) (string, int) {
+		_, errOut, code := runCmd(t, 30*time.Second, edgeBin, "join", js, "--name", name, "--state-dir", filepath.Join(t.TempDir(), name))
+		return errOut, code
+	}
+	once := h.token("--uses", "1")
+	if out, code := join(once, "first"); code != 0 {
+		t.Fatalf("first join: %d %s", code, out)
+	}
+	short := h.token("--ttl", "1s", "--uses", "5")
+	time.Sleep(1500 * time.Millisecond)
+	id, _, _ := strings.Cut(strings.TrimPrefix(once, "tether://"), ".")
+	unknown := strings.Replace(once, id+".", "zzzzzzzz.", 1)
+	badSecret := once[:strings.Index(once, "@")-4] + "aaaa" + once[strings.Index(once, "@"):]
+	wrongPin := once[:len(once)-8] + "00000000"
+	cases := []struct {
+		name, js, want string
+	}{
+		{"reused", once, "no uses left"},
+		{"expired", short, "expired"},
+		{"unknown id", unknown, "unknown"},
+		{"wrong secret", badSecret, "unknown"},
+		{"wrong pin", wrongPin, "pin"},
+		{"garbage", "hello", "invalid join string"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, code := join(tc.js, "n-"+strings.ReplaceAll(tc.name, " ", "-"))
+			if code == 0 || !strings.Contains(out, tc.want) {
+				t.Fatalf("join with %s token: exit %d, stderr %q, want %q", tc.name, code, out, tc.want)
+			}
+		})
+	}
+	// A second node may not take an existing name.
+	many := h.token("--uses", "5")
+	if out, code := join(many, "first"); code == 0 || !strings.Contains(out, "already registered") {
+		t.Fatalf("duplicate name: exit %d, %q", code, out)
+	}
+	// Nothing was registered by the refused attempts.
+	if n := len(h.nodes()); n != 1 {
+		t.Fatalf("%d nodes registered, want 1", n)
+	}
+}
+
+// TestSameIdentityTwice: a second agent process with the same identity (a
+// restarted agent whose old connection is not yet dead, or a copied state
+// dir) replaces the first session; the hub keeps one session per node and
+// jumps go to the newest.
+func TestReconnectReplacesSession(t *testing.T) {
+	h := startHub(t)
+	h.cli("operator", "add", "alice", "--key", opPub)
+	a1, dir := startAgent(t, h.token(), "dup", "--ssh", "embedded", "--transport", "tcp")
+	h.waitOnline("dup", "tcp")
+	// Freeze the first agent (SIGSTOP): its TCP connection stays open, as a
+	// half-dead link would, so the hub still holds that session.
+	syscall.Kill(a1.cmd.Process.Pid, syscall.SIGSTOP)
+	defer syscall.Kill(a1.cmd.Process.Pid, syscall.SIGCONT)
+	a2 := start(t, "agent-dup-2", filepath.Join(binDir, "tether-edge"), "run", "--state-dir", dir, "--ssh", "embedded", "--transport", "quic", "--log-level", "debug")
+	h.waitOnline("dup", "quic")
+	if !strings.Contains(h.p.logText(), "replaced its previous session") {
+		t.Fatal("hub did not log the replacement")
+	}
+	c := newSSHClient(t, h)
+	c.trust("dup", readHostPub(t, filepath.Join(dir, "ssh_host_ed25519_key")))
+	if out, errOut, code := c.run(30*time.Second, "dup", "echo newest"); code != 0 || strings.TrimSpace(out) != "newest" {
+		t.Fatalf("jump after replacement: %d %q %q", code, out, errOut)
+	}
+	_ = a2
+}
+
+// TestRemovedNodeRefused: `tether nodes rm` closes the tunnel at once and
+// the agent stops with a clear message instead of retrying forever.
+func TestRemovedNodeRefused(t *testing.T) {
+	h := startHub(t)
+	a, dir := startAgent(t, h.token(), "gone", "--ssh", "embedded")
+	h.waitOnline("gone", "")
+	h.cli("nodes", "rm", "gone")
+	waitFor(t, "agent to exit", 20*time.Second, a.exited)
+	if st := readStatus(t, dir); st.State != "refused" || !strings.Contains(st.LastError, "removed") {
+		t.Fatalf("status after removal: %+v", st)
+	}
+	if !strings.Contains(a.logText(), "removed") {
+		t.Fatalf("agent log does not say it was removed:\n%s", a.logText())
+	}
+}

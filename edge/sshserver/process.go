@@ -1,0 +1,275 @@
+package sshserver
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+
+	"github.com/gliderlabs/ssh"
+	gossh "golang.org/x/crypto/ssh"
+)
+
+// exitResult is how a session's process ended, as reported to the client.
+type exitResult struct {
+	status     int    // exit status; 128+n for a process killed by signal n
+	signal     string // RFC 4254 signal name if killed by a standard signal
+	coreDumped bool
+	err        error // why the process could not be started, for the log
+}
+
+// send reports r to the client and closes the channel. For a signal it
+// sends exit-signal and then exit-status 128+n: RFC 4254 clients (such as
+// x/crypto) see the signal, and OpenSSH's client, which ignores exit-signal,
+// exits with the shell convention 128+n instead of 255.
+func (r exitResult) send(sess ssh.Session) {
+	_ = sess.CloseWrite()
+	if r.signal != "" {
+		msg := struct {
+			Signal     string
+			CoreDumped bool
+			Error      string
+			Lang       string
+		}{Signal: r.signal, CoreDumped: r.coreDumped}
+		_, _ = sess.SendRequest("exit-signal", false, gossh.Marshal(&msg))
+	}
+	_ = sess.Exit(r.status)
+}
+
+// runPipes runs cmd without a terminal, stdin/stdout/stderr on pipes.
+// The pipes are *os.File on both ends, so os/exec starts no copy goroutines
+// of its own and Wait returns when the process exits; the copying is ours.
+func (s *Server) runPipes(sctx *sessionContext, sess ssh.Session, cmd *exec.Cmd) exitResult {
+	var pipes [3][2]*os.File // [stdin, stdout, stderr][read, write]
+	for i := range pipes {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, p := range pipes[:i] {
+				p[0].Close()
+				p[1].Close()
+			}
+			return startFailed(sess.Stderr(), "\n", err)
+		}
+		pipes[i] = [2]*os.File{r, w}
+	}
+	stdinW, stdoutR, stderrR := pipes[0][1], pipes[1][0], pipes[2][0]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0][0], pipes[1][1], pipes[2][1]
+	// A new session is also a new process group, so killSession reaches
+	// the command and everything it starts.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err := cmd.Start()
+	pipes[0][0].Close()
+	pipes[1][1].Close()
+	pipes[2][1].Close()
+	if err != nil {
+		stdinW.Close()
+		stdoutR.Close()
+		stderrR.Close()
+		return startFailed(sess.Stderr(), "\n", err)
+	}
+	// Closing stdinW on return also unblocks a copy stuck writing to a pipe
+	// nobody reads any more.
+	defer stdinW.Close()
+	// Stdin is not waited for: a client may keep its stdin open after the
+	// command exited. The copy ends at client EOF (passed on as EOF) or when
+	// the channel closes, and the connection's tracker waits for it.
+	if !sctx.state.tasks.goTracked(func() {
+		io.Copy(stdinW, sess)
+		stdinW.Close()
+	}) {
+		stdinW.Close()
+	}
+	var out sync.WaitGroup
+	out.Add(2)
+	go func() {
+		defer out.Done()
+		io.Copy(sess, stdoutR)
+	}()
+	go func() {
+		defer out.Done()
+		io.Copy(sess.Stderr(), stderrR)
+	}()
+	res := supervise(sctx, cmd)
+	drainOutput(sctx, &out, stdoutR, stderrR)
+	return res
+}
+
+// drainOutput waits until the output copies hit EOF, which (with the session
+// killed) is once everything buffered reached the client, or until the
+// session is gone and nobody would receive it. The read ends are closed
+// either way, which also unblocks copies still reading.
+func drainOutput(sctx *sessionContext, out *sync.WaitGroup, readers ...*os.File) {
+	done := make(chan struct{})
+	go func() {
+		out.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-sctx.Done():
+	}
+	for _, r := range readers {
+		r.Close()
+	}
+	<-done
+}
+
+// startFailed tells the client why its session could not start and returns
+// the status shells use for a command that cannot be run. newline is
+// "\r\n" on a terminal, whose output is not translated by a tty here.
+func startFailed(stderr io.Writer, newline string, err error) exitResult {
+	err = fmt.Errorf("sshserver: start session: %w", err)
+	fmt.Fprint(stderr, err.Error()+newline)
+	return exitResult{status: 127, err: err}
+}
+
+// supervise waits for the session's process to exit, kills whatever is left
+// in its session, reaps it and returns its status. If the session context
+// ends first (client gone, Close, ServeConn's context), the whole session is
+// killed right away.
+func supervise(sctx *sessionContext, cmd *exec.Cmd) exitResult {
+	pid := cmd.Process.Pid
+	proc := &sctx.proc
+	proc.started(pid)
+	stop := make(chan struct{})
+	watcherDone := make(chan struct{})
+	go func() {
+		defer close(watcherDone)
+		select {
+		case <-sctx.Done():
+			killSession(pid)
+		case <-stop:
+		}
+	}()
+	// Where possible, wait without reaping: while the exited leader is a
+	// zombie its pid, and with it the session and group id, cannot be
+	// reused, so the kills below cannot hit an unrelated process.
+	reaped := false
+	if !waitExitedNoReap(pid) {
+		cmd.Wait()
+		reaped = true
+	}
+	close(stop)
+	<-watcherDone
+	proc.exited()
+	killSession(pid)
+	if !reaped {
+		cmd.Wait()
+	}
+	return resultOf(cmd.ProcessState)
+}
+
+func resultOf(ps *os.ProcessState) exitResult {
+	if ps == nil {
+		return exitResult{status: 255}
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		sig := ws.Signal()
+		return exitResult{status: 128 + int(sig), signal: signalName(sig), coreDumped: ws.CoreDump()}
+	}
+	return exitResult{status: ps.ExitCode()}
+}
+
+// signals maps the RFC 4254 section 6.10 signal names to their numbers.
+var signals = map[ssh.Signal]syscall.Signal{
+	ssh.SIGABRT: syscall.SIGABRT,
+	ssh.SIGALRM: syscall.SIGALRM,
+	ssh.SIGFPE:  syscall.SIGFPE,
+	ssh.SIGHUP:  syscall.SIGHUP,
+	ssh.SIGILL:  syscall.SIGILL,
+	ssh.SIGINT:  syscall.SIGINT,
+	ssh.SIGKILL: syscall.SIGKILL,
+	ssh.SIGPIPE: syscall.SIGPIPE,
+	ssh.SIGQUIT: syscall.SIGQUIT,
+	ssh.SIGSEGV: syscall.SIGSEGV,
+	ssh.SIGTERM: syscall.SIGTERM,
+	ssh.SIGUSR1: syscall.SIGUSR1,
+	ssh.SIGUSR2: syscall.SIGUSR2,
+}
+
+// signalName is the RFC 4254 name of sig, or "" for signals the RFC does
+// not name (those are reported by exit status only).
+func signalName(sig syscall.Signal) string {
+	for name, s := range signals {
+		if s == sig {
+			return string(name)
+		}
+	}
+	return ""
+}
+
+// procState is the session's process as far as client requests (signals,
+// window changes) need it.
+type procState struct {
+	mu      sync.Mutex       // guards the following fields
+	pid     int              // the running process; 0 before start and once it exited
+	done    bool             // the process exited; signals are dropped
+	pending []syscall.Signal // signals that arrived before the process started
+	pty     *os.File         // PTY master, nil without a PTY or once closed
+	win     *ssh.Window      // latest requested window size
+}
+
+// maxPendingSignals bounds signals queued before the process starts.
+const maxPendingSignals = 16
+
+// started records the process and delivers signals the client sent before
+// it existed (a client may signal right after its exec request is accepted).
+func (p *procState) started(pid int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pid = pid
+	for _, sig := range p.pending {
+		syscall.Kill(pid, sig)
+	}
+	p.pending = nil
+}
+
+// exited stops signal delivery; it is called before the process is reaped
+// so a signal can never reach a recycled pid.
+func (p *procState) exited() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pid = 0
+	p.done = true
+}
+
+// signal delivers sig to the process, like sshd: to the session's process
+// only, which decides what to do with its children.
+func (p *procState) signal(sig ssh.Signal) {
+	n, ok := signals[sig]
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.pid != 0:
+		syscall.Kill(p.pid, n)
+	case !p.done && len(p.pending) < maxPendingSignals:
+		p.pending = append(p.pending, n)
+	}
+}
+
+// setPTY attaches (or, with nil, detaches) the PTY master and applies the
+// latest window size requested so far.
+func (p *procState) setPTY(f *os.File) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pty = f
+	if f != nil && p.win != nil {
+		setWinsize(f, *p.win)
+	}
+}
+
+// resize applies a client window change to the terminal, or remembers it
+// until the terminal exists.
+func (p *procState) resize(w ssh.Window) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.win = &w
+	if p.pty != nil {
+		setWinsize(p.pty, w)
+	}
+}

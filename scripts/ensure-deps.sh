@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what `make test` needs when it is missing: OpenSSH client and
+# server (Debian packages). As root it runs apt-get; otherwise it says exactly
+# what to install.
+set -euo pipefail
+
+missing=()
+command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)
+command -v scp >/dev/null 2>&1 || missing+=(openssh-client)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+for pkg in "$@"; do
+  case "$pkg" in
+    iperf3|socat) command -v "$pkg" >/dev/null 2>&1 || missing+=("$pkg") ;;
+  esac
+done
+if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "missing Debian packages: ${missing[*]}" >&2
+  echo "install them with: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "installing Debian packages: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The Debian postinst may start a system sshd on :22; tests never use it.
+mkdir -p /run/sshd
