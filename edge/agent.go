@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -87,8 +86,9 @@ type Agent struct {
 	status   Status
 }
 
-// ErrRemoved means the hub no longer knows this node; re-join is needed.
-var ErrRemoved = errors.New("node removed from hub")
+// ErrRefused means the hub refuses this identity for good (the node was
+// removed, or the identity does not match); re-join is needed.
+var ErrRefused = errors.New("hub refused this node")
 
 // New loads the identity from the state dir and prepares services.
 func New(cfg Config) (*Agent, error) {
@@ -140,7 +140,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.setStatus(func(s *Status) { s.State = "stopped"; s.Since = time.Now().UTC() })
 			return nil
 		}
-		if errors.Is(err, ErrRemoved) {
+		if errors.Is(err, ErrRefused) {
 			a.setStatus(func(s *Status) { s.State = "refused"; s.LastError = err.Error(); s.Since = time.Now().UTC() })
 			return err
 		}
@@ -240,7 +240,10 @@ func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 		return false, fmt.Errorf("waiting for welcome: %w", err)
 	}
 	if msg.Type == control.TypeNotice {
-		return false, fmt.Errorf("%w: %s", ErrRemoved, msg.Notice)
+		if msg.Fatal {
+			return false, fmt.Errorf("%w: %s", ErrRefused, msg.Notice)
+		}
+		return false, fmt.Errorf("hub: %s", msg.Notice)
 	}
 	if msg.Type != control.TypeWelcome {
 		return false, fmt.Errorf("hub sent %s instead of welcome", msg.Type)
@@ -297,10 +300,10 @@ func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 			a.setAuthorizedKeys(msg.AuthorizedKeys, log)
 		case control.TypeNotice:
 			log.Warn("hub notice", "notice", msg.Notice)
-			if strings.Contains(msg.Notice, "removed") {
+			if msg.Fatal {
 				scancel()
 				sess.Close()
-				return true, fmt.Errorf("%w: %s", ErrRemoved, msg.Notice)
+				return true, fmt.Errorf("%w: %s", ErrRefused, msg.Notice)
 			}
 		default:
 			log.Warn("unexpected control message from hub", "type", msg.Type)

@@ -86,8 +86,9 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	if msg.Hello.Name != node.Name {
 		// A certificate is bound to one node: node A's cert cannot claim B.
 		log.Warn("session refused: hello name does not match certificate", "claimed", msg.Hello.Name)
-		_ = control.Write(ctrl, &control.Message{Type: control.TypeNotice,
+		_ = control.Write(ctrl, &control.Message{Type: control.TypeNotice, Fatal: true,
 			Notice: fmt.Sprintf("this identity belongs to node %q, not %q", node.Name, msg.Hello.Name)})
+		registry.CloseAfterGrace(sess)
 		return
 	}
 	conn := registry.NewConn(node.ID, node.Name, sess, ctrl)
@@ -123,7 +124,8 @@ func (s *Server) refuse(sess tunnel.Session, why string) {
 	if st, err := sess.AcceptStream(ctx); err == nil {
 		_ = st.SetDeadline(time.Now().Add(2 * time.Second))
 		if _, err := control.Read(st); err == nil {
-			_ = control.Write(st, &control.Message{Type: control.TypeNotice, Notice: why})
+			_ = control.Write(st, &control.Message{Type: control.TypeNotice, Notice: why, Fatal: true})
+			registry.CloseAfterGrace(sess)
 		}
 		st.Close()
 	}

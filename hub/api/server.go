@@ -209,8 +209,7 @@ func (h *handler) removeNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c, ok := h.Registry.Get(name); ok && c.NodeID == n.ID {
-		_ = c.Send(&control.Message{Type: control.TypeNotice, Notice: "this node was removed from the hub; re-join to come back"})
-		c.Session.Close()
+		c.CloseWithNotice("this node was removed from the hub; re-join to come back", true)
 	}
 	h.Logger.Info("node removed", "node", name, "id", n.ID)
 	writeJSON(w, http.StatusOK, n)

@@ -44,6 +44,30 @@ func (c *Conn) Send(m *control.Message) error {
 	return control.Write(c.ctrl, m)
 }
 
+// noticeGrace is how long a session may live after a notice, so the agent
+// can read it before the connection closes (QUIC drops unread stream data on
+// close).
+const noticeGrace = time.Second
+
+// CloseWithNotice tells the agent why its session ends, gives it a moment to
+// read that (an agent closes the session itself on such a notice), then
+// closes the session.
+func (c *Conn) CloseWithNotice(notice string, fatal bool) {
+	_ = c.Send(&control.Message{Type: control.TypeNotice, Notice: notice, Fatal: fatal})
+	CloseAfterGrace(c.Session)
+}
+
+// CloseAfterGrace closes s once the peer has closed it or noticeGrace has passed.
+func CloseAfterGrace(s tunnel.Session) {
+	t := time.NewTimer(noticeGrace)
+	defer t.Stop()
+	select {
+	case <-s.Done():
+	case <-t.C:
+	}
+	s.Close()
+}
+
 // Registry maps node names to live sessions. A node that reconnects replaces
 // its old session, which is closed.
 type Registry struct {
@@ -61,8 +85,7 @@ func (r *Registry) Put(c *Conn) (replaced *Conn) {
 	r.byName[c.Name] = c
 	r.mu.Unlock()
 	if old != nil && old != c {
-		_ = old.Send(&control.Message{Type: control.TypeNotice, Notice: "replaced by a newer session of the same node"})
-		old.Session.Close()
+		go old.CloseWithNotice("replaced by a newer session of the same node", false)
 		return old
 	}
 	return nil

@@ -73,6 +73,9 @@ type Message struct {
 	Welcome        *Welcome `json:"welcome,omitempty"`
 	AuthorizedKeys []string `json:"authorized_keys,omitempty"`
 	Notice         string   `json:"notice,omitempty"`
+	// Fatal marks a notice after which the agent must not reconnect with
+	// this identity (the node was removed, or the identity is wrong).
+	Fatal bool `json:"fatal,omitempty"`
 }
 
 const (
