@@ -14,7 +14,8 @@ SIZE_MIB=${SIZE_MIB:-1024}
 RUNS=${RUNS:-3}
 W=$(mktemp -d /tmp/tether-bench.XXXXXX)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
+KEEP=0
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ "$KEEP" = 1 ] || rm -rf "$W"; }
 trap cleanup EXIT
 [ "$(id -u)" -eq 0 ] && mkdir -p /run/sshd
 
@@ -72,11 +73,13 @@ Host *
 CFG
 
 copy() { # label, ssh args...
-  local best=0 mbs
+  local best=0 mbs label=$1; shift
   for _ in $(seq "$RUNS"); do
     local s e
     s=$(date +%s.%N)
-    head -c $((SIZE_MIB << 20)) /dev/zero | ssh -F "$W/ssh_config" "$@" 'cat >/dev/null'
+    if ! head -c $((SIZE_MIB << 20)) /dev/zero | ssh -F "$W/ssh_config" "$@" 'cat >/dev/null'; then
+      echo "copy ($label) failed; logs in $W" >&2; KEEP=1; exit 1
+    fi
     e=$(date +%s.%N)
     mbs=$(python3 -c "print(round($SIZE_MIB*1.048576/($e-$s),1))")
     best=$(python3 -c "print(max($best,$mbs))")

@@ -152,3 +152,29 @@ func TestRemovedNodeRefused(t *testing.T) {
 		t.Fatalf("agent log does not say it was removed:\n%s", a.logText())
 	}
 }
+
+// TestRunJoinsOnlyOnce: the same `run --join J` command line works on every
+// boot: the second start finds the identity and does not spend the token again
+// (a single-use token would refuse a second join).
+func TestRunJoinsOnlyOnce(t *testing.T) {
+	h := startHub(t)
+	join := h.token("--uses", "1")
+	stateDir := filepath.Join(t.TempDir(), "boot")
+	args := []string{"run", "--join", join, "--state-dir", stateDir, "--name", "boot", "--ssh", "embedded", "--backoff-max", "2s"}
+	first := start(t, "agent-boot-1", filepath.Join(binDir, "tether-edge"), args...)
+	h.waitOnline("boot", "")
+	id := h.nodes()["boot"].ID
+	first.stop(syscall.SIGTERM)
+	if st := readStatus(t, stateDir); st.State != "stopped" {
+		t.Fatalf("status after SIGTERM: %+v", st)
+	}
+	waitFor(t, "node offline", 10*time.Second, func() bool { return !h.nodes()["boot"].Online })
+	second := start(t, "agent-boot-2", filepath.Join(binDir, "tether-edge"), args...)
+	h.waitOnline("boot", "")
+	if got := h.nodes()["boot"].ID; got != id {
+		t.Fatalf("node id changed from %s to %s: the agent joined again", id, got)
+	}
+	if strings.Contains(second.logText(), "joined hub") {
+		t.Fatal("second boot joined again")
+	}
+}

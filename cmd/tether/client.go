@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -47,9 +49,40 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func checkOutput(o string) error {
-	if o != "table" && o != "json" {
-		return fmt.Errorf("--output %q: want table or json", o)
+// listCommand builds a `list`-style command: fetch rows with the admin
+// client, print them as JSON (-o json) or as a table with header and one
+// tab-separated line per row.
+func listCommand[T any](cmd *cobra.Command, fetch func(*api.Client, context.Context) ([]T, error), header string, row func(T) string) *cobra.Command {
+	var cf clientFlags
+	var output string
+	cmd.Args = cobra.NoArgs
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if output != "table" && output != "json" {
+			return fmt.Errorf("--output %q: want table or json", output)
+		}
+		c, err := cf.client()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		rows, err := fetch(c, cmd.Context())
+		if err != nil {
+			return err
+		}
+		if output == "json" {
+			if rows == nil {
+				rows = []T{}
+			}
+			return printJSON(os.Stdout, rows)
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, header)
+		for _, r := range rows {
+			fmt.Fprintln(tw, row(r))
+		}
+		return tw.Flush()
 	}
-	return nil
+	cf.register(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	return cmd
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -64,39 +63,11 @@ Their key is pushed at once to every node's embedded SSH server.`,
 }
 
 func newOperatorListCmd() *cobra.Command {
-	var cf clientFlags
-	var output string
-	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List operators",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ops, err := c.ListOperators(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if output == "json" {
-				return printJSON(os.Stdout, ops)
-			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tKEY FINGERPRINT\tADDED")
-			for _, o := range ops {
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", o.Name, o.Fingerprint, o.CreatedAt.Local().Format("2006-01-02 15:04"))
-			}
-			return tw.Flush()
-		},
-	}
-	cf.register(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
-	return cmd
+	return listCommand(&cobra.Command{Use: "list", Short: "List operators"},
+		(*api.Client).ListOperators, "NAME\tKEY FINGERPRINT\tADDED",
+		func(o api.Operator) string {
+			return fmt.Sprintf("%s\t%s\t%s", o.Name, o.Fingerprint, o.CreatedAt.Local().Format("2006-01-02 15:04"))
+		})
 }
 
 func newOperatorRmCmd() *cobra.Command {

@@ -2,9 +2,8 @@ package main
 
 import (
 	"fmt"
-	"os"
+	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -61,43 +60,15 @@ applied to every node that joins with it.`,
 }
 
 func newTokenListCmd() *cobra.Command {
-	var cf clientFlags
-	var output string
-	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List join tokens (ids only; secrets are never stored)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
+	return listCommand(&cobra.Command{Use: "list", Short: "List join tokens (ids only; secrets are never stored)"},
+		(*api.Client).ListTokens, "ID\tUSES LEFT\tEXPIRES\tLABELS",
+		func(t api.Token) string {
+			exp := t.ExpiresAt.Local().Format(time.RFC3339)
+			if time.Now().After(t.ExpiresAt) {
+				exp += " (expired)"
 			}
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ts, err := c.ListTokens(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if output == "json" {
-				return printJSON(os.Stdout, ts)
-			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tUSES LEFT\tEXPIRES\tLABELS")
-			for _, t := range ts {
-				exp := t.ExpiresAt.Local().Format(time.RFC3339)
-				if time.Now().After(t.ExpiresAt) {
-					exp += " (expired)"
-				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", t.ID, t.UsesLeft, exp, formatLabels(t.Labels))
-			}
-			return tw.Flush()
-		},
-	}
-	cf.register(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
-	return cmd
+			return fmt.Sprintf("%s\t%d\t%s\t%s", t.ID, t.UsesLeft, exp, formatLabels(t.Labels))
+		})
 }
 
 func newTokenRmCmd() *cobra.Command {
@@ -124,6 +95,6 @@ func formatLabels(l map[string]string) string {
 	for k, v := range l {
 		parts = append(parts, k+"="+v)
 	}
-	sortStrings(parts)
+	sort.Strings(parts)
 	return strings.Join(parts, ",")
 }
