@@ -29,6 +29,10 @@ type Config struct {
 	StateDir   string
 	SSHTarget  string   // "embedded" or HOST:PORT of a local sshd (default 127.0.0.1:22)
 	AllowPorts []uint16 // local TCP ports the hub may open streams to; empty = none
+	// SSHDHostKey is the local sshd's host key (its ".pub" is read and sent
+	// to the hub to be certified); used when SSHTarget is not embedded.
+	// Default /etc/ssh/ssh_host_ed25519_key.
+	SSHDHostKey string
 	Transport  tunnel.Transport
 	Tunnel     *tunnel.Config
 	BackoffMin time.Duration // default 500ms
@@ -43,6 +47,9 @@ func (c *Config) CheckAndSetDefaults() error {
 	}
 	if c.SSHTarget == "" {
 		c.SSHTarget = "127.0.0.1:22"
+	}
+	if c.SSHDHostKey == "" {
+		c.SSHDHostKey = "/etc/ssh/ssh_host_ed25519_key"
 	}
 	if c.SSHTarget != SSHEmbedded {
 		if _, _, err := net.SplitHostPort(c.SSHTarget); err != nil {
@@ -223,7 +230,7 @@ func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 		caps = append(caps, "ssh-local")
 	}
 	hello := &control.Message{Type: control.TypeHello, Hello: &control.Hello{ProtocolVersion: control.ProtocolVersion,
-		Name: a.id.Config.Name, AgentVersion: Version, Facts: GatherFacts(), Capabilities: caps}}
+		Name: a.id.Config.Name, AgentVersion: Version, Facts: GatherFacts(), Capabilities: caps, HostKey: a.hostKeyLine(log)}}
 	var sendMu sync.Mutex
 	send := func(m *control.Message) error {
 		sendMu.Lock()
@@ -298,6 +305,8 @@ func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 		switch msg.Type {
 		case control.TypeAuthorizedKeys:
 			a.setAuthorizedKeys(msg.AuthorizedKeys, log)
+		case control.TypeSSHTrust:
+			a.applySSHTrust(msg.SSHTrust, log)
 		case control.TypeNotice:
 			log.Warn("hub notice", "notice", msg.Notice)
 			if msg.Fatal {
@@ -308,6 +317,62 @@ func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 		default:
 			log.Warn("unexpected control message from hub", "type", msg.Type)
 		}
+	}
+}
+
+// hostKeyLine is the SSH host public key the hub should certify: the
+// embedded server's, or the local sshd's read from SSHDHostKey.pub.
+func (a *Agent) hostKeyLine(log *slog.Logger) string {
+	if a.sshd != nil {
+		return string(gossh.MarshalAuthorizedKey(a.sshd.HostSigner().PublicKey()))
+	}
+	b, err := os.ReadFile(a.cfg.SSHDHostKey + ".pub")
+	if err != nil {
+		log.Info("no local sshd host key to certify; operators must verify it themselves", "err", err)
+		return ""
+	}
+	if _, _, _, _, err := gossh.ParseAuthorizedKey(b); err != nil {
+		log.Warn("unreadable sshd host public key", "path", a.cfg.SSHDHostKey+".pub", "err", err)
+		return ""
+	}
+	return string(b)
+}
+
+// applySSHTrust installs the host certificate and user CAs the hub sent.
+func (a *Agent) applySSHTrust(t *control.SSHTrust, log *slog.Logger) {
+	cas := make([]gossh.PublicKey, 0, len(t.UserCAs))
+	for _, l := range t.UserCAs {
+		k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(l))
+		if err != nil {
+			log.Warn("ignoring unreadable user CA from hub", "err", err)
+			continue
+		}
+		cas = append(cas, k)
+	}
+	var cert *gossh.Certificate
+	if t.HostCert != "" {
+		k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(t.HostCert))
+		c, ok := k.(*gossh.Certificate)
+		if err != nil || !ok {
+			log.Warn("ignoring unreadable host certificate from hub", "err", err)
+		} else {
+			cert = c
+		}
+	}
+	if a.sshd != nil {
+		a.sshd.SetTrustedUserCAs(cas)
+		if cert != nil {
+			if err := a.sshd.AddHostCertificate(cert); err != nil {
+				log.Warn("host certificate from hub not usable", "err", err)
+				return
+			}
+			log.Info("SSH host certificate installed", "principals", cert.ValidPrincipals,
+				"valid_until", time.Unix(int64(cert.ValidBefore), 0).UTC().Format(time.RFC3339))
+		}
+		return
+	}
+	if cert != nil {
+		log.Info("received an SSH host certificate for the local sshd; run with --manage-sshd to install it")
 	}
 }
 

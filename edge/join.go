@@ -76,7 +76,11 @@ func Join(ctx context.Context, o JoinOptions) (*Identity, error) {
 			return nil, fmt.Errorf("join: hub sent a bad certificate: %w", err)
 		}
 		// The certificate must be for our key and chain to the pinned CA.
-		if _, err := certs[0].Verify(x509.VerifyOptions{Roots: poolOf(ca), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		inter := x509.NewCertPool()
+		for _, c := range certs[1:] {
+			inter.AddCert(c)
+		}
+		if _, err := certs[0].Verify(x509.VerifyOptions{Roots: poolOf(ca), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 			return nil, fmt.Errorf("join: issued certificate does not verify against the pinned CA: %w", err)
 		}
 		if !samePublicKey(certs[0].PublicKey, key.Public()) {
@@ -87,7 +91,7 @@ func Join(ctx context.Context, o JoinOptions) (*Identity, error) {
 			hubs = js.Addrs
 		}
 		cfg := NodeConfig{NodeID: resp.NodeID, Name: resp.Name, Hubs: hubs, JoinedAt: time.Now().UTC()}
-		if err := saveIdentity(o.StateDir, cfg, key, certs[0], ca); err != nil {
+		if err := saveIdentity(o.StateDir, cfg, key, certs, ca); err != nil {
 			return nil, fmt.Errorf("join: save identity: %w", err)
 		}
 		return LoadIdentity(o.StateDir)

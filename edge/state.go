@@ -81,7 +81,7 @@ func LoadIdentity(dir string) (*Identity, error) {
 // saveIdentity writes a new identity. Every file is written atomically and
 // node.json last, so a crash mid-join leaves "not joined" rather than a
 // half identity.
-func saveIdentity(dir string, cfg NodeConfig, key crypto.Signer, cert, ca *x509.Certificate) error {
+func saveIdentity(dir string, cfg NodeConfig, key crypto.Signer, chain []*x509.Certificate, ca *x509.Certificate) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
@@ -102,7 +102,7 @@ func saveIdentity(dir string, cfg NodeConfig, key crypto.Signer, cert, ca *x509.
 		perm os.FileMode
 	}{
 		{keyFile, keyPEM, 0o600},
-		{certFile, pki.EncodeCerts(cert), 0o600},
+		{certFile, pki.EncodeCerts(chain...), 0o600},
 		{caFile, pki.EncodeCerts(ca), 0o600},
 		{configFile, cfgJSON, 0o600},
 	} {

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +44,9 @@ type Config struct {
 	SSHListen   string         // bastion address, default :2222
 	Advertise   []string       // addresses agents dial (put into join strings); default: Listen's address if it is not a wildcard
 	NodeCertTTL time.Duration  // default ca.DefaultNodeTTL
+	HostCertTTL time.Duration  // lifetime of SSH host certificates, default 7 days (re-issued at 2/3)
+	NodeSuffix  string         // nodes answer to NAME and NAME.SUFFIX, default "tether"
+	SSHNames    []string       // extra host names in the bastion's host certificate
 	Tunnel      *tunnel.Config // nil means tunnel defaults
 	Logger      *slog.Logger
 }
@@ -60,6 +64,15 @@ func (c *Config) CheckAndSetDefaults() error {
 	}
 	if c.NodeCertTTL <= 0 {
 		c.NodeCertTTL = ca.DefaultNodeTTL
+	}
+	if c.HostCertTTL <= 0 {
+		c.HostCertTTL = 7 * 24 * time.Hour
+	}
+	if c.NodeSuffix == "" {
+		c.NodeSuffix = "tether"
+	}
+	if err := pki.ValidateName(c.NodeSuffix); err != nil {
+		return fmt.Errorf("hub: node suffix: %w", err)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -88,6 +101,8 @@ type Server struct {
 	reg      *registry.Registry
 	metrics  *metrics.Metrics
 	hostKey  gossh.Signer
+	hostCA   *ca.SSHCA
+	userCA   *ca.SSHCA
 	serving  tls.Certificate
 	opsMu    sync.RWMutex               // guards ops
 	ops      map[string]gossh.PublicKey // operator name -> key
@@ -108,6 +123,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if s.hostKey, err = loadOrCreateHostKey(filepath.Join(cfg.DataDir, "ssh_host_ed25519_key")); err != nil {
+		return nil, err
+	}
+	if s.hostCA, err = ca.LoadOrCreateSSH(filepath.Join(cfg.DataDir, "ca"), ca.SSHHostCAFile); err != nil {
+		return nil, err
+	}
+	if s.userCA, err = ca.LoadOrCreateSSH(filepath.Join(cfg.DataDir, "ca"), ca.SSHUserCAFile); err != nil {
 		return nil, err
 	}
 	if s.serving, err = s.ca.IssueHubServer("hub", nil, 90*24*time.Hour); err != nil {
@@ -197,7 +218,7 @@ func (s *Server) writeAdminIdentity() error {
 		perm os.FileMode
 	}{
 		api.AdminKeyFile:  {keyPEM, 0o600},
-		api.AdminCertFile: {pki.EncodeCerts(cert.Leaf), 0o644},
+		api.AdminCertFile: {pki.EncodeCerts(cert.Leaf, s.ca.Intermediate()), 0o644},
 		api.AdminCAFile:   {pki.EncodeCerts(s.ca.Certificate()), 0o644},
 	} {
 		if err := pki.WriteFileAtomic(filepath.Join(dir, name), f.data, f.perm); err != nil {
@@ -303,8 +324,17 @@ func (s *Server) Run(ctx context.Context) error {
 	defer ln.Close()
 	advertise := advertiseFor(ln.Addr(), s.cfg.Advertise)
 
+	hubNames := bastionNames(s.cfg.SSHListen, advertise, s.cfg.SSHNames)
+	hostCert, err := s.hostCA.SignHost(s.hostKey.PublicKey(), "tether hub", hubNames, 365*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	certSigner, err := gossh.NewCertSigner(hostCert, s.hostKey)
+	if err != nil {
+		return fmt.Errorf("hub: bastion host certificate: %w", err)
+	}
 	b, err := bastion.New(bastion.Config{
-		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, Authorize: s.authorizeOperator, Dialer: nodeDialer{s},
+		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, HostCertSigner: certSigner, NodeSuffix: "." + s.cfg.NodeSuffix, Authorize: s.authorizeOperator, Dialer: nodeDialer{s},
 		Logger: s.log.With("component", "bastion"), Metrics: s.metrics,
 	})
 	if err != nil {
@@ -319,6 +349,7 @@ func (s *Server) Run(ctx context.Context) error {
 		Handler: api.NewHandler(api.Deps{
 			Store: s.store, CA: s.ca, Registry: s.reg, Metrics: s.metrics, Advertise: advertise,
 			NodeCertTTL: s.cfg.NodeCertTTL, Logger: s.log.With("component", "api"), OperatorsChanged: s.operatorsChanged,
+			SSHTrust: s.sshTrustInfo(sshAddr, advertise),
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -363,6 +394,62 @@ func (s *Server) Run(ctx context.Context) error {
 		return runErr
 	}
 	return nil
+}
+
+// bastionNames are the host names the bastion's host certificate is valid
+// for: the SSH listen host (unless a wildcard), the advertised hosts, this
+// machine's name, the "tether-hub" alias `tether config ssh` uses, and any
+// configured extras.
+func bastionNames(sshListen string, advertise, extra []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(h string) {
+		if h != "" && !seen[h] {
+			seen[h] = true
+			out = append(out, h)
+		}
+	}
+	add(BastionAlias)
+	if host, _, err := net.SplitHostPort(sshListen); err == nil {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() {
+			add(host)
+		}
+	}
+	for _, a := range advertise {
+		if host, _, err := net.SplitHostPort(a); err == nil {
+			add(host)
+		}
+	}
+	if h, err := os.Hostname(); err == nil {
+		add(h)
+	}
+	for _, h := range extra {
+		add(h)
+	}
+	return out
+}
+
+// BastionAlias is the host alias `tether config ssh` gives the bastion.
+const BastionAlias = "tether-hub"
+
+// sshTrustInfo is what GET /v1/ssh/trust publishes: CA keys and where the
+// bastion is, everything `tether config ssh` needs.
+func (s *Server) sshTrustInfo(sshAddr net.Addr, advertise []string) api.SSHTrust {
+	host, port, _ := net.SplitHostPort(sshAddr.String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if len(advertise) > 0 {
+			host, _, _ = net.SplitHostPort(advertise[0])
+		}
+	}
+	t := api.SSHTrust{Bastion: net.JoinHostPort(host, port), BastionAlias: BastionAlias, NodeSuffix: s.cfg.NodeSuffix}
+	for _, k := range s.hostCA.TrustedKeys() {
+		t.HostCAs = append(t.HostCAs, strings.TrimSpace(string(gossh.MarshalAuthorizedKey(k))))
+	}
+	for _, k := range s.userCA.TrustedKeys() {
+		t.UserCAs = append(t.UserCAs, strings.TrimSpace(string(gossh.MarshalAuthorizedKey(k))))
+	}
+	return t
 }
 
 func ignoreClosed(err error) error {

@@ -9,6 +9,8 @@ import (
 	"net"
 	"time"
 
+	gossh "golang.org/x/crypto/ssh"
+
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki"
@@ -98,6 +100,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 		return
 	}
 	s.pushKeys(conn)
+	hostKey := s.pushSSHTrust(conn, msg.Hello.HostKey, log)
 	if old := s.reg.Put(conn); old != nil {
 		log.Info("node reconnected; replaced its previous session", "previous_remote", old.Session.RemoteAddr().String())
 	}
@@ -109,7 +112,15 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 
 	// The agent must never open streams to the hub: refuse any it tries.
 	go s.refuseAgentStreams(sess, log)
+	renewCtx, stopRenew := context.WithCancel(ctx)
+	renewDone := make(chan struct{})
+	go func() {
+		defer close(renewDone)
+		s.renewHostCert(renewCtx, conn, hostKey, log)
+	}()
 	s.readControl(ctx, conn, ctrl, log)
+	stopRenew()
+	<-renewDone
 
 	s.metrics.NodesConnected.WithLabelValues(transport).Dec()
 	if s.reg.Remove(conn) {
@@ -169,6 +180,55 @@ func (s *Server) refuseAgentStreams(sess tunnel.Session, log *slog.Logger) {
 		log.Warn("agent tried to open a stream to the hub; refused")
 		_ = tunnel.WriteReply(st, tunnel.Reply{OK: false, Reason: "agents may not open streams to the hub"})
 		st.Close()
+	}
+}
+
+// pushSSHTrust certifies the node's SSH host key (NAME and NAME.SUFFIX) and
+// sends the certificate with the user CAs. It returns the parsed host key
+// (nil if the agent sent none or it was unusable).
+func (s *Server) pushSSHTrust(c *registry.Conn, hostKeyLine string, log *slog.Logger) gossh.PublicKey {
+	trust := &control.SSHTrust{}
+	for _, k := range s.userCA.TrustedKeys() {
+		trust.UserCAs = append(trust.UserCAs, string(gossh.MarshalAuthorizedKey(k)))
+	}
+	var hostKey gossh.PublicKey
+	if hostKeyLine != "" {
+		k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(hostKeyLine))
+		if err != nil {
+			log.Warn("agent sent an unreadable SSH host key; no host certificate issued", "err", err)
+		} else if cert, err := s.hostCA.SignHost(k, "node "+c.Name+" "+c.NodeID,
+			[]string{c.Name, c.Name + "." + s.cfg.NodeSuffix}, s.cfg.HostCertTTL); err != nil {
+			log.Warn("sign SSH host certificate", "err", err)
+		} else {
+			hostKey = k
+			trust.HostCert = string(gossh.MarshalAuthorizedKey(cert))
+		}
+	}
+	if err := c.Send(&control.Message{Type: control.TypeSSHTrust, SSHTrust: trust}); err != nil {
+		log.Info("send SSH trust", "err", err)
+	}
+	return hostKey
+}
+
+// renewHostCert re-issues the node's host certificate at two thirds of its
+// lifetime for as long as the session lives.
+func (s *Server) renewHostCert(ctx context.Context, c *registry.Conn, hostKey gossh.PublicKey, log *slog.Logger) {
+	if hostKey == nil {
+		return
+	}
+	line := string(gossh.MarshalAuthorizedKey(hostKey))
+	for {
+		t := time.NewTimer(s.cfg.HostCertTTL * 2 / 3)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-c.Session.Done():
+			t.Stop()
+			return
+		case <-t.C:
+			s.pushSSHTrust(c, line, log)
+		}
 	}
 }
 

@@ -72,6 +72,7 @@ hub (none by default).`,
 	f.StringVar(&join, "join", "", "join string; used only when --state-dir has no identity yet")
 	f.StringVar(&name, "name", "", "node name used when joining (default: derived from the hostname)")
 	f.StringVar(&cfg.SSHTarget, "ssh", "127.0.0.1:22", `target of SSH streams: "embedded" or HOST:PORT of a local sshd`)
+	f.StringVar(&cfg.SSHDHostKey, "sshd-host-key", "/etc/ssh/ssh_host_ed25519_key", "the local sshd's host key; its .pub is certified by the hub's host CA (with --ssh HOST:PORT)")
 	f.UintSliceVar(&ports, "allow-port", nil, "local TCP port the hub may open streams to (repeatable)")
 	f.StringVar(&transport, "transport", "auto", "auto (race QUIC and TCP), quic, or tcp")
 	f.DurationVar(&cfg.BackoffMax, "backoff-max", 0, "cap of the reconnect backoff (default 30s)")

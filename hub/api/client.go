@@ -159,6 +159,12 @@ func (c *Client) DeleteToken(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/tokens/"+url.PathEscape(id), nil, nil)
 }
 
+// SSHTrust fetches the SSH CA keys and bastion address.
+func (c *Client) SSHTrust(ctx context.Context) (SSHTrust, error) {
+	var out SSHTrust
+	return out, c.do(ctx, http.MethodGet, "/v1/ssh/trust", nil, &out)
+}
+
 // ListNodes lists nodes.
 func (c *Client) ListNodes(ctx context.Context) ([]Node, error) {
 	var out []Node

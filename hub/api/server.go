@@ -31,6 +31,8 @@ type Deps struct {
 	Advertise   []string      // hub addresses put into join strings
 	NodeCertTTL time.Duration // lifetime of issued node certificates
 	Logger      *slog.Logger
+	// SSHTrust is published at GET /v1/ssh/trust.
+	SSHTrust SSHTrust
 	// OperatorsChanged is called after an operator is added or removed so
 	// the hub can push new authorized keys to the nodes.
 	OperatorsChanged func()
@@ -49,6 +51,7 @@ func NewHandler(d Deps) http.Handler {
 	h := &handler{d}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+control.JoinPath, h.join)
+	mux.HandleFunc("GET /v1/ssh/trust", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.SSHTrust) })
 	mux.HandleFunc("GET /v1/nodes", h.admin(h.listNodes))
 	mux.HandleFunc("DELETE /v1/nodes/{name}", h.admin(h.removeNode))
 	mux.HandleFunc("POST /v1/tokens", h.admin(h.createToken))
@@ -175,7 +178,7 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) {
 	h.Logger.Info("node joined", "node", n.Name, "id", n.ID, "token_id", tokenID, "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, control.JoinResponse{
 		NodeID: n.ID, Name: n.Name,
-		Cert: string(pki.EncodeCerts(cert)), CA: string(pki.EncodeCerts(h.CA.Certificate())),
+		Cert: string(pki.EncodeCerts(cert, h.CA.Intermediate())), CA: string(pki.EncodeCerts(h.CA.Certificate())),
 		Hubs: h.Advertise,
 	})
 }

@@ -31,6 +31,15 @@ type OperatorAddRequest struct {
 	PublicKey string `json:"public_key"`
 }
 
+// SSHTrust answers GET /v1/ssh/trust (no authentication: public keys only).
+type SSHTrust struct {
+	Bastion      string   `json:"bastion"`       // host:port operators jump through
+	BastionAlias string   `json:"bastion_alias"` // host name in the bastion's certificate for ssh config
+	NodeSuffix   string   `json:"node_suffix"`   // nodes answer to NAME.SUFFIX
+	HostCAs      []string `json:"host_cas"`      // trust for @cert-authority (current first)
+	UserCAs      []string `json:"user_cas"`      // TrustedUserCAKeys for nodes' sshd
+}
+
 // Node is a node as the API shows it.
 type Node = store.Node
 

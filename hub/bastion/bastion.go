@@ -34,13 +34,16 @@ type Authorizer func(user string, key gossh.PublicKey) bool
 
 // Config configures the bastion.
 type Config struct {
-	Addr       string           // listen address, e.g. 127.0.0.1:2222
-	HostSigner gossh.Signer     // the hub's SSH host key
-	Authorize  Authorizer       // operator check; nil denies all
-	Dialer     Dialer           // reaches nodes
-	NodeSuffix string           // optional DNS-ish suffix stripped from targets, default ".tether"
-	Logger     *slog.Logger     // nil discards
-	Metrics    *metrics.Metrics // nil disables
+	Addr       string       // listen address, e.g. 127.0.0.1:2222
+	HostSigner gossh.Signer // the hub's SSH host key
+	// HostCertSigner, if set, presents a host certificate for HostSigner's
+	// key too, so clients that trust the host CA need no known_hosts entry.
+	HostCertSigner gossh.Signer
+	Authorize      Authorizer       // operator check; nil denies all
+	Dialer         Dialer           // reaches nodes
+	NodeSuffix     string           // optional DNS-ish suffix stripped from targets, default ".tether"
+	Logger         *slog.Logger     // nil discards
+	Metrics        *metrics.Metrics // nil disables
 	// HandshakeTimeout bounds the time from TCP accept to successful auth
 	// (slowloris); default 20s.
 	HandshakeTimeout time.Duration
@@ -76,7 +79,7 @@ func New(cfg Config) (*Bastion, error) {
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.srv = &ssh.Server{
 		Version:     "Tether",
-		HostSigners: []ssh.Signer{cfg.HostSigner},
+		HostSigners: hostSigners(cfg),
 		ConnCallback: func(ctx ssh.Context, conn net.Conn) net.Conn {
 			// Bound the unauthenticated phase; cleared once a key is accepted.
 			_ = conn.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
@@ -106,6 +109,14 @@ func New(cfg Config) (*Bastion, error) {
 		},
 	}
 	return b, nil
+}
+
+func hostSigners(cfg Config) []ssh.Signer {
+	out := []ssh.Signer{cfg.HostSigner}
+	if cfg.HostCertSigner != nil {
+		out = append([]ssh.Signer{cfg.HostCertSigner}, out...)
+	}
+	return out
 }
 
 // Listen binds the address; Serve then accepts.

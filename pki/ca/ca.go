@@ -18,10 +18,14 @@ import (
 	"github.com/tether-dev/tether/pki"
 )
 
-// File names inside the CA directory.
+// File names inside the CA directory. The root (whose SHA-256 is the join
+// pin) only signs the intermediate; the intermediate signs every leaf, so the
+// root key is touched once per intermediate, not per node.
 const (
-	CertFile = "ca.crt"
-	KeyFile  = "ca.key"
+	CertFile             = "ca.crt"
+	KeyFile              = "ca.key"
+	IntermediateCertFile = "intermediate.crt"
+	IntermediateKeyFile  = "intermediate.key"
 )
 
 // DefaultNodeTTL is how long a node certificate is valid. Renewal over the
@@ -32,49 +36,87 @@ const DefaultNodeTTL = 90 * 24 * time.Hour
 // hub still accepts fresh certificates.
 const clockSkew = 5 * time.Minute
 
-// CA signs Tether certificates.
+// CA signs Tether certificates: a root and the intermediate it certified.
 type CA struct {
-	cert *x509.Certificate
-	key  crypto.Signer
+	root *x509.Certificate
+	cert *x509.Certificate // intermediate: signs leaves
+	key  crypto.Signer     // intermediate key
 }
 
-// LoadOrCreate loads the CA from dir, creating a new root (10 years) the first
-// time. The key is written 0600.
+// LoadOrCreate loads the CA from dir, creating a new root (10 years) and
+// intermediate (5 years) the first time. Keys are written 0600.
 func LoadOrCreate(dir, name string) (*CA, error) {
-	certPath, keyPath := filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile)
+	root, rootKey, err := loadOrCreatePair(dir, CertFile, KeyFile, func() (*x509.Certificate, crypto.Signer, error) {
+		return newRoot(name)
+	})
+	if err != nil {
+		return nil, err
+	}
+	inter, interKey, err := loadOrCreatePair(dir, IntermediateCertFile, IntermediateKeyFile, func() (*x509.Certificate, crypto.Signer, error) {
+		return newIntermediate(name, root, rootKey)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := inter.CheckSignatureFrom(root); err != nil {
+		return nil, fmt.Errorf("ca: %s was not signed by %s: %w", filepath.Join(dir, IntermediateCertFile), filepath.Join(dir, CertFile), err)
+	}
+	return &CA{root: root, cert: inter, key: interKey}, nil
+}
+
+func loadOrCreatePair(dir, certFile, keyFile string, create func() (*x509.Certificate, crypto.Signer, error)) (*x509.Certificate, crypto.Signer, error) {
+	certPath, keyPath := filepath.Join(dir, certFile), filepath.Join(dir, keyFile)
 	certPEM, certErr := pki.ReadFile(certPath)
 	keyPEM, keyErr := pki.ReadFile(keyPath)
 	switch {
 	case certErr == nil && keyErr == nil:
 		return load(certPEM, keyPEM, certPath, keyPath)
 	case errors.Is(certErr, pki.ErrNotFound) && errors.Is(keyErr, pki.ErrNotFound):
-		return create(dir, name, certPath, keyPath)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, nil, fmt.Errorf("ca: %w", err)
+		}
+		cert, key, err := create()
+		if err != nil {
+			return nil, nil, err
+		}
+		keyPEM, err := pki.EncodeKey(key)
+		if err != nil {
+			return nil, nil, err
+		}
+		// Key first: a crash between the writes leaves a key without cert,
+		// which is reported instead of silently minting a second CA.
+		if err := pki.WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
+			return nil, nil, fmt.Errorf("ca: %w", err)
+		}
+		if err := pki.WriteFileAtomic(certPath, pki.EncodeCerts(cert), 0o644); err != nil {
+			return nil, nil, fmt.Errorf("ca: %w", err)
+		}
+		return cert, key, nil
 	case certErr != nil && !errors.Is(certErr, pki.ErrNotFound):
-		return nil, fmt.Errorf("ca: %w", certErr)
+		return nil, nil, fmt.Errorf("ca: %w", certErr)
 	case keyErr != nil && !errors.Is(keyErr, pki.ErrNotFound):
-		return nil, fmt.Errorf("ca: %w", keyErr)
+		return nil, nil, fmt.Errorf("ca: %w", keyErr)
 	default:
-		return nil, fmt.Errorf("ca: only one of %s and %s exists; restore the missing file from backup (creating a new CA would lock out every joined node)", certPath, keyPath)
+		return nil, nil, fmt.Errorf("ca: only one of %s and %s exists; restore the missing file from backup (creating a new CA would lock out every joined node)", certPath, keyPath)
 	}
 }
 
-func load(certPEM, keyPEM []byte, certPath, keyPath string) (*CA, error) {
+func load(certPEM, keyPEM []byte, certPath, keyPath string) (*x509.Certificate, crypto.Signer, error) {
 	certs, err := pki.ParseCerts(certPEM)
 	if err != nil {
-		return nil, fmt.Errorf("ca: %s: %w", certPath, err)
+		return nil, nil, fmt.Errorf("ca: %s: %w", certPath, err)
 	}
 	key, err := pki.ParseKey(keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("ca: %s: %w", keyPath, err)
+		return nil, nil, fmt.Errorf("ca: %s: %w", keyPath, err)
 	}
-	c := &CA{cert: certs[0], key: key}
-	if !c.cert.IsCA {
-		return nil, fmt.Errorf("ca: %s is not a CA certificate", certPath)
+	if !certs[0].IsCA {
+		return nil, nil, fmt.Errorf("ca: %s is not a CA certificate", certPath)
 	}
-	if err := checkPair(c.cert, key); err != nil {
-		return nil, fmt.Errorf("ca: %s does not match %s: %w", keyPath, certPath, err)
+	if err := checkPair(certs[0], key); err != nil {
+		return nil, nil, fmt.Errorf("ca: %s does not match %s: %w", keyPath, certPath, err)
 	}
-	return c, nil
+	return certs[0], key, nil
 }
 
 func checkPair(cert *x509.Certificate, key crypto.Signer) error {
@@ -85,53 +127,66 @@ func checkPair(cert *x509.Certificate, key crypto.Signer) error {
 	return nil
 }
 
-func create(dir, name, certPath, keyPath string) (*CA, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("ca: %w", err)
-	}
+func newRoot(name string) (*x509.Certificate, crypto.Signer, error) {
 	key, err := pki.GenerateKey()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	data := x509util.NewTemplateData()
 	data.SetSubject(x509util.Subject{CommonName: name + " Root CA", Organization: []string{"Tether"}})
 	tmpl, err := x509util.NewCertificateFromX509(&x509.Certificate{PublicKey: key.Public()},
 		x509util.WithTemplate(x509util.DefaultRootTemplate, data))
 	if err != nil {
-		return nil, fmt.Errorf("ca: root template: %w", err)
+		return nil, nil, fmt.Errorf("ca: root template: %w", err)
 	}
 	x := tmpl.GetCertificate()
 	now := time.Now()
 	x.NotBefore, x.NotAfter = now.Add(-clockSkew), now.Add(10*365*24*time.Hour)
 	cert, err := x509util.CreateCertificate(x, x, key.Public(), key)
 	if err != nil {
-		return nil, fmt.Errorf("ca: sign root: %w", err)
+		return nil, nil, fmt.Errorf("ca: sign root: %w", err)
 	}
-	keyPEM, err := pki.EncodeKey(key)
+	return cert, key, nil
+}
+
+func newIntermediate(name string, root *x509.Certificate, rootKey crypto.Signer) (*x509.Certificate, crypto.Signer, error) {
+	key, err := pki.GenerateKey()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	// Key first: a crash between the writes leaves a key without cert, which
-	// LoadOrCreate reports instead of silently minting a second CA.
-	if err := pki.WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
-		return nil, fmt.Errorf("ca: %w", err)
+	data := x509util.NewTemplateData()
+	data.SetSubject(x509util.Subject{CommonName: name + " Intermediate CA", Organization: []string{"Tether"}})
+	tmpl, err := x509util.NewCertificateFromX509(&x509.Certificate{PublicKey: key.Public()},
+		x509util.WithTemplate(x509util.DefaultIntermediateTemplate, data))
+	if err != nil {
+		return nil, nil, fmt.Errorf("ca: intermediate template: %w", err)
 	}
-	if err := pki.WriteFileAtomic(certPath, pki.EncodeCerts(cert), 0o644); err != nil {
-		return nil, fmt.Errorf("ca: %w", err)
+	x := tmpl.GetCertificate()
+	now := time.Now()
+	x.NotBefore, x.NotAfter = now.Add(-clockSkew), now.Add(5*365*24*time.Hour)
+	if x.NotAfter.After(root.NotAfter) {
+		x.NotAfter = root.NotAfter
 	}
-	return &CA{cert: cert, key: key}, nil
+	cert, err := x509util.CreateCertificate(x, root, key.Public(), rootKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ca: sign intermediate: %w", err)
+	}
+	return cert, key, nil
 }
 
 // Certificate returns the root certificate.
-func (c *CA) Certificate() *x509.Certificate { return c.cert }
+func (c *CA) Certificate() *x509.Certificate { return c.root }
+
+// Intermediate returns the certificate that signs leaves; leaf chains carry it.
+func (c *CA) Intermediate() *x509.Certificate { return c.cert }
 
 // Pin is the root's SHA-256, the value join strings carry.
-func (c *CA) Pin() string { return pki.Fingerprint(c.cert) }
+func (c *CA) Pin() string { return pki.Fingerprint(c.root) }
 
-// Pool returns a pool holding only this CA.
+// Pool returns a pool holding only the root.
 func (c *CA) Pool() *x509.CertPool {
 	p := x509.NewCertPool()
-	p.AddCert(c.cert)
+	p.AddCert(c.root)
 	return p
 }
 
@@ -202,12 +257,12 @@ func (c *CA) IssueKeyPair(id pki.Identity, commonName string, ttl time.Duration)
 	if err != nil {
 		return tls.Certificate{}, nil, err
 	}
-	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}, keyPEM, nil
+	return tls.Certificate{Certificate: [][]byte{cert.Raw, c.cert.Raw}, PrivateKey: key, Leaf: cert}, keyPEM, nil
 }
 
 // IssueHubServer makes the hub's serving certificate (HubServerName plus the
-// extra DNS names / IPs in sans). The chain includes the root so joining
-// agents can check the pin.
+// extra DNS names / IPs in sans). The chain includes the intermediate and the
+// root so joining agents can check the pin.
 func (c *CA) IssueHubServer(hubName string, sans []string, ttl time.Duration) (tls.Certificate, error) {
 	key, err := pki.GenerateKey()
 	if err != nil {
@@ -224,13 +279,15 @@ func (c *CA) IssueHubServer(hubName string, sans []string, ttl time.Duration) (t
 	if err != nil {
 		return tls.Certificate{}, err
 	}
-	return tls.Certificate{Certificate: [][]byte{cert.Raw, c.cert.Raw}, PrivateKey: key, Leaf: cert}, nil
+	return tls.Certificate{Certificate: [][]byte{cert.Raw, c.cert.Raw, c.root.Raw}, PrivateKey: key, Leaf: cert}, nil
 }
 
 // Verify checks that cert was issued by this CA for client auth at now, and
 // returns its identity.
 func (c *CA) Verify(cert *x509.Certificate) (pki.Identity, error) {
-	if _, err := cert.Verify(x509.VerifyOptions{Roots: c.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+	inter := x509.NewCertPool()
+	inter.AddCert(c.cert)
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: c.Pool(), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		return pki.Identity{}, fmt.Errorf("ca: verify %q: %w", cert.Subject.CommonName, err)
 	}
 	return pki.IdentityOf(cert)

@@ -38,6 +38,7 @@ const (
 	TypeHeartbeat      Type = "heartbeat"       // agent -> hub, updates last seen
 	TypeAuthorizedKeys Type = "authorized_keys" // hub -> agent, keys the embedded SSH server accepts
 	TypeNotice         Type = "notice"          // hub -> agent, human-readable (e.g. why the session ends)
+	TypeSSHTrust       Type = "ssh_trust"       // hub -> agent, host certificate and user CAs for the node's SSH server
 )
 
 // Facts describe the machine an agent runs on.
@@ -57,6 +58,15 @@ type Hello struct {
 	AgentVersion    string   `json:"agent_version"`
 	Facts           Facts    `json:"facts"`
 	Capabilities    []string `json:"capabilities,omitempty"` // e.g. "ssh-embedded", "ssh-local", "tcp"
+	// HostKey is the node SSH server's public host key (authorized_keys
+	// format), which the hub certifies with its host CA; empty if unknown.
+	HostKey string `json:"host_key,omitempty"`
+}
+
+// SSHTrust tells the node's SSH server what to present and whom to trust.
+type SSHTrust struct {
+	HostCert string   `json:"host_cert,omitempty"` // certificate for Hello.HostKey, authorized_keys format
+	UserCAs  []string `json:"user_cas"`            // user CA public keys (several during a rotation overlap)
 }
 
 // Welcome confirms the session.
@@ -68,11 +78,12 @@ type Welcome struct {
 
 // Message is one control frame. Exactly the field matching Type is set.
 type Message struct {
-	Type           Type     `json:"type"`
-	Hello          *Hello   `json:"hello,omitempty"`
-	Welcome        *Welcome `json:"welcome,omitempty"`
-	AuthorizedKeys []string `json:"authorized_keys,omitempty"`
-	Notice         string   `json:"notice,omitempty"`
+	Type           Type      `json:"type"`
+	Hello          *Hello    `json:"hello,omitempty"`
+	Welcome        *Welcome  `json:"welcome,omitempty"`
+	AuthorizedKeys []string  `json:"authorized_keys,omitempty"`
+	Notice         string    `json:"notice,omitempty"`
+	SSHTrust       *SSHTrust `json:"ssh_trust,omitempty"`
 	// Fatal marks a notice after which the agent must not reconnect with
 	// this identity (the node was removed, or the identity is wrong).
 	Fatal bool `json:"fatal,omitempty"`
@@ -118,6 +129,25 @@ func (m *Message) Validate() error {
 		}
 		for _, c := range h.Capabilities {
 			if err := checkString("capability", c, maxShort); err != nil {
+				return err
+			}
+		}
+		if err := checkString("host_key", h.HostKey, maxKeyLen); err != nil {
+			return err
+		}
+	case TypeSSHTrust:
+		t := m.SSHTrust
+		if t == nil {
+			return fmt.Errorf("%w: ssh_trust without body", ErrBadMessage)
+		}
+		if err := checkString("host_cert", t.HostCert, maxKeyLen); err != nil {
+			return err
+		}
+		if len(t.UserCAs) > maxCaps {
+			return fmt.Errorf("%w: more than %d user CAs", ErrBadMessage, maxCaps)
+		}
+		for _, k := range t.UserCAs {
+			if err := checkString("user CA", k, maxKeyLen); err != nil {
 				return err
 			}
 		}

@@ -23,6 +23,7 @@ func TestRoundTrip(t *testing.T) {
 		{Type: TypeHeartbeat},
 		{Type: TypeAuthorizedKeys, AuthorizedKeys: []string{"ssh-ed25519 AAAA"}},
 		{Type: TypeNotice, Notice: "bye"},
+		{Type: TypeSSHTrust, SSHTrust: &SSHTrust{HostCert: "ssh-ed25519-cert-v01@openssh.com AAAA", UserCAs: []string{"ssh-ed25519 AAAA"}}},
 	}
 	var buf bytes.Buffer
 	for _, m := range msgs {
@@ -48,16 +49,17 @@ func TestReadRejects(t *testing.T) {
 	huge := make([]byte, 4)
 	binary.BigEndian.PutUint32(huge, MaxFrame+1)
 	cases := map[string][]byte{
-		"zero length":      {0, 0, 0, 0},
-		"oversized":        huge,
-		"truncated length": {0, 0},
-		"truncated body":   frame(`{"type":"heartbeat"}`)[:10],
-		"not json":         frame(`hello`),
-		"unknown type":     frame(`{"type":"exec","notice":"rm -rf /"}`),
-		"hello no body":    frame(`{"type":"hello"}`),
-		"hello old proto":  frame(`{"type":"hello","hello":{"protocol_version":99,"name":"n"}}`),
-		"long name":        frame(`{"type":"hello","hello":{"protocol_version":1,"name":"` + strings.Repeat("a", 300) + `"}}`),
-		"welcome no id":    frame(`{"type":"welcome","welcome":{}}`),
+		"zero length":       {0, 0, 0, 0},
+		"oversized":         huge,
+		"truncated length":  {0, 0},
+		"truncated body":    frame(`{"type":"heartbeat"}`)[:10],
+		"not json":          frame(`hello`),
+		"unknown type":      frame(`{"type":"exec","notice":"rm -rf /"}`),
+		"hello no body":     frame(`{"type":"hello"}`),
+		"hello old proto":   frame(`{"type":"hello","hello":{"protocol_version":99,"name":"n"}}`),
+		"long name":         frame(`{"type":"hello","hello":{"protocol_version":1,"name":"` + strings.Repeat("a", 300) + `"}}`),
+		"welcome no id":     frame(`{"type":"welcome","welcome":{}}`),
+		"ssh_trust no body": frame(`{"type":"ssh_trust"}`),
 	}
 	for name, in := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -1,0 +1,208 @@
+package sshdconf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// dropInHeader starts every drop-in Apply writes.
+const dropInHeader = `# Managed by tether-edge (--manage-sshd); do not edit.
+# Every change is overwritten the next time the hub's PKI is applied.
+`
+
+// Apply installs f for the sshd described by p and reports whether any file
+// changed, so the caller reloads sshd only then.
+//
+// It writes, in this order, the host certificate (unless f.HostCert is nil),
+// the TrustedUserCAKeys file, the RevokedKeys file and finally the drop-in
+// that points at them, so sshd never reads a drop-in naming a missing file
+// (a missing or unreadable RevokedKeys file makes sshd refuse every public
+// key). Each file is replaced atomically: a temp file in the same
+// directory, fsync, rename, fsync of the directory. A file whose bytes are
+// already right is left alone (its mode is still fixed to 0644). Dir and
+// the drop-in's directory are created with mode 0755 when missing.
+//
+// Invalid input yields an error wrapping [ErrInvalid] before anything is
+// written. On a later error, changed still reports the files already
+// replaced.
+func Apply(p Paths, f Files) (changed bool, err error) {
+	if err := p.Check(); err != nil {
+		return false, err
+	}
+	var hostPub ssh.PublicKey
+	if f.HostCert != nil {
+		if hostPub, err = ReadHostPublicKey(p); err != nil {
+			return false, err
+		}
+	}
+	if err := f.check(hostPub); err != nil {
+		return false, err
+	}
+
+	for _, dir := range []string{p.Dir, filepath.Dir(p.DropIn)} {
+		if err := ensureDir(dir); err != nil {
+			return false, err
+		}
+	}
+
+	hostCert := p.HostCertPath()
+	if f.HostCert != nil {
+		c, err := writeFileAtomic(hostCert, ssh.MarshalAuthorizedKey(f.HostCert))
+		changed = changed || c
+		if err != nil {
+			return changed, fmt.Errorf("sshdconf: write host certificate: %w", err)
+		}
+	} else if _, err := os.Stat(hostCert); errors.Is(err, fs.ErrNotExist) {
+		hostCert = "" // nothing to keep: leave HostCertificate out
+	} else if err != nil {
+		return false, fmt.Errorf("sshdconf: keep host certificate: %w", err)
+	}
+
+	for _, w := range []struct {
+		what, path string
+		data       []byte
+	}{
+		{"user CA keys", p.UserCAsPath(), marshalKeys(f.UserCAs, false)},
+		{"revoked keys", p.RevokedKeysPath(), marshalKeys(f.RevokedKeys, true)},
+		{"drop-in", p.DropIn, renderDropIn(hostCert, p.UserCAsPath(), p.RevokedKeysPath())},
+	} {
+		c, err := writeFileAtomic(w.path, w.data)
+		changed = changed || c
+		if err != nil {
+			return changed, fmt.Errorf("sshdconf: write %s: %w", w.what, err)
+		}
+	}
+	return changed, nil
+}
+
+// marshalKeys renders keys one per line in authorized_keys format, without
+// duplicates. A certificate is reduced to its key when revoked is set.
+// Revoked keys are sorted; CA keys keep their order. No keys yield an empty
+// slice: sshd accepts an empty RevokedKeys file as "nothing revoked".
+func marshalKeys(keys []ssh.PublicKey, revoked bool) []byte {
+	seen := make(map[string]bool, len(keys))
+	lines := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if c, ok := k.(*ssh.Certificate); ok && revoked {
+			k = c.Key
+		}
+		if seen[string(k.Marshal())] {
+			continue
+		}
+		seen[string(k.Marshal())] = true
+		lines = append(lines, string(ssh.MarshalAuthorizedKey(k)))
+	}
+	if revoked {
+		slices.Sort(lines)
+	}
+	return []byte(strings.Join(lines, ""))
+}
+
+// renderDropIn returns the drop-in; hostCert may be empty.
+func renderDropIn(hostCert, userCAs, revoked string) []byte {
+	var b bytes.Buffer
+	b.WriteString(dropInHeader)
+	if hostCert != "" {
+		fmt.Fprintf(&b, "HostCertificate %s\n", quoteArg(hostCert))
+	}
+	fmt.Fprintf(&b, "TrustedUserCAKeys %s\n", quoteArg(userCAs))
+	fmt.Fprintf(&b, "RevokedKeys %s\n", quoteArg(revoked))
+	return b.Bytes()
+}
+
+// quoteArg double-quotes an sshd_config argument when it has blanks or '#'.
+// checkPath has already rejected what quoting cannot carry.
+func quoteArg(s string) string {
+	if strings.ContainsAny(s, " \t#") {
+		return `"` + s + `"`
+	}
+	return s
+}
+
+// ensureDir creates dir with mode 0755 (regardless of the umask) when it is
+// missing; an existing directory keeps its mode.
+func ensureDir(dir string) error {
+	if fi, err := os.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("sshdconf: %s is not a directory", dir)
+		}
+		return nil
+	}
+	if err := ensureDir(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("sshdconf: create directory: %w", err)
+	}
+	if err := os.Chmod(dir, dirMode); err != nil {
+		return fmt.Errorf("sshdconf: create directory: %w", err)
+	}
+	return nil
+}
+
+// writeFileAtomic replaces path with data (mode 0644) unless it already
+// holds exactly data, and reports whether it replaced it.
+func writeFileAtomic(path string, data []byte) (changed bool, err error) {
+	old, err := os.ReadFile(path)
+	switch {
+	case err == nil && bytes.Equal(old, data):
+		// Same bytes: no reload needed, but still repair the mode.
+		fi, err := os.Stat(path)
+		if err != nil {
+			return false, err
+		}
+		if fi.Mode().Perm() != publicFileMode {
+			return false, os.Chmod(path, publicFileMode)
+		}
+		return false, nil
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return false, err
+	}
+
+	dir, base := filepath.Split(path)
+	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err != nil {
+		return false, err
+	}
+	if err = tmp.Chmod(publicFileMode); err != nil {
+		return false, err
+	}
+	if err = tmp.Sync(); err != nil {
+		return false, err
+	}
+	if err = tmp.Close(); err != nil {
+		return false, err
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return false, err
+	}
+	// The rename happened: from here on the file has changed.
+	return true, syncDir(dir)
+}
+
+// syncDir fsyncs a directory so a rename inside it is durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,90 @@
+// Package roles decides which nodes an operator may reach through the bastion.
+//
+// A role is a node label selector plus the SSH logins (user names on the node)
+// it allows. The bastion refuses an operator's jump to a node unless one of
+// the operator's roles selects that node's labels; the logins of the roles
+// that do are the user names the operator may use there.
+//
+// Everything here denies by default: an invalid role grants nothing, and the
+// zero Selector matches no node.
+package roles
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+)
+
+// Bounds on a role.
+const (
+	MaxRoleNameLen = 63 // a DNS label
+	MaxLoginLen    = 32 // the common useradd limit
+	MaxLogins      = 64 // logins in one role
+)
+
+var (
+	roleNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	loginRE    = regexp.MustCompile(`^[a-z_][a-z0-9_-]*[$]?$`)
+)
+
+// Role is a named node selector plus the logins it allows on those nodes.
+type Role struct {
+	// Name identifies the role: a DNS label (lowercase letters, digits and
+	// inner dashes, at most 63 characters).
+	Name string `json:"name"`
+	// Nodes is the node label selector as given by the operator (see
+	// Selector for the syntax). "" and "*" select every node.
+	Nodes string `json:"nodes"`
+	// Logins are the SSH user names the role allows on selected nodes,
+	// e.g. ["root", "ubuntu"]. At least one is required.
+	Logins []string `json:"logins"`
+}
+
+// Validate checks the name, the selector and the logins, and names the first
+// problem found. A bad selector is reported as a *SelectorError.
+func (r Role) Validate() error {
+	_, err := r.check()
+	return err
+}
+
+// check is Validate, also returning the parsed selector.
+func (r Role) check() (Selector, error) {
+	if !roleNameRE.MatchString(r.Name) {
+		return Selector{}, fmt.Errorf("roles: invalid role name %q: lowercase letters, digits and inner dashes, at most %d characters", r.Name, MaxRoleNameLen)
+	}
+	sel, err := ParseSelector(r.Nodes)
+	if err != nil {
+		if se, ok := err.(*SelectorError); ok {
+			se.Role = r.Name
+		}
+		return Selector{}, err
+	}
+	if len(r.Logins) == 0 {
+		return Selector{}, fmt.Errorf("roles: role %q: no logins; give at least one SSH user name", r.Name)
+	}
+	if len(r.Logins) > MaxLogins {
+		return Selector{}, fmt.Errorf("roles: role %q: %d logins, at most %d", r.Name, len(r.Logins), MaxLogins)
+	}
+	for _, l := range r.Logins {
+		if len(l) > MaxLoginLen || !loginRE.MatchString(l) {
+			return Selector{}, fmt.Errorf("roles: role %q: invalid login %q: a POSIX user name ([a-z_][a-z0-9_-]*, optional trailing $), at most %d characters", r.Name, l, MaxLoginLen)
+		}
+	}
+	return sel, nil
+}
+
+// Allowed reports whether any of roles selects a node with these labels, and
+// the union of the logins those roles allow, sorted and deduplicated. Roles
+// that fail Validate are skipped: a broken role grants nothing.
+func Allowed(roles []Role, labels map[string]string) (ok bool, logins []string) {
+	for _, r := range roles {
+		sel, err := r.check()
+		if err != nil || !sel.Matches(labels) {
+			continue
+		}
+		ok = true
+		logins = append(logins, r.Logins...)
+	}
+	slices.Sort(logins)
+	return ok, slices.Compact(logins)
+}

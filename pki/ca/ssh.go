@@ -1,0 +1,189 @@
+package ca
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"go.step.sm/crypto/sshutil"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/pki"
+)
+
+// SSH CA key files inside the CA directory. A CA's previous keys (kept during
+// a rotation overlap) are KIND.prev-N files next to it.
+const (
+	SSHHostCAFile = "ssh_host_ca"
+	SSHUserCAFile = "ssh_user_ca"
+)
+
+// sshClockSkew backdates ValidAfter like clockSkew does for x509.
+const sshClockSkew = 5 * time.Minute
+
+// SSHCA signs SSH certificates of one kind (host or user). Besides its
+// signing key it trusts the public keys of previous CAs still inside their
+// rotation overlap, so rotating never locks out a node or operator.
+type SSHCA struct {
+	signer   ssh.Signer
+	previous []ssh.PublicKey
+}
+
+// LoadOrCreateSSH loads the SSH CA in dir/file (ed25519, 0600), creating it
+// the first time, plus any dir/file.prev-* public keys.
+func LoadOrCreateSSH(dir, file string) (*SSHCA, error) {
+	path := filepath.Join(dir, file)
+	b, err := os.ReadFile(path)
+	var signer ssh.Signer
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if signer, err = newSSHKey(path); err != nil {
+			return nil, err
+		}
+	case err != nil:
+		return nil, fmt.Errorf("ca: %w", err)
+	default:
+		if signer, err = ssh.ParsePrivateKey(b); err != nil {
+			return nil, fmt.Errorf("ca: %s: %w", path, err)
+		}
+	}
+	prevFiles, _ := filepath.Glob(path + ".prev-*.pub")
+	sort.Strings(prevFiles)
+	c := &SSHCA{signer: signer}
+	for _, f := range prevFiles {
+		pb, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("ca: %w", err)
+		}
+		k, _, _, _, err := ssh.ParseAuthorizedKey(pb)
+		if err != nil {
+			return nil, fmt.Errorf("ca: %s: %w", f, err)
+		}
+		c.previous = append(c.previous, k)
+	}
+	return c, nil
+}
+
+func newSSHKey(path string) (ssh.Signer, error) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "tether "+filepath.Base(path))
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("ca: %w", err)
+	}
+	if err := pki.WriteFileAtomic(path, pem.EncodeToMemory(block), 0o600); err != nil {
+		return nil, fmt.Errorf("ca: %w", err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		return nil, err
+	}
+	if err := pki.WriteFileAtomic(path+".pub", ssh.MarshalAuthorizedKey(signer.PublicKey()), 0o644); err != nil {
+		return nil, fmt.Errorf("ca: %w", err)
+	}
+	return signer, nil
+}
+
+// RotateSSH makes a new signing key for the SSH CA in dir/file. The old
+// public key is kept as trusted (file.prev-<unix time>.pub) until
+// FinishSSHRotation, so certificates it signed stay valid during the overlap.
+func RotateSSH(dir, file string) error {
+	path := filepath.Join(dir, file)
+	old, err := LoadOrCreateSSH(dir, file)
+	if err != nil {
+		return err
+	}
+	prev := fmt.Sprintf("%s.prev-%d.pub", path, time.Now().Unix())
+	if err := pki.WriteFileAtomic(prev, ssh.MarshalAuthorizedKey(old.signer.PublicKey()), 0o644); err != nil {
+		return fmt.Errorf("ca: %w", err)
+	}
+	_, err = newSSHKey(path)
+	return err
+}
+
+// FinishSSHRotation stops trusting previous keys of the SSH CA in dir/file.
+func FinishSSHRotation(dir, file string) error {
+	prevFiles, _ := filepath.Glob(filepath.Join(dir, file) + ".prev-*.pub")
+	for _, f := range prevFiles {
+		if err := os.Remove(f); err != nil {
+			return fmt.Errorf("ca: %w", err)
+		}
+	}
+	return nil
+}
+
+// PublicKey is the current signing key's public half.
+func (c *SSHCA) PublicKey() ssh.PublicKey { return c.signer.PublicKey() }
+
+// TrustedKeys are the keys verifiers must trust: the current one first, then
+// previous ones still in their rotation overlap.
+func (c *SSHCA) TrustedKeys() []ssh.PublicKey {
+	return append([]ssh.PublicKey{c.signer.PublicKey()}, c.previous...)
+}
+
+// Signer is the CA's signing key (the hub uses the user CA to certify its own
+// provisioning client key).
+func (c *SSHCA) Signer() ssh.Signer { return c.signer }
+
+// hostTemplate and userTemplate fix type, key id and principals from the
+// template data only: nothing a requester says is copied into a certificate.
+const sshTemplate = `{
+	"type": {{ toJson .Type }},
+	"keyId": {{ toJson .KeyID }},
+	"principals": {{ toJson .Principals }},
+	"extensions": {{ toJson .Extensions }}
+}`
+
+func (c *SSHCA) sign(ct sshutil.CertType, pub ssh.PublicKey, keyID string, principals []string, ttl time.Duration) (*ssh.Certificate, error) {
+	if pub == nil {
+		return nil, errors.New("ca: ssh certificate: no public key")
+	}
+	if _, isCert := pub.(*ssh.Certificate); isCert {
+		return nil, errors.New("ca: ssh certificate: the key is itself a certificate")
+	}
+	if len(principals) == 0 {
+		return nil, errors.New("ca: ssh certificate: no principals")
+	}
+	data := sshutil.CreateTemplateData(ct, keyID, principals)
+	tmpl, err := sshutil.NewCertificate(sshutil.CertificateRequest{Key: pub}, sshutil.WithTemplate(sshTemplate, data))
+	if err != nil {
+		return nil, fmt.Errorf("ca: ssh certificate template for %q: %w", keyID, err)
+	}
+	cert := tmpl.GetCertificate()
+	now := time.Now()
+	cert.ValidAfter = uint64(now.Add(-sshClockSkew).Unix())
+	cert.ValidBefore = uint64(now.Add(ttl).Unix())
+	signed, err := sshutil.CreateCertificate(cert, c.signer)
+	if err != nil {
+		return nil, fmt.Errorf("ca: sign ssh certificate for %q: %w", keyID, err)
+	}
+	return signed, nil
+}
+
+// SignHost certifies a host key for the given host names.
+func (c *SSHCA) SignHost(pub ssh.PublicKey, keyID string, hostnames []string, ttl time.Duration) (*ssh.Certificate, error) {
+	return c.sign(sshutil.HostCert, pub, keyID, hostnames, ttl)
+}
+
+// SignUser certifies a user key for the given login names.
+func (c *SSHCA) SignUser(pub ssh.PublicKey, keyID string, logins []string, ttl time.Duration) (*ssh.Certificate, error) {
+	return c.sign(sshutil.UserCert, pub, keyID, logins, ttl)
+}
+
+// KnownHostsLine is the @cert-authority line that makes OpenSSH trust hosts
+// certified by key for the given host patterns.
+func KnownHostsLine(patterns []string, key ssh.PublicKey) string {
+	return "@cert-authority " + strings.Join(patterns, ",") + " " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key)))
+}
