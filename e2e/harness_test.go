@@ -388,7 +388,10 @@ type sshClient struct {
 func newSSHClient(t *testing.T, h *hub) *sshClient {
 	dir := t.TempDir()
 	c := &sshClient{t: t, h: h, cfg: filepath.Join(dir, "ssh_config"), known: filepath.Join(dir, "known_hosts")}
-	os.WriteFile(c.cfg, []byte(fmt.Sprintf(`Host *
+	// The real `tether config ssh` output: hub host CA as @cert-authority,
+	// strict checking, nothing learned on first use.
+	generated := h.cli("config", "ssh", "--user", "alice", "--known-hosts", c.known, "--identity-file", opKey)
+	os.WriteFile(c.cfg, []byte(generated+fmt.Sprintf(`Host *
   IdentityFile %s
   IdentitiesOnly yes
   UserKnownHostsFile %s
@@ -397,7 +400,6 @@ func newSSHClient(t *testing.T, h *hub) *sshClient {
   BatchMode yes
   ConnectTimeout 10
 `, opKey, c.known)), 0o600)
-	c.trust(fmt.Sprintf("[127.0.0.1]:%d", h.sshPort), h.hostPublicKey())
 	return c
 }
 
@@ -412,9 +414,10 @@ func (c *sshClient) trust(host string, key gossh.PublicKey) {
 	fmt.Fprintf(f, "%s %s", host, gossh.MarshalAuthorizedKey(key))
 }
 
-// jumpArgs are the ssh arguments for `ssh -J alice@hub login@node`.
+// jumpArgs are the ssh arguments for plain `ssh -J alice@HUB login@NODE.tether`;
+// hub and node are both verified by their host certificates.
 func (c *sshClient) jumpArgs(node string, extra ...string) []string {
-	return append([]string{"-F", c.cfg, "-J", "alice@" + c.h.sshAddr()}, append(extra, loginUser+"@"+node)...)
+	return append([]string{"-F", c.cfg, "-J", "alice@" + c.h.sshAddr()}, append(extra, loginUser+"@"+node+".tether")...)
 }
 
 func (c *sshClient) run(timeout time.Duration, node string, command ...string) (string, string, int) {

@@ -42,12 +42,12 @@ func startFleet(t *testing.T, extraAgentArgs ...string) *fleet {
 		{"sshd-tcp", sshdAddr, "tcp"},
 	}
 	for _, n := range nodes {
-		_, stateDir := startAgent(t, join, n.name, append([]string{"--ssh", n.ssh, "--transport", n.transport}, extraAgentArgs...)...)
+		startAgent(t, join, n.name, append([]string{"--ssh", n.ssh, "--transport", n.transport}, extraAgentArgs...)...)
 		h.waitOnline(n.name, n.transport)
-		if n.ssh == "embedded" {
-			f.ssh.trust(n.name, readHostPub(t, filepath.Join(stateDir, "ssh_host_ed25519_key")))
-		} else {
-			f.ssh.trust(n.name, f.sshd.hostPub)
+		if n.ssh != "embedded" {
+			// This sshd is not managed by the agent (no host certificate
+			// installed), so its key is pinned by hand, as an operator would.
+			f.ssh.trust(n.name+".tether", f.sshd.hostPub)
 		}
 	}
 	return f
@@ -81,6 +81,24 @@ func TestFleet(t *testing.T) {
 		}
 	})
 
+	t.Run("config ssh route", func(t *testing.T) {
+		// ssh -F CONFIG login@NODE.tether: ProxyJump through the alias, no -J.
+		out, errOut, code := runCmd(t, 30*time.Second, "ssh", "-F", f.ssh.cfg, loginUser+"@emb-tcp.tether", "echo via-config")
+		if code != 0 || strings.TrimSpace(out) != "via-config" {
+			t.Fatalf("exit %d, out %q, err %q", code, out, errOut)
+		}
+	})
+
+	t.Run("node without host certificate refused", func(t *testing.T) {
+		// A fresh client that trusts only the host CA: the unmanaged sshd
+		// node presents a plain key, which strict checking refuses.
+		c := newSSHClient(t, f.h)
+		_, errOut, code := c.run(30*time.Second, "sshd-tcp", "true")
+		if code != 255 || !strings.Contains(errOut, "Host key verification failed") {
+			t.Fatalf("exit %d, stderr %q", code, errOut)
+		}
+	})
+
 	t.Run("scp 50MiB with checksum", func(t *testing.T) {
 		src := filepath.Join(t.TempDir(), "blob")
 		data := make([]byte, 50<<20)
@@ -91,7 +109,7 @@ func TestFleet(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				dst := filepath.Join(t.TempDir(), "copy")
 				start := time.Now()
-				_, errOut, code := runCmd(t, 2*time.Minute, "scp", "-F", f.ssh.cfg, "-J", "alice@"+f.h.sshAddr(), src, loginUser+"@"+name+":"+dst)
+				_, errOut, code := runCmd(t, 2*time.Minute, "scp", "-F", f.ssh.cfg, "-J", "alice@"+f.h.sshAddr(), src, loginUser+"@"+name+".tether:"+dst)
 				if code != 0 {
 					t.Fatalf("scp: exit %d: %s", code, errOut)
 				}

@@ -16,13 +16,11 @@ func TestHubRestart(t *testing.T) {
 	h.cli("operator", "add", "alice", "--key", opPub)
 	join := h.token("--uses", "2")
 	fast := []string{"--ssh", "embedded", "--keepalive", "1s", "--dead-peer-timeout", "4s"}
-	_, dirQ := startAgent(t, join, "rq", append(fast, "--transport", "quic")...)
-	_, dirT := startAgent(t, join, "rt", append(fast, "--transport", "tcp")...)
+	startAgent(t, join, "rq", append(fast, "--transport", "quic")...)
+	startAgent(t, join, "rt", append(fast, "--transport", "tcp")...)
 	h.waitOnline("rq", "quic")
 	h.waitOnline("rt", "tcp")
 	c := newSSHClient(t, h)
-	c.trust("rq", readHostPub(t, filepath.Join(dirQ, "ssh_host_ed25519_key")))
-	c.trust("rt", readHostPub(t, filepath.Join(dirT, "ssh_host_ed25519_key")))
 
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
@@ -130,7 +128,6 @@ func TestReconnectReplacesSession(t *testing.T) {
 		t.Fatal("hub did not log the replacement")
 	}
 	c := newSSHClient(t, h)
-	c.trust("dup", readHostPub(t, filepath.Join(dir, "ssh_host_ed25519_key")))
 	if out, errOut, code := c.run(30*time.Second, "dup", "echo newest"); code != 0 || strings.TrimSpace(out) != "newest" {
 		t.Fatalf("jump after replacement: %d %q %q", code, out, errOut)
 	}

@@ -73,9 +73,15 @@ or add "Include ~/.ssh/tether.conf" to ~/.ssh/config.`,
 			if err != nil {
 				return fmt.Errorf("hub reported bastion %q: %w", trust.Bastion, err)
 			}
+			// The bastion is matched by its alias (config below) and by its
+			// address, so plain `ssh -J user@HOST:PORT` is verified too.
+			bastion := host
+			if port != "22" {
+				bastion = "[" + host + "]:" + port
+			}
 			var kh strings.Builder
 			for _, ca := range trust.HostCAs {
-				fmt.Fprintf(&kh, "@cert-authority *.%s,%s %s\n", trust.NodeSuffix, trust.BastionAlias, ca)
+				fmt.Fprintf(&kh, "@cert-authority *.%s,%s,%s %s\n", trust.NodeSuffix, trust.BastionAlias, bastion, ca)
 			}
 			if err := pki.WriteFileAtomic(knownHosts, []byte(kh.String()), 0o644); err != nil {
 				return err
