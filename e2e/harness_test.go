@@ -378,19 +378,25 @@ LogLevel VERBOSE
 // sshClient writes an ssh_config with strict host key checking against a
 // known_hosts file the test controls: no trust-on-first-use anywhere.
 type sshClient struct {
-	t     *testing.T
-	h     *hub
-	cfg   string
-	known string
-	mu    sync.Mutex
+	operator string // bastion login
+	t        *testing.T
+	h        *hub
+	cfg      string
+	known    string
+	mu       sync.Mutex
 }
 
 func newSSHClient(t *testing.T, h *hub) *sshClient {
+	return newSSHClientAs(t, h, "alice", opKey)
+}
+
+// newSSHClientAs is an ssh client for operator name with the given key.
+func newSSHClientAs(t *testing.T, h *hub, operator, key string) *sshClient {
 	dir := t.TempDir()
-	c := &sshClient{t: t, h: h, cfg: filepath.Join(dir, "ssh_config"), known: filepath.Join(dir, "known_hosts")}
+	c := &sshClient{t: t, h: h, operator: operator, cfg: filepath.Join(dir, "ssh_config"), known: filepath.Join(dir, "known_hosts")}
 	// The real `tether config ssh` output: hub host CA as @cert-authority,
 	// strict checking, nothing learned on first use.
-	generated := h.cli("config", "ssh", "--user", "alice", "--known-hosts", c.known, "--identity-file", opKey)
+	generated := h.cli("config", "ssh", "--user", operator, "--known-hosts", c.known, "--identity-file", key)
 	os.WriteFile(c.cfg, []byte(generated+fmt.Sprintf(`Host *
   IdentityFile %s
   IdentitiesOnly yes
@@ -399,7 +405,7 @@ func newSSHClient(t *testing.T, h *hub) *sshClient {
   StrictHostKeyChecking yes
   BatchMode yes
   ConnectTimeout 10
-`, opKey, c.known)), 0o600)
+`, key, c.known)), 0o600)
 	return c
 }
 
@@ -417,7 +423,7 @@ func (c *sshClient) trust(host string, key gossh.PublicKey) {
 // jumpArgs are the ssh arguments for plain `ssh -J alice@HUB login@NODE.tether`;
 // hub and node are both verified by their host certificates.
 func (c *sshClient) jumpArgs(node string, extra ...string) []string {
-	return append([]string{"-F", c.cfg, "-J", "alice@" + c.h.sshAddr()}, append(extra, loginUser+"@"+node+".tether")...)
+	return append([]string{"-F", c.cfg, "-J", c.operator + "@" + c.h.sshAddr()}, append(extra, loginUser+"@"+node+".tether")...)
 }
 
 func (c *sshClient) run(timeout time.Duration, node string, command ...string) (string, string, int) {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,11 +34,11 @@ type Config struct {
 	// to the hub to be certified); used when SSHTarget is not embedded.
 	// Default /etc/ssh/ssh_host_ed25519_key.
 	SSHDHostKey string
-	Transport  tunnel.Transport
-	Tunnel     *tunnel.Config
-	BackoffMin time.Duration // default 500ms
-	BackoffMax time.Duration // cap of the exponential backoff, default 30s
-	Logger     *slog.Logger
+	Transport   tunnel.Transport
+	Tunnel      *tunnel.Config
+	BackoffMin  time.Duration // default 500ms
+	BackoffMax  time.Duration // cap of the exponential backoff, default 30s
+	Logger      *slog.Logger
 }
 
 // CheckAndSetDefaults validates c and fills defaults.
@@ -380,15 +381,23 @@ func (a *Agent) setAuthorizedKeys(lines []string, log *slog.Logger) {
 	if a.sshd == nil {
 		return
 	}
-	keys := make([]gossh.PublicKey, 0, len(lines))
+	keys := make([]sshserver.AuthorizedKey, 0, len(lines))
 	for _, l := range lines {
-		k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(l))
+		k, _, options, _, err := gossh.ParseAuthorizedKey([]byte(l))
 		if err != nil {
 			log.Warn("ignoring unreadable authorized key from hub", "err", err)
 			continue
 		}
-		keys = append(keys, k)
+		ak := sshserver.AuthorizedKey{Key: k}
+		for _, o := range options {
+			// tether-logins="root,ubuntu": the logins the operator's roles
+			// allow on this node; absent means any login.
+			if v, ok := strings.CutPrefix(o, "tether-logins="); ok {
+				ak.Logins = strings.Split(strings.Trim(v, `"`), ",")
+			}
+		}
+		keys = append(keys, ak)
 	}
-	a.sshd.SetAuthorizedKeys(keys)
+	a.sshd.SetAuthorizedKeyLogins(keys)
 	log.Debug("authorized keys updated", "count", len(keys))
 }

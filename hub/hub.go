@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
@@ -104,8 +105,7 @@ type Server struct {
 	hostCA   *ca.SSHCA
 	userCA   *ca.SSHCA
 	serving  tls.Certificate
-	opsMu    sync.RWMutex               // guards ops
-	ops      map[string]gossh.PublicKey // operator name -> key
+	access   atomic.Pointer[access] // operators and roles, replaced wholesale on change
 	sessions sync.WaitGroup
 }
 
@@ -144,7 +144,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.store.Close()
 		return nil, err
 	}
-	if err := s.reloadOperators(ctx); err != nil {
+	if err := s.reloadAccess(ctx); err != nil {
 		s.store.Close()
 		return nil, err
 	}
@@ -228,54 +228,6 @@ func (s *Server) writeAdminIdentity() error {
 	return nil
 }
 
-func (s *Server) reloadOperators(ctx context.Context) error {
-	ops, err := s.store.ListOperators(ctx)
-	if err != nil {
-		return err
-	}
-	m := make(map[string]gossh.PublicKey, len(ops))
-	for _, o := range ops {
-		k, err := api.ParseAuthorizedKey(o.PublicKey)
-		if err != nil {
-			s.log.Warn("skipping operator with unreadable key", "operator", o.Name, "err", err)
-			continue
-		}
-		m[o.Name] = k
-	}
-	s.opsMu.Lock()
-	s.ops = m
-	s.opsMu.Unlock()
-	return nil
-}
-
-// authorizedKeys are the operator keys pushed to nodes' embedded SSH servers.
-func (s *Server) authorizedKeys() []string {
-	s.opsMu.RLock()
-	defer s.opsMu.RUnlock()
-	out := make([]string, 0, len(s.ops))
-	for _, k := range s.ops {
-		out = append(out, string(gossh.MarshalAuthorizedKey(k)))
-	}
-	return out
-}
-
-func (s *Server) authorizeOperator(user string, key gossh.PublicKey) bool {
-	s.opsMu.RLock()
-	defer s.opsMu.RUnlock()
-	k, ok := s.ops[user]
-	return ok && string(k.Marshal()) == string(key.Marshal())
-}
-
-func (s *Server) operatorsChanged() {
-	if err := s.reloadOperators(context.Background()); err != nil {
-		s.log.Error("reload operators", "err", err)
-		return
-	}
-	for _, c := range s.reg.All() {
-		go s.pushKeys(c)
-	}
-}
-
 func advertiseFor(addr net.Addr, configured []string) []string {
 	if len(configured) > 0 {
 		return configured
@@ -335,7 +287,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	b, err := bastion.New(bastion.Config{
 		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, HostCertSigner: certSigner, NodeSuffix: "." + s.cfg.NodeSuffix, Authorize: s.authorizeOperator, Dialer: nodeDialer{s},
-		Logger: s.log.With("component", "bastion"), Metrics: s.metrics,
+		Logger: s.log.With("component", "bastion"), Metrics: s.metrics, OnJump: s.auditJump,
 	})
 	if err != nil {
 		return err
@@ -348,7 +300,7 @@ func (s *Server) Run(ctx context.Context) error {
 	httpSrv := &http.Server{
 		Handler: api.NewHandler(api.Deps{
 			Store: s.store, CA: s.ca, Registry: s.reg, Metrics: s.metrics, Advertise: advertise,
-			NodeCertTTL: s.cfg.NodeCertTTL, Logger: s.log.With("component", "api"), OperatorsChanged: s.operatorsChanged,
+			NodeCertTTL: s.cfg.NodeCertTTL, Logger: s.log.With("component", "api"), OperatorsChanged: s.accessChanged,
 			SSHTrust: s.sshTrustInfo(sshAddr, advertise),
 		}),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -11,6 +11,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/tether-dev/tether/hub/bastion"
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki"
@@ -69,6 +70,11 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 		return
 	}
 	log = log.With("node", node.Name)
+	if !node.RevokedAt.IsZero() {
+		log.Warn("session refused: node is revoked")
+		s.refuse(sess, "this node was revoked on the hub; re-join with a new join string")
+		return
+	}
 
 	hctx, cancel := context.WithTimeout(ctx, helloTimeout)
 	ctrl, err := sess.AcceptStream(hctx)
@@ -232,41 +238,76 @@ func (s *Server) renewHostCert(ctx context.Context, c *registry.Conn, hostKey go
 	}
 }
 
-func (s *Server) pushKeys(c *registry.Conn) {
-	if err := c.Send(&control.Message{Type: control.TypeAuthorizedKeys, AuthorizedKeys: s.authorizedKeys()}); err != nil {
-		s.log.Info("push authorized keys failed", "node", c.Name, "err", err)
-	}
-}
-
 func (s *Server) markSeen(ctx context.Context, log *slog.Logger, id string, seen store.Seen) {
 	if err := s.store.UpdateNodeSeen(ctx, id, seen); err != nil && !errors.Is(err, store.ErrNotFound) {
 		log.Error("record node status", "err", err)
 	}
 }
 
-// nodeDialer is what the bastion dials through: the registry, with the
-// store consulted to tell an unknown node from an offline one.
+// nodeDialer is what the bastion dials through: it checks that the node
+// exists and is not revoked and that the operator's roles select it, then
+// opens the stream through the registry.
 type nodeDialer struct{ s *Server }
 
-func (d nodeDialer) Dial(ctx context.Context, name string, h tunnel.Header) (tunnel.Stream, error) {
-	st, err := d.s.reg.Dial(ctx, name, h)
-	if errors.Is(err, registry.ErrOffline) {
-		n, serr := d.s.store.GetNodeByName(ctx, name)
-		if errors.Is(serr, store.ErrNotFound) {
-			return nil, fmt.Errorf("no node named %q is registered (see `tether nodes`)", name)
-		}
-		if serr == nil {
-			seen := "never connected"
-			if !n.LastSeen.IsZero() {
-				seen = "last seen " + time.Since(n.LastSeen).Round(time.Second).String() + " ago"
-			}
-			return nil, fmt.Errorf("node %q is offline (%s)", name, seen)
-		}
+func (d nodeDialer) Dial(ctx context.Context, req bastion.JumpRequest) (tunnel.Stream, error) {
+	st, err := d.dial(ctx, req)
+	result := "ok"
+	if err != nil {
+		result = "error"
 	}
-	if err != nil && d.s.metrics != nil {
-		d.s.metrics.StreamsOpened.WithLabelValues(h.Service.String(), "error").Inc()
-	} else if err == nil {
-		d.s.metrics.StreamsOpened.WithLabelValues(h.Service.String(), "ok").Inc()
-	}
+	d.s.metrics.StreamsOpened.WithLabelValues(req.Header.Service.String(), result).Inc()
 	return st, err
+}
+
+func (d nodeDialer) dial(ctx context.Context, req bastion.JumpRequest) (tunnel.Stream, error) {
+	n, err := d.s.store.GetNodeByName(ctx, req.Node)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("no node named %q is registered (see `tether nodes`)", req.Node)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !n.RevokedAt.IsZero() {
+		return nil, fmt.Errorf("%w: node %q was revoked", bastion.ErrDenied, n.Name)
+	}
+	if err := d.s.allowJump(req.Operator, n); err != nil {
+		return nil, err
+	}
+	c, ok := d.s.reg.Get(n.Name)
+	if !ok || c.NodeID != n.ID {
+		seen := "never connected"
+		if !n.LastSeen.IsZero() {
+			seen = "last seen " + time.Since(n.LastSeen).Round(time.Second).String() + " ago"
+		}
+		return nil, fmt.Errorf("node %q is offline (%s)", n.Name, seen)
+	}
+	return c.Dial(ctx, req.Header)
+}
+
+// auditJump records a finished jump attempt.
+func (s *Server) auditJump(r bastion.JumpRecord) {
+	s.audit(store.AuditEvent{At: r.Start, Kind: "jump", Operator: r.Operator, Node: r.Node, KeyFingerprint: r.KeyFingerprint,
+		Remote: r.Remote, Result: r.Result, Detail: joinDetail(r.Header.String(), r.Error), EndedAt: r.End,
+		BytesToNode: r.BytesToNode, BytesFromNode: r.BytesFromNode})
+}
+
+func joinDetail(parts ...string) string {
+	out := ""
+	for _, p := range parts {
+		if p == "" {
+			continue
+		}
+		if out != "" {
+			out += "; "
+		}
+		out += p
+	}
+	return out
+}
+
+// audit appends an event; a failure is logged, never fatal to the action.
+func (s *Server) audit(e store.AuditEvent) {
+	if err := s.store.AppendAudit(context.Background(), e); err != nil {
+		s.log.Error("audit", "kind", e.Kind, "err", err)
+	}
 }

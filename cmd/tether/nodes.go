@@ -23,7 +23,11 @@ agent_version, os, last_seen and more.`,
 			if !n.LastSeen.IsZero() {
 				seen = time.Since(n.LastSeen).Round(time.Second).String() + " ago"
 			}
-			return fmt.Sprintf("%s\t%v\t%s\t%s\t%s\t%s\t%s", n.Name, n.Online, n.Transport, n.AgentVersion, n.OS, seen, formatLabels(n.Labels))
+			online := fmt.Sprint(n.Online)
+			if !n.RevokedAt.IsZero() {
+				online = "revoked"
+			}
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", n.Name, online, n.Transport, n.AgentVersion, n.OS, seen, formatLabels(n.Labels))
 		})
 	var rmFlags clientFlags
 	rm := &cobra.Command{
@@ -45,6 +49,26 @@ agent_version, os, last_seen and more.`,
 		},
 	}
 	rmFlags.register(rm)
-	cmd.AddCommand(rm)
+	var revokeFlags clientFlags
+	revoke := &cobra.Command{
+		Use:   "revoke NAME",
+		Short: "Revoke a node: its tunnel closes within a second and reconnects are refused (the record is kept)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := revokeFlags.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			n, err := c.RevokeNode(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "node %s (%s) revoked\n", n.Name, n.ID)
+			return nil
+		},
+	}
+	revokeFlags.register(revoke)
+	cmd.AddCommand(rm, revoke)
 	return cmd
 }

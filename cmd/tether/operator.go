@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -19,12 +20,15 @@ func newOperatorCmd() *cobra.Command {
 func newOperatorAddCmd() *cobra.Command {
 	var cf clientFlags
 	var keyPath string
+	var roleNames []string
 	cmd := &cobra.Command{
-		Use:   "add NAME --key PUBKEY_FILE",
+		Use:   "add NAME --key PUBKEY_FILE [--role ROLE]...",
 		Short: "Register an operator's SSH public key",
 		Long: `Register an operator. NAME is the user name they give the bastion
 (ssh -J NAME@hub:2222 ...); the key is one OpenSSH public key (use - for stdin).
-Their key is pushed at once to every node's embedded SSH server.`,
+Their key is pushed at once to the embedded SSH server of every node their
+roles select, limited to the roles' logins. Without --role the operator gets
+the built-in role "all" (every node, any login).`,
 		Example: `  tether operator add alice --data-dir ./hub --key ~/.ssh/id_ed25519.pub`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -49,7 +53,7 @@ Their key is pushed at once to every node's embedded SSH server.`,
 				return err
 			}
 			defer c.Close()
-			o, err := c.AddOperator(cmd.Context(), api.OperatorAddRequest{Name: args[0], PublicKey: string(b)})
+			o, err := c.AddOperator(cmd.Context(), api.OperatorAddRequest{Name: args[0], PublicKey: string(b), Roles: roleNames})
 			if err != nil {
 				return err
 			}
@@ -59,14 +63,15 @@ Their key is pushed at once to every node's embedded SSH server.`,
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVar(&keyPath, "key", "", "OpenSSH public key file, or - for stdin")
+	cmd.Flags().StringArrayVar(&roleNames, "role", nil, "role to grant (repeatable; default: all)")
 	return cmd
 }
 
 func newOperatorListCmd() *cobra.Command {
 	return listCommand(&cobra.Command{Use: "list", Short: "List operators"},
-		(*api.Client).ListOperators, "NAME\tKEY FINGERPRINT\tADDED",
+		(*api.Client).ListOperators, "NAME\tROLES\tKEY FINGERPRINT\tADDED",
 		func(o api.Operator) string {
-			return fmt.Sprintf("%s\t%s\t%s", o.Name, o.Fingerprint, o.CreatedAt.Local().Format("2006-01-02 15:04"))
+			return fmt.Sprintf("%s\t%s\t%s\t%s", o.Name, strings.Join(o.Roles, ","), o.Fingerprint, o.CreatedAt.Local().Format("2006-01-02 15:04"))
 		})
 }
 

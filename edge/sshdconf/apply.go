@@ -30,6 +30,12 @@ const dropInHeader = `# Managed by tether-edge (--manage-sshd); do not edit.
 // already right is left alone (its mode is still fixed to 0644). Dir and
 // the drop-in's directory are created with mode 0755 when missing.
 //
+// With OpenSSH 9.2 only a change to the drop-in strictly needs a reload:
+// sshd reads the drop-in when it starts, but the files it names on every
+// connection, so new certificates, CAs and revocations apply to the next
+// connection even before the reload. Reloading on every change is harmless
+// and does not depend on that.
+//
 // Invalid input yields an error wrapping [ErrInvalid] before anything is
 // written. On a later error, changed still reports the files already
 // replaced.

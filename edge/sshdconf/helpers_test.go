@@ -332,6 +332,17 @@ func (e *sshdEnv) ssh(c *client) (string, error) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
+	cmd := exec.CommandContext(ctx, "ssh", append(e.sshArgs(c), "true")...)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		e.t.Fatalf("ssh timed out: %s", out)
+	}
+	return string(out), err
+}
+
+// sshArgs are the ssh arguments up to the remote command. The agent socket
+// is ignored through IdentitiesOnly.
+func (e *sshdEnv) sshArgs(c *client) []string {
 	args := []string{
 		"-F", "/dev/null",
 		"-o", "BatchMode=yes",
@@ -347,14 +358,7 @@ func (e *sshdEnv) ssh(c *client) (string, error) {
 	if c.cert != "" {
 		args = append(args, "-o", "CertificateFile="+c.cert)
 	}
-	args = append(args, "-p", fmt.Sprint(e.port), e.user+"@127.0.0.1", "true")
-	cmd := exec.CommandContext(ctx, "ssh", args...)
-	cmd.Env = append(os.Environ(), "SSH_AUTH_SOCK=")
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		e.t.Fatalf("ssh timed out: %s", out)
-	}
-	return string(out), err
+	return append(args, "-p", fmt.Sprint(e.port), e.user+"@127.0.0.1")
 }
 
 // mustLogin asserts that c logs in.

@@ -139,7 +139,7 @@ func (s *includeScan) include(pattern string, depth int) (found bool, err error)
 // splitConfigLine splits an sshd_config line into keyword and arguments,
 // the way sshd does: blanks separate words, "keyword=value" is allowed,
 // double or single quotes group words, a backslash escapes a quote, a
-// backslash or (outside quotes) a blank, and a '#' at the start of a word
+// backslash or (outside quotes) a space, and a '#' at the start of a word
 // starts a comment. It returns nil for blank and comment lines.
 func splitConfigLine(line string) ([]string, error) {
 	line = strings.TrimSpace(line)
@@ -194,5 +194,5 @@ func splitConfigLine(line string) ([]string, error) {
 // escapable reports whether a backslash before c escapes it (sshd's
 // argv_split rules).
 func escapable(c, quote byte) bool {
-	return c == '\\' || c == '"' || c == '\'' || (quote == 0 && (c == ' ' || c == '\t'))
+	return c == '\\' || c == '"' || c == '\'' || (quote == 0 && c == ' ')
 }

@@ -89,10 +89,14 @@ func SignalReloader(pid int) Reloader {
 }
 
 // CheckConfig runs `sshd -t -f sshdConfig`, which parses the configuration
-// (drop-ins included) and loads the host keys and certificates, and returns
-// sshd's complaint if any. Call it after Apply and before reloading: sshd
-// does not survive a reload into a configuration it cannot parse.
-// sshdConfig empty means sshd's default (/etc/ssh/sshd_config).
+// (drop-ins included) and loads the host keys, and returns sshd's complaint
+// if it fails. Call it after Apply and before reloading: sshd does not
+// survive a reload into a configuration it cannot parse. sshdConfig empty
+// means sshd's default (/etc/ssh/sshd_config).
+//
+// sshd -t succeeds even when a HostCertificate is missing or matches no
+// host key (sshd only logs that and serves the plain key), which is why
+// Apply checks the certificate against the host key itself.
 func CheckConfig(ctx context.Context, sshdConfig string) error {
 	bin, err := exec.LookPath("sshd")
 	if err != nil {

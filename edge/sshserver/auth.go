@@ -3,24 +3,26 @@ package sshserver
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/gliderlabs/ssh"
 	gossh "golang.org/x/crypto/ssh"
 )
 
-// keySet is an immutable set of public keys keyed by their wire encoding.
-// It is swapped as a whole so a reader never sees half an update.
+// keySet is an immutable set of public keys keyed by their wire encoding,
+// each with the logins it may use (nil: any login). It is swapped as a
+// whole so a reader never sees half an update.
 type keySet struct {
-	keys map[string]struct{}
+	keys map[string][]string
 }
 
 func newKeySet(keys []gossh.PublicKey) *keySet {
-	ks := &keySet{keys: make(map[string]struct{}, len(keys))}
+	ks := &keySet{keys: make(map[string][]string, len(keys))}
 	for _, k := range keys {
 		if k == nil {
 			continue
 		}
-		ks.keys[string(k.Marshal())] = struct{}{}
+		ks.keys[string(k.Marshal())] = nil
 	}
 	return ks
 }
@@ -33,6 +35,42 @@ func (ks *keySet) contains(k gossh.PublicKey) bool {
 	}
 	_, ok := ks.keys[string(k.Marshal())]
 	return ok
+}
+
+// allows reports whether k is in the set and may log in as user.
+func (ks *keySet) allows(k gossh.PublicKey, user string) bool {
+	if k == nil {
+		return false
+	}
+	logins, ok := ks.keys[string(k.Marshal())]
+	if !ok {
+		return false
+	}
+	return logins == nil || slices.Contains(logins, user)
+}
+
+// AuthorizedKey is an operator key with the logins it may use on this node.
+type AuthorizedKey struct {
+	Key    gossh.PublicKey
+	Logins []string // nil or empty: any login
+}
+
+// SetAuthorizedKeyLogins is SetAuthorizedKeys with a login restriction per
+// key: a key may only log in as one of its Logins (the operator's roles'
+// logins for this node).
+func (s *Server) SetAuthorizedKeyLogins(keys []AuthorizedKey) {
+	ks := &keySet{keys: make(map[string][]string, len(keys))}
+	for _, k := range keys {
+		if k.Key == nil {
+			continue
+		}
+		var logins []string
+		if len(k.Logins) > 0 {
+			logins = slices.Clone(k.Logins)
+		}
+		ks.keys[string(k.Key.Marshal())] = logins
+	}
+	s.authorized.Store(ks)
 }
 
 func (ks *keySet) empty() bool { return len(ks.keys) == 0 }
@@ -65,7 +103,7 @@ func (s *Server) authorize(ctx ssh.Context, key ssh.PublicKey) bool {
 	// accepted key its own Permissions value so one certificate's
 	// source-address cannot be overwritten by another key's query.
 	p := ctx.Permissions()
-	if s.authorized.Load().contains(key) {
+	if s.authorized.Load().allows(key, ctx.User()) {
 		p.Permissions = &gossh.Permissions{}
 		return true
 	}

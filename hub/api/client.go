@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -175,6 +176,55 @@ func (c *Client) ListNodes(ctx context.Context) ([]Node, error) {
 func (c *Client) RemoveNode(ctx context.Context, name string) (Node, error) {
 	var out Node
 	return out, c.do(ctx, http.MethodDelete, "/v1/nodes/"+url.PathEscape(name), nil, &out)
+}
+
+// RevokeNode revokes a node: its tunnel closes and it can never reconnect.
+func (c *Client) RevokeNode(ctx context.Context, name string) (Node, error) {
+	var out Node
+	return out, c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(name)+"/revoke", nil, &out)
+}
+
+// PutRole creates or replaces a role.
+func (c *Client) PutRole(ctx context.Context, name string, req RolePutRequest) (Role, error) {
+	var out Role
+	return out, c.do(ctx, http.MethodPut, "/v1/roles/"+url.PathEscape(name), req, &out)
+}
+
+// ListRoles lists roles.
+func (c *Client) ListRoles(ctx context.Context) ([]Role, error) {
+	var out []Role
+	return out, c.do(ctx, http.MethodGet, "/v1/roles", nil, &out)
+}
+
+// DeleteRole deletes a role.
+func (c *Client) DeleteRole(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/roles/"+url.PathEscape(name), nil, nil)
+}
+
+// AuditQuery filters ListAudit.
+type AuditQuery struct {
+	Node, Operator string
+	Since          time.Time
+	Limit          int
+}
+
+// ListAudit reads the audit log.
+func (c *Client) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEvent, error) {
+	v := url.Values{}
+	if q.Node != "" {
+		v.Set("node", q.Node)
+	}
+	if q.Operator != "" {
+		v.Set("operator", q.Operator)
+	}
+	if !q.Since.IsZero() {
+		v.Set("since", q.Since.UTC().Format(time.RFC3339))
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	var out []AuditEvent
+	return out, c.do(ctx, http.MethodGet, "/v1/audit?"+v.Encode(), nil, &out)
 }
 
 // AddOperator registers an operator key.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -8,6 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/roles"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
@@ -54,6 +58,11 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("GET /v1/ssh/trust", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.SSHTrust) })
 	mux.HandleFunc("GET /v1/nodes", h.admin(h.listNodes))
 	mux.HandleFunc("DELETE /v1/nodes/{name}", h.admin(h.removeNode))
+	mux.HandleFunc("POST /v1/nodes/{name}/revoke", h.admin(h.revokeNode))
+	mux.HandleFunc("PUT /v1/roles/{name}", h.admin(h.putRole))
+	mux.HandleFunc("GET /v1/roles", h.admin(h.listRoles))
+	mux.HandleFunc("DELETE /v1/roles/{name}", h.admin(h.deleteRole))
+	mux.HandleFunc("GET /v1/audit", h.admin(h.listAudit))
 	mux.HandleFunc("POST /v1/tokens", h.admin(h.createToken))
 	mux.HandleFunc("GET /v1/tokens", h.admin(h.listTokens))
 	mux.HandleFunc("DELETE /v1/tokens/{id}", h.admin(h.deleteToken))
@@ -163,6 +172,7 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, store.ErrTokenUnknown), errors.Is(err, store.ErrTokenExpired), errors.Is(err, store.ErrTokenUsedUp):
 		result = "refused"
+		h.audit(store.AuditEvent{Kind: "join", Node: req.Name, Remote: r.RemoteAddr, Result: "refused", Detail: "token " + tokenID + ": " + err.Error()})
 		h.Logger.Info("join refused", "token_id", tokenID, "name", req.Name, "remote", r.RemoteAddr, "reason", err)
 		writeError(w, http.StatusForbidden, "join refused: "+err.Error()+"; ask an admin for a new join string (`tether token create`)")
 		return
@@ -175,6 +185,7 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	result = "ok"
+	h.audit(store.AuditEvent{Kind: "join", Node: n.Name, Remote: r.RemoteAddr, Result: "ok", Detail: "node id " + n.ID + ", token " + tokenID})
 	h.Logger.Info("node joined", "node", n.Name, "id", n.ID, "token_id", tokenID, "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, control.JoinResponse{
 		NodeID: n.ID, Name: n.Name,
@@ -214,6 +225,7 @@ func (h *handler) removeNode(w http.ResponseWriter, r *http.Request) {
 	if c, ok := h.Registry.Get(name); ok && c.NodeID == n.ID {
 		c.CloseWithNotice("this node was removed from the hub; re-join to come back", true)
 	}
+	h.audit(store.AuditEvent{Kind: "remove", Node: name, Remote: r.RemoteAddr, Result: "ok", Detail: "node id " + n.ID})
 	h.Logger.Info("node removed", "node", name, "id", n.ID)
 	writeJSON(w, http.StatusOK, n)
 }
@@ -309,8 +321,22 @@ func (h *handler) addOperator(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if len(req.Roles) == 0 {
+		req.Roles = []string{roles.BuiltinAll.Name}
+	}
+	known, err := h.Store.ListRoles(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	for _, name := range req.Roles {
+		if !slices.ContainsFunc(known, func(k store.Role) bool { return k.Name == name }) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("no role named %q; create it with `tether role create %s --nodes SELECTOR --logins LOGINS`", name, name))
+			return
+		}
+	}
 	o := store.Operator{Name: req.Name, PublicKey: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(key))),
-		Fingerprint: gossh.FingerprintSHA256(key), CreatedAt: time.Now()}
+		Fingerprint: gossh.FingerprintSHA256(key), Roles: req.Roles, CreatedAt: time.Now()}
 	if err := h.Store.AddOperator(r.Context(), o); errors.Is(err, store.ErrNameTaken) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("operator %q or key %s is already registered", o.Name, o.Fingerprint))
 		return
@@ -319,7 +345,8 @@ func (h *handler) addOperator(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.OperatorsChanged()
-	h.Logger.Info("operator added", "operator", o.Name, "key", o.Fingerprint)
+	h.audit(store.AuditEvent{Kind: "operator_add", Operator: o.Name, KeyFingerprint: o.Fingerprint, Remote: r.RemoteAddr, Result: "ok", Detail: "roles " + strings.Join(o.Roles, ",")})
+	h.Logger.Info("operator added", "operator", o.Name, "key", o.Fingerprint, "roles", o.Roles)
 	writeJSON(w, http.StatusCreated, o)
 }
 
@@ -342,5 +369,108 @@ func (h *handler) removeOperator(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.OperatorsChanged()
+	h.audit(store.AuditEvent{Kind: "operator_remove", Operator: name, Remote: r.RemoteAddr, Result: "ok"})
 	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *handler) audit(e store.AuditEvent) {
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	if err := h.Store.AppendAudit(context.Background(), e); err != nil {
+		h.Logger.Error("audit", "kind", e.Kind, "err", err)
+	}
+}
+
+func (h *handler) revokeNode(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	n, err := h.Store.GetNodeByName(r.Context(), name)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no node named %q", name))
+		return
+	}
+	if err == nil {
+		err = h.Store.RevokeNode(r.Context(), n.ID, time.Now())
+	}
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	// Durable first, then the live session: a reconnect is refused from now on.
+	if c, ok := h.Registry.Get(name); ok && c.NodeID == n.ID {
+		go c.CloseWithNotice("this node was revoked on the hub; re-join with a new join string", true)
+	}
+	h.audit(store.AuditEvent{Kind: "revoke", Node: name, Remote: r.RemoteAddr, Result: "ok", Detail: "node id " + n.ID})
+	h.Logger.Info("node revoked", "node", name, "id", n.ID)
+	n, _ = h.Store.GetNode(r.Context(), n.ID)
+	writeJSON(w, http.StatusOK, n)
+}
+
+func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
+	var req RolePutRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	role := roles.Role{Name: r.PathValue("name"), Nodes: req.Nodes, Logins: req.Logins}
+	if err := role.Validate(); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := h.Store.PutRole(r.Context(), store.Role(role)); err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	h.OperatorsChanged()
+	h.audit(store.AuditEvent{Kind: "role_put", Remote: r.RemoteAddr, Result: "ok", Detail: fmt.Sprintf("%s: nodes %q logins %s", role.Name, role.Nodes, strings.Join(role.Logins, ","))})
+	writeJSON(w, http.StatusOK, role)
+}
+
+func (h *handler) listRoles(w http.ResponseWriter, r *http.Request) {
+	rs, err := h.Store.ListRoles(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, rs)
+}
+
+func (h *handler) deleteRole(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := h.Store.DeleteRole(r.Context(), name); errors.Is(err, store.ErrNotFound) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no role named %q", name))
+		return
+	} else if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	h.OperatorsChanged()
+	h.audit(store.AuditEvent{Kind: "role_remove", Remote: r.RemoteAddr, Result: "ok", Detail: name})
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *handler) listAudit(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := store.AuditFilter{Node: q.Get("node"), Operator: q.Get("operator")}
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("since %q: want RFC 3339 time, e.g. 2026-01-02T15:04:05Z", v))
+			return
+		}
+		f.Since = t
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want 1..10000", v))
+			return
+		}
+		f.Limit = n
+	}
+	events, err := h.Store.ListAudit(r.Context(), f)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, events)
 }

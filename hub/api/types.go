@@ -27,9 +27,22 @@ type TokenCreateResponse struct {
 
 // OperatorAddRequest is the body of POST /v1/operators.
 type OperatorAddRequest struct {
-	Name      string `json:"name"`
-	PublicKey string `json:"public_key"`
+	Name      string   `json:"name"`
+	PublicKey string   `json:"public_key"`
+	Roles     []string `json:"roles,omitempty"` // default ["all"]
 }
+
+// RolePutRequest is the body of PUT /v1/roles/{name}.
+type RolePutRequest struct {
+	Nodes  string   `json:"nodes"`
+	Logins []string `json:"logins"`
+}
+
+// Role is a role as the API shows it.
+type Role = store.Role
+
+// AuditEvent is an audit log entry as the API shows it.
+type AuditEvent = store.AuditEvent
 
 // SSHTrust answers GET /v1/ssh/trust (no authentication: public keys only).
 type SSHTrust struct {

@@ -24,9 +24,28 @@ import (
 	"github.com/tether-dev/tether/tunnel"
 )
 
-// Dialer opens a stream to a service on a named node.
+// JumpRequest is one operator's request to reach a node.
+type JumpRequest struct {
+	Operator       string
+	KeyFingerprint string // SHA256:… of the key or certificate that authenticated
+	Remote         string // operator's address
+	Node           string
+	Header         tunnel.Header
+}
+
+// Dialer checks a jump request and opens the stream to the node.
 type Dialer interface {
-	Dial(ctx context.Context, node string, h tunnel.Header) (tunnel.Stream, error)
+	Dial(ctx context.Context, req JumpRequest) (tunnel.Stream, error)
+}
+
+// JumpRecord is what the bastion reports for every jump attempt, for audit.
+type JumpRecord struct {
+	JumpRequest
+	Start, End    time.Time
+	Result        string // ok, not_a_node, dial_failed, …
+	Error         string
+	BytesToNode   int64
+	BytesFromNode int64
 }
 
 // Authorizer decides whether key may log in as user; nil denies everyone.
@@ -39,11 +58,13 @@ type Config struct {
 	// HostCertSigner, if set, presents a host certificate for HostSigner's
 	// key too, so clients that trust the host CA need no known_hosts entry.
 	HostCertSigner gossh.Signer
-	Authorize      Authorizer       // operator check; nil denies all
-	Dialer         Dialer           // reaches nodes
-	NodeSuffix     string           // optional DNS-ish suffix stripped from targets, default ".tether"
-	Logger         *slog.Logger     // nil discards
-	Metrics        *metrics.Metrics // nil disables
+	Authorize      Authorizer   // operator check; nil denies all
+	Dialer         Dialer       // reaches nodes
+	NodeSuffix     string       // optional DNS-ish suffix stripped from targets, default ".tether"
+	Logger         *slog.Logger // nil discards
+	// OnJump, if set, is called once per jump attempt when it ends.
+	OnJump  func(JumpRecord)
+	Metrics *metrics.Metrics // nil disables
 	// HandshakeTimeout bounds the time from TCP accept to successful auth
 	// (slowloris); default 20s.
 	HandshakeTimeout time.Duration
@@ -158,6 +179,10 @@ type directTCPIPData struct {
 // ErrNotANode is returned for any target that is not a node name.
 var ErrNotANode = errors.New("not a node")
 
+// ErrDenied is wrapped by Dialer errors that refuse a jump by policy (roles,
+// revocation), reported to the client as "administratively prohibited".
+var ErrDenied = errors.New("access denied")
+
 // Target turns a direct-tcpip destination into a node name and stream header.
 // Only node names (optionally with the suffix) are accepted: IP addresses,
 // localhost and anything else that is not a valid node name are refused, so
@@ -187,36 +212,56 @@ func (b *Bastion) result(r string) {
 }
 
 func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gossh.NewChannel, ctx ssh.Context) {
+	rec := JumpRecord{Start: time.Now(), JumpRequest: JumpRequest{Operator: conn.User(), Remote: conn.RemoteAddr().String()}}
+	if k, ok := ctx.Value(ssh.ContextKeyPublicKey).(ssh.PublicKey); ok && k != nil {
+		rec.KeyFingerprint = gossh.FingerprintSHA256(k)
+	}
+	finish := func(result string, err error) {
+		b.result(result)
+		rec.Result, rec.End = result, time.Now()
+		if err != nil {
+			rec.Error = err.Error()
+		}
+		if b.cfg.OnJump != nil {
+			b.cfg.OnJump(rec)
+		}
+	}
 	var d directTCPIPData
 	if err := gossh.Unmarshal(newChan.ExtraData(), &d); err != nil {
-		b.result("bad_request")
+		finish("bad_request", err)
 		_ = newChan.Reject(gossh.ConnectionFailed, "tether: malformed direct-tcpip request")
 		return
 	}
+	rec.Node = fmt.Sprintf("%.64s", d.DestAddr)
 	log := b.cfg.Logger.With("operator", conn.User(), "remote", conn.RemoteAddr().String(), "target", fmt.Sprintf("%s:%d", d.DestAddr, d.DestPort))
 	node, hdr, err := Target(d.DestAddr, d.DestPort, b.cfg.NodeSuffix)
 	if err != nil {
-		b.result("not_a_node")
+		finish("not_a_node", err)
 		log.Info("jump refused", "reason", err)
 		_ = newChan.Reject(gossh.Prohibited, "tether: "+err.Error())
 		return
 	}
+	rec.Node, rec.Header = node, hdr
 	b.wg.Add(1)
 	defer b.wg.Done()
-	st, err := b.cfg.Dialer.Dial(b.ctx, node, hdr)
+	st, err := b.cfg.Dialer.Dial(b.ctx, rec.JumpRequest)
 	if err != nil {
-		b.result("dial_failed")
-		log.Info("jump failed", "err", err)
-		_ = newChan.Reject(gossh.ConnectionFailed, "tether: "+err.Error())
+		result := "dial_failed"
+		reason := gossh.ConnectionFailed
+		if errors.Is(err, ErrDenied) {
+			result, reason = "denied", gossh.Prohibited
+		}
+		finish(result, err)
+		log.Info("jump refused", "result", result, "err", err)
+		_ = newChan.Reject(reason, "tether: "+err.Error())
 		return
 	}
 	ch, reqs, err := newChan.Accept()
 	if err != nil {
 		st.Close()
-		b.result("accept_failed")
+		finish("accept_failed", err)
 		return
 	}
-	b.result("ok")
 	go gossh.DiscardRequests(reqs)
 	log.Info("jump started", "node", node, "service", hdr.Service.String())
 	m := b.cfg.Metrics
@@ -224,7 +269,6 @@ func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gos
 		m.StreamsActive.Inc()
 		defer m.StreamsActive.Dec()
 	}
-	start := time.Now()
 	counts := tunnel.Pipe(channelConn{ch}, st, func(toNode bool, n int) {
 		if m == nil {
 			return
@@ -235,7 +279,9 @@ func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gos
 			m.RelayedBytes.WithLabelValues("from_node").Add(float64(n))
 		}
 	})
-	log.Info("jump ended", "node", node, "bytes_to_node", counts.AtoB, "bytes_from_node", counts.BtoA, "duration", time.Since(start).Round(time.Millisecond))
+	rec.BytesToNode, rec.BytesFromNode = counts.AtoB, counts.BtoA
+	finish("ok", nil)
+	log.Info("jump ended", "node", node, "bytes_to_node", counts.AtoB, "bytes_from_node", counts.BtoA, "duration", rec.End.Sub(rec.Start).Round(time.Millisecond))
 }
 
 // channelConn adapts an SSH channel to io.ReadWriteCloser with CloseWrite

@@ -27,6 +27,14 @@ var (
 	loginRE    = regexp.MustCompile(`^[a-z_][a-z0-9_-]*[$]?$`)
 )
 
+// AnyLogin in Logins allows every login name (the built-in "all" role).
+const AnyLogin = "*"
+
+// BuiltinAll is the role an operator gets when added without --role: every
+// node, any login, as before roles existed. Give operators narrower roles
+// for least privilege.
+var BuiltinAll = Role{Name: "all", Nodes: "*", Logins: []string{AnyLogin}}
+
 // Role is a named node selector plus the logins it allows on those nodes.
 type Role struct {
 	// Name identifies the role: a DNS label (lowercase letters, digits and
@@ -66,6 +74,9 @@ func (r Role) check() (Selector, error) {
 		return Selector{}, fmt.Errorf("roles: role %q: %d logins, at most %d", r.Name, len(r.Logins), MaxLogins)
 	}
 	for _, l := range r.Logins {
+		if l == AnyLogin {
+			continue
+		}
 		if len(l) > MaxLoginLen || !loginRE.MatchString(l) {
 			return Selector{}, fmt.Errorf("roles: role %q: invalid login %q: a POSIX user name ([a-z_][a-z0-9_-]*, optional trailing $), at most %d characters", r.Name, l, MaxLoginLen)
 		}

@@ -23,7 +23,7 @@ type SQLite struct {
 
 var _ Store = (*SQLite)(nil)
 
-const schemaVersion = 1
+const schemaVersion = 2
 
 var migrations = []string{
 	// v1
@@ -57,6 +57,33 @@ var migrations = []string{
 		fingerprint TEXT NOT NULL UNIQUE,
 		created_at INTEGER NOT NULL
 	);`,
+	// v2: roles, operators' roles, node revocation, audit log.
+	`CREATE TABLE roles (
+		name TEXT PRIMARY KEY,
+		nodes TEXT NOT NULL,
+		logins TEXT NOT NULL
+	);
+	INSERT INTO roles (name, nodes, logins) VALUES ('all', '*', '["*"]');
+	ALTER TABLE operators ADD COLUMN roles TEXT NOT NULL DEFAULT '["all"]';
+	ALTER TABLE nodes ADD COLUMN revoked_at INTEGER NOT NULL DEFAULT 0;
+	CREATE TABLE audit (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		at INTEGER NOT NULL,
+		kind TEXT NOT NULL,
+		operator TEXT NOT NULL DEFAULT '',
+		node TEXT NOT NULL DEFAULT '',
+		key_fingerprint TEXT NOT NULL DEFAULT '',
+		remote TEXT NOT NULL DEFAULT '',
+		result TEXT NOT NULL DEFAULT '',
+		detail TEXT NOT NULL DEFAULT '',
+		ended_at INTEGER NOT NULL DEFAULT 0,
+		bytes_to_node INTEGER NOT NULL DEFAULT 0,
+		bytes_from_node INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX audit_at ON audit (at);
+	-- The audit log is append-only: the database refuses edits and deletes.
+	CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
+	CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;`,
 }
 
 // OpenSQLite opens (creating if needed) the database at path and migrates it.
@@ -271,21 +298,21 @@ func insertNode(ctx context.Context, tx *sql.Tx, n Node) error {
 	return nil
 }
 
-const nodeColumns = `id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires`
+const nodeColumns = `id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires, revoked_at`
 
 func scanNode(r scanner) (Node, error) {
 	var n Node
 	var labels string
-	var lastSeen, created, certExp int64
+	var lastSeen, created, certExp, revoked int64
 	if err := r.Scan(&n.ID, &n.Name, &labels, &n.Hostname, &n.OS, &n.Arch, &n.MachineID, &n.AgentVersion, &n.Transport,
-		&n.Online, &lastSeen, &created, &n.CertSerial, &certExp); err != nil {
+		&n.Online, &lastSeen, &created, &n.CertSerial, &certExp, &revoked); err != nil {
 		return Node{}, err
 	}
 	var err error
 	if n.Labels, err = decodeLabels(labels); err != nil {
 		return Node{}, fmt.Errorf("store: node %s: %w", n.ID, err)
 	}
-	n.LastSeen, n.CreatedAt, n.CertExpires = fromUnix(lastSeen), fromUnix(created), fromUnix(certExp)
+	n.LastSeen, n.CreatedAt, n.CertExpires, n.RevokedAt = fromUnix(lastSeen), fromUnix(created), fromUnix(certExp), fromUnix(revoked)
 	return n, nil
 }
 
@@ -364,8 +391,9 @@ func (s *SQLite) DeleteNode(ctx context.Context, id string) error {
 
 // AddOperator implements Store.
 func (s *SQLite) AddOperator(ctx context.Context, o Operator) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO operators (name, public_key, fingerprint, created_at) VALUES (?,?,?,?)`,
-		o.Name, o.PublicKey, o.Fingerprint, unix(o.CreatedAt))
+	roles, _ := json.Marshal(o.Roles)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO operators (name, public_key, fingerprint, created_at, roles) VALUES (?,?,?,?,?)`,
+		o.Name, o.PublicKey, o.Fingerprint, unix(o.CreatedAt), string(roles))
 	if isUniqueViolation(err) {
 		return fmt.Errorf("store: operator %q or key %s: %w", o.Name, o.Fingerprint, ErrNameTaken)
 	}
@@ -377,7 +405,7 @@ func (s *SQLite) AddOperator(ctx context.Context, o Operator) error {
 
 // ListOperators implements Store.
 func (s *SQLite) ListOperators(ctx context.Context) ([]Operator, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, public_key, fingerprint, created_at FROM operators ORDER BY name`)
+	rows, err := s.db.QueryContext(ctx, `SELECT name, public_key, fingerprint, created_at, roles FROM operators ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list operators: %w", err)
 	}
@@ -386,8 +414,12 @@ func (s *SQLite) ListOperators(ctx context.Context) ([]Operator, error) {
 	for rows.Next() {
 		var o Operator
 		var created int64
-		if err := rows.Scan(&o.Name, &o.PublicKey, &o.Fingerprint, &created); err != nil {
+		var roles string
+		if err := rows.Scan(&o.Name, &o.PublicKey, &o.Fingerprint, &created, &roles); err != nil {
 			return nil, err
+		}
+		if err := json.Unmarshal([]byte(roles), &o.Roles); err != nil {
+			return nil, fmt.Errorf("store: operator %q roles: %w", o.Name, err)
 		}
 		o.CreatedAt = fromUnix(created)
 		out = append(out, o)
@@ -405,4 +437,114 @@ func (s *SQLite) RemoveOperator(ctx context.Context, name string) error {
 		return fmt.Errorf("store: operator %q: %w", name, ErrNotFound)
 	}
 	return nil
+}
+
+// RevokeNode implements Store.
+func (s *SQLite) RevokeNode(ctx context.Context, id string, at time.Time) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET revoked_at = ?, online = 0 WHERE id = ? AND revoked_at = 0`, unix(at), id)
+	if err != nil {
+		return fmt.Errorf("store: revoke node %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		if _, err := s.GetNode(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PutRole implements Store.
+func (s *SQLite) PutRole(ctx context.Context, r Role) error {
+	logins, _ := json.Marshal(r.Logins)
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO roles (name, nodes, logins) VALUES (?,?,?)
+		ON CONFLICT (name) DO UPDATE SET nodes = excluded.nodes, logins = excluded.logins`, r.Name, r.Nodes, string(logins)); err != nil {
+		return fmt.Errorf("store: put role %q: %w", r.Name, err)
+	}
+	return nil
+}
+
+// ListRoles implements Store.
+func (s *SQLite) ListRoles(ctx context.Context) ([]Role, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, nodes, logins FROM roles ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("store: list roles: %w", err)
+	}
+	defer rows.Close()
+	out := []Role{}
+	for rows.Next() {
+		var r Role
+		var logins string
+		if err := rows.Scan(&r.Name, &r.Nodes, &logins); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(logins), &r.Logins); err != nil {
+			return nil, fmt.Errorf("store: role %q logins: %w", r.Name, err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// DeleteRole implements Store.
+func (s *SQLite) DeleteRole(ctx context.Context, name string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM roles WHERE name = ?`, name)
+	if err != nil {
+		return fmt.Errorf("store: delete role %q: %w", name, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: role %q: %w", name, ErrNotFound)
+	}
+	return nil
+}
+
+// AppendAudit implements Store.
+func (s *SQLite) AppendAudit(ctx context.Context, e AuditEvent) error {
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO audit (at, kind, operator, node, key_fingerprint, remote, result, detail, ended_at, bytes_to_node, bytes_from_node)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?)`, unix(e.At), e.Kind, e.Operator, e.Node, e.KeyFingerprint, e.Remote, e.Result, e.Detail,
+		unix(e.EndedAt), e.BytesToNode, e.BytesFromNode); err != nil {
+		return fmt.Errorf("store: append audit event %s: %w", e.Kind, err)
+	}
+	return nil
+}
+
+// ListAudit implements Store.
+func (s *SQLite) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, error) {
+	q := `SELECT id, at, kind, operator, node, key_fingerprint, remote, result, detail, ended_at, bytes_to_node, bytes_from_node FROM audit WHERE 1=1`
+	var args []any
+	if f.Node != "" {
+		q += ` AND node = ?`
+		args = append(args, f.Node)
+	}
+	if f.Operator != "" {
+		q += ` AND operator = ?`
+		args = append(args, f.Operator)
+	}
+	if !f.Since.IsZero() {
+		q += ` AND at >= ?`
+		args = append(args, unix(f.Since))
+	}
+	limit := f.Limit
+	if limit <= 0 || limit > 10000 {
+		limit = 1000
+	}
+	// The newest `limit` events, returned oldest first.
+	q = `SELECT * FROM (` + q + ` ORDER BY id DESC LIMIT ?) ORDER BY id`
+	args = append(args, limit)
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: list audit: %w", err)
+	}
+	defer rows.Close()
+	out := []AuditEvent{}
+	for rows.Next() {
+		var e AuditEvent
+		var at, ended int64
+		if err := rows.Scan(&e.ID, &at, &e.Kind, &e.Operator, &e.Node, &e.KeyFingerprint, &e.Remote, &e.Result, &e.Detail,
+			&ended, &e.BytesToNode, &e.BytesFromNode); err != nil {
+			return nil, err
+		}
+		e.At, e.EndedAt = fromUnix(at), fromUnix(ended)
+		out = append(out, e)
+	}
+	return out, rows.Err()
 }

@@ -225,3 +225,76 @@ func TestCrashChild(t *testing.T) {
 		fmt.Println(i)
 	}
 }
+
+func TestRolesAuditRevoke(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	roles, err := s.ListRoles(ctx)
+	if err != nil || len(roles) != 1 || roles[0].Name != "all" || roles[0].Nodes != "*" {
+		t.Fatalf("built-in roles: %+v %v", roles, err)
+	}
+	if err := s.PutRole(ctx, Role{Name: "ops", Nodes: "site=lab", Logins: []string{"root"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutRole(ctx, Role{Name: "ops", Nodes: "site=berlin", Logins: []string{"ubuntu"}}); err != nil {
+		t.Fatal(err)
+	}
+	roles, _ = s.ListRoles(ctx)
+	if len(roles) != 2 || roles[1].Nodes != "site=berlin" || roles[1].Logins[0] != "ubuntu" {
+		t.Fatalf("after update: %+v", roles)
+	}
+	if err := s.DeleteRole(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("delete missing role: %v", err)
+	}
+	s.AddOperator(ctx, Operator{Name: "bob", PublicKey: "k", Fingerprint: "f", Roles: []string{"ops"}})
+	ops, _ := s.ListOperators(ctx)
+	if len(ops) != 1 || len(ops[0].Roles) != 1 || ops[0].Roles[0] != "ops" {
+		t.Fatalf("operator roles: %+v", ops)
+	}
+
+	base := time.Now().Truncate(time.Millisecond)
+	for i, e := range []AuditEvent{
+		{At: base, Kind: "join", Node: "n1", Result: "ok"},
+		{At: base.Add(time.Second), Kind: "jump", Operator: "bob", Node: "n1", Result: "ok", BytesToNode: 10, EndedAt: base.Add(2 * time.Second)},
+		{At: base.Add(3 * time.Second), Kind: "jump", Operator: "eve", Node: "n2", Result: "denied"},
+	} {
+		if err := s.AppendAudit(ctx, e); err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+	}
+	for _, tc := range []struct {
+		f    AuditFilter
+		want int
+	}{
+		{AuditFilter{}, 3}, {AuditFilter{Node: "n1"}, 2}, {AuditFilter{Operator: "eve"}, 1},
+		{AuditFilter{Since: base.Add(500 * time.Millisecond)}, 2}, {AuditFilter{Limit: 1}, 1},
+	} {
+		got, err := s.ListAudit(ctx, tc.f)
+		if err != nil || len(got) != tc.want {
+			t.Errorf("ListAudit(%+v) = %d events, %v; want %d", tc.f, len(got), err, tc.want)
+		}
+	}
+	last, _ := s.ListAudit(ctx, AuditFilter{Limit: 1})
+	if last[0].Operator != "eve" {
+		t.Fatalf("limit keeps the newest: %+v", last)
+	}
+	if _, err := s.db.Exec(`DELETE FROM audit`); err == nil {
+		t.Fatal("audit log allowed a delete")
+	}
+	if _, err := s.db.Exec(`UPDATE audit SET result = 'ok'`); err == nil {
+		t.Fatal("audit log allowed an update")
+	}
+
+	s.CreateToken(ctx, Token{ID: "a", SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)})
+	s.Join(ctx, "a", accept, Node{ID: "1", Name: "n1"})
+	if err := s.RevokeNode(ctx, "1", base); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := s.GetNode(ctx, "1")
+	if !n.RevokedAt.Equal(base) {
+		t.Fatalf("revoked_at = %v", n.RevokedAt)
+	}
+	if err := s.RevokeNode(ctx, "missing", base); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("revoke missing: %v", err)
+	}
+}

@@ -36,6 +36,7 @@ type Node struct {
 	CreatedAt    time.Time         `json:"created_at"`
 	CertSerial   string            `json:"cert_serial"`
 	CertExpires  time.Time         `json:"cert_expires"`
+	RevokedAt    time.Time         `json:"revoked_at,omitzero"` // non-zero: refused for good
 }
 
 // Token is a join token record; the secret itself is never stored.
@@ -53,7 +54,39 @@ type Operator struct {
 	Name        string    `json:"name"`
 	PublicKey   string    `json:"public_key"` // authorized_keys format, one key
 	Fingerprint string    `json:"fingerprint"`
+	Roles       []string  `json:"roles"`
 	CreatedAt   time.Time `json:"created_at"`
+}
+
+// Role is a node selector plus allowed logins (see hub/roles).
+type Role struct {
+	Name   string   `json:"name"`
+	Nodes  string   `json:"nodes"`
+	Logins []string `json:"logins"`
+}
+
+// AuditEvent is one entry of the append-only audit log.
+type AuditEvent struct {
+	ID             int64     `json:"id"`
+	At             time.Time `json:"at"`
+	Kind           string    `json:"kind"` // join, jump, revoke, remove, operator_add, operator_remove, role_put, role_remove
+	Operator       string    `json:"operator,omitempty"`
+	Node           string    `json:"node,omitempty"`
+	KeyFingerprint string    `json:"key_fingerprint,omitempty"`
+	Remote         string    `json:"remote,omitempty"`
+	Result         string    `json:"result"`
+	Detail         string    `json:"detail,omitempty"`
+	EndedAt        time.Time `json:"ended_at,omitzero"`
+	BytesToNode    int64     `json:"bytes_to_node,omitempty"`
+	BytesFromNode  int64     `json:"bytes_from_node,omitempty"`
+}
+
+// AuditFilter selects audit events; zero fields do not filter.
+type AuditFilter struct {
+	Node     string
+	Operator string
+	Since    time.Time
+	Limit    int // newest N, default 1000
 }
 
 // Seen is the connection status update for a node.
@@ -83,6 +116,16 @@ type Store interface {
 	// MarkAllOffline is called at hub start: no session survives a restart.
 	MarkAllOffline(ctx context.Context) error
 	DeleteNode(ctx context.Context, id string) error
+
+	// RevokeNode marks a node refused for good (its record is kept).
+	RevokeNode(ctx context.Context, id string, at time.Time) error
+
+	PutRole(ctx context.Context, r Role) error
+	ListRoles(ctx context.Context) ([]Role, error)
+	DeleteRole(ctx context.Context, name string) error
+
+	AppendAudit(ctx context.Context, e AuditEvent) error
+	ListAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, error)
 
 	AddOperator(ctx context.Context, o Operator) error
 	ListOperators(ctx context.Context) ([]Operator, error)

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tether-dev/tether/hub/api"
+)
+
+func newRoleCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "role",
+		Short: "Manage roles: which nodes (label selector) and logins an operator may use",
+		Long: `A role is a node label selector plus the logins it allows there. Operators
+get roles with 'tether operator add NAME --role ROLE'; without --role they get
+the built-in role "all" (every node, any login).
+
+Selector syntax (terms are ANDed): k=v, k!=v, k in (a,b), k notin (a,b),
+k (label exists), !k (label absent); "*" selects every node.`,
+	}
+	cmd.AddCommand(newRoleCreateCmd(), newRoleListCmd(), newRoleRmCmd())
+	return cmd
+}
+
+func newRoleCreateCmd() *cobra.Command {
+	var cf clientFlags
+	var nodes string
+	var logins []string
+	cmd := &cobra.Command{
+		Use:     "create NAME --nodes SELECTOR --logins LOGIN[,LOGIN]",
+		Short:   "Create or replace a role",
+		Example: `  tether role create fleet-ops --nodes 'site=lab,env!=prod' --logins root,ubuntu`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			r, err := c.PutRole(cmd.Context(), args[0], api.RolePutRequest{Nodes: nodes, Logins: logins})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "role %s: nodes %q, logins %s\n", r.Name, r.Nodes, strings.Join(r.Logins, ","))
+			return nil
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().StringVar(&nodes, "nodes", "", "node label selector (required; \"*\" for all nodes)")
+	cmd.Flags().StringSliceVar(&logins, "logins", nil, "SSH logins allowed on those nodes (required)")
+	_ = cmd.MarkFlagRequired("nodes")
+	_ = cmd.MarkFlagRequired("logins")
+	return cmd
+}
+
+func newRoleListCmd() *cobra.Command {
+	return listCommand(&cobra.Command{Use: "list", Short: "List roles"},
+		(*api.Client).ListRoles, "NAME\tNODES\tLOGINS",
+		func(r api.Role) string {
+			return fmt.Sprintf("%s\t%s\t%s", r.Name, r.Nodes, strings.Join(r.Logins, ","))
+		})
+}
+
+func newRoleRmCmd() *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Delete a role (operators holding it lose what it granted at once)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return c.DeleteRole(cmd.Context(), args[0])
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}

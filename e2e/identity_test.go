@@ -1,0 +1,119 @@
+package e2e
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+type auditJSON struct {
+	Kind          string `json:"kind"`
+	Operator      string `json:"operator"`
+	Node          string `json:"node"`
+	Result        string `json:"result"`
+	KeyFP         string `json:"key_fingerprint"`
+	Remote        string `json:"remote"`
+	Detail        string `json:"detail"`
+	BytesToNode   int64  `json:"bytes_to_node"`
+	BytesFromNode int64  `json:"bytes_from_node"`
+}
+
+func (h *hub) audit(args ...string) []auditJSON {
+	h.t.Helper()
+	var out []auditJSON
+	if err := json.Unmarshal([]byte(h.cli(append([]string{"audit", "-o", "json"}, args...)...)), &out); err != nil {
+		h.t.Fatal(err)
+	}
+	return out
+}
+
+// TestRolesRevokeAudit: an operator reaches only the nodes their roles select
+// and only with the roles' logins; a revoked node's live session is closed at
+// once and it cannot come back; every step is in the audit log.
+func TestRolesRevokeAudit(t *testing.T) {
+	h := startHub(t)
+	h.cli("operator", "add", "alice", "--key", opPub)
+	bobKey := filepath.Join(t.TempDir(), "bob")
+	runCmd(t, 10*time.Second, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", bobKey)
+	h.cli("role", "create", "lab-ops", "--nodes", "site=lab,env!=prod", "--logins", loginUser)
+	h.cli("operator", "add", "bob", "--key", bobKey+".pub", "--role", "lab-ops")
+	agent, _ := startAgent(t, h.token("--label", "site=lab"), "lab1", "--ssh", "embedded")
+	startAgent(t, h.token("--label", "site=lab", "--label", "env=prod"), "prod1", "--ssh", "embedded")
+	h.waitOnline("lab1", "")
+	h.waitOnline("prod1", "")
+	bob := newSSHClientAs(t, h, "bob", bobKey)
+	alice := newSSHClient(t, h)
+
+	if out, errOut, code := bob.run(30*time.Second, "lab1", "echo bob-in"); code != 0 || strings.TrimSpace(out) != "bob-in" {
+		t.Fatalf("bob to lab1: %d %q %q", code, out, errOut)
+	}
+	_, errOut, code := bob.run(30*time.Second, "prod1", "true")
+	if code == 0 || !strings.Contains(errOut, `roles (lab-ops) do not select node "prod1"`) {
+		t.Fatalf("bob to prod1: exit %d, %q", code, errOut)
+	}
+	// The role allows only loginUser: another login is refused by the node.
+	_, errOut, code = runCmd(t, 30*time.Second, "ssh", "-F", bob.cfg, "-J", "bob@"+h.sshAddr(), "nobody-else@lab1.tether", "true")
+	if code != 255 || !strings.Contains(errOut, "Permission denied") {
+		t.Fatalf("bob as another login: exit %d, %q", code, errOut)
+	}
+
+	// Revocation: alice holds a session open; revoke ends it at once.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		alice.run(60*time.Second, "lab1", "echo started; sleep 45")
+	}()
+	waitFor(t, "alice's session to start", 20*time.Second, func() bool {
+		return strings.Contains(h.p.logText(), `msg="jump started" component=bastion operator=alice`)
+	})
+	revokedAt := time.Now()
+	h.cli("nodes", "revoke", "lab1")
+	select {
+	case <-done:
+		t.Logf("live session ended %s after revoke", time.Since(revokedAt).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("live session still running 10s after revoke")
+	}
+	waitFor(t, "revoked agent to stop", 20*time.Second, agent.exited)
+	if !strings.Contains(agent.logText(), "revoked") {
+		t.Fatalf("agent log does not say it was revoked")
+	}
+	_, errOut, code = alice.run(30*time.Second, "lab1", "true")
+	if code == 0 || !strings.Contains(errOut, `node "lab1" was revoked`) {
+		t.Fatalf("jump to revoked node: exit %d, %q", code, errOut)
+	}
+	// The revocation is durable: after a hub restart it still holds.
+	h.p.stop(9)
+	h.start()
+	if n := h.nodes()["lab1"]; n.Online {
+		t.Fatal("revoked node online after restart")
+	}
+
+	events := h.audit("--node", "lab1")
+	var sawJoin, sawBobJump, sawRevoke bool
+	for _, e := range events {
+		switch {
+		case e.Kind == "join" && e.Result == "ok":
+			sawJoin = true
+		case e.Kind == "jump" && e.Operator == "bob" && e.Result == "ok" && e.BytesToNode > 0 && e.BytesFromNode > 0 && strings.HasPrefix(e.KeyFP, "SHA256:") && e.Remote != "":
+			sawBobJump = true
+		case e.Kind == "revoke":
+			sawRevoke = true
+		}
+	}
+	if !sawJoin || !sawBobJump || !sawRevoke {
+		t.Fatalf("audit for lab1 misses events (join %v, bob's jump %v, revoke %v): %+v", sawJoin, sawBobJump, sawRevoke, events)
+	}
+	denied := h.audit("--operator", "bob", "--since", "1h")
+	found := false
+	for _, e := range denied {
+		if e.Kind == "jump" && e.Node == "prod1" && e.Result == "denied" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("audit misses bob's denied jump to prod1: %+v", denied)
+	}
+}
