@@ -39,6 +39,8 @@ const (
 	TypeAuthorizedKeys Type = "authorized_keys" // hub -> agent, keys the embedded SSH server accepts
 	TypeNotice         Type = "notice"          // hub -> agent, human-readable (e.g. why the session ends)
 	TypeSSHTrust       Type = "ssh_trust"       // hub -> agent, host certificate and user CAs for the node's SSH server
+	TypeRenew          Type = "renew"           // agent -> hub, CSR (same key) for a fresh node certificate
+	TypeRenewed        Type = "renewed"         // hub -> agent, the new certificate chain (PEM)
 )
 
 // Facts describe the machine an agent runs on.
@@ -84,6 +86,8 @@ type Message struct {
 	AuthorizedKeys []string  `json:"authorized_keys,omitempty"`
 	Notice         string    `json:"notice,omitempty"`
 	SSHTrust       *SSHTrust `json:"ssh_trust,omitempty"`
+	CSR            []byte    `json:"csr,omitempty"`  // renew: DER certificate request
+	Cert           string    `json:"cert,omitempty"` // renewed: PEM chain, leaf first
 	// Fatal marks a notice after which the agent must not reconnect with
 	// this identity (the node was removed, or the identity is wrong).
 	Fatal bool `json:"fatal,omitempty"`
@@ -157,6 +161,14 @@ func (m *Message) Validate() error {
 		}
 		if err := checkString("name", m.Welcome.Name, maxShort); err != nil {
 			return err
+		}
+	case TypeRenew:
+		if len(m.CSR) == 0 || len(m.CSR) > 8<<10 {
+			return fmt.Errorf("%w: renew needs a CSR of at most 8 KiB", ErrBadMessage)
+		}
+	case TypeRenewed:
+		if m.Cert == "" || len(m.Cert) > 64<<10 {
+			return fmt.Errorf("%w: renewed needs a certificate of at most 64 KiB", ErrBadMessage)
 		}
 	case TypeHeartbeat:
 	case TypeAuthorizedKeys:
