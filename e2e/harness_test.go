@@ -214,11 +214,12 @@ func runCmd(t *testing.T, timeout time.Duration, bin string, args ...string) (st
 
 // hub is a running hub plus the paths tests need.
 type hub struct {
-	t       *testing.T
-	dataDir string
-	apiPort int
-	sshPort int
-	p       *proc
+	t         *testing.T
+	dataDir   string
+	apiPort   int
+	sshPort   int
+	extraArgs []string // more `tether hub` flags
+	p         *proc
 }
 
 func (h *hub) apiAddr() string { return fmt.Sprintf("127.0.0.1:%d", h.apiPort) }
@@ -234,8 +235,8 @@ func startHub(t *testing.T) *hub {
 func (h *hub) start() {
 	t := h.t
 	t.Helper()
-	h.p = start(t, "hub", filepath.Join(binDir, "tether"), "hub", "--data-dir", h.dataDir,
-		"--listen", h.apiAddr(), "--ssh-listen", h.sshAddr(), "--log-level", "debug")
+	h.p = start(t, "hub", filepath.Join(binDir, "tether"), append([]string{"hub", "--data-dir", h.dataDir,
+		"--listen", h.apiAddr(), "--ssh-listen", h.sshAddr(), "--log-level", "debug"}, h.extraArgs...)...)
 	waitFor(t, "hub to listen", 20*time.Second, func() bool {
 		if h.p.exited() {
 			t.Fatalf("hub exited: %v\n%s", h.p.err, h.p.logText())

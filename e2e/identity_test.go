@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -116,4 +119,77 @@ func TestRolesRevokeAudit(t *testing.T) {
 	if !found {
 		t.Fatalf("audit misses bob's denied jump to prod1: %+v", denied)
 	}
+}
+
+// TestRenewalKeepsSessionAlive: with 20 s node certificates the agent renews
+// over the control stream (no reconnect) while a 60 s SSH session runs; the
+// renewed certificate is what the agent reconnects with; an agent that stays
+// offline past expiry stops with a clear "re-join needed".
+func TestRenewalKeepsSessionAlive(t *testing.T) {
+	t.Parallel()
+	h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: freePort(t), sshPort: freePort(t), extraArgs: []string{"--node-cert-ttl", "20s"}}
+	h.start()
+	h.cli("operator", "add", "alice", "--key", opPub)
+	agent, stateDir := startAgent(t, h.token(), "short", "--ssh", "embedded")
+	h.waitOnline("short", "")
+	c := newSSHClient(t, h)
+	start := time.Now()
+	out, errOut, code := c.run(2*time.Minute, "short", "for i in $(seq 60); do echo $i; sleep 1; done")
+	if code != 0 || len(strings.Fields(out)) != 60 {
+		t.Fatalf("60 s session: exit %d after %s, %d lines, stderr %q", code, time.Since(start).Round(time.Second), len(strings.Fields(out)), errOut)
+	}
+	renewals := 0
+	for _, e := range h.audit("--node", "short") {
+		if e.Kind == "renew" && e.Result == "ok" {
+			renewals++
+		}
+	}
+	if renewals < 3 {
+		t.Fatalf("%d renewals in 60 s with 20 s certificates, want at least 3", renewals)
+	}
+	if strings.Count(h.p.logText(), `msg="node connected"`) != 1 {
+		t.Fatal("the agent reconnected during renewal; renewal must not drop the tunnel")
+	}
+	t.Logf("%d renewals during the 60 s session", renewals)
+
+	// Reconnect with the renewed certificate (the joined one expired long ago).
+	agent.stop(15)
+	again := start2(t, stateDir)
+	h.waitOnline("short", "")
+	again.stop(15)
+
+	// Offline past expiry: the agent refuses to start and says what to do.
+	waitFor(t, "certificate to expire", 30*time.Second, func() bool {
+		return strings.Contains(runEdge(t, "status", "--state-dir", stateDir, "-o", "json"), `"cert_expires"`) &&
+			certExpired(t, stateDir)
+	})
+	_, errOut, code = runCmd(t, 30*time.Second, filepath.Join(binDir, "tether-edge"), "run", "--state-dir", stateDir, "--ssh", "embedded")
+	if code == 0 || !strings.Contains(errOut, "re-join needed") {
+		t.Fatalf("run with expired certificate: exit %d, %q", code, errOut)
+	}
+	if st := readStatus(t, stateDir); st.State != "rejoin-needed" {
+		t.Fatalf("status: %+v", st)
+	}
+}
+
+func start2(t *testing.T, stateDir string) *proc {
+	return start(t, "agent-again", filepath.Join(binDir, "tether-edge"), "run", "--state-dir", stateDir, "--ssh", "embedded", "--log-level", "debug")
+}
+
+func runEdge(t *testing.T, args ...string) string {
+	out, _, _ := runCmd(t, 10*time.Second, filepath.Join(binDir, "tether-edge"), args...)
+	return out
+}
+
+func certExpired(t *testing.T, stateDir string) bool {
+	b, err := os.ReadFile(filepath.Join(stateDir, "node.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(b)
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Now().After(c.NotAfter)
 }

@@ -85,6 +85,7 @@ func (c *Config) CheckAndSetDefaults() error {
 // Agent keeps a node connected to its hub.
 type Agent struct {
 	cfg   Config
+	idMu  sync.Mutex // guards id.Cert (replaced on renewal)
 	id    *Identity
 	log   *slog.Logger
 	sshd  *sshserver.Server // nil unless SSHTarget is embedded
@@ -143,6 +144,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	attempt := 0
 	for {
+		if err := a.checkExpiry(); err != nil {
+			a.setStatus(func(s *Status) { s.State = "rejoin-needed"; s.LastError = err.Error(); s.Since = time.Now().UTC() })
+			return err
+		}
 		connected, err := a.runOnce(ctx)
 		if ctx.Err() != nil {
 			a.setStatus(func(s *Status) { s.State = "stopped"; s.Since = time.Now().UTC() })
@@ -192,7 +197,7 @@ func backoff(attempt int, base, max time.Duration) time.Duration {
 // runOnce makes one connection and serves it until it ends. connected
 // reports whether the hub accepted the session.
 func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
-	tc := pki.ClientTLSConfig(a.id.Cert, a.id.CA)
+	tc := pki.ClientTLSConfig(a.cert(), a.id.CA)
 	d := &tunnel.Dialer{TLSConfig: tc, Config: a.cfg.Tunnel, Transport: a.cfg.Transport, Logger: a.log}
 	var sess tunnel.Session
 	var hub string
@@ -267,11 +272,16 @@ func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
 
-	wg.Add(2)
+	renewed := make(chan struct{}, 1)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		a.acceptStreams(sctx, sess, log, &wg)
 		scancel()
+	}()
+	go func() {
+		defer wg.Done()
+		a.renewLoop(sctx, send, renewed, log)
 	}()
 	go func() {
 		defer wg.Done()
@@ -308,6 +318,18 @@ func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 			a.setAuthorizedKeys(msg.AuthorizedKeys, log)
 		case control.TypeSSHTrust:
 			a.applySSHTrust(msg.SSHTrust, log)
+		case control.TypeRenewed:
+			if err := a.applyRenewed(msg.Cert); err != nil {
+				log.Error("renewed certificate rejected", "err", err)
+				continue
+			}
+			leaf := a.cert().Leaf
+			log.Info("node certificate renewed", "valid_until", leaf.NotAfter.UTC().Format(time.RFC3339))
+			a.setStatus(func(s *Status) { s.CertExpires = leaf.NotAfter })
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
 		case control.TypeNotice:
 			log.Warn("hub notice", "notice", msg.Notice)
 			if msg.Fatal {

@@ -45,6 +45,7 @@ type Identity struct {
 	Config NodeConfig
 	Cert   tls.Certificate
 	CA     *x509.Certificate
+	key    crypto.Signer // Cert's key, for renewal CSRs
 }
 
 // LoadIdentity reads the identity from dir.
@@ -75,7 +76,11 @@ func LoadIdentity(dir string) (*Identity, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, caFile), err)
 	}
-	return &Identity{Config: cfg, Cert: cert, CA: cas[0]}, nil
+	key, ok := cert.PrivateKey.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("%s: key type %T cannot sign", filepath.Join(dir, keyFile), cert.PrivateKey)
+	}
+	return &Identity{Config: cfg, Cert: cert, CA: cas[0], key: key}, nil
 }
 
 // saveIdentity writes a new identity. Every file is written atomically and

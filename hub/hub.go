@@ -44,7 +44,7 @@ type Config struct {
 	Listen      string         // tunnel + API address (UDP and TCP), default :7443
 	SSHListen   string         // bastion address, default :2222
 	Advertise   []string       // addresses agents dial (put into join strings); default: Listen's address if it is not a wildcard
-	NodeCertTTL time.Duration  // default ca.DefaultNodeTTL
+	NodeCertTTL time.Duration  // default ca.DefaultNodeTTL (24h); agents renew at 2/3
 	HostCertTTL time.Duration  // lifetime of SSH host certificates, default 7 days (re-issued at 2/3)
 	NodeSuffix  string         // nodes answer to NAME and NAME.SUFFIX, default "tether"
 	SSHNames    []string       // extra host names in the bastion's host certificate

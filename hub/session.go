@@ -2,6 +2,8 @@ package hub
 
 import (
 	"context"
+	"crypto"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -169,11 +171,51 @@ func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunn
 				lastStored = time.Now()
 				s.markSeen(ctx, log, conn.NodeID, store.Seen{Online: true, At: lastStored})
 			}
+		case control.TypeRenew:
+			if err := s.renewNodeCert(ctx, conn, msg.CSR, log); err != nil {
+				log.Warn("certificate renewal refused", "err", err)
+				_ = conn.Send(&control.Message{Type: control.TypeNotice, Notice: "certificate renewal refused: " + err.Error()})
+			}
 		default:
 			log.Warn("unexpected control message from agent; closing session", "type", msg.Type)
 			return
 		}
 	}
+}
+
+// renewNodeCert issues a fresh node certificate for the same key as the
+// session's current one (the CSR signature proves possession), without
+// touching the live tunnel. A revoked or removed node gets nothing.
+func (s *Server) renewNodeCert(ctx context.Context, conn *registry.Conn, csrDER []byte, log *slog.Logger) error {
+	csr, err := x509.ParseCertificateRequest(csrDER)
+	if err != nil {
+		return fmt.Errorf("parse CSR: %w", err)
+	}
+	cur := conn.Session.ConnectionState().PeerCertificates[0]
+	if pk, ok := cur.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !pk.Equal(csr.PublicKey) {
+		return errors.New("the CSR is not for this node's key")
+	}
+	n, err := s.store.GetNode(ctx, conn.NodeID)
+	if err != nil {
+		return err
+	}
+	if !n.RevokedAt.IsZero() {
+		return errors.New("node is revoked")
+	}
+	cert, err := s.ca.SignCSR(csrDER, pki.Identity{Kind: pki.KindNode, ID: n.ID}, n.Name, s.cfg.NodeCertTTL)
+	if err != nil {
+		return err
+	}
+	if err := s.store.UpdateNodeCert(ctx, n.ID, cert.SerialNumber.Text(16), cert.NotAfter); err != nil {
+		return err
+	}
+	if err := conn.Send(&control.Message{Type: control.TypeRenewed, Cert: string(pki.EncodeCerts(cert, s.ca.Intermediate()))}); err != nil {
+		return err
+	}
+	s.audit(store.AuditEvent{At: time.Now(), Kind: "renew", Node: n.Name, Remote: conn.Session.RemoteAddr().String(), Result: "ok",
+		Detail: "serial " + cert.SerialNumber.Text(16) + ", valid until " + cert.NotAfter.UTC().Format(time.RFC3339)})
+	log.Info("node certificate renewed", "valid_until", cert.NotAfter)
+	return nil
 }
 
 func (s *Server) refuseAgentStreams(sess tunnel.Session, log *slog.Logger) {

@@ -548,3 +548,15 @@ func (s *SQLite) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, er
 	}
 	return out, rows.Err()
 }
+
+// UpdateNodeCert implements Store.
+func (s *SQLite) UpdateNodeCert(ctx context.Context, id, serial string, expires time.Time) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET cert_serial = ?, cert_expires = ? WHERE id = ?`, serial, unix(expires), id)
+	if err != nil {
+		return fmt.Errorf("store: update node %s certificate: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: node %s: %w", id, ErrNotFound)
+	}
+	return nil
+}

@@ -117,6 +117,8 @@ type Store interface {
 	MarkAllOffline(ctx context.Context) error
 	DeleteNode(ctx context.Context, id string) error
 
+	// UpdateNodeCert records a renewed certificate.
+	UpdateNodeCert(ctx context.Context, id, serial string, expires time.Time) error
 	// RevokeNode marks a node refused for good (its record is kept).
 	RevokeNode(ctx context.Context, id string, at time.Time) error
 

@@ -28,9 +28,9 @@ const (
 	IntermediateKeyFile  = "intermediate.key"
 )
 
-// DefaultNodeTTL is how long a node certificate is valid. Renewal over the
-// control stream arrives with the identity work; until then it is long.
-const DefaultNodeTTL = 90 * 24 * time.Hour
+// DefaultNodeTTL is how long a node certificate is valid; agents renew over
+// the control stream at about two thirds of it.
+const DefaultNodeTTL = 24 * time.Hour
 
 // clockSkew backdates NotBefore so a node whose clock runs a little behind the
 // hub still accepts fresh certificates.

@@ -1,0 +1,112 @@
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/tunnel/control"
+)
+
+// ErrRejoinNeeded means the node certificate expired while the agent was
+// offline; the hub will not accept it, so the node must join again.
+var ErrRejoinNeeded = errors.New("node certificate expired: re-join needed")
+
+// renewResponseTimeout is how long the agent waits for the hub to answer a
+// renewal before trying again.
+const renewResponseTimeout = 30 * time.Second
+
+// cert returns the current client certificate (it changes on renewal).
+func (a *Agent) cert() tls.Certificate {
+	a.idMu.Lock()
+	defer a.idMu.Unlock()
+	return a.id.Cert
+}
+
+// checkExpiry refuses to dial with an expired certificate, with a message
+// that says what to do instead of an opaque TLS alert.
+func (a *Agent) checkExpiry() error {
+	leaf := a.cert().Leaf
+	if time.Now().After(leaf.NotAfter) {
+		return fmt.Errorf("%w: it expired at %s while this node was offline; delete %s and run `tether-edge join` with a new join string",
+			ErrRejoinNeeded, leaf.NotAfter.UTC().Format(time.RFC3339), a.cfg.StateDir)
+	}
+	return nil
+}
+
+// renewLoop asks for a fresh certificate at two thirds of the current one's
+// remaining lifetime, for as long as the session lives. Answers arrive on
+// the control stream and are handed over through renewed.
+func (a *Agent) renewLoop(ctx context.Context, send func(*control.Message) error, renewed <-chan struct{}, log *slog.Logger) {
+	for {
+		wait := time.Until(a.cert().Leaf.NotAfter) * 2 / 3
+		if wait < time.Second {
+			wait = time.Second
+		}
+		log.Debug("certificate renewal scheduled", "in", wait.Round(time.Millisecond))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		csr, err := pki.NewCSR(a.id.key, a.id.Config.Name)
+		if err != nil {
+			log.Error("renewal CSR", "err", err)
+			continue
+		}
+		if err := send(&control.Message{Type: control.TypeRenew, CSR: csr}); err != nil {
+			log.Info("could not ask for certificate renewal", "err", err)
+			return
+		}
+		t = time.NewTimer(renewResponseTimeout)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-renewed:
+			t.Stop()
+		case <-t.C:
+			log.Warn("no answer to certificate renewal; will retry", "valid_until", a.cert().Leaf.NotAfter)
+		}
+	}
+}
+
+// applyRenewed checks and stores a renewed certificate: it must chain to the
+// hub CA and be for this node's key. The file is replaced atomically; the
+// live session keeps running and the next connection uses the new cert.
+func (a *Agent) applyRenewed(pemChain string) error {
+	certs, err := pki.ParseCerts([]byte(pemChain))
+	if err != nil {
+		return err
+	}
+	a.idMu.Lock()
+	defer a.idMu.Unlock()
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: poolOf(a.id.CA), Intermediates: inter,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return fmt.Errorf("renewed certificate does not verify: %w", err)
+	}
+	if !samePublicKey(certs[0].PublicKey, a.id.key.Public()) {
+		return errors.New("renewed certificate is not for this node's key")
+	}
+	if err := pki.WriteFileAtomic(filepath.Join(a.cfg.StateDir, certFile), pki.EncodeCerts(certs...), 0o600); err != nil {
+		return err
+	}
+	chain := make([][]byte, len(certs))
+	for i, c := range certs {
+		chain[i] = c.Raw
+	}
+	a.id.Cert = tls.Certificate{Certificate: chain, PrivateKey: a.id.Cert.PrivateKey, Leaf: certs[0]}
+	return nil
+}
