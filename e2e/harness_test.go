@@ -326,6 +326,17 @@ func startAgent(t *testing.T, join, name string, extra ...string) (*proc, string
 type sshd struct {
 	port    int
 	hostPub gossh.PublicKey
+	dir     string // config, keys, and the Include'd sshd_config.d/
+	hostKey string
+	pidFile string
+	config  string
+}
+
+// managedArgs are the tether-edge flags that let the agent manage this sshd.
+func (s *sshd) managedArgs() []string {
+	return []string{"--ssh", fmt.Sprintf("127.0.0.1:%d", s.port), "--manage-sshd", "--sshd-host-key", s.hostKey,
+		"--sshd-dir", filepath.Join(s.dir, "tether"), "--sshd-drop-in", filepath.Join(s.dir, "sshd_config.d", "50-tether.conf"),
+		"--sshd-config", s.config, "--sshd-pid-file", s.pidFile}
 }
 
 func startSSHD(t *testing.T) *sshd {
@@ -343,12 +354,16 @@ func startSSHD(t *testing.T) *sshd {
 	if err := os.WriteFile(hostKey, pem.EncodeToMemory(block), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	signer, _ := gossh.NewSignerFromKey(priv)
+	os.WriteFile(hostKey+".pub", gossh.MarshalAuthorizedKey(signer.PublicKey()), 0o644)
+	os.MkdirAll(filepath.Join(dir, "sshd_config.d"), 0o755)
 	pubBytes, _ := os.ReadFile(opPub)
 	ak := filepath.Join(dir, "authorized_keys")
 	os.WriteFile(ak, pubBytes, 0o600)
 	port := freePort(t)
 	cfg := filepath.Join(dir, "sshd_config")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`Port %d
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`Include %s/sshd_config.d/*.conf
+Port %d
 ListenAddress 127.0.0.1
 HostKey %s
 AuthorizedKeysFile %s
@@ -360,8 +375,10 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 Subsystem sftp internal-sftp
 LogLevel VERBOSE
-`, port, hostKey, ak)), 0o600)
+`, dir, port, hostKey, ak)), 0o600)
 	p := start(t, "sshd", sshdPath, "-D", "-e", "-f", cfg)
+	pidFile := filepath.Join(dir, "sshd.pid")
+	os.WriteFile(pidFile, []byte(fmt.Sprint(p.cmd.Process.Pid)), 0o644)
 	waitFor(t, "sshd to listen", 10*time.Second, func() bool {
 		if p.exited() {
 			t.Fatalf("sshd exited: %s", p.logText())
@@ -372,8 +389,7 @@ LogLevel VERBOSE
 		}
 		return err == nil
 	})
-	s, _ := gossh.NewSignerFromKey(priv)
-	return &sshd{port: port, hostPub: s.PublicKey()}
+	return &sshd{port: port, hostPub: signer.PublicKey(), dir: dir, hostKey: hostKey, pidFile: pidFile, config: cfg}
 }
 
 // sshClient writes an ssh_config with strict host key checking against a

@@ -22,9 +22,10 @@ import (
 // fleet is a hub with four nodes: embedded SSH and a real local sshd, each
 // over QUIC and over TCP.
 type fleet struct {
-	h    *hub
-	ssh  *sshClient
-	sshd *sshd
+	h       *hub
+	ssh     *sshClient
+	sshd    *sshd // unmanaged: its host key is pinned by hand
+	managed *sshd // managed by its agent (--manage-sshd): verified by host certificate
 }
 
 func startFleet(t *testing.T, extraAgentArgs ...string) *fleet {
@@ -32,24 +33,29 @@ func startFleet(t *testing.T, extraAgentArgs ...string) *fleet {
 	h := startHub(t)
 	h.cli("operator", "add", "alice", "--key", opPub)
 	join := h.token("--ttl", "10m", "--uses", "4", "--label", "site=lab")
-	f := &fleet{h: h, ssh: newSSHClient(t, h), sshd: startSSHD(t)}
-	sshdAddr := fmt.Sprintf("127.0.0.1:%d", f.sshd.port)
-	type node struct{ name, ssh, transport string }
+	f := &fleet{h: h, ssh: newSSHClient(t, h), sshd: startSSHD(t), managed: startSSHD(t)}
+	type node struct {
+		name, transport string
+		ssh             []string
+	}
 	nodes := []node{
-		{"emb-quic", "embedded", "quic"},
-		{"emb-tcp", "embedded", "tcp"},
-		{"sshd-quic", sshdAddr, "quic"},
-		{"sshd-tcp", sshdAddr, "tcp"},
+		{"emb-quic", "quic", []string{"--ssh", "embedded"}},
+		{"emb-tcp", "tcp", []string{"--ssh", "embedded"}},
+		{"sshd-quic", "quic", f.managed.managedArgs()},
+		{"sshd-tcp", "tcp", []string{"--ssh", fmt.Sprintf("127.0.0.1:%d", f.sshd.port)}},
 	}
 	for _, n := range nodes {
-		startAgent(t, join, n.name, append([]string{"--ssh", n.ssh, "--transport", n.transport}, extraAgentArgs...)...)
+		startAgent(t, join, n.name, append(append(n.ssh, "--transport", n.transport), extraAgentArgs...)...)
 		h.waitOnline(n.name, n.transport)
-		if n.ssh != "embedded" {
-			// This sshd is not managed by the agent (no host certificate
-			// installed), so its key is pinned by hand, as an operator would.
-			f.ssh.trust(n.name+".tether", f.sshd.hostPub)
-		}
 	}
+	// sshd-tcp's sshd is not managed by its agent (no host certificate
+	// installed), so its key is pinned by hand, as an operator would.
+	f.ssh.trust("sshd-tcp.tether", f.sshd.hostPub)
+	// The managed one has its certificate once sshd was reloaded.
+	waitFor(t, "managed sshd configured", 20*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(f.managed.dir, "sshd_config.d", "50-tether.conf"))
+		return err == nil
+	})
 	return f
 }
 
@@ -85,6 +91,20 @@ func TestFleet(t *testing.T) {
 		// ssh -F CONFIG login@NODE.tether: ProxyJump through the alias, no -J.
 		out, errOut, code := runCmd(t, 30*time.Second, "ssh", "-F", f.ssh.cfg, loginUser+"@emb-tcp.tether", "echo via-config")
 		if code != 0 || strings.TrimSpace(out) != "via-config" {
+			t.Fatalf("exit %d, out %q, err %q", code, out, errOut)
+		}
+	})
+
+	t.Run("managed sshd", func(t *testing.T) {
+		// The agent installed a host certificate for NAME and NAME.tether,
+		// the user CA and an (empty) revoked-keys file, and sshd uses them.
+		for _, name := range []string{"ssh_host_ed25519_key-cert.pub", "trusted_user_ca_keys.pub", "revoked_keys"} {
+			if _, err := os.Stat(filepath.Join(f.managed.dir, "tether", name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := newSSHClient(t, f.h) // trusts only the host CA
+		if out, errOut, code := c.run(30*time.Second, "sshd-quic", "echo managed"); code != 0 || strings.TrimSpace(out) != "managed" {
 			t.Fatalf("exit %d, out %q, err %q", code, out, errOut)
 		}
 	})

@@ -34,11 +34,15 @@ type Config struct {
 	// to the hub to be certified); used when SSHTarget is not embedded.
 	// Default /etc/ssh/ssh_host_ed25519_key.
 	SSHDHostKey string
-	Transport   tunnel.Transport
-	Tunnel      *tunnel.Config
-	BackoffMin  time.Duration // default 500ms
-	BackoffMax  time.Duration // cap of the exponential backoff, default 30s
-	Logger      *slog.Logger
+	// ManageSSHD, if set, installs the host certificate, the user CAs and
+	// the revoked keys from the hub into the local sshd's configuration
+	// (see edge/sshdconf) and reloads it when they change.
+	ManageSSHD *SSHDManager
+	Transport  tunnel.Transport
+	Tunnel     *tunnel.Config
+	BackoffMin time.Duration // default 500ms
+	BackoffMax time.Duration // cap of the exponential backoff, default 30s
+	Logger     *slog.Logger
 }
 
 // CheckAndSetDefaults validates c and fills defaults.
@@ -349,7 +353,11 @@ func (a *Agent) hostKeyLine(log *slog.Logger) string {
 	if a.sshd != nil {
 		return string(gossh.MarshalAuthorizedKey(a.sshd.HostSigner().PublicKey()))
 	}
-	b, err := os.ReadFile(a.cfg.SSHDHostKey + ".pub")
+	path := a.cfg.SSHDHostKey
+	if a.cfg.ManageSSHD != nil {
+		path = a.cfg.ManageSSHD.Paths.HostKey
+	}
+	b, err := os.ReadFile(path + ".pub")
 	if err != nil {
 		log.Info("no local sshd host key to certify; operators must verify it themselves", "err", err)
 		return ""
@@ -394,9 +402,28 @@ func (a *Agent) applySSHTrust(t *control.SSHTrust, log *slog.Logger) {
 		}
 		return
 	}
+	if a.cfg.ManageSSHD != nil {
+		if err := a.cfg.ManageSSHD.apply(cert, cas, parseKeys(t.RevokedKeys, log), log); err != nil {
+			log.Error("configure local sshd", "err", err)
+		}
+		return
+	}
 	if cert != nil {
 		log.Info("received an SSH host certificate for the local sshd; run with --manage-sshd to install it")
 	}
+}
+
+func parseKeys(lines []string, log *slog.Logger) []gossh.PublicKey {
+	out := make([]gossh.PublicKey, 0, len(lines))
+	for _, l := range lines {
+		k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(l))
+		if err != nil {
+			log.Warn("ignoring unreadable key from hub", "err", err)
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 func (a *Agent) setAuthorizedKeys(lines []string, log *slog.Logger) {

@@ -127,6 +127,9 @@ func (s *Server) accessChanged() {
 		return
 	}
 	for _, c := range s.reg.All() {
-		go s.pushKeys(c)
+		go func() {
+			s.pushKeys(c)
+			s.pushSSHTrust(c, c.HostKey, s.log.With("node", c.Name))
+		}()
 	}
 }

@@ -108,6 +108,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 		return
 	}
 	s.pushKeys(conn)
+	conn.HostKey = msg.Hello.HostKey
 	hostKey := s.pushSSHTrust(conn, msg.Hello.HostKey, log)
 	if old := s.reg.Put(conn); old != nil {
 		log.Info("node reconnected; replaced its previous session", "previous_remote", old.Session.RemoteAddr().String())
@@ -239,6 +240,11 @@ func (s *Server) pushSSHTrust(c *registry.Conn, hostKeyLine string, log *slog.Lo
 	for _, k := range s.userCA.TrustedKeys() {
 		trust.UserCAs = append(trust.UserCAs, string(gossh.MarshalAuthorizedKey(k)))
 	}
+	revoked, err := s.store.ListRevokedKeys(context.Background())
+	if err != nil {
+		log.Error("list revoked keys", "err", err)
+	}
+	trust.RevokedKeys = revoked
 	var hostKey gossh.PublicKey
 	if hostKeyLine != "" {
 		k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(hostKeyLine))

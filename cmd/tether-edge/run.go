@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tether-dev/tether/edge"
+	"github.com/tether-dev/tether/edge/sshdconf"
 	"github.com/tether-dev/tether/tunnel"
 )
 
@@ -14,6 +15,9 @@ func newRunCmd() *cobra.Command {
 	var cfg edge.Config
 	var join, name, transport string
 	var ports []uint
+	var manage bool
+	var sshdPidFile string
+	mgr := &edge.SSHDManager{Paths: sshdconf.DefaultPaths()}
 	tc := tunnel.DefaultConfig()
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -60,6 +64,19 @@ hub (none by default).`,
 			}
 			cfg.Logger = log
 			cfg.Tunnel = tc
+			if manage {
+				if cfg.SSHTarget == edge.SSHEmbedded {
+					return fmt.Errorf("--manage-sshd configures a local sshd; it cannot be combined with --ssh embedded")
+				}
+				mgr.Paths.HostKey = cfg.SSHDHostKey
+				if sshdPidFile != "" {
+					mgr.Reload = sshdconf.PidFileReloader(sshdPidFile)
+				}
+				if err := mgr.Check(); err != nil {
+					return err
+				}
+				cfg.ManageSSHD = mgr
+			}
 			a, err := edge.New(cfg)
 			if err != nil {
 				return err
@@ -73,6 +90,11 @@ hub (none by default).`,
 	f.StringVar(&name, "name", "", "node name used when joining (default: derived from the hostname)")
 	f.StringVar(&cfg.SSHTarget, "ssh", "127.0.0.1:22", `target of SSH streams: "embedded" or HOST:PORT of a local sshd`)
 	f.StringVar(&cfg.SSHDHostKey, "sshd-host-key", "/etc/ssh/ssh_host_ed25519_key", "the local sshd's host key; its .pub is certified by the hub's host CA (with --ssh HOST:PORT)")
+	f.BoolVar(&manage, "manage-sshd", false, "install the hub's host certificate, user CAs and revoked keys into the local sshd (drop-in + files) and reload it")
+	f.StringVar(&mgr.Paths.Dir, "sshd-dir", mgr.Paths.Dir, "with --manage-sshd: directory for the certificate, CA and revoked-key files")
+	f.StringVar(&mgr.Paths.DropIn, "sshd-drop-in", mgr.Paths.DropIn, "with --manage-sshd: sshd_config drop-in to write (must be Included by --sshd-config)")
+	f.StringVar(&mgr.SSHDConfig, "sshd-config", "/etc/ssh/sshd_config", "with --manage-sshd: the main sshd_config")
+	f.StringVar(&sshdPidFile, "sshd-pid-file", "", "with --manage-sshd: reload sshd by SIGHUP to this pid file's process (default: systemctl reload ssh)")
 	f.UintSliceVar(&ports, "allow-port", nil, "local TCP port the hub may open streams to (repeatable)")
 	f.StringVar(&transport, "transport", "auto", "auto (race QUIC and TCP), quic, or tcp")
 	f.DurationVar(&cfg.BackoffMax, "backoff-max", 0, "cap of the reconnect backoff (default 30s)")

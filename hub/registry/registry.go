@@ -25,6 +25,9 @@ type Conn struct {
 	Name      string
 	Session   tunnel.Session
 	Connected time.Time
+	// HostKey is the node SSH server's host key as the agent reported it
+	// (authorized_keys format), for re-issuing its certificate.
+	HostKey string
 
 	sendMu sync.Mutex // guards writes to the control stream
 	ctrl   tunnel.Stream

@@ -23,7 +23,7 @@ type SQLite struct {
 
 var _ Store = (*SQLite)(nil)
 
-const schemaVersion = 2
+const schemaVersion = 3
 
 var migrations = []string{
 	// v1
@@ -84,6 +84,12 @@ var migrations = []string{
 	-- The audit log is append-only: the database refuses edits and deletes.
 	CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
 	CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;`,
+	// v3: keys of removed operators, published to managed sshd as RevokedKeys.
+	`CREATE TABLE revoked_keys (
+		fingerprint TEXT PRIMARY KEY,
+		public_key TEXT NOT NULL,
+		revoked_at INTEGER NOT NULL
+	);`,
 }
 
 // OpenSQLite opens (creating if needed) the database at path and migrates it.
@@ -392,6 +398,10 @@ func (s *SQLite) DeleteNode(ctx context.Context, id string) error {
 // AddOperator implements Store.
 func (s *SQLite) AddOperator(ctx context.Context, o Operator) error {
 	roles, _ := json.Marshal(o.Roles)
+	// Registering a key again is an explicit decision to trust it again.
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM revoked_keys WHERE fingerprint = ?`, o.Fingerprint); err != nil {
+		return fmt.Errorf("store: add operator %q: %w", o.Name, err)
+	}
 	_, err := s.db.ExecContext(ctx, `INSERT INTO operators (name, public_key, fingerprint, created_at, roles) VALUES (?,?,?,?,?)`,
 		o.Name, o.PublicKey, o.Fingerprint, unix(o.CreatedAt), string(roles))
 	if isUniqueViolation(err) {
@@ -427,16 +437,48 @@ func (s *SQLite) ListOperators(ctx context.Context) ([]Operator, error) {
 	return out, rows.Err()
 }
 
-// RemoveOperator implements Store.
+// RemoveOperator implements Store: the operator's key moves to the revoked
+// keys in the same transaction.
 func (s *SQLite) RemoveOperator(ctx context.Context, name string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM operators WHERE name = ?`, name)
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: remove operator %q: %w", name, err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	defer tx.Rollback()
+	var key, fp string
+	err = tx.QueryRowContext(ctx, `SELECT public_key, fingerprint FROM operators WHERE name = ?`, name).Scan(&key, &fp)
+	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("store: operator %q: %w", name, ErrNotFound)
 	}
-	return nil
+	if err != nil {
+		return fmt.Errorf("store: remove operator %q: %w", name, err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM operators WHERE name = ?`, name); err != nil {
+		return fmt.Errorf("store: remove operator %q: %w", name, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO revoked_keys (fingerprint, public_key, revoked_at) VALUES (?,?,?)`,
+		fp, key, unix(time.Now())); err != nil {
+		return fmt.Errorf("store: revoke key of operator %q: %w", name, err)
+	}
+	return tx.Commit()
+}
+
+// ListRevokedKeys implements Store.
+func (s *SQLite) ListRevokedKeys(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT public_key FROM revoked_keys ORDER BY fingerprint`)
+	if err != nil {
+		return nil, fmt.Errorf("store: list revoked keys: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
 }
 
 // RevokeNode implements Store.

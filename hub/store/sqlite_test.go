@@ -126,6 +126,18 @@ func TestNodeSeenAndOperators(t *testing.T) {
 	if err := s.RemoveOperator(ctx, "bob"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("remove missing: %v", err)
 	}
+	if err := s.RemoveOperator(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := s.ListRevokedKeys(ctx); err != nil || len(keys) != 1 || keys[0] != "k" {
+		t.Fatalf("revoked keys after removing alice: %v %v", keys, err)
+	}
+	if err := s.AddOperator(ctx, Operator{Name: "alice", PublicKey: "k", Fingerprint: "f"}); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := s.ListRevokedKeys(ctx); len(keys) != 0 {
+		t.Fatalf("re-registered key still revoked: %v", keys)
+	}
 	if err := s.DeleteNode(ctx, "1"); err != nil {
 		t.Fatal(err)
 	}

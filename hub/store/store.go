@@ -131,7 +131,10 @@ type Store interface {
 
 	AddOperator(ctx context.Context, o Operator) error
 	ListOperators(ctx context.Context) ([]Operator, error)
+	// RemoveOperator deletes the operator and adds its key to the revoked keys.
 	RemoveOperator(ctx context.Context, name string) error
+	// ListRevokedKeys returns revoked operator keys (authorized_keys format).
+	ListRevokedKeys(ctx context.Context) ([]string, error)
 
 	Close() error
 }

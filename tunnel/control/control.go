@@ -69,6 +69,9 @@ type Hello struct {
 type SSHTrust struct {
 	HostCert string   `json:"host_cert,omitempty"` // certificate for Hello.HostKey, authorized_keys format
 	UserCAs  []string `json:"user_cas"`            // user CA public keys (several during a rotation overlap)
+	// RevokedKeys are operator keys the node's sshd must refuse (removed
+	// operators), with or without a certificate.
+	RevokedKeys []string `json:"revoked_keys,omitempty"`
 }
 
 // Welcome confirms the session.
@@ -146,6 +149,14 @@ func (m *Message) Validate() error {
 		}
 		if err := checkString("host_cert", t.HostCert, maxKeyLen); err != nil {
 			return err
+		}
+		if len(t.RevokedKeys) > maxKeys {
+			return fmt.Errorf("%w: more than %d revoked keys", ErrBadMessage, maxKeys)
+		}
+		for _, k := range t.RevokedKeys {
+			if err := checkString("revoked key", k, maxKeyLen); err != nil {
+				return err
+			}
 		}
 		if len(t.UserCAs) > maxCaps {
 			return fmt.Errorf("%w: more than %d user CAs", ErrBadMessage, maxCaps)

@@ -1,0 +1,66 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/edge/sshdconf"
+)
+
+// SSHDManager keeps the local OpenSSH server configured for Tether: host
+// certificate, trusted user CAs and revoked keys, in the files sshdconf
+// writes, with a reload when they change.
+type SSHDManager struct {
+	Paths      sshdconf.Paths
+	SSHDConfig string            // main sshd_config, checked to Include the drop-in
+	Reload     sshdconf.Reloader // default sshdconf.SystemdReloader()
+}
+
+// Check verifies the setup once at start, so a drop-in sshd would never
+// read fails loudly instead of silently.
+func (m *SSHDManager) Check() error {
+	if err := m.Paths.Check(); err != nil {
+		return err
+	}
+	if m.SSHDConfig == "" {
+		m.SSHDConfig = "/etc/ssh/sshd_config"
+	}
+	if m.Reload == nil {
+		m.Reload = sshdconf.SystemdReloader()
+	}
+	if err := sshdconf.CheckIncluded(m.SSHDConfig, m.Paths.DropIn); err != nil {
+		return fmt.Errorf("--manage-sshd: %w", err)
+	}
+	if _, err := sshdconf.ReadHostPublicKey(m.Paths); err != nil {
+		return fmt.Errorf("--manage-sshd: %w", err)
+	}
+	return nil
+}
+
+func (m *SSHDManager) apply(cert *gossh.Certificate, userCAs, revoked []gossh.PublicKey, log *slog.Logger) error {
+	if len(userCAs) == 0 {
+		return errors.New("hub sent no user CA")
+	}
+	changed, err := sshdconf.Apply(m.Paths, sshdconf.Files{HostCert: cert, UserCAs: userCAs, RevokedKeys: revoked})
+	if err != nil {
+		return err
+	}
+	if !changed {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := sshdconf.CheckConfig(ctx, m.SSHDConfig); err != nil {
+		return fmt.Errorf("sshd -t refuses the new configuration, not reloading: %w", err)
+	}
+	if err := m.Reload(ctx); err != nil {
+		return fmt.Errorf("reload sshd: %w", err)
+	}
+	log.Info("local sshd configured from hub", "host_cert", cert != nil, "user_cas", len(userCAs), "revoked_keys", len(revoked))
+	return nil
+}
