@@ -339,7 +339,9 @@ func (s *sshd) managedArgs() []string {
 		"--sshd-config", s.config, "--sshd-pid-file", s.pidFile}
 }
 
-func startSSHD(t *testing.T) *sshd {
+// startSSHD starts a loopback sshd; extra config lines come first (so they
+// win over the defaults below, as sshd keeps the first value).
+func startSSHD(t *testing.T, extra ...string) *sshd {
 	t.Helper()
 	if os.Geteuid() == 0 {
 		_ = os.MkdirAll("/run/sshd", 0o755) // privilege separation dir
@@ -363,6 +365,7 @@ func startSSHD(t *testing.T) *sshd {
 	port := freePort(t)
 	cfg := filepath.Join(dir, "sshd_config")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`Include %s/sshd_config.d/*.conf
+%s
 Port %d
 ListenAddress 127.0.0.1
 HostKey %s
@@ -375,7 +378,7 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 Subsystem sftp internal-sftp
 LogLevel VERBOSE
-`, dir, port, hostKey, ak)), 0o600)
+`, dir, strings.Join(extra, "\n"), port, hostKey, ak)), 0o600)
 	p := start(t, "sshd", sshdPath, "-D", "-e", "-f", cfg)
 	pidFile := filepath.Join(dir, "sshd.pid")
 	os.WriteFile(pidFile, []byte(fmt.Sprint(p.cmd.Process.Pid)), 0o644)

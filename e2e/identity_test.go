@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -192,4 +193,68 @@ func certExpired(t *testing.T, stateDir string) bool {
 		t.Fatal(err)
 	}
 	return time.Now().After(c.NotAfter)
+}
+
+// TestLoginCertificates: tether login turns a proof of the registered key
+// into a short-lived user certificate with the role's logins; a managed sshd
+// that accepts no plain keys (AuthorizedKeysFile none) lets it in, refuses
+// it once expired, and refuses a valid one once the operator is removed.
+func TestLoginCertificates(t *testing.T) {
+	t.Parallel()
+	h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: freePort(t), sshPort: freePort(t), extraArgs: []string{"--user-cert-ttl", "6s"}}
+	h.start()
+	h.cli("operator", "add", "alice", "--key", opPub)
+	dir := t.TempDir()
+	carolKey := filepath.Join(dir, "carol")
+	runCmd(t, 10*time.Second, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", carolKey)
+	h.cli("role", "create", "certs", "--nodes", "*", "--logins", loginUser)
+	h.cli("operator", "add", "carol", "--key", carolKey+".pub", "--role", "certs")
+	certOnly := startSSHD(t, "AuthorizedKeysFile none")
+	startAgent(t, h.token(), "m1", certOnly.managedArgs()...)
+	h.waitOnline("m1", "")
+	revokedFile := filepath.Join(certOnly.dir, "tether", "revoked_keys")
+	waitFor(t, "managed sshd configured", 20*time.Second, func() bool { _, err := os.Stat(revokedFile); return err == nil })
+
+	// Alice jumps; carol's certificate authenticates to the node.
+	alice := newSSHClient(t, h)
+	certPath := filepath.Join(dir, "carol-cert.pub")
+	cfg, _ := os.ReadFile(alice.cfg)
+	os.WriteFile(alice.cfg, append([]byte(fmt.Sprintf("Host m1.tether\n  IdentityFile %s\n  CertificateFile %s\n", carolKey, certPath)), cfg...), 0o600)
+	login := func() {
+		_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir, "--user", "carol", "--key", carolKey, "--out-dir", dir)
+		if code != 0 || !strings.Contains(errOut, "logins "+loginUser) {
+			t.Fatalf("tether login: exit %d, %q", code, errOut)
+		}
+	}
+	login()
+	if out, errOut, code := alice.run(30*time.Second, "m1", "echo cert-ok"); code != 0 || strings.TrimSpace(out) != "cert-ok" {
+		t.Fatalf("with a fresh certificate: exit %d, %q %q", code, out, errOut)
+	}
+	time.Sleep(7 * time.Second)
+	if _, errOut, code := alice.run(30*time.Second, "m1", "true"); code != 255 || !strings.Contains(errOut, "Permission denied") {
+		t.Fatalf("with an expired certificate: exit %d, %q", code, errOut)
+	}
+	login()
+	h.cli("operator", "rm", "carol")
+	carolPub, _ := os.ReadFile(carolKey + ".pub")
+	waitFor(t, "carol's key in the managed sshd's revoked keys", 20*time.Second, func() bool {
+		b, _ := os.ReadFile(revokedFile)
+		return strings.Contains(string(b), strings.Fields(string(carolPub))[1])
+	})
+	if _, errOut, code := alice.run(30*time.Second, "m1", "true"); code != 255 || !strings.Contains(errOut, "Permission denied") {
+		t.Fatalf("removed operator's valid certificate: exit %d, %q", code, errOut)
+	}
+	// Login itself is refused for a removed operator, and audited.
+	_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir, "--user", "carol", "--key", carolKey, "--out-dir", dir)
+	if code == 0 || !strings.Contains(errOut, `no operator named "carol"`) {
+		t.Fatalf("login after removal: exit %d, %q", code, errOut)
+	}
+	var ok, refused bool
+	for _, e := range h.audit("--operator", "carol") {
+		ok = ok || (e.Kind == "login" && e.Result == "ok")
+		refused = refused || (e.Kind == "login" && e.Result == "refused")
+	}
+	if !ok || !refused {
+		t.Fatal("logins not audited")
+	}
 }

@@ -392,6 +392,7 @@ func (a *Agent) applySSHTrust(t *control.SSHTrust, log *slog.Logger) {
 	}
 	if a.sshd != nil {
 		a.sshd.SetTrustedUserCAs(cas)
+		a.sshd.SetRevokedKeys(parseKeys(t.RevokedKeys, log))
 		if cert != nil {
 			if err := a.sshd.AddHostCertificate(cert); err != nil {
 				log.Warn("host certificate from hub not usable", "err", err)

@@ -61,6 +61,9 @@ func (s *Server) reloadAccess(ctx context.Context) error {
 }
 
 func (s *Server) authorizeOperator(user string, key gossh.PublicKey) bool {
+	if cert, ok := key.(*gossh.Certificate); ok {
+		return s.authorizeCert(user, cert)
+	}
 	o, ok := s.access.Load().operators[user]
 	return ok && string(o.key.Marshal()) == string(key.Marshal())
 }

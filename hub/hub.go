@@ -46,6 +46,7 @@ type Config struct {
 	Advertise   []string       // addresses agents dial (put into join strings); default: Listen's address if it is not a wildcard
 	NodeCertTTL time.Duration  // default ca.DefaultNodeTTL (24h); agents renew at 2/3
 	HostCertTTL time.Duration  // lifetime of SSH host certificates, default 7 days (re-issued at 2/3)
+	UserCertTTL time.Duration  // lifetime of operators' SSH user certificates from tether login, default 8h
 	NodeSuffix  string         // nodes answer to NAME and NAME.SUFFIX, default "tether"
 	SSHNames    []string       // extra host names in the bastion's host certificate
 	Tunnel      *tunnel.Config // nil means tunnel defaults
@@ -68,6 +69,9 @@ func (c *Config) CheckAndSetDefaults() error {
 	}
 	if c.HostCertTTL <= 0 {
 		c.HostCertTTL = 7 * 24 * time.Hour
+	}
+	if c.UserCertTTL <= 0 {
+		c.UserCertTTL = 8 * time.Hour
 	}
 	if c.NodeSuffix == "" {
 		c.NodeSuffix = "tether"
@@ -95,18 +99,19 @@ func (c *Config) CheckAndSetDefaults() error {
 
 // Server is a running hub.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	store    store.Store
-	ca       *ca.CA
-	reg      *registry.Registry
-	metrics  *metrics.Metrics
-	hostKey  gossh.Signer
-	hostCA   *ca.SSHCA
-	userCA   *ca.SSHCA
-	serving  tls.Certificate
-	access   atomic.Pointer[access] // operators and roles, replaced wholesale on change
-	sessions sync.WaitGroup
+	cfg        Config
+	log        *slog.Logger
+	store      store.Store
+	ca         *ca.CA
+	reg        *registry.Registry
+	metrics    *metrics.Metrics
+	hostKey    gossh.Signer
+	hostCA     *ca.SSHCA
+	userCA     *ca.SSHCA
+	serving    tls.Certificate
+	access     atomic.Pointer[access] // operators and roles, replaced wholesale on change
+	challenges challenges             // pending tether login nonces
+	sessions   sync.WaitGroup
 }
 
 // New opens the hub's state (creating it the first time).
@@ -302,6 +307,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Store: s.store, CA: s.ca, Registry: s.reg, Metrics: s.metrics, Advertise: advertise,
 			NodeCertTTL: s.cfg.NodeCertTTL, Logger: s.log.With("component", "api"), OperatorsChanged: s.accessChanged,
 			SSHTrust: s.sshTrustInfo(sshAddr, advertise),
+			Login:    loginService{s},
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -402,6 +408,17 @@ func (s *Server) sshTrustInfo(sshAddr net.Addr, advertise []string) api.SSHTrust
 		t.UserCAs = append(t.UserCAs, strings.TrimSpace(string(gossh.MarshalAuthorizedKey(k))))
 	}
 	return t
+}
+
+// loginService adapts the hub's login methods to api.Login.
+type loginService struct{ s *Server }
+
+func (l loginService) Challenge(ctx context.Context, operator string) (string, time.Time, error) {
+	return l.s.loginChallenge(ctx, operator)
+}
+
+func (l loginService) Login(ctx context.Context, req api.LoginRequest, remote string) (api.LoginResponse, error) {
+	return l.s.login(ctx, req, remote)
 }
 
 func ignoreClosed(err error) error {

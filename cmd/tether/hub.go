@@ -48,6 +48,7 @@ use with --data-dir. Keep it private (it is created 0700).`,
 	f.StringSliceVar(&cfg.Advertise, "advertise", nil, "HOST:PORT agents should dial, put into join strings (repeatable; default: the --listen address, or this host's name if it is a wildcard)")
 	f.DurationVar(&cfg.NodeCertTTL, "node-cert-ttl", 24*time.Hour, "lifetime of node certificates (agents renew at about 2/3 of it over the tunnel)")
 	f.DurationVar(&cfg.HostCertTTL, "host-cert-ttl", 7*24*time.Hour, "lifetime of nodes' SSH host certificates (re-issued at 2/3)")
+	f.DurationVar(&cfg.UserCertTTL, "user-cert-ttl", 8*time.Hour, "lifetime of operators' SSH user certificates from tether login")
 	f.StringVar(&cfg.NodeSuffix, "node-suffix", "tether", "nodes answer to NAME and NAME.SUFFIX")
 	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
 	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead")

@@ -95,6 +95,13 @@ func (s *Server) SetTrustedUserCAs(keys []gossh.PublicKey) {
 	s.userCAs.Store(newKeySet(keys))
 }
 
+// SetRevokedKeys replaces the set of keys refused outright: a plain key in
+// the set, or a certificate whose key is in it, never logs in (a removed
+// operator's still-valid certificates stop working at once).
+func (s *Server) SetRevokedKeys(keys []gossh.PublicKey) {
+	s.revoked.Store(newKeySet(keys))
+}
+
 // authorize is the gliderlabs PublicKeyHandler. It runs for key queries and
 // for signed attempts alike; x/crypto verifies the signature separately.
 func (s *Server) authorize(ctx ssh.Context, key ssh.PublicKey) bool {
@@ -103,6 +110,13 @@ func (s *Server) authorize(ctx ssh.Context, key ssh.PublicKey) bool {
 	// accepted key its own Permissions value so one certificate's
 	// source-address cannot be overwritten by another key's query.
 	p := ctx.Permissions()
+	revoked := s.revoked.Load()
+	if revoked.contains(key) {
+		return false
+	}
+	if c, ok := key.(*gossh.Certificate); ok && revoked.contains(c.Key) {
+		return false
+	}
 	if s.authorized.Load().allows(key, ctx.User()) {
 		p.Permissions = &gossh.Permissions{}
 		return true

@@ -116,6 +116,7 @@ type Server struct {
 
 	authorized atomic.Pointer[keySet] // operator keys, replaced wholesale
 	userCAs    atomic.Pointer[keySet] // trusted user certificate authorities
+	revoked    atomic.Pointer[keySet] // keys refused with or without a certificate
 
 	mu     sync.Mutex // guards the following fields
 	closed bool
@@ -141,6 +142,7 @@ func New(cfg Config) (*Server, error) {
 		conns:  make(map[net.Conn]struct{}),
 	}
 	s.authorized.Store(&keySet{})
+	s.revoked.Store(&keySet{})
 	s.userCAs.Store(&keySet{})
 	s.srv = &ssh.Server{
 		HostSigners:          []ssh.Signer{signer},

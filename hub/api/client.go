@@ -88,10 +88,41 @@ func NewClient(addr, identityDir string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	tc := pki.ClientTLSConfig(cert, cas[0])
+	return NewClientTLS(addr, pki.ClientTLSConfig(cert, cas[0])), nil
+}
+
+// NewClientTLS builds a client with the given TLS config (for operators
+// without an admin identity, e.g. tether login with a pinned CA).
+func NewClientTLS(addr string, tc *tls.Config) *Client {
+	tc = tc.Clone()
 	tc.NextProtos = []string{"h2", "http/1.1"}
 	tr := &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second}
-	return &Client{base: "https://" + addr, http: &http.Client{Transport: tr, Timeout: 60 * time.Second}}, nil
+	return &Client{base: "https://" + addr, http: &http.Client{Transport: tr, Timeout: 60 * time.Second}}
+}
+
+// LocalHub returns the API address of the hub running on dataDir.
+func LocalHub(dataDir string) (HubInfo, error) {
+	var info HubInfo
+	b, err := os.ReadFile(filepath.Join(dataDir, HubInfoFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return info, fmt.Errorf("%w in %s: start it with `tether hub --data-dir %s`", ErrHubNotRunning, dataDir, dataDir)
+	}
+	if err != nil {
+		return info, err
+	}
+	return info, json.Unmarshal(b, &info)
+}
+
+// LoginChallenge asks for a nonce to sign.
+func (c *Client) LoginChallenge(ctx context.Context, operator string) (LoginChallengeResponse, error) {
+	var out LoginChallengeResponse
+	return out, c.do(ctx, http.MethodPost, "/v1/login/challenge", LoginChallengeRequest{Operator: operator}, &out)
+}
+
+// Login exchanges the signed nonce for a user certificate.
+func (c *Client) Login(ctx context.Context, req LoginRequest) (LoginResponse, error) {
+	var out LoginResponse
+	return out, c.do(ctx, http.MethodPost, "/v1/login", req, &out)
 }
 
 // Close releases idle connections.

@@ -37,12 +37,65 @@ type Deps struct {
 	Logger      *slog.Logger
 	// SSHTrust is published at GET /v1/ssh/trust.
 	SSHTrust SSHTrust
+	// Login serves tether login; nil disables it.
+	Login Login
 	// OperatorsChanged is called after an operator is added or removed so
 	// the hub can push new authorized keys to the nodes.
 	OperatorsChanged func()
 }
 
 type handler struct{ Deps }
+
+// Login issues SSH user certificates to operators who prove their key.
+type Login interface {
+	Challenge(ctx context.Context, operator string) (nonce string, expires time.Time, err error)
+	Login(ctx context.Context, req LoginRequest, remote string) (LoginResponse, error)
+}
+
+// ErrLoginRefused is wrapped by Login errors the client caused.
+var ErrLoginRefused = errors.New("login refused")
+
+func (h *handler) loginChallenge(w http.ResponseWriter, r *http.Request) {
+	var req LoginChallengeRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if h.Login == nil {
+		writeError(w, http.StatusNotFound, "login is not enabled on this hub")
+		return
+	}
+	if err := pki.ValidateName(req.Operator); err != nil {
+		writeError(w, http.StatusBadRequest, "operator "+err.Error())
+		return
+	}
+	nonce, exp, err := h.Login.Challenge(r.Context(), req.Operator)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, LoginChallengeResponse{Nonce: nonce, ExpiresAt: exp})
+}
+
+func (h *handler) login(w http.ResponseWriter, r *http.Request) {
+	var req LoginRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if h.Login == nil {
+		writeError(w, http.StatusNotFound, "login is not enabled on this hub")
+		return
+	}
+	resp, err := h.Login.Login(r.Context(), req, r.RemoteAddr)
+	if errors.Is(err, ErrLoginRefused) {
+		writeError(w, http.StatusForbidden, err.Error())
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
 
 // NewHandler returns the API's http.Handler.
 func NewHandler(d Deps) http.Handler {
@@ -55,6 +108,8 @@ func NewHandler(d Deps) http.Handler {
 	h := &handler{d}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+control.JoinPath, h.join)
+	mux.HandleFunc("POST /v1/login/challenge", h.loginChallenge)
+	mux.HandleFunc("POST /v1/login", h.login)
 	mux.HandleFunc("GET /v1/ssh/trust", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.SSHTrust) })
 	mux.HandleFunc("GET /v1/nodes", h.admin(h.listNodes))
 	mux.HandleFunc("DELETE /v1/nodes/{name}", h.admin(h.removeNode))

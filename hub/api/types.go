@@ -68,3 +68,30 @@ const (
 	MaxTokenUses = 100000
 	maxBody      = 64 << 10
 )
+
+// LoginChallengeRequest is the body of POST /v1/login/challenge.
+type LoginChallengeRequest struct {
+	Operator string `json:"operator"`
+}
+
+// LoginChallengeResponse carries the nonce to sign.
+type LoginChallengeResponse struct {
+	Nonce     string    `json:"nonce"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// LoginRequest is the body of POST /v1/login: the nonce signed with the
+// operator's registered key over hub.LoginPayload(operator, nonce).
+type LoginRequest struct {
+	Operator        string `json:"operator"`
+	Nonce           string `json:"nonce"`
+	SignatureFormat string `json:"signature_format"`
+	Signature       []byte `json:"signature"`
+}
+
+// LoginResponse carries the user certificate.
+type LoginResponse struct {
+	Certificate string    `json:"certificate"` // authorized_keys format
+	ValidBefore time.Time `json:"valid_before"`
+	Principals  []string  `json:"principals"`
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	gossh "golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/agent"
+
+	"github.com/tether-dev/tether/hub"
+	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/pki"
+)
+
+func newLoginCmd() *cobra.Command {
+	var dataDir, hubAddr, pin, operator, keyPath, outDir string
+	cmd := &cobra.Command{
+		Use:   "login",
+		Short: "Get a short-lived SSH user certificate by proving your registered key",
+		Long: `Sign a one-time challenge from the hub with your registered SSH key and receive
+a short-lived user certificate (default 8 h) whose principals are your roles'
+logins. It is written to OUT_DIR/USER-cert.pub and, if an ssh-agent is running
+and the key file is readable, added to the agent with the certificate's lifetime.
+
+Nodes whose sshd is managed by tether-edge (--manage-sshd) and the embedded SSH
+server accept it; the bastion accepts it in place of your plain key.
+
+The hub is verified by its CA: with --data-dir from the data dir, otherwise by
+--ca-pin (the sha256 pin from a join string or 'tether hub' logs). Trust on
+first use is never offered.`,
+		Example: `  tether login --hub hub.example.com:7443 --ca-pin sha256:9f2c… --user alice
+  ssh -o CertificateFile=~/.tether/alice-cert.pub -J alice@hub.example.com:2222 root@n1.tether`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var tc *tls.Config
+			switch {
+			case hubAddr != "":
+				p, ok := strings.CutPrefix(pin, "sha256:")
+				if !ok {
+					return errors.New("--hub needs --ca-pin sha256:<64 hex> (no trust on first use)")
+				}
+				var err error
+				if tc, err = pki.PinnedTLSConfig(p, nil); err != nil {
+					return err
+				}
+			default:
+				info, err := api.LocalHub(dataDir)
+				if err != nil {
+					return fmt.Errorf("%w, or pass --hub ADDR --ca-pin sha256:PIN", err)
+				}
+				hubAddr = info.API
+				caPEM, err := os.ReadFile(filepath.Join(dataDir, "ca", "ca.crt"))
+				if err != nil {
+					return err
+				}
+				cas, err := pki.ParseCerts(caPEM)
+				if err != nil {
+					return err
+				}
+				pool := x509.NewCertPool()
+				pool.AddCert(cas[0])
+				tc = &tls.Config{MinVersion: tls.VersionTLS13, ServerName: pki.HubServerName, RootCAs: pool}
+			}
+			if _, _, err := net.SplitHostPort(hubAddr); err != nil {
+				return fmt.Errorf("--hub %q: %w", hubAddr, err)
+			}
+			if operator == "" {
+				u, err := user.Current()
+				if err != nil {
+					return err
+				}
+				operator = u.Username
+			}
+			pubBytes, err := os.ReadFile(keyPath + ".pub")
+			if err != nil {
+				return fmt.Errorf("read your public key: %w (use --key PATH to the private key; PATH.pub must exist)", err)
+			}
+			pub, _, _, _, err := gossh.ParseAuthorizedKey(pubBytes)
+			if err != nil {
+				return fmt.Errorf("%s.pub: %w", keyPath, err)
+			}
+			signer, rawKey, ag, err := loginSigner(keyPath, pub)
+			if err != nil {
+				return err
+			}
+			c := api.NewClientTLS(hubAddr, tc)
+			defer c.Close()
+			ch, err := c.LoginChallenge(cmd.Context(), operator)
+			if err != nil {
+				return err
+			}
+			sig, err := signer.Sign(rand.Reader, hub.LoginPayload(operator, ch.Nonce))
+			if err != nil {
+				return fmt.Errorf("sign the login challenge: %w", err)
+			}
+			resp, err := c.Login(cmd.Context(), api.LoginRequest{Operator: operator, Nonce: ch.Nonce, SignatureFormat: sig.Format, Signature: sig.Blob})
+			if err != nil {
+				return err
+			}
+			k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(resp.Certificate))
+			cert, ok := k.(*gossh.Certificate)
+			if err != nil || !ok {
+				return fmt.Errorf("hub sent an unreadable certificate: %v", err)
+			}
+			if err := os.MkdirAll(outDir, 0o700); err != nil {
+				return err
+			}
+			certPath := filepath.Join(outDir, operator+"-cert.pub")
+			if err := pki.WriteFileAtomic(certPath, []byte(resp.Certificate), 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "certificate for %s (logins %s) valid until %s: %s\n", operator,
+				principalList(resp.Principals), resp.ValidBefore.Local().Format(time.RFC3339), certPath)
+			if ag != nil && rawKey != nil {
+				life := time.Until(resp.ValidBefore)
+				if err := ag.Add(agent.AddedKey{PrivateKey: rawKey, Certificate: cert, LifetimeSecs: uint32(life / time.Second),
+					Comment: "tether " + operator}); err != nil {
+					fmt.Fprintf(os.Stderr, "could not add the certificate to ssh-agent: %v\n", err)
+				} else {
+					fmt.Fprintln(os.Stderr, "added to ssh-agent")
+				}
+			}
+			return nil
+		},
+	}
+	home, _ := os.UserHomeDir()
+	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "hub data dir (on the hub's machine)")
+	cmd.Flags().StringVar(&hubAddr, "hub", "", "hub API address HOST:PORT (needs --ca-pin)")
+	cmd.Flags().StringVar(&pin, "ca-pin", "", "sha256:<hex> pin of the hub CA, as in join strings")
+	cmd.Flags().StringVar(&operator, "user", "", "your operator name (default: your login name)")
+	cmd.Flags().StringVar(&keyPath, "key", filepath.Join(home, ".ssh", "id_ed25519"), "your registered private key (PATH.pub must be next to it); ssh-agent is used if it holds the key")
+	cmd.Flags().StringVar(&outDir, "out-dir", filepath.Join(home, ".tether"), "where to write USER-cert.pub")
+	return cmd
+}
+
+func principalList(p []string) string {
+	if len(p) == 0 {
+		return "any (embedded servers only)"
+	}
+	return strings.Join(p, ",")
+}
+
+// loginSigner finds a signer for pub: the ssh-agent if it holds the key,
+// else the key file (which must not be passphrase-protected). rawKey is
+// returned when the file was read, so the certificate can be added to the
+// agent together with its key.
+func loginSigner(keyPath string, pub gossh.PublicKey) (gossh.Signer, any, agent.ExtendedAgent, error) {
+	var ag agent.ExtendedAgent
+	if sock := os.Getenv("SSH_AUTH_SOCK"); sock != "" {
+		if conn, err := net.Dial("unix", sock); err == nil {
+			ag = agent.NewClient(conn)
+			if signers, err := ag.Signers(); err == nil {
+				for _, s := range signers {
+					if string(s.PublicKey().Marshal()) == string(pub.Marshal()) {
+						return s, nil, nil, nil
+					}
+				}
+			}
+		}
+	}
+	b, err := os.ReadFile(keyPath)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read private key: %w", err)
+	}
+	raw, err := gossh.ParseRawPrivateKey(b)
+	var pass *gossh.PassphraseMissingError
+	if errors.As(err, &pass) {
+		return nil, nil, nil, fmt.Errorf("%s is passphrase-protected: add it to ssh-agent (ssh-add %s) and run tether login again", keyPath, keyPath)
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %w", keyPath, err)
+	}
+	signer, err := gossh.NewSignerFromKey(raw)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if string(signer.PublicKey().Marshal()) != string(pub.Marshal()) {
+		return nil, nil, nil, fmt.Errorf("%s and %s.pub are not the same key", keyPath, keyPath)
+	}
+	return signer, raw, ag, nil
+}
