@@ -69,28 +69,10 @@ for _ in $(seq 150); do
   sleep 0.2
 done
 
-# Pin every host key we know: the hub's and each node's embedded server's.
+# The hub certifies its own and every node's SSH host key; `tether config
+# ssh` writes the host CA as @cert-authority, so nothing is trusted on first use.
 KNOWN=$DIR/known_hosts
-: >"$KNOWN"
-hostpub() { ssh-keygen -y -f "$1"; }
-echo "[127.0.0.1]:$SSH_PORT $(hostpub "$DIR/hub/ssh_host_ed25519_key")" >>"$KNOWN"
-for n in "${NODES[@]}"; do
-  echo "$n $(hostpub "$DIR/$n/ssh_host_ed25519_key")" >>"$KNOWN"
-done
-cat >"$DIR/ssh_config" <<CFG
-Host tether-demo-hub
-  HostName 127.0.0.1
-  Port $SSH_PORT
-  User $OPERATOR
-Host node-*
-  ProxyJump tether-demo-hub
-  User $LOGIN
-Host *
-  IdentityFile $KEY
-  IdentitiesOnly yes
-  UserKnownHostsFile $KNOWN
-  StrictHostKeyChecking yes
-CFG
+"$BIN/tether" config ssh --data-dir "$DIR/hub" --user "$OPERATOR" --known-hosts "$KNOWN" --identity-file "$KEY" >"$DIR/ssh_config" 2>/dev/null
 
 "$BIN/tether" nodes --data-dir "$DIR/hub"
 cat <<MSG
@@ -98,9 +80,10 @@ cat <<MSG
 Tether demo is running: hub on 127.0.0.1:$API_PORT (tunnels + API) and 127.0.0.1:$SSH_PORT (SSH bastion),
 three agents with embedded SSH. Jump into a node:
 
-  ssh -F $DIR/ssh_config node-1
+  ssh -F $DIR/ssh_config $LOGIN@node-1.tether
 
-(the same as: ssh -J $OPERATOR@127.0.0.1:$SSH_PORT $LOGIN@node-1, with host keys pinned in $KNOWN)
+(it jumps through $OPERATOR@127.0.0.1:$SSH_PORT; hub and nodes are verified by host certificates
+from the hub's CA, pinned in $KNOWN: no host-key prompt)
 
 More:  bin/tether nodes --data-dir $DIR/hub      logs: $DIR/*.log      stop: make demo-stop
 MSG

@@ -49,7 +49,7 @@ machine they need only --data-dir, elsewhere --hub ADDR and --identity DIR.`,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newHubCmd(), newTokenCmd(), newOperatorCmd(), newNodesCmd(), newRoleCmd(), newAuditCmd(), newConfigCmd(), newLoginCmd(), newVersionCmd())
+	root.AddCommand(newHubCmd(), newTokenCmd(), newOperatorCmd(), newNodesCmd(), newRoleCmd(), newAuditCmd(), newConfigCmd(), newLoginCmd(), newCACmd(), newVersionCmd())
 	return root
 }
 
