@@ -4,9 +4,11 @@ VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X github.com/tether-dev/tether/hub.Version=$(VERSION) -X github.com/tether-dev/tether/edge.Version=$(VERSION)
 BIN       := $(CURDIR)/bin
 FUZZTIME  ?= 60s
+TOOLS     := $(CURDIR)/.tools/bin
+STEP_CA_VERSION ?= v0.30.2
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build test vet demo demo-stop bench fuzz deps clean
+.PHONY: all build test vet demo demo-stop bench fuzz deps tools clean
 
 all: build
 
@@ -16,12 +18,18 @@ build: ## build bin/tether and bin/tether-edge (static, stripped)
 deps: ## install OpenSSH client/server when missing (apt-get as root)
 	@./scripts/ensure-deps.sh
 
+tools: $(TOOLS)/step-ca ## test tools built from the Go module proxy (step-ca for the external-CA test)
+
+$(TOOLS)/step-ca:
+	@echo "building step-ca $(STEP_CA_VERSION) into $(TOOLS) (once; takes a few minutes)"
+	CGO_ENABLED=0 GOBIN=$(TOOLS) $(GO) install github.com/smallstep/certificates/cmd/step-ca@$(STEP_CA_VERSION)
+
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 
-test: deps build vet ## everything: unit, fuzz seed corpora, end-to-end with real OpenSSH
-	TETHER_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+test: deps tools build vet ## everything: unit, fuzz seed corpora, end-to-end with real OpenSSH and step-ca
+	TETHER_BIN_DIR=$(BIN) TETHER_STEP_CA=$(TOOLS)/step-ca $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 demo: build ## hub + three agents on this machine; prints the ssh line
 	@./scripts/demo.sh start
@@ -40,4 +48,4 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 60s)
 	done
 
 clean:
-	rm -rf $(BIN) demo
+	rm -rf $(BIN) demo .tools

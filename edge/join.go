@@ -75,13 +75,23 @@ func Join(ctx context.Context, o JoinOptions) (*Identity, error) {
 		if err != nil {
 			return nil, fmt.Errorf("join: hub sent a bad certificate: %w", err)
 		}
+		// Node certificates chain to the hub's CA, or to the external CA the
+		// hub delegates to (told over this pinned, authenticated channel).
+		nodeCA := ca
+		if resp.NodeCA != "" {
+			ncs, err := pki.ParseCerts([]byte(resp.NodeCA))
+			if err != nil {
+				return nil, fmt.Errorf("join: hub sent a bad node CA: %w", err)
+			}
+			nodeCA = ncs[0]
+		}
 		// The certificate must be for our key and chain to the pinned CA.
 		inter := x509.NewCertPool()
 		for _, c := range certs[1:] {
 			inter.AddCert(c)
 		}
-		if _, err := certs[0].Verify(x509.VerifyOptions{Roots: poolOf(ca), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-			return nil, fmt.Errorf("join: issued certificate does not verify against the pinned CA: %w", err)
+		if _, err := certs[0].Verify(x509.VerifyOptions{Roots: poolOf(nodeCA), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			return nil, fmt.Errorf("join: issued certificate does not verify against the node CA: %w", err)
 		}
 		if !samePublicKey(certs[0].PublicKey, key.Public()) {
 			return nil, errors.New("join: issued certificate is not for this node's key")
@@ -91,7 +101,7 @@ func Join(ctx context.Context, o JoinOptions) (*Identity, error) {
 			hubs = js.Addrs
 		}
 		cfg := NodeConfig{NodeID: resp.NodeID, Name: resp.Name, Hubs: hubs, JoinedAt: time.Now().UTC()}
-		if err := saveIdentity(o.StateDir, cfg, key, certs, ca); err != nil {
+		if err := saveIdentity(o.StateDir, cfg, key, certs, ca, nodeCA); err != nil {
 			return nil, fmt.Errorf("join: save identity: %w", err)
 		}
 		return LoadIdentity(o.StateDir)

@@ -93,7 +93,7 @@ func (a *Agent) applyRenewed(pemChain string) error {
 	for _, c := range certs[1:] {
 		inter.AddCert(c)
 	}
-	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: poolOf(a.id.CA), Intermediates: inter,
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: poolOf(a.id.NodeCA), Intermediates: inter,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		return fmt.Errorf("renewed certificate does not verify: %w", err)
 	}

@@ -24,6 +24,7 @@ const (
 	keyFile     = "node.key"
 	certFile    = "node.crt"
 	caFile      = "ca.crt"
+	nodeCAFile  = "node_ca.crt"
 	configFile  = "node.json"
 	statusFile  = "status.json"
 	hostKeyFile = "ssh_host_ed25519_key"
@@ -44,8 +45,9 @@ type NodeConfig struct {
 type Identity struct {
 	Config NodeConfig
 	Cert   tls.Certificate
-	CA     *x509.Certificate
-	key    crypto.Signer // Cert's key, for renewal CSRs
+	CA     *x509.Certificate // the hub's pinned root (TLS trust for the hub)
+	NodeCA *x509.Certificate // root the node certificate chains to (CA unless an external step-ca issues)
+	key    crypto.Signer     // Cert's key, for renewal CSRs
 }
 
 // LoadIdentity reads the identity from dir.
@@ -80,13 +82,21 @@ func LoadIdentity(dir string) (*Identity, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: key type %T cannot sign", filepath.Join(dir, keyFile), cert.PrivateKey)
 	}
-	return &Identity{Config: cfg, Cert: cert, CA: cas[0], key: key}, nil
+	id := &Identity{Config: cfg, Cert: cert, CA: cas[0], NodeCA: cas[0], key: key}
+	if b, err := os.ReadFile(filepath.Join(dir, nodeCAFile)); err == nil {
+		ncs, err := pki.ParseCerts(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, nodeCAFile), err)
+		}
+		id.NodeCA = ncs[0]
+	}
+	return id, nil
 }
 
 // saveIdentity writes a new identity. Every file is written atomically and
 // node.json last, so a crash mid-join leaves "not joined" rather than a
 // half identity.
-func saveIdentity(dir string, cfg NodeConfig, key crypto.Signer, chain []*x509.Certificate, ca *x509.Certificate) error {
+func saveIdentity(dir string, cfg NodeConfig, key crypto.Signer, chain []*x509.Certificate, ca, nodeCA *x509.Certificate) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
@@ -109,6 +119,7 @@ func saveIdentity(dir string, cfg NodeConfig, key crypto.Signer, chain []*x509.C
 		{keyFile, keyPEM, 0o600},
 		{certFile, pki.EncodeCerts(chain...), 0o600},
 		{caFile, pki.EncodeCerts(ca), 0o600},
+		{nodeCAFile, pki.EncodeCerts(nodeCA), 0o600},
 		{configFile, cfgJSON, 0o600},
 	} {
 		if err := pki.WriteFileAtomic(filepath.Join(dir, f.name), f.data, f.perm); err != nil {

@@ -8,6 +8,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -29,6 +30,7 @@ import (
 	"github.com/tether-dev/tether/hub/bastion"
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/stepca"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
@@ -50,7 +52,11 @@ type Config struct {
 	NodeSuffix  string         // nodes answer to NAME and NAME.SUFFIX, default "tether"
 	SSHNames    []string       // extra host names in the bastion's host certificate
 	Tunnel      *tunnel.Config // nil means tunnel defaults
-	Logger      *slog.Logger
+	// StepCA, if set, delegates node certificate issuance (join and
+	// renewal) to an external step-ca; the hub's own CA still serves TLS
+	// and signs SSH certificates.
+	StepCA *stepca.Config
+	Logger *slog.Logger
 }
 
 // CheckAndSetDefaults validates c and fills defaults.
@@ -107,6 +113,8 @@ type Server struct {
 	metrics    *metrics.Metrics
 	hostKey    gossh.Signer
 	hostCA     *ca.SSHCA
+	issueNode  func(ctx context.Context, csrDER []byte, id pki.Identity, cn string, ttl time.Duration) ([]*x509.Certificate, error)
+	nodeCA     *x509.Certificate // root node certificates chain to
 	userCA     *ca.SSHCA
 	serving    tls.Certificate
 	access     atomic.Pointer[access] // operators and roles, replaced wholesale on change
@@ -129,6 +137,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if s.hostKey, err = loadOrCreateHostKey(filepath.Join(cfg.DataDir, "ssh_host_ed25519_key")); err != nil {
 		return nil, err
+	}
+	s.issueNode, s.nodeCA = s.ownCAIssue, s.ca.Certificate()
+	if cfg.StepCA != nil {
+		iss, err := stepca.New(*cfg.StepCA)
+		if err != nil {
+			return nil, err
+		}
+		s.issueNode, s.nodeCA = iss.IssueNode, iss.Root()
 	}
 	if s.hostCA, err = ca.LoadOrCreateSSH(filepath.Join(cfg.DataDir, "ca"), ca.SSHHostCAFile); err != nil {
 		return nil, err
@@ -183,6 +199,15 @@ func loadOrCreateHostKey(path string) (gossh.Signer, error) {
 		return nil, fmt.Errorf("hub: host key %s: %w", path, err)
 	}
 	return signer, nil
+}
+
+// ownCAIssue signs a node certificate with the hub's own intermediate.
+func (s *Server) ownCAIssue(_ context.Context, csrDER []byte, id pki.Identity, cn string, ttl time.Duration) ([]*x509.Certificate, error) {
+	cert, err := s.ca.SignCSR(csrDER, id, cn, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return []*x509.Certificate{cert, s.ca.Intermediate()}, nil
 }
 
 // loadOrCreateSecret returns a 32-byte secret kept in path (0600).
@@ -259,11 +284,13 @@ func localAddr(addr net.Addr) string {
 // close, tunnels and operator connections end, the store is closed.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.store.Close()
+	clientCAs := s.ca.Pool()
+	clientCAs.AddCert(s.nodeCA)
 	tlsTunnel := &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{s.serving},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    s.ca.Pool(),
+		ClientCAs:    clientCAs,
 	}
 	tlsHTTP := tlsTunnel.Clone()
 	tlsHTTP.ClientAuth = tls.VerifyClientCertIfGiven
@@ -304,7 +331,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 	httpSrv := &http.Server{
 		Handler: api.NewHandler(api.Deps{
-			Store: s.store, CA: s.ca, Registry: s.reg, Metrics: s.metrics, Advertise: advertise,
+			Store: s.store, CA: s.ca, IssueNode: s.issueNode, NodeCA: s.nodeCA, Registry: s.reg, Metrics: s.metrics, Advertise: advertise,
 			NodeCertTTL: s.cfg.NodeCertTTL, Logger: s.log.With("component", "api"), OperatorsChanged: s.accessChanged,
 			SSHTrust: s.sshTrustInfo(sshAddr, advertise),
 			Login:    loginService{s},

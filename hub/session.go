@@ -203,14 +203,15 @@ func (s *Server) renewNodeCert(ctx context.Context, conn *registry.Conn, csrDER 
 	if !n.RevokedAt.IsZero() {
 		return errors.New("node is revoked")
 	}
-	cert, err := s.ca.SignCSR(csrDER, pki.Identity{Kind: pki.KindNode, ID: n.ID}, n.Name, s.cfg.NodeCertTTL)
+	chain, err := s.issueNode(ctx, csrDER, pki.Identity{Kind: pki.KindNode, ID: n.ID}, n.Name, s.cfg.NodeCertTTL)
 	if err != nil {
 		return err
 	}
+	cert := chain[0]
 	if err := s.store.UpdateNodeCert(ctx, n.ID, cert.SerialNumber.Text(16), cert.NotAfter); err != nil {
 		return err
 	}
-	if err := conn.Send(&control.Message{Type: control.TypeRenewed, Cert: string(pki.EncodeCerts(cert, s.ca.Intermediate()))}); err != nil {
+	if err := conn.Send(&control.Message{Type: control.TypeRenewed, Cert: string(pki.EncodeCerts(chain...))}); err != nil {
 		return err
 	}
 	s.audit(store.AuditEvent{At: time.Now(), Kind: "renew", Node: n.Name, Remote: conn.Session.RemoteAddr().String(), Result: "ok",

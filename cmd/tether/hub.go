@@ -1,17 +1,21 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tether-dev/tether/hub"
+	"github.com/tether-dev/tether/hub/stepca"
 	"github.com/tether-dev/tether/tunnel"
 )
 
 func newHubCmd() *cobra.Command {
 	cfg := hub.Config{}
 	tc := tunnel.DefaultConfig()
+	var caMode string
+	var step stepca.Config
 	cmd := &cobra.Command{
 		Use:   "hub",
 		Short: "Run the hub: tunnel endpoint, SSH bastion and API",
@@ -34,6 +38,13 @@ use with --data-dir. Keep it private (it is created 0700).`,
 			}
 			cfg.Logger = log
 			cfg.Tunnel = tc
+			switch caMode {
+			case "own":
+			case "step-ca":
+				cfg.StepCA = &step
+			default:
+				return fmt.Errorf("--ca %q: want own or step-ca", caMode)
+			}
 			s, err := hub.New(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -49,6 +60,11 @@ use with --data-dir. Keep it private (it is created 0700).`,
 	f.DurationVar(&cfg.NodeCertTTL, "node-cert-ttl", 24*time.Hour, "lifetime of node certificates (agents renew at about 2/3 of it over the tunnel)")
 	f.DurationVar(&cfg.HostCertTTL, "host-cert-ttl", 7*24*time.Hour, "lifetime of nodes' SSH host certificates (re-issued at 2/3)")
 	f.DurationVar(&cfg.UserCertTTL, "user-cert-ttl", 8*time.Hour, "lifetime of operators' SSH user certificates from tether login")
+	f.StringVar(&caMode, "ca", "own", `who issues node certificates: "own" (the hub's CA in DATA_DIR/ca) or "step-ca"`)
+	f.StringVar(&step.URL, "step-ca-url", "", "with --ca step-ca: the step-ca URL, e.g. https://ca.example.com:9000")
+	f.StringVar(&step.RootFile, "step-ca-root", "", "with --ca step-ca: the step-ca root certificate file")
+	f.StringVar(&step.Provisioner, "step-ca-provisioner", "", "with --ca step-ca: name of a JWK provisioner")
+	f.StringVar(&step.PasswordFile, "step-ca-password-file", "", "with --ca step-ca: file with the provisioner key's password")
 	f.StringVar(&cfg.NodeSuffix, "node-suffix", "tether", "nodes answer to NAME and NAME.SUFFIX")
 	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
 	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead")

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -34,7 +35,12 @@ type Deps struct {
 	Metrics     *metrics.Metrics
 	Advertise   []string      // hub addresses put into join strings
 	NodeCertTTL time.Duration // lifetime of issued node certificates
-	Logger      *slog.Logger
+	// IssueNode signs a node certificate chain (leaf first): the hub's own
+	// CA, or an external step-ca.
+	IssueNode func(ctx context.Context, csrDER []byte, id pki.Identity, commonName string, ttl time.Duration) ([]*x509.Certificate, error)
+	// NodeCA is the root node certificates chain to (sent to joining agents).
+	NodeCA *x509.Certificate
+	Logger *slog.Logger
 	// SSHTrust is published at GET /v1/ssh/trust.
 	SSHTrust SSHTrust
 	// Login serves tether login; nil disables it.
@@ -206,13 +212,19 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) {
 	// Sign before consuming a token use so a bad CSR costs nothing; a
 	// certificate whose join is then refused names a node id that never
 	// reaches the store, so the hub refuses it at connect.
+	if _, err := x509.ParseCertificateRequest(req.CSR); err != nil {
+		result = "bad_request"
+		writeError(w, http.StatusBadRequest, "join: invalid CSR: "+err.Error())
+		return
+	}
 	nodeID := newID()
-	cert, err := h.CA.SignCSR(req.CSR, pki.Identity{Kind: pki.KindNode, ID: nodeID}, req.Name, h.NodeCertTTL)
+	chain, err := h.IssueNode(r.Context(), req.CSR, pki.Identity{Kind: pki.KindNode, ID: nodeID}, req.Name, h.NodeCertTTL)
 	if err != nil {
 		result = "bad_request"
 		writeError(w, http.StatusBadRequest, "join: invalid CSR: "+err.Error())
 		return
 	}
+	cert := chain[0]
 	n := store.Node{
 		ID: nodeID, Name: req.Name, Hostname: req.Facts.Hostname, OS: req.Facts.OS, Arch: req.Facts.Arch,
 		MachineID: req.Facts.MachineID, AgentVersion: req.AgentVersion,
@@ -244,8 +256,9 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) {
 	h.Logger.Info("node joined", "node", n.Name, "id", n.ID, "token_id", tokenID, "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, control.JoinResponse{
 		NodeID: n.ID, Name: n.Name,
-		Cert: string(pki.EncodeCerts(cert, h.CA.Intermediate())), CA: string(pki.EncodeCerts(h.CA.Certificate())),
-		Hubs: h.Advertise,
+		Cert: string(pki.EncodeCerts(chain...)), CA: string(pki.EncodeCerts(h.CA.Certificate())),
+		NodeCA: string(pki.EncodeCerts(h.NodeCA)),
+		Hubs:   h.Advertise,
 	})
 }
 

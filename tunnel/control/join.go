@@ -22,9 +22,10 @@ type JoinRequest struct {
 type JoinResponse struct {
 	NodeID string   `json:"node_id"`
 	Name   string   `json:"name"`
-	Cert   string   `json:"cert"` // PEM, leaf
-	CA     string   `json:"ca"`   // PEM, root
-	Hubs   []string `json:"hubs"` // addresses to connect to
+	Cert   string   `json:"cert"`    // PEM chain, leaf first
+	CA     string   `json:"ca"`      // PEM, root of the hub's serving chain (the pinned CA)
+	NodeCA string   `json:"node_ca"` // PEM, root node certificates chain to (differs with an external step-ca)
+	Hubs   []string `json:"hubs"`    // addresses to connect to
 }
 
 // ErrorResponse is the JSON body of every API error.
