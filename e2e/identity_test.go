@@ -208,7 +208,9 @@ func TestLoginCertificates(t *testing.T) {
 	carolKey := filepath.Join(dir, "carol")
 	runCmd(t, 10*time.Second, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", carolKey)
 	h.cli("role", "create", "certs", "--nodes", "*", "--logins", loginUser)
-	h.cli("operator", "add", "carol", "--key", carolKey+".pub", "--role", "certs")
+	// A second role for other nodes: its login must not work on m1.
+	h.cli("role", "create", "elsewhere", "--nodes", "site=elsewhere", "--logins", "daemon")
+	h.cli("operator", "add", "carol", "--key", carolKey+".pub", "--role", "certs", "--role", "elsewhere")
 	certOnly := startSSHD(t, "AuthorizedKeysFile none")
 	startAgent(t, h.token(), "m1", certOnly.managedArgs()...)
 	h.waitOnline("m1", "")
@@ -222,13 +224,18 @@ func TestLoginCertificates(t *testing.T) {
 	os.WriteFile(alice.cfg, append([]byte(fmt.Sprintf("Host m1.tether\n  IdentityFile %s\n  CertificateFile %s\n", carolKey, certPath)), cfg...), 0o600)
 	login := func() {
 		_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir, "--user", "carol", "--key", carolKey, "--out-dir", dir)
-		if code != 0 || !strings.Contains(errOut, "logins "+loginUser) {
+		if code != 0 || !strings.Contains(errOut, "principals tether:certs:"+loginUser) {
 			t.Fatalf("tether login: exit %d, %q", code, errOut)
 		}
 	}
 	login()
 	if out, errOut, code := alice.run(30*time.Second, "m1", "echo cert-ok"); code != 0 || strings.TrimSpace(out) != "cert-ok" {
 		t.Fatalf("with a fresh certificate: exit %d, %q %q", code, out, errOut)
+	}
+	// The certificate also names tether:elsewhere:daemon, but role
+	// "elsewhere" does not select m1, so m1's sshd refuses that login.
+	if _, errOut, code := runCmd(t, 30*time.Second, "ssh", "-F", alice.cfg, "-J", "alice@"+h.sshAddr(), "daemon@m1.tether", "true"); code != 255 || !strings.Contains(errOut, "Permission denied") {
+		t.Fatalf("login of another role's node: exit %d, %q", code, errOut)
 	}
 	time.Sleep(7 * time.Second)
 	if _, errOut, code := alice.run(30*time.Second, "m1", "true"); code != 255 || !strings.Contains(errOut, "Permission denied") {

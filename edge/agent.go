@@ -393,6 +393,8 @@ func (a *Agent) applySSHTrust(t *control.SSHTrust, log *slog.Logger) {
 	if a.sshd != nil {
 		a.sshd.SetTrustedUserCAs(cas)
 		a.sshd.SetRevokedKeys(parseKeys(t.RevokedKeys, log))
+		// Always role-scoped: an empty map means no certificate logs in.
+		a.sshd.SetCertPrincipals(nonNil(t.Principals), t.AnyLogin)
 		if cert != nil {
 			if err := a.sshd.AddHostCertificate(cert); err != nil {
 				log.Warn("host certificate from hub not usable", "err", err)
@@ -404,7 +406,7 @@ func (a *Agent) applySSHTrust(t *control.SSHTrust, log *slog.Logger) {
 		return
 	}
 	if a.cfg.ManageSSHD != nil {
-		if err := a.cfg.ManageSSHD.apply(cert, cas, parseKeys(t.RevokedKeys, log), log); err != nil {
+		if err := a.cfg.ManageSSHD.apply(cert, cas, parseKeys(t.RevokedKeys, log), t.Principals, log); err != nil {
 			log.Error("configure local sshd", "err", err)
 		}
 		return

@@ -42,11 +42,11 @@ func (m *SSHDManager) Check() error {
 	return nil
 }
 
-func (m *SSHDManager) apply(cert *gossh.Certificate, userCAs, revoked []gossh.PublicKey, log *slog.Logger) error {
+func (m *SSHDManager) apply(cert *gossh.Certificate, userCAs, revoked []gossh.PublicKey, principals map[string][]string, log *slog.Logger) error {
 	if len(userCAs) == 0 {
 		return errors.New("hub sent no user CA")
 	}
-	changed, err := sshdconf.Apply(m.Paths, sshdconf.Files{HostCert: cert, UserCAs: userCAs, RevokedKeys: revoked})
+	changed, err := sshdconf.Apply(m.Paths, sshdconf.Files{HostCert: cert, UserCAs: userCAs, RevokedKeys: revoked, Principals: nonNil(principals)})
 	if err != nil {
 		return err
 	}
@@ -63,4 +63,13 @@ func (m *SSHDManager) apply(cert *gossh.Certificate, userCAs, revoked []gossh.Pu
 	}
 	log.Info("local sshd configured from hub", "host_cert", cert != nil, "user_cas", len(userCAs), "revoked_keys", len(revoked))
 	return nil
+}
+
+// nonNil makes "no login allowed" explicit: with Tether's role-scoped
+// certificates sshd must consult the principals files even when empty.
+func nonNil(m map[string][]string) map[string][]string {
+	if m == nil {
+		return map[string][]string{}
+	}
+	return m
 }

@@ -136,3 +136,26 @@ func (s *Server) accessChanged() {
 		}()
 	}
 }
+
+// certPrincipal names what a user certificate from `tether login` grants:
+// login L through role R. Nodes accept it only if R selects them.
+func certPrincipal(role, login string) string { return "tether:" + role + ":" + login }
+
+// nodePrincipals are the certificate principals a node with these labels
+// accepts, per login, and those valid for any login.
+func (s *Server) nodePrincipals(labels map[string]string) (perLogin map[string][]string, any []string) {
+	perLogin = map[string][]string{}
+	for _, r := range s.access.Load().roles {
+		if ok, _ := roles.Allowed([]roles.Role{r}, labels); !ok {
+			continue
+		}
+		for _, l := range r.Logins {
+			if l == roles.AnyLogin {
+				any = append(any, certPrincipal(r.Name, l))
+				continue
+			}
+			perLogin[l] = append(perLogin[l], certPrincipal(r.Name, l))
+		}
+	}
+	return perLogin, any
+}

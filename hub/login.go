@@ -14,7 +14,6 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/api"
-	"github.com/tether-dev/tether/hub/roles"
 	"github.com/tether-dev/tether/hub/store"
 )
 
@@ -101,22 +100,21 @@ func (s *Server) login(_ context.Context, req api.LoginRequest, remote string) (
 	if err := o.key.Verify(LoginPayload(req.Operator, req.Nonce), sig); err != nil {
 		return fail(fmt.Errorf("%w: signature does not verify with %s's registered key", api.ErrLoginRefused, req.Operator))
 	}
+	// Principals are role-scoped ("tether:ROLE:LOGIN"): each node accepts
+	// only those of the roles that select it, so logins granted by one role
+	// never leak to nodes of another.
 	var logins []string
 	for _, r := range o.roles {
 		for _, l := range r.Logins {
-			if l != roles.AnyLogin {
-				logins = append(logins, l)
-			}
+			logins = append(logins, certPrincipal(r.Name, l))
 		}
 	}
 	slices.Sort(logins)
 	logins = slices.Compact(logins)
 	if len(logins) == 0 {
-		// Only "any login" roles: a certificate without principals, which
-		// the embedded server accepts for any login (OpenSSH sshd does not).
-		logins = nil
+		return fail(fmt.Errorf("%w: operator %q has no roles, so no certificate would grant anything", api.ErrLoginRefused, req.Operator))
 	}
-	cert, err := s.userCA.SignUserAny(o.key, userCertKeyIDPrefix+req.Operator, logins, s.cfg.UserCertTTL)
+	cert, err := s.userCA.SignUser(o.key, userCertKeyIDPrefix+req.Operator, logins, s.cfg.UserCertTTL)
 	if err != nil {
 		return api.LoginResponse{}, err
 	}

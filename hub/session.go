@@ -246,6 +246,9 @@ func (s *Server) pushSSHTrust(c *registry.Conn, hostKeyLine string, log *slog.Lo
 		log.Error("list revoked keys", "err", err)
 	}
 	trust.RevokedKeys = revoked
+	if n, err := s.store.GetNode(context.Background(), c.NodeID); err == nil {
+		trust.Principals, trust.AnyLogin = s.nodePrincipals(n.Labels)
+	}
 	var hostKey gossh.PublicKey
 	if hostKeyLine != "" {
 		k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(hostKeyLine))

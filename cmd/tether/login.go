@@ -28,8 +28,9 @@ func newLoginCmd() *cobra.Command {
 		Use:   "login",
 		Short: "Get a short-lived SSH user certificate by proving your registered key",
 		Long: `Sign a one-time challenge from the hub with your registered SSH key and receive
-a short-lived user certificate (default 8 h) whose principals are your roles'
-logins. It is written to OUT_DIR/USER-cert.pub and, if an ssh-agent is running
+a short-lived user certificate (default 8 h) whose principals name your roles
+and their logins (tether:ROLE:LOGIN); a node accepts it only for the roles
+that select that node. It is written to OUT_DIR/USER-cert.pub and, if an ssh-agent is running
 and the key file is readable, added to the agent with the certificate's lifetime.
 
 Nodes whose sshd is managed by tether-edge (--manage-sshd) and the embedded SSH
@@ -119,8 +120,8 @@ first use is never offered.`,
 			if err := pki.WriteFileAtomic(certPath, []byte(resp.Certificate), 0o644); err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "certificate for %s (logins %s) valid until %s: %s\n", operator,
-				principalList(resp.Principals), resp.ValidBefore.Local().Format(time.RFC3339), certPath)
+			fmt.Fprintf(os.Stderr, "certificate for %s (principals %s) valid until %s: %s\n", operator,
+				strings.Join(resp.Principals, ","), resp.ValidBefore.Local().Format(time.RFC3339), certPath)
 			if ag != nil && rawKey != nil {
 				life := time.Until(resp.ValidBefore)
 				if err := ag.Add(agent.AddedKey{PrivateKey: rawKey, Certificate: cert, LifetimeSecs: uint32(life / time.Second),
@@ -141,13 +142,6 @@ first use is never offered.`,
 	cmd.Flags().StringVar(&keyPath, "key", filepath.Join(home, ".ssh", "id_ed25519"), "your registered private key (PATH.pub must be next to it); ssh-agent is used if it holds the key")
 	cmd.Flags().StringVar(&outDir, "out-dir", filepath.Join(home, ".tether"), "where to write USER-cert.pub")
 	return cmd
-}
-
-func principalList(p []string) string {
-	if len(p) == 0 {
-		return "any (embedded servers only)"
-	}
-	return strings.Join(p, ",")
 }
 
 // loginSigner finds a signer for pub: the ssh-agent if it holds the key,

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -72,13 +73,22 @@ func Apply(p Paths, f Files) (changed bool, err error) {
 		return false, fmt.Errorf("sshdconf: keep host certificate: %w", err)
 	}
 
+	principalsPattern := ""
+	if f.Principals != nil {
+		c, err := writePrincipals(p.PrincipalsDir(), f.Principals)
+		changed = changed || c
+		if err != nil {
+			return changed, err
+		}
+		principalsPattern = filepath.Join(p.PrincipalsDir(), "%u")
+	}
 	for _, w := range []struct {
 		what, path string
 		data       []byte
 	}{
 		{"user CA keys", p.UserCAsPath(), marshalKeys(f.UserCAs, false)},
 		{"revoked keys", p.RevokedKeysPath(), marshalKeys(f.RevokedKeys, true)},
-		{"drop-in", p.DropIn, renderDropIn(hostCert, p.UserCAsPath(), p.RevokedKeysPath())},
+		{"drop-in", p.DropIn, renderDropIn(hostCert, p.UserCAsPath(), p.RevokedKeysPath(), principalsPattern)},
 	} {
 		c, err := writeFileAtomic(w.path, w.data)
 		changed = changed || c
@@ -112,8 +122,8 @@ func marshalKeys(keys []ssh.PublicKey, revoked bool) []byte {
 	return []byte(strings.Join(lines, ""))
 }
 
-// renderDropIn returns the drop-in; hostCert may be empty.
-func renderDropIn(hostCert, userCAs, revoked string) []byte {
+// renderDropIn returns the drop-in; hostCert and principals may be empty.
+func renderDropIn(hostCert, userCAs, revoked, principals string) []byte {
 	var b bytes.Buffer
 	b.WriteString(dropInHeader)
 	if hostCert != "" {
@@ -121,7 +131,52 @@ func renderDropIn(hostCert, userCAs, revoked string) []byte {
 	}
 	fmt.Fprintf(&b, "TrustedUserCAKeys %s\n", quoteArg(userCAs))
 	fmt.Fprintf(&b, "RevokedKeys %s\n", quoteArg(revoked))
+	if principals != "" {
+		fmt.Fprintf(&b, "AuthorizedPrincipalsFile %s\n", quoteArg(principals))
+	}
 	return b.Bytes()
+}
+
+var loginRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+
+// writePrincipals makes dir hold exactly one file per login listing the
+// certificate principals that may log in as it (sshd's
+// AuthorizedPrincipalsFile DIR/%u); files of logins no longer listed are
+// removed, so a login without a file accepts no certificate.
+func writePrincipals(dir string, principals map[string][]string) (changed bool, err error) {
+	if err := ensureDir(dir); err != nil {
+		return false, err
+	}
+	for login, ps := range principals {
+		if !loginRE.MatchString(login) {
+			return changed, invalidf("login %q is not a plain user name", login)
+		}
+		sorted := slices.Clone(ps)
+		slices.Sort(sorted)
+		for _, pr := range sorted {
+			if strings.ContainsAny(pr, " \t\r\n#") || pr == "" {
+				return changed, invalidf("principal %q for %q has blanks or '#'", pr, login)
+			}
+		}
+		c, err := writeFileAtomic(filepath.Join(dir, login), []byte(strings.Join(slices.Compact(sorted), "\n")+"\n"))
+		changed = changed || c
+		if err != nil {
+			return changed, fmt.Errorf("sshdconf: write principals for %s: %w", login, err)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return changed, fmt.Errorf("sshdconf: %w", err)
+	}
+	for _, e := range entries {
+		if _, keep := principals[e.Name()]; !keep && !strings.HasPrefix(e.Name(), ".") {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return changed, fmt.Errorf("sshdconf: %w", err)
+			}
+			changed = true
+		}
+	}
+	return changed, nil
 }
 
 // quoteArg double-quotes an sshd_config argument when it has blanks or '#'.

@@ -104,6 +104,9 @@ func (p Paths) HostCertPath() string {
 // UserCAsPath is the TrustedUserCAKeys file.
 func (p Paths) UserCAsPath() string { return filepath.Join(p.Dir, UserCAsFile) }
 
+// PrincipalsDir holds one AuthorizedPrincipalsFile per login.
+func (p Paths) PrincipalsDir() string { return filepath.Join(p.Dir, "principals") }
+
 // RevokedKeysPath is the RevokedKeys file.
 func (p Paths) RevokedKeysPath() string { return filepath.Join(p.Dir, RevokedKeysFile) }
 
@@ -165,6 +168,12 @@ type Files struct {
 	// every certificate it signed. The file is written sorted and without
 	// duplicates, so the order of this slice never causes a reload.
 	RevokedKeys []ssh.PublicKey
+
+	// Principals, if not nil, maps each login to the certificate principals
+	// allowed to use it on this node; Apply writes them as
+	// AuthorizedPrincipalsFile Dir/principals/%u. Nil leaves sshd's default
+	// (the certificate must name the login itself).
+	Principals map[string][]string
 }
 
 // check validates f against the host public key hostPub, which is only

@@ -102,6 +102,45 @@ func (s *Server) SetRevokedKeys(keys []gossh.PublicKey) {
 	s.revoked.Store(newKeySet(keys))
 }
 
+// certPrincipals is the node's mapping from login to accepted user
+// certificate principals (nil: a certificate must name the login itself).
+type certPrincipals struct {
+	perLogin map[string][]string
+	any      []string
+}
+
+// SetCertPrincipals makes user certificates role-scoped: a certificate may
+// log in as LOGIN only if it carries one of perLogin[LOGIN] or of anyLogin.
+// This is how a certificate naming roles works only on nodes those roles
+// select. Calling it with a nil map restores the default (principal = login).
+func (s *Server) SetCertPrincipals(perLogin map[string][]string, anyLogin []string) {
+	if perLogin == nil && anyLogin == nil {
+		s.principals.Store(nil)
+		return
+	}
+	s.principals.Store(&certPrincipals{perLogin: perLogin, any: anyLogin})
+}
+
+// allowedLogin re-checks key for the login that finally authenticated.
+func (s *Server) allowedLogin(user string, key gossh.PublicKey) bool {
+	if key == nil {
+		return false
+	}
+	revoked := s.revoked.Load()
+	if revoked.contains(key) {
+		return false
+	}
+	if s.authorized.Load().allows(key, user) {
+		return true
+	}
+	cert, ok := key.(*gossh.Certificate)
+	if !ok || revoked.contains(cert.Key) {
+		return false
+	}
+	_, err := s.checkUserCert(user, cert)
+	return err == nil
+}
+
 // authorize is the gliderlabs PublicKeyHandler. It runs for key queries and
 // for signed attempts alike; x/crypto verifies the signature separately.
 func (s *Server) authorize(ctx ssh.Context, key ssh.PublicKey) bool {
@@ -154,9 +193,22 @@ func (s *Server) checkUserCert(user string, cert *gossh.Certificate) (*gossh.Per
 	checker := gossh.CertChecker{
 		SupportedCriticalOptions: []string{"source-address"},
 	}
+	principal := user
+	if cp := s.principals.Load(); cp != nil {
+		principal = ""
+		for _, p := range cert.ValidPrincipals {
+			if slices.Contains(cp.perLogin[user], p) || slices.Contains(cp.any, p) {
+				principal = p
+				break
+			}
+		}
+		if principal == "" {
+			return nil, fmt.Errorf("sshserver: certificate principals %v do not allow login %q on this node", cert.ValidPrincipals, user)
+		}
+	}
 	// CheckCert covers validity window, principals, critical options and
 	// the CA signature.
-	if err := checker.CheckCert(user, cert); err != nil {
+	if err := checker.CheckCert(principal, cert); err != nil {
 		return nil, fmt.Errorf("sshserver: check user certificate: %w", err)
 	}
 	return &cert.Permissions, nil

@@ -117,6 +117,7 @@ type Server struct {
 	authorized atomic.Pointer[keySet] // operator keys, replaced wholesale
 	userCAs    atomic.Pointer[keySet] // trusted user certificate authorities
 	revoked    atomic.Pointer[keySet] // keys refused with or without a certificate
+	principals atomic.Pointer[certPrincipals]
 
 	mu     sync.Mutex // guards the following fields
 	closed bool

@@ -188,6 +188,13 @@ func (c *sessionContext) filterRequests(in <-chan *gossh.Request, out chan<- *go
 // cancelling the session context afterwards tells the handlers the session
 // is over.
 func (s *Server) sessionChannel(srv *ssh.Server, conn *gossh.ServerConn, newChan gossh.NewChannel, ctx ssh.Context) {
+	// gliderlabs fixes ctx.User() at the first auth attempt; conn.User()
+	// is the login that actually authenticated. Check the key against it.
+	key, _ := ctx.Value(ssh.ContextKeyPublicKey).(ssh.PublicKey)
+	if !s.allowedLogin(conn.User(), key) {
+		newChan.Reject(gossh.Prohibited, "key not authorized for this login")
+		return
+	}
 	st := connStateFrom(ctx)
 	if st == nil || !st.tasks.add() {
 		newChan.Reject(gossh.ResourceShortage, "connection is closing")

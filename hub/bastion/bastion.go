@@ -107,17 +107,26 @@ func New(cfg Config) (*Bastion, error) {
 			ctx.SetValue(deadlineKey{}, conn)
 			return conn
 		},
+		// gliderlabs fixes ctx.User() at the first auth attempt, while a
+		// client may name another user in later attempts; the user that
+		// finally authenticated is re-checked against the key in
+		// directTCPIP (conn.User()), so this check alone is not trusted.
 		PublicKeyHandler: func(ctx ssh.Context, key ssh.PublicKey) bool {
-			if cfg.Authorize == nil || !cfg.Authorize(ctx.User(), key) {
-				return false
-			}
-			if c, ok := ctx.Value(deadlineKey{}).(net.Conn); ok {
-				_ = c.SetDeadline(time.Time{})
-			}
-			return true
+			return cfg.Authorize != nil && cfg.Authorize(ctx.User(), key)
 		},
 		ServerConfigCallback: func(ctx ssh.Context) *gossh.ServerConfig {
-			return &gossh.ServerConfig{MaxAuthTries: 6}
+			return &gossh.ServerConfig{
+				MaxAuthTries: 6,
+				// Lift the handshake deadline only once a signature verified,
+				// not when a key is merely queried.
+				AuthLogCallback: func(_ gossh.ConnMetadata, method string, err error) {
+					if err == nil && method == "publickey" {
+						if c, ok := ctx.Value(deadlineKey{}).(net.Conn); ok {
+							_ = c.SetDeadline(time.Time{})
+						}
+					}
+				},
+			}
 		},
 		Handler: func(s ssh.Session) {
 			fmt.Fprintf(s.Stderr(), "tether: this is a jump host; it has no shell. Use it with ssh -J %s@HUB NODE, e.g. `ssh -J %s@%s root@NODE`\n",
@@ -213,8 +222,9 @@ func (b *Bastion) result(r string) {
 
 func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gossh.NewChannel, ctx ssh.Context) {
 	rec := JumpRecord{Start: time.Now(), JumpRequest: JumpRequest{Operator: conn.User(), Remote: conn.RemoteAddr().String()}}
-	if k, ok := ctx.Value(ssh.ContextKeyPublicKey).(ssh.PublicKey); ok && k != nil {
-		rec.KeyFingerprint = gossh.FingerprintSHA256(k)
+	key, _ := ctx.Value(ssh.ContextKeyPublicKey).(ssh.PublicKey)
+	if key != nil {
+		rec.KeyFingerprint = gossh.FingerprintSHA256(key)
 	}
 	finish := func(result string, err error) {
 		b.result(result)
@@ -225,6 +235,12 @@ func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gos
 		if b.cfg.OnJump != nil {
 			b.cfg.OnJump(rec)
 		}
+	}
+	// conn.User() is the user that authenticated; the key must belong to it.
+	if key == nil || b.cfg.Authorize == nil || !b.cfg.Authorize(conn.User(), key) {
+		finish("denied", fmt.Errorf("%w: key not authorized for %q", ErrDenied, conn.User()))
+		_ = newChan.Reject(gossh.Prohibited, "tether: authentication does not match the user")
+		return
 	}
 	var d directTCPIPData
 	if err := gossh.Unmarshal(newChan.ExtraData(), &d); err != nil {

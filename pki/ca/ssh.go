@@ -146,14 +146,14 @@ const sshTemplate = `{
 	"extensions": {{ toJson .Extensions }}
 }`
 
-func (c *SSHCA) sign(ct sshutil.CertType, pub ssh.PublicKey, keyID string, principals []string, ttl time.Duration, allowNoPrincipals ...bool) (*ssh.Certificate, error) {
+func (c *SSHCA) sign(ct sshutil.CertType, pub ssh.PublicKey, keyID string, principals []string, ttl time.Duration) (*ssh.Certificate, error) {
 	if pub == nil {
 		return nil, errors.New("ca: ssh certificate: no public key")
 	}
 	if _, isCert := pub.(*ssh.Certificate); isCert {
 		return nil, errors.New("ca: ssh certificate: the key is itself a certificate")
 	}
-	if len(principals) == 0 && len(allowNoPrincipals) == 0 {
+	if len(principals) == 0 {
 		return nil, errors.New("ca: ssh certificate: no principals")
 	}
 	data := sshutil.CreateTemplateData(ct, keyID, principals)
@@ -179,16 +179,6 @@ func (c *SSHCA) SignHost(pub ssh.PublicKey, keyID string, hostnames []string, tt
 
 // SignUser certifies a user key for the given login names.
 func (c *SSHCA) SignUser(pub ssh.PublicKey, keyID string, logins []string, ttl time.Duration) (*ssh.Certificate, error) {
-	return c.sign(sshutil.UserCert, pub, keyID, logins, ttl)
-}
-
-// SignUserAny is SignUser that also accepts no logins: a certificate without
-// principals, valid for any login where the verifier allows that (x/crypto
-// based servers; OpenSSH sshd refuses it).
-func (c *SSHCA) SignUserAny(pub ssh.PublicKey, keyID string, logins []string, ttl time.Duration) (*ssh.Certificate, error) {
-	if len(logins) == 0 {
-		return c.sign(sshutil.UserCert, pub, keyID, []string{}, ttl, true)
-	}
 	return c.sign(sshutil.UserCert, pub, keyID, logins, ttl)
 }
 

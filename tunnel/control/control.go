@@ -72,6 +72,12 @@ type SSHTrust struct {
 	// RevokedKeys are operator keys the node's sshd must refuse (removed
 	// operators), with or without a certificate.
 	RevokedKeys []string `json:"revoked_keys,omitempty"`
+	// Principals maps a login to the user-certificate principals that may
+	// use it on this node ("tether:ROLE:LOGIN" for each role selecting it);
+	// AnyLogin lists principals valid for every login (roles allowing "*",
+	// honoured by the embedded server only).
+	Principals map[string][]string `json:"principals,omitempty"`
+	AnyLogin   []string            `json:"any_login,omitempty"`
 }
 
 // Welcome confirms the session.
@@ -156,6 +162,22 @@ func (m *Message) Validate() error {
 		for _, k := range t.RevokedKeys {
 			if err := checkString("revoked key", k, maxKeyLen); err != nil {
 				return err
+			}
+		}
+		if len(t.Principals) > maxKeys || len(t.AnyLogin) > maxKeys {
+			return fmt.Errorf("%w: too many principals", ErrBadMessage)
+		}
+		for login, ps := range t.Principals {
+			if err := checkString("login", login, 32); err != nil {
+				return err
+			}
+			if len(ps) > maxKeys {
+				return fmt.Errorf("%w: too many principals for %.32q", ErrBadMessage, login)
+			}
+			for _, pr := range append(ps, t.AnyLogin...) {
+				if err := checkString("principal", pr, maxShort); err != nil {
+					return err
+				}
 			}
 		}
 		if len(t.UserCAs) > maxCaps {
