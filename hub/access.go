@@ -112,6 +112,8 @@ func (s *Server) authorizedKeysFor(labels map[string]string) []string {
 }
 
 func (s *Server) pushKeys(c *registry.Conn) {
+	c.PushMu.Lock() // see pushSSHTrust
+	defer c.PushMu.Unlock()
 	n, err := s.store.GetNode(context.Background(), c.NodeID)
 	if err != nil {
 		s.log.Info("push authorized keys: load node", "node", c.Name, "err", err)

@@ -47,6 +47,7 @@ func TestJoinEndpointRejects(t *testing.T) {
 		{"bad csr", marshal(func() control.JoinRequest { r := valid(); r.CSR = []byte("junk"); return r }()), 400, "invalid CSR"},
 		{"bad name", marshal(func() control.JoinRequest { r := valid(); r.Name = "127.0.0.1"; return r }()), 400, "invalid name"},
 		{"malformed token", marshal(func() control.JoinRequest { r := valid(); r.Token = "abc"; return r }()), 403, "malformed join token"},
+		{"reserved name", marshal(func() control.JoinRequest { r := valid(); r.Name = "tether-hub"; return r }()), 400, "reserved"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,6 +62,9 @@ func TestJoinEndpointRejects(t *testing.T) {
 				t.Fatalf("status %d body %s; want %d containing %q", resp.StatusCode, b, tc.status, tc.want)
 			}
 		})
+	}
+	if _, err := c.LoginChallenge(context.Background(), "nobody"); err == nil || !strings.Contains(err.Error(), `no operator named "nobody"`) {
+		t.Fatalf("login challenge for an unknown operator: %v", err)
 	}
 	toks, _ := s.store.ListTokens(context.Background())
 	if len(toks) != 1 || toks[0].UsesLeft != 1 {

@@ -333,8 +333,9 @@ func (s *Server) Run(ctx context.Context) error {
 		Handler: api.NewHandler(api.Deps{
 			Store: s.store, CA: s.ca, IssueNode: s.issueNode, NodeCA: s.nodeCA, Registry: s.reg, Metrics: s.metrics, Advertise: advertise,
 			NodeCertTTL: s.cfg.NodeCertTTL, Logger: s.log.With("component", "api"), OperatorsChanged: s.accessChanged,
-			SSHTrust: s.sshTrustInfo(sshAddr, advertise),
-			Login:    loginService{s},
+			SSHTrust:      s.sshTrustInfo(sshAddr, advertise),
+			ReservedNames: hubNames,
+			Login:         loginService{s},
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,

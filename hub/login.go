@@ -22,9 +22,12 @@ import (
 const userCertKeyIDPrefix = "tether:operator:"
 
 const (
-	challengeTTL   = time.Minute
-	maxChallenges  = 10000
-	loginSignature = "tether-login-v1"
+	challengeTTL  = time.Minute
+	maxChallenges = 10000
+	// maxChallengesPerOperator keeps one operator's name (public) from
+	// being used to crowd out everyone else's logins.
+	maxChallengesPerOperator = 16
+	loginSignature           = "tether-login-v1"
 )
 
 // challenges are single-use login nonces.
@@ -58,6 +61,15 @@ func (c *challenges) issue(operator string) (string, time.Time, error) {
 	if len(c.pending) >= maxChallenges {
 		return "", time.Time{}, errors.New("too many pending logins; try again in a minute")
 	}
+	perOperator := 0
+	for _, v := range c.pending {
+		if v.operator == operator {
+			perOperator++
+		}
+	}
+	if perOperator >= maxChallengesPerOperator {
+		return "", time.Time{}, fmt.Errorf("%w: too many pending logins for %q; try again in a minute", api.ErrLoginRefused, operator)
+	}
 	exp := now.Add(challengeTTL)
 	c.pending[nonce] = challenge{operator: operator, expires: exp}
 	return nonce, exp, nil
@@ -79,6 +91,9 @@ func LoginPayload(operator, nonce string) []byte {
 
 // loginChallenge implements api.Login.
 func (s *Server) loginChallenge(_ context.Context, operator string) (string, time.Time, error) {
+	if _, ok := s.access.Load().operators[operator]; !ok {
+		return "", time.Time{}, fmt.Errorf("%w: no operator named %q", api.ErrLoginRefused, operator)
+	}
 	return s.challenges.issue(operator)
 }
 

@@ -107,12 +107,22 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 		log.Info("session ended during welcome", "err", err)
 		return
 	}
-	s.pushKeys(conn)
 	conn.HostKey = msg.Hello.HostKey
-	hostKey := s.pushSSHTrust(conn, msg.Hello.HostKey, log)
 	if old := s.reg.Put(conn); old != nil {
 		log.Info("node reconnected; replaced its previous session", "previous_remote", old.Session.RemoteAddr().String())
 	}
+	// A revoke or removal between the first check and Put only closed
+	// sessions already registered: look again now that this one is.
+	if n, err := s.store.GetNode(ctx, node.ID); err != nil || !n.RevokedAt.IsZero() {
+		log.Warn("session refused: node was revoked or removed while connecting")
+		s.reg.Remove(conn)
+		conn.CloseWithNotice("this node was revoked or removed on the hub; re-join with a new join string", true)
+		return
+	}
+	// Registered first, then pushed: an operator or role change from now
+	// on reaches this session too.
+	s.pushKeys(conn)
+	hostKey := s.pushSSHTrust(conn, msg.Hello.HostKey, log)
 	transport := sess.Transport().String()
 	s.metrics.NodesConnected.WithLabelValues(transport).Inc()
 	s.metrics.HandshakeDuration.WithLabelValues(transport).Observe(time.Since(start).Seconds())
@@ -237,6 +247,10 @@ func (s *Server) refuseAgentStreams(sess tunnel.Session, log *slog.Logger) {
 // sends the certificate with the user CAs. It returns the parsed host key
 // (nil if the agent sent none or it was unusable).
 func (s *Server) pushSSHTrust(c *registry.Conn, hostKeyLine string, log *slog.Logger) gossh.PublicKey {
+	// Build and send under the connection's push lock: the last pusher reads
+	// the newest state, so an older snapshot never overtakes a newer one.
+	c.PushMu.Lock()
+	defer c.PushMu.Unlock()
 	trust := &control.SSHTrust{}
 	for _, k := range s.userCA.TrustedKeys() {
 		trust.UserCAs = append(trust.UserCAs, string(gossh.MarshalAuthorizedKey(k)))

@@ -12,15 +12,23 @@ import (
 func newJoinCmd() *cobra.Command {
 	var o edge.JoinOptions
 	cmd := &cobra.Command{
-		Use:   "join JOIN_STRING",
+		Use:   "join [JOIN_STRING]",
 		Short: "Join a hub: make a key, get a node certificate, store them in --state-dir",
 		Long: `Join a hub with a join string from 'tether token create'. The key is made
 here and never leaves the machine; the hub must prove the CA pinned in the join
 string. Exits non-zero with the hub's reason when the token is unknown, used up
-or expired, or the name is taken.`,
-		Args: cobra.ExactArgs(1),
+or expired, or the name is taken. The join string may come from the
+environment variable TETHER_JOIN instead of the command line, which keeps
+the secret out of the process list.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.JoinString = args[0]
+			o.JoinString = os.Getenv("TETHER_JOIN")
+			if len(args) == 1 {
+				o.JoinString = args[0]
+			}
+			if o.JoinString == "" {
+				return fmt.Errorf("no join string: pass it as an argument or in TETHER_JOIN")
+			}
 			id, err := edge.Join(cmd.Context(), o)
 			if err != nil {
 				return err

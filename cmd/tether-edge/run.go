@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -86,7 +87,7 @@ hub (none by default).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.StateDir, "state-dir", defaultStateDir(), "node identity directory (env TETHER_STATE_DIR)")
-	f.StringVar(&join, "join", "", "join string; used only when --state-dir has no identity yet")
+	f.StringVar(&join, "join", os.Getenv("TETHER_JOIN"), "join string; used only when --state-dir has no identity yet (env TETHER_JOIN keeps it out of the process list)")
 	f.StringVar(&name, "name", "", "node name used when joining (default: derived from the hostname)")
 	f.StringVar(&cfg.SSHTarget, "ssh", "127.0.0.1:22", `target of SSH streams: "embedded" or HOST:PORT of a local sshd`)
 	f.StringVar(&cfg.SSHDHostKey, "sshd-host-key", "/etc/ssh/ssh_host_ed25519_key", "the local sshd's host key; its .pub is certified by the hub's host CA (with --ssh HOST:PORT)")

@@ -41,6 +41,8 @@ type Deps struct {
 	// NodeCA is the root node certificates chain to (sent to joining agents).
 	NodeCA *x509.Certificate
 	Logger *slog.Logger
+	// ReservedNames are names no node may take (the bastion's host names).
+	ReservedNames []string
 	// SSHTrust is published at GET /v1/ssh/trust.
 	SSHTrust SSHTrust
 	// Login serves tether login; nil disables it.
@@ -75,6 +77,10 @@ func (h *handler) loginChallenge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	nonce, exp, err := h.Login.Challenge(r.Context(), req.Operator)
+	if errors.Is(err, ErrLoginRefused) {
+		writeError(w, http.StatusForbidden, err.Error())
+		return
+	}
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
@@ -167,6 +173,11 @@ func (h *handler) admin(next http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		id, err := pki.IdentityOf(r.TLS.PeerCertificates[0])
+		if err == nil {
+			// Only the hub's own CA issues admin identities, even when an
+			// external step-ca is trusted for node certificates.
+			_, err = h.CA.Verify(r.TLS.PeerCertificates[0])
+		}
 		if err != nil || id.Kind != pki.KindAdmin {
 			writeError(w, http.StatusForbidden, fmt.Sprintf("certificate %q is not an admin identity", r.TLS.PeerCertificates[0].Subject.CommonName))
 			return
@@ -201,6 +212,13 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) {
 	if err := pki.ValidateName(req.Name); err != nil {
 		result = "bad_request"
 		writeError(w, http.StatusBadRequest, "node "+err.Error())
+		return
+	}
+	if slices.Contains(h.ReservedNames, req.Name) {
+		// A node's host certificate names it; it must never be valid for the
+		// bastion's own names.
+		result = "bad_request"
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("node name %q is reserved (it names the hub); choose another --name", req.Name))
 		return
 	}
 	tokenID, secret, err := pki.SplitToken(req.Token)
@@ -291,7 +309,7 @@ func (h *handler) removeNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c, ok := h.Registry.Get(name); ok && c.NodeID == n.ID {
-		c.CloseWithNotice("this node was removed from the hub; re-join to come back", true)
+		go c.CloseWithNotice("this node was removed from the hub; re-join to come back", true)
 	}
 	h.audit(store.AuditEvent{Kind: "remove", Node: name, Remote: r.RemoteAddr, Result: "ok", Detail: "node id " + n.ID})
 	h.Logger.Info("node removed", "node", name, "id", n.ID)

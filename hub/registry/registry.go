@@ -28,6 +28,9 @@ type Conn struct {
 	// HostKey is the node SSH server's host key as the agent reported it
 	// (authorized_keys format), for re-issuing its certificate.
 	HostKey string
+	// PushMu serializes building and sending key and trust updates, so
+	// they reach the node in the order of the changes.
+	PushMu sync.Mutex
 
 	sendMu sync.Mutex // guards writes to the control stream
 	ctrl   tunnel.Stream

@@ -398,11 +398,12 @@ func (s *SQLite) DeleteNode(ctx context.Context, id string) error {
 // AddOperator implements Store.
 func (s *SQLite) AddOperator(ctx context.Context, o Operator) error {
 	roles, _ := json.Marshal(o.Roles)
-	// Registering a key again is an explicit decision to trust it again.
-	if _, err := s.db.ExecContext(ctx, `DELETE FROM revoked_keys WHERE fingerprint = ?`, o.Fingerprint); err != nil {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
 		return fmt.Errorf("store: add operator %q: %w", o.Name, err)
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO operators (name, public_key, fingerprint, created_at, roles) VALUES (?,?,?,?,?)`,
+	defer tx.Rollback()
+	_, err = tx.ExecContext(ctx, `INSERT INTO operators (name, public_key, fingerprint, created_at, roles) VALUES (?,?,?,?,?)`,
 		o.Name, o.PublicKey, o.Fingerprint, unix(o.CreatedAt), string(roles))
 	if isUniqueViolation(err) {
 		return fmt.Errorf("store: operator %q or key %s: %w", o.Name, o.Fingerprint, ErrNameTaken)
@@ -410,7 +411,12 @@ func (s *SQLite) AddOperator(ctx context.Context, o Operator) error {
 	if err != nil {
 		return fmt.Errorf("store: add operator %q: %w", o.Name, err)
 	}
-	return nil
+	// Registering a key again is an explicit decision to trust it again;
+	// only once the operator really exists.
+	if _, err := tx.ExecContext(ctx, `DELETE FROM revoked_keys WHERE fingerprint = ?`, o.Fingerprint); err != nil {
+		return fmt.Errorf("store: add operator %q: %w", o.Name, err)
+	}
+	return tx.Commit()
 }
 
 // ListOperators implements Store.
