@@ -347,6 +347,8 @@ func startSSHD(t *testing.T, extra ...string) *sshd {
 		_ = os.MkdirAll("/run/sshd", 0o755) // privilege separation dir
 	}
 	dir := t.TempDir()
+	// sshd reads principals files as the login user, as it would in /etc/ssh.
+	os.Chmod(dir, 0o755)
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
 	block, err := gossh.MarshalPrivateKey(priv, "")
 	if err != nil {

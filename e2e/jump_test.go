@@ -282,3 +282,29 @@ func runCmdInput(t *testing.T, timeout time.Duration, input, bin string, args ..
 	}
 	return o.String(), e.String(), code
 }
+
+// TestAgentForwarding: `ssh -A` through the jump reaches the node's
+// embedded server, where the forwarded agent lists the operator's key.
+func TestAgentForwarding(t *testing.T) {
+	t.Parallel()
+	h := startHub(t)
+	h.cli("operator", "add", "alice", "--key", opPub)
+	startAgent(t, h.token(), "fwd", "--ssh", "embedded")
+	h.waitOnline("fwd", "")
+	c := newSSHClient(t, h)
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ag := start(t, "ssh-agent", "/usr/bin/ssh-agent", "-D", "-a", sock)
+	waitFor(t, "ssh-agent socket", 10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil && !ag.exited() })
+	env := append(os.Environ(), "SSH_AUTH_SOCK="+sock)
+	add := execCommand(10*time.Second, "ssh-add", opKey)
+	add.Env = env
+	if out, err := add.CombinedOutput(); err != nil {
+		t.Fatalf("ssh-add: %v: %s", err, out)
+	}
+	cmd := execCommand(30*time.Second, "ssh", append(c.jumpArgs("fwd", "-A"), "ssh-add -l")...)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "e2e-operator") {
+		t.Fatalf("ssh -A through the jump: %v: %s", err, out)
+	}
+}

@@ -92,7 +92,9 @@ func LoginPayload(operator, nonce string) []byte {
 // loginChallenge implements api.Login.
 func (s *Server) loginChallenge(_ context.Context, operator string) (string, time.Time, error) {
 	if _, ok := s.access.Load().operators[operator]; !ok {
-		return "", time.Time{}, fmt.Errorf("%w: no operator named %q", api.ErrLoginRefused, operator)
+		err := fmt.Errorf("%w: no operator named %q", api.ErrLoginRefused, operator)
+		s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: operator, Result: "refused", Detail: err.Error()})
+		return "", time.Time{}, err
 	}
 	return s.challenges.issue(operator)
 }
