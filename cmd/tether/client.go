@@ -86,3 +86,20 @@ func listCommand[T any](cmd *cobra.Command, fetch func(*api.Client, context.Cont
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 	return cmd
 }
+
+// argCommand builds a command that takes one argument and calls one
+// admin-client method with it (the rm commands).
+func argCommand(cmd *cobra.Command, call func(*api.Client, context.Context, string) error) *cobra.Command {
+	var cf clientFlags
+	cmd.Args = cobra.ExactArgs(1)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		c, err := cf.client()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return call(c, cmd.Context(), args[0])
+	}
+	cf.register(cmd)
+	return cmd
+}

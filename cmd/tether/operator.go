@@ -76,20 +76,5 @@ func newOperatorListCmd() *cobra.Command {
 }
 
 func newOperatorRmCmd() *cobra.Command {
-	var cf clientFlags
-	cmd := &cobra.Command{
-		Use:   "rm NAME",
-		Short: "Remove an operator (new jumps refused at once)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return c.RemoveOperator(cmd.Context(), args[0])
-		},
-	}
-	cf.register(cmd)
-	return cmd
+	return argCommand(&cobra.Command{Use: "rm NAME", Short: "Remove an operator (new jumps refused at once; the key is revoked on nodes)"}, (*api.Client).RemoveOperator)
 }

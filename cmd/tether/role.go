@@ -65,20 +65,5 @@ func newRoleListCmd() *cobra.Command {
 }
 
 func newRoleRmCmd() *cobra.Command {
-	var cf clientFlags
-	cmd := &cobra.Command{
-		Use:   "rm NAME",
-		Short: "Delete a role (operators holding it lose what it granted at once)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return c.DeleteRole(cmd.Context(), args[0])
-		},
-	}
-	cf.register(cmd)
-	return cmd
+	return argCommand(&cobra.Command{Use: "rm NAME", Short: "Delete a role (operators holding it lose what it granted at once)"}, (*api.Client).DeleteRole)
 }

@@ -72,22 +72,7 @@ func newTokenListCmd() *cobra.Command {
 }
 
 func newTokenRmCmd() *cobra.Command {
-	var cf clientFlags
-	cmd := &cobra.Command{
-		Use:   "rm ID",
-		Short: "Revoke a join token",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return c.DeleteToken(cmd.Context(), args[0])
-		},
-	}
-	cf.register(cmd)
-	return cmd
+	return argCommand(&cobra.Command{Use: "rm ID", Short: "Revoke a join token"}, (*api.Client).DeleteToken)
 }
 
 func formatLabels(l map[string]string) string {
