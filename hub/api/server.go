@@ -127,15 +127,21 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("DELETE /v1/nodes/{name}", h.admin(h.removeNode))
 	mux.HandleFunc("POST /v1/nodes/{name}/revoke", h.admin(h.revokeNode))
 	mux.HandleFunc("PUT /v1/roles/{name}", h.admin(h.putRole))
-	mux.HandleFunc("GET /v1/roles", h.admin(h.listRoles))
-	mux.HandleFunc("DELETE /v1/roles/{name}", h.admin(h.deleteRole))
+	mux.HandleFunc("GET /v1/roles", h.admin(list(d.Store.ListRoles)))
+	mux.HandleFunc("DELETE /v1/roles/{name}", h.admin(h.deleteBy("name", "role named", d.Store.DeleteRole,
+		func(r *http.Request, name string) store.AuditEvent {
+			return store.AuditEvent{Kind: "role_remove", Remote: r.RemoteAddr, Result: "ok", Detail: name}
+		})))
 	mux.HandleFunc("GET /v1/audit", h.admin(h.listAudit))
 	mux.HandleFunc("POST /v1/tokens", h.admin(h.createToken))
-	mux.HandleFunc("GET /v1/tokens", h.admin(h.listTokens))
-	mux.HandleFunc("DELETE /v1/tokens/{id}", h.admin(h.deleteToken))
+	mux.HandleFunc("GET /v1/tokens", h.admin(list(d.Store.ListTokens)))
+	mux.HandleFunc("DELETE /v1/tokens/{id}", h.admin(h.deleteBy("id", "token with id", d.Store.DeleteToken, nil)))
 	mux.HandleFunc("POST /v1/operators", h.admin(h.addOperator))
-	mux.HandleFunc("GET /v1/operators", h.admin(h.listOperators))
-	mux.HandleFunc("DELETE /v1/operators/{name}", h.admin(h.removeOperator))
+	mux.HandleFunc("GET /v1/operators", h.admin(list(d.Store.ListOperators)))
+	mux.HandleFunc("DELETE /v1/operators/{name}", h.admin(h.deleteBy("name", "operator named", d.Store.RemoveOperator,
+		func(r *http.Request, name string) store.AuditEvent {
+			return store.AuditEvent{Kind: "operator_remove", Operator: name, Remote: r.RemoteAddr, Result: "ok"}
+		})))
 	if d.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
 	}
@@ -354,30 +360,6 @@ func (h *handler) createToken(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, TokenCreateResponse{ID: id, JoinString: js.String(), ExpiresAt: t.ExpiresAt})
 }
 
-func (h *handler) listTokens(w http.ResponseWriter, r *http.Request) {
-	ts, err := h.Store.ListTokens(r.Context())
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	if ts == nil {
-		ts = []store.Token{}
-	}
-	writeJSON(w, http.StatusOK, ts)
-}
-
-func (h *handler) deleteToken(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if err := h.Store.DeleteToken(r.Context(), id); errors.Is(err, store.ErrNotFound) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no token with id %q", id))
-		return
-	} else if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
 // ParseAuthorizedKey parses exactly one authorized_keys line.
 func ParseAuthorizedKey(line string) (gossh.PublicKey, error) {
 	key, _, _, rest, err := gossh.ParseAuthorizedKey([]byte(strings.TrimSpace(line)))
@@ -436,27 +418,40 @@ func (h *handler) addOperator(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, o)
 }
 
-func (h *handler) listOperators(w http.ResponseWriter, r *http.Request) {
-	ops, err := h.Store.ListOperators(r.Context())
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
+// list serves a store listing as a JSON array ([] rather than null).
+func list[T any](fetch func(context.Context) ([]T, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		items, err := fetch(r.Context())
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		if items == nil {
+			items = []T{}
+		}
+		writeJSON(w, http.StatusOK, items)
 	}
-	writeJSON(w, http.StatusOK, ops)
 }
 
-func (h *handler) removeOperator(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	if err := h.Store.RemoveOperator(r.Context(), name); errors.Is(err, store.ErrNotFound) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no operator named %q", name))
-		return
-	} else if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
+// deleteBy serves a DELETE of the object named by path value key: 404 with
+// "no WHAT X" when missing; on success, access changes are pushed (token
+// deletes change no access, so an audit func of nil also skips the push).
+func (h *handler) deleteBy(key, what string, del func(context.Context, string) error, audit func(*http.Request, string) store.AuditEvent) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v := r.PathValue(key)
+		if err := del(r.Context(), v); errors.Is(err, store.ErrNotFound) {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no %s %q", what, v))
+			return
+		} else if err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		if audit != nil {
+			h.OperatorsChanged()
+			h.audit(audit(r, v))
+		}
+		w.WriteHeader(http.StatusNoContent)
 	}
-	h.OperatorsChanged()
-	h.audit(store.AuditEvent{Kind: "operator_remove", Operator: name, Remote: r.RemoteAddr, Result: "ok"})
-	w.WriteHeader(http.StatusNoContent)
 }
 
 func (h *handler) audit(e store.AuditEvent) {
@@ -509,29 +504,6 @@ func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
 	h.OperatorsChanged()
 	h.audit(store.AuditEvent{Kind: "role_put", Remote: r.RemoteAddr, Result: "ok", Detail: fmt.Sprintf("%s: nodes %q logins %s", role.Name, role.Nodes, strings.Join(role.Logins, ","))})
 	writeJSON(w, http.StatusOK, role)
-}
-
-func (h *handler) listRoles(w http.ResponseWriter, r *http.Request) {
-	rs, err := h.Store.ListRoles(r.Context())
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	writeJSON(w, http.StatusOK, rs)
-}
-
-func (h *handler) deleteRole(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	if err := h.Store.DeleteRole(r.Context(), name); errors.Is(err, store.ErrNotFound) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no role named %q", name))
-		return
-	} else if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	h.OperatorsChanged()
-	h.audit(store.AuditEvent{Kind: "role_remove", Remote: r.RemoteAddr, Result: "ok", Detail: name})
-	w.WriteHeader(http.StatusNoContent)
 }
 
 func (h *handler) listAudit(w http.ResponseWriter, r *http.Request) {
