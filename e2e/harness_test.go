@@ -38,6 +38,11 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	// Embedded SSH servers run commands with $SHELL, as sshd runs the login
+	// shell. A developer's interactive shell start-up (bash sourcing
+	// ~/.bashrc for ssh sessions, pyenv and the like) is not what these
+	// tests measure, so agents get a plain POSIX shell.
+	os.Setenv("SHELL", "/bin/sh")
 	for _, tool := range []string{"ssh", "scp"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: %s not found: install openssh-client (make test does this as root)\n", tool)

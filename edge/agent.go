@@ -43,12 +43,36 @@ type Config struct {
 	BackoffMin time.Duration // default 500ms
 	BackoffMax time.Duration // cap of the exponential backoff, default 30s
 	Logger     *slog.Logger
+
+	// Identity, if set, is used instead of the one in StateDir, and StateDir
+	// may then be empty: no status file is written and a renewed
+	// certificate is kept in memory only. The agent simulator in bench/
+	// runs thousands of agents in one process this way.
+	Identity *Identity
+	// SSHHostKey is the embedded SSH server's host key file (created if
+	// missing). Default StateDir/ssh_host_ed25519_key.
+	SSHHostKey string
+	// SourceIP, if set, is the local address the tunnel is dialed from
+	// (tunnel.Dialer.LocalIP).
+	SourceIP net.IP
+	// UDP, if set, carries the QUIC tunnel on this shared socket
+	// (tunnel.Dialer.UDP) instead of a socket of its own.
+	UDP *tunnel.UDPSocket
+	// OnStatus, if set, is called with every status change (connecting,
+	// connected, ...), after the status file is written.
+	OnStatus func(Status)
 }
 
 // CheckAndSetDefaults validates c and fills defaults.
 func (c *Config) CheckAndSetDefaults() error {
-	if c.StateDir == "" {
+	if c.StateDir == "" && c.Identity == nil {
 		return errors.New("edge: StateDir is required (--state-dir)")
+	}
+	if c.SSHTarget == SSHEmbedded && c.SSHHostKey == "" {
+		if c.StateDir == "" {
+			return errors.New("edge: the embedded SSH server needs a host key file (SSHHostKey) when there is no state dir")
+		}
+		c.SSHHostKey = filepath.Join(c.StateDir, hostKeyFile)
 	}
 	if c.SSHTarget == "" {
 		c.SSHTarget = "127.0.0.1:22"
@@ -108,17 +132,21 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.CheckAndSetDefaults(); err != nil {
 		return nil, err
 	}
-	id, err := LoadIdentity(cfg.StateDir)
-	if err != nil {
-		return nil, err
+	id := cfg.Identity
+	if id == nil {
+		var err error
+		if id, err = LoadIdentity(cfg.StateDir); err != nil {
+			return nil, err
+		}
 	}
 	a := &Agent{cfg: cfg, id: id, log: cfg.Logger.With("node", id.Config.Name), allow: map[uint16]bool{}}
 	for _, p := range cfg.AllowPorts {
 		a.allow[p] = true
 	}
 	if cfg.SSHTarget == SSHEmbedded {
+		var err error
 		a.sshd, err = sshserver.New(sshserver.Config{
-			HostKeyPath: filepath.Join(cfg.StateDir, hostKeyFile),
+			HostKeyPath: cfg.SSHHostKey,
 			Logger:      a.log.With("component", "sshd"),
 		})
 		if err != nil {
@@ -135,8 +163,13 @@ func (a *Agent) setStatus(f func(*Status)) {
 	f(&a.status)
 	st := a.status
 	a.statusMu.Unlock()
-	if err := writeStatus(a.cfg.StateDir, st); err != nil {
-		a.log.Warn("write status file", "err", err)
+	if a.cfg.StateDir != "" {
+		if err := writeStatus(a.cfg.StateDir, st); err != nil {
+			a.log.Warn("write status file", "err", err)
+		}
+	}
+	if a.cfg.OnStatus != nil {
+		a.cfg.OnStatus(st)
 	}
 }
 
@@ -202,7 +235,8 @@ func backoff(attempt int, base, max time.Duration) time.Duration {
 // reports whether the hub accepted the session.
 func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 	tc := pki.ClientTLSConfig(a.cert(), a.id.CA)
-	d := &tunnel.Dialer{TLSConfig: tc, Config: a.cfg.Tunnel, Transport: a.cfg.Transport, Logger: a.log}
+	d := &tunnel.Dialer{TLSConfig: tc, Config: a.cfg.Tunnel, Transport: a.cfg.Transport, Logger: a.log,
+		LocalIP: a.cfg.SourceIP, UDP: a.cfg.UDP}
 	var sess tunnel.Session
 	var hub string
 	var errs []error
@@ -240,7 +274,7 @@ func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 		caps = append(caps, "ssh-local")
 	}
 	hello := &control.Message{Type: control.TypeHello, Hello: &control.Hello{ProtocolVersion: control.ProtocolVersion,
-		Name: a.id.Config.Name, AgentVersion: Version, Facts: GatherFacts(), Capabilities: caps, HostKey: a.hostKeyLine(log)}}
+		Name: a.id.Config.Name, AgentVersion: Version, Facts: GatherFacts(), Capabilities: caps, HostKey: a.hostKeyLine(log), StateDir: absStateDir(a.cfg.StateDir)}}
 	var sendMu sync.Mutex
 	send := func(m *control.Message) error {
 		sendMu.Lock()
@@ -452,4 +486,17 @@ func (a *Agent) setAuthorizedKeys(lines []string, log *slog.Logger) {
 	}
 	a.sshd.SetAuthorizedKeyLogins(keys)
 	log.Debug("authorized keys updated", "count", len(keys))
+}
+
+// absStateDir is the state dir as an absolute, clean path for the hub ("" if
+// it cannot be made absolute).
+func absStateDir(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return ""
+	}
+	return abs
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
@@ -35,6 +36,24 @@ type JoinOptions struct {
 // state dir. The key is generated here and never leaves the machine; the hub
 // is trusted only if it proves the CA pinned in the join string.
 func Join(ctx context.Context, o JoinOptions) (*Identity, error) {
+	if _, err := LoadIdentity(o.StateDir); err == nil {
+		return nil, fmt.Errorf("%s already holds a node identity; use another --state-dir or delete it to re-join", o.StateDir)
+	}
+	id, err := Enroll(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := saveIdentity(o.StateDir, id.Config, id.key, id.chain, id.CA, id.NodeCA); err != nil {
+		return nil, fmt.Errorf("join: save identity: %w", err)
+	}
+	return LoadIdentity(o.StateDir)
+}
+
+// Enroll is Join without the state dir (o.StateDir is ignored): it returns
+// the new identity and stores nothing. The agent simulator in bench/ enrolls
+// thousands of nodes through the real join endpoint this way and keeps their
+// identities in one file (see ParseIdentity and Identity.KeyPEM).
+func Enroll(ctx context.Context, o JoinOptions) (*Identity, error) {
 	js, err := pki.ParseJoinString(o.JoinString)
 	if err != nil {
 		return nil, err
@@ -47,9 +66,6 @@ func Join(ctx context.Context, o JoinOptions) (*Identity, error) {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 30 * time.Second
-	}
-	if _, err := LoadIdentity(o.StateDir); err == nil {
-		return nil, fmt.Errorf("%s already holds a node identity; use another --state-dir or delete it to re-join", o.StateDir)
 	}
 	key, err := pki.GenerateKey()
 	if err != nil {
@@ -101,10 +117,12 @@ func Join(ctx context.Context, o JoinOptions) (*Identity, error) {
 			hubs = js.Addrs
 		}
 		cfg := NodeConfig{NodeID: resp.NodeID, Name: resp.Name, Hubs: hubs, JoinedAt: time.Now().UTC()}
-		if err := saveIdentity(o.StateDir, cfg, key, certs, ca, nodeCA); err != nil {
-			return nil, fmt.Errorf("join: save identity: %w", err)
+		chain := make([][]byte, len(certs))
+		for i, c := range certs {
+			chain[i] = c.Raw
 		}
-		return LoadIdentity(o.StateDir)
+		return &Identity{Config: cfg, Cert: tls.Certificate{Certificate: chain, PrivateKey: key, Leaf: certs[0]},
+			CA: ca, NodeCA: nodeCA, key: key, chain: certs}, nil
 	}
 	return nil, fmt.Errorf("join: no hub reachable: %w", errors.Join(errs...))
 }

@@ -100,8 +100,10 @@ func (a *Agent) applyRenewed(pemChain string) error {
 	if !samePublicKey(certs[0].PublicKey, a.id.key.Public()) {
 		return errors.New("renewed certificate is not for this node's key")
 	}
-	if err := pki.WriteFileAtomic(filepath.Join(a.cfg.StateDir, certFile), pki.EncodeCerts(certs...), 0o600); err != nil {
-		return err
+	if a.cfg.StateDir != "" {
+		if err := pki.WriteFileAtomic(filepath.Join(a.cfg.StateDir, certFile), pki.EncodeCerts(certs...), 0o600); err != nil {
+			return err
+		}
 	}
 	chain := make([][]byte, len(certs))
 	for i, c := range certs {

@@ -45,9 +45,10 @@ type NodeConfig struct {
 type Identity struct {
 	Config NodeConfig
 	Cert   tls.Certificate
-	CA     *x509.Certificate // the hub's pinned root (TLS trust for the hub)
-	NodeCA *x509.Certificate // root the node certificate chains to (CA unless an external step-ca issues)
-	key    crypto.Signer     // Cert's key, for renewal CSRs
+	CA     *x509.Certificate   // the hub's pinned root (TLS trust for the hub)
+	NodeCA *x509.Certificate   // root the node certificate chains to (CA unless an external step-ca issues)
+	key    crypto.Signer       // Cert's key, for renewal CSRs
+	chain  []*x509.Certificate // Cert parsed; set by Enroll only (for saving)
 }
 
 // LoadIdentity reads the identity from dir.
@@ -63,35 +64,55 @@ func LoadIdentity(dir string) (*Identity, error) {
 	if err := json.Unmarshal(cfgBytes, &cfg); err != nil {
 		return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, configFile), err)
 	}
+	var files [4][]byte
+	for i, name := range []string{certFile, keyFile, caFile, nodeCAFile} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil && (name != nodeCAFile || !errors.Is(err, os.ErrNotExist)) {
+			return nil, fmt.Errorf("load node identity from %s: %w", dir, err)
+		}
+		files[i] = b
+	}
+	id, err := ParseIdentity(cfg, files[0], files[1], files[2], files[3])
+	if err != nil {
+		return nil, fmt.Errorf("load node identity from %s: %w", dir, err)
+	}
+	return id, nil
+}
+
+// ParseIdentity builds an identity from its parts in PEM, as LoadIdentity
+// reads them from a state dir (nodeCAPEM may be empty: the node CA is then
+// the hub CA). A process that runs many agents without a state dir each
+// (the agent simulator in bench/) keeps its identities this way.
+func ParseIdentity(cfg NodeConfig, certPEM, keyPEM, caPEM, nodeCAPEM []byte) (*Identity, error) {
 	if cfg.NodeID == "" || cfg.Name == "" || len(cfg.Hubs) == 0 {
-		return nil, fmt.Errorf("%s is incomplete (node_id, name and hubs are required); re-join", filepath.Join(dir, configFile))
+		return nil, fmt.Errorf("%s is incomplete (node_id, name and hubs are required); re-join", configFile)
 	}
-	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, certFile), filepath.Join(dir, keyFile))
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("load node certificate from %s: %w", dir, err)
-	}
-	caPEM, err := os.ReadFile(filepath.Join(dir, caFile))
-	if err != nil {
-		return nil, fmt.Errorf("load hub CA: %w", err)
+		return nil, fmt.Errorf("node certificate: %w", err)
 	}
 	cas, err := pki.ParseCerts(caPEM)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, caFile), err)
+		return nil, fmt.Errorf("hub CA: %w", err)
 	}
 	key, ok := cert.PrivateKey.(crypto.Signer)
 	if !ok {
-		return nil, fmt.Errorf("%s: key type %T cannot sign", filepath.Join(dir, keyFile), cert.PrivateKey)
+		return nil, fmt.Errorf("node key type %T cannot sign", cert.PrivateKey)
 	}
 	id := &Identity{Config: cfg, Cert: cert, CA: cas[0], NodeCA: cas[0], key: key}
-	if b, err := os.ReadFile(filepath.Join(dir, nodeCAFile)); err == nil {
-		ncs, err := pki.ParseCerts(b)
+	if len(nodeCAPEM) > 0 {
+		ncs, err := pki.ParseCerts(nodeCAPEM)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, nodeCAFile), err)
+			return nil, fmt.Errorf("node CA: %w", err)
 		}
 		id.NodeCA = ncs[0]
 	}
 	return id, nil
 }
+
+// KeyPEM is the node's private key in PEM, the counterpart of ParseIdentity's
+// keyPEM.
+func (id *Identity) KeyPEM() ([]byte, error) { return pki.EncodeKey(id.key) }
 
 // saveIdentity writes a new identity. Every file is written atomically and
 // node.json last, so a crash mid-join leaves "not joined" rather than a

@@ -159,5 +159,9 @@ func (s *Server) nodePrincipals(labels map[string]string) (perLogin map[string][
 			perLogin[l] = append(perLogin[l], certPrincipal(r.Name, l))
 		}
 	}
+	// The hub's own provisioning certificate, for the node's provisioning
+	// login only.
+	login := s.provisionLoginFor(labels)
+	perLogin[login] = append(perLogin[login], ProvisionPrincipal)
 	return perLogin, any
 }

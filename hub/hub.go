@@ -28,6 +28,8 @@ import (
 
 	"github.com/tether-dev/tether/hub/api"
 	"github.com/tether-dev/tether/hub/bastion"
+	"github.com/tether-dev/tether/hub/cluster"
+	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/stepca"
@@ -56,7 +58,15 @@ type Config struct {
 	// renewal) to an external step-ca; the hub's own CA still serves TLS
 	// and signs SSH certificates.
 	StepCA *stepca.Config
-	Logger *slog.Logger
+	// ProvisionLogin is the login the hub's jobs use on nodes (default
+	// "root"); a node's "provision-login" label overrides it.
+	ProvisionLogin string
+	// MaxUploadBytes bounds one file uploaded for a job (default 1 GiB).
+	MaxUploadBytes int64
+	// EnginesDir holds extra or overriding cluster engines (directories of
+	// install.sh + uninstall.sh); "" means the built-in ones only.
+	EnginesDir string
+	Logger     *slog.Logger
 }
 
 // CheckAndSetDefaults validates c and fills defaults.
@@ -81,6 +91,18 @@ func (c *Config) CheckAndSetDefaults() error {
 	}
 	if c.NodeSuffix == "" {
 		c.NodeSuffix = "tether"
+	}
+	if c.ProvisionLogin == "" {
+		c.ProvisionLogin = "root"
+	}
+	if !ValidLogin(c.ProvisionLogin) {
+		return fmt.Errorf("hub: provision login %q: want a Unix login name (lowercase letters, digits, _ . -)", c.ProvisionLogin)
+	}
+	if c.MaxUploadBytes == 0 {
+		c.MaxUploadBytes = 1 << 30
+	}
+	if c.MaxUploadBytes < 0 {
+		return errors.New("hub: max upload size must be positive")
 	}
 	if err := pki.ValidateName(c.NodeSuffix); err != nil {
 		return fmt.Errorf("hub: node suffix: %w", err)
@@ -120,6 +142,7 @@ type Server struct {
 	access     atomic.Pointer[access] // operators and roles, replaced wholesale on change
 	challenges challenges             // pending tether login nonces
 	sessions   sync.WaitGroup
+	cluster    *cluster.Controller // set in Run before sessions are accepted
 }
 
 // New opens the hub's state (creating it the first time).
@@ -329,13 +352,36 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("hub: %w", err)
 	}
 
+	blobs, err := jobs.NewBlobs(filepath.Join(s.cfg.DataDir, "blobs"), s.cfg.MaxUploadBytes)
+	if err != nil {
+		return err
+	}
+	prov, err := newProvisioner(s)
+	if err != nil {
+		return err
+	}
+	engine := jobs.New(ctx, jobs.Config{Store: s.store, Connect: prov.connect, Online: s.online, Blobs: blobs,
+		Metrics: s.metrics, Logger: s.log.With("component", "jobs"), Audit: s.audit})
+	defer engine.Close()
+	if _, err := engine.Recover(ctx); err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	s.cluster = cluster.New(cluster.Config{Store: s.store, Jobs: engine, Blobs: blobs, EnginesDir: s.cfg.EnginesDir,
+		Online: s.online, StateDir: s.stateDir, Metrics: s.metrics, Logger: s.log.With("component", "cluster"), Audit: s.audit})
+	if _, err := s.cluster.Engines(); err != nil {
+		return fmt.Errorf("hub: --engines-dir: %w", err)
+	}
+
 	httpSrv := &http.Server{
 		Handler: api.NewHandler(api.Deps{
 			Store: s.store, CA: s.ca, IssueNode: s.issueNode, NodeCA: s.nodeCA, Registry: s.reg, Metrics: s.metrics, Advertise: advertise,
 			NodeCertTTL: s.cfg.NodeCertTTL, Logger: s.log.With("component", "api"), OperatorsChanged: s.accessChanged,
-			SSHTrust:      s.sshTrustInfo(sshAddr, advertise),
-			ReservedNames: hubNames,
-			Login:         loginService{s},
+			SSHTrust:       s.sshTrustInfo(sshAddr, advertise),
+			ReservedNames:  hubNames,
+			Login:          loginService{s},
+			Jobs:           engine,
+			Blobs:          blobs,
+			ProvisionLogin: func(n store.Node) string { return s.provisionLoginFor(n.Labels) },
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -354,8 +400,9 @@ func (s *Server) Run(ctx context.Context) error {
 		"advertise", advertise, "ca_pin", "sha256:"+s.ca.Pin(), "version", Version)
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 3)
-	wg.Add(3)
+	errc := make(chan error, 4)
+	wg.Add(4)
+	go func() { defer wg.Done(); errc <- s.cluster.Run(ctx) }()
 	go func() { defer wg.Done(); errc <- ignoreClosed(httpSrv.Serve(ln.HTTPListener())) }()
 	go func() { defer wg.Done(); errc <- b.Serve() }()
 	go func() { defer wg.Done(); errc <- s.acceptSessions(ctx, ln) }()
@@ -368,6 +415,9 @@ func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("hub shutting down")
 	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// Jobs first: their followers' streams end with them, so the HTTP
+	// server can then drain.
+	engine.Close()
 	_ = httpSrv.Shutdown(shutCtx)
 	_ = b.Close()
 	ln.Close()

@@ -108,6 +108,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 		return
 	}
 	conn.HostKey = msg.Hello.HostKey
+	conn.StateDir = msg.Hello.StateDir
 	if old := s.reg.Put(conn); old != nil {
 		log.Info("node reconnected; replaced its previous session", "previous_remote", old.Session.RemoteAddr().String())
 	}
@@ -127,6 +128,9 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	s.metrics.NodesConnected.WithLabelValues(transport).Inc()
 	s.metrics.HandshakeDuration.WithLabelValues(transport).Observe(time.Since(start).Seconds())
 	s.markSeen(ctx, log, node.ID, store.Seen{Online: true, Transport: transport, AgentVersion: msg.Hello.AgentVersion, At: time.Now()})
+	if s.cluster != nil {
+		s.cluster.Wake(node.Name) // a cluster step may be waiting for this node
+	}
 	log.Info("node connected", "agent_version", msg.Hello.AgentVersion)
 
 	// The agent must never open streams to the hub: refuse any it tries.

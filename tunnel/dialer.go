@@ -40,6 +40,16 @@ type Dialer struct {
 
 	// Logger receives per-attempt Debug logs. Nil discards.
 	Logger *slog.Logger
+
+	// LocalIP, if set, is the source address of the dial (TCP, and QUIC
+	// unless UDP is set): for a multi-homed agent, or to spread simulated
+	// agents over many loopback addresses so their connections fit the port
+	// space.
+	LocalIP net.IP
+
+	// UDP, if set, carries QUIC dials on this shared socket instead of a new
+	// socket per dial (see UDPSocket). Closing the socket ends the session.
+	UDP *UDPSocket
 }
 
 // Dial opens a session to the hub at addr ("host:port"; UDP and TCP use the
@@ -74,13 +84,13 @@ func (d *Dialer) Dial(ctx context.Context, addr string) (Session, error) {
 
 	switch d.Transport {
 	case TransportQUIC:
-		s, err := dialQUIC(ctx, addr, tlsConf, cfg)
+		s, err := d.dialQUIC(ctx, addr, tlsConf, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("tunnel: dial %s over quic: %w", addr, err)
 		}
 		return s, nil
 	case TransportTCP:
-		s, err := dialTCP(ctx, addr, tlsConf, cfg, log)
+		s, err := d.dialTCP(ctx, addr, tlsConf, cfg, log)
 		if err != nil {
 			return nil, fmt.Errorf("tunnel: dial %s over tcp: %w", addr, err)
 		}
@@ -90,7 +100,7 @@ func (d *Dialer) Dial(ctx context.Context, addr string) (Session, error) {
 		if headStart == 0 {
 			headStart = DefaultHeadStart
 		}
-		return dialAuto(ctx, addr, tlsConf, cfg, max(headStart, 0), log)
+		return d.dialAuto(ctx, addr, tlsConf, cfg, max(headStart, 0), log)
 	}
 	return nil, fmt.Errorf("tunnel: dial: unknown transport %v", d.Transport)
 }
@@ -98,7 +108,7 @@ func (d *Dialer) Dial(ctx context.Context, addr string) (Session, error) {
 // dialAuto races QUIC against TCP, TCP starting after headStart or as soon
 // as QUIC fails. It returns only after both attempts have finished, so
 // nothing outlives it but the winning session.
-func dialAuto(ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config, headStart time.Duration, log *slog.Logger) (Session, error) {
+func (d *Dialer) dialAuto(ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config, headStart time.Duration, log *slog.Logger) (Session, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -110,7 +120,7 @@ func dialAuto(ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config
 	results := make(chan result, 2) // buffered: attempts never block on send
 	pending := 1
 	go func() {
-		s, err := dialQUIC(ctx, addr, tlsConf, cfg)
+		s, err := d.dialQUIC(ctx, addr, tlsConf, cfg)
 		results <- result{TransportQUIC, s, err}
 	}()
 	tcpStarted := false
@@ -118,7 +128,7 @@ func dialAuto(ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config
 		tcpStarted = true
 		pending++
 		go func() {
-			s, err := dialTCP(ctx, addr, tlsConf, cfg, log)
+			s, err := d.dialTCP(ctx, addr, tlsConf, cfg, log)
 			results <- result{TransportTCP, s, err}
 		}()
 	}
@@ -159,15 +169,40 @@ func dialAuto(ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config
 	return nil, fmt.Errorf("tunnel: dial %s: quic: %w; tcp: %w", addr, quicErr, tcpErr)
 }
 
-// dialQUIC opens a QUIC connection on its own UDP socket, which quic-go
-// closes with the connection.
-func dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config) (*quicSession, error) {
+// dialQUIC opens a QUIC connection on the shared socket d.UDP, or on a UDP
+// socket of its own that is closed with the connection.
+func (d *Dialer) dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config) (*quicSession, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
 	defer cancel()
-	conn, err := quic.DialAddr(ctx, addr, tlsConf, cfg.quicConfig())
+	if d.UDP == nil && d.LocalIP == nil {
+		conn, err := quic.DialAddr(ctx, addr, tlsConf, cfg.quicConfig())
+		if err != nil {
+			return nil, err
+		}
+		return newQUICSession(conn), nil
+	}
+	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, err
 	}
+	if d.UDP != nil {
+		conn, err := d.UDP.tr.Dial(ctx, ua, tlsConf, cfg.quicConfig())
+		if err != nil {
+			return nil, err
+		}
+		return newQUICSession(conn), nil
+	}
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: d.LocalIP})
+	if err != nil {
+		return nil, err
+	}
+	conn, err := quic.Dial(ctx, udp, ua, tlsConf, cfg.quicConfig())
+	if err != nil {
+		_ = udp.Close()
+		return nil, err
+	}
+	// quic.Dial's transport ends with the connection but leaves the socket.
+	context.AfterFunc(conn.Context(), func() { _ = udp.Close() })
 	return newQUICSession(conn), nil
 }
 
@@ -176,10 +211,13 @@ func dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config
 // the client certificate, so a rejected certificate only shows on the first
 // read; the ping turns it into a dial error instead of a session that dies
 // at once.
-func dialTCP(ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config, log *slog.Logger) (*yamuxSession, error) {
+func (d *Dialer) dialTCP(ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config, log *slog.Logger) (*yamuxSession, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
 	defer cancel()
 	var nd net.Dialer
+	if d.LocalIP != nil {
+		nd.LocalAddr = &net.TCPAddr{IP: d.LocalIP}
+	}
 	raw, err := nd.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err

@@ -25,6 +25,8 @@ type clientFlags struct {
 	dataDir  string
 	hub      string
 	identity string
+	apiToken string
+	caFile   string
 }
 
 func (c *clientFlags) register(cmd *cobra.Command) {
@@ -33,7 +35,19 @@ func (c *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&c.identity, "identity", "", "directory with admin.crt, admin.key, ca.crt (copied from the hub's DATA_DIR/admin)")
 }
 
+// registerToken adds the API-token flags (for commands automation may use).
+func (c *clientFlags) registerToken(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&c.caFile, "ca", "", "hub CA certificate (PEM) to verify the hub with, for --api-token (DATA_DIR/admin/ca.crt on the hub)")
+	c.apiToken = os.Getenv("TETHER_API_TOKEN")
+}
+
 func (c *clientFlags) client() (*api.Client, error) {
+	if c.apiToken != "" && c.identity == "" {
+		if c.hub == "" || c.caFile == "" {
+			return nil, fmt.Errorf("TETHER_API_TOKEN is set: also pass --hub HOST:PORT and --ca FILE (the hub CA certificate)")
+		}
+		return api.NewTokenClient(c.hub, c.caFile, c.apiToken)
+	}
 	if c.hub != "" {
 		if c.identity == "" {
 			return nil, fmt.Errorf("--hub needs --identity DIR (a copy of the hub's %s/admin directory)", c.dataDir)

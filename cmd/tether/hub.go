@@ -66,6 +66,9 @@ use with --data-dir. Keep it private (it is created 0700).`,
 	f.StringVar(&step.Provisioner, "step-ca-provisioner", "", "with --ca step-ca: name of a JWK provisioner")
 	f.StringVar(&step.PasswordFile, "step-ca-password-file", "", "with --ca step-ca: file with the provisioner key's password")
 	f.StringVar(&cfg.NodeSuffix, "node-suffix", "tether", "nodes answer to NAME and NAME.SUFFIX")
+	f.StringVar(&cfg.ProvisionLogin, "provision-login", "root", "login the hub's jobs (tether run, cluster installs) use on nodes; a node label provision-login=NAME overrides it")
+	f.Int64Var(&cfg.MaxUploadBytes, "max-upload-bytes", 1<<30, "largest file tether run --upload accepts")
+	f.StringVar(&cfg.EnginesDir, "engines-dir", "", "directory of extra cluster engines (ENGINE/install.sh, ENGINE/uninstall.sh, optional ENGINE/engine.yaml); built-in: k3s, rke2")
 	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
 	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead")
 	return cmd

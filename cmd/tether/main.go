@@ -19,6 +19,13 @@ func main() {
 	defer stop()
 	root := newRoot()
 	if err := root.ExecuteContext(ctx); err != nil {
+		var ce codedError
+		if errors.As(err, &ce) {
+			if ce.msg != "" {
+				fmt.Fprintln(os.Stderr, "tether:", ce.msg)
+			}
+			os.Exit(ce.code)
+		}
 		fmt.Fprintln(os.Stderr, "tether:", err)
 		var ee exitError
 		if errors.As(err, &ee) {
@@ -31,6 +38,14 @@ func main() {
 type exitError int
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// codedError ends the program with code after printing msg (if any).
+type codedError struct {
+	code int
+	msg  string
+}
+
+func (e codedError) Error() string { return e.msg }
 
 var logLevel string
 
@@ -49,7 +64,8 @@ machine they need only --data-dir, elsewhere --hub ADDR and --identity DIR.`,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newHubCmd(), newTokenCmd(), newOperatorCmd(), newNodesCmd(), newRoleCmd(), newAuditCmd(), newConfigCmd(), newLoginCmd(), newCACmd(), newVersionCmd())
+	root.AddCommand(newHubCmd(), newTokenCmd(), newOperatorCmd(), newNodesCmd(), newRoleCmd(), newAuditCmd(), newConfigCmd(), newLoginCmd(), newCACmd(),
+		newRunCmd(), newJobsCmd(), newClusterCmd(), newAPITokenCmd(), newVersionCmd())
 	return root
 }
 

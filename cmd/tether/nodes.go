@@ -17,7 +17,7 @@ func newNodesCmd() *cobra.Command {
 		Long: `List registered nodes. -o json prints an array of objects with id, name,
 labels, online, transport (quic|tcp, of the live or last session),
 agent_version, os, last_seen and more.`,
-	}, (*api.Client).ListNodes, "NAME\tONLINE\tTRANSPORT\tAGENT\tOS\tLAST SEEN\tLABELS",
+	}, (*api.Client).ListNodes, "NAME\tONLINE\tTRANSPORT\tAGENT\tOS\tLAST SEEN\tCLUSTER\tLABELS",
 		func(n api.Node) string {
 			seen := "never"
 			if !n.LastSeen.IsZero() {
@@ -27,7 +27,11 @@ agent_version, os, last_seen and more.`,
 			if !n.RevokedAt.IsZero() {
 				online = "revoked"
 			}
-			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", n.Name, online, n.Transport, n.AgentVersion, n.OS, seen, formatLabels(n.Labels))
+			cluster := "-"
+			if n.ClusterState != "" {
+				cluster = n.ClusterEngine + ":" + n.ClusterState
+			}
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", n.Name, online, n.Transport, n.AgentVersion, n.OS, seen, cluster, formatLabels(n.Labels))
 		})
 	var rmFlags clientFlags
 	rm := &cobra.Command{

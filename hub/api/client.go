@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,8 +41,10 @@ type HubInfo struct {
 
 // Client talks to the hub API with the admin identity.
 type Client struct {
-	base string
-	http *http.Client
+	base   string
+	http   *http.Client
+	stream *http.Client // no overall timeout: event streams last as long as a job
+	bearer string       // API token, if the client authenticates with one
 }
 
 // ErrHubNotRunning means the local hub info file is missing.
@@ -97,7 +101,31 @@ func NewClientTLS(addr string, tc *tls.Config) *Client {
 	tc = tc.Clone()
 	tc.NextProtos = []string{"h2", "http/1.1"}
 	tr := &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second}
-	return &Client{base: "https://" + addr, http: &http.Client{Transport: tr, Timeout: 60 * time.Second}}
+	return &Client{base: "https://" + addr, http: &http.Client{Transport: tr, Timeout: 60 * time.Second}, stream: &http.Client{Transport: tr}}
+}
+
+// NewTokenClient builds a client that authenticates with an API token
+// (`tether apitoken create`); caFile holds the hub CA certificate (PEM)
+// the hub's TLS certificate is verified against.
+func NewTokenClient(addr, caFile, token string) (*Client, error) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, fmt.Errorf("hub address %q: %w (want HOST:PORT)", addr, err)
+	}
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("load hub CA: %w", err)
+	}
+	cas, err := pki.ParseCerts(caPEM)
+	if err != nil {
+		return nil, fmt.Errorf("load hub CA %s: %w", caFile, err)
+	}
+	pool := x509.NewCertPool()
+	for _, c := range cas {
+		pool.AddCert(c)
+	}
+	c := NewClientTLS(addr, &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: pki.HubServerName})
+	c.bearer = strings.TrimSpace(token)
+	return c, nil
 }
 
 // LocalHub returns the API address of the hub running on dataDir.
@@ -150,6 +178,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	c.authorize(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("hub API %s: %w", c.base, err)
@@ -160,11 +189,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return err
 	}
 	if resp.StatusCode >= 300 {
-		var e control.ErrorResponse
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = fmt.Sprintf("hub answered %s", resp.Status)
-		}
-		return &Error{Status: resp.StatusCode, Message: e.Error}
+		return apiError(resp, b)
 	}
 	if out != nil && len(b) > 0 {
 		if err := json.Unmarshal(b, out); err != nil {
@@ -172,6 +197,20 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		}
 	}
 	return nil
+}
+
+func (c *Client) authorize(req *http.Request) {
+	if c.bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+c.bearer)
+	}
+}
+
+func apiError(resp *http.Response, body []byte) error {
+	var e control.ErrorResponse
+	if json.Unmarshal(body, &e) != nil || e.Error == "" {
+		e.Error = fmt.Sprintf("hub answered %s", resp.Status)
+	}
+	return &Error{Status: resp.StatusCode, Message: e.Error}
 }
 
 // CreateToken creates a join token.

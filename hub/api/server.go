@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/roles"
@@ -50,6 +51,13 @@ type Deps struct {
 	// OperatorsChanged is called after an operator is added or removed so
 	// the hub can push new authorized keys to the nodes.
 	OperatorsChanged func()
+	// Jobs and Blobs serve the job endpoints; nil disables them.
+	Jobs  *jobs.Engine
+	Blobs *jobs.Blobs
+	// ProvisionLogin is the login the hub's jobs use on a node.
+	ProvisionLogin func(store.Node) string
+	// Cluster serves the cluster endpoints; nil disables them.
+	Cluster Cluster
 }
 
 type handler struct{ Deps }
@@ -142,6 +150,20 @@ func NewHandler(d Deps) http.Handler {
 		func(r *http.Request, name string) store.AuditEvent {
 			return store.AuditEvent{Kind: "operator_remove", Operator: name, Remote: r.RemoteAddr, Result: "ok"}
 		})))
+	mux.HandleFunc("POST /v1/apitokens", h.admin(h.createAPIToken))
+	mux.HandleFunc("GET /v1/apitokens", h.admin(list(d.Store.ListAPITokens)))
+	mux.HandleFunc("DELETE /v1/apitokens/{id}", h.admin(h.deleteBy("id", "API token with id", d.Store.DeleteAPIToken, nil)))
+	mux.HandleFunc("POST /v1/blobs", h.automation(h.putBlob))
+	mux.HandleFunc("POST /v1/jobs", h.automation(h.createJob))
+	mux.HandleFunc("GET /v1/jobs", h.automation(h.listJobs))
+	mux.HandleFunc("GET /v1/jobs/{id}", h.automation(h.getJob))
+	mux.HandleFunc("GET /v1/jobs/{id}/events", h.automation(h.jobEvents))
+	mux.HandleFunc("GET /v1/jobs/{id}/nodes/{node}/log", h.automation(h.nodeLog))
+	mux.HandleFunc("POST /v1/jobs/{id}/cancel", h.automation(h.cancelJob))
+	mux.HandleFunc("POST /v1/jobs/{id}/rerun", h.automation(h.rerunJob))
+	mux.HandleFunc("GET /v1/cluster", h.admin(list(d.Store.ListClusterMembers)))
+	mux.HandleFunc("PUT /v1/cluster/{node}", h.admin(h.clusterRegister))
+	mux.HandleFunc("DELETE /v1/cluster/{node}", h.admin(h.clusterDeregister))
 	if d.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
 	}
@@ -292,10 +314,22 @@ func (h *handler) listNodes(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
+	members, err := h.Store.ListClusterMembers(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	cluster := make(map[string]store.ClusterMember, len(members))
+	for _, m := range members {
+		cluster[m.Node] = m
+	}
 	for i := range nodes {
 		// The registry is the truth about liveness; the store may lag.
 		c, ok := h.Registry.Get(nodes[i].Name)
 		nodes[i].Online = ok && c.NodeID == nodes[i].ID
+		if m, ok := cluster[nodes[i].Name]; ok {
+			nodes[i].ClusterEngine, nodes[i].ClusterState = m.Engine, m.State
+		}
 	}
 	writeJSON(w, http.StatusOK, nodes)
 }

@@ -18,6 +18,14 @@ type Metrics struct {
 	JumpAttempts      *prometheus.CounterVec // result
 	HandshakeDuration *prometheus.HistogramVec
 	Joins             *prometheus.CounterVec // result
+
+	JobsFinished      *prometheus.CounterVec   // kind, state
+	JobsRunning       prometheus.Gauge         //
+	NodeRuns          *prometheus.CounterVec   // result: the per-node final state
+	NodeRunDuration   *prometheus.HistogramVec // result
+	SSHDialDuration   *prometheus.HistogramVec // result: ok|error
+	ClusterMembers    *prometheus.GaugeVec     // state
+	ClusterTransition *prometheus.CounterVec   // from, to
 }
 
 // New creates and registers the metrics.
@@ -47,7 +55,33 @@ func New() *Metrics {
 		Joins: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_joins_total", Help: "Join requests, by result.",
 		}, []string{"result"}),
+		JobsFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_jobs_finished_total", Help: "Jobs that reached a final state, by kind and state.",
+		}, []string{"kind", "state"}),
+		JobsRunning: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tether_jobs_running", Help: "Jobs currently running.",
+		}),
+		NodeRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_job_node_runs_total", Help: "Per-node runs of jobs that finished, by result (ok, failed, skipped, cancelled).",
+		}, []string{"result"}),
+		NodeRunDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tether_job_node_run_duration_seconds",
+			Help:    "Wall time of a per-node run (connect, uploads, command), by result.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 18),
+		}, []string{"result"}),
+		SSHDialDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tether_provision_ssh_dial_duration_seconds",
+			Help:    "Time for the hub's provisioning SSH client to reach a node: stream open plus SSH handshake, by result.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"result"}),
+		ClusterMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tether_cluster_members", Help: "Cluster members by state of the seed-001 state machine.",
+		}, []string{"state"}),
+		ClusterTransition: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_cluster_transitions_total", Help: "Cluster state machine transitions, by from and to state.",
+		}, []string{"from", "to"}),
 	}
+	m.Registry.MustRegister(m.JobsFinished, m.JobsRunning, m.NodeRuns, m.NodeRunDuration, m.SSHDialDuration, m.ClusterMembers, m.ClusterTransition)
 	m.Registry.MustRegister(m.NodesConnected, m.StreamsOpened, m.StreamsActive, m.RelayedBytes, m.JumpAttempts,
 		m.HandshakeDuration, m.Joins, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, t := range []string{"quic", "tcp"} {

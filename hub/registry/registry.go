@@ -28,6 +28,8 @@ type Conn struct {
 	// HostKey is the node SSH server's host key as the agent reported it
 	// (authorized_keys format), for re-issuing its certificate.
 	HostKey string
+	// StateDir is the agent's state directory as it reported it ("" if not).
+	StateDir string
 	// PushMu serializes building and sending key and trust updates, so
 	// they reach the node in the order of the changes.
 	PushMu sync.Mutex

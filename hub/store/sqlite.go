@@ -23,7 +23,7 @@ type SQLite struct {
 
 var _ Store = (*SQLite)(nil)
 
-const schemaVersion = 3
+const schemaVersion = 4
 
 var migrations = []string{
 	// v1
@@ -90,6 +90,8 @@ var migrations = []string{
 		public_key TEXT NOT NULL,
 		revoked_at INTEGER NOT NULL
 	);`,
+	// v4: jobs and per-node results, cluster memberships, API tokens.
+	migrationV4,
 }
 
 // OpenSQLite opens (creating if needed) the database at path and migrates it.
@@ -102,7 +104,10 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	// SQLite decodes %XX in URI file names; escape what a path may hold
+	// that a URI would read as syntax.
+	uriPath := strings.NewReplacer("%", "%25", "#", "%23", "?", "%3f").Replace(path)
+	db, err := sql.Open("sqlite", "file:"+uriPath+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}

@@ -37,6 +37,9 @@ type Node struct {
 	CertSerial   string            `json:"cert_serial"`
 	CertExpires  time.Time         `json:"cert_expires"`
 	RevokedAt    time.Time         `json:"revoked_at,omitzero"` // non-zero: refused for good
+	// Filled by the API from the cluster members (not stored with the node).
+	ClusterEngine string `json:"cluster_engine,omitempty"`
+	ClusterState  string `json:"cluster_state,omitempty"`
 }
 
 // Token is a join token record; the secret itself is never stored.
@@ -135,6 +138,10 @@ type Store interface {
 	RemoveOperator(ctx context.Context, name string) error
 	// ListRevokedKeys returns revoked operator keys (authorized_keys format).
 	ListRevokedKeys(ctx context.Context) ([]string, error)
+
+	JobStore
+	ClusterStore
+	APITokenStore
 
 	Close() error
 }

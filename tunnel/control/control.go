@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -63,6 +65,9 @@ type Hello struct {
 	// HostKey is the node SSH server's public host key (authorized_keys
 	// format), which the hub certifies with its host CA; empty if unknown.
 	HostKey string `json:"host_key,omitempty"`
+	// StateDir is the agent's state directory (absolute), where the hub
+	// caches files such as a cluster engine's uninstall script.
+	StateDir string `json:"state_dir,omitempty"`
 }
 
 // SSHTrust tells the node's SSH server what to present and whom to trust.
@@ -147,6 +152,12 @@ func (m *Message) Validate() error {
 		}
 		if err := checkString("host_key", h.HostKey, maxKeyLen); err != nil {
 			return err
+		}
+		if err := checkString("state_dir", h.StateDir, maxShort); err != nil {
+			return err
+		}
+		if h.StateDir != "" && (!strings.HasPrefix(h.StateDir, "/") || path.Clean(h.StateDir) != h.StateDir) {
+			return fmt.Errorf("%w: state_dir %q is not a clean absolute path", ErrBadMessage, h.StateDir)
 		}
 	case TypeSSHTrust:
 		t := m.SSHTrust

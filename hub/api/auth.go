@@ -1,0 +1,159 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tether-dev/tether/hub/roles"
+	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/pki"
+)
+
+// APITokenPrefix starts every API token, so leaked tokens are easy to spot
+// (and to grep for in logs).
+const APITokenPrefix = "tapi_"
+
+// caller is who made an automation request: the admin (mTLS) or an API
+// token bound to one role.
+type caller struct {
+	admin bool
+	role  roles.Role // for API tokens
+	name  string     // for the audit log: "admin" or "apitoken:ID"
+}
+
+// may reports whether the caller may run jobs on a node with these labels
+// as login (the node's provisioning login). Admins may run anywhere; a
+// token's role must select the node and allow the login.
+func (c caller) may(n store.Node, login string) bool {
+	if c.admin {
+		return true
+	}
+	ok, logins := roles.Allowed([]roles.Role{c.role}, n.Labels)
+	return ok && (slices.Contains(logins, login) || slices.Contains(logins, roles.AnyLogin))
+}
+
+// jobFilterRole is the role whose jobs the caller may see ("" for all).
+func (c caller) jobFilterRole() string {
+	if c.admin {
+		return ""
+	}
+	return c.role.Name
+}
+
+// automation wraps endpoints automation may use: with the admin client
+// certificate, or with `Authorization: Bearer tapi_...` from
+// `tether apitoken create`.
+func (h *handler) automation(next func(http.ResponseWriter, *http.Request, caller)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if auth := r.Header.Get("Authorization"); auth != "" {
+			c, err := h.tokenCaller(r.Context(), auth)
+			if err != nil {
+				h.audit(store.AuditEvent{Kind: "api_auth", Remote: r.RemoteAddr, Result: "refused", Detail: r.Method + " " + r.URL.Path + ": " + err.Error()})
+				writeError(w, http.StatusUnauthorized, err.Error())
+				return
+			}
+			next(w, r, c)
+			return
+		}
+		h.admin(func(w http.ResponseWriter, r *http.Request) { next(w, r, caller{admin: true, name: "admin"}) })(w, r)
+	}
+}
+
+var errBadAPIToken = errors.New("API token refused: unknown, expired or malformed (create one with `tether apitoken create --role ROLE`)")
+
+func (h *handler) tokenCaller(ctx context.Context, auth string) (caller, error) {
+	tok, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok {
+		return caller{}, errors.New("Authorization header: want `Bearer tapi_...`")
+	}
+	tok, ok = strings.CutPrefix(strings.TrimSpace(tok), APITokenPrefix)
+	if !ok {
+		return caller{}, errBadAPIToken
+	}
+	id, secret, err := pki.SplitToken(tok)
+	if err != nil {
+		return caller{}, errBadAPIToken
+	}
+	t, err := h.Store.GetAPIToken(ctx, id)
+	if err != nil {
+		// Hash anyway so an unknown id costs the same as a wrong secret.
+		_ = pki.SecretMatches(make([]byte, 32), secret)
+		return caller{}, errBadAPIToken
+	}
+	if !pki.SecretMatches(t.SecretHash, secret) || (!t.ExpiresAt.IsZero() && time.Now().After(t.ExpiresAt)) {
+		return caller{}, errBadAPIToken
+	}
+	all, err := h.Store.ListRoles(ctx)
+	if err != nil {
+		return caller{}, fmt.Errorf("read roles: %w", err)
+	}
+	i := slices.IndexFunc(all, func(r store.Role) bool { return r.Name == t.Role })
+	if i < 0 {
+		return caller{}, fmt.Errorf("API token %s: its role %q no longer exists", id, t.Role)
+	}
+	return caller{role: roles.Role(all[i]), name: "apitoken:" + id}, nil
+}
+
+// APITokenCreateRequest is the body of POST /v1/apitokens.
+type APITokenCreateRequest struct {
+	Role        string `json:"role"`
+	Description string `json:"description,omitempty"`
+	TTLSeconds  int64  `json:"ttl_seconds,omitempty"` // 0: no expiry
+}
+
+// APITokenCreateResponse answers POST /v1/apitokens; Token is shown once.
+type APITokenCreateResponse struct {
+	store.APIToken
+	Token string `json:"token"`
+}
+
+// APIToken is an API token as listings show it (no secret).
+type APIToken = store.APIToken
+
+// MaxAPITokenTTL bounds API token lifetimes.
+const MaxAPITokenTTL = 366 * 24 * time.Hour
+
+func (h *handler) createAPIToken(w http.ResponseWriter, r *http.Request) {
+	var req APITokenCreateRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	all, err := h.Store.ListRoles(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	if !slices.ContainsFunc(all, func(x store.Role) bool { return x.Name == req.Role }) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("no role named %q; create it first with `tether role create %s --nodes SELECTOR --logins LOGINS`", req.Role, req.Role))
+		return
+	}
+	ttl := time.Duration(req.TTLSeconds) * time.Second
+	if ttl < 0 || ttl > MaxAPITokenTTL {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("ttl must be between 0 (no expiry) and %s", MaxAPITokenTTL))
+		return
+	}
+	if len(req.Description) > 200 {
+		writeError(w, http.StatusBadRequest, "description is longer than 200 characters")
+		return
+	}
+	id, secret, err := pki.NewToken()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	t := store.APIToken{ID: id, SecretHash: pki.HashSecret(secret), Role: req.Role, Description: req.Description, CreatedAt: time.Now().UTC()}
+	if ttl > 0 {
+		t.ExpiresAt = t.CreatedAt.Add(ttl)
+	}
+	if err := h.Store.CreateAPIToken(r.Context(), t); err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	h.audit(store.AuditEvent{Kind: "apitoken_create", Remote: r.RemoteAddr, Result: "ok", Detail: "token " + id + " role " + req.Role})
+	writeJSON(w, http.StatusCreated, APITokenCreateResponse{APIToken: t, Token: APITokenPrefix + id + "." + secret})
+}

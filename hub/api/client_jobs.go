@@ -1,0 +1,171 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// PutBlob uploads size bytes from r to the hub's blob store; sha256 (hex,
+// may be empty) is checked by the hub.
+func (c *Client) PutBlob(ctx context.Context, r io.Reader, size int64, sha256 string) (BlobResponse, error) {
+	var out BlobResponse
+	path := "/v1/blobs"
+	if sha256 != "" {
+		path += "?sha256=" + url.QueryEscape(sha256)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, r)
+	if err != nil {
+		return out, err
+	}
+	req.ContentLength = size
+	req.Header.Set("Content-Type", "application/octet-stream")
+	c.authorize(req)
+	resp, err := c.stream.Do(req)
+	if err != nil {
+		return out, fmt.Errorf("hub API %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return out, err
+	}
+	if resp.StatusCode >= 300 {
+		return out, apiError(resp, b)
+	}
+	return out, json.Unmarshal(b, &out)
+}
+
+// CreateJob starts a job.
+func (c *Client) CreateJob(ctx context.Context, req JobCreateRequest) (Job, error) {
+	var out Job
+	return out, c.do(ctx, http.MethodPost, "/v1/jobs", req, &out)
+}
+
+// ListJobs lists jobs, newest first.
+func (c *Client) ListJobs(ctx context.Context, limit int) ([]Job, error) {
+	var out []Job
+	path := "/v1/jobs"
+	if limit > 0 {
+		path += "?limit=" + strconv.Itoa(limit)
+	}
+	return out, c.do(ctx, http.MethodGet, path, nil, &out)
+}
+
+// GetJob returns a job and its per-node results.
+func (c *Client) GetJob(ctx context.Context, id string) (JobDetail, error) {
+	var out JobDetail
+	return out, c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), nil, &out)
+}
+
+// CancelJob cancels a running job and returns its final record.
+func (c *Client) CancelJob(ctx context.Context, id string) (Job, error) {
+	var out Job
+	return out, c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", nil, &out)
+}
+
+// RerunJob starts a new job with the same spec on all or the failed nodes.
+func (c *Client) RerunJob(ctx context.Context, id string, failed bool) (Job, error) {
+	var out Job
+	return out, c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/rerun", JobRerunRequest{Failed: failed}, &out)
+}
+
+// NodeLog returns a node's stored log of a job.
+func (c *Client) NodeLog(ctx context.Context, id, node string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/jobs/"+url.PathEscape(id)+"/nodes/"+url.PathEscape(node)+"/log", nil)
+	if err != nil {
+		return nil, err
+	}
+	c.authorize(req)
+	resp, err := c.stream.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("hub API %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		return nil, apiError(resp, b)
+	}
+	return b, nil
+}
+
+// JobEvents follows a job (one node's events if node is not ""), calling
+// fn for each event until the job ends, fn returns an error, or ctx ends.
+func (c *Client) JobEvents(ctx context.Context, id, node string, fn func(JobEvent) error) error {
+	path := "/v1/jobs/" + url.PathEscape(id) + "/events"
+	if node != "" {
+		path += "?node=" + url.QueryEscape(node)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return err
+	}
+	c.authorize(req)
+	resp, err := c.stream.Do(req)
+	if err != nil {
+		return fmt.Errorf("hub API %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return apiError(resp, b)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 8<<20)
+	for sc.Scan() {
+		var ev JobEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return fmt.Errorf("job %s events: %w", id, err)
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("job %s events: %w", id, err)
+	}
+	return ctx.Err()
+}
+
+// CreateAPIToken creates an API token for a role.
+func (c *Client) CreateAPIToken(ctx context.Context, req APITokenCreateRequest) (APITokenCreateResponse, error) {
+	var out APITokenCreateResponse
+	return out, c.do(ctx, http.MethodPost, "/v1/apitokens", req, &out)
+}
+
+// ListAPITokens lists API tokens (without secrets).
+func (c *Client) ListAPITokens(ctx context.Context) ([]APIToken, error) {
+	var out []APIToken
+	return out, c.do(ctx, http.MethodGet, "/v1/apitokens", nil, &out)
+}
+
+// DeleteAPIToken revokes an API token.
+func (c *Client) DeleteAPIToken(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/apitokens/"+url.PathEscape(id), nil, nil)
+}
+
+// ClusterRegister sets a node's desired cluster state to active.
+func (c *Client) ClusterRegister(ctx context.Context, node, engine string) (ClusterMember, error) {
+	var out ClusterMember
+	return out, c.do(ctx, http.MethodPut, "/v1/cluster/"+url.PathEscape(node), ClusterRegisterRequest{Engine: engine}, &out)
+}
+
+// ClusterDeregister sets a node's desired cluster state to inactive.
+func (c *Client) ClusterDeregister(ctx context.Context, node string) (ClusterMember, error) {
+	var out ClusterMember
+	return out, c.do(ctx, http.MethodDelete, "/v1/cluster/"+url.PathEscape(node), nil, &out)
+}
+
+// ClusterStatus lists cluster members.
+func (c *Client) ClusterStatus(ctx context.Context) ([]ClusterMember, error) {
+	var out []ClusterMember
+	return out, c.do(ctx, http.MethodGet, "/v1/cluster", nil, &out)
+}

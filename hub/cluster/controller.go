@@ -1,0 +1,485 @@
+// Package cluster is the hub's cluster controller: it keeps each member
+// node's desired and current state (provisioners/cluster, the seed-001 state
+// machine) in the store and drives the node through it with jobs — install
+// and uninstall scripts run over SSH through the node's tunnel.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/jobs"
+	"github.com/tether-dev/tether/hub/metrics"
+	"github.com/tether-dev/tether/hub/store"
+	machine "github.com/tether-dev/tether/provisioners/cluster"
+)
+
+// DefaultStateDir is where an agent keeps its state when it did not say.
+const DefaultStateDir = "/var/lib/tether-edge"
+
+// Config is what the controller works with.
+type Config struct {
+	Store store.Store
+	Jobs  *jobs.Engine
+	Blobs *jobs.Blobs
+	// EnginesDir is re-read at every install, so edits are picked up.
+	EnginesDir string
+	// Online reports "" when the node has a live tunnel, else why not.
+	Online func(node string) string
+	// StateDir is the agent's state directory of an online node ("" if
+	// unknown).
+	StateDir func(node string) string
+	Metrics  *metrics.Metrics // may be nil
+	Logger   *slog.Logger
+	Audit    func(store.AuditEvent)
+	// RetryAfter is how long a node whose install failed waits before the
+	// controller tries again (a new `tether cluster register` retries at
+	// once). Default 5 minutes.
+	RetryAfter time.Duration
+	// Recheck is how often an idle worker re-reads its member anyway (a
+	// safety net for missed wake-ups). Default 30 s.
+	Recheck time.Duration
+}
+
+// Controller drives cluster members. Run owns its workers.
+type Controller struct {
+	cfg     Config
+	mu      sync.Mutex
+	workers map[string]*worker
+	ctx     context.Context
+	wg      sync.WaitGroup
+	started chan struct{}
+}
+
+type worker struct {
+	wake    chan struct{}
+	retryAt time.Time // guarded by Controller.mu
+}
+
+// New returns a controller; call Run to start it.
+func New(cfg Config) *Controller {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = 5 * time.Minute
+	}
+	if cfg.Recheck <= 0 {
+		cfg.Recheck = 30 * time.Second
+	}
+	if cfg.Online == nil {
+		cfg.Online = func(string) string { return "" }
+	}
+	if cfg.StateDir == nil {
+		cfg.StateDir = func(string) string { return "" }
+	}
+	return &Controller{cfg: cfg, workers: map[string]*worker{}, started: make(chan struct{})}
+}
+
+// Run resumes every stored member (a node left mid-install by a hub crash
+// finishes its install) and serves until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	members, err := c.cfg.Store.ListClusterMembers(ctx)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	c.mu.Lock()
+	c.ctx = ctx
+	for _, m := range members {
+		c.startLocked(m.Node)
+	}
+	c.mu.Unlock()
+	close(c.started)
+	c.refreshGauge(ctx)
+	<-ctx.Done()
+	c.wg.Wait()
+	return nil
+}
+
+// startLocked starts node's worker if it has none; c.mu is held.
+func (c *Controller) startLocked(node string) *worker {
+	if w := c.workers[node]; w != nil {
+		return w
+	}
+	w := &worker{wake: make(chan struct{}, 1)}
+	c.workers[node] = w
+	if c.ctx != nil && c.ctx.Err() == nil {
+		c.wg.Add(1)
+		go c.work(c.ctx, node, w)
+	}
+	return w
+}
+
+// Wake makes node's worker look at it now (the hub calls this when a node
+// connects).
+func (c *Controller) Wake(node string) {
+	c.mu.Lock()
+	w := c.workers[node]
+	c.mu.Unlock()
+	if w != nil {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Engines implements api.Cluster.
+func (c *Controller) Engines() ([]string, error) {
+	cat, err := machine.LoadEngines(c.cfg.EnginesDir)
+	if err != nil {
+		return nil, err
+	}
+	return cat.Names(), nil
+}
+
+// Register implements api.Cluster: desired active with engine.
+func (c *Controller) Register(ctx context.Context, node, engine, by string) (store.ClusterMember, error) {
+	cat, err := machine.LoadEngines(c.cfg.EnginesDir)
+	if err != nil {
+		return store.ClusterMember{}, fmt.Errorf("%w: engines: %w", api.ErrInvalid, err)
+	}
+	if _, err := cat.Get(engine); err != nil {
+		return store.ClusterMember{}, fmt.Errorf("%w: %w", api.ErrInvalid, err)
+	}
+	return c.request(ctx, node, machine.DesiredActive, engine, by)
+}
+
+// Deregister implements api.Cluster: desired inactive.
+func (c *Controller) Deregister(ctx context.Context, node, by string) (store.ClusterMember, error) {
+	return c.request(ctx, node, machine.DesiredInactive, "", by)
+}
+
+func (c *Controller) request(ctx context.Context, node string, desired machine.Desired, engine, by string) (store.ClusterMember, error) {
+	n, err := c.cfg.Store.GetNodeByName(ctx, node)
+	if err != nil {
+		return store.ClusterMember{}, fmt.Errorf("node %q: %w", node, err)
+	}
+	if !n.RevokedAt.IsZero() {
+		return store.ClusterMember{}, fmt.Errorf("%w: node %q is revoked", api.ErrInvalid, node)
+	}
+	// One request at a time, so two registers cannot both create a member.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, err := c.cfg.Store.GetClusterMember(ctx, node)
+	switch {
+	case errors.Is(err, store.ErrNotFound) && desired == machine.DesiredInactive:
+		return store.ClusterMember{}, fmt.Errorf("node %q is not a cluster member: %w", node, store.ErrNotFound)
+	case errors.Is(err, store.ErrNotFound):
+		m = store.ClusterMember{Node: node, Engine: engine, State: string(machine.StateInactive)}
+	case err != nil:
+		return store.ClusterMember{}, err
+	}
+	cur, err := machine.ParseState(m.State)
+	if err != nil {
+		return store.ClusterMember{}, err
+	}
+	if engine != "" && engine != m.Engine {
+		if cur != machine.StateInactive {
+			return store.ClusterMember{}, fmt.Errorf("%w: node %q runs engine %s (state %s); deregister it before switching to %s", api.ErrConflict, node, m.Engine, m.State, engine)
+		}
+		m.Engine = engine
+	}
+	next, err := machine.Request(cur, desired)
+	if err != nil {
+		return store.ClusterMember{}, err
+	}
+	now := time.Now().UTC()
+	if next != cur {
+		if err := machine.Transition(cur, next); err != nil {
+			return store.ClusterMember{}, err
+		}
+		m.LastTransition = now
+		c.transitionMetrics(cur, next)
+	}
+	m.Desired, m.State, m.UpdatedAt = string(desired), string(next), now
+	if err := c.cfg.Store.PutClusterMember(ctx, m); err != nil {
+		return store.ClusterMember{}, err
+	}
+	kind := "cluster_register"
+	if desired == machine.DesiredInactive {
+		kind = "cluster_deregister"
+	}
+	c.audit(store.AuditEvent{Kind: kind, Operator: by, Node: node, Result: "ok", Detail: fmt.Sprintf("engine %s, state %s", m.Engine, m.State)})
+	w := c.startLocked(node)
+	w.retryAt = time.Time{} // an explicit request retries at once
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	c.refreshGaugeLocked(ctx)
+	return m, nil
+}
+
+func (c *Controller) audit(e store.AuditEvent) {
+	if c.cfg.Audit != nil {
+		e.At = time.Now()
+		c.cfg.Audit(e)
+	}
+}
+
+func (c *Controller) transitionMetrics(from, to machine.State) {
+	if c.cfg.Metrics != nil {
+		c.cfg.Metrics.ClusterTransition.WithLabelValues(string(from), string(to)).Inc()
+	}
+}
+
+func (c *Controller) refreshGauge(ctx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refreshGaugeLocked(ctx)
+}
+
+func (c *Controller) refreshGaugeLocked(ctx context.Context) {
+	if c.cfg.Metrics == nil {
+		return
+	}
+	members, err := c.cfg.Store.ListClusterMembers(ctx)
+	if err != nil {
+		return
+	}
+	counts := map[string]float64{}
+	for _, s := range machine.States() {
+		counts[string(s)] = 0
+	}
+	for _, m := range members {
+		counts[m.State]++
+	}
+	for s, n := range counts {
+		c.cfg.Metrics.ClusterMembers.WithLabelValues(s).Set(n)
+	}
+}
+
+// work is one member's reconcile loop.
+func (c *Controller) work(ctx context.Context, node string, w *worker) {
+	defer c.wg.Done()
+	log := c.cfg.Logger.With("node", node)
+	for {
+		wait := c.reconcile(ctx, node, w, log)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-w.wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// reconcile runs steps until the member converges, must wait (offline
+// node, retry after a failed install) or fails; it returns how long to
+// sleep at most before looking again.
+func (c *Controller) reconcile(ctx context.Context, node string, w *worker, log *slog.Logger) time.Duration {
+	for range machine.MaxSteps + 1 {
+		if ctx.Err() != nil {
+			return 0
+		}
+		m, err := c.cfg.Store.GetClusterMember(ctx, node)
+		if err != nil {
+			if !errors.Is(err, store.ErrNotFound) {
+				log.Error("cluster: read member", "err", err)
+			}
+			return c.cfg.Recheck
+		}
+		cur, err1 := machine.ParseState(m.State)
+		desired, err2 := machine.ParseDesired(m.Desired)
+		if err := errors.Join(err1, err2); err != nil {
+			log.Error("cluster: stored member is invalid; fix or re-register it", "err", err)
+			return c.cfg.Recheck
+		}
+		step, err := machine.Decide(cur, desired)
+		if err != nil || step.Done() {
+			return c.cfg.Recheck
+		}
+		c.mu.Lock()
+		retryAt := w.retryAt
+		c.mu.Unlock()
+		if step.Action == machine.ActionRegister && time.Now().Before(retryAt) {
+			return time.Until(retryAt)
+		}
+		if step.Action == machine.ActionInstall || step.Action == machine.ActionUninstall {
+			if reason := c.cfg.Online(node); reason != "" {
+				log.Info("cluster: waiting for the node to come online", "state", cur, "reason", reason)
+				return c.cfg.Recheck
+			}
+		}
+		actErr := c.act(ctx, &m, step.Action, log)
+		if ctx.Err() != nil {
+			return 0 // hub stopping: the state stays, the step resumes at restart
+		}
+		next := step.Next(machine.OutcomeOf(actErr))
+		now := time.Now().UTC()
+		m.UpdatedAt = now
+		m.LastError = ""
+		if actErr != nil {
+			m.LastError = actErr.Error()
+		}
+		if next == cur {
+			if err := c.cfg.Store.PutClusterMember(ctx, m); err != nil {
+				log.Error("cluster: record error", "err", err)
+			}
+			c.mu.Lock()
+			w.retryAt = now.Add(c.cfg.RetryAfter)
+			c.mu.Unlock()
+			return c.cfg.RetryAfter
+		}
+		if err := machine.Transition(cur, next); err != nil {
+			log.Error("cluster: refused transition", "err", err)
+			return c.cfg.Recheck
+		}
+		m.State, m.LastTransition = string(next), now
+		if err := c.cfg.Store.PutClusterMember(ctx, m); err != nil {
+			log.Error("cluster: persist transition; will retry", "from", cur, "to", next, "err", err)
+			return c.cfg.Recheck
+		}
+		c.transitionMetrics(cur, next)
+		c.refreshGauge(ctx)
+		trigger := step.Trigger(machine.OutcomeOf(actErr))
+		result := "ok"
+		if actErr != nil {
+			result = "failed"
+		}
+		c.audit(store.AuditEvent{Kind: "cluster_transition", Node: node, Result: result,
+			Detail: strings.TrimSpace(fmt.Sprintf("%s -> %s (%s) %s", cur, next, trigger, m.LastError))})
+		log.Info("cluster transition", "from", cur, "to", next, "trigger", trigger, "err", actErr)
+		if actErr != nil && step.Action == machine.ActionInstall {
+			c.mu.Lock()
+			w.retryAt = now.Add(c.cfg.RetryAfter)
+			c.mu.Unlock()
+		}
+	}
+	return c.cfg.Recheck
+}
+
+// cachePath is where the node keeps the engine's uninstall script.
+func (c *Controller) cachePath(node, engine string) string {
+	dir := c.cfg.StateDir(node)
+	if dir == "" {
+		dir = DefaultStateDir
+	}
+	return path.Join(dir, "cluster", engine, "uninstall.sh")
+}
+
+// act runs a step's action; m's LastJob and EngineDigest are updated.
+func (c *Controller) act(ctx context.Context, m *store.ClusterMember, action machine.Action, log *slog.Logger) error {
+	switch action {
+	case machine.ActionNone:
+		return nil
+	case machine.ActionRegister:
+		cat, err := machine.LoadEngines(c.cfg.EnginesDir)
+		if err != nil {
+			return err
+		}
+		_, err = cat.Get(m.Engine)
+		return err
+	case machine.ActionInstall:
+		cat, err := machine.LoadEngines(c.cfg.EnginesDir)
+		if err != nil {
+			return err
+		}
+		e, err := cat.Get(m.Engine)
+		if err != nil {
+			return err
+		}
+		uninstall, err := c.cfg.Blobs.PutBytes(e.Uninstall)
+		if err != nil {
+			return err
+		}
+		// The engine's environment is cached beside the script, so the
+		// uninstall runs as installed even if engine.yaml changes later.
+		envFile, err := c.cfg.Blobs.PutBytes(envExports(e.Env))
+		if err != nil {
+			return err
+		}
+		cache := c.cachePath(m.Node, e.Name)
+		spec := store.JobSpec{
+			Script: string(e.Install), ScriptName: e.Name + "/install.sh", Env: e.Env,
+			Uploads: []store.Upload{
+				{Name: e.Name + "/uninstall.sh", SHA256: uninstall, Size: int64(len(e.Uninstall)), Dest: cache, Mode: 0o700, Mkdir: true},
+				{Name: e.Name + "/uninstall.env", SHA256: envFile, Size: int64(len(envExports(e.Env))), Dest: cache + ".env", Mode: 0o600, Mkdir: true},
+			},
+			TimeoutSeconds: int(e.Timeout / time.Second), Parallel: 1,
+			Cluster: &store.ClusterStep{Action: "install", Engine: e.Name, EngineDigest: e.Digest, CachePath: cache},
+		}
+		m.EngineDigest = e.Digest
+		return c.runJob(ctx, m, "cluster_install", spec)
+	case machine.ActionUninstall:
+		cache := c.cachePath(m.Node, m.Engine)
+		q, qe := shellQuote(cache), shellQuote(cache+".env")
+		spec := store.JobSpec{
+			// The cached script is the one installed with (run by its #!
+			// line, with the cached environment); the catalog's copy is only
+			// a fallback for nodes that never cached one. Success removes
+			// the cache; a failure keeps it for the next try.
+			Command: fmt.Sprintf("test -f %s || { echo 'no cached uninstall script at '%s >&2; exit 1; }; if [ -f %s ]; then . %s; fi; %s && rm -f %s %s",
+				q, q, qe, qe, q, q, qe),
+			TimeoutSeconds: int(30 * time.Minute / time.Second), Parallel: 1,
+			Cluster: &store.ClusterStep{Action: "uninstall", Engine: m.Engine, CachePath: cache},
+		}
+		if cat, err := machine.LoadEngines(c.cfg.EnginesDir); err == nil {
+			if e, err := cat.Get(m.Engine); err == nil {
+				d, err := c.cfg.Blobs.PutBytes(e.Uninstall)
+				if err != nil {
+					return err
+				}
+				spec.Uploads = []store.Upload{{Name: e.Name + "/uninstall.sh", SHA256: d, Size: int64(len(e.Uninstall)), Dest: cache, Mode: 0o700, Mkdir: true, IfMissing: true}}
+				spec.TimeoutSeconds = int(e.Timeout / time.Second)
+			} else {
+				log.Warn("cluster: engine unknown now; only a cached uninstall script can run", "engine", m.Engine)
+			}
+		}
+		return c.runJob(ctx, m, "cluster_uninstall", spec)
+	}
+	return fmt.Errorf("cluster: unknown action %q", action)
+}
+
+func (c *Controller) runJob(ctx context.Context, m *store.ClusterMember, kind string, spec store.JobSpec) error {
+	if err := jobs.Validate(&spec, c.cfg.Blobs); err != nil {
+		return err
+	}
+	j, err := c.cfg.Jobs.Start(ctx, store.Job{Kind: kind, Spec: spec, CreatedBy: "cluster"}, []string{m.Node})
+	if err != nil {
+		return err
+	}
+	m.LastJob = j.ID
+	// Record the job before waiting, so `tether cluster status` points at
+	// the running install.
+	if err := c.cfg.Store.PutClusterMember(ctx, *m); err != nil {
+		return err
+	}
+	done, err := c.cfg.Jobs.Wait(ctx, j.ID)
+	if err != nil {
+		return err
+	}
+	if done.State == store.JobSucceeded {
+		return nil
+	}
+	if n, err := c.cfg.Store.GetJobNode(ctx, j.ID, m.Node); err == nil && n.Error != "" {
+		return fmt.Errorf("%s job %s: %s (see `tether jobs logs %s`)", strings.TrimPrefix(kind, "cluster_"), j.ID, n.Error, j.ID)
+	}
+	return fmt.Errorf("%s job %s %s: %s", strings.TrimPrefix(kind, "cluster_"), j.ID, done.State, done.Error)
+}
+
+// envExports renders env as a sourceable shell file, sorted for a stable
+// digest.
+func envExports(env map[string]string) []byte {
+	var b strings.Builder
+	b.WriteString("# engine environment cached by tether at install\n")
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(env[k]))
+	}
+	return []byte(b.String())
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -1,0 +1,125 @@
+package jobs
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// ErrBlobNotFound is returned for a digest the hub does not hold.
+var ErrBlobNotFound = errors.New("blob not found")
+
+// ErrBlobTooLarge is returned when an upload exceeds the size limit.
+var ErrBlobTooLarge = errors.New("blob too large")
+
+// Blobs is a content-addressed file store for job uploads and engine
+// scripts: files are named by their SHA-256, so a job spec that names a
+// digest always gets the same bytes, including on a rerun.
+type Blobs struct {
+	dir     string
+	maxSize int64
+}
+
+// NewBlobs opens (creating) the blob directory.
+func NewBlobs(dir string, maxSize int64) (*Blobs, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("jobs: blob dir: %w", err)
+	}
+	return &Blobs{dir: dir, maxSize: maxSize}, nil
+}
+
+// ValidDigest reports whether d is a lowercase hex SHA-256 (which also makes
+// it safe as a file name).
+func ValidDigest(d string) bool {
+	if len(d) != 64 {
+		return false
+	}
+	for _, c := range d {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Put stores what r yields (at most the size limit) and returns its digest
+// and size. If want is not empty the content must hash to it.
+func (b *Blobs) Put(r io.Reader, want string) (digest string, size int64, err error) {
+	if want != "" && !ValidDigest(want) {
+		return "", 0, fmt.Errorf("jobs: digest %q is not a hex SHA-256", want)
+	}
+	tmp, err := os.CreateTemp(b.dir, ".upload-*")
+	if err != nil {
+		return "", 0, fmt.Errorf("jobs: store blob: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(r, b.maxSize+1))
+	if err != nil {
+		return "", 0, fmt.Errorf("jobs: store blob: %w", err)
+	}
+	if n > b.maxSize {
+		return "", 0, fmt.Errorf("jobs: %w: more than %d bytes", ErrBlobTooLarge, b.maxSize)
+	}
+	digest = hex.EncodeToString(h.Sum(nil))
+	if want != "" && want != digest {
+		return "", 0, fmt.Errorf("jobs: upload hashes to sha256:%s, not the announced sha256:%s (corrupted in transit?)", digest, want)
+	}
+	if err := tmp.Sync(); err != nil {
+		return "", 0, fmt.Errorf("jobs: store blob: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", 0, fmt.Errorf("jobs: store blob: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(b.dir, digest)); err != nil {
+		return "", 0, fmt.Errorf("jobs: store blob: %w", err)
+	}
+	return digest, n, nil
+}
+
+// hash returns the digest of p.
+func (*Blobs) hash(p []byte) (string, int64, error) {
+	h := sha256.Sum256(p)
+	return hex.EncodeToString(h[:]), int64(len(p)), nil
+}
+
+// PutBytes stores p.
+func (b *Blobs) PutBytes(p []byte) (string, error) {
+	d, _, err := b.Put(bytes.NewReader(p), "")
+	return d, err
+}
+
+// Open returns the blob with the digest and its size.
+func (b *Blobs) Open(digest string) (*os.File, int64, error) {
+	if !ValidDigest(digest) {
+		return nil, 0, fmt.Errorf("jobs: digest %q is not a hex SHA-256", digest)
+	}
+	f, err := os.Open(filepath.Join(b.dir, digest))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, fmt.Errorf("jobs: sha256:%s: %w (upload it again)", digest, ErrBlobNotFound)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("jobs: open blob: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("jobs: open blob: %w", err)
+	}
+	return f, st.Size(), nil
+}
+
+// Has reports whether the blob is stored.
+func (b *Blobs) Has(digest string) bool {
+	if !ValidDigest(digest) {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(b.dir, digest))
+	return err == nil
+}

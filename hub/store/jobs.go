@@ -1,0 +1,436 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Job states. A job is running until every target node reached a final
+// state; a hub restart turns a running job into interrupted.
+const (
+	JobRunning     = "running"
+	JobSucceeded   = "succeeded"
+	JobFailed      = "failed"
+	JobCancelled   = "cancelled"
+	JobInterrupted = "interrupted"
+)
+
+// Per-node run states. pending, waiting and running are live; the others
+// are final.
+const (
+	RunPending     = "pending"
+	RunWaiting     = "waiting" // offline, waiting for the node (--wait-online)
+	RunRunning     = "running"
+	RunOK          = "ok"
+	RunFailed      = "failed"
+	RunSkipped     = "skipped"
+	RunCancelled   = "cancelled"
+	RunInterrupted = "interrupted" // the hub stopped while this run was live
+)
+
+// RunFinal reports whether a per-node state is final.
+func RunFinal(state string) bool {
+	switch state {
+	case RunOK, RunFailed, RunSkipped, RunCancelled, RunInterrupted:
+		return true
+	}
+	return false
+}
+
+// JobSpec is what a job does on each node. It is stored as given so a
+// rerun does exactly the same.
+type JobSpec struct {
+	Command        string            `json:"command,omitempty"`     // shell command line (sh -c)
+	Script         string            `json:"script,omitempty"`      // or: script content, uploaded and run
+	ScriptName     string            `json:"script_name,omitempty"` // for display
+	Uploads        []Upload          `json:"uploads,omitempty"`     // files copied before the command runs
+	Env            map[string]string `json:"env,omitempty"`
+	Parallel       int               `json:"parallel"`
+	TimeoutSeconds int               `json:"timeout_seconds"`        // per node
+	MaxFailures    string            `json:"max_failures,omitempty"` // "N" or "P%"; empty: no limit
+	WaitOnlineSecs int               `json:"wait_online_seconds"`    // 0: offline nodes are skipped
+	Selector       string            `json:"selector,omitempty"`     // as given, for display
+	Role           string            `json:"role,omitempty"`         // role of an API-token creator (jobs it may see)
+	RerunOf        string            `json:"rerun_of,omitempty"`     // job id this one re-runs
+	Cluster        *ClusterStep      `json:"cluster,omitempty"`      // set for cluster install/uninstall jobs
+}
+
+// ClusterStep is the cluster work of a cluster job (see provisioners/cluster).
+type ClusterStep struct {
+	Action       string `json:"action"` // install | uninstall
+	Engine       string `json:"engine"`
+	EngineDigest string `json:"engine_digest,omitempty"`
+	CachePath    string `json:"cache_path"` // where the node caches the engine's uninstall script
+}
+
+// Upload is one file a job copies to each node.
+type Upload struct {
+	Name   string `json:"name"`   // local name, for display
+	SHA256 string `json:"sha256"` // blob in the hub's blob store
+	Size   int64  `json:"size"`
+	Dest   string `json:"dest"` // absolute path on the node
+	Mode   uint32 `json:"mode"`
+	// Mkdir creates missing parent directories.
+	Mkdir bool `json:"mkdir,omitempty"`
+	// IfMissing keeps a file already at Dest (the cluster uninstall cache).
+	IfMissing bool `json:"if_missing,omitempty"`
+}
+
+// Job is one fan-out of a JobSpec to a set of nodes.
+type Job struct {
+	ID         string    `json:"id"`
+	Kind       string    `json:"kind"` // run, cluster_install, cluster_uninstall
+	Spec       JobSpec   `json:"spec"`
+	CreatedBy  string    `json:"created_by"`
+	State      string    `json:"state"`
+	Error      string    `json:"error,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// Counts by per-node state (filled by GetJob and ListJobs).
+	Counts map[string]int `json:"counts"`
+	Total  int            `json:"total"`
+}
+
+// JobNode is one node's run within a job. Log holds the head and the tail
+// of the combined output; LogDropped counts the bytes left out between.
+type JobNode struct {
+	JobID      string    `json:"job_id"`
+	Node       string    `json:"node"`
+	State      string    `json:"state"`
+	ExitCode   *int      `json:"exit_code,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	LogHead    []byte    `json:"-"`
+	LogTail    []byte    `json:"-"`
+	LogDropped int64     `json:"log_dropped,omitempty"`
+	LogBytes   int64     `json:"log_bytes"` // total output bytes seen
+}
+
+// Duration is how long the run took (so far, if it is still running).
+func (n JobNode) Duration(now time.Time) time.Duration {
+	switch {
+	case n.StartedAt.IsZero():
+		return 0
+	case n.FinishedAt.IsZero():
+		return now.Sub(n.StartedAt)
+	}
+	return n.FinishedAt.Sub(n.StartedAt)
+}
+
+// JobFilter selects jobs; zero fields do not filter.
+type JobFilter struct {
+	Role  string // only jobs created under this API-token role
+	Limit int    // newest N, default 100
+}
+
+// JobStore persists jobs and per-node results.
+type JobStore interface {
+	// CreateJob stores a job and its nodes (all pending) in one transaction.
+	CreateJob(ctx context.Context, j Job, nodes []string) error
+	// FinishJob records a job's final state.
+	FinishJob(ctx context.Context, id, state, errMsg string, at time.Time) error
+	// UpdateJobNodes writes per-node results in one transaction.
+	UpdateJobNodes(ctx context.Context, nodes []JobNode) error
+	GetJob(ctx context.Context, id string) (Job, error)
+	ListJobs(ctx context.Context, f JobFilter) ([]Job, error)
+	// ListJobNodes returns a job's per-node results without their logs.
+	ListJobNodes(ctx context.Context, jobID string) ([]JobNode, error)
+	// GetJobNode returns one node's result with its log.
+	GetJobNode(ctx context.Context, jobID, node string) (JobNode, error)
+	// InterruptJobs marks every running job, and its live per-node runs,
+	// interrupted (called at hub start: no job survives a restart).
+	InterruptJobs(ctx context.Context, at time.Time) (jobs int, err error)
+}
+
+const migrationV4 = `CREATE TABLE jobs (
+		id TEXT PRIMARY KEY,
+		kind TEXT NOT NULL,
+		spec TEXT NOT NULL,
+		created_by TEXT NOT NULL DEFAULT '',
+		role TEXT NOT NULL DEFAULT '',
+		state TEXT NOT NULL,
+		error TEXT NOT NULL DEFAULT '',
+		created_at INTEGER NOT NULL,
+		finished_at INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX jobs_created ON jobs (created_at);
+	CREATE TABLE job_nodes (
+		job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+		node TEXT NOT NULL,
+		state TEXT NOT NULL,
+		exit_code INTEGER,
+		error TEXT NOT NULL DEFAULT '',
+		started_at INTEGER NOT NULL DEFAULT 0,
+		finished_at INTEGER NOT NULL DEFAULT 0,
+		log_head BLOB NOT NULL DEFAULT x'',
+		log_tail BLOB NOT NULL DEFAULT x'',
+		log_dropped INTEGER NOT NULL DEFAULT 0,
+		log_bytes INTEGER NOT NULL DEFAULT 0,
+		PRIMARY KEY (job_id, node)
+	);
+	CREATE TABLE cluster_members (
+		node TEXT PRIMARY KEY,
+		engine TEXT NOT NULL,
+		desired TEXT NOT NULL,
+		state TEXT NOT NULL,
+		engine_digest TEXT NOT NULL DEFAULT '',
+		last_transition INTEGER NOT NULL DEFAULT 0,
+		last_error TEXT NOT NULL DEFAULT '',
+		last_job TEXT NOT NULL DEFAULT '',
+		updated_at INTEGER NOT NULL
+	);
+	CREATE TABLE api_tokens (
+		id TEXT PRIMARY KEY,
+		secret_hash BLOB NOT NULL,
+		role TEXT NOT NULL,
+		description TEXT NOT NULL DEFAULT '',
+		created_at INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL DEFAULT 0
+	);`
+
+// CreateJob implements JobStore.
+func (s *SQLite) CreateJob(ctx context.Context, j Job, nodes []string) error {
+	spec, err := json.Marshal(j.Spec)
+	if err != nil {
+		return fmt.Errorf("store: job %s: encode spec: %w", j.ID, err)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: create job: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO jobs (id, kind, spec, created_by, role, state, created_at) VALUES (?,?,?,?,?,?,?)`,
+		j.ID, j.Kind, string(spec), j.CreatedBy, j.Spec.Role, j.State, unix(j.CreatedAt)); err != nil {
+		return fmt.Errorf("store: create job %s: %w", j.ID, err)
+	}
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO job_nodes (job_id, node, state) VALUES (?,?,?)`)
+	if err != nil {
+		return fmt.Errorf("store: create job %s: %w", j.ID, err)
+	}
+	defer stmt.Close()
+	for _, n := range nodes {
+		if _, err := stmt.ExecContext(ctx, j.ID, n, RunPending); err != nil {
+			return fmt.Errorf("store: create job %s node %s: %w", j.ID, n, err)
+		}
+	}
+	return tx.Commit()
+}
+
+// FinishJob implements JobStore.
+func (s *SQLite) FinishJob(ctx context.Context, id, state, errMsg string, at time.Time) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET state = ?, error = ?, finished_at = ? WHERE id = ?`, state, errMsg, unix(at), id)
+	if err != nil {
+		return fmt.Errorf("store: finish job %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: job %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// UpdateJobNodes implements JobStore.
+func (s *SQLite) UpdateJobNodes(ctx context.Context, nodes []JobNode) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: update job nodes: %w", err)
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `UPDATE job_nodes SET state = ?, exit_code = ?, error = ?, started_at = ?, finished_at = ?,
+		log_head = ?, log_tail = ?, log_dropped = ?, log_bytes = ? WHERE job_id = ? AND node = ?`)
+	if err != nil {
+		return fmt.Errorf("store: update job nodes: %w", err)
+	}
+	defer stmt.Close()
+	for _, n := range nodes {
+		var code any
+		if n.ExitCode != nil {
+			code = *n.ExitCode
+		}
+		if _, err := stmt.ExecContext(ctx, n.State, code, n.Error, unix(n.StartedAt), unix(n.FinishedAt),
+			nonNilBytes(n.LogHead), nonNilBytes(n.LogTail), n.LogDropped, n.LogBytes, n.JobID, n.Node); err != nil {
+			return fmt.Errorf("store: update job %s node %s: %w", n.JobID, n.Node, err)
+		}
+	}
+	return tx.Commit()
+}
+
+func nonNilBytes(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+const jobColumns = `id, kind, spec, created_by, state, error, created_at, finished_at`
+
+func scanJob(r scanner) (Job, error) {
+	var j Job
+	var spec string
+	var created, finished int64
+	if err := r.Scan(&j.ID, &j.Kind, &spec, &j.CreatedBy, &j.State, &j.Error, &created, &finished); err != nil {
+		return Job{}, err
+	}
+	if err := json.Unmarshal([]byte(spec), &j.Spec); err != nil {
+		return Job{}, fmt.Errorf("store: job %s: decode spec: %w", j.ID, err)
+	}
+	j.CreatedAt, j.FinishedAt = fromUnix(created), fromUnix(finished)
+	return j, nil
+}
+
+// GetJob implements JobStore.
+func (s *SQLite) GetJob(ctx context.Context, id string) (Job, error) {
+	j, err := scanJob(s.db.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Job{}, fmt.Errorf("store: job %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Job{}, fmt.Errorf("store: get job %s: %w", id, err)
+	}
+	if err := s.fillCounts(ctx, []*Job{&j}); err != nil {
+		return Job{}, err
+	}
+	return j, nil
+}
+
+// ListJobs implements JobStore: newest first.
+func (s *SQLite) ListJobs(ctx context.Context, f JobFilter) ([]Job, error) {
+	limit := f.Limit
+	if limit <= 0 || limit > 10000 {
+		limit = 100
+	}
+	q, args := `SELECT `+jobColumns+` FROM jobs`, []any{}
+	if f.Role != "" {
+		q += ` WHERE role = ?`
+		args = append(args, f.Role)
+	}
+	q += ` ORDER BY created_at DESC, id LIMIT ?`
+	args = append(args, limit)
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: list jobs: %w", err)
+	}
+	out := []Job{}
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: list jobs: %w", err)
+	}
+	ptrs := make([]*Job, len(out))
+	for i := range out {
+		ptrs[i] = &out[i]
+	}
+	return out, s.fillCounts(ctx, ptrs)
+}
+
+func (s *SQLite) fillCounts(ctx context.Context, jobs []*Job) error {
+	for _, j := range jobs {
+		j.Counts, j.Total = map[string]int{}, 0
+		rows, err := s.db.QueryContext(ctx, `SELECT state, count(*) FROM job_nodes WHERE job_id = ? GROUP BY state`, j.ID)
+		if err != nil {
+			return fmt.Errorf("store: job %s counts: %w", j.ID, err)
+		}
+		for rows.Next() {
+			var st string
+			var n int
+			if err := rows.Scan(&st, &n); err != nil {
+				rows.Close()
+				return err
+			}
+			j.Counts[st] = n
+			j.Total += n
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const jobNodeColumns = `job_id, node, state, exit_code, error, started_at, finished_at, log_dropped, log_bytes`
+
+func scanJobNode(r scanner, extra ...any) (JobNode, error) {
+	var n JobNode
+	var code sql.NullInt64
+	var started, finished int64
+	dest := append([]any{&n.JobID, &n.Node, &n.State, &code, &n.Error, &started, &finished, &n.LogDropped, &n.LogBytes}, extra...)
+	if err := r.Scan(dest...); err != nil {
+		return JobNode{}, err
+	}
+	if code.Valid {
+		c := int(code.Int64)
+		n.ExitCode = &c
+	}
+	n.StartedAt, n.FinishedAt = fromUnix(started), fromUnix(finished)
+	return n, nil
+}
+
+// ListJobNodes implements JobStore.
+func (s *SQLite) ListJobNodes(ctx context.Context, jobID string) ([]JobNode, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+jobNodeColumns+` FROM job_nodes WHERE job_id = ? ORDER BY node`, jobID)
+	if err != nil {
+		return nil, fmt.Errorf("store: job %s nodes: %w", jobID, err)
+	}
+	defer rows.Close()
+	out := []JobNode{}
+	for rows.Next() {
+		n, err := scanJobNode(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// GetJobNode implements JobStore.
+func (s *SQLite) GetJobNode(ctx context.Context, jobID, node string) (JobNode, error) {
+	var n JobNode
+	var head, tail []byte
+	n, err := scanJobNode(s.db.QueryRowContext(ctx, `SELECT `+jobNodeColumns+`, log_head, log_tail FROM job_nodes WHERE job_id = ? AND node = ?`, jobID, node), &head, &tail)
+	if errors.Is(err, sql.ErrNoRows) {
+		return JobNode{}, fmt.Errorf("store: job %s node %s: %w", jobID, node, ErrNotFound)
+	}
+	if err != nil {
+		return JobNode{}, fmt.Errorf("store: job %s node %s: %w", jobID, node, err)
+	}
+	n.LogHead, n.LogTail = head, tail
+	return n, nil
+}
+
+// InterruptJobs implements JobStore.
+func (s *SQLite) InterruptJobs(ctx context.Context, at time.Time) (int, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("store: interrupt jobs: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE job_nodes SET state = ?, error = 'the hub stopped while this run was live; rerun with `+"`tether jobs rerun`"+`',
+		finished_at = CASE WHEN started_at = 0 THEN 0 ELSE ? END
+		WHERE state IN (?,?,?) AND job_id IN (SELECT id FROM jobs WHERE state = ?)`,
+		RunInterrupted, unix(at), RunPending, RunWaiting, RunRunning, JobRunning); err != nil {
+		return 0, fmt.Errorf("store: interrupt job nodes: %w", err)
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, error = 'interrupted by a hub restart', finished_at = ? WHERE state = ?`,
+		JobInterrupted, unix(at), JobRunning)
+	if err != nil {
+		return 0, fmt.Errorf("store: interrupt jobs: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), tx.Commit()
+}

@@ -1,0 +1,347 @@
+package cluster
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// legalEdges is the seed's diagram written out independently of the package's table,
+// so a typo in one of them fails the test.
+var legalEdges = map[string]bool{
+	"inactive->registering":                true,
+	"inactive->deregistering":              true,
+	"registering->install_in_progress":     true,
+	"install_in_progress->active":          true,
+	"install_in_progress->inactive":        true,
+	"active->deregistering":                true,
+	"deregistering->uninstall_in_progress": true,
+	"uninstall_in_progress->inactive":      true,
+}
+
+func TestTransitionAllPairs(t *testing.T) {
+	if n := len(States()); n != 6 {
+		t.Fatalf("States() has %d states, the seed has 6", n)
+	}
+	pairs := 0
+	for _, from := range States() {
+		for _, to := range States() {
+			pairs++
+			key := string(from) + "->" + string(to)
+			t.Run(key, func(t *testing.T) {
+				err := Transition(from, to)
+				if legalEdges[key] {
+					if err != nil {
+						t.Fatalf("Transition(%s, %s) = %v, want legal", from, to, err)
+					}
+					if trig, ok := Trigger(from, to); !ok || trig == "" {
+						t.Fatalf("legal edge %s has no seed trigger", key)
+					}
+					return
+				}
+				if !errors.Is(err, ErrIllegalTransition) {
+					t.Fatalf("Transition(%s, %s) = %v, want ErrIllegalTransition", from, to, err)
+				}
+				msg := err.Error()
+				for _, want := range []string{string(from) + " -> " + string(to), "legal from " + string(from)} {
+					if !strings.Contains(msg, want) {
+						t.Errorf("error %q does not contain %q", msg, want)
+					}
+				}
+				for _, target := range Targets(from) {
+					if !strings.Contains(msg, string(target)) {
+						t.Errorf("error %q does not list legal target %s", msg, target)
+					}
+				}
+				if _, ok := Trigger(from, to); ok {
+					t.Errorf("illegal edge %s has a trigger", key)
+				}
+			})
+		}
+	}
+	if pairs != 36 {
+		t.Fatalf("checked %d pairs, want 36", pairs)
+	}
+	if got := len(Edges()); got != len(legalEdges) {
+		t.Fatalf("Edges() has %d edges, the seed has %d", got, len(legalEdges))
+	}
+}
+
+func TestTransitionUnknownState(t *testing.T) {
+	for _, tc := range []struct{ from, to State }{
+		{"", StateActive},
+		{StateActive, "Active"},
+		{"installing", StateActive},
+	} {
+		err := Transition(tc.from, tc.to)
+		if !errors.Is(err, ErrUnknownState) || errors.Is(err, ErrIllegalTransition) {
+			t.Errorf("Transition(%q, %q) = %v, want ErrUnknownState", tc.from, tc.to, err)
+		}
+	}
+}
+
+func TestParseState(t *testing.T) {
+	for _, s := range States() {
+		got, err := ParseState(string(s))
+		if err != nil || got != s {
+			t.Errorf("ParseState(%q) = %q, %v", s, got, err)
+		}
+	}
+	for _, bad := range []string{"", "Active", " active", "install-in-progress", "unknown"} {
+		_, err := ParseState(bad)
+		if !errors.Is(err, ErrUnknownState) {
+			t.Errorf("ParseState(%q) = %v, want ErrUnknownState", bad, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), "uninstall_in_progress") {
+			t.Errorf("ParseState(%q) error %q does not list the valid states", bad, err)
+		}
+	}
+}
+
+func TestParseDesired(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Desired
+		ok   bool
+	}{
+		{"active", DesiredActive, true},
+		{"inactive", DesiredInactive, true},
+		{"", "", false},
+		{"registering", "", false},
+		{"ACTIVE", "", false},
+	} {
+		got, err := ParseDesired(tc.in)
+		if tc.ok != (err == nil) || got != tc.want {
+			t.Errorf("ParseDesired(%q) = %q, %v", tc.in, got, err)
+		}
+		if !tc.ok && !errors.Is(err, ErrUnknownDesired) {
+			t.Errorf("ParseDesired(%q) error %v, want ErrUnknownDesired", tc.in, err)
+		}
+	}
+}
+
+func TestDecideEveryPair(t *testing.T) {
+	const (
+		a = DesiredActive
+		i = DesiredInactive
+	)
+	for _, tc := range []struct {
+		cur              State
+		desired          Desired
+		action           Action
+		success, failure State
+		done             bool
+	}{
+		{StateInactive, a, ActionRegister, StateRegistering, StateInactive, false},
+		{StateInactive, i, ActionNone, StateInactive, StateInactive, true},
+		// Crash in registering: continue to install whatever is desired.
+		{StateRegistering, a, ActionNone, StateInstallInProgress, StateInstallInProgress, false},
+		{StateRegistering, i, ActionNone, StateInstallInProgress, StateInstallInProgress, false},
+		// Crash in install_in_progress: re-run install.
+		{StateInstallInProgress, a, ActionInstall, StateActive, StateInactive, false},
+		{StateInstallInProgress, i, ActionInstall, StateActive, StateInactive, false},
+		{StateActive, a, ActionNone, StateActive, StateActive, true},
+		{StateActive, i, ActionNone, StateDeregistering, StateDeregistering, false},
+		// Crash in deregistering: continue to uninstall.
+		{StateDeregistering, a, ActionNone, StateUninstallInProgress, StateUninstallInProgress, false},
+		{StateDeregistering, i, ActionNone, StateUninstallInProgress, StateUninstallInProgress, false},
+		// Crash in uninstall_in_progress: re-run uninstall; inactive either way.
+		{StateUninstallInProgress, a, ActionUninstall, StateInactive, StateInactive, false},
+		{StateUninstallInProgress, i, ActionUninstall, StateInactive, StateInactive, false},
+	} {
+		t.Run(string(tc.cur)+"/"+string(tc.desired), func(t *testing.T) {
+			step, err := Decide(tc.cur, tc.desired)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := Step{From: tc.cur, Action: tc.action, Success: tc.success, Failure: tc.failure}
+			if step != want {
+				t.Fatalf("Decide = %+v, want %+v", step, want)
+			}
+			if step.Done() != tc.done {
+				t.Fatalf("Done() = %v, want %v", step.Done(), tc.done)
+			}
+			// Every move a step makes is a legal edge with a seed trigger; staying put
+			// is never presented as a transition.
+			for _, o := range []Outcome{Succeeded, Failed} {
+				next := step.Next(o)
+				if next == step.From {
+					if step.Trigger(o) != "" {
+						t.Errorf("outcome %s stays in %s but has trigger %q", o, next, step.Trigger(o))
+					}
+					continue
+				}
+				if err := Transition(step.From, next); err != nil {
+					t.Errorf("outcome %s: %v", o, err)
+				}
+				if step.Trigger(o) == "" {
+					t.Errorf("outcome %s: no trigger for %s -> %s", o, step.From, next)
+				}
+			}
+		})
+	}
+}
+
+func TestDecideRejectsUnknown(t *testing.T) {
+	if _, err := Decide("bogus", DesiredActive); !errors.Is(err, ErrUnknownState) {
+		t.Errorf("Decide(bogus) = %v, want ErrUnknownState", err)
+	}
+	if _, err := Decide(StateActive, "on"); !errors.Is(err, ErrUnknownDesired) {
+		t.Errorf("Decide(active, on) = %v, want ErrUnknownDesired", err)
+	}
+	if _, err := Request("bogus", DesiredActive); !errors.Is(err, ErrUnknownState) {
+		t.Errorf("Request(bogus) = %v, want ErrUnknownState", err)
+	}
+	if _, err := Request(StateActive, ""); !errors.Is(err, ErrUnknownDesired) {
+		t.Errorf("Request(active, \"\") = %v, want ErrUnknownDesired", err)
+	}
+}
+
+// reconcile is the controller loop of the Decide doc comment, with act standing in for
+// the SSH work. It returns the final state, the actions run and whether it converged.
+func reconcile(t *testing.T, cur State, desired Desired, act func(Action) Outcome) (State, []Action, bool) {
+	t.Helper()
+	var ran []Action
+	for range MaxSteps + 1 {
+		step, err := Decide(cur, desired)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if step.Done() {
+			return cur, ran, true
+		}
+		o := Succeeded
+		if step.Action != ActionNone {
+			ran = append(ran, step.Action)
+			o = act(step.Action)
+		}
+		next := step.Next(o)
+		if next == cur {
+			return cur, ran, false
+		}
+		if err := Transition(cur, next); err != nil {
+			t.Fatalf("step %+v: %v", step, err)
+		}
+		cur = next
+	}
+	return cur, ran, false
+}
+
+func TestReconcileConvergesWithinMaxSteps(t *testing.T) {
+	longest := 0
+	for _, cur := range States() {
+		for _, desired := range []Desired{DesiredActive, DesiredInactive} {
+			final, _, ok := reconcile(t, cur, desired, func(Action) Outcome { return Succeeded })
+			// Count transitions, not just actions (bounded: a broken table must not hang).
+			n := 0
+			for s := cur; n <= 2*MaxSteps; n++ {
+				step, _ := Decide(s, desired)
+				if step.Done() {
+					break
+				}
+				s = step.Next(Succeeded)
+			}
+			if !ok || n > MaxSteps {
+				t.Errorf("%s/%s: converged=%v after %d steps (MaxSteps %d)", cur, desired, ok, n, MaxSteps)
+			}
+			want := StateInactive
+			if desired == DesiredActive {
+				want = StateActive
+			}
+			if final != want {
+				t.Errorf("%s/%s: ended in %s, want %s", cur, desired, final, want)
+			}
+			longest = max(longest, n)
+		}
+	}
+	if longest != MaxSteps {
+		t.Errorf("longest path is %d steps, MaxSteps is %d: keep the bound tight", longest, MaxSteps)
+	}
+}
+
+func TestReconcileFailures(t *testing.T) {
+	t.Run("install fails", func(t *testing.T) {
+		final, ran, ok := reconcile(t, StateInactive, DesiredActive, func(a Action) Outcome {
+			if a == ActionInstall {
+				return Failed
+			}
+			return Succeeded
+		})
+		// The pass goes round: register, install (fails -> inactive), register, ...
+		// and must not converge; the controller backs off.
+		if ok {
+			t.Fatalf("converged in %s with a failing install", final)
+		}
+		if len(ran) < 2 || ran[0] != ActionRegister || ran[1] != ActionInstall {
+			t.Fatalf("actions %v, want register then install first", ran)
+		}
+	})
+	t.Run("register fails", func(t *testing.T) {
+		final, ran, ok := reconcile(t, StateInactive, DesiredActive, func(Action) Outcome { return Failed })
+		if ok || final != StateInactive || len(ran) != 1 || ran[0] != ActionRegister {
+			t.Fatalf("final %s, actions %v, converged %v; want inactive after one failed register", final, ran, ok)
+		}
+	})
+	t.Run("uninstall fails", func(t *testing.T) {
+		final, ran, ok := reconcile(t, StateActive, DesiredInactive, func(Action) Outcome { return Failed })
+		if !ok || final != StateInactive || len(ran) != 1 || ran[0] != ActionUninstall {
+			t.Fatalf("final %s, actions %v, converged %v; want inactive after one uninstall", final, ran, ok)
+		}
+	})
+	t.Run("deregister during install waits for it", func(t *testing.T) {
+		final, ran, ok := reconcile(t, StateInstallInProgress, DesiredInactive, func(Action) Outcome { return Succeeded })
+		if !ok || final != StateInactive || len(ran) != 2 || ran[0] != ActionInstall || ran[1] != ActionUninstall {
+			t.Fatalf("final %s, actions %v, converged %v; want install then uninstall", final, ran, ok)
+		}
+	})
+}
+
+func TestRequestEveryPair(t *testing.T) {
+	for _, cur := range States() {
+		for _, desired := range []Desired{DesiredActive, DesiredInactive} {
+			got, err := Request(cur, desired)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := cur
+			if cur == StateInactive && desired == DesiredInactive {
+				want = StateDeregistering
+			}
+			if got != want {
+				t.Errorf("Request(%s, %s) = %s, want %s", cur, desired, got, want)
+			}
+			if got != cur {
+				if err := Transition(cur, got); err != nil {
+					t.Errorf("Request(%s, %s): %v", cur, desired, err)
+				}
+			}
+		}
+	}
+}
+
+// A deregister on an inactive node (say after a failed install) runs uninstall once
+// and stays inactive; a second pass does nothing.
+func TestDeregisterInactiveRunsUninstallOnce(t *testing.T) {
+	cur, err := Request(StateInactive, DesiredInactive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	final, ran, ok := reconcile(t, cur, DesiredInactive, func(Action) Outcome { return Succeeded })
+	if !ok || final != StateInactive || len(ran) != 1 || ran[0] != ActionUninstall {
+		t.Fatalf("final %s, actions %v, converged %v; want one uninstall then inactive", final, ran, ok)
+	}
+	final, ran, ok = reconcile(t, final, DesiredInactive, func(Action) Outcome { return Succeeded })
+	if !ok || final != StateInactive || len(ran) != 0 {
+		t.Fatalf("second pass: final %s, actions %v; want nothing", final, ran)
+	}
+}
+
+func TestOutcomeOf(t *testing.T) {
+	if OutcomeOf(nil) != Succeeded || OutcomeOf(errors.New("x")) != Failed {
+		t.Fatal("OutcomeOf maps errors wrongly")
+	}
+	if Succeeded.String() != "succeeded" || Failed.String() != "failed" {
+		t.Fatal("Outcome.String")
+	}
+}

@@ -1,0 +1,541 @@
+package runner
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/edge/sshserver"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testNodeName is the node every test server is certified as.
+const testNodeName = "node1"
+
+// sshdPath must be absolute: sshd re-executes itself from argv[0].
+const sshdPath = "/usr/sbin/sshd"
+
+type testKey struct {
+	signer ssh.Signer
+	priv   ed25519.PrivateKey
+}
+
+func (k *testKey) pub() ssh.PublicKey { return k.signer.PublicKey() }
+
+func newKey(t *testing.T) *testKey {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testKey{signer: s, priv: priv}
+}
+
+// certOpts shapes a test certificate.
+type certOpts struct {
+	principals []string
+	expired    bool
+}
+
+func signCert(t *testing.T, ca *testKey, pub ssh.PublicKey, typ uint32, o certOpts) *ssh.Certificate {
+	t.Helper()
+	now := time.Now()
+	after, before := now.Add(-time.Hour), now.Add(time.Hour)
+	if o.expired {
+		after, before = now.Add(-2*time.Hour), now.Add(-time.Hour)
+	}
+	c := &ssh.Certificate{
+		Key:             pub,
+		Serial:          uint64(now.UnixNano()),
+		CertType:        typ,
+		KeyId:           "test",
+		ValidPrincipals: o.principals,
+		ValidAfter:      uint64(after.Unix()),
+		ValidBefore:     uint64(before.Unix()),
+	}
+	if typ == ssh.UserCert {
+		c.Permissions.Extensions = map[string]string{"permit-pty": ""}
+	}
+	if err := c.SignCert(rand.Reader, ca.signer); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// hostCertKind selects what host key a test server presents.
+type hostCertKind int
+
+const (
+	hostCertOK      hostCertKind = iota // from the trusted CA, for node1 and node1.tether
+	hostCertNone                        // plain host key only
+	hostCertRogue                       // from another CA
+	hostCertExpired                     // from the trusted CA, expired
+)
+
+// testServer is an SSH server certified as testNodeName, trusting userCA
+// for user certificates with the principal login.
+type testServer struct {
+	kind   string // "embedded" or "sshd"
+	hostCA *testKey
+	userCA *testKey
+	login  string
+	dials  atomic.Int32
+
+	mu    sync.Mutex
+	conns []net.Conn // every hub-side conn handed out, for dropConns
+	dial  func(ctx context.Context) (net.Conn, error)
+}
+
+func currentLogin(t *testing.T) string {
+	t.Helper()
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Username
+}
+
+// Dial is the server's DialFunc; it ignores the node name, so connecting
+// as another name reaches the same server.
+func (s *testServer) Dial(ctx context.Context, node string) (net.Conn, error) {
+	s.dials.Add(1)
+	c, err := s.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.conns = append(s.conns, c)
+	s.mu.Unlock()
+	return c, nil
+}
+
+// dropConns closes every hub-side connection, as when the tunnel breaks.
+func (s *testServer) dropConns() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		c.Close()
+	}
+}
+
+// servers lists the server kinds every behavioural test runs against.
+var serverKinds = []string{"embedded", "sshd"}
+
+func newServer(t *testing.T, kind string, hc hostCertKind) *testServer {
+	t.Helper()
+	s := &testServer{kind: kind, hostCA: newKey(t), userCA: newKey(t), login: currentLogin(t)}
+	switch kind {
+	case "embedded":
+		s.startEmbedded(t, hc)
+	case "sshd":
+		s.startSSHD(t, hc)
+	default:
+		t.Fatalf("unknown server kind %q", kind)
+	}
+	return s
+}
+
+// forEachServer runs f as a subtest against each server kind.
+func forEachServer(t *testing.T, f func(t *testing.T, s *testServer)) {
+	for _, kind := range serverKinds {
+		t.Run(kind, func(t *testing.T) { f(t, newServer(t, kind, hostCertOK)) })
+	}
+}
+
+func (s *testServer) hostCert(t *testing.T, hostKey ssh.PublicKey, hc hostCertKind) *ssh.Certificate {
+	t.Helper()
+	o := certOpts{principals: []string{testNodeName, testNodeName + ".tether"}}
+	switch hc {
+	case hostCertNone:
+		return nil
+	case hostCertRogue:
+		return signCert(t, newKey(t), hostKey, ssh.HostCert, o)
+	case hostCertExpired:
+		o.expired = true
+	}
+	return signCert(t, s.hostCA, hostKey, ssh.HostCert, o)
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// startEmbedded serves edge/sshserver in-process over net.Pipe, as the
+// agent serves tunnel streams.
+func (s *testServer) startEmbedded(t *testing.T, hc hostCertKind) {
+	t.Helper()
+	srv, err := sshserver.New(sshserver.Config{
+		HostKeyPath: filepath.Join(t.TempDir(), "host_key"),
+		Shell:       "/bin/sh",
+		Logger:      testLogger(t).With("side", "server"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert := s.hostCert(t, srv.HostSigner().PublicKey(), hc); cert != nil {
+		if err := srv.AddHostCertificate(cert); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.SetTrustedUserCAs([]ssh.PublicKey{s.userCA.pub()})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	s.dial = func(context.Context) (net.Conn, error) {
+		hub, agent, err := socketPair()
+		if err != nil {
+			return nil, err
+		}
+		wg.Go(func() { srv.ServeConn(ctx, agent) })
+		return hub, nil
+	}
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		wg.Wait()
+	})
+}
+
+// socketPair returns the two ends of a connected Unix socket pair: a
+// buffered in-process stream like a tunnel stream. (net.Pipe is not: both
+// SSH sides write their version line first and would block each other.)
+func socketPair() (net.Conn, net.Conn, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	var conns [2]net.Conn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		c, err := net.FileConn(f) // dups the descriptor
+		f.Close()
+		if err != nil {
+			if i == 1 {
+				conns[0].Close()
+			} else {
+				syscall.Close(fds[1])
+			}
+			return nil, nil, err
+		}
+		conns[i] = c
+	}
+	return conns[0], conns[1], nil
+}
+
+// startSSHD runs the real OpenSSH sshd on 127.0.0.1 with a host
+// certificate, the test user CA and internal-sftp.
+func (s *testServer) startSSHD(t *testing.T, hc hostCertKind) {
+	t.Helper()
+	if _, err := os.Stat(sshdPath); err != nil {
+		t.Fatalf("%s not found: install openssh-server", sshdPath)
+	}
+	if os.Geteuid() == 0 {
+		// Privilege separation directory; Debian creates it at boot.
+		if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	hostKey := newKey(t)
+	block, err := ssh.MarshalPrivateKey(hostKey.priv, "test host key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPath := filepath.Join(dir, "host_key")
+	writeTestFile(t, keyPath, pem.EncodeToMemory(block), 0o600)
+	certLine := ""
+	if cert := s.hostCert(t, hostKey.pub(), hc); cert != nil {
+		writeTestFile(t, keyPath+"-cert.pub", ssh.MarshalAuthorizedKey(cert), 0o644)
+		certLine = "HostCertificate " + keyPath + "-cert.pub"
+	}
+	caPath := filepath.Join(dir, "user_ca.pub")
+	writeTestFile(t, caPath, ssh.MarshalAuthorizedKey(s.userCA.pub()), 0o644)
+
+	var lastErr error
+	for range 3 { // the free port may be taken before sshd binds it
+		port := freePort(t)
+		cfg := fmt.Sprintf(`Port %d
+ListenAddress 127.0.0.1
+HostKey %s
+%s
+PidFile %s
+UsePAM no
+StrictModes no
+AuthorizedKeysFile none
+TrustedUserCAKeys %s
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+PermitRootLogin prohibit-password
+Subsystem sftp internal-sftp
+LogLevel VERBOSE
+# Debian's bash sources ~/.bashrc when started by sshd. On a shared test
+# machine root's may be slow (or wait on locks); an empty HOME keeps the
+# tests about sshd, not about the machine's dotfiles.
+SetEnv HOME=%s
+`, port, keyPath, certLine, filepath.Join(dir, "sshd.pid"), caPath, dir)
+		cfgPath := filepath.Join(dir, "sshd_config")
+		writeTestFile(t, cfgPath, []byte(cfg), 0o644)
+		if lastErr = s.runSSHD(t, cfgPath); lastErr == nil {
+			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			s.dial = func(ctx context.Context) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "tcp", addr)
+			}
+			return
+		}
+		t.Logf("sshd did not start: %v", lastErr)
+	}
+	t.Fatalf("sshd did not start: %v", lastErr)
+}
+
+func (s *testServer) runSSHD(t *testing.T, cfgPath string) error {
+	cmd := exec.Command(sshdPath, "-D", "-e", "-f", cfgPath)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	var logMu sync.Mutex
+	var logs bytes.Buffer
+	listening := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stderr)
+		once := sync.OnceFunc(func() { close(listening) })
+		for sc.Scan() {
+			logMu.Lock()
+			logs.WriteString(sc.Text() + "\n")
+			logMu.Unlock()
+			if strings.Contains(sc.Text(), "Server listening on") {
+				once()
+			}
+		}
+		cmd.Wait()
+	}()
+	stop := func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}
+	select {
+	case <-listening:
+	case <-done:
+		return fmt.Errorf("sshd exited:\n%s", logs.String())
+	case <-time.After(10 * time.Second):
+		stop()
+		return fmt.Errorf("sshd not listening after 10s:\n%s", logs.String())
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			logMu.Lock()
+			t.Logf("sshd log:\n%s", logs.String())
+			logMu.Unlock()
+		}
+	})
+	return nil
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func writeTestFile(t *testing.T, path string, data []byte, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, data, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// auth returns a user certificate from ca for the server's login.
+func (s *testServer) auth(t *testing.T, ca *testKey, o certOpts) Auth {
+	t.Helper()
+	if o.principals == nil {
+		o.principals = []string{s.login}
+	}
+	key := newKey(t)
+	cert := signCert(t, ca, key.pub(), ssh.UserCert, o)
+	signer, err := ssh.NewCertSigner(cert, key.signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Auth{Login: s.login, Signer: signer}
+}
+
+// runner returns a Runner dialing s and trusting its host CA.
+func (s *testServer) runner(t *testing.T, configure ...func(*Config)) *Runner {
+	t.Helper()
+	cfg := Config{
+		Dial:      s.Dial,
+		HostCAs:   func() []ssh.PublicKey { return []ssh.PublicKey{s.hostCA.pub()} },
+		KillGrace: 10 * time.Second,
+		Logger:    testLogger(t).With("side", "runner"),
+	}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// connect returns a Client for testNodeName, closed at cleanup.
+func (s *testServer) connect(t *testing.T) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := s.runner(t).Connect(ctx, testNodeName, s.auth(t, s.userCA, certOpts{}))
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// run runs cmd with a generous timeout and returns its output.
+func run(t *testing.T, c *Client, cmd Command) (Result, string, string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	res, err := c.Run(ctx, cmd, &stdout, &stderr)
+	return res, stdout.String(), stderr.String(), err
+}
+
+// mustRun runs a command that must succeed and returns its stdout.
+func mustRun(t *testing.T, c *Client, line string) string {
+	t.Helper()
+	res, out, errOut, err := run(t, c, Command{Line: line})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%q: %+v, %v; stderr %q", line, res, err, errOut)
+	}
+	return out
+}
+
+// readPids reads the pid file a test script writes, one pid per line.
+func readPids(t *testing.T, path string) []int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(data)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("pid file %s: %q", path, data)
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// readPidsNoFail is readPids for other goroutines: unreadable is empty.
+func readPidsNoFail(path string) []string {
+	data, _ := os.ReadFile(path)
+	return strings.Fields(string(data))
+}
+
+// waitPids waits until path lists at least n pids.
+func waitPids(t *testing.T, path string, n int) []int {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if pids := readPids(t, path); len(pids) >= n {
+			return pids
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("pid file %s did not reach %d pids: %v", path, n, readPids(t, path))
+	return nil
+}
+
+// alive reports whether pid runs: exists and is not a zombie (killed
+// orphans are reaped by init, which may take a while in a container).
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || !bytes.HasPrefix(stat[i:], []byte(") Z"))
+}
+
+// waitGone waits until none of pids runs.
+func waitGone(t *testing.T, pids []int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var left []int
+		for _, p := range pids {
+			if alive(p) {
+				left = append(left, p)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, p := range left {
+				cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+				t.Errorf("process %d (%q) still running %v after the run ended", p, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}), within)
+				syscall.Kill(p, syscall.SIGKILL) // do not leave it to the next test
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,47 @@
+package tunnel
+
+import (
+	"fmt"
+	"net"
+
+	"github.com/quic-go/quic-go"
+)
+
+// UDPSocket is one local UDP socket that carries the QUIC sessions of many
+// dials (Dialer.UDP). An agent normally dials from a socket of its own; a
+// process that runs thousands of agents (the agent simulator in bench/)
+// shares a few sockets instead of holding a file descriptor per session.
+// QUIC tells the sessions apart by connection ID, so the hub sees nothing
+// unusual.
+type UDPSocket struct {
+	conn *net.UDPConn
+	tr   *quic.Transport
+}
+
+// ListenUDP binds a UDP socket for Dialer.UDP on addr ("127.0.0.2:0").
+func ListenUDP(addr string) (*UDPSocket, error) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel: listen udp %q: %w", addr, err)
+	}
+	c, err := net.ListenUDP("udp", ua)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel: listen udp %s: %w", addr, err)
+	}
+	return &UDPSocket{conn: c, tr: &quic.Transport{Conn: c}}, nil
+}
+
+// LocalAddr is the socket's address.
+func (s *UDPSocket) LocalAddr() net.Addr { return s.conn.LocalAddr() }
+
+// Close ends every session dialed on the socket and closes it.
+func (s *UDPSocket) Close() error {
+	err := s.tr.Close()
+	if cerr := s.conn.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("tunnel: close udp socket: %w", err)
+	}
+	return nil
+}
