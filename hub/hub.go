@@ -380,6 +380,7 @@ func (s *Server) Run(ctx context.Context) error {
 			ReservedNames:  hubNames,
 			Login:          loginService{s},
 			Jobs:           engine,
+			Cluster:        s.cluster,
 			Blobs:          blobs,
 			ProvisionLogin: func(n store.Node) string { return s.provisionLoginFor(n.Labels) },
 		}),

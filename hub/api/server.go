@@ -126,7 +126,7 @@ func NewHandler(d Deps) http.Handler {
 		d.OperatorsChanged = func() {}
 	}
 	h := &handler{d}
-	mux := http.NewServeMux()
+	mux := &routeMux{ServeMux: http.NewServeMux()}
 	mux.HandleFunc("POST "+control.JoinPath, h.join)
 	mux.HandleFunc("POST /v1/login/challenge", h.loginChallenge)
 	mux.HandleFunc("POST /v1/login", h.login)
@@ -171,6 +171,23 @@ func NewHandler(d Deps) http.Handler {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	return mux
+}
+
+// routeMux is a ServeMux that remembers its patterns, so a test can hold
+// the OpenAPI document to the routes actually served.
+type routeMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *routeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.Request)) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.HandleFunc(pattern, f)
+}
+
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.Handle(pattern, h)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

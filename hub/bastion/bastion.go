@@ -20,6 +20,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/metrics"
+	"github.com/tether-dev/tether/hub/ratelimit"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 )
@@ -68,6 +69,12 @@ type Config struct {
 	// HandshakeTimeout bounds the time from TCP accept to successful auth
 	// (slowloris); default 20s.
 	HandshakeTimeout time.Duration
+	// Limiter, if set, counts connections that end without authenticating
+	// per source address and refuses sources that fail too often.
+	Limiter *ratelimit.Limiter
+	// OnLoginFailure, if set, is called for every connection that ended
+	// without authenticating and for reported rate-limit refusals.
+	OnLoginFailure func(LoginFailure)
 }
 
 // Bastion is the operators' SSH server.
@@ -79,8 +86,6 @@ type Bastion struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 }
-
-type deadlineKey struct{}
 
 // New validates cfg and builds the server.
 func New(cfg Config) (*Bastion, error) {
@@ -101,31 +106,25 @@ func New(cfg Config) (*Bastion, error) {
 	b.srv = &ssh.Server{
 		Version:     "Tether",
 		HostSigners: hostSigners(cfg),
-		ConnCallback: func(ctx ssh.Context, conn net.Conn) net.Conn {
-			// Bound the unauthenticated phase; cleared once a key is accepted.
-			_ = conn.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
-			ctx.SetValue(deadlineKey{}, conn)
-			return conn
-		},
+		// accept refuses rate-limited sources and arms the handshake
+		// deadline (guard.go).
+		ConnCallback: b.accept,
 		// gliderlabs fixes ctx.User() at the first auth attempt, while a
 		// client may name another user in later attempts; the user that
 		// finally authenticated is re-checked against the key in
 		// directTCPIP (conn.User()), so this check alone is not trusted.
 		PublicKeyHandler: func(ctx ssh.Context, key ssh.PublicKey) bool {
+			if g := guardOf(ctx); g == nil || g.limited > 0 {
+				return false
+			}
 			return cfg.Authorize != nil && cfg.Authorize(ctx.User(), key)
 		},
 		ServerConfigCallback: func(ctx ssh.Context) *gossh.ServerConfig {
+			g := guardOf(ctx)
 			return &gossh.ServerConfig{
-				MaxAuthTries: 6,
-				// Lift the handshake deadline only once a signature verified,
-				// not when a key is merely queried.
-				AuthLogCallback: func(_ gossh.ConnMetadata, method string, err error) {
-					if err == nil && method == "publickey" {
-						if c, ok := ctx.Value(deadlineKey{}).(net.Conn); ok {
-							_ = c.SetDeadline(time.Time{})
-						}
-					}
-				},
+				MaxAuthTries:    6,
+				AuthLogCallback: g.authLog,
+				BannerCallback:  g.banner,
 			}
 		},
 		Handler: func(s ssh.Session) {

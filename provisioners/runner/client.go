@@ -120,6 +120,9 @@ func (c *Client) Run(ctx context.Context, cmd Command, stdout, stderr io.Writer)
 // for how cancellation kills it.
 func (c *Client) exec(ctx context.Context, line string, stdout, stderr io.Writer) (Result, error) {
 	res := Result{ExitCode: -1}
+	if err := ctx.Err(); err != nil {
+		return res, ctxError(c.node, "command", err)
+	}
 	sess, err := c.newSession()
 	if err != nil {
 		return res, err
@@ -321,6 +324,9 @@ func (c *Client) uploadScript(ctx context.Context, script []byte) (string, error
 	if err != nil {
 		if created {
 			c.removeScript(path)
+		}
+		if errors.Is(err, ErrTimeout) || errors.Is(err, ErrCanceled) || errors.Is(err, ErrConnLost) {
+			return "", err // already names the node and the operation
 		}
 		return "", fmt.Errorf("runner: node %q: upload script to %s: %w", c.node, scriptDir, err)
 	}

@@ -9,7 +9,9 @@ import (
 	"time"
 )
 
-// Command is what Run executes. Exactly one of Line and Script is set.
+// Command is what Run executes. Exactly one of Line and Script is set. The
+// command runs as the login user in its home directory (as sshd and
+// edge/sshserver start sessions), with stdin from /dev/null.
 type Command struct {
 	// Line is a shell command line, run with /bin/sh -c.
 	Line string

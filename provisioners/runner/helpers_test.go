@@ -539,3 +539,26 @@ func waitGone(t *testing.T, pids []int, within time.Duration) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// processesWithEnv lists running processes whose environment holds kv.
+func processesWithEnv(kv string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		for _, v := range bytes.Split(env, []byte{0}) {
+			if string(v) == kv && alive(pid) {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}

@@ -323,3 +323,35 @@ func TestRunReusesConnection(t *testing.T) {
 		}
 	})
 }
+
+// Cancellation at any moment, including before the wrapper has set up its
+// trap and watchdog, leaves nothing behind. The user processes carry a
+// unique variable so they can be found without their pids.
+func TestRunCancelAtAnyMoment(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *testServer) {
+		c := s.connect(t)
+		for i := range 10 {
+			delay := time.Duration(i) * 5 * time.Millisecond
+			token := fmt.Sprintf("%s-%d-%d", s.kind, time.Now().UnixNano(), i)
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(delay, cancel)
+			_, err := c.Run(ctx, Command{Line: "sleep 600 & sleep 600 & wait", Env: map[string]string{"TETHER_TEST_TOKEN": token}}, nil, nil)
+			cancel()
+			if !errors.Is(err, ErrCanceled) {
+				t.Fatalf("cancel after %v: %v, want ErrCanceled", delay, err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				left := processesWithEnv("TETHER_TEST_TOKEN=" + token)
+				if len(left) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					waitGone(t, left, 0) // reports and kills them
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	})
+}
