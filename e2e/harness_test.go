@@ -385,7 +385,10 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 Subsystem sftp internal-sftp
 LogLevel VERBOSE
-`, dir, strings.Join(extra, "\n"), port, hostKey, ak)), 0o600)
+# bash sources ~/.bashrc for sshd sessions; a developer's (pyenv and the
+# like) is not what these tests measure.
+SetEnv HOME=%s
+`, dir, strings.Join(extra, "\n"), port, hostKey, ak, dir)), 0o600)
 	p := start(t, "sshd", sshdPath, "-D", "-e", "-f", cfg)
 	pidFile := filepath.Join(dir, "sshd.pid")
 	os.WriteFile(pidFile, []byte(fmt.Sprint(p.cmd.Process.Pid)), 0o644)

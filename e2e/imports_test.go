@@ -25,6 +25,8 @@ func TestImportRules(t *testing.T) {
 		{mod + "edge", []string{mod + "hub", mod + "pki/ca"}},
 		{mod + "tunnel", []string{mod + "hub", mod + "edge", mod + "pki"}},
 		{mod + "pki", []string{mod + "tunnel", mod + "hub", mod + "edge"}},
+		{mod + "provisioners/runner", []string{mod + "hub", mod + "edge"}},
+		{mod + "provisioners/cluster", []string{mod + "hub", mod + "edge"}},
 	}
 	for _, r := range rules {
 		for _, d := range deps(r.pkg) {
