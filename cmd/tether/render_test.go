@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/store"
+)
+
+func TestRendererPrefixesLinesAndDrawsProgress(t *testing.T) {
+	var out, errOut bytes.Buffer
+	r := newRenderer(&out, &errOut, api.Job{ID: "j", Total: 2}, true, true)
+	r.setNodes([]store.JobNode{{Node: "a"}, {Node: "node-b"}})
+	zero := 0
+	events := []api.JobEvent{
+		{Type: "node", Node: "a", State: store.RunRunning},
+		{Type: "output", Node: "a", Stream: "stdout", Data: []byte("hel")},
+		{Type: "output", Node: "node-b", Stream: "stdout", Data: []byte("one\ntwo\npart")},
+		{Type: "output", Node: "a", Stream: "stdout", Data: []byte("lo\n")},
+		{Type: "output", Node: "a", Stream: "stderr", Data: []byte("oops\n")},
+		{Type: "node", Node: "a", State: store.RunOK, ExitCode: &zero},
+		{Type: "node", Node: "node-b", State: store.RunFailed},
+		{Type: "job", Job: &api.Job{ID: "j", State: store.JobFailed}},
+	}
+	for _, ev := range events {
+		if err := r.event(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.flush()
+	wantOut := "node-b | one\nnode-b | two\na      | hello\nnode-b | part\n"
+	if got := stripProgress(out.String()); got != wantOut {
+		t.Errorf("stdout:\n%q\nwant\n%q", got, wantOut)
+	}
+	if !strings.Contains(errOut.String(), "a      | oops\n") {
+		t.Errorf("stderr lacks the stderr line: %q", errOut.String())
+	}
+	if !strings.Contains(errOut.String(), "2/2  ok 1  failed 1") {
+		t.Errorf("no final progress line: %q", errOut.String())
+	}
+	if !strings.HasSuffix(errOut.String(), "\r\x1b[K") {
+		t.Errorf("progress line not cleared at the end: %q", errOut.String())
+	}
+}
+
+func TestRendererWithoutTerminalPrintsNoEscapes(t *testing.T) {
+	var out, errOut bytes.Buffer
+	r := newRenderer(&out, &errOut, api.Job{Total: 1}, true, false)
+	r.event(api.JobEvent{Type: "output", Node: "a", Stream: "stdout", Data: []byte("x\n")})
+	r.event(api.JobEvent{Type: "node", Node: "a", State: store.RunOK})
+	r.flush()
+	if strings.Contains(out.String()+errOut.String(), "\x1b") {
+		t.Fatalf("escape codes without a terminal: %q %q", out.String(), errOut.String())
+	}
+}
+
+func stripProgress(s string) string { return strings.ReplaceAll(s, "\r\x1b[K", "") }
