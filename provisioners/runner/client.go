@@ -92,8 +92,8 @@ func (c *Client) connLost() bool {
 // ErrTimeout or ErrCanceled (the command and everything it started was
 // killed; Result says how it ended, usually ExitCode 137 and Signal
 // "KILL"), ErrConnLost, ErrAuth (the node refused a session), or a failed
-// script upload. The writers must not block indefinitely; Run waits for
-// them.
+// script upload. stdout and stderr may be the same writer; writes to them
+// are serialized. They must not block indefinitely: Run waits for them.
 func (c *Client) Run(ctx context.Context, cmd Command, stdout, stderr io.Writer) (Result, error) {
 	res := Result{ExitCode: -1}
 	if err := cmd.validate(c.node); err != nil {
@@ -140,7 +140,11 @@ func (c *Client) exec(ctx context.Context, line string, stdout, stderr io.Writer
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	sess.Stdout, sess.Stderr = stdout, stderr
+	// x/crypto copies the two streams in two goroutines; one lock lets a
+	// caller pass the same writer for both (combined output).
+	var mu sync.Mutex
+	sess.Stdout = &lockedWriter{mu: &mu, w: stdout}
+	sess.Stderr = &lockedWriter{mu: &mu, w: stderr}
 
 	start := time.Now()
 	if err := sess.Start(line); err != nil {
@@ -153,8 +157,12 @@ func (c *Client) exec(ctx context.Context, line string, stdout, stderr io.Writer
 	select {
 	case werr = <-done:
 	case <-ctx.Done():
-		ctxErr = ctx.Err()
-		werr = c.kill(sess, stdin, done)
+		select {
+		case werr = <-done: // it ended anyway: report how
+		default:
+			ctxErr = ctx.Err()
+			werr = c.kill(sess, stdin, done)
+		}
 	}
 	res.Duration = time.Since(start)
 
@@ -175,6 +183,19 @@ func (c *Client) exec(ctx context.Context, line string, stdout, stderr io.Writer
 		return res, fmt.Errorf("runner: node %q: %w while the command ran (it is killed on the node when its session ends): %w", c.node, ErrConnLost, werr)
 	}
 	return res, fmt.Errorf("runner: node %q: command: %w", c.node, werr)
+}
+
+// lockedWriter serializes writes to w with a lock shared by stdout and
+// stderr.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // kill ends a running session whose context is done and returns what Wait

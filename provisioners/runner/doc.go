@@ -24,15 +24,15 @@
 //     (setsid) and, when the client closes the channel or the connection
 //     drops, does not kill it: the command keeps running, reparented to init.
 //   - A "signal" channel request is unreliable: OpenSSH 9.2 refuses it for
-//     root sessions ("session signalling requires privilege separation")
-//     and otherwise signals only the session's process group; a process
-//     may ignore the signal; and a dropped connection carries nothing.
+//     root sessions ("session signalling requires privilege separation");
+//     a process may ignore the signal; and a dropped connection carries
+//     nothing.
 //   - The agent's embedded server (edge/sshserver) kills the whole session
 //     when the channel closes, but a node may run a real sshd instead.
 //
 // So the command line sent to the node is always
 //
-//	exec /bin/sh -c '<wrapper>' tether '<script-to-remove>' <argv of the user command>...
+//	exec /bin/sh -c '<wrapper>' tether-run '<script-to-remove>' <argv of the user command>...
 //
 // and the wrapper, not the SSH server, enforces the lifetime. It inherits the
 // session's process group (sshd and edge/sshserver both make the session

@@ -355,3 +355,18 @@ func TestRunCancelAtAnyMoment(t *testing.T) {
 		}
 	})
 }
+
+// One writer for both streams gets combined output without a data race
+// (run with -race).
+func TestRunCombinedOutput(t *testing.T) {
+	s := newServer(t, "embedded", hostCertOK)
+	c := s.connect(t)
+	var out bytes.Buffer
+	res, err := c.Run(context.Background(), Command{Line: "i=0; while [ $i -lt 200 ]; do echo o; echo e >&2; i=$((i+1)); done"}, &out, &out)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Run: %+v %v", res, err)
+	}
+	if n := strings.Count(out.String(), "o\n") + strings.Count(out.String(), "e\n"); n != 400 || len(out.String()) != 800 {
+		t.Errorf("combined output has %d lines, %d bytes; want 400, 800", n, out.Len())
+	}
+}
