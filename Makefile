@@ -8,7 +8,7 @@ TOOLS     := $(CURDIR)/.tools/bin
 STEP_CA_VERSION ?= v0.30.2
 TEST_TIMEOUT ?= 12m
 
-.PHONY: all build test vet demo demo-stop bench fuzz deps tools clean
+.PHONY: all build test vet soak demo demo-stop bench bench-quick fuzz deps tools clean
 
 all: build
 
@@ -31,14 +31,28 @@ vet:
 test: deps tools build vet ## everything: unit, fuzz seed corpora, end-to-end with real OpenSSH and step-ca
 	TETHER_BIN_DIR=$(BIN) TETHER_STEP_CA=$(TOOLS)/step-ca $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
+# The long fault runs of SECURITY.md: 5-minute flaps per transport, 100k
+# login and join attempts, five stall rounds.
+soak: deps tools build ## the fault-injection tests at their long sizes (about 20 minutes)
+	TETHER_SOAK=1 TETHER_BIN_DIR=$(BIN) TETHER_STEP_CA=$(TOOLS)/step-ca $(GO) test -count=1 -timeout 60m -run '^TestFault' -v ./e2e/
+
 demo: build ## hub + three agents on this machine; prints the ssh line
 	@./scripts/demo.sh start
 
 demo-stop: ## stop the demo processes
 	@./scripts/demo.sh stop
 
-bench: deps build ## rough 1 GiB copy through ssh -J per transport vs OpenSSH -J (bench/)
-	@./bench/jumpcopy.sh
+# The bench raises the open-files limit to the hard limit: the hub holds one
+# descriptor per TCP agent and the simulator one per TCP session.
+bench: build ## P1-P7 side by side with OpenSSH, socat, Ansible (bench/README.md); appends to bench/RESULTS.md (< 30 min)
+	@./bench/deps.sh
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./bench/cmd/tbench ./bench/cmd/agentsim
+	ulimit -n $$(ulimit -Hn) && $(BIN)/tbench -size full -bin $(BIN) all
+
+bench-quick: build ## a ~2-minute smoke of every bench scenario at small sizes (appends to bench/RESULTS.md)
+	@./bench/deps.sh
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./bench/cmd/tbench ./bench/cmd/agentsim
+	ulimit -n $$(ulimit -Hn) && $(BIN)/tbench -size quick -bin $(BIN) all
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 60s)
 	@for pkg in $$($(GO) list ./...); do \

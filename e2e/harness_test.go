@@ -194,6 +194,22 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 	t.Fatalf("timed out after %s waiting for %s", timeout, what)
 }
 
+// waitForState is waitFor for a condition on a value that is shown when
+// it times out.
+func waitForState[T any](t *testing.T, what string, timeout time.Duration, get func() T, cond func(T) bool) T {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var v T
+	for time.Now().Before(deadline) {
+		if v = get(); cond(v) {
+			return v
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s; last seen: %+v", timeout, what, v)
+	return v
+}
+
 // runCmd runs a command to completion with a timeout.
 func runCmd(t *testing.T, timeout time.Duration, bin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()

@@ -44,15 +44,20 @@ func TestHubKilledDuringFanOut(t *testing.T) {
 	// Half the nodes finish at once, the other half wait for the gate.
 	gate := filepath.Join(t.TempDir(), "gate")
 	out, errOut, code := h.run(time.Minute, "--detach", "-l", "*", "--parallel", "100", "--",
-		fmt.Sprintf(`case "$TETHER_NODE" in *[02468]) exit 0;; esac; i=0; while [ ! -f %s ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done`, gate))
+		fmt.Sprintf(`case "$TETHER_NODE" in *[02468]) exit 0;; esac; i=0; while [ ! -f %s ] && [ $i -lt 120 ]; do sleep 0.5; i=$((i+1)); done`, gate))
 	if code != 0 {
 		t.Fatalf("run: %d %s", code, errOut)
 	}
 	id := strings.TrimSpace(out)
-	waitFor(t, "half done, half running", time.Minute, func() bool {
+	waitForState(t, "half done, half running", time.Minute, func() map[string]int {
 		j := h.job(id)
-		return j.Counts["ok"] == n/2 && j.Counts["running"] == n/2
-	})
+		for _, r := range j.Nodes {
+			if r.State == "failed" {
+				t.Fatalf("node %s failed before the crash (so the job can never be half done): %+v", r.Node, r)
+			}
+		}
+		return j.Counts
+	}, func(c map[string]int) bool { return c["ok"] == n/2 && c["running"] == n/2 })
 	time.Sleep(300 * time.Millisecond) // let a flush of the store happen mid-job
 	h.p.stop(syscall.SIGKILL)
 	os.WriteFile(gate, nil, 0o644)

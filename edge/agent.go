@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -112,12 +113,15 @@ func (c *Config) CheckAndSetDefaults() error {
 
 // Agent keeps a node connected to its hub.
 type Agent struct {
-	cfg   Config
-	idMu  sync.Mutex // guards id.Cert (replaced on renewal)
-	id    *Identity
-	log   *slog.Logger
-	sshd  *sshserver.Server // nil unless SSHTarget is embedded
-	allow map[uint16]bool
+	cfg  Config
+	idMu sync.Mutex // guards id.Cert (replaced on renewal) and tickets
+	id   *Identity
+	// tickets holds the hub's TLS session tickets; replaced on renewal so
+	// that the next session presents the new certificate.
+	tickets tls.ClientSessionCache
+	log     *slog.Logger
+	sshd    *sshserver.Server // nil unless SSHTarget is embedded
+	allow   map[uint16]bool
 
 	statusMu sync.Mutex // guards status
 	status   Status
@@ -235,6 +239,10 @@ func backoff(attempt int, base, max time.Duration) time.Duration {
 // reports whether the hub accepted the session.
 func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 	tc := pki.ClientTLSConfig(a.cert(), a.id.CA)
+	// Resume the last session's TLS state when the hub allows it: after a
+	// hub restart the whole fleet reconnects at once, and a resumed
+	// handshake costs both sides far less than a full one.
+	tc.ClientSessionCache = a.sessionCache()
 	d := &tunnel.Dialer{TLSConfig: tc, Config: a.cfg.Tunnel, Transport: a.cfg.Transport, Logger: a.log,
 		LocalIP: a.cfg.SourceIP, UDP: a.cfg.UDP}
 	var sess tunnel.Session
@@ -267,7 +275,7 @@ func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 		return false, fmt.Errorf("open control stream: %w", err)
 	}
 	defer ctrl.Close()
-	caps := []string{"tcp"}
+	caps := []string{"tcp", capHeartbeat}
 	if a.sshd != nil {
 		caps = append(caps, "ssh-embedded")
 	} else {
@@ -341,7 +349,16 @@ func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 			}
 		}
 	}()
+	hubBeats := false // set by the hub's first heartbeat
+	silent := a.silentLimit(time.Duration(msg.Welcome.HeartbeatSeconds) * time.Second)
 	for {
+		if hubBeats {
+			// A hub that heartbeats and falls silent is gone, or the link
+			// is half-open: close explicitly (the hub hears of it if its
+			// direction still works) before QUIC's idle timeout, which
+			// never fires while packets still arrive, would end it silently.
+			_ = ctrl.SetReadDeadline(time.Now().Add(silent))
+		}
 		msg, err := control.Read(ctrl)
 		if err != nil {
 			scancel()
@@ -349,9 +366,15 @@ func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 			if errors.Is(err, io.EOF) {
 				return true, errors.New("hub closed the control stream")
 			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return true, fmt.Errorf("no heartbeat from the hub for %s: the hub is gone or the link is half-open", silent)
+			}
 			return true, fmt.Errorf("control stream: %w", err)
 		}
 		switch msg.Type {
+		case control.TypeHeartbeat:
+			hubBeats = true
 		case control.TypeAuthorizedKeys:
 			a.setAuthorizedKeys(msg.AuthorizedKeys, log)
 		case control.TypeSSHTrust:
@@ -499,4 +522,20 @@ func absStateDir(dir string) string {
 		return ""
 	}
 	return abs
+}
+
+// capHeartbeat in the hello asks the hub for heartbeats on the control
+// stream (the hub announces nothing: its first heartbeat arms the watchdog).
+const capHeartbeat = "heartbeat"
+
+// silentLimit is how long the hub may be silent on the control stream once
+// it heartbeats: IdleTimeout (the dead-peer timeout), as the hub's own
+// limit, but at least two of the hub's heartbeat intervals (every, from the
+// welcome) should the two be configured differently.
+func (a *Agent) silentLimit(every time.Duration) time.Duration {
+	idle := tunnel.DefaultIdleTimeout
+	if c := a.cfg.Tunnel; c != nil && c.IdleTimeout > 0 {
+		idle = c.IdleTimeout
+	}
+	return max(idle, 2*every, 2*time.Second)
 }

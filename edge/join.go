@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/tether-dev/tether/pki"
@@ -77,55 +79,120 @@ func Enroll(ctx context.Context, o JoinOptions) (*Identity, error) {
 	}
 	body, _ := json.Marshal(control.JoinRequest{Token: js.Token, Name: o.Name, CSR: csr, Facts: GatherFacts(), AgentVersion: Version})
 
-	var errs []error
-	for _, addr := range js.Addrs {
-		resp, ca, err := postJoin(ctx, addr, js.CAPin, body, o.Timeout)
-		if err != nil {
-			if errors.Is(err, ErrJoinRefused) {
-				return nil, err
+	// A busy hub (429 or 503 with Retry-After, e.g. a whole site behind one
+	// address joining at once) is asked again after the time it names, with
+	// jitter, a few times; anything else fails at once.
+	var (
+		resp *control.JoinResponse
+		ca   *x509.Certificate
+	)
+	for round := 1; ; round++ {
+		var errs []error
+		var wait time.Duration
+		resp, ca, errs, wait = tryJoin(ctx, js, body, o.Timeout)
+		if resp != nil {
+			break
+		}
+		if wait == 0 || round == joinBusyRounds {
+			if len(errs) == 1 && errors.Is(errs[0], ErrJoinRefused) {
+				return nil, errs[0]
 			}
-			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
-			continue
+			return nil, fmt.Errorf("join: no hub reachable: %w", errors.Join(errs...))
 		}
-		certs, err := pki.ParseCerts([]byte(resp.Cert))
-		if err != nil {
-			return nil, fmt.Errorf("join: hub sent a bad certificate: %w", err)
+		wait += rand.N(wait/2 + time.Second)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("join: %w (hub busy: %w)", ctx.Err(), errors.Join(errs...))
+		case <-time.After(wait):
 		}
-		// Node certificates chain to the hub's CA, or to the external CA the
-		// hub delegates to (told over this pinned, authenticated channel).
-		nodeCA := ca
-		if resp.NodeCA != "" {
-			ncs, err := pki.ParseCerts([]byte(resp.NodeCA))
-			if err != nil {
-				return nil, fmt.Errorf("join: hub sent a bad node CA: %w", err)
-			}
-			nodeCA = ncs[0]
-		}
-		// The certificate must be for our key and chain to the pinned CA.
-		inter := x509.NewCertPool()
-		for _, c := range certs[1:] {
-			inter.AddCert(c)
-		}
-		if _, err := certs[0].Verify(x509.VerifyOptions{Roots: poolOf(nodeCA), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-			return nil, fmt.Errorf("join: issued certificate does not verify against the node CA: %w", err)
-		}
-		if !samePublicKey(certs[0].PublicKey, key.Public()) {
-			return nil, errors.New("join: issued certificate is not for this node's key")
-		}
-		hubs := resp.Hubs
-		if len(hubs) == 0 {
-			hubs = js.Addrs
-		}
-		cfg := NodeConfig{NodeID: resp.NodeID, Name: resp.Name, Hubs: hubs, JoinedAt: time.Now().UTC()}
-		chain := make([][]byte, len(certs))
-		for i, c := range certs {
-			chain[i] = c.Raw
-		}
-		return &Identity{Config: cfg, Cert: tls.Certificate{Certificate: chain, PrivateKey: key, Leaf: certs[0]},
-			CA: ca, NodeCA: nodeCA, key: key, chain: certs}, nil
 	}
-	return nil, fmt.Errorf("join: no hub reachable: %w", errors.Join(errs...))
+	certs, err := pki.ParseCerts([]byte(resp.Cert))
+	if err != nil {
+		return nil, fmt.Errorf("join: hub sent a bad certificate: %w", err)
+	}
+	// Node certificates chain to the hub's CA, or to the external CA the
+	// hub delegates to (told over this pinned, authenticated channel).
+	nodeCA := ca
+	if resp.NodeCA != "" {
+		ncs, err := pki.ParseCerts([]byte(resp.NodeCA))
+		if err != nil {
+			return nil, fmt.Errorf("join: hub sent a bad node CA: %w", err)
+		}
+		nodeCA = ncs[0]
+	}
+	// The certificate must be for our key and chain to the pinned CA.
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: poolOf(nodeCA), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return nil, fmt.Errorf("join: issued certificate does not verify against the node CA: %w", err)
+	}
+	if !samePublicKey(certs[0].PublicKey, key.Public()) {
+		return nil, errors.New("join: issued certificate is not for this node's key")
+	}
+	hubs := resp.Hubs
+	if len(hubs) == 0 {
+		hubs = js.Addrs
+	}
+	cfg := NodeConfig{NodeID: resp.NodeID, Name: resp.Name, Hubs: hubs, JoinedAt: time.Now().UTC()}
+	chain := make([][]byte, len(certs))
+	for i, c := range certs {
+		chain[i] = c.Raw
+	}
+	return &Identity{Config: cfg, Cert: tls.Certificate{Certificate: chain, PrivateKey: key, Leaf: certs[0]},
+		CA: ca, NodeCA: nodeCA, key: key, chain: certs}, nil
 }
+
+// joinBusyRounds bounds how often a busy hub is asked again.
+const joinBusyRounds = 8
+
+// tryJoin posts the join request to each hub address in turn. It returns
+// the first answer, or the errors and, if every hub was only busy, how long
+// the soonest one asked to wait. A refusal (bad token, name taken) ends the
+// attempt at once, as the only error.
+func tryJoin(ctx context.Context, js pki.JoinString, body []byte, timeout time.Duration) (*control.JoinResponse, *x509.Certificate, []error, time.Duration) {
+	var errs []error
+	var wait time.Duration
+	for _, addr := range js.Addrs {
+		resp, ca, err := postJoin(ctx, addr, js.CAPin, body, timeout)
+		if err == nil {
+			return resp, ca, nil, 0
+		}
+		if errors.Is(err, ErrJoinRefused) {
+			return nil, nil, []error{err}, 0
+		}
+		var busy *hubBusyError
+		if errors.As(err, &busy) {
+			if wait == 0 || busy.after < wait {
+				wait = busy.after
+			}
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	}
+	if len(errs) != len(js.Addrs) || !allBusy(errs) {
+		wait = 0
+	}
+	return nil, nil, errs, wait
+}
+
+func allBusy(errs []error) bool {
+	for _, err := range errs {
+		var busy *hubBusyError
+		if !errors.As(err, &busy) {
+			return false
+		}
+	}
+	return true
+}
+
+// hubBusyError is a 429 or 503 answer: try again after the given time.
+type hubBusyError struct {
+	after time.Duration
+	msg   string
+}
+
+func (e *hubBusyError) Error() string { return e.msg }
 
 func poolOf(c *x509.Certificate) *x509.CertPool {
 	p := x509.NewCertPool()
@@ -170,6 +237,13 @@ func postJoin(ctx context.Context, addr, pin string, body []byte, timeout time.D
 		}
 		if resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusBadRequest {
 			return nil, nil, fmt.Errorf("%w: %s", ErrJoinRefused, e.Error)
+		}
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+			after := time.Second
+			if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+				after = min(time.Duration(secs)*time.Second, time.Minute)
+			}
+			return nil, nil, &hubBusyError{after: after, msg: e.Error}
 		}
 		return nil, nil, errors.New(e.Error)
 	}

@@ -110,5 +110,16 @@ func (a *Agent) applyRenewed(pemChain string) error {
 		chain[i] = c.Raw
 	}
 	a.id.Cert = tls.Certificate{Certificate: chain, PrivateKey: a.id.Cert.PrivateKey, Leaf: certs[0]}
+	a.tickets = nil // a resumed session would carry the old certificate
 	return nil
+}
+
+// sessionCache is the TLS session cache for the next dial.
+func (a *Agent) sessionCache() tls.ClientSessionCache {
+	a.idMu.Lock()
+	defer a.idMu.Unlock()
+	if a.tickets == nil {
+		a.tickets = tls.NewLRUClientSessionCache(4)
+	}
+	return a.tickets
 }

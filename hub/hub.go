@@ -143,6 +143,7 @@ type Server struct {
 	challenges challenges             // pending tether login nonces
 	sessions   sync.WaitGroup
 	cluster    *cluster.Controller // set in Run before sessions are accepted
+	guard      *guards             // rate limits and refusal audits (guard.go)
 }
 
 // New opens the hub's state (creating it the first time).
@@ -154,6 +155,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("hub: data dir: %w", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, reg: registry.New(), metrics: metrics.New()}
+	s.guard = newGuards(s.metrics.Registry)
 	var err error
 	if s.ca, err = ca.LoadOrCreate(filepath.Join(cfg.DataDir, "ca"), "Tether"); err != nil {
 		return nil, err
@@ -317,6 +319,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	tlsHTTP := tlsTunnel.Clone()
 	tlsHTTP.ClientAuth = tls.VerifyClientCertIfGiven
+	s.verifyNodeCerts(tlsTunnel) // after the clone: HTTP keeps crypto/tls's own check
 	resetKey, err := loadOrCreateSecret(filepath.Join(s.cfg.DataDir, "quic_reset.key"))
 	if err != nil {
 		return err
@@ -343,6 +346,7 @@ func (s *Server) Run(ctx context.Context) error {
 	b, err := bastion.New(bastion.Config{
 		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, HostCertSigner: certSigner, NodeSuffix: "." + s.cfg.NodeSuffix, Authorize: s.authorizeOperator, Dialer: nodeDialer{s},
 		Logger: s.log.With("component", "bastion"), Metrics: s.metrics, OnJump: s.auditJump,
+		Limiter: s.guard.ssh, OnLoginFailure: s.auditLoginFailure, RateLimited: s.guard.rateLimited.WithLabelValues("ssh"),
 	})
 	if err != nil {
 		return err
@@ -373,7 +377,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	httpSrv := &http.Server{
-		Handler: api.NewHandler(api.Deps{
+		Handler: s.guardAPI(api.NewHandler(api.Deps{
 			Store: s.store, CA: s.ca, IssueNode: s.issueNode, NodeCA: s.nodeCA, Registry: s.reg, Metrics: s.metrics, Advertise: advertise,
 			NodeCertTTL: s.cfg.NodeCertTTL, Logger: s.log.With("component", "api"), OperatorsChanged: s.accessChanged,
 			SSHTrust:       s.sshTrustInfo(sshAddr, advertise),
@@ -383,7 +387,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Cluster:        s.cluster,
 			Blobs:          blobs,
 			ProvisionLogin: func(n store.Node) string { return s.provisionLoginFor(n.Labels) },
-		}),
+		})),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"path/filepath"
 	"testing"
 	"time"
@@ -110,6 +111,27 @@ func TestBadAgentsCloseOnlyTheirSession(t *testing.T) {
 	if m, err := control.Read(ctrl); err != nil || m.Type != control.TypeWelcome {
 		t.Fatalf("good node: %v %v", m, err)
 	}
+	// A well-behaved agent heartbeats (the hub closes a silent one); the
+	// hub's own heartbeats are drained so its sends never block.
+	stopBeats := make(chan struct{})
+	beatsDone := make(chan struct{})
+	go func() {
+		defer close(beatsDone)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopBeats:
+				return
+			case <-t.C:
+				if control.Write(ctrl, &control.Message{Type: control.TypeHeartbeat}) != nil {
+					return
+				}
+			}
+		}
+	}()
+	go func() { _, _ = io.Copy(io.Discard, ctrl) }()
+	t.Cleanup(func() { close(stopBeats); <-beatsDone })
 
 	attacks := []struct {
 		name string

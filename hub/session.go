@@ -9,6 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
+	"sync"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
@@ -24,6 +26,12 @@ import (
 const (
 	helloTimeout      = 10 * time.Second
 	heartbeatInterval = 30 * time.Second
+	// seenStoreInterval is how often an online node's last_seen is written:
+	// connects and disconnects are stored at once, so this only bounds how
+	// stale last_seen can be after a hub crash. Every heartbeat (every few
+	// seconds) would be thousands of synchronous writes a second at 100k
+	// nodes.
+	seenStoreInterval = 5 * time.Minute
 )
 
 func (s *Server) acceptSessions(ctx context.Context, ln *tunnel.Listener) error {
@@ -58,12 +66,14 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	id, err := pki.IdentityOf(certs[0])
 	if err != nil || id.Kind != pki.KindNode {
 		log.Warn("session refused: not a node certificate", "subject", certs[0].Subject.CommonName, "err", err)
+		s.auditSession(sess, "", fmt.Sprintf("certificate %q is not a node identity", certs[0].Subject.CommonName))
 		return
 	}
 	log = log.With("node_id", id.ID)
 	node, err := s.store.GetNode(ctx, id.ID)
 	if errors.Is(err, store.ErrNotFound) {
 		log.Warn("session refused: node is not registered (removed?)")
+		s.auditSession(sess, "", "node id "+id.ID+" is not registered (removed?)")
 		s.refuse(sess, "this node is not registered on the hub (it was removed); re-join with a new join string")
 		return
 	}
@@ -74,6 +84,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	log = log.With("node", node.Name)
 	if !node.RevokedAt.IsZero() {
 		log.Warn("session refused: node is revoked")
+		s.auditSession(sess, node.Name, "revoked node tried to reconnect")
 		s.refuse(sess, "this node was revoked on the hub; re-join with a new join string")
 		return
 	}
@@ -90,12 +101,14 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	msg, err := control.Read(ctrl)
 	if err != nil || msg.Type != control.TypeHello {
 		log.Warn("session refused: bad hello", "err", err)
+		s.auditSession(sess, node.Name, fmt.Sprintf("bad hello: %v", helloError(msg, err)))
 		return
 	}
 	_ = ctrl.SetReadDeadline(time.Time{})
 	if msg.Hello.Name != node.Name {
 		// A certificate is bound to one node: node A's cert cannot claim B.
 		log.Warn("session refused: hello name does not match certificate", "claimed", msg.Hello.Name)
+		s.auditSession(sess, node.Name, fmt.Sprintf("certificate of node %q claimed to be node %.64q", node.Name, msg.Hello.Name))
 		_ = control.Write(ctrl, &control.Message{Type: control.TypeNotice, Fatal: true,
 			Notice: fmt.Sprintf("this identity belongs to node %q, not %q", node.Name, msg.Hello.Name)})
 		registry.CloseAfterGrace(sess)
@@ -103,7 +116,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	}
 	conn := registry.NewConn(node.ID, node.Name, sess, ctrl)
 	if err := conn.Send(&control.Message{Type: control.TypeWelcome, Welcome: &control.Welcome{
-		NodeID: node.ID, Name: node.Name, HeartbeatSeconds: int(heartbeatInterval / time.Second)}}); err != nil {
+		NodeID: node.ID, Name: node.Name, HeartbeatSeconds: int(s.liveness().every / time.Second)}}); err != nil {
 		log.Info("session ended during welcome", "err", err)
 		return
 	}
@@ -116,6 +129,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	// sessions already registered: look again now that this one is.
 	if n, err := s.store.GetNode(ctx, node.ID); err != nil || !n.RevokedAt.IsZero() {
 		log.Warn("session refused: node was revoked or removed while connecting")
+		s.auditSession(sess, node.Name, "node was revoked or removed while connecting")
 		s.reg.Remove(conn)
 		conn.CloseWithNotice("this node was revoked or removed on the hub; re-join with a new join string", true)
 		return
@@ -134,16 +148,15 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	log.Info("node connected", "agent_version", msg.Hello.AgentVersion)
 
 	// The agent must never open streams to the hub: refuse any it tries.
-	go s.refuseAgentStreams(sess, log)
+	go s.refuseAgentStreams(sess, node.Name, log)
+	stopRenewal := s.renewHostCert(conn, hostKey, log)
 	renewCtx, stopRenew := context.WithCancel(ctx)
-	renewDone := make(chan struct{})
-	go func() {
-		defer close(renewDone)
-		s.renewHostCert(renewCtx, conn, hostKey, log)
-	}()
+	if slices.Contains(msg.Hello.Capabilities, capHeartbeat) {
+		go s.sendHeartbeats(renewCtx, conn)
+	}
 	s.readControl(ctx, conn, ctrl, log)
 	stopRenew()
-	<-renewDone
+	stopRenewal()
 
 	s.metrics.NodesConnected.WithLabelValues(transport).Dec()
 	if s.reg.Remove(conn) {
@@ -167,8 +180,18 @@ func (s *Server) refuse(sess tunnel.Session, why string) {
 
 func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunnel.Stream, log *slog.Logger) {
 	lastStored := time.Now()
+	live := s.liveness()
 	for {
+		// An agent heartbeats every live.every (the welcome says so); one
+		// silent for live.deadline is gone, or its link is half-open: close
+		// the session explicitly, before the transport's idle timeout would
+		// end it silently, so the agent hears of it if its side still works.
+		_ = ctrl.SetReadDeadline(time.Now().Add(live.deadline))
 		msg, err := control.Read(ctrl)
+		if isTimeout(err) {
+			log.Warn("no heartbeat from the node; closing its session", "silent_for", live.deadline)
+			return
+		}
 		if err != nil {
 			select {
 			case <-conn.Session.Done():
@@ -176,23 +199,28 @@ func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunn
 				if !errors.Is(err, io.EOF) {
 					log.Info("control stream ended", "err", err)
 				}
+				if errors.Is(err, control.ErrBadMessage) {
+					s.auditSession(conn.Session, conn.Name, "control stream closed: "+err.Error())
+				}
 			}
 			return
 		}
 		switch msg.Type {
 		case control.TypeHeartbeat:
 			// Throttle store writes: last_seen at heartbeat granularity is plenty.
-			if time.Since(lastStored) >= heartbeatInterval/2 {
+			if time.Since(lastStored) >= seenStoreInterval {
 				lastStored = time.Now()
 				s.markSeen(ctx, log, conn.NodeID, store.Seen{Online: true, At: lastStored})
 			}
 		case control.TypeRenew:
 			if err := s.renewNodeCert(ctx, conn, msg.CSR, log); err != nil {
 				log.Warn("certificate renewal refused", "err", err)
+				s.auditRefusal("renew", conn.Session.RemoteAddr().String(), store.AuditEvent{Kind: "renew", Node: conn.Name, Result: "refused", Detail: err.Error()})
 				_ = conn.Send(&control.Message{Type: control.TypeNotice, Notice: "certificate renewal refused: " + err.Error()})
 			}
 		default:
 			log.Warn("unexpected control message from agent; closing session", "type", msg.Type)
+			s.auditSession(conn.Session, conn.Name, fmt.Sprintf("control stream closed: unexpected %s message from the agent", msg.Type))
 			return
 		}
 	}
@@ -234,7 +262,7 @@ func (s *Server) renewNodeCert(ctx context.Context, conn *registry.Conn, csrDER 
 	return nil
 }
 
-func (s *Server) refuseAgentStreams(sess tunnel.Session, log *slog.Logger) {
+func (s *Server) refuseAgentStreams(sess tunnel.Session, name string, log *slog.Logger) {
 	for {
 		// AcceptStream fails once the session ends, which ends this loop.
 		st, err := sess.AcceptStream(context.Background())
@@ -242,6 +270,8 @@ func (s *Server) refuseAgentStreams(sess tunnel.Session, log *slog.Logger) {
 			return
 		}
 		log.Warn("agent tried to open a stream to the hub; refused")
+		s.auditRefusal("stream", sess.RemoteAddr().String(), store.AuditEvent{Kind: "stream", Node: name, Result: "refused",
+			Detail: "the agent opened a stream to the hub; agents may not open streams"})
 		_ = tunnel.WriteReply(st, tunnel.Reply{OK: false, Reason: "agents may not open streams to the hub"})
 		st.Close()
 	}
@@ -287,24 +317,45 @@ func (s *Server) pushSSHTrust(c *registry.Conn, hostKeyLine string, log *slog.Lo
 }
 
 // renewHostCert re-issues the node's host certificate at two thirds of its
-// lifetime for as long as the session lives.
-func (s *Server) renewHostCert(ctx context.Context, c *registry.Conn, hostKey gossh.PublicKey, log *slog.Logger) {
+// lifetime until the returned stop is called (when the session ends).
+func (s *Server) renewHostCert(c *registry.Conn, hostKey gossh.PublicKey, log *slog.Logger) (stop func()) {
 	if hostKey == nil {
-		return
+		return func() {}
 	}
+	// A timer, not a goroutine per session: at 100k idle nodes every
+	// parked goroutine's stack counts.
 	line := string(gossh.MarshalAuthorizedKey(hostKey))
-	for {
-		t := time.NewTimer(s.cfg.HostCertTTL * 2 / 3)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+		running sync.WaitGroup
+	)
+	renew := func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
 			return
-		case <-c.Session.Done():
-			t.Stop()
-			return
-		case <-t.C:
-			s.pushSSHTrust(c, line, log)
 		}
+		running.Add(1)
+		mu.Unlock()
+		defer running.Done()
+		s.pushSSHTrust(c, line, log)
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(s.cfg.HostCertTTL * 2 / 3)
+		}
+	}
+	mu.Lock()
+	t = time.AfterFunc(s.cfg.HostCertTTL*2/3, renew)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+		running.Wait() // a renewal in flight finishes before the session is gone
 	}
 }
 

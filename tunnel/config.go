@@ -162,8 +162,12 @@ func (c *Config) yamuxConfig(log *slog.Logger) *yamux.Config {
 	return &yamux.Config{
 		// Streams beyond the backlog are reset by yamux; the backlog only
 		// fills when the peer exceeds MaxStreams or we stop accepting.
-		AcceptBacklog:          c.MaxStreams,
-		EnableKeepAlive:        true,
+		AcceptBacklog: c.MaxStreams,
+		// Keepalives are sent by yamuxSession from a timer instead of
+		// yamux's loop, which would park a goroutine (and its stack) per
+		// session for as long as the session lives: at 100k idle agents
+		// that is the hub's largest cost after the sessions themselves.
+		EnableKeepAlive:        false,
 		KeepAliveInterval:      c.KeepAliveInterval,
 		ConnectionWriteTimeout: c.IdleTimeout - c.KeepAliveInterval,
 		MaxStreamWindowSize:    c.StreamWindow,

@@ -103,7 +103,7 @@ func TestConfigMapping(t *testing.T) {
 	}
 	y := c.yamuxConfig(orDiscard(nil))
 	if y.KeepAliveInterval != c.KeepAliveInterval || y.ConnectionWriteTimeout != c.IdleTimeout-c.KeepAliveInterval ||
-		y.MaxStreamWindowSize != c.StreamWindow || y.AcceptBacklog != 10 || !y.EnableKeepAlive {
+		y.MaxStreamWindowSize != c.StreamWindow || y.AcceptBacklog != 10 || y.EnableKeepAlive {
 		t.Errorf("yamux config %+v does not match %+v", y, c)
 	}
 }

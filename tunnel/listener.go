@@ -17,11 +17,15 @@ import (
 )
 
 const (
-	// maxPendingHandshakes bounds TCP connections that are handshaking or
-	// waiting to be handed to Accept. Beyond it new connections are closed
-	// at once (the agents retry with backoff), so a flood of slow clients
-	// costs bounded memory and never blocks the accept loop.
-	maxPendingHandshakes = 1024
+	// DefaultMaxHandshakes is ListenConfig.MaxHandshakes's default: enough
+	// to keep every core of a hub busy with handshakes over links with a
+	// long round trip, few enough that a reconnect storm of 100k agents
+	// does not start handshakes the hub cannot finish in time.
+	DefaultMaxHandshakes = 256
+	// acceptQueue is how many handshaken sessions may wait for Accept; the
+	// accept loops then never hold up quic-go's own short queue (32), whose
+	// overflow refuses a connection after its whole handshake was paid for.
+	acceptQueue = 256
 	// udpBindAttempts is how often Listen picks a new port when the TCP port
 	// it got for ":0" is taken on UDP.
 	udpBindAttempts = 8
@@ -61,6 +65,16 @@ type ListenConfig struct {
 	// timeout. It must stay the same across restarts (keep it in the data
 	// dir) and secret.
 	StatelessResetKey *[32]byte
+
+	// MaxHandshakes bounds the connections (both transports, tunnel and
+	// HTTP) that are handshaking or waiting for Accept. Beyond it a new
+	// connection is refused at once, before any cryptography: a TCP
+	// connection is closed, a QUIC one gets CONNECTION_REFUSED in answer to
+	// its first packet. So a storm costs the hub only the handshakes it can
+	// finish, and agents retry after their backoff (with jitter) instead of
+	// timing out on a hub too busy to answer. Zero means
+	// DefaultMaxHandshakes.
+	MaxHandshakes int
 }
 
 // Listener accepts tunnel sessions on one address: QUIC on UDP and TLS on
@@ -83,7 +97,8 @@ type Listener struct {
 	done      chan struct{} // closed by Close
 	closeOnce sync.Once
 	wg        sync.WaitGroup // accept loops and handshake goroutines
-	handshake chan struct{}  // semaphore of maxPendingHandshakes
+	handshake chan struct{}  // semaphore of ListenConfig.MaxHandshakes
+	tickets   *ticketKeys    // nil without a StatelessResetKey
 
 	mu   sync.Mutex                  // guards the following
 	live map[trackedSession]struct{} // sessions not yet ended, closed by Close
@@ -126,17 +141,31 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 		}
 	}
 
+	maxHS := lc.MaxHandshakes
+	if maxHS <= 0 {
+		maxHS = DefaultMaxHandshakes
+	}
+	handshake := make(chan struct{}, maxHS)
+	var tickets *ticketKeys
+	if lc.StatelessResetKey != nil {
+		// Session tickets that outlive a restart: after a hub restart the
+		// whole fleet reconnects at once, and a resumed handshake skips the
+		// signatures and certificate checks of a full one.
+		tickets = newTicketKeys(*lc.StatelessResetKey, tunnelTLS)
+	}
+
 	tcpLn, udpConn, err := bindPair(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
-	qtr := &quic.Transport{Conn: udpConn}
+	qtr := &quic.Transport{Conn: udpConn, ConnContext: quicAdmission(handshake)}
 	if lc.StatelessResetKey != nil {
 		key := quic.StatelessResetKey(*lc.StatelessResetKey)
 		qtr.StatelessResetKey = &key
 	}
 	ql, err := qtr.Listen(tunnelTLS, cfg.quicConfig())
 	if err != nil {
+		tickets.stop()
 		_ = tcpLn.Close()
 		_ = qtr.Close()
 		_ = udpConn.Close()
@@ -151,11 +180,12 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 		udp:       udpConn,
 		qtr:       qtr,
 		ql:        ql,
-		sessions:  make(chan Session),
+		sessions:  make(chan Session, acceptQueue),
 		ctx:       lctx,
 		cancel:    cancel,
 		done:      make(chan struct{}),
-		handshake: make(chan struct{}, maxPendingHandshakes),
+		handshake: handshake,
+		tickets:   tickets,
 		live:      make(map[trackedSession]struct{}),
 	}
 	l.http = &httpListener{l: l, conns: make(chan net.Conn), done: make(chan struct{})}
@@ -214,6 +244,12 @@ func bindPair(ctx context.Context, addr string) (net.Listener, net.PacketConn, e
 // handshake complete and its client certificate verified. After Close it
 // returns an error wrapping net.ErrClosed.
 func (l *Listener) Accept(ctx context.Context) (Session, error) {
+	// Closed wins over a session still queued (Close ends those).
+	select {
+	case <-l.done:
+		return nil, fmt.Errorf("tunnel: accept: %w", net.ErrClosed)
+	default:
+	}
 	select {
 	case s := <-l.sessions:
 		return s, nil
@@ -243,6 +279,7 @@ func (l *Listener) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.done)
 		l.cancel()
+		l.tickets.stop()
 		l.http.close()
 		err = l.tcp.Close()
 		_ = l.ql.Close() // stops accepting; established connections stay
@@ -304,6 +341,7 @@ func (l *Listener) acceptQUIC() {
 			}
 			return
 		}
+		admitted(conn.Context())
 		l.log.Debug("tunnel session accepted", "transport", "quic", "remote", conn.RemoteAddr().String())
 		l.deliver(newQUICSession(conn))
 	}
@@ -334,7 +372,7 @@ func (l *Listener) acceptTCP() {
 		select {
 		case l.handshake <- struct{}{}:
 		default:
-			l.log.Debug("tunnel handshake backlog full, dropping connection", "remote", raw.RemoteAddr().String())
+			l.log.Debug("tunnel handshakes at their limit, refusing connection", "remote", raw.RemoteAddr().String())
 			_ = raw.Close()
 			continue
 		}

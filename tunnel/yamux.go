@@ -39,9 +39,13 @@ type yamuxSession struct {
 	openSem   chan struct{} // one slot per stream we opened
 	acceptSem chan struct{} // one slot per stream the peer opened
 
+	keepAlive time.Duration // interval of the keepalive pings
+	log       *slog.Logger
+
 	mu     sync.Mutex     // guards the following
 	closed bool           // Close was called; spawn no more goroutines
 	wg     sync.WaitGroup // open helpers and stream drainers, waited by Close
+	ping   *time.Timer    // next keepalive ping
 }
 
 var _ Session = (*yamuxSession)(nil)
@@ -64,13 +68,45 @@ func newYamuxSession(tc *tls.Conn, cfg *Config, server bool, log *slog.Logger) (
 		_ = tc.Close()
 		return nil, fmt.Errorf("tunnel: start yamux: %w", err)
 	}
-	return &yamuxSession{
+	s := &yamuxSession{
 		mux:       mux,
 		tls:       tc,
 		conn:      hc,
 		openSem:   make(chan struct{}, cfg.MaxStreams),
 		acceptSem: make(chan struct{}, cfg.MaxStreams),
-	}, nil
+		keepAlive: cfg.KeepAliveInterval,
+		log:       log,
+	}
+	s.ping = time.AfterFunc(s.keepAlive, s.sendPing)
+	return s, nil
+}
+
+// sendPing is the keepalive: a ping every KeepAliveInterval that must be
+// answered within IdleTimeout-KeepAliveInterval (yamux's
+// ConnectionWriteTimeout, which bounds Ping), or the session is closed, as
+// yamux's own keepalive loop does. It runs from a timer, so an idle session
+// holds no goroutine for it.
+func (s *yamuxSession) sendPing() {
+	s.mu.Lock()
+	if s.closed || s.mux.IsClosed() {
+		s.mu.Unlock()
+		return
+	}
+	s.wg.Add(1) // Close waits for a ping in flight
+	s.mu.Unlock()
+	defer s.wg.Done()
+	if _, err := s.mux.Ping(); err != nil {
+		if !s.mux.IsClosed() {
+			s.log.Debug("tunnel keepalive failed; closing session", "err", err)
+			_ = s.mux.Close()
+		}
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.ping.Reset(s.keepAlive)
+	}
 }
 
 // acquire takes a MaxStreams slot of sem and returns its (idempotent)
@@ -190,6 +226,7 @@ func (s *yamuxSession) Close() error {
 	_ = s.mux.Close()
 	s.mu.Lock()
 	s.closed = true
+	s.ping.Stop()
 	s.mu.Unlock()
 	s.wg.Wait()
 	return nil

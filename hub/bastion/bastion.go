@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gliderlabs/ssh"
+	"github.com/prometheus/client_golang/prometheus"
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/metrics"
@@ -75,6 +76,8 @@ type Config struct {
 	// OnLoginFailure, if set, is called for every connection that ended
 	// without authenticating and for reported rate-limit refusals.
 	OnLoginFailure func(LoginFailure)
+	// RateLimited, if set, counts every connection the Limiter refused.
+	RateLimited prometheus.Counter
 }
 
 // Bastion is the operators' SSH server.

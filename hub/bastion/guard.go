@@ -38,11 +38,13 @@ type guardedConn struct {
 	net.Conn
 	b        *Bastion
 	src      string
-	limited  time.Duration // >0: refused by the rate limiter, retry after this
-	deadline time.Time     // end of the handshake
+	limited  time.Duration      // >0: refused by the rate limiter, retry after this
+	deadline time.Time          // end of the handshake
+	attempt  *ratelimit.Attempt // counted against src until it authenticates
 
 	authed    atomic.Bool
 	closeOnce sync.Once
+	doneOnce  sync.Once // ends attempt
 
 	mu       sync.Mutex
 	user     string
@@ -78,6 +80,7 @@ func (g *guardedConn) SetWriteDeadline(t time.Time) error { return g.Conn.SetWri
 func (g *guardedConn) Close() error {
 	err := g.Conn.Close()
 	g.closeOnce.Do(func() {
+		g.endAttempt(!g.authed.Load())
 		if g.authed.Load() || g.limited > 0 {
 			return
 		}
@@ -93,9 +96,16 @@ func (g *guardedConn) Close() error {
 		default:
 			f.Reason = "connection closed before authenticating"
 		}
-		g.b.loginFailed(g.src, f)
+		g.b.loginFailed(f)
 	})
 	return err
+}
+
+// endAttempt tells the rate limiter how the attempt ended, once.
+func (g *guardedConn) endAttempt(failed bool) {
+	if g.attempt != nil {
+		g.doneOnce.Do(func() { g.attempt.Done(failed) })
+	}
 }
 
 // authLog is the gossh AuthLogCallback of g's connection.
@@ -105,6 +115,7 @@ func (g *guardedConn) authLog(meta gossh.ConnMetadata, method string, err error)
 		// not when a key is merely queried.
 		g.authed.Store(true)
 		_ = g.Conn.SetDeadline(time.Time{})
+		g.endAttempt(false) // a long session must not hold its source's share
 		return
 	}
 	if err != nil && method != "none" { // "none" is every client's first probe
@@ -115,10 +126,7 @@ func (g *guardedConn) authLog(meta gossh.ConnMetadata, method string, err error)
 	}
 }
 
-func (b *Bastion) loginFailed(src string, f LoginFailure) {
-	if b.cfg.Limiter != nil {
-		b.cfg.Limiter.Fail(src)
-	}
+func (b *Bastion) loginFailed(f LoginFailure) {
 	b.cfg.Logger.Info("operator login failed", "remote", f.Remote, "user", f.User, "result", f.Result, "reason", f.Reason)
 	if b.cfg.OnLoginFailure != nil {
 		b.cfg.OnLoginFailure(f)
@@ -131,7 +139,12 @@ func (b *Bastion) loginFailed(src string, f LoginFailure) {
 func (b *Bastion) accept(ctx ssh.Context, conn net.Conn) net.Conn {
 	g := &guardedConn{Conn: conn, b: b, src: ratelimit.Source(conn.RemoteAddr().String())}
 	if b.cfg.Limiter != nil {
-		if ok, retry := b.cfg.Limiter.Allow(g.src); !ok {
+		attempt, retry := b.cfg.Limiter.Begin(g.src)
+		g.attempt = attempt
+		if attempt == nil {
+			if b.cfg.RateLimited != nil {
+				b.cfg.RateLimited.Inc()
+			}
 			r := b.cfg.Limiter.Refused(g.src)
 			if r.Report {
 				f := LoginFailure{Remote: conn.RemoteAddr().String(), Result: "rate_limited", Suppressed: r.Suppressed,

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	gossh "golang.org/x/crypto/ssh"
 	"go.uber.org/goleak"
+	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/ratelimit"
 	"github.com/tether-dev/tether/tunnel"

@@ -36,6 +36,17 @@ type Config struct {
 	// explanation (which costs the server more than a bare refusal),
 	// default 2s.
 	ExplainEvery time.Duration
+	// MaxInflight, when positive, lets a source with no recent failure (a
+	// full bucket) have up to MaxInflight attempts under way at once
+	// without drawing on the bucket: for endpoints where one address
+	// legitimately makes many attempts at once, such as a site behind NAT
+	// whose machines all join when it powers up. Once it has failed,
+	// attempts under way count against its bucket again, and failures
+	// beyond the bucket put it in debt, so the long-run rate stays one
+	// failure per Every. Zero always counts attempts under way (see
+	// Attempt), which bounds how many slow handshakes one source can hold
+	// open.
+	MaxInflight int
 	// Now is the clock, for tests; default time.Now.
 	Now func() time.Time
 }
@@ -55,6 +66,7 @@ type entry struct {
 	lastExplain time.Time
 	suppressed  int // refusals since lastReport
 	refusing    bool
+	inflight    int // attempts begun and not done
 }
 
 // New returns a Limiter.
@@ -128,7 +140,7 @@ func (l *Limiter) get(src string, create bool, now time.Time) *entry {
 // left to report: they are indistinguishable from new ones.
 func (l *Limiter) sweep(now time.Time) {
 	for k, e := range l.sources {
-		if e.bucket.TokensAt(now) >= float64(l.cfg.Burst) && e.suppressed == 0 {
+		if e.bucket.TokensAt(now) >= float64(l.cfg.Burst) && e.suppressed == 0 && e.inflight == 0 {
 			delete(l.sources, k)
 		}
 	}
@@ -154,6 +166,54 @@ func (l *Limiter) Allow(src string) (ok bool, retry time.Duration) {
 	}
 	retry = time.Duration((1 - tokens) * float64(l.cfg.Every))
 	return false, max(retry, time.Second)
+}
+
+// Attempt is one try of a source that is counted against it while it is
+// under way, so concurrent attempts cannot overrun the limit: a source with
+// n attempts in flight needs n+1 failures' worth in its bucket to begin
+// another (unless Config.MaxInflight is set).
+type Attempt struct {
+	l *Limiter
+	e *entry
+}
+
+// Begin starts an attempt by src, or refuses it (nil) and says how long
+// until src may try again. Every Attempt must end with Done.
+func (l *Limiter) Begin(src string) (*Attempt, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.cfg.Now()
+	e := l.get(src, true, now)
+	tokens := e.bucket.TokensAt(now)
+	if l.cfg.MaxInflight > 0 && tokens >= float64(l.cfg.Burst) {
+		// A source with no failure to its name (full bucket) may have up
+		// to MaxInflight attempts under way; its first failure ends that.
+		if e.inflight >= l.cfg.MaxInflight {
+			return nil, time.Second
+		}
+	} else {
+		tokens -= float64(e.inflight)
+	}
+	if tokens < 1 {
+		return nil, max(time.Duration((1-tokens)*float64(l.cfg.Every)), time.Second)
+	}
+	e.inflight++
+	e.refusing = false
+	return &Attempt{l: l, e: e}, 0
+}
+
+// Done ends the attempt; a failed one takes a failure's worth from its
+// source's bucket.
+func (a *Attempt) Done(failed bool) {
+	a.l.mu.Lock()
+	defer a.l.mu.Unlock()
+	a.e.inflight--
+	if failed {
+		// ReserveN, not AllowN: a failure that began while tokens were
+		// left still costs one when the bucket is empty by now (debt),
+		// so concurrent attempts cannot beat the rate.
+		a.e.bucket.ReserveN(a.l.cfg.Now(), 1)
+	}
 }
 
 // Fail records a failed attempt by src.

@@ -116,20 +116,115 @@ func TestTableBounded(t *testing.T) {
 	}
 }
 
+// TestAttemptsInFlightCount: attempts under way count against the source,
+// so n concurrent ones cannot all get in on one remaining failure; a
+// success gives its share back.
+func TestAttemptsInFlightCount(t *testing.T) {
+	c := newClock()
+	l := newTest(c, Config{Burst: 3, Every: time.Hour})
+	var as []*Attempt
+	for range 3 {
+		a, _ := l.Begin("a")
+		if a == nil {
+			t.Fatal("attempt within the burst refused")
+		}
+		as = append(as, a)
+	}
+	if a, retry := l.Begin("a"); a != nil || retry < time.Second {
+		t.Fatalf("fourth concurrent attempt: %v, retry %s", a, retry)
+	}
+	as[0].Done(false) // succeeded: its share is back
+	a, _ := l.Begin("a")
+	if a == nil {
+		t.Fatal("share of a successful attempt not given back")
+	}
+	a.Done(true)
+	as[1].Done(true)
+	as[2].Done(true)
+	if a, _ := l.Begin("a"); a != nil {
+		t.Fatal("three failures of three allowed a fourth attempt")
+	}
+}
+
+// TestMaxInflight: with MaxInflight, many concurrent attempts of one source
+// begin (a NAT'd site joining at once) up to the cap, and failures still
+// drain the bucket.
+func TestMaxInflight(t *testing.T) {
+	c := newClock()
+	l := newTest(c, Config{Burst: 3, Every: time.Hour, MaxInflight: 10})
+	var as []*Attempt
+	for i := range 10 {
+		a, _ := l.Begin("a")
+		if a == nil {
+			t.Fatalf("concurrent attempt %d of 10 refused", i+1)
+		}
+		as = append(as, a)
+	}
+	if a, retry := l.Begin("a"); a != nil || retry < time.Second {
+		t.Fatalf("attempt beyond MaxInflight: %v, retry %s", a, retry)
+	}
+	if a, _ := l.Begin("b"); a == nil {
+		t.Fatal("another source refused")
+	} else {
+		a.Done(false)
+	}
+	for _, a := range as[:7] {
+		a.Done(false)
+	}
+	for _, a := range as[7:] {
+		a.Done(true)
+	}
+	if a, _ := l.Begin("a"); a != nil {
+		t.Fatal("three failures of a burst of three allowed another attempt")
+	}
+}
+
 func TestConcurrentUse(t *testing.T) {
 	l := New(Config{Burst: 5, Every: time.Millisecond})
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
 			src := fmt.Sprint("s", i%3)
-			for range 1000 {
+			for j := range 1000 {
 				if ok, _ := l.Allow(src); ok {
 					l.Fail(src)
 				} else {
 					l.Refused(src)
 				}
+				if a, _ := l.Begin(src); a != nil {
+					a.Done(j%2 == 0)
+				}
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// TestMaxInflightDebt: a wave of concurrent failures larger than the burst
+// is paid back in full before the source may try again, so concurrency
+// cannot beat the long-run rate.
+func TestMaxInflightDebt(t *testing.T) {
+	c := newClock()
+	l := newTest(c, Config{Burst: 3, Every: time.Minute, MaxInflight: 10})
+	var as []*Attempt
+	for range 10 {
+		a, _ := l.Begin("a")
+		if a == nil {
+			t.Fatal("attempt of a source with no failures refused")
+		}
+		as = append(as, a)
+	}
+	for _, a := range as {
+		a.Done(true)
+	}
+	c.advance(7 * time.Minute) // 7 failures forgiven: the debt of 7 is paid, the bucket is empty
+	if a, retry := l.Begin("a"); a != nil || retry < time.Second {
+		t.Fatalf("after paying back the debt only: %v, retry %s; want a refusal", a, retry)
+	}
+	c.advance(time.Minute)
+	a, _ := l.Begin("a")
+	if a == nil {
+		t.Fatal("still refused once the debt is paid and one failure forgiven")
+	}
+	a.Done(false)
 }

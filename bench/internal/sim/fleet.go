@@ -87,7 +87,7 @@ type EnrollOptions struct {
 	Prefix     string // node names are PREFIX-000001...
 	From       int    // first index (names continue an existing fleet)
 	Count      int
-	Parallel   int           // concurrent joins; default 8
+	Parallel   int            // concurrent joins; default 8
 	Progress   func(done int) // called now and then, may be nil
 }
 
@@ -166,4 +166,12 @@ func (f *Fleet) Append(other *Fleet) {
 		f.CAPEM, f.NodeCAPEM = other.CAPEM, other.NodeCAPEM
 	}
 	f.Members = append(f.Members, other.Members...)
+}
+
+// SetHub makes every member dial addr (the hub of a later run may listen on
+// another port than the one the fleet enrolled with).
+func (f *Fleet) SetHub(addr string) {
+	for i := range f.Members {
+		f.Members[i].Hubs = []string{addr}
+	}
 }

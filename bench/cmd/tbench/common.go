@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/tether-dev/tether/bench/internal/harness"
+)
+
+func runtimeCPUs() int { return runtime.NumCPU() }
+
+func selfPID() int { return os.Getpid() }
+
+// nofileHard is this process's hard limit on open files.
+func nofileHard() uint64 {
+	var l syscall.Rlimit
+	_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l)
+	return l.Max
+}
+
+// jumpSetup is a hub with an operator, a node sshd, a stock OpenSSH bastion,
+// and one real tether-edge per transport (nodes n-quic and n-tcp) relaying
+// ssh streams to the node sshd.
+type jumpSetup struct {
+	env       *harness.Env
+	hub       *harness.Hub
+	node      *harness.SSHD
+	bastion   *harness.SSHD
+	sshConfig string
+	agents    map[string]*harness.Proc // transport -> agent
+	sink      *sink                    // P2's receiver; the agents allow its port
+}
+
+// jump returns the jump setup P1-P3 share (started on first use, stopped
+// when tbench ends).
+func (b *bench) jump(ctx context.Context) (*jumpSetup, error) {
+	if b.shared != nil {
+		return b.shared, nil
+	}
+	s, err := newJumpSetup(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	b.shared = s
+	return s, nil
+}
+
+var transports = []string{"quic", "tcp"}
+
+// newJumpSetup starts everything, with a sink for P2 whose port the agents
+// allow.
+func newJumpSetup(ctx context.Context, b *bench) (*jumpSetup, error) {
+	env, err := harness.NewEnv(b.bin)
+	if err != nil {
+		return nil, err
+	}
+	env.Keep = b.keep
+	s := &jumpSetup{env: env, agents: map[string]*harness.Proc{}}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close()
+		}
+	}()
+	if s.sink, err = newSink(); err != nil {
+		return nil, err
+	}
+	if s.node, err = env.StartSSHD(ctx, "node-sshd"); err != nil {
+		return nil, err
+	}
+	if s.bastion, err = env.StartSSHD(ctx, "bastion-sshd"); err != nil {
+		return nil, err
+	}
+	if s.sshConfig, err = env.SSHConfig(ctx); err != nil {
+		return nil, err
+	}
+	if s.hub, err = env.StartHub(ctx, env.Path("hub")); err != nil {
+		return nil, err
+	}
+	key, _ := env.OperatorKey(ctx)
+	if _, err := s.hub.Tether(ctx, "operator", "add", "bench", "--key", key+".pub"); err != nil {
+		return nil, err
+	}
+	join, err := s.hub.Token(ctx, len(transports))
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range transports {
+		args := []string{"run", "--join", join, "--state-dir", env.Path("n-" + t), "--name", "n-" + t,
+			"--ssh", s.node.Addr, "--transport", t, "--log-level", "warn", "--allow-port", strconv.Itoa(s.sink.port())}
+		p, err := env.Start("agent-"+t, filepath.Join(b.bin, "tether-edge"), args...)
+		if err != nil {
+			return nil, err
+		}
+		s.agents[t] = p
+	}
+	err = harness.WaitFor(ctx, 30*time.Second, "both agents to connect", func() bool {
+		q, err1 := s.hub.Connected(ctx, "quic")
+		t, err2 := s.hub.Connected(ctx, "tcp")
+		return err1 == nil && err2 == nil && q == 1 && t == 1
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w; quic agent: %s; tcp agent: %s", err, s.agents["quic"].Tail(500), s.agents["tcp"].Tail(500))
+	}
+	ok = true
+	return s, nil
+}
+
+func (s *jumpSetup) Close() {
+	s.env.Close()
+	if s.sink != nil {
+		s.sink.Close()
+	}
+}
+
+// jumpArgs are the ssh arguments that reach the node sshd as login through
+// path "openssh" (the stock bastion) or a tether transport.
+func (s *jumpSetup) jumpArgs(path string) []string {
+	login := harness.Login()
+	if path == "openssh" {
+		return []string{"-F", s.sshConfig, "-J", login + "@" + s.bastion.Addr, "-p", strconv.Itoa(s.node.Port), login + "@127.0.0.1"}
+	}
+	return []string{"-F", s.sshConfig, "-J", "bench@" + s.hub.SSH, login + "@n-" + path}
+}
+
+// pathName labels a path in the tables.
+func pathName(path string) string {
+	switch path {
+	case "openssh":
+		return "OpenSSH bastion"
+	case "quic":
+		return "tether QUIC"
+	case "tcp":
+		return "tether TLS+yamux"
+	}
+	return path
+}
+
+func mbps(bytes int64, d time.Duration) float64 {
+	return float64(bytes) / 1e6 / d.Seconds()
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tether-dev/tether/bench/internal/harness"
+	"github.com/tether-dev/tether/bench/internal/sim"
+	"github.com/tether-dev/tether/tunnel"
+)
+
+// The simulator's agents back off as the real agent does by default.
+const (
+	simBackoffMin = 500 * time.Millisecond
+	simBackoffMax = 30 * time.Second
+)
+
+func runP4(ctx context.Context, b *bench) error { return b.fleetScenarios(ctx, true, b.runsP5) }
+func runP5(ctx context.Context, b *bench) error {
+	if b.ranP45 {
+		return nil // done together with P4 (one ramp-up serves both)
+	}
+	return b.fleetScenarios(ctx, false, true)
+}
+
+// fleetScenarios ramps simulated agents up to each P4 size on one hub, per
+// transport, and measures the idle hub at each size (P4); at the P5 sizes it
+// restarts the hub under the connected fleet and measures the reconnect
+// storm (P5).
+func (b *bench) fleetScenarios(ctx context.Context, p4, p5 bool) error {
+	b.ranP45 = true
+	env, err := harness.NewEnv(b.bin)
+	if err != nil {
+		return err
+	}
+	env.Keep = b.keep
+	defer env.Close()
+	sizes := slices.Clone(b.sz.p4Counts)
+	if !p4 {
+		sizes = slices.Clone(b.sz.p5Counts)
+	}
+	for _, n := range b.sz.p5Counts {
+		if p5 && !slices.Contains(sizes, n) {
+			sizes = append(sizes, n)
+		}
+	}
+	slices.Sort(sizes)
+	dataDir, fleet, err := b.fleet(ctx, env, sizes[len(sizes)-1])
+	if err != nil {
+		return err
+	}
+	for _, tr := range []tunnel.Transport{tunnel.TransportQUIC, tunnel.TransportTCP} {
+		if err := b.fleetRun(ctx, env, dataDir, fleet, tr, sizes, p4, p5); err != nil {
+			return fmt.Errorf("%v: %w", tr, err)
+		}
+	}
+	return nil
+}
+
+func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, fleet *sim.Fleet, tr tunnel.Transport,
+	sizes []int, p4, p5 bool) error {
+	hub, err := env.StartHub(ctx, dataDir)
+	if err != nil {
+		return err
+	}
+	defer hub.Stop(60 * time.Second)
+	fleet.SetHub(hub.Listen)
+	time.Sleep(2 * time.Second)
+	base, err := harness.Stats(hub.PID())
+	if err != nil {
+		return err
+	}
+	m, err := hub.Metrics(ctx)
+	if err != nil {
+		return err
+	}
+	baseG := m["go_goroutines"]
+	baseHeap := m["go_memstats_heap_inuse_bytes"]
+	selfBase, _ := harness.Stats(selfPID())
+
+	var sims []*sim.Sim
+	defer func() {
+		for _, s := range sims {
+			s.Stop()
+		}
+	}()
+	connected := func() int {
+		n := 0
+		for _, s := range sims {
+			n += s.Connected()
+		}
+		return n
+	}
+	name := tr.String()
+	have := 0
+	for _, n := range sizes {
+		if tr == tunnel.TransportTCP && n > b.sz.p4TCPMax {
+			b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s", n, pathName(name)),
+				Value: "not measured", Target: "100k agents", Met: "no",
+				Comment: fmt.Sprintf("the hub holds one file descriptor per TCP agent and RLIMIT_NOFILE is capped at %d on this machine (no CAP_SYS_RESOURCE); measured up to %d", nofileHard(), b.sz.p4TCPMax)})
+			continue
+		}
+		start := time.Now()
+		s, err := sim.Start(ctx, sim.Config{Fleet: fleet, From: have, Count: n - have, Transport: tr, PerSocket: 1000, Ramp: 5000,
+			BackoffMin: simBackoffMin, BackoffMax: simBackoffMax, Logger: b.agentLog()})
+		if err != nil {
+			return err
+		}
+		sims = append(sims, s)
+		have = n
+		timeout := time.Duration(n)*10*time.Millisecond + 2*time.Minute
+		if err := harness.WaitFor(ctx, timeout, fmt.Sprintf("%d %s agents to connect", n, name), func() bool {
+			return connected() >= n
+		}); err != nil {
+			return fmt.Errorf("%w (%d connected, hub: %s)", err, connected(), hub.Tail(500))
+		}
+		up := time.Since(start)
+		b.log.Info("fleet connected", "transport", name, "agents", n, "took", up.Round(time.Millisecond))
+		if err := harness.WaitFor(ctx, time.Minute, "the hub to count every agent", func() bool {
+			c, err := hub.Connected(ctx, name)
+			return err == nil && c >= n
+		}); err != nil {
+			return err
+		}
+		if p4 && slices.Contains(b.sz.p4Counts, n) {
+			if err := b.measureIdle(ctx, hub, n, name, up, base, baseG, baseHeap, selfBase); err != nil {
+				return err
+			}
+		}
+		if p5 && slices.Contains(b.sz.p5Counts, n) {
+			if err := b.storm(ctx, hub, sims, n, name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// measureIdle settles, then measures the hub over the idle window.
+func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name string, up time.Duration,
+	base harness.ProcStats, baseG, baseHeap float64, selfBase harness.ProcStats) error {
+	settle := min(10*time.Second, b.sz.p4Idle)
+	time.Sleep(settle)
+	st0, err := harness.Stats(hub.PID())
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(b.sz.p4Idle):
+	}
+	st1, err := harness.Stats(hub.PID())
+	if err != nil {
+		return err
+	}
+	wall := time.Since(t0)
+	m, err := hub.Metrics(ctx)
+	if err != nil {
+		return err
+	}
+	self, _ := harness.Stats(selfPID())
+	perRSS := float64(st1.RSS-base.RSS) / float64(n)
+	perHeap := (m["go_memstats_heap_inuse_bytes"] - baseHeap) / float64(n)
+	perG := (m["go_goroutines"] - baseG) / float64(n)
+	cpu := (st1.CPU - st0.CPU).Seconds() / wall.Seconds() * 100
+	limit := 64.0
+	if name == "tcp" {
+		limit = 24
+	}
+	b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: hub RSS per agent", n, pathName(name)),
+		Value:  fmt.Sprintf("%.1f KiB", perRSS/1024),
+		Ref:    "rathole ≈36 KB/conn, frp ≈150 KB/client (published)",
+		Target: fmt.Sprintf("≤ %.0f KiB", limit), Met: harness.YesNo(perRSS/1024 <= limit),
+		Comment: fmt.Sprintf("hub RSS %.0f MiB; Go heap in use %.1f KiB/agent; all connected in %v", float64(st1.RSS)/(1<<20), perHeap/1024, up.Round(time.Second))})
+	b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: hub goroutines per agent", n, pathName(name)),
+		Value: fmt.Sprintf("%.2f", perG)})
+	b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: hub CPU while idle (over %v)", n, pathName(name), wall.Round(time.Second)),
+		Value: fmt.Sprintf("%.1f %% of a core", cpu), Comment: "keepalives every 5 s, heartbeats every 30 s"})
+	b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: simulator RSS per agent (informational)", n, pathName(name)),
+		Value: fmt.Sprintf("%.1f KiB", float64(self.RSS-selfBase.RSS)/float64(n)/1024)})
+	return nil
+}
+
+// storm restarts the hub under n connected agents and waits for all of them
+// to come back.
+func (b *bench) storm(ctx context.Context, hub *harness.Hub, sims []*sim.Sim, n int, name string) error {
+	failed0 := 0
+	for _, s := range sims {
+		s.Mark()
+		failed0 += s.FailedAttempts()
+	}
+	t0 := time.Now()
+	if _, err := hub.Restart(ctx); err != nil {
+		return err
+	}
+	ready := time.Now()
+	b.log.Info("hub restarted under the fleet", "transport", name, "agents", n, "restart_took", ready.Sub(t0).Round(time.Millisecond))
+	limit := 30 * time.Second
+	if n > 10000 {
+		limit = 3 * time.Minute
+	}
+	cpu0 := time.Duration(0)
+	if st, err := harness.Stats(hub.PID()); err == nil {
+		cpu0 = st.CPU
+	}
+	err := harness.WaitFor(ctx, 3*limit+time.Minute, fmt.Sprintf("%d agents to reconnect", n), func() bool {
+		c := 0
+		for _, s := range sims {
+			c += s.Connected()
+		}
+		return c >= n
+	})
+	back := time.Since(ready)
+	if err != nil {
+		return err
+	}
+	st, _ := harness.Stats(hub.PID())
+	var all []sim.ReconnectStats
+	failed := -failed0
+	for _, s := range sims {
+		all = append(all, s.Reconnects(ready))
+		failed += s.FailedAttempts()
+	}
+	rs := sim.Merge(all...)
+	cpu := (st.CPU - cpu0).Seconds() / back.Seconds()
+	b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("reconnect storm, %d agents, %s: all back after hub restart", n, pathName(name)),
+		Value:  fmt.Sprintf("%.1f s", rs.Last.Seconds()),
+		Target: fmt.Sprintf("≤ %v", limit), Met: harness.YesNo(rs.Last <= limit && rs.Back >= n),
+		Comment: fmt.Sprintf("from the new hub serving; p50 %.1f s, p99 %.1f s; hub stop+start took %.1f s",
+			rs.P50.Seconds(), rs.P99.Seconds(), ready.Sub(t0).Seconds())})
+	b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("reconnect storm, %d agents, %s: hub CPU during the storm", n, pathName(name)),
+		Value: fmt.Sprintf("%.2f cores", cpu), Comment: fmt.Sprintf("%.0f CPU-s over %.1f s", (st.CPU - cpu0).Seconds(), back.Seconds())})
+	b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("reconnect storm, %d agents, %s: failed or refused attempts", n, pathName(name)),
+		Value: fmt.Sprintf("%d (most by one agent: %d)", failed, rs.MaxFailures)})
+	capGap := simBackoffMax + tunnel.DefaultHandshakeTimeout + time.Second
+	b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("reconnect storm, %d agents, %s: longest wait of one agent between attempts", n, pathName(name)),
+		Value: fmt.Sprintf("%.1f s", rs.MaxGap.Seconds()), Target: fmt.Sprintf("≤ backoff cap %v + one handshake timeout", simBackoffMax),
+		Met: harness.YesNo(rs.MaxGap <= capGap)})
+	return nil
+}

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/bench/internal/harness"
+	"github.com/tether-dev/tether/bench/internal/sim"
+	"github.com/tether-dev/tether/edge"
+	"github.com/tether-dev/tether/edge/sshserver"
+	"github.com/tether-dev/tether/tunnel"
+)
+
+// runP6 fans out `true`, then a 1 MiB upload, to N simulated nodes with
+// `tether run` (the hub runs SSH to each node's embedded SSH server through
+// its tunnel), and in the same run with Ansible ad-hoc (forks 50) over
+// OpenSSH ProxyJump through a stock OpenSSH bastion to the same nodes: every
+// simulated node also listens on a TCP address of its own, served by the same
+// embedded SSH server code (edge/sshserver) with the same host key.
+func runP6(ctx context.Context, b *bench) error {
+	if out, err := exec.Command(filepath.Join(b.bin, "tether"), "run", "--help").CombinedOutput(); err != nil {
+		b.report.Note("P6 skipped: `tether run` is not in this build (%s)", strings.TrimSpace(string(out)))
+		return nil
+	}
+	env, err := harness.NewEnv(b.bin)
+	if err != nil {
+		return err
+	}
+	env.Keep = b.keep
+	defer env.Close()
+	total := 0
+	for _, n := range b.sz.p6Nodes {
+		total = max(total, n)
+	}
+	hub, err := env.StartHub(ctx, env.Path("hub"))
+	if err != nil {
+		return err
+	}
+	join, err := hub.Token(ctx, total, "bench=p6")
+	if err != nil {
+		return err
+	}
+	fleet, err := sim.Enroll(ctx, sim.EnrollOptions{JoinString: join, Prefix: "p6", Count: total, Parallel: 16})
+	if err != nil {
+		return err
+	}
+	hostKey := env.Path("node_host_key")
+	s, err := sim.Start(ctx, sim.Config{Fleet: fleet, Count: total, Transport: tunnel.TransportQUIC, PerSocket: 1000,
+		SSHTarget: edge.SSHEmbedded, SSHHostKey: hostKey, IPBase: 30, Ramp: 2000,
+		BackoffMin: simBackoffMin, BackoffMax: simBackoffMax, Logger: b.agentLog()})
+	if err != nil {
+		return err
+	}
+	defer s.Stop()
+	if _, err := s.WaitConnected(ctx, total, time.Duration(total)*20*time.Millisecond+time.Minute); err != nil {
+		return err
+	}
+	// The Ansible side: the same nodes on TCP, behind a stock bastion.
+	key, err := env.OperatorKey(ctx)
+	if err != nil {
+		return err
+	}
+	tcpNodes, err := newTCPNodes(ctx, hostKey, key+".pub", total)
+	if err != nil {
+		return err
+	}
+	defer tcpNodes.Close()
+	bastion, err := env.StartSSHD(ctx, "bastion-sshd")
+	if err != nil {
+		return err
+	}
+	sshConfig, err := env.SSHConfig(ctx)
+	if err != nil {
+		return err
+	}
+	upload := env.Path("upload.bin")
+	blob := make([]byte, b.sz.p6Upload)
+	_, _ = rand.Read(blob)
+	if err := os.WriteFile(upload, blob, 0o644); err != nil {
+		return err
+	}
+	dest := env.Path("dest")
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return err
+	}
+	_, ansibleErr := exec.LookPath("ansible")
+	switch {
+	case !b.sz.p6Ansible:
+		ansibleErr = fmt.Errorf("not at size %s", b.sz.name)
+	case ansibleErr != nil:
+		b.report.Note("P6: ansible is not installed (apt-get install ansible; `make bench` does it): no Ansible reference")
+	}
+	for _, n := range b.sz.p6Nodes {
+		names := make([]string, n)
+		for i := range n {
+			names[i] = fleet.Members[i].Name
+		}
+		tTrue, err := tetherRun(ctx, hub, names, "--", "true")
+		if err != nil {
+			return err
+		}
+		tUp, err := tetherRun(ctx, hub, names, "--upload", upload+":"+filepath.Join(dest, "tether.bin"), "--", "true")
+		if err != nil {
+			return err
+		}
+		var aTrue, aUp time.Duration
+		if ansibleErr == nil {
+			inv, err := writeInventory(env, names, tcpNodes, key, sshConfig, bastion)
+			if err != nil {
+				return err
+			}
+			if aTrue, err = ansible(ctx, env, inv, "-m", "command", "-a", "true"); err != nil {
+				return err
+			}
+			if aUp, err = ansible(ctx, env, inv, "-m", "copy", "-a", "src="+upload+" dest="+filepath.Join(dest, "ansible.bin")); err != nil {
+				return err
+			}
+		}
+		for _, r := range []struct {
+			what     string
+			v, ref   time.Duration
+			deadline time.Duration
+		}{
+			{"fan-out `true`", tTrue, aTrue, 10 * time.Second},
+			{fmt.Sprintf("fan-out %s upload (+ `true`)", sizeName(b.sz.p6Upload)), tUp, aUp, 0},
+		} {
+			row := harness.Row{ID: "P6", What: fmt.Sprintf("%s on %d nodes, tether run (parallel 50, QUIC)", r.what, n),
+				Value: fmt.Sprintf("%.1f s", r.v.Seconds())}
+			if r.ref > 0 {
+				row.Ref = fmt.Sprintf("%.1f s Ansible ad-hoc, forks 50, ProxyJump via OpenSSH bastion", r.ref.Seconds())
+				row.Ratio = fmt.Sprintf("%.1f× faster", r.ref.Seconds()/r.v.Seconds())
+				row.Target = "≥ 10× Ansible"
+				row.Met = harness.YesNo(r.ref >= 10*r.v)
+			}
+			if r.deadline > 0 && n >= 1000 {
+				row.Target += "; 1,000 nodes ≤ 10 s"
+				row.Met = harness.YesNo(row.Met != "no" && r.v <= r.deadline)
+			}
+			row.Target = strings.TrimPrefix(row.Target, "; ")
+			b.report.Add(row)
+		}
+	}
+	return nil
+}
+
+func sizeName(n int) string {
+	if n >= 1<<20 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d KiB", n>>10)
+}
+
+// tetherRun runs `tether run --nodes ... ARGS` and returns its wall time; it
+// fails unless every node succeeded.
+func tetherRun(ctx context.Context, hub *harness.Hub, names []string, args ...string) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err := hub.Tether(ctx, append([]string{"run", "--nodes", strings.Join(names, ","), "--parallel", "50"}, args...)...)
+	if err != nil {
+		return 0, fmt.Errorf("P6 tether run: %w", err)
+	}
+	return time.Since(start), nil
+}
+
+// ansible runs an ad-hoc command on every host of the inventory.
+func ansible(ctx context.Context, env *harness.Env, inv string, args ...string) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ansible", append([]string{"all", "-i", inv, "-f", "50", "-o"}, args...)...)
+	cmd.Env = append(os.Environ(), "ANSIBLE_HOST_KEY_CHECKING=False", "ANSIBLE_LOCAL_TEMP="+env.Path("ansible-tmp"),
+		"ANSIBLE_SSH_CONTROL_PATH_DIR="+env.Path("ansible-cp"), "ANSIBLE_REMOTE_TMP="+env.Path("ansible-remote"),
+		"ANSIBLE_NOCOLOR=1", "ANSIBLE_DEPRECATION_WARNINGS=False",
+		// Ansible at its best: pipelining runs each module over one SSH
+		// command instead of several (the usual production setting), and a
+		// generous timeout keeps a busy machine from failing hosts.
+		"ANSIBLE_PIPELINING=True", "ANSIBLE_TIMEOUT=60")
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		var bad []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "UNREACHABLE") || strings.Contains(l, "FAILED") {
+				bad = append(bad, l)
+			}
+		}
+		return 0, fmt.Errorf("P6 ansible %s: %w: %d hosts failed, first: %s", strings.Join(args, " "), err, len(bad), tail(strings.Join(bad, "\n"), 1500))
+	}
+	return time.Since(start), nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+func writeInventory(env *harness.Env, names []string, nodes *tcpNodes, key, sshConfig string, bastion *harness.SSHD) (string, error) {
+	var b strings.Builder
+	b.WriteString("[nodes]\n")
+	for i, name := range names {
+		h, p, _ := net.SplitHostPort(nodes.addrs[i])
+		fmt.Fprintf(&b, "%s ansible_host=%s ansible_port=%s\n", name, h, p)
+	}
+	fmt.Fprintf(&b, "\n[nodes:vars]\nansible_user=%s\nansible_ssh_private_key_file=%s\nansible_python_interpreter=/usr/bin/python3\n", harness.Login(), key)
+	fmt.Fprintf(&b, "ansible_ssh_common_args=-F %s -o ProxyJump=%s@%s\n", sshConfig, harness.Login(), bastion.Addr)
+	p := env.Path(fmt.Sprintf("inventory-%d.ini", len(names)))
+	return p, os.WriteFile(p, []byte(b.String()), 0o644)
+}
+
+// tcpNodes serves edge/sshserver (one server, the nodes' shared host key,
+// trusting the operator key) on a TCP address per node.
+type tcpNodes struct {
+	srv   *sshserver.Server
+	lns   []net.Listener
+	addrs []string
+	wg    sync.WaitGroup
+	ctx   context.Context
+	stop  context.CancelFunc
+}
+
+func newTCPNodes(ctx context.Context, hostKey, operatorPub string, n int) (*tcpNodes, error) {
+	srv, err := sshserver.New(sshserver.Config{HostKeyPath: hostKey})
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(operatorPub)
+	if err != nil {
+		return nil, err
+	}
+	k, _, _, _, err := gossh.ParseAuthorizedKey(b)
+	if err != nil {
+		return nil, err
+	}
+	srv.SetAuthorizedKeys([]gossh.PublicKey{k})
+	t := &tcpNodes{srv: srv}
+	t.ctx, t.stop = context.WithCancel(ctx)
+	for i := range n {
+		ln, err := net.Listen("tcp", net.JoinHostPort(sim.IPFor(40, i).String(), "0"))
+		if err != nil {
+			t.Close()
+			return nil, err
+		}
+		t.lns = append(t.lns, ln)
+		t.addrs = append(t.addrs, ln.Addr().String())
+		t.wg.Go(func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				t.wg.Go(func() { srv.ServeConn(t.ctx, c) })
+			}
+		})
+	}
+	return t, nil
+}
+
+func (t *tcpNodes) Close() {
+	t.stop()
+	for _, ln := range t.lns {
+		ln.Close()
+	}
+	t.srv.Close()
+	t.wg.Wait()
+}
+
+// agentLog is the simulated agents' logger: their warnings with -v, else
+// nothing (thousands of agents would drown the tables).
+func (b *bench) agentLog() *slog.Logger {
+	if b.verbose {
+		return b.log.With("component", "sim")
+	}
+	return slog.New(slog.DiscardHandler)
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tether-dev/tether/bench/internal/harness"
+)
+
+// runP7 measures the agent's footprint: the size of the stripped binary
+// `make build` produces, and the idle RSS and CPU of a connected agent (one
+// per transport) over the idle window.
+func runP7(ctx context.Context, b *bench) error {
+	fi, err := os.Stat(filepath.Join(b.bin, "tether-edge"))
+	if err != nil {
+		return err
+	}
+	size := fi.Size()
+	b.report.Add(harness.Row{ID: "P7", What: "tether-edge binary size (static, stripped: make build)",
+		Value: fmt.Sprintf("%.1f MB (%.1f MiB)", float64(size)/1e6, float64(size)/(1<<20)), Target: "≤ 12 MB", Met: harness.YesNo(size <= 12e6)})
+
+	// Fresh agents: the shared ones have moved gigabytes (P1, P2).
+	s, err := newJumpSetup(ctx, b)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	// Let start-up work (key pushes, certificate, first heartbeat) pass.
+	settle := min(10*time.Second, b.sz.p7Idle)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(settle):
+	}
+	before := map[string]harness.ProcStats{}
+	for _, t := range transports {
+		st, err := harness.Stats(s.agents[t].PID())
+		if err != nil {
+			return err
+		}
+		before[t] = st
+	}
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(b.sz.p7Idle):
+	}
+	wall := time.Since(start)
+	for _, t := range transports {
+		st, err := harness.Stats(s.agents[t].PID())
+		if err != nil {
+			return err
+		}
+		cpu := (st.CPU - before[t].CPU).Seconds() / wall.Seconds() * 100
+		b.report.Add(harness.Row{ID: "P7", What: fmt.Sprintf("idle agent RSS, %s (connected, after %v)", pathName(t), (settle + wall).Round(time.Second)),
+			Value: fmt.Sprintf("%.1f MiB", float64(st.RSS)/(1<<20)), Target: "≤ 12 MiB", Met: harness.YesNo(st.RSS <= 12<<20)})
+		b.report.Add(harness.Row{ID: "P7", What: fmt.Sprintf("idle agent CPU, %s (over %v; /proc ticks are 10 ms)", pathName(t), wall.Round(time.Second)),
+			Value: fmt.Sprintf("%.3f %%", cpu), Target: "< 0.1 %", Met: harness.YesNo(cpu < 0.1)})
+	}
+	return nil
+}

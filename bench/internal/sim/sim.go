@@ -1,0 +1,352 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tether-dev/tether/edge"
+	"github.com/tether-dev/tether/tunnel"
+)
+
+// Config configures Start.
+type Config struct {
+	Fleet *Fleet
+	// From and Count select Fleet.Members[From:From+Count].
+	From, Count int
+	Transport   tunnel.Transport
+	Tunnel      *tunnel.Config // nil: defaults, as the real agent
+	// SSHTarget is the agents' ssh service: edge.SSHEmbedded (then
+	// SSHHostKey, shared by all, is required) or HOST:PORT of an sshd.
+	// Empty means a closed port: ssh streams are refused.
+	SSHTarget  string
+	SSHHostKey string
+	AllowPorts []uint16
+	// IPBase is the second octet of the agents' source addresses: agent i
+	// dials from 127.IPBase+i/64516.(i/254%254+1).(i%254+1), so every
+	// agent has a source address of its own and 100k connections fit the
+	// port space. Default 10.
+	IPBase int
+	// PerSocket, for QUIC, shares one UDP socket between this many agents
+	// (tunnel.UDPSocket): 100k agents then hold 100 file descriptors, not
+	// 100k. 0 gives every agent a socket of its own.
+	PerSocket int
+	// Ramp is how many agents start per second (0: all at once, a storm).
+	Ramp                   int
+	BackoffMin, BackoffMax time.Duration
+	Logger                 *slog.Logger
+	// OnAgent, if set, is called with every agent once it exists (the P6
+	// harness reaches the embedded SSH servers this way).
+	OnAgent func(i int, a *edge.Agent)
+}
+
+// Sim is a running set of agents.
+type Sim struct {
+	cfg     Config
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	sockets []*tunnel.UDPSocket
+	agents  []agentState
+	start   time.Time
+
+	connected atomic.Int64
+	attempts  atomic.Int64 // dial attempts that failed
+	drops     atomic.Int64 // sessions that ended
+	started   atomic.Int64 // agents whose Run has begun
+	exited    atomic.Int64 // agents whose Run returned (refused, rejoin needed)
+}
+
+type agentState struct {
+	mu          sync.Mutex
+	connected   bool
+	connects    int
+	failures    int // failed attempts since the last connect
+	failedUp    int // failed attempts before the last connect
+	lastUp      time.Time
+	lastDown    time.Time
+	lastErr     string
+	everRefused bool
+	lastEvent   time.Time     // last status change (or Mark)
+	maxGap      time.Duration // longest time between status changes since Mark
+}
+
+// IPFor is the source address of agent i (see Config.IPBase).
+func IPFor(base, i int) net.IP {
+	const per = 254 * 254
+	return net.IPv4(127, byte(base+i/per), byte(i/254%254+1), byte(i%254+1))
+}
+
+// Start creates the agents and starts them (at Ramp per second) in the
+// background. Stop ends them all.
+func Start(ctx context.Context, cfg Config) (*Sim, error) {
+	if cfg.Fleet == nil || cfg.From < 0 || cfg.Count < 0 || cfg.From+cfg.Count > len(cfg.Fleet.Members) {
+		n := 0
+		if cfg.Fleet != nil {
+			n = len(cfg.Fleet.Members)
+		}
+		return nil, fmt.Errorf("sim: want members %d..%d but the fleet has %d: enroll more", cfg.From, cfg.From+cfg.Count, n)
+	}
+	if cfg.IPBase == 0 {
+		cfg.IPBase = 10
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.SSHTarget == "" {
+		cfg.SSHTarget = "127.0.0.1:1"
+	}
+	s := &Sim{cfg: cfg, agents: make([]agentState, cfg.Count), start: time.Now()}
+	agents := make([]*edge.Agent, cfg.Count)
+	for i := range cfg.Count {
+		id, err := cfg.Fleet.Identity(cfg.From + i)
+		if err != nil {
+			s.closeSockets()
+			return nil, err
+		}
+		ec := edge.Config{
+			Identity: id, SSHTarget: cfg.SSHTarget, SSHHostKey: cfg.SSHHostKey, AllowPorts: cfg.AllowPorts,
+			Transport: cfg.Transport, Tunnel: cfg.Tunnel, BackoffMin: cfg.BackoffMin, BackoffMax: cfg.BackoffMax,
+			Logger: cfg.Logger, OnStatus: s.onStatus(i),
+		}
+		if cfg.Transport == tunnel.TransportQUIC && cfg.PerSocket > 0 {
+			k := i / cfg.PerSocket
+			if k == len(s.sockets) {
+				sock, err := tunnel.ListenUDP(net.JoinHostPort(IPFor(cfg.IPBase, k).String(), "0"))
+				if err != nil {
+					s.closeSockets()
+					return nil, err
+				}
+				s.sockets = append(s.sockets, sock)
+			}
+			ec.UDP = s.sockets[k]
+		} else {
+			ec.SourceIP = IPFor(cfg.IPBase, i)
+		}
+		a, err := edge.New(ec)
+		if err != nil {
+			s.closeSockets()
+			return nil, fmt.Errorf("sim: agent %s: %w", id.Config.Name, err)
+		}
+		agents[i] = a
+		if cfg.OnAgent != nil {
+			cfg.OnAgent(i, a)
+		}
+	}
+	ctx, s.cancel = context.WithCancel(ctx)
+	s.wg.Go(func() {
+		var tick *time.Ticker
+		batch := cfg.Count
+		if cfg.Ramp > 0 {
+			// Start in 10 batches a second.
+			batch = max(1, cfg.Ramp/10)
+			tick = time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+		}
+		for i := 0; i < cfg.Count; {
+			for end := min(cfg.Count, i+batch); i < end; i++ {
+				a := agents[i]
+				s.started.Add(1)
+				s.wg.Go(func() {
+					if err := a.Run(ctx); err != nil {
+						cfg.Logger.Warn("simulated agent stopped", "err", err)
+					}
+					s.exited.Add(1)
+				})
+			}
+			if tick != nil && i < cfg.Count {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}
+	})
+	return s, nil
+}
+
+func (s *Sim) onStatus(i int) func(edge.Status) {
+	return func(st edge.Status) {
+		a := &s.agents[i]
+		now := time.Now()
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if !a.lastEvent.IsZero() {
+			a.maxGap = max(a.maxGap, now.Sub(a.lastEvent))
+		}
+		a.lastEvent = now
+		switch st.State {
+		case "connected":
+			if !a.connected {
+				a.connected = true
+				a.connects++
+				a.failedUp, a.failures = a.failures, 0
+				a.lastUp = now
+				s.connected.Add(1)
+			}
+		case "connecting", "refused", "rejoin-needed", "stopped":
+			if a.connected {
+				a.connected = false
+				a.lastDown = now
+				s.connected.Add(-1)
+				s.drops.Add(1)
+			} else if st.State == "connecting" {
+				a.failures++
+				s.attempts.Add(1)
+			}
+			a.lastErr = st.LastError
+			if st.State == "refused" {
+				a.everRefused = true
+			}
+		}
+	}
+}
+
+// Connected is how many agents have a live session.
+func (s *Sim) Connected() int { return int(s.connected.Load()) }
+
+// FailedAttempts is how many dial attempts failed so far.
+func (s *Sim) FailedAttempts() int { return int(s.attempts.Load()) }
+
+// Drops is how many sessions ended so far.
+func (s *Sim) Drops() int { return int(s.drops.Load()) }
+
+// WaitConnected waits until at least n agents are connected, or timeout. It
+// returns how long it took.
+func (s *Sim) WaitConnected(ctx context.Context, n int, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for s.Connected() < n {
+		if time.Now().After(deadline) {
+			return time.Since(start), fmt.Errorf("sim: %d of %d agents connected after %v (failed attempts %d; an error: %s)",
+				s.Connected(), n, timeout, s.FailedAttempts(), s.anError())
+		}
+		if ctx.Err() != nil {
+			return time.Since(start), ctx.Err()
+		}
+		if int(s.exited.Load()) > 0 {
+			return time.Since(start), fmt.Errorf("sim: %d agents stopped for good: %s", s.exited.Load(), s.anError())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start), nil
+}
+
+// WaitDown waits until no agent is connected (a hub went away), or timeout.
+func (s *Sim) WaitDown(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for s.Connected() > 0 {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("sim: %d agents still connected after %v", s.Connected(), timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+func (s *Sim) anError() string {
+	for i := range s.agents {
+		a := &s.agents[i]
+		a.mu.Lock()
+		e := a.lastErr
+		a.mu.Unlock()
+		if e != "" {
+			return e
+		}
+	}
+	return "none recorded"
+}
+
+// Mark starts a storm observation: it resets every agent's longest gap
+// between status changes (see ReconnectStats.MaxGap).
+func (s *Sim) Mark() {
+	now := time.Now()
+	for i := range s.agents {
+		a := &s.agents[i]
+		a.mu.Lock()
+		a.lastEvent, a.maxGap = now, 0
+		a.mu.Unlock()
+	}
+}
+
+// ReconnectStats describes how agents came back after since (a hub restart).
+type ReconnectStats struct {
+	Back        int           // agents connected again after since
+	Last        time.Duration // since -> the last of them connected
+	P50, P99    time.Duration
+	MaxFailures int // most failed attempts of one agent before it came back
+	// MaxGap is the longest time one agent went between status changes
+	// since Mark: a backoff sleep plus one dial attempt at most, unless
+	// something held it up.
+	MaxGap time.Duration
+	ds     []time.Duration
+}
+
+// Merge combines the stats of several Sims observed from the same instant.
+func Merge(all ...ReconnectStats) ReconnectStats {
+	var rs ReconnectStats
+	for _, r := range all {
+		rs.Back += r.Back
+		rs.Last = max(rs.Last, r.Last)
+		rs.MaxFailures = max(rs.MaxFailures, r.MaxFailures)
+		rs.MaxGap = max(rs.MaxGap, r.MaxGap)
+		rs.ds = append(rs.ds, r.ds...)
+	}
+	rs.P50, rs.P99 = quantile(rs.ds, 0.5), quantile(rs.ds, 0.99)
+	return rs
+}
+
+// Reconnects summarises agents' last connect times relative to since.
+func (s *Sim) Reconnects(since time.Time) ReconnectStats {
+	var rs ReconnectStats
+	var ds []time.Duration
+	for i := range s.agents {
+		a := &s.agents[i]
+		a.mu.Lock()
+		if a.connected && a.lastUp.After(since) {
+			d := a.lastUp.Sub(since)
+			ds = append(ds, d)
+			rs.Last = max(rs.Last, d)
+			rs.MaxFailures = max(rs.MaxFailures, a.failedUp)
+		}
+		rs.MaxGap = max(rs.MaxGap, a.maxGap)
+		a.mu.Unlock()
+	}
+	rs.Back = len(ds)
+	rs.ds = ds
+	rs.P50, rs.P99 = quantile(ds, 0.5), quantile(ds, 0.99)
+	return rs
+}
+
+// Stop ends every agent and waits for them.
+func (s *Sim) Stop() {
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.wg.Wait()
+	s.closeSockets()
+}
+
+func (s *Sim) closeSockets() {
+	for _, sock := range s.sockets {
+		if err := sock.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			s.cfg.Logger.Debug("close udp socket", "err", err)
+		}
+	}
+	s.sockets = nil
+}
+
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	c := append([]time.Duration(nil), ds...)
+	slices.Sort(c)
+	return c[min(len(c)-1, int(q*float64(len(c))))]
+}

@@ -1,0 +1,86 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/tether-dev/tether/hub/jobs"
+	"github.com/tether-dev/tether/hub/roles"
+	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/tunnel/control"
+)
+
+// FuzzRequestBodies feeds arbitrary bytes to the API's body decoder as each
+// request type, then to the validation its handler runs next. Whatever the
+// input, decode either fills the value or answers 400 with a JSON error
+// (never a panic or another status), and the validators return errors
+// instead of panicking.
+func FuzzRequestBodies(f *testing.F) {
+	seeds := []string{
+		`{"token":"tjoin_abc.def","name":"node-1","csr":"AAAA","labels":{"site":"lab"}}`,
+		`{"operator":"alice"}`,
+		`{"operator":"alice","nonce":"x","signature":"AAAA","csr":"AAAA"}`,
+		`{"uses":1,"ttl_seconds":3600,"labels":{"a":"b"}}`,
+		`{"name":"alice","public_key":"ssh-ed25519 AAAA","roles":["all"]}`,
+		`{"nodes":"site=lab,!env=prod","logins":["root"]}`,
+		`{"command":"true","selector":"site=lab","parallel":10,"timeout_seconds":5,"max_failures":"10%"}`,
+		`{"script":"#!/bin/sh\necho hi","uploads":[{"name":"a","dest":"/tmp/../etc/x","sha256":"00","mode":420}]}`,
+		`{"only_failed":true}`,
+		`{"engine":"k3s"}`,
+		`{"role":"ops","ttl_seconds":86400}`,
+		`{"name":"x"} trailing`, `[1,2,3]`, `{"uses":1e999}`, `{"unknown":1}`, `null`, ``, "\x00",
+	}
+	for i, s := range seeds {
+		f.Add(uint8(i), []byte(s))
+	}
+	blobs, err := jobs.NewBlobs(f.TempDir(), 1<<20)
+	if err != nil {
+		f.Fatal(err)
+	}
+	types := []func() any{
+		func() any { return new(control.JoinRequest) },
+		func() any { return new(LoginChallengeRequest) },
+		func() any { return new(LoginRequest) },
+		func() any { return new(TokenCreateRequest) },
+		func() any { return new(OperatorAddRequest) },
+		func() any { return new(RolePutRequest) },
+		func() any { return new(JobCreateRequest) },
+		func() any { return new(JobRerunRequest) },
+		func() any { return new(ClusterRegisterRequest) },
+		func() any { return new(APITokenCreateRequest) },
+	}
+	f.Fuzz(func(t *testing.T, kind uint8, body []byte) {
+		v := types[int(kind)%len(types)]()
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+		if !decode(rec, req, v) {
+			var e control.ErrorResponse
+			if rec.Code != http.StatusBadRequest || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Error == "" {
+				t.Fatalf("refused body %q: status %d, body %q; want 400 with a JSON error", body, rec.Code, rec.Body.String())
+			}
+			return
+		}
+		switch r := v.(type) {
+		case *control.JoinRequest:
+			_ = r.Validate()
+		case *LoginChallengeRequest:
+			_ = pki.ValidateName(r.Operator)
+		case *OperatorAddRequest:
+			_ = pki.ValidateName(r.Name)
+			_, _ = ParseAuthorizedKey(r.PublicKey)
+		case *RolePutRequest:
+			if sel, err := roles.ParseSelector(r.Nodes); err == nil {
+				_ = sel.Matches(map[string]string{"site": "lab"})
+			}
+		case *JobCreateRequest:
+			spec := store.JobSpec{Command: r.Command, Script: r.Script, ScriptName: r.ScriptName, Uploads: r.Uploads, Env: r.Env,
+				Parallel: r.Parallel, TimeoutSeconds: r.TimeoutSeconds, MaxFailures: r.MaxFailures, Selector: r.Selector}
+			_ = jobs.Validate(&spec, blobs)
+			_, _ = jobs.ParseMaxFailures(r.MaxFailures)
+		}
+	})
+}
