@@ -7,6 +7,7 @@ FUZZTIME  ?= 60s
 TOOLS     := $(CURDIR)/.tools/bin
 STEP_CA_VERSION ?= v0.30.2
 TEST_TIMEOUT ?= 12m
+BENCH_SIZE ?= full
 
 .PHONY: all build test vet soak demo demo-stop bench bench-quick fuzz deps tools clean
 
@@ -44,10 +45,10 @@ demo-stop: ## stop the demo processes
 
 # The bench raises the open-files limit to the hard limit: the hub holds one
 # descriptor per TCP agent and the simulator one per TCP session.
-bench: build ## P1-P7 side by side with OpenSSH, socat, Ansible (bench/README.md); appends to bench/RESULTS.md (< 30 min)
+bench: build ## P1-P7 side by side with OpenSSH, socat, Ansible (bench/README.md); appends to bench/RESULTS.md (< 30 min; BENCH_SIZE=max for 100k agents)
 	@./bench/deps.sh
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./bench/cmd/tbench ./bench/cmd/agentsim
-	ulimit -n $$(ulimit -Hn) && $(BIN)/tbench -size full -bin $(BIN) all
+	ulimit -n $$(ulimit -Hn) && $(BIN)/tbench -size $(BENCH_SIZE) -bin $(BIN) all
 
 bench-quick: build ## a ~2-minute smoke of every bench scenario at small sizes (appends to bench/RESULTS.md)
 	@./bench/deps.sh

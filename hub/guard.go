@@ -2,7 +2,6 @@ package hub
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -314,28 +313,15 @@ func (s *Server) liveness() livenessTimes {
 	return livenessTimes{every: every, deadline: max(idle, 2*every)}
 }
 
-// sendHeartbeats tells an agent that announced capHeartbeat that
-// the hub still hears it, every liveness().every, until ctx ends or a send
-// fails.
-func (s *Server) sendHeartbeats(ctx context.Context, c *registry.Conn) {
-	// The first one at once: it is what arms the agent's watchdog.
-	if err := c.Send(&control.Message{Type: control.TypeHeartbeat}); err != nil {
-		return
+// sendHeartbeats tells an agent that announced capHeartbeat that the hub
+// still hears it: one heartbeat at once (it arms the agent's watchdog), then
+// one every liveness().every until a send fails or stop is called.
+func (s *Server) sendHeartbeats(c *registry.Conn) (stop func()) {
+	beat := func() bool { return c.Send(&control.Message{Type: control.TypeHeartbeat}) == nil }
+	if !beat() {
+		return func() {}
 	}
-	t := time.NewTicker(s.liveness().every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.Session.Done():
-			return
-		case <-t.C:
-			if err := c.Send(&control.Message{Type: control.TypeHeartbeat}); err != nil {
-				return
-			}
-		}
-	}
+	return repeat(s.liveness().every, beat)
 }
 
 func isTimeout(err error) bool {

@@ -150,12 +150,12 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	// The agent must never open streams to the hub: refuse any it tries.
 	go s.refuseAgentStreams(sess, node.Name, log)
 	stopRenewal := s.renewHostCert(conn, hostKey, log)
-	renewCtx, stopRenew := context.WithCancel(ctx)
+	stopHeartbeats := func() {}
 	if slices.Contains(msg.Hello.Capabilities, capHeartbeat) {
-		go s.sendHeartbeats(renewCtx, conn)
+		stopHeartbeats = s.sendHeartbeats(conn)
 	}
 	s.readControl(ctx, conn, ctrl, log)
-	stopRenew()
+	stopHeartbeats()
 	stopRenewal()
 
 	s.metrics.NodesConnected.WithLabelValues(transport).Dec()
@@ -322,16 +322,24 @@ func (s *Server) renewHostCert(c *registry.Conn, hostKey gossh.PublicKey, log *s
 	if hostKey == nil {
 		return func() {}
 	}
-	// A timer, not a goroutine per session: at 100k idle nodes every
-	// parked goroutine's stack counts.
 	line := string(gossh.MarshalAuthorizedKey(hostKey))
+	return repeat(s.cfg.HostCertTTL*2/3, func() bool {
+		s.pushSSHTrust(c, line, log)
+		return true
+	})
+}
+
+// repeat calls fn every interval until fn returns false or stop is called;
+// stop waits for a call in flight. It runs from a timer, not a goroutine of
+// its own: at 100k idle nodes every parked goroutine's stack counts.
+func repeat(interval time.Duration, fn func() bool) (stop func()) {
 	var (
 		mu      sync.Mutex
 		stopped bool
 		t       *time.Timer
 		running sync.WaitGroup
 	)
-	renew := func() {
+	tick := func() {
 		mu.Lock()
 		if stopped {
 			mu.Unlock()
@@ -340,22 +348,22 @@ func (s *Server) renewHostCert(c *registry.Conn, hostKey gossh.PublicKey, log *s
 		running.Add(1)
 		mu.Unlock()
 		defer running.Done()
-		s.pushSSHTrust(c, line, log)
+		again := fn()
 		mu.Lock()
 		defer mu.Unlock()
-		if !stopped {
-			t.Reset(s.cfg.HostCertTTL * 2 / 3)
+		if again && !stopped {
+			t.Reset(interval)
 		}
 	}
 	mu.Lock()
-	t = time.AfterFunc(s.cfg.HostCertTTL*2/3, renew)
+	t = time.AfterFunc(interval, tick)
 	mu.Unlock()
 	return func() {
 		mu.Lock()
 		stopped = true
 		t.Stop()
 		mu.Unlock()
-		running.Wait() // a renewal in flight finishes before the session is gone
+		running.Wait()
 	}
 }
 
