@@ -12,6 +12,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
+	_ "net/http/pprof" // -pprof profiles the simulated agents
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -113,6 +115,7 @@ func main() {
 	keep := flag.Bool("keep", false, "keep scratch directories (logs) of the scenarios")
 	verbose := flag.Bool("v", false, "log progress at debug level")
 	p6Nodes := flag.String("p6-nodes", "", "override P6's node counts (comma-separated)")
+	pprofAddr := flag.String("pprof", "", "serve net/http/pprof of tbench itself (the simulated agents) on this address")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: tbench [flags] all | SCENARIO...\n\nscenarios:\n")
 		for _, s := range scenarios {
@@ -122,9 +125,12 @@ func main() {
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	if *pprofAddr != "" {
+		go func() { _ = http.ListenAndServe(*pprofAddr, nil) }()
+	}
 	sz, ok := profiles[*size]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "tbench: -size %q: want tiny, quick or full\n", *size)
+		fmt.Fprintf(os.Stderr, "tbench: -size %q: want tiny, quick, full or max\n", *size)
 		os.Exit(2)
 	}
 	if *p6Nodes != "" {

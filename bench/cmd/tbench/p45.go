@@ -180,8 +180,13 @@ func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name s
 		Value: fmt.Sprintf("%.2f", perG)})
 	b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: hub CPU while idle (over %v)", n, pathName(name), wall.Round(time.Second)),
 		Value: fmt.Sprintf("%.1f %% of a core", cpu), Comment: "keepalives every 5 s, heartbeats every 30 s"})
-	b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: simulator RSS per agent (informational)", n, pathName(name)),
-		Value: fmt.Sprintf("%.1f KiB", float64(self.RSS-selfBase.RSS)/float64(n)/1024)})
+	// The simulator keeps the heap of the previous transport's fleet
+	// mapped, so after the first transport its growth can be negative:
+	// only a growth is a figure.
+	if grew := float64(self.RSS) - float64(selfBase.RSS); grew > 0 {
+		b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: simulator RSS per agent (informational)", n, pathName(name)),
+			Value: fmt.Sprintf("%.1f KiB", grew/float64(n)/1024)})
+	}
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
@@ -128,32 +129,37 @@ func runP6(ctx context.Context, b *bench) error {
 			if err != nil {
 				return err
 			}
+			// A failing reference is reported, not fatal: the tether rows
+			// stand on their own.
 			if aTrue, err = ansible(ctx, env, inv, "-m", "command", "-a", "true"); err != nil {
-				return err
+				b.report.Note("P6 reference on %d nodes failed, no ratio: %v", n, err)
+				aTrue = 0
 			}
 			if aUp, err = ansible(ctx, env, inv, "-m", "copy", "-a", "src="+upload+" dest="+filepath.Join(dest, "ansible.bin")); err != nil {
-				return err
+				b.report.Note("P6 reference on %d nodes failed, no ratio: %v", n, err)
+				aUp = 0
 			}
 		}
 		for _, r := range []struct {
 			what     string
-			v, ref   time.Duration
+			run      fanOut
+			ref      time.Duration
 			deadline time.Duration
 		}{
 			{"fan-out `true`", tTrue, aTrue, 10 * time.Second},
 			{fmt.Sprintf("fan-out %s upload (+ `true`)", sizeName(b.sz.p6Upload)), tUp, aUp, 0},
 		} {
 			row := harness.Row{ID: "P6", What: fmt.Sprintf("%s on %d nodes, tether run (parallel %d, QUIC)", r.what, n, parallel),
-				Value: fmt.Sprintf("%.1f s", r.v.Seconds())}
+				Value: fmt.Sprintf("%.1f s", r.run.wall.Seconds()), Comment: r.run.comment(n)}
 			if r.ref > 0 {
 				row.Ref = fmt.Sprintf("%.1f s Ansible ad-hoc, forks 50, ProxyJump via OpenSSH bastion", r.ref.Seconds())
-				row.Ratio = fmt.Sprintf("%.1f× faster", r.ref.Seconds()/r.v.Seconds())
+				row.Ratio = fmt.Sprintf("%.1f× faster", r.ref.Seconds()/r.run.wall.Seconds())
 				row.Target = "≥ 10× Ansible"
-				row.Met = harness.YesNo(r.ref >= 10*r.v)
+				row.Met = harness.YesNo(r.ref >= 10*r.run.wall)
 			}
 			if r.deadline > 0 && n >= 1000 {
 				row.Target += "; 1,000 nodes ≤ 10 s"
-				row.Met = harness.YesNo(row.Met != "no" && r.v <= r.deadline)
+				row.Met = harness.YesNo(row.Met != "no" && r.run.wall <= r.deadline)
 			}
 			row.Target = strings.TrimPrefix(row.Target, "; ")
 			b.report.Add(row)
@@ -171,15 +177,45 @@ func sizeName(n int) string {
 
 // tetherRun runs `tether run --nodes ... ARGS` and returns its wall time; it
 // fails unless every node succeeded.
-func tetherRun(ctx context.Context, hub *harness.Hub, names []string, parallel int, args ...string) (time.Duration, error) {
+func tetherRun(ctx context.Context, hub *harness.Hub, names []string, parallel int, args ...string) (fanOut, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
+	hub0, _ := harness.Stats(hub.Cmd.Process.Pid)
+	nodes0 := selfAndChildrenCPU()
 	start := time.Now()
 	_, err := hub.Tether(ctx, append([]string{"run", "--nodes", strings.Join(names, ","), "--parallel", strconv.Itoa(parallel)}, args...)...)
 	if err != nil {
-		return 0, fmt.Errorf("P6 tether run: %w", err)
+		return fanOut{}, fmt.Errorf("P6 tether run: %w", err)
 	}
-	return time.Since(start), nil
+	f := fanOut{wall: time.Since(start), nodesCPU: selfAndChildrenCPU() - nodes0}
+	if hub1, err := harness.Stats(hub.Cmd.Process.Pid); err == nil {
+		f.hubCPU = hub1.CPU - hub0.CPU
+	}
+	return f, nil
+}
+
+// fanOut is one `tether run`: its wall time, the CPU the hub spent on it,
+// and the CPU of this process and its reaped children: the simulated
+// nodes' SSH servers and the commands they ran (plus the CLI), which on a
+// real fleet run on the nodes, not beside the hub.
+type fanOut struct {
+	wall, hubCPU, nodesCPU time.Duration
+}
+
+func (f fanOut) comment(n int) string {
+	return fmt.Sprintf("hub CPU %.1f s (%.1f ms per node); simulated nodes + CLI on the same 2 cores %.1f s (%.1f ms per node)",
+		f.hubCPU.Seconds(), f.hubCPU.Seconds()*1000/float64(n), f.nodesCPU.Seconds(), f.nodesCPU.Seconds()*1000/float64(n))
+}
+
+func selfAndChildrenCPU() time.Duration {
+	var total time.Duration
+	for _, who := range []int{syscall.RUSAGE_SELF, syscall.RUSAGE_CHILDREN} {
+		var ru syscall.Rusage
+		if syscall.Getrusage(who, &ru) == nil {
+			total += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		}
+	}
+	return total
 }
 
 // ansible runs an ad-hoc command on every host of the inventory.
@@ -192,8 +228,13 @@ func ansible(ctx context.Context, env *harness.Env, inv string, args ...string) 
 		"ANSIBLE_NOCOLOR=1", "ANSIBLE_DEPRECATION_WARNINGS=False",
 		// Ansible at its best: pipelining runs each module over one SSH
 		// command instead of several (the usual production setting), and a
-		// generous timeout keeps a busy machine from failing hosts.
-		"ANSIBLE_PIPELINING=True", "ANSIBLE_TIMEOUT=60")
+		// generous timeout keeps a busy machine from failing hosts. The
+		// default ControlPersist (60 s) expires between two runs on 100
+		// nodes, and a client that reuses a master just as it exits fails
+		// with "Data could not be sent" (seen here on 2 of 100 hosts), so
+		// masters live for the whole scenario and a host gets retried.
+		"ANSIBLE_PIPELINING=True", "ANSIBLE_TIMEOUT=60", "ANSIBLE_SSH_RETRIES=2",
+		"ANSIBLE_SSH_ARGS=-C -o ControlMaster=auto -o ControlPersist=30m")
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
