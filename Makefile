@@ -34,7 +34,7 @@ test: deps tools build vet ## everything: unit, fuzz seed corpora, end-to-end wi
 
 # The long fault runs of SECURITY.md: 5-minute flaps per transport, 100k
 # login and join attempts, five stall rounds.
-soak: deps tools build ## the fault-injection tests at their long sizes (about 20 minutes)
+soak: deps tools build ## the fault-injection tests at their long sizes (about 7 minutes)
 	TETHER_SOAK=1 TETHER_BIN_DIR=$(BIN) TETHER_STEP_CA=$(TOOLS)/step-ca $(GO) test -count=1 -timeout 60m -run '^TestFault' -v ./e2e/
 
 demo: build ## hub + three agents on this machine; prints the ssh line

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -86,12 +87,39 @@ func validateHostPort(hp string) error {
 	if host == "" {
 		return errors.New("empty host")
 	}
-	if strings.ContainsAny(host, "/@?#, ") {
-		return errors.New("bad characters in host")
+	if err := validateHost(host); err != nil {
+		return err
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil || p < 1 || p > 65535 {
 		return fmt.Errorf("port %q out of range", port)
+	}
+	return nil
+}
+
+// validateHost accepts an IP address without a zone (a zone names an
+// interface of one machine, meaningless to a node elsewhere) or a DNS name:
+// dot-separated labels of letters, digits and inner hyphens, 1 to 63
+// bytes each, 253 in all.
+func validateHost(host string) error {
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" {
+			return errors.New("an IPv6 zone (%...) cannot be used in a join string; give a routable address or a name")
+		}
+		return nil
+	}
+	if len(host) > 253 {
+		return errors.New("host name longer than 253 bytes")
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(host, "."), ".") {
+		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return fmt.Errorf("host %q is neither an IP address nor a DNS name (empty, too long or hyphen-edged label)", host)
+		}
+		for _, c := range []byte(label) {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return fmt.Errorf("host %q is neither an IP address nor a DNS name (character %q)", host, c)
+			}
+		}
 	}
 	return nil
 }

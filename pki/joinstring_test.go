@@ -44,6 +44,12 @@ func TestParseJoinStringRejects(t *testing.T) {
 		"huge":          good + strings.Repeat("a", 5000),
 		"empty in list": strings.Replace(good, "127.0.0.1:7443", "127.0.0.1:7443,", 1),
 		"uppercase tok": strings.Replace(good, "abcdefgh.", "ABCDEFGH.", 1),
+		"percent host":  strings.Replace(good, "127.0.0.1", "%25", 1),
+		"ipv6 zone":     strings.Replace(good, "127.0.0.1", "[fe80::1%eth0]", 1),
+		"underscore":    strings.Replace(good, "127.0.0.1", "hub_1.example", 1),
+		"hyphen label":  strings.Replace(good, "127.0.0.1", "-hub.example", 1),
+		"empty label":   strings.Replace(good, "127.0.0.1", "hub..example", 1),
+		"long label":    strings.Replace(good, "127.0.0.1", strings.Repeat("a", 64)+".example", 1),
 	}
 	for name, s := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -107,7 +107,9 @@ func Source(remote string) string {
 	}
 	a, err := netip.ParseAddr(host)
 	if err != nil {
-		return host
+		// The whole string, not the host part: a key fed back in must map
+		// to itself ("[:]:" has host ":", whose own host part is "").
+		return remote
 	}
 	a = a.Unmap().WithZone("")
 	if a.Is4() {
