@@ -10,7 +10,7 @@ command -v scp >/dev/null 2>&1 || missing+=(openssh-client)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 for pkg in "$@"; do
   case "$pkg" in
-    iperf3|socat) command -v "$pkg" >/dev/null 2>&1 || missing+=("$pkg") ;;
+    iperf3|socat|ansible) command -v "$pkg" >/dev/null 2>&1 || missing+=("$pkg") ;;
   esac
 done
 if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
