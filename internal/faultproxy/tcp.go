@@ -205,16 +205,19 @@ func (p *TCP) Accept() error {
 	return nil
 }
 
-// Close removes every toxic (so held data is released) and stops the
-// proxy, closing its connections.
+// Close stops the proxy, closing its connections, and ends the stalls
+// (which release what they hold). It does not remove the toxics: toxiproxy
+// removes a toxic with its collection locked while waiting for every link's
+// chain to let go, and a link that is closing waits for that same lock to
+// unregister itself, so removing toxics while links close can deadlock
+// (seen in TestFaultFlapLatencyLoss's cleanup). The chains end with their
+// connections anyway.
 func (p *TCP) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.proxy.Stop()
 	p.endStalls()
-	for name := range p.names {
-		p.removeToxic(name)
-	}
+	clear(p.names)
 }
 
 // stalls maps a stall generation to the channel closed when its stalled
