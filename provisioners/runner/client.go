@@ -28,6 +28,9 @@ type Client struct {
 	log      *slog.Logger
 	ssh      *ssh.Client
 	connDone chan struct{} // closed when the SSH connection has ended
+	// wrap: commands run under the wrapper (see the package
+	// documentation); false on edge/sshserver, which kills sessions itself.
+	wrap bool
 
 	mu     sync.Mutex // guards the following fields
 	sftp   *sftp.Client
@@ -41,6 +44,7 @@ func newClient(r *Runner, node string, sc *ssh.Client) *Client {
 		log:      r.log.With("node", node),
 		ssh:      sc,
 		connDone: make(chan struct{}),
+		wrap:     string(sc.ServerVersion()) != embeddedServerVersion,
 	}
 	go func() {
 		sc.Wait()
@@ -113,7 +117,16 @@ func (c *Client) Run(ctx context.Context, cmd Command, stdout, stderr io.Writer)
 		// started. A connection that is gone cannot remove anything.
 		defer c.removeScript(script)
 	}
-	return c.exec(ctx, remoteLine(script, cmd.argv(script)), stdout, stderr)
+	return c.exec(ctx, c.line(script, cmd.argv(script)), stdout, stderr)
+}
+
+// line is the exec request's command line for argv: under the wrapper, or
+// plain on the embedded server.
+func (c *Client) line(removeFile string, argv []string) string {
+	if c.wrap {
+		return remoteLine(removeFile, argv)
+	}
+	return plainLine(argv)
 }
 
 // exec runs line in a new session channel; see the package documentation
@@ -149,6 +162,11 @@ func (c *Client) exec(ctx context.Context, line string, stdout, stderr io.Writer
 	start := time.Now()
 	if err := sess.Start(line); err != nil {
 		return res, c.sessionError("start command", err)
+	}
+	if !c.wrap {
+		// No wrapper to swap stdin for /dev/null: end-of-file now gives
+		// the command the same empty stdin.
+		_ = stdin.Close()
 	}
 	done := make(chan error, 1)
 	go func() { done <- sess.Wait() }()
@@ -204,8 +222,14 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // link to it) does not respond.
 func (c *Client) kill(sess *ssh.Session, stdin io.Closer, done <-chan error) error {
 	grace := c.r.cfg.KillGrace
-	_ = sess.Signal(ssh.SIGTERM) // the wrapper's trap
-	_ = stdin.Close()            // the wrapper's watchdog
+	if c.wrap {
+		_ = sess.Signal(ssh.SIGTERM) // the wrapper's trap
+		_ = stdin.Close()            // the wrapper's watchdog
+	} else {
+		// The embedded server kills the rest of the session once its
+		// process is gone.
+		_ = sess.Signal(ssh.SIGKILL)
+	}
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,17 +23,21 @@ func TestRunOutputAndExitCodes(t *testing.T) {
 			name, line           string
 			wantOut, wantErrText string
 			wantCode             int
+			// The wrapper (sshd) turns a death by signal into a status;
+			// the embedded server runs the command plainly and reports
+			// the signal too.
+			embeddedSignal string
 		}{
-			{"separated streams", "echo out; echo err >&2; exit 3", "out\n", "err\n", 3},
-			{"success", "printf 'a b\\n'", "a b\n", "", 0},
-			{"quotes survive", `printf '%s|' "it's" '"q"' '$HOME' '\n'`, `it's|"q"|$HOME|\n|`, "", 0},
-			{"multi-line", "echo one\necho two", "one\ntwo\n", "", 0},
-			{"killed by signal", "kill -TERM $$", "", "", 128 + 15},
-			{"not found", "/nonexistent/tool", "", "/nonexistent/tool", 127},
-			{"exit 255", "exit 255", "", "", 255},
+			{"separated streams", "echo out; echo err >&2; exit 3", "out\n", "err\n", 3, ""},
+			{"success", "printf 'a b\\n'", "a b\n", "", 0, ""},
+			{"quotes survive", `printf '%s|' "it's" '"q"' '$HOME' '\n'`, `it's|"q"|$HOME|\n|`, "", 0, ""},
+			{"multi-line", "echo one\necho two", "one\ntwo\n", "", 0, ""},
+			{"killed by signal", "kill -TERM $$", "", "", 128 + 15, "TERM"},
+			{"not found", "/nonexistent/tool", "", "/nonexistent/tool", 127, ""},
+			{"exit 255", "exit 255", "", "", 255, ""},
 			// All output arrives before Run returns.
-			{"1 MiB of output", "i=0; while [ $i -lt 65536 ]; do printf 0123456789abcdef; i=$((i+1)); done", big, "", 0},
-			{"stdin is empty", "cat; echo rc=$?", "rc=0\n", "", 0},
+			{"1 MiB of output", "i=0; while [ $i -lt 65536 ]; do printf 0123456789abcdef; i=$((i+1)); done", big, "", 0, ""},
+			{"stdin is empty", "cat; echo rc=$?", "rc=0\n", "", 0, ""},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -40,8 +45,12 @@ func TestRunOutputAndExitCodes(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Run: %v", err)
 				}
-				if res.ExitCode != tt.wantCode || res.Signal != "" {
-					t.Errorf("exit %d signal %q, want %d; stderr %q", res.ExitCode, res.Signal, tt.wantCode, errOut)
+				wantSignal := ""
+				if s.kind == "embedded" {
+					wantSignal = tt.embeddedSignal
+				}
+				if res.ExitCode != tt.wantCode || res.Signal != wantSignal {
+					t.Errorf("exit %d signal %q, want %d signal %q; stderr %q", res.ExitCode, res.Signal, tt.wantCode, wantSignal, errOut)
 				}
 				if out != tt.wantOut {
 					if len(out) > 200 {
@@ -369,4 +378,24 @@ func TestRunCombinedOutput(t *testing.T) {
 	if n := strings.Count(out.String(), "o\n") + strings.Count(out.String(), "e\n"); n != 400 || len(out.String()) != 800 {
 		t.Errorf("combined output has %d lines, %d bytes; want 400, 800", n, out.Len())
 	}
+}
+
+// On the embedded server a step is one process, started by the server
+// itself (no wrapper shell and watchdog in between); under sshd the
+// wrapper stands between sshd and the command.
+func TestRunEmbeddedServerRunsCommandPlainly(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *testServer) {
+		c := s.connect(t)
+		res, out, _, err := run(t, c, Command{Line: "echo $PPID"})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("Run: %+v, %v", res, err)
+		}
+		ppid, err := strconv.Atoi(strings.TrimSpace(out))
+		if err != nil {
+			t.Fatalf("output %q", out)
+		}
+		if direct := ppid == os.Getpid(); direct != (s.kind == "embedded") {
+			t.Errorf("%s: the command's parent is pid %d (this process %d): want it started directly only by the embedded server", s.kind, ppid, os.Getpid())
+		}
+	})
 }

@@ -185,7 +185,7 @@ else echo "no sha256sum, shasum or openssl on the node" >&2; exit 127; fi`
 // remoteSHA256 has the node hash the file at p.
 func (c *Client) remoteSHA256(ctx context.Context, p string) (string, error) {
 	var out, errOut bytes.Buffer
-	res, err := c.exec(ctx, remoteLine("", []string{"/bin/sh", "-c", sha256Line, "sha256", p}), &out, &errOut)
+	res, err := c.exec(ctx, c.line("", []string{"/bin/sh", "-c", sha256Line, "sha256", p}), &out, &errOut)
 	if err != nil {
 		return "", err
 	}
