@@ -57,7 +57,8 @@ func newClient(r *Runner, node string, sc *ssh.Client) *Client {
 func (c *Client) Node() string { return c.node }
 
 // Close closes the SFTP session and the connection. A command still running
-// is killed by its wrapper (its stdin closes). Close is idempotent.
+// is killed by its wrapper (its stdin closes) or, on the embedded server,
+// by the server when the connection ends. Close is idempotent.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
