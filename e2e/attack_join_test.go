@@ -54,6 +54,18 @@ func TestAttackJoinRefusalsAudited(t *testing.T) {
 			t.Errorf("join with a %s token: exit %d, %q; want %q", tc.name, code, errOut, tc.stderr)
 		}
 	}
+	// Refused by the agent before anything reaches the hub (no audit
+	// event to look for): a wrong CA pin and a string that is no join
+	// string. And a second node may not take an existing name.
+	for _, tc := range []struct{ name, js, node, stderr string }{
+		{"wrong pin", once[:len(once)-8] + "00000000", "n-pin", "pin"},
+		{"garbage", "hello", "n-garbage", "invalid join string"},
+		{"duplicate name", h.token("--uses", "5"), "first", "already registered"},
+	} {
+		if errOut, code := join(tc.js, tc.node); code == 0 || !strings.Contains(errOut, tc.stderr) {
+			t.Errorf("join with %s: exit %d, %q; want %q", tc.name, code, errOut, tc.stderr)
+		}
+	}
 
 	// What tether-edge would never send: post it by hand.
 	tc, _ := pki.PinnedTLSConfig(parsed.CAPin, nil)

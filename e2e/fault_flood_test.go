@@ -116,7 +116,7 @@ func TestFaultLoginAndJoinFlood(t *testing.T) {
 	if total := counts["ssh_login/refused"] + counts["ssh_login/rate_limited"] + counts["join/refused"] + counts["join/rate_limited"]; total > 400 {
 		t.Errorf("%d audit events for %d attempts: the audit log is flooded", total, 2*attempts)
 	}
-	body := h.scrape(t)
+	body := h.metrics(t)
 	for _, m := range []string{`tether_rate_limited_total{endpoint="ssh"}`, `tether_rate_limited_total{endpoint="join"}`} {
 		if v, ok := metricValue(body, m); !ok || v < float64(attempts)/2 {
 			t.Errorf("%s = %v", m, v)

@@ -2,11 +2,7 @@ package e2e
 
 import (
 	"bytes"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,7 +70,7 @@ func (h *hub) steadyLoad(t *testing.T) load {
 	t.Helper()
 	best := load{goroutines: 1 << 30, fds: 1 << 30}
 	for range 6 {
-		body := h.scrape(t)
+		body := h.metrics(t)
 		g, ok := metricValue(body, "go_goroutines")
 		if !ok {
 			t.Fatal("hub metrics lack go_goroutines")
@@ -84,27 +80,6 @@ func (h *hub) steadyLoad(t *testing.T) load {
 		time.Sleep(400 * time.Millisecond)
 	}
 	return best
-}
-
-// scrape fetches /metrics on a connection that is closed afterwards, so the
-// scrape itself leaves no descriptor open in the hub.
-func (h *hub) scrape(t *testing.T) string {
-	t.Helper()
-	caPEM, err := os.ReadFile(filepath.Join(h.dataDir, "ca", "ca.crt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
-		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "hub.tether.internal"}}}
-	resp, err := c.Get("https://" + h.apiAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
 }
 
 func countFDs(t *testing.T, pid int) int {

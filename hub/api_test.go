@@ -27,12 +27,7 @@ func TestJoinEndpointRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, _ := pki.ParseJoinString(tok.JoinString)
-	tc, _ := pki.PinnedTLSConfig(js.CAPin, nil)
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
-	defer hc.CloseIdleConnections()
-	key, _ := pki.GenerateKey()
-	csr, _ := pki.NewCSR(key, "n1")
+	js, hc, csr := joinerClient(t, tok.JoinString, "n1")
 	valid := func() control.JoinRequest { return control.JoinRequest{Token: js.Token, Name: "n1", CSR: csr} }
 	marshal := func(r control.JoinRequest) string { b, _ := json.Marshal(r); return string(b) }
 	cases := []struct {
@@ -103,4 +98,31 @@ func TestAdminEndpointsNeedAdmin(t *testing.T) {
 	if _, err := s.store.GetNodeByName(context.Background(), "n1"); err != nil {
 		t.Fatalf("node deleted by an unauthorized request: %v", err)
 	}
+}
+
+// joinerClient is what a joining agent has before its first request: the
+// parsed join string, an HTTP client that trusts only the pinned hub CA (no
+// client certificate), and a CSR for name. For requests tether-edge would
+// never send.
+func joinerClient(t *testing.T, joinString, name string) (pki.JoinString, *http.Client, []byte) {
+	t.Helper()
+	js, err := pki.ParseJoinString(joinString)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := pki.PinnedTLSConfig(js.CAPin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+	t.Cleanup(hc.CloseIdleConnections)
+	key, err := pki.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, err := pki.NewCSR(key, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, hc, csr
 }

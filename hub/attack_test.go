@@ -408,12 +408,7 @@ func TestAttackPathTraversalAudited(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The agent refuses such a name itself; post the request by hand.
-	js, _ := pki.ParseJoinString(tok.JoinString)
-	tc, _ := pki.PinnedTLSConfig(js.CAPin, nil)
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
-	defer hc.CloseIdleConnections()
-	key, _ := pki.GenerateKey()
-	csr, _ := pki.NewCSR(key, "x")
+	js, hc, csr := joinerClient(t, tok.JoinString, "x")
 	body, _ := json.Marshal(control.JoinRequest{Token: js.Token, Name: "../../etc", CSR: csr})
 	resp, err := hc.Post("https://"+js.Addrs[0]+control.JoinPath, "application/json", bytes.NewReader(body))
 	if err != nil {
