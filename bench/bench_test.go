@@ -49,7 +49,7 @@ func TestScenariosTiny(t *testing.T) {
 	if err != nil {
 		t.Fatalf("tbench: %v\n%s", err, out)
 	}
-	for _, id := range []string{"P1", "P2", "P3", "P4", "P5", "P6", "P7"} {
+	for _, id := range []string{"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8"} {
 		if !strings.Contains(string(out), "| "+id+" |") {
 			t.Errorf("no %s row in the output:\n%s", id, out)
 		}

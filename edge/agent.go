@@ -62,6 +62,11 @@ type Config struct {
 	// OnStatus, if set, is called with every status change (connecting,
 	// connected, ...), after the status file is written.
 	OnStatus func(Status)
+	// OnControl, if set, is called with every message the hub sends on the
+	// control stream once the agent has acted on it, on the stream's reader
+	// (so it must not block). The agent simulator in bench/ times the key
+	// pushes of an access change this way.
+	OnControl func(*control.Message)
 }
 
 // CheckAndSetDefaults validates c and fills defaults.
@@ -400,6 +405,9 @@ func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 			}
 		default:
 			log.Warn("unexpected control message from hub", "type", msg.Type)
+		}
+		if a.cfg.OnControl != nil {
+			a.cfg.OnControl(msg)
 		}
 	}
 }

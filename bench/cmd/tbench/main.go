@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/bench/internal/harness"
+	"github.com/tether-dev/tether/tunnel"
 )
 
 // sizes scale every scenario: tiny is what `make test` runs (seconds),
@@ -45,30 +46,31 @@ type sizes struct {
 	p6Ansible    bool // run the Ansible reference (slow: about half a second per node here)
 	p6AnsibleMax int  // largest fan-out Ansible runs at
 	p7Idle       time.Duration
+	p8Agents     int // agents connected while access changes
 }
 
 var profiles = map[string]sizes{
 	"tiny": {name: "tiny", p1MiB: []int{8}, p1Runs: 1, p2Secs: 0.5, p3Runs: 2, p3Opens: 5,
 		p4Counts: []int{20}, p4TCPMax: 20, p4Idle: 2 * time.Second, p5Counts: []int{20},
-		p6Nodes: []int{3}, p6Upload: 64 << 10, p7Idle: 2 * time.Second},
+		p6Nodes: []int{3}, p6Upload: 64 << 10, p7Idle: 2 * time.Second, p8Agents: 20},
 	// tiny skips Ansible (ten seconds even for three nodes): make test
 	// checks that the scenarios run, not the reference.
 	"quick": {name: "quick", p1MiB: []int{256}, p1Runs: 1, p2Secs: 2, p3Runs: 10, p3Opens: 50,
 		p4Counts: []int{2000}, p4TCPMax: 2000, p4Idle: 10 * time.Second, p5Counts: []int{2000},
-		p6Nodes: []int{50}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 50, p7Idle: 10 * time.Second},
+		p6Nodes: []int{50}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 50, p7Idle: 10 * time.Second, p8Agents: 2000},
 	// full is what fits in 30 minutes on a 2-core machine, where the
 	// simulator's side of every handshake and session shares the cores with
 	// the hub: 10k agents per transport (about 90 s to connect each way),
 	// Ansible at 100 nodes only (1,000 would take it some 25 minutes).
 	"full": {name: "full", p1MiB: []int{1024, 4096}, p1Runs: 3, p2Secs: 5, p3Runs: 50, p3Opens: 200,
 		p4Counts: []int{10000}, p4TCPMax: 18000, p4Idle: 30 * time.Second, p5Counts: []int{10000},
-		p6Nodes: []int{100, 1000}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 100, p7Idle: 60 * time.Second},
+		p6Nodes: []int{100, 1000}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 100, p7Idle: 60 * time.Second, p8Agents: 10000},
 	// max is full with the fleet sizes of the targets (10k, 50k, 100k
 	// agents; storms of 10k and 100k): for a machine with 8+ cores and
 	// 32+ GiB and an open-files limit above 200k (make bench BENCH_SIZE=max).
 	"max": {name: "max", p1MiB: []int{1024, 4096}, p1Runs: 3, p2Secs: 5, p3Runs: 50, p3Opens: 200,
 		p4Counts: []int{10000, 50000, 100000}, p4TCPMax: 100000, p4Idle: 30 * time.Second, p5Counts: []int{10000, 100000},
-		p6Nodes: []int{100, 1000}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 1000, p7Idle: 60 * time.Second},
+		p6Nodes: []int{100, 1000}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 1000, p7Idle: 60 * time.Second, p8Agents: 10000},
 }
 
 type scenario struct {
@@ -85,6 +87,7 @@ var scenarios = []scenario{
 	{"p5", "reconnect storm after a hub restart", runP5},
 	{"p6", "fan-out `true` and a 1 MiB upload vs Ansible", runP6},
 	{"p7", "agent footprint: binary size, idle RSS and CPU", runP7},
+	{"p8", "role edit / operator add under N connected agents: time until all hold the new keys, hub CPU", runP8},
 }
 
 // bench is what every scenario gets.
@@ -100,6 +103,8 @@ type bench struct {
 	shared  *jumpSetup // P1-P3's processes
 	runsP5  bool       // P5 is also wanted: P4's ramp-up does it on the way
 	ranP45  bool
+
+	p8Transports []tunnel.Transport // -p8-transports
 }
 
 func main() {
@@ -115,6 +120,7 @@ func main() {
 	keep := flag.Bool("keep", false, "keep scratch directories (logs) of the scenarios")
 	verbose := flag.Bool("v", false, "log progress at debug level")
 	p6Nodes := flag.String("p6-nodes", "", "override P6's node counts (comma-separated)")
+	p8Transports := flag.String("p8-transports", "tcp,quic", "transports P8 runs over, in order (tcp, quic)")
 	pprofAddr := flag.String("pprof", "", "serve net/http/pprof of tbench itself (the simulated agents) on this address")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: tbench [flags] all | SCENARIO...\n\nscenarios:\n")
@@ -144,6 +150,15 @@ func main() {
 			sz.p6Nodes = append(sz.p6Nodes, n)
 		}
 	}
+	var p8Tr []tunnel.Transport
+	for _, f := range strings.Split(*p8Transports, ",") {
+		t, err := tunnel.ParseTransport(strings.TrimSpace(f))
+		if err != nil || t == tunnel.TransportAuto {
+			fmt.Fprintf(os.Stderr, "tbench: -p8-transports %q: want tcp, quic or both, comma-separated\n", *p8Transports)
+			os.Exit(2)
+		}
+		p8Tr = append(p8Tr, t)
+	}
 	want := flag.Args()
 	if len(want) == 0 {
 		flag.Usage()
@@ -160,7 +175,7 @@ func main() {
 		level = slog.LevelDebug
 	}
 	absBin, _ := filepath.Abs(*bin)
-	b := &bench{sz: sz, bin: absBin, cache: *cache, keep: *keep, results: *results, verbose: *verbose,
+	b := &bench{sz: sz, bin: absBin, cache: *cache, keep: *keep, results: *results, verbose: *verbose, p8Transports: p8Tr,
 		log:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 		report: &harness.Report{Title: "bench " + strings.Join(want, " ") + " (size " + sz.name + ")"}}
 

@@ -27,7 +27,11 @@ type Config struct {
 	// Empty means a closed port: ssh streams are refused.
 	SSHTarget  string
 	SSHHostKey string
-	AllowPorts []uint16
+	// SSHDHostKey is the host key file whose ".pub" agents with an sshd
+	// target send for the hub to certify (edge.Config.SSHDHostKey), shared
+	// by all; default the machine's own /etc/ssh key.
+	SSHDHostKey string
+	AllowPorts  []uint16
 	// IPBase is the second octet of the agents' source addresses: agent i
 	// dials from 127.IPBase+i/64516.(i/254%254+1).(i%254+1), so every
 	// agent has a source address of its own and 100k connections fit the
@@ -53,6 +57,7 @@ type Sim struct {
 	wg      sync.WaitGroup
 	sockets []*tunnel.UDPSocket
 	agents  []agentState
+	pushes  pushWatch
 	start   time.Time
 
 	connected atomic.Int64
@@ -102,6 +107,7 @@ func Start(ctx context.Context, cfg Config) (*Sim, error) {
 		cfg.SSHTarget = "127.0.0.1:1"
 	}
 	s := &Sim{cfg: cfg, agents: make([]agentState, cfg.Count), start: time.Now()}
+	s.pushes.agents = make([]agentPushes, cfg.Count)
 	agents := make([]*edge.Agent, cfg.Count)
 	for i := range cfg.Count {
 		id, err := cfg.Fleet.Identity(cfg.From + i)
@@ -110,9 +116,9 @@ func Start(ctx context.Context, cfg Config) (*Sim, error) {
 			return nil, err
 		}
 		ec := edge.Config{
-			Identity: id, SSHTarget: cfg.SSHTarget, SSHHostKey: cfg.SSHHostKey, AllowPorts: cfg.AllowPorts,
+			Identity: id, SSHTarget: cfg.SSHTarget, SSHHostKey: cfg.SSHHostKey, SSHDHostKey: cfg.SSHDHostKey, AllowPorts: cfg.AllowPorts,
 			Transport: cfg.Transport, Tunnel: cfg.Tunnel, BackoffMin: cfg.BackoffMin, BackoffMax: cfg.BackoffMax,
-			Logger: cfg.Logger, OnStatus: s.onStatus(i),
+			Logger: cfg.Logger, OnStatus: s.onStatus(i), OnControl: s.pushes.onControl(i),
 		}
 		if cfg.Transport == tunnel.TransportQUIC && cfg.PerSocket > 0 {
 			k := i / cfg.PerSocket

@@ -1,0 +1,318 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/tether-dev/tether/bench/internal/harness"
+	"github.com/tether-dev/tether/bench/internal/sim"
+	"github.com/tether-dev/tether/tunnel"
+)
+
+// accessChange is one change of who may do what, made through the real CLI,
+// and what every simulated agent must hold once the hub has pushed it.
+type accessChange struct {
+	what string   // row label
+	args []string // tether arguments with agents connected
+	ref  []string // the same change for the reference, with no agent connected
+	// want is what an agent's authorized keys must satisfy once it has
+	// the change; nil: the change concerns no agent.
+	want func(keys []string) bool
+}
+
+// p8Quiet is how long no push may arrive before a change counts as over,
+// and p8Idle how long the hub's idle CPU rate is measured: shorter for the
+// small fleets of `make test`, whose pushes end within milliseconds.
+func p8Quiet(n int) time.Duration {
+	if n < 1000 {
+		return time.Second
+	}
+	return 3 * time.Second
+}
+
+func p8Idle(n int) time.Duration {
+	if n < 1000 {
+		return time.Second
+	}
+	return 5 * time.Second
+}
+
+// runP8 times an access change on a hub holding the fleet: an operator
+// added and a role edited, per transport, until every simulated agent holds
+// the new authorized keys; the hub's CPU for it; and the pushes agents got
+// that changed nothing for them. The same changes made with no agent
+// connected are the reference.
+func runP8(ctx context.Context, b *bench) error {
+	env, err := harness.NewEnv(b.bin)
+	if err != nil {
+		return err
+	}
+	env.Keep = b.keep
+	defer env.Close()
+	n := b.sz.p8Agents
+	cached, fleet, err := b.fleet(ctx, env, n)
+	if err != nil {
+		return err
+	}
+	hostKey := env.Path("node-host-key")
+	if _, err := harness.Run(ctx, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "p8-node", "-f", hostKey); err != nil {
+		return err
+	}
+	for _, tr := range b.p8Transports {
+		if err := b.roleEdit(ctx, env, cached, fleet, tr, n, hostKey); err != nil {
+			return fmt.Errorf("%v: %w", tr, err)
+		}
+	}
+	return nil
+}
+
+func (b *bench) roleEdit(ctx context.Context, env *harness.Env, cached string, fleet *sim.Fleet, tr tunnel.Transport, n int, hostKey string) error {
+	name := tr.String()
+	// A copy of the fleet's hub: the operators and roles added here must
+	// not reach the cache that later runs and scenarios start from.
+	dataDir := env.Path("p8-hub-" + name)
+	if err := copyDir(cached, dataDir); err != nil {
+		return err
+	}
+	keys := map[string]string{} // operator -> public key blob (base64)
+	for _, op := range []string{"p8-ref", "p8-new"} {
+		p := env.Path(op + "-" + name)
+		if _, err := harness.Run(ctx, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", op, "-f", p); err != nil {
+			return err
+		}
+		pub, err := os.ReadFile(p + ".pub")
+		if err != nil {
+			return err
+		}
+		f := strings.Fields(string(pub))
+		if len(f) < 2 {
+			return fmt.Errorf("unreadable public key %s.pub", p)
+		}
+		keys[op] = f[1]
+	}
+	hub, err := env.StartHub(ctx, dataDir)
+	if err != nil {
+		return err
+	}
+	defer hub.Stop(60 * time.Second)
+	fleet.SetHub(hub.Listen)
+
+	// Role p8 selects every simulated node (all joined with bench=fleet);
+	// p8-none selects none of them.
+	for _, args := range [][]string{
+		{"role", "create", "p8", "--nodes", "bench=fleet", "--logins", "root"},
+		{"role", "create", "p8-none", "--nodes", "bench=none", "--logins", "root"},
+	} {
+		if _, err := hub.Tether(ctx, args...); err != nil {
+			return err
+		}
+	}
+	line := func(op string, cond func(string) bool) func([]string) bool {
+		return func(ks []string) bool {
+			for _, k := range ks {
+				if strings.Contains(k, " "+keys[op]+" ") && cond(k) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	changes := []accessChange{
+		{what: "operator added (its role selects every node)",
+			args: []string{"operator", "add", "p8-new", "--key", env.Path("p8-new-" + name + ".pub"), "--role", "p8"},
+			ref:  []string{"operator", "add", "p8-ref", "--key", env.Path("p8-ref-" + name + ".pub"), "--role", "p8"},
+			want: line("p8-new", func(string) bool { return true })},
+		{what: "role edited (a login added to a role selecting every node)",
+			args: []string{"role", "create", "p8", "--nodes", "bench=fleet", "--logins", "root,ref,edited"},
+			ref:  []string{"role", "create", "p8", "--nodes", "bench=fleet", "--logins", "root,ref"},
+			want: line("p8-new", func(k string) bool {
+				opts, _, _ := strings.Cut(k, " ") // tether-logins="…" before the key
+				return strings.HasPrefix(opts, "tether-logins=") && strings.Contains(opts, "edited")
+			})},
+		{what: "role edited that selects no connected node",
+			args: []string{"role", "create", "p8-none", "--nodes", "bench=none", "--logins", "root,ref,edited"},
+			ref:  []string{"role", "create", "p8-none", "--nodes", "bench=none", "--logins", "root,ref"}},
+	}
+
+	// The reference: each change with no agent connected.
+	type refFigures struct{ call, cpu time.Duration }
+	refs := make([]refFigures, len(changes))
+	for i, c := range changes {
+		st0, err := harness.Stats(hub.PID())
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		if _, err := hub.Tether(ctx, c.ref...); err != nil {
+			return err
+		}
+		call := time.Since(t0)
+		time.Sleep(p8Quiet(0)) // pushes (to no one) may run after the call returns
+		st1, err := harness.Stats(hub.PID())
+		if err != nil {
+			return err
+		}
+		refs[i] = refFigures{call, st1.CPU - st0.CPU}
+	}
+
+	s, err := sim.Start(ctx, sim.Config{Fleet: fleet, Count: n, Transport: tr, PerSocket: 1000, Ramp: 5000,
+		SSHDHostKey: hostKey, BackoffMin: simBackoffMin, BackoffMax: simBackoffMax, Logger: b.agentLog()})
+	if err != nil {
+		return err
+	}
+	defer s.Stop()
+	start := time.Now()
+	if err := harness.WaitFor(ctx, time.Duration(n)*10*time.Millisecond+2*time.Minute, fmt.Sprintf("%d %s agents to connect", n, name),
+		func() bool { return s.Connected() >= n }); err != nil {
+		return fmt.Errorf("%w (%d connected, hub: %s)", err, s.Connected(), hub.Tail(500))
+	}
+	b.log.Info("fleet connected", "transport", name, "agents", n, "took", time.Since(start).Round(time.Millisecond))
+	if err := harness.WaitFor(ctx, time.Minute, "the hub to count every agent", func() bool {
+		c, err := hub.Connected(ctx, name)
+		return err == nil && c >= n
+	}); err != nil {
+		return err
+	}
+	// Every agent got its keys and trust on connect: wait for those pushes
+	// to end, then take the hub's idle CPU rate, which is subtracted from
+	// the CPU of each change (keepalives and heartbeats go on meanwhile).
+	s.Watch(nil)
+	if err := waitQuiet(ctx, s, time.Now(), p8Quiet(n)); err != nil {
+		return err
+	}
+	idle0, err := harness.Stats(hub.PID())
+	if err != nil {
+		return err
+	}
+	tIdle := time.Now()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(p8Idle(n)):
+	}
+	idle1, err := harness.Stats(hub.PID())
+	if err != nil {
+		return err
+	}
+	idleRate := (idle1.CPU - idle0.CPU).Seconds() / time.Since(tIdle).Seconds()
+
+	for i, c := range changes {
+		drops0 := s.Drops()
+		s.Watch(c.want)
+		st0, err := harness.Stats(hub.PID())
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		if _, err := hub.Tether(ctx, c.args...); err != nil {
+			return err
+		}
+		t1 := time.Now()
+		var all, fromStart time.Duration
+		if c.want != nil {
+			if err := harness.WaitFor(ctx, 10*time.Minute, fmt.Sprintf("every %s agent to hold the new keys", name), func() bool {
+				return s.Pushes().Have >= n
+			}); err != nil {
+				return fmt.Errorf("%w (%d of %d have them)", err, s.Pushes().Have, n)
+			}
+			last := s.Pushes().Last
+			all, fromStart = max(0, last.Sub(t1)), last.Sub(t0)
+		}
+		if err := waitQuiet(ctx, s, t1, p8Quiet(n)); err != nil {
+			return err
+		}
+		st1, err := harness.Stats(hub.PID())
+		if err != nil {
+			return err
+		}
+		window := time.Since(t0)
+		ps := s.Pushes()
+		cpu := (st1.CPU - st0.CPU).Seconds() - idleRate*window.Seconds()
+		pushedFor := time.Duration(0)
+		if !ps.LastPush.IsZero() {
+			pushedFor = ps.LastPush.Sub(t1)
+		}
+		label := fmt.Sprintf("%d agents, %s: %s", n, pathName(name), c.what)
+		call := fmt.Sprintf("the API call (tether CLI) took %d ms (%d ms with no agent)", t1.Sub(t0).Milliseconds(), refs[i].call.Milliseconds())
+		if dropped := s.Drops() - drops0; dropped > 0 {
+			call += fmt.Sprintf("; %d agents reconnected meanwhile (their connect pushes are counted)", dropped)
+		}
+		if c.want != nil {
+			b.report.Add(harness.Row{ID: "P8", What: label + ": time until every agent holds the new keys",
+				Value: fmt.Sprintf("%.2f s", all.Seconds()), Ref: fmt.Sprintf("0 agents: %.2f s API call", refs[i].call.Seconds()),
+				Comment: fmt.Sprintf("from the API call returning (0: all had them before the CLI exited); %.2f s from the call's start; %s", fromStart.Seconds(), call)})
+		}
+		b.report.Add(harness.Row{ID: "P8", What: label + ": hub CPU",
+			Value: fmt.Sprintf("%.2f CPU-s", max(cpu, 0)), Ref: fmt.Sprintf("0 agents: %.2f CPU-s", refs[i].cpu.Seconds()),
+			Comment: fmt.Sprintf("%.2f ms per agent; %.2f CPU-s over %.1f s less the idle rate %.1f %% of a core; last push %.2f s after the call returned",
+				max(cpu, 0)*1000/float64(n), (st1.CPU - st0.CPU).Seconds(), window.Seconds(), idleRate*100, pushedFor.Seconds())})
+		needed := "every agent needs the new authorized keys, none a new SSH trust"
+		if c.want == nil {
+			needed = "no agent needs any push"
+		} else if strings.HasPrefix(c.what, "role edited") {
+			needed = "every agent needs new authorized keys and new principals"
+		}
+		b.report.Add(harness.Row{ID: "P8", What: label + ": agents pushed to that needed nothing; pushes not needed",
+			Value: fmt.Sprintf("%d of %d agents; %d of %d pushes", ps.AgentsNeedless, n, ps.KeysUnchanged+ps.TrustUnchanged, ps.Keys+ps.Trust), Ref: "0",
+			Comment: fmt.Sprintf("%s; pushes received: %d authorized keys (%d unchanged), %d SSH trust (%d unchanged but for a re-signed host certificate)",
+				needed, ps.Keys, ps.KeysUnchanged, ps.Trust, ps.TrustUnchanged)})
+	}
+	return nil
+}
+
+// waitQuiet waits until no push has reached an agent for quiet (counted
+// from since when none has come at all).
+func waitQuiet(ctx context.Context, s *sim.Sim, since time.Time, quiet time.Duration) error {
+	return harness.WaitFor(ctx, 10*time.Minute, "the hub's pushes to end", func() bool {
+		last := s.Pushes().LastPush
+		if last.Before(since) {
+			last = since
+		}
+		return time.Since(last) >= quiet
+	})
+}
+
+// copyDir copies the regular files under src to dst, keeping their modes
+// (the hub refuses key files others may read).
+func copyDir(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return os.MkdirAll(to, info.Mode().Perm())
+		}
+		if !info.Mode().IsRegular() {
+			return nil
+		}
+		in, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, info.Mode().Perm())
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return fmt.Errorf("copy %s: %w", p, err)
+		}
+		return out.Close()
+	})
+}
