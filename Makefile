@@ -45,7 +45,7 @@ demo-stop: ## stop the demo processes
 
 # The bench raises the open-files limit to the hard limit: the hub holds one
 # descriptor per TCP agent and the simulator one per TCP session.
-bench: build ## P1-P7 side by side with OpenSSH, socat, Ansible (bench/README.md); appends to bench/RESULTS.md (< 30 min; BENCH_SIZE=max for 100k agents)
+bench: build ## P1-P8 side by side with OpenSSH, socat, Ansible (bench/README.md); appends to bench/RESULTS.md (< 30 min; BENCH_SIZE=max for 100k agents)
 	@./bench/deps.sh
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./bench/cmd/tbench ./bench/cmd/agentsim
 	ulimit -n $$(ulimit -Hn) && $(BIN)/tbench -size $(BENCH_SIZE) -bin $(BIN) all
