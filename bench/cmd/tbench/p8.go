@@ -23,7 +23,17 @@ type accessChange struct {
 	ref  []string // the same change for the reference, with no agent connected
 	// want is what an agent's authorized keys must satisfy once it has
 	// the change; nil: the change concerns no agent.
-	want func(keys []string) bool
+	want  func(keys []string) bool
+	needs string // what the agents need from it, for the report
+}
+
+// refFigures are a change's figures with no agent connected.
+type refFigures struct{ call, cpu time.Duration }
+
+// idleHub is the hub with the fleet connected and nothing changing.
+type idleHub struct {
+	goroutines int
+	cpuRate    float64 // cores
 }
 
 // p8Quiet is how long no push may arrive before a change counts as over,
@@ -126,23 +136,25 @@ func (b *bench) roleEdit(ctx context.Context, env *harness.Env, cached string, f
 	}
 	changes := []accessChange{
 		{what: "operator added (its role selects every node)",
-			args: []string{"operator", "add", "p8-new", "--key", env.Path("p8-new-" + name + ".pub"), "--role", "p8"},
-			ref:  []string{"operator", "add", "p8-ref", "--key", env.Path("p8-ref-" + name + ".pub"), "--role", "p8"},
-			want: line("p8-new", func(string) bool { return true })},
+			args:  []string{"operator", "add", "p8-new", "--key", env.Path("p8-new-" + name + ".pub"), "--role", "p8"},
+			ref:   []string{"operator", "add", "p8-ref", "--key", env.Path("p8-ref-" + name + ".pub"), "--role", "p8"},
+			want:  line("p8-new", func(string) bool { return true }),
+			needs: "every agent needs the new authorized keys, none a new SSH trust"},
 		{what: "role edited (a login added to a role selecting every node)",
 			args: []string{"role", "create", "p8", "--nodes", "bench=fleet", "--logins", "root,ref,edited"},
 			ref:  []string{"role", "create", "p8", "--nodes", "bench=fleet", "--logins", "root,ref"},
 			want: line("p8-new", func(k string) bool {
 				opts, _, _ := strings.Cut(k, " ") // tether-logins="…" before the key
 				return strings.HasPrefix(opts, "tether-logins=") && strings.Contains(opts, "edited")
-			})},
+			}),
+			needs: "every agent needs new authorized keys and new principals"},
 		{what: "role edited that selects no connected node",
-			args: []string{"role", "create", "p8-none", "--nodes", "bench=none", "--logins", "root,ref,edited"},
-			ref:  []string{"role", "create", "p8-none", "--nodes", "bench=none", "--logins", "root,ref"}},
+			args:  []string{"role", "create", "p8-none", "--nodes", "bench=none", "--logins", "root,ref,edited"},
+			ref:   []string{"role", "create", "p8-none", "--nodes", "bench=none", "--logins", "root,ref"},
+			needs: "no agent needs any push"},
 	}
 
 	// The reference: each change with no agent connected.
-	type refFigures struct{ call, cpu time.Duration }
 	refs := make([]refFigures, len(changes))
 	for i, c := range changes {
 		st0, err := harness.Stats(hub.PID())
@@ -195,7 +207,7 @@ func (b *bench) roleEdit(ctx context.Context, env *harness.Env, cached string, f
 	if err != nil {
 		return err
 	}
-	idleG := int(m["go_goroutines"])
+	idle := idleHub{goroutines: int(m["go_goroutines"])}
 	idle0, err := harness.Stats(hub.PID())
 	if err != nil {
 		return err
@@ -210,69 +222,72 @@ func (b *bench) roleEdit(ctx context.Context, env *harness.Env, cached string, f
 	if err != nil {
 		return err
 	}
-	idleRate := (idle1.CPU - idle0.CPU).Seconds() / time.Since(tIdle).Seconds()
+	idle.cpuRate = (idle1.CPU - idle0.CPU).Seconds() / time.Since(tIdle).Seconds()
 
 	for i, c := range changes {
-		drops0 := s.Drops()
-		s.Watch(c.want)
-		st0, err := harness.Stats(hub.PID())
-		if err != nil {
+		if err := b.timeChange(ctx, hub, s, c, refs[i], idle, n, name); err != nil {
 			return err
 		}
-		t0 := time.Now()
-		if _, err := hub.Tether(ctx, c.args...); err != nil {
-			return err
-		}
-		t1 := time.Now()
-		var all, fromStart time.Duration
-		if c.want != nil {
-			if err := harness.WaitFor(ctx, 10*time.Minute, fmt.Sprintf("every %s agent to hold the new keys", name), func() bool {
-				return s.Pushes().Have >= n
-			}); err != nil {
-				return fmt.Errorf("%w (%d of %d have them)", err, s.Pushes().Have, n)
-			}
-			last := s.Pushes().Last
-			all, fromStart = max(0, last.Sub(t1)), last.Sub(t0)
-		}
-		if err := b.waitQuiet(ctx, hub, s, t1, idleG, n); err != nil {
-			return err
-		}
-		st1, err := harness.Stats(hub.PID())
-		if err != nil {
-			return err
-		}
-		window := time.Since(t0)
-		ps := s.Pushes()
-		cpu := (st1.CPU - st0.CPU).Seconds() - idleRate*window.Seconds()
-		pushedFor := time.Duration(0)
-		if !ps.LastPush.IsZero() {
-			pushedFor = ps.LastPush.Sub(t1)
-		}
-		label := fmt.Sprintf("%d agents, %s: %s", n, pathName(name), c.what)
-		call := fmt.Sprintf("the API call (tether CLI) took %d ms (%d ms with no agent)", t1.Sub(t0).Milliseconds(), refs[i].call.Milliseconds())
-		if dropped := s.Drops() - drops0; dropped > 0 {
-			call += fmt.Sprintf("; %d agents reconnected meanwhile (their connect pushes are counted)", dropped)
-		}
-		if c.want != nil {
-			b.report.Add(harness.Row{ID: "P8", What: label + ": time until every agent holds the new keys",
-				Value: fmt.Sprintf("%.2f s", all.Seconds()), Ref: fmt.Sprintf("0 agents: %.2f s API call", refs[i].call.Seconds()),
-				Comment: fmt.Sprintf("from the API call returning (0: all had them before the CLI exited); %.2f s from the call's start; %s", fromStart.Seconds(), call)})
-		}
-		b.report.Add(harness.Row{ID: "P8", What: label + ": hub CPU",
-			Value: fmt.Sprintf("%.2f CPU-s", max(cpu, 0)), Ref: fmt.Sprintf("0 agents: %.2f CPU-s", refs[i].cpu.Seconds()),
-			Comment: fmt.Sprintf("%.2f ms per agent; %.2f CPU-s over %.1f s less the idle rate %.1f %% of a core; last push %.2f s after the call returned; %s",
-				max(cpu, 0)*1000/float64(n), (st1.CPU - st0.CPU).Seconds(), window.Seconds(), idleRate*100, pushedFor.Seconds(), call)})
-		needed := "every agent needs the new authorized keys, none a new SSH trust"
-		if c.want == nil {
-			needed = "no agent needs any push"
-		} else if strings.HasPrefix(c.what, "role edited") {
-			needed = "every agent needs new authorized keys and new principals"
-		}
-		b.report.Add(harness.Row{ID: "P8", What: label + ": agents pushed to that needed nothing; pushes not needed",
-			Value: fmt.Sprintf("%d of %d agents; %d of %d pushes", ps.AgentsNeedless, n, ps.KeysUnchanged+ps.TrustUnchanged, ps.Keys+ps.Trust), Ref: "0",
-			Comment: fmt.Sprintf("%s; pushes received: %d authorized keys (%d unchanged), %d SSH trust (%d unchanged but for a re-signed host certificate)",
-				needed, ps.Keys, ps.KeysUnchanged, ps.Trust, ps.TrustUnchanged)})
 	}
+	return nil
+}
+
+// timeChange makes change c with the fleet connected and reports how long
+// until every agent holds it, the hub's CPU for it and the pushes not needed.
+func (b *bench) timeChange(ctx context.Context, hub *harness.Hub, s *sim.Sim, c accessChange, ref refFigures, idle idleHub, n int, name string) error {
+	drops0 := s.Drops()
+	s.Watch(c.want)
+	st0, err := harness.Stats(hub.PID())
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if _, err := hub.Tether(ctx, c.args...); err != nil {
+		return err
+	}
+	t1 := time.Now()
+	var all, fromStart time.Duration
+	if c.want != nil {
+		if err := harness.WaitFor(ctx, 10*time.Minute, fmt.Sprintf("every %s agent to hold the new keys", name), func() bool {
+			return s.Pushes().Have >= n
+		}); err != nil {
+			return fmt.Errorf("%w (%d of %d have them)", err, s.Pushes().Have, n)
+		}
+		last := s.Pushes().Last
+		all, fromStart = max(0, last.Sub(t1)), last.Sub(t0)
+	}
+	if err := b.waitQuiet(ctx, hub, s, t1, idle.goroutines, n); err != nil {
+		return err
+	}
+	st1, err := harness.Stats(hub.PID())
+	if err != nil {
+		return err
+	}
+	window := time.Since(t0)
+	ps := s.Pushes()
+	cpu := (st1.CPU - st0.CPU).Seconds() - idle.cpuRate*window.Seconds()
+	pushedFor := time.Duration(0)
+	if !ps.LastPush.IsZero() {
+		pushedFor = ps.LastPush.Sub(t1)
+	}
+	label := fmt.Sprintf("%d agents, %s: %s", n, pathName(name), c.what)
+	call := fmt.Sprintf("the API call (tether CLI) took %d ms (%d ms with no agent)", t1.Sub(t0).Milliseconds(), ref.call.Milliseconds())
+	if dropped := s.Drops() - drops0; dropped > 0 {
+		call += fmt.Sprintf("; %d agents reconnected meanwhile (their connect pushes are counted)", dropped)
+	}
+	if c.want != nil {
+		b.report.Add(harness.Row{ID: "P8", What: label + ": time until every agent holds the new keys",
+			Value: fmt.Sprintf("%.2f s", all.Seconds()), Ref: fmt.Sprintf("0 agents: %.2f s API call", ref.call.Seconds()),
+			Comment: fmt.Sprintf("from the API call returning (0: all had them before the CLI exited); %.2f s from the call's start; %s", fromStart.Seconds(), call)})
+	}
+	b.report.Add(harness.Row{ID: "P8", What: label + ": hub CPU",
+		Value: fmt.Sprintf("%.2f CPU-s", max(cpu, 0)), Ref: fmt.Sprintf("0 agents: %.2f CPU-s", ref.cpu.Seconds()),
+		Comment: fmt.Sprintf("%.2f ms per agent; %.2f CPU-s over %.1f s less the idle rate %.1f %% of a core; last push %.2f s after the call returned; %s",
+			max(cpu, 0)*1000/float64(n), (st1.CPU - st0.CPU).Seconds(), window.Seconds(), idle.cpuRate*100, pushedFor.Seconds(), call)})
+	b.report.Add(harness.Row{ID: "P8", What: label + ": agents pushed to that needed nothing; pushes not needed",
+		Value: fmt.Sprintf("%d of %d agents; %d of %d pushes", ps.AgentsNeedless, n, ps.KeysUnchanged+ps.TrustUnchanged, ps.Keys+ps.Trust), Ref: "0",
+		Comment: fmt.Sprintf("%s; pushes received: %d authorized keys (%d unchanged), %d SSH trust (%d unchanged but for a re-signed host certificate)",
+			c.needs, ps.Keys, ps.KeysUnchanged, ps.Trust, ps.TrustUnchanged)})
 	return nil
 }
 
