@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tether-dev/tether/hub/api"
 	"github.com/tether-dev/tether/hub/bastion"
 	"github.com/tether-dev/tether/hub/ratelimit"
 	"github.com/tether-dev/tether/hub/registry"
@@ -189,18 +190,21 @@ func (s *Server) guardJoin(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	body := &teeBody{ReadCloser: r.Body}
 	r.Body = body
+	r, outcome := api.WithOutcome(r)
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
-	succeeded := false
-	defer func() { attempt.Done(!succeeded) }() // also when the handler panics
+	failed := true
+	defer func() { attempt.Done(failed) }() // also when the handler panics
 	next.ServeHTTP(rec, r)
-	if succeeded = rec.status < 400; succeeded {
+	// Only the client's failures (4xx) count against its source: a 503
+	// (the certificate authority is down) or 500 is the hub's.
+	if failed = rec.status >= 400 && rec.status < 500; rec.status < 400 {
 		return
+	}
+	if errors.Is(outcome.Err(), api.ErrJoinRefused) {
+		return // audited by the join handler with the token id
 	}
 	var e control.ErrorResponse
 	_ = json.Unmarshal(rec.body.Bytes(), &e)
-	if tokenRefusal(e.Error) {
-		return // audited by the join handler with the token id
-	}
 	// Name the node and the token id (never the secret) if the body had
 	// them.
 	var req struct{ Token, Name string }
@@ -209,18 +213,14 @@ func (s *Server) guardJoin(next http.Handler, w http.ResponseWriter, r *http.Req
 	if id, _, err := pki.SplitToken(req.Token); err == nil {
 		detail = "token " + id + ": " + detail
 	}
-	s.audit(store.AuditEvent{At: time.Now(), Kind: "join", Node: fmt.Sprintf("%.64s", req.Name), Remote: r.RemoteAddr,
-		Result: joinResult(rec.status), Detail: fmt.Sprintf("%.512s", detail)})
-}
-
-// tokenRefusal tells the refusals the join handler audits itself.
-func tokenRefusal(msg string) bool {
-	for _, err := range []error{store.ErrTokenUnknown, store.ErrTokenExpired, store.ErrTokenUsedUp} {
-		if strings.Contains(msg, err.Error()) {
-			return true
-		}
+	ev := store.AuditEvent{At: time.Now(), Kind: "join", Node: fmt.Sprintf("%.64s", req.Name), Remote: r.RemoteAddr,
+		Result: joinResult(rec.status), Detail: fmt.Sprintf("%.512s", detail)}
+	if !failed {
+		// Not charged to the source, so bounded by the audit limiter.
+		s.auditRefusal("join", r.RemoteAddr, ev)
+		return
 	}
-	return false
+	s.audit(ev)
 }
 
 func joinResult(status int) string {

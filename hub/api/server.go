@@ -68,9 +68,6 @@ type Login interface {
 	Login(ctx context.Context, req LoginRequest, remote string) (LoginResponse, error)
 }
 
-// ErrLoginRefused is wrapped by Login errors the client caused.
-var ErrLoginRefused = errors.New("login refused")
-
 func (h *handler) loginChallenge(w http.ResponseWriter, r *http.Request) {
 	var req LoginChallengeRequest
 	if !decode(w, r, &req) {
@@ -235,94 +232,6 @@ func newID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func (h *handler) join(w http.ResponseWriter, r *http.Request) {
-	result := "error"
-	defer func() {
-		if h.Metrics != nil {
-			h.Metrics.Joins.WithLabelValues(result).Inc()
-		}
-	}()
-	var req control.JoinRequest
-	if !decode(w, r, &req) {
-		result = "bad_request"
-		return
-	}
-	if err := req.Validate(); err != nil {
-		result = "bad_request"
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if err := pki.ValidateName(req.Name); err != nil {
-		result = "bad_request"
-		writeError(w, http.StatusBadRequest, "node "+err.Error())
-		return
-	}
-	if slices.Contains(h.ReservedNames, req.Name) {
-		// A node's host certificate names it; it must never be valid for the
-		// bastion's own names.
-		result = "bad_request"
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("node name %q is reserved (it names the hub); choose another --name", req.Name))
-		return
-	}
-	tokenID, secret, err := pki.SplitToken(req.Token)
-	if err != nil {
-		result = "refused"
-		writeError(w, http.StatusForbidden, "join refused: "+err.Error())
-		return
-	}
-	// Sign before consuming a token use so a bad CSR costs nothing; a
-	// certificate whose join is then refused names a node id that never
-	// reaches the store, so the hub refuses it at connect.
-	if _, err := x509.ParseCertificateRequest(req.CSR); err != nil {
-		result = "bad_request"
-		writeError(w, http.StatusBadRequest, "join: invalid CSR: "+err.Error())
-		return
-	}
-	nodeID := newID()
-	chain, err := h.IssueNode(r.Context(), req.CSR, pki.Identity{Kind: pki.KindNode, ID: nodeID}, req.Name, h.NodeCertTTL)
-	if err != nil {
-		result = "bad_request"
-		writeError(w, http.StatusBadRequest, "join: invalid CSR: "+err.Error())
-		return
-	}
-	cert := chain[0]
-	n := store.Node{
-		ID: nodeID, Name: req.Name, Hostname: req.Facts.Hostname, OS: req.Facts.OS, Arch: req.Facts.Arch,
-		MachineID: req.Facts.MachineID, AgentVersion: req.AgentVersion,
-		CertSerial: cert.SerialNumber.Text(16), CertExpires: cert.NotAfter,
-	}
-	n, err = h.Store.Join(r.Context(), tokenID, func(t store.Token) error {
-		if !pki.SecretMatches(t.SecretHash, secret) {
-			return store.ErrTokenUnknown
-		}
-		return nil
-	}, n)
-	switch {
-	case errors.Is(err, store.ErrTokenUnknown), errors.Is(err, store.ErrTokenExpired), errors.Is(err, store.ErrTokenUsedUp):
-		result = "refused"
-		h.audit(store.AuditEvent{Kind: "join", Node: req.Name, Remote: r.RemoteAddr, Result: "refused", Detail: "token " + tokenID + ": " + err.Error()})
-		h.Logger.Info("join refused", "token_id", tokenID, "name", req.Name, "remote", r.RemoteAddr, "reason", err)
-		writeError(w, http.StatusForbidden, "join refused: "+err.Error()+"; ask an admin for a new join string (`tether token create`)")
-		return
-	case errors.Is(err, store.ErrNameTaken):
-		result = "conflict"
-		writeError(w, http.StatusConflict, fmt.Sprintf("join refused: node name %q is already registered; choose another --name, or remove the old node with `tether nodes rm %s`", req.Name, req.Name))
-		return
-	case err != nil:
-		writeError(w, http.StatusInternalServerError, "join: "+err.Error())
-		return
-	}
-	result = "ok"
-	h.audit(store.AuditEvent{Kind: "join", Node: n.Name, Remote: r.RemoteAddr, Result: "ok", Detail: "node id " + n.ID + ", token " + tokenID})
-	h.Logger.Info("node joined", "node", n.Name, "id", n.ID, "token_id", tokenID, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, control.JoinResponse{
-		NodeID: n.ID, Name: n.Name,
-		Cert: string(pki.EncodeCerts(chain...)), CA: string(pki.EncodeCerts(h.CA.Certificate())),
-		NodeCA: string(pki.EncodeCerts(h.NodeCA)),
-		Hubs:   h.Advertise,
-	})
 }
 
 func (h *handler) listNodes(w http.ResponseWriter, r *http.Request) {
