@@ -96,6 +96,12 @@ func withSuppressed(detail string, n int) string {
 // misbehaving agent cannot flood the audit log.
 func (s *Server) auditRefusal(kind, remote string, e store.AuditEvent) {
 	s.guard.refusals.WithLabelValues(kind).Inc()
+	s.auditLimited(remote, e)
+}
+
+// auditLimited writes e for remote within the per-source audit limit
+// (see auditRefusal).
+func (s *Server) auditLimited(remote string, e store.AuditEvent) {
 	src := ratelimit.Source(remote)
 	if ok, _ := s.guard.audit.Allow(src); ok {
 		s.guard.audit.Fail(src)

@@ -496,8 +496,8 @@ func (s *Server) sshTrustInfo(sshAddr net.Addr, advertise []string) api.SSHTrust
 // loginService adapts the hub's login methods to api.Login.
 type loginService struct{ s *Server }
 
-func (l loginService) Challenge(ctx context.Context, operator string) (string, time.Time, error) {
-	return l.s.loginChallenge(ctx, operator)
+func (l loginService) Challenge(ctx context.Context, operator, remote string) (string, time.Time, error) {
+	return l.s.loginChallenge(ctx, operator, remote)
 }
 
 func (l loginService) Login(ctx context.Context, req api.LoginRequest, remote string) (api.LoginResponse, error) {

@@ -64,7 +64,10 @@ type handler struct{ Deps }
 
 // Login issues SSH user certificates to operators who prove their key.
 type Login interface {
-	Challenge(ctx context.Context, operator string) (nonce string, expires time.Time, err error)
+	// Challenge returns a nonce for operator to sign. It answers every
+	// valid name alike, operator or not; errors wrap ErrRateLimited (with
+	// RetryAfter) when remote asked too often.
+	Challenge(ctx context.Context, operator, remote string) (nonce string, expires time.Time, err error)
 	Login(ctx context.Context, req LoginRequest, remote string) (LoginResponse, error)
 }
 
@@ -74,20 +77,16 @@ func (h *handler) loginChallenge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.Login == nil {
-		writeError(w, http.StatusNotFound, "login is not enabled on this hub")
+		h.writeErr(w, r, fail(ErrNotFound, "login is not enabled on this hub"))
 		return
 	}
 	if err := pki.ValidateName(req.Operator); err != nil {
-		writeError(w, http.StatusBadRequest, "operator "+err.Error())
+		h.writeErr(w, r, fail(ErrInvalid, "operator %s", err.Error()))
 		return
 	}
-	nonce, exp, err := h.Login.Challenge(r.Context(), req.Operator)
-	if errors.Is(err, ErrLoginRefused) {
-		writeError(w, http.StatusForbidden, err.Error())
-		return
-	}
+	nonce, exp, err := h.Login.Challenge(r.Context(), req.Operator, r.RemoteAddr)
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+		h.writeErr(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, LoginChallengeResponse{Nonce: nonce, ExpiresAt: exp})
@@ -99,16 +98,12 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.Login == nil {
-		writeError(w, http.StatusNotFound, "login is not enabled on this hub")
+		h.writeErr(w, r, fail(ErrNotFound, "login is not enabled on this hub"))
 		return
 	}
 	resp, err := h.Login.Login(r.Context(), req, r.RemoteAddr)
-	if errors.Is(err, ErrLoginRefused) {
-		writeError(w, http.StatusForbidden, err.Error())
-		return
-	}
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)
