@@ -46,7 +46,7 @@ const (
 type challenges struct {
 	mu      sync.Mutex // guards the following fields
 	pending map[string]*list.Element
-	order   *list.List          // of *challenge, oldest first (all share one TTL)
+	order   *list.List         // of *challenge, oldest first (all share one TTL)
 	limit   *ratelimit.Limiter // challenges asked for, per source
 }
 
