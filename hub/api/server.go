@@ -128,23 +128,29 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("POST /v1/nodes/{name}/revoke", h.admin(h.revokeNode))
 	mux.HandleFunc("PUT /v1/roles/{name}", h.admin(h.putRole))
 	mux.HandleFunc("GET /v1/roles", h.admin(list(d.Store.ListRoles)))
-	mux.HandleFunc("DELETE /v1/roles/{name}", h.admin(h.deleteBy("name", "role named", d.Store.DeleteRole,
+	mux.HandleFunc("DELETE /v1/roles/{name}", h.admin(h.deleteBy("name", "role named", d.Store.DeleteRole, true,
 		func(r *http.Request, name string) store.AuditEvent {
 			return store.AuditEvent{Kind: "role_remove", Remote: r.RemoteAddr, Result: "ok", Detail: name}
 		})))
 	mux.HandleFunc("GET /v1/audit", h.admin(h.listAudit))
 	mux.HandleFunc("POST /v1/tokens", h.admin(h.createToken))
 	mux.HandleFunc("GET /v1/tokens", h.admin(list(d.Store.ListTokens)))
-	mux.HandleFunc("DELETE /v1/tokens/{id}", h.admin(h.deleteBy("id", "token with id", d.Store.DeleteToken, nil)))
+	mux.HandleFunc("DELETE /v1/tokens/{id}", h.admin(h.deleteBy("id", "token with id", d.Store.DeleteToken, false,
+		func(r *http.Request, id string) store.AuditEvent {
+			return store.AuditEvent{Kind: "token_remove", Remote: r.RemoteAddr, Result: "ok", Detail: "join token " + id}
+		})))
 	mux.HandleFunc("POST /v1/operators", h.admin(h.addOperator))
 	mux.HandleFunc("GET /v1/operators", h.admin(list(d.Store.ListOperators)))
-	mux.HandleFunc("DELETE /v1/operators/{name}", h.admin(h.deleteBy("name", "operator named", d.Store.RemoveOperator,
+	mux.HandleFunc("DELETE /v1/operators/{name}", h.admin(h.deleteBy("name", "operator named", d.Store.RemoveOperator, true,
 		func(r *http.Request, name string) store.AuditEvent {
 			return store.AuditEvent{Kind: "operator_remove", Operator: name, Remote: r.RemoteAddr, Result: "ok"}
 		})))
 	mux.HandleFunc("POST /v1/apitokens", h.admin(h.createAPIToken))
 	mux.HandleFunc("GET /v1/apitokens", h.admin(list(d.Store.ListAPITokens)))
-	mux.HandleFunc("DELETE /v1/apitokens/{id}", h.admin(h.deleteBy("id", "API token with id", d.Store.DeleteAPIToken, nil)))
+	mux.HandleFunc("DELETE /v1/apitokens/{id}", h.admin(h.deleteBy("id", "API token with id", d.Store.DeleteAPIToken, false,
+		func(r *http.Request, id string) store.AuditEvent {
+			return store.AuditEvent{Kind: "apitoken_remove", Remote: r.RemoteAddr, Result: "ok", Detail: "API token " + id}
+		})))
 	mux.HandleFunc("POST /v1/blobs", h.automation(h.putBlob))
 	mux.HandleFunc("POST /v1/jobs", h.automation(h.createJob))
 	mux.HandleFunc("GET /v1/jobs", h.automation(h.listJobs))
@@ -311,6 +317,8 @@ func (h *handler) createToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	js := pki.JoinString{Addrs: h.Advertise, Token: id + "." + secret, CAPin: h.CA.Pin()}
+	h.audit(store.AuditEvent{Kind: "token_create", Remote: r.RemoteAddr, Result: "ok",
+		Detail: fmt.Sprintf("token %s: %d use(s) until %s, labels %s", id, req.Uses, t.ExpiresAt.UTC().Format(time.RFC3339), FormatLabels(req.Labels))})
 	h.Logger.Info("join token created", "token_id", id, "uses", req.Uses, "expires", t.ExpiresAt)
 	writeJSON(w, http.StatusCreated, TokenCreateResponse{ID: id, JoinString: js.String(), ExpiresAt: t.ExpiresAt})
 }
@@ -389,22 +397,23 @@ func list[T any](fetch func(context.Context) ([]T, error)) http.HandlerFunc {
 }
 
 // deleteBy serves a DELETE of the object named by path value key: 404 with
-// "no WHAT X" when missing; on success, access changes are pushed (token
-// deletes change no access, so an audit func of nil also skips the push).
-func (h *handler) deleteBy(key, what string, del func(context.Context, string) error, audit func(*http.Request, string) store.AuditEvent) http.HandlerFunc {
+// "no WHAT X" when missing; on success the removal is audited, and when it
+// changes what operators may reach on the nodes (pushAccess), the new
+// access is pushed to them.
+func (h *handler) deleteBy(key, what string, del func(context.Context, string) error, pushAccess bool, audit func(*http.Request, string) store.AuditEvent) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		v := r.PathValue(key)
 		if err := del(r.Context(), v); errors.Is(err, store.ErrNotFound) {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("no %s %q", what, v))
+			h.writeErr(w, r, fail(ErrNotFound, "no %s %q", what, v))
 			return
 		} else if err != nil {
-			writeError(w, http.StatusInternalServerError, err.Error())
+			h.writeErr(w, r, internal("remove "+what+" "+strconv.Quote(v), err))
 			return
 		}
-		if audit != nil {
+		if pushAccess {
 			h.OperatorsChanged()
-			h.audit(audit(r, v))
 		}
+		h.audit(audit(r, v))
 		w.WriteHeader(http.StatusNoContent)
 	}
 }
