@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -169,4 +170,21 @@ func (h *handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 		}
 	}
 	writeError(w, status, msg)
+}
+
+// clean is err's text without the package prefixes ("roles: ", "selector:
+// ", "store: ") that say where in the hub an error was made: the client is
+// told what was wrong with its input, not which package noticed.
+func clean(err error) string {
+	msg := err.Error()
+	for {
+		trimmed := msg
+		for _, p := range []string{"roles: ", "selector: ", "store: "} {
+			trimmed = strings.TrimPrefix(trimmed, p)
+		}
+		if trimmed == msg {
+			return msg
+		}
+		msg = trimmed
+	}
 }

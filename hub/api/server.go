@@ -127,26 +127,26 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("DELETE /v1/nodes/{name}", h.admin(h.removeNode))
 	mux.HandleFunc("POST /v1/nodes/{name}/revoke", h.admin(h.revokeNode))
 	mux.HandleFunc("PUT /v1/roles/{name}", h.admin(h.putRole))
-	mux.HandleFunc("GET /v1/roles", h.admin(list(d.Store.ListRoles)))
+	mux.HandleFunc("GET /v1/roles", h.admin(listAs(h, "roles", d.Store.ListRoles, roleFrom)))
 	mux.HandleFunc("DELETE /v1/roles/{name}", h.admin(h.deleteBy("name", "role named", d.Store.DeleteRole, true,
 		func(r *http.Request, name string) store.AuditEvent {
 			return store.AuditEvent{Kind: "role_remove", Remote: r.RemoteAddr, Result: "ok", Detail: name}
 		})))
 	mux.HandleFunc("GET /v1/audit", h.admin(h.listAudit))
 	mux.HandleFunc("POST /v1/tokens", h.admin(h.createToken))
-	mux.HandleFunc("GET /v1/tokens", h.admin(list(d.Store.ListTokens)))
+	mux.HandleFunc("GET /v1/tokens", h.admin(listAs(h, "join tokens", d.Store.ListTokens, tokenFrom)))
 	mux.HandleFunc("DELETE /v1/tokens/{id}", h.admin(h.deleteBy("id", "token with id", d.Store.DeleteToken, false,
 		func(r *http.Request, id string) store.AuditEvent {
 			return store.AuditEvent{Kind: "token_remove", Remote: r.RemoteAddr, Result: "ok", Detail: "join token " + id}
 		})))
 	mux.HandleFunc("POST /v1/operators", h.admin(h.addOperator))
-	mux.HandleFunc("GET /v1/operators", h.admin(list(d.Store.ListOperators)))
+	mux.HandleFunc("GET /v1/operators", h.admin(listAs(h, "operators", d.Store.ListOperators, operatorFrom)))
 	mux.HandleFunc("DELETE /v1/operators/{name}", h.admin(h.deleteBy("name", "operator named", d.Store.RemoveOperator, true,
 		func(r *http.Request, name string) store.AuditEvent {
 			return store.AuditEvent{Kind: "operator_remove", Operator: name, Remote: r.RemoteAddr, Result: "ok"}
 		})))
 	mux.HandleFunc("POST /v1/apitokens", h.admin(h.createAPIToken))
-	mux.HandleFunc("GET /v1/apitokens", h.admin(list(d.Store.ListAPITokens)))
+	mux.HandleFunc("GET /v1/apitokens", h.admin(listAs(h, "API tokens", d.Store.ListAPITokens, apiTokenFrom)))
 	mux.HandleFunc("DELETE /v1/apitokens/{id}", h.admin(h.deleteBy("id", "API token with id", d.Store.DeleteAPIToken, false,
 		func(r *http.Request, id string) store.AuditEvent {
 			return store.AuditEvent{Kind: "apitoken_remove", Remote: r.RemoteAddr, Result: "ok", Detail: "API token " + id}
@@ -238,12 +238,12 @@ func newID() string {
 func (h *handler) listNodes(w http.ResponseWriter, r *http.Request) {
 	nodes, err := h.Store.ListNodes(r.Context())
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("list nodes", err))
 		return
 	}
 	members, err := h.Store.ListClusterMembers(r.Context())
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("list cluster members", err))
 		return
 	}
 	cluster := make(map[string]store.ClusterMember, len(members))
@@ -258,21 +258,21 @@ func (h *handler) listNodes(w http.ResponseWriter, r *http.Request) {
 			nodes[i].ClusterEngine, nodes[i].ClusterState = m.Engine, m.State
 		}
 	}
-	writeJSON(w, http.StatusOK, nodes)
+	writeJSON(w, http.StatusOK, convertAll(nodes, nodeFrom))
 }
 
 func (h *handler) removeNode(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	n, err := h.Store.GetNodeByName(r.Context(), name)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no node named %q", name))
+		h.writeErr(w, r, fail(ErrNotFound, "no node named %q", name))
 		return
 	}
 	if err == nil {
 		err = h.Store.DeleteNode(r.Context(), n.ID)
 	}
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("remove node "+strconv.Quote(name), err))
 		return
 	}
 	if c, ok := h.Registry.Get(name); ok && c.NodeID == n.ID {
@@ -280,7 +280,7 @@ func (h *handler) removeNode(w http.ResponseWriter, r *http.Request) {
 	}
 	h.audit(store.AuditEvent{Kind: "remove", Node: name, Remote: r.RemoteAddr, Result: "ok", Detail: "node id " + n.ID})
 	h.Logger.Info("node removed", "node", name, "id", n.ID)
-	writeJSON(w, http.StatusOK, n)
+	writeJSON(w, http.StatusOK, nodeFrom(n))
 }
 
 func (h *handler) createToken(w http.ResponseWriter, r *http.Request) {
@@ -290,30 +290,30 @@ func (h *handler) createToken(w http.ResponseWriter, r *http.Request) {
 	}
 	ttl := time.Duration(req.TTLSeconds) * time.Second
 	if ttl <= 0 || ttl > MaxTokenTTL {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("ttl must be between 1s and %s", MaxTokenTTL))
+		h.writeErr(w, r, fail(ErrInvalid, "ttl must be between 1s and %s", MaxTokenTTL))
 		return
 	}
 	if req.Uses < 1 || req.Uses > MaxTokenUses {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("uses must be between 1 and %d", MaxTokenUses))
+		h.writeErr(w, r, fail(ErrInvalid, "uses must be between 1 and %d", MaxTokenUses))
 		return
 	}
 	if err := ValidateLabels(req.Labels); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		h.writeErr(w, r, fail(ErrInvalid, "%s", err.Error()))
 		return
 	}
 	if len(h.Advertise) == 0 {
-		writeError(w, http.StatusInternalServerError, "hub has no advertised address; start it with --advertise HOST:PORT")
+		h.writeErr(w, r, fail(errInternal, "hub has no advertised address; start it with --advertise HOST:PORT"))
 		return
 	}
 	id, secret, err := pki.NewToken()
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("create a join token", err))
 		return
 	}
 	now := time.Now()
 	t := store.Token{ID: id, SecretHash: pki.HashSecret(secret), Labels: req.Labels, UsesLeft: req.Uses, ExpiresAt: now.Add(ttl), CreatedAt: now}
 	if err := h.Store.CreateToken(r.Context(), t); err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("store the join token", err))
 		return
 	}
 	js := pki.JoinString{Addrs: h.Advertise, Token: id + "." + secret, CAPin: h.CA.Pin()}
@@ -344,12 +344,12 @@ func (h *handler) addOperator(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := pki.ValidateName(req.Name); err != nil {
-		writeError(w, http.StatusBadRequest, "operator "+err.Error())
+		h.writeErr(w, r, fail(ErrInvalid, "operator %s", err.Error()))
 		return
 	}
 	key, err := ParseAuthorizedKey(req.PublicKey)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		h.writeErr(w, r, fail(ErrInvalid, "%s", err.Error()))
 		return
 	}
 	if len(req.Roles) == 0 {
@@ -357,28 +357,40 @@ func (h *handler) addOperator(w http.ResponseWriter, r *http.Request) {
 	}
 	known, err := h.Store.ListRoles(r.Context())
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("read roles", err))
 		return
 	}
 	for _, name := range req.Roles {
 		if !slices.ContainsFunc(known, func(k store.Role) bool { return k.Name == name }) {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("no role named %q; create it with `tether role create %s --nodes SELECTOR --logins LOGINS`", name, name))
+			h.writeErr(w, r, fail(ErrInvalid, "no role named %q; create it with `tether role create %s --nodes SELECTOR --logins LOGINS`", name, name))
 			return
 		}
 	}
 	o := store.Operator{Name: req.Name, PublicKey: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(key))),
 		Fingerprint: gossh.FingerprintSHA256(key), Roles: req.Roles, CreatedAt: time.Now()}
 	if err := h.Store.AddOperator(r.Context(), o); errors.Is(err, store.ErrNameTaken) {
-		writeError(w, http.StatusConflict, fmt.Sprintf("operator %q or key %s is already registered", o.Name, o.Fingerprint))
+		h.writeErr(w, r, fail(ErrConflict, "operator %q or key %s is already registered", o.Name, o.Fingerprint))
 		return
 	} else if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("add operator "+strconv.Quote(o.Name), err))
 		return
 	}
 	h.OperatorsChanged()
 	h.audit(store.AuditEvent{Kind: "operator_add", Operator: o.Name, KeyFingerprint: o.Fingerprint, Remote: r.RemoteAddr, Result: "ok", Detail: "roles " + strings.Join(o.Roles, ",")})
 	h.Logger.Info("operator added", "operator", o.Name, "key", o.Fingerprint, "roles", o.Roles)
-	writeJSON(w, http.StatusCreated, o)
+	writeJSON(w, http.StatusCreated, operatorFrom(o))
+}
+
+// listAs serves a store listing as a JSON array of API types.
+func listAs[T, W any](h *handler, what string, fetch func(context.Context) ([]T, error), conv func(T) W) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		items, err := fetch(r.Context())
+		if err != nil {
+			h.writeErr(w, r, internal("list "+what, err))
+			return
+		}
+		writeJSON(w, http.StatusOK, convertAll(items, conv))
+	}
 }
 
 // list serves a store listing as a JSON array ([] rather than null).
@@ -431,14 +443,14 @@ func (h *handler) revokeNode(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	n, err := h.Store.GetNodeByName(r.Context(), name)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no node named %q", name))
+		h.writeErr(w, r, fail(ErrNotFound, "no node named %q", name))
 		return
 	}
 	if err == nil {
 		err = h.Store.RevokeNode(r.Context(), n.ID, time.Now())
 	}
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("revoke node "+strconv.Quote(name), err))
 		return
 	}
 	// Durable first, then the live session: a reconnect is refused from now on.
@@ -447,8 +459,10 @@ func (h *handler) revokeNode(w http.ResponseWriter, r *http.Request) {
 	}
 	h.audit(store.AuditEvent{Kind: "revoke", Node: name, Remote: r.RemoteAddr, Result: "ok", Detail: "node id " + n.ID})
 	h.Logger.Info("node revoked", "node", name, "id", n.ID)
-	n, _ = h.Store.GetNode(r.Context(), n.ID)
-	writeJSON(w, http.StatusOK, n)
+	if revoked, err := h.Store.GetNode(r.Context(), n.ID); err == nil {
+		n = revoked
+	}
+	writeJSON(w, http.StatusOK, nodeFrom(n))
 }
 
 func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
@@ -458,16 +472,16 @@ func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
 	}
 	role := roles.Role{Name: r.PathValue("name"), Nodes: req.Nodes, Logins: req.Logins}
 	if err := role.Validate(); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		h.writeErr(w, r, fail(ErrInvalid, "%s", clean(err)))
 		return
 	}
 	if err := h.Store.PutRole(r.Context(), store.Role(role)); err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("store role "+strconv.Quote(role.Name), err))
 		return
 	}
 	h.OperatorsChanged()
 	h.audit(store.AuditEvent{Kind: "role_put", Remote: r.RemoteAddr, Result: "ok", Detail: fmt.Sprintf("%s: nodes %q logins %s", role.Name, role.Nodes, strings.Join(role.Logins, ","))})
-	writeJSON(w, http.StatusOK, role)
+	writeJSON(w, http.StatusOK, roleFrom(store.Role(role)))
 }
 
 func (h *handler) listAudit(w http.ResponseWriter, r *http.Request) {
@@ -476,7 +490,7 @@ func (h *handler) listAudit(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("since"); v != "" {
 		t, err := time.Parse(time.RFC3339, v)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("since %q: want RFC 3339 time, e.g. 2026-01-02T15:04:05Z", v))
+			h.writeErr(w, r, fail(ErrInvalid, "since %q: want RFC 3339 time, e.g. 2026-01-02T15:04:05Z", v))
 			return
 		}
 		f.Since = t
@@ -484,15 +498,15 @@ func (h *handler) listAudit(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 10000 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want 1..10000", v))
+			h.writeErr(w, r, fail(ErrInvalid, "limit %q: want 1..10000", v))
 			return
 		}
 		f.Limit = n
 	}
 	events, err := h.Store.ListAudit(r.Context(), f)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("read the audit log", err))
 		return
 	}
-	writeJSON(w, http.StatusOK, events)
+	writeJSON(w, http.StatusOK, convertAll(events, auditEventFrom))
 }
