@@ -223,7 +223,7 @@ func (s *Server) guardJoin(next http.Handler, w http.ResponseWriter, r *http.Req
 		Result: joinResult(rec.status), Detail: fmt.Sprintf("%.512s", detail)}
 	if !failed {
 		// Not charged to the source, so bounded by the audit limiter.
-		s.auditRefusal("join", r.RemoteAddr, ev)
+		s.auditLimited(r.RemoteAddr, ev)
 		return
 	}
 	s.audit(ev)
