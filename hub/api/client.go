@@ -164,6 +164,17 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
+// Is lets callers branch on the kinds of failure the hub answers with
+// (errors.Is(err, api.ErrNotFound)), the inverse of the server's statusOf.
+func (e *Error) Is(target error) bool {
+	for _, k := range []error{ErrInvalid, ErrUnauthenticated, ErrRefused, ErrNotFound, ErrConflict, ErrRateLimited, ErrUnavailable} {
+		if target == k {
+			return statusOf(k) == e.Status
+		}
+	}
+	return false
+}
+
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {

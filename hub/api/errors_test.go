@@ -89,3 +89,17 @@ func TestClean(t *testing.T) {
 		}
 	}
 }
+
+// TestClientErrorIs: the client's Error matches the kind its status was
+// mapped from.
+func TestClientErrorIs(t *testing.T) {
+	for _, k := range []error{ErrInvalid, ErrUnauthenticated, ErrRefused, ErrNotFound, ErrConflict, ErrRateLimited, ErrUnavailable} {
+		e := &Error{Status: statusOf(fail(k, "x"))}
+		if !errors.Is(e, k) {
+			t.Errorf("Error{%d} is not %v", e.Status, k)
+		}
+		if k != ErrNotFound && errors.Is(e, ErrNotFound) {
+			t.Errorf("Error{%d} is ErrNotFound", e.Status)
+		}
+	}
+}

@@ -166,7 +166,7 @@ func NewHandler(d Deps) http.Handler {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+		h.writeErr(w, r, fail(ErrNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	return mux
 }
