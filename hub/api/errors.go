@@ -18,6 +18,10 @@ import (
 // status: the one place that decides what a failure looks like on the
 // wire.
 var (
+	// ErrInvalid: the request itself is wrong (400).
+	ErrInvalid = errors.New("invalid request")
+	// ErrConflict: the request clashes with what exists (409).
+	ErrConflict = errors.New("conflict")
 	// ErrUnauthenticated: no acceptable credential was presented (401).
 	ErrUnauthenticated = errors.New("not authenticated")
 	// ErrRefused: the credential or the request was refused (403).
@@ -41,10 +45,6 @@ var (
 	// them by errors.Is on its Outcome.
 	ErrJoinRefused = errors.New("join refused")
 )
-
-// ErrInvalid (the request itself is wrong: 400) and ErrConflict (it
-// clashes with what exists: 409) are declared beside the Cluster
-// interface, whose implementations wrap them.
 
 // statusOf is the HTTP status for err; anything not classified is the
 // hub's own failure (500).
