@@ -101,7 +101,7 @@ func (s *Server) loginChallenge(_ context.Context, operator string) (string, tim
 
 // login checks the signed challenge and issues a short-lived user
 // certificate whose principals are the logins of the operator's roles.
-func (s *Server) login(_ context.Context, req api.LoginRequest, remote string) (api.LoginResponse, error) {
+func (s *Server) login(ctx context.Context, req api.LoginRequest, remote string) (api.LoginResponse, error) {
 	fail := func(err error) (api.LoginResponse, error) {
 		s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, Remote: remote, Result: "refused", Detail: err.Error()})
 		return api.LoginResponse{}, err
@@ -114,7 +114,7 @@ func (s *Server) login(_ context.Context, req api.LoginRequest, remote string) (
 		return fail(fmt.Errorf("%w: no operator named %q", api.ErrLoginRefused, req.Operator))
 	}
 	sig := &gossh.Signature{Format: req.SignatureFormat, Blob: req.Signature}
-	if err := o.key.Verify(LoginPayload(req.Operator, req.Nonce), sig); err != nil {
+	if err := o.key.Verify(loginPayloadOf(req), sig); err != nil {
 		return fail(fmt.Errorf("%w: signature does not verify with %s's registered key", api.ErrLoginRefused, req.Operator))
 	}
 	// Principals are role-scoped ("tether:ROLE:LOGIN"): each node accepts
@@ -135,10 +135,15 @@ func (s *Server) login(_ context.Context, req api.LoginRequest, remote string) (
 	if err != nil {
 		return api.LoginResponse{}, err
 	}
+	adminCert, err := s.loginAdminCert(ctx, req, o, remote)
+	if err != nil {
+		return fail(err)
+	}
 	s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, KeyFingerprint: gossh.FingerprintSHA256(o.key),
 		Remote: remote, Result: "ok", Detail: fmt.Sprintf("user certificate for %s until %s", strings.Join(logins, ","),
 			time.Unix(int64(cert.ValidBefore), 0).UTC().Format(time.RFC3339))})
-	return api.LoginResponse{Certificate: string(gossh.MarshalAuthorizedKey(cert)), ValidBefore: time.Unix(int64(cert.ValidBefore), 0).UTC(), Principals: logins}, nil
+	return api.LoginResponse{Certificate: string(gossh.MarshalAuthorizedKey(cert)), ValidBefore: time.Unix(int64(cert.ValidBefore), 0).UTC(), Principals: logins,
+		AdminCert: adminCert}, nil
 }
 
 // authorizeCert lets an operator in with a user certificate from `tether

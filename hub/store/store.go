@@ -142,6 +142,7 @@ type Store interface {
 	JobStore
 	ClusterStore
 	APITokenStore
+	AdminStore
 
 	Close() error
 }
