@@ -142,7 +142,7 @@ func TestLocalAdminIdentityShortLivedAndReminted(t *testing.T) {
 	if err := s.refreshLocalAdmin(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if fresh := readLeaf(t, dir); !fresh.NotAfter.After(near.Leaf.NotAfter.Add(LocalAdminTTL/2)) {
+	if fresh := readLeaf(t, dir); !fresh.NotAfter.After(near.Leaf.NotAfter.Add(LocalAdminTTL / 2)) {
 		t.Fatalf("near-expiry local identity not re-minted: valid until %s", fresh.NotAfter)
 	}
 
