@@ -335,6 +335,21 @@ func TestAdminOperatorLoginAndRemoval(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantRefused(t, carol, `no longer holds the "admin" role`)
+
+	events, err := c.ListAudit(ctx, api.AuditQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	audited := 0
+	for _, e := range events {
+		if e.Kind == "api" && e.Result == "refused" && (strings.Contains(e.Detail, "no longer registered") ||
+			strings.Contains(e.Detail, "key changed") || strings.Contains(e.Detail, "no longer holds")) {
+			audited++
+		}
+	}
+	if audited != 3 {
+		t.Fatalf("%d of 3 refused admin certificates audited: %+v", audited, events)
+	}
 }
 
 // TestAdminCertExpiredOrLegacy: an expired admin certificate is refused by

@@ -55,7 +55,7 @@ var ErrHubNotRunning = errors.New("no running hub found")
 func NewLocalClient(dataDir string) (*Client, error) {
 	b, err := os.ReadFile(filepath.Join(dataDir, HubInfoFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w in %s: start it with `tether hub --data-dir %s`, or pass --hub ADDR --identity DIR", ErrHubNotRunning, dataDir, dataDir)
+		return nil, fmt.Errorf("%w in %s: start it with `tether hub --data-dir %s`, or pass --hub ADDR after `tether login`", ErrHubNotRunning, dataDir, dataDir)
 	}
 	if err != nil {
 		return nil, err
