@@ -63,6 +63,15 @@ func (s *Server) adminValidFrom() time.Time {
 	return time.Time{}
 }
 
+// writeLocalAdmin mints the local admin identity at start, before the store
+// is open: a data dir the hub cannot write is refused here, naming the file.
+// startAdmins then re-mints it if a revocation of the last second requires.
+func (s *Server) writeLocalAdmin(ctx context.Context) error {
+	s.admins.mu.Lock()
+	defer s.admins.mu.Unlock()
+	return s.writeLocalAdminLocked(ctx, false)
+}
+
 // startAdmins loads the admin revocation time and makes sure the local admin
 // identity is fresh. Called by New once the store is open.
 func (s *Server) startAdmins(ctx context.Context) error {

@@ -181,6 +181,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.serving, err = s.ca.IssueHubServer("hub", nil, 90*24*time.Hour); err != nil {
 		return nil, err
 	}
+	if err := s.writeLocalAdmin(ctx); err != nil {
+		return nil, err
+	}
 	if s.store, err = store.OpenSQLite(ctx, filepath.Join(cfg.DataDir, "tether.db")); err != nil {
 		return nil, err
 	}
