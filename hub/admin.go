@@ -69,7 +69,25 @@ func (s *Server) adminValidFrom() time.Time {
 func (s *Server) writeLocalAdmin(ctx context.Context) error {
 	s.admins.mu.Lock()
 	defer s.admins.mu.Unlock()
-	return s.writeLocalAdminLocked(ctx, false)
+	_, reuseKey := s.localAdminState()
+	return s.writeLocalAdminLocked(ctx, !reuseKey)
+}
+
+// localAdminState reads DATA_DIR/admin. reuseKey: its key may sign the next
+// certificate, because it belongs to a local identity of this hub's own
+// making (never to a 365-day one from before the upgrade, which READMEs
+// told admins to copy around). fresh: no re-mint is needed.
+func (s *Server) localAdminState() (fresh, reuseKey bool) {
+	cert, _, err := api.LoadAdminIdentity(filepath.Join(s.cfg.DataDir, api.AdminDir))
+	if err != nil {
+		return false, false
+	}
+	leaf := cert.Leaf
+	id, err := s.ca.Verify(leaf)
+	if err != nil || id.Kind != pki.KindAdmin || id.ID != localAdminID || leaf.NotAfter.Sub(leaf.NotBefore) > MaxAdminCertTTL+clockSkewAllowance {
+		return false, false
+	}
+	return !ca.IssuedAt(leaf).Before(s.adminValidFrom()) && time.Until(leaf.NotAfter) > LocalAdminTTL/2, true
 }
 
 // startAdmins loads the admin revocation time and makes sure the local admin
@@ -103,29 +121,23 @@ func (s *Server) keepLocalAdminFresh() (stop func()) {
 	})
 }
 
-// refreshLocalAdmin re-mints the local admin identity if it needs it.
+// refreshLocalAdmin re-mints the local admin identity if it needs it. The
+// key is kept when it may be, so a CLI reading the directory meanwhile never
+// sees a new key beside an old certificate; a revocation makes a new one.
 func (s *Server) refreshLocalAdmin(ctx context.Context) error {
 	s.admins.mu.Lock()
 	defer s.admins.mu.Unlock()
-	dir := filepath.Join(s.cfg.DataDir, api.AdminDir)
-	cert, _, err := api.LoadAdminIdentity(dir)
-	if err == nil {
-		id, _ := pki.IdentityOf(cert.Leaf)
-		if id.Kind == pki.KindAdmin && id.ID == localAdminID && !ca.IssuedAt(cert.Leaf).Before(s.adminValidFrom()) &&
-			time.Until(cert.Leaf.NotAfter) > LocalAdminTTL/2 && cert.Leaf.NotAfter.Sub(cert.Leaf.NotBefore) <= MaxAdminCertTTL+clockSkewAllowance {
-			if _, err := s.ca.Verify(cert.Leaf); err == nil {
-				return nil
-			}
-		}
+	fresh, reuseKey := s.localAdminState()
+	if fresh {
+		return nil
 	}
-	// A key that loads with its certificate is kept, so a reader never sees
-	// a new key beside an old certificate; a revocation makes a new one.
-	return s.writeLocalAdminLocked(ctx, false)
+	return s.writeLocalAdminLocked(ctx, !reuseKey)
 }
 
 // writeLocalAdminLocked leaves a fresh local admin identity in the data dir
-// (0700 dir, 0600 key) so CLI commands on this machine need only --data-dir.
-// s.admins.mu must be held.
+// (0700 dir, 0600 key) so CLI commands on this machine need only --data-dir;
+// with newKey, or if the key is unreadable, over a new key. s.admins.mu
+// must be held.
 func (s *Server) writeLocalAdminLocked(ctx context.Context, newKey bool) error {
 	dir := filepath.Join(s.cfg.DataDir, api.AdminDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/api"
 	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/pki/ca"
 )
 
 // startHubAt runs a hub on dir (which may hold an earlier hub's state) until
@@ -387,4 +388,40 @@ func TestAdminCertExpiredOrLegacy(t *testing.T) {
 	}
 	defer c.Close()
 	wantRefused(t, c, "short-lived")
+}
+
+// TestUpgradeReplacesLegacyLocalIdentity: a data dir from before the
+// upgrade holds a 365-day local admin identity (and copies of it may exist):
+// the upgraded hub writes a short-lived one over a new key, and refuses the
+// old certificate, saying what replaced it.
+func TestUpgradeReplacesLegacyLocalIdentity(t *testing.T) {
+	dataDir := t.TempDir()
+	authority, err := ca.LoadOrCreate(filepath.Join(dataDir, "ca"), "Tether")
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy, legacyKey, err := authority.IssueKeyPair(pki.Identity{Kind: pki.KindAdmin, ID: "local-admin"}, "local-admin", 365*24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	localDir := filepath.Join(dataDir, api.AdminDir)
+	writeIdentity(t, localDir, pki.EncodeCerts(legacy.Leaf, authority.Intermediate()), legacyKey, pki.EncodeCerts(authority.Certificate()))
+	copied := copyDir(t, localDir)
+
+	s, local, _ := startHubAt(t, dataDir)
+	if _, err := local.ListOperators(context.Background()); err != nil {
+		t.Fatalf("upgraded local identity: %v", err)
+	}
+	if key, _ := os.ReadFile(filepath.Join(localDir, api.AdminKeyFile)); string(key) == string(legacyKey) {
+		t.Fatal("the upgraded local identity kept the pre-upgrade key")
+	}
+	if leaf := readLeaf(t, localDir); leaf.NotAfter.Sub(leaf.NotBefore) > 9*time.Hour {
+		t.Fatalf("upgraded local identity lives %s", leaf.NotAfter.Sub(leaf.NotBefore))
+	}
+	old, err := api.NewClient(hubAddr(t, s), copied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	wantRefused(t, old, "long-lived admin certificate from before")
 }
