@@ -16,6 +16,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/api"
 	"github.com/tether-dev/tether/hub/roles"
 	"github.com/tether-dev/tether/hub/store"
@@ -208,8 +209,8 @@ func keyTag(k gossh.PublicKey) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-func holdsAdminRole(o operatorAccess) bool {
-	for _, r := range o.roles {
+func holdsAdminRole(o *access.Operator) bool {
+	for _, r := range o.Roles {
 		if r.Name == roles.BuiltinAdmin.Name {
 			return true
 		}
@@ -256,11 +257,11 @@ func (s *Server) authorizeAdminCert(chain []*x509.Certificate) (string, error) {
 	if !ok || !ok2 {
 		return "", fmt.Errorf("admin certificate %q: %w", id.ID, errAdminLegacy)
 	}
-	o, ok := s.access.Load().operators[name]
+	o, ok := s.door.Snapshot().Operator(name)
 	switch {
 	case !ok:
 		return "", fmt.Errorf("%w: operator %q is no longer registered", api.ErrAdminRefused, name)
-	case tag != keyTag(o.key):
+	case tag != keyTag(o.Key):
 		return "", fmt.Errorf("%w: operator %q's registered key changed since this certificate was issued; run `tether login` again", api.ErrAdminRefused, name)
 	case !holdsAdminRole(o):
 		return "", fmt.Errorf("%w: operator %q no longer holds the %q role", api.ErrAdminRefused, name, roles.BuiltinAdmin.Name)
@@ -306,16 +307,16 @@ func loginPayloadOf(req api.LoginRequest) []byte {
 
 // loginAdminCert issues the admin certificate of a login that asked for one,
 // if the operator holds the admin role ("" otherwise), as a PEM chain.
-func (s *Server) loginAdminCert(ctx context.Context, req api.LoginRequest, o operatorAccess, remote string) (string, error) {
+func (s *Server) loginAdminCert(ctx context.Context, req api.LoginRequest, o *access.Operator, remote string) (string, error) {
 	if len(req.AdminCSR) == 0 || !holdsAdminRole(o) {
 		return "", nil
 	}
 	ttl := min(s.cfg.UserCertTTL, MaxAdminCertTTL)
-	cert, err := s.issueAdminCert(ctx, req.AdminCSR, operatorAdminPrefix+req.Operator+"."+keyTag(o.key), req.Operator, ttl)
+	cert, err := s.issueAdminCert(ctx, req.AdminCSR, operatorAdminPrefix+req.Operator+"."+keyTag(o.Key), req.Operator, ttl)
 	if err != nil {
 		return "", fmt.Errorf("%w: admin certificate request: %v", api.ErrLoginRefused, err)
 	}
-	s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, KeyFingerprint: gossh.FingerprintSHA256(o.key),
+	s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, KeyFingerprint: gossh.FingerprintSHA256(o.Key),
 		Remote: remote, Result: "ok", Detail: "admin client certificate until " + cert.NotAfter.UTC().Format(time.RFC3339)})
 	return string(pki.EncodeCerts(cert, s.ca.Intermediate())), nil
 }
