@@ -155,7 +155,7 @@ func (s *Server) loginChallenge(_ context.Context, operator, remote string) (str
 
 // login checks the signed challenge and issues a short-lived user
 // certificate whose principals are the logins of the operator's roles.
-func (s *Server) login(_ context.Context, req api.LoginRequest, remote string) (api.LoginResponse, error) {
+func (s *Server) login(ctx context.Context, req api.LoginRequest, remote string) (api.LoginResponse, error) {
 	fail := func(err error) (api.LoginResponse, error) {
 		s.auditLimited(remote, store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, Result: "refused", Detail: err.Error()})
 		return api.LoginResponse{}, err
@@ -172,7 +172,7 @@ func (s *Server) login(_ context.Context, req api.LoginRequest, remote string) (
 		key = o.Key
 	}
 	sig := &gossh.Signature{Format: req.SignatureFormat, Blob: req.Signature}
-	if err := key.Verify(LoginPayload(req.Operator, req.Nonce), sig); err != nil || !ok {
+	if err := key.Verify(loginPayloadOf(req), sig); err != nil || !ok {
 		return fail(fmt.Errorf("%w: no operator %q with this key (check --user and --key; an admin adds operators with `tether operator add`)", api.ErrLoginRefused, req.Operator))
 	}
 	// Only a proven key learns what it is granted.
@@ -184,8 +184,13 @@ func (s *Server) login(_ context.Context, req api.LoginRequest, remote string) (
 	if err != nil {
 		return api.LoginResponse{}, err
 	}
+	adminCert, err := s.loginAdminCert(ctx, req, o, remote)
+	if err != nil {
+		return fail(err)
+	}
 	s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, KeyFingerprint: gossh.FingerprintSHA256(o.Key),
 		Remote: remote, Result: "ok", Detail: fmt.Sprintf("user certificate for %s until %s", strings.Join(logins, ","),
 			time.Unix(int64(cert.ValidBefore), 0).UTC().Format(time.RFC3339))})
-	return api.LoginResponse{Certificate: string(gossh.MarshalAuthorizedKey(cert)), ValidBefore: time.Unix(int64(cert.ValidBefore), 0).UTC(), Principals: logins}, nil
+	return api.LoginResponse{Certificate: string(gossh.MarshalAuthorizedKey(cert)), ValidBefore: time.Unix(int64(cert.ValidBefore), 0).UTC(), Principals: logins,
+		AdminCert: adminCert}, nil
 }

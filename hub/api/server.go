@@ -58,6 +58,9 @@ type Deps struct {
 	ProvisionLogin func(store.Node) string
 	// Cluster serves the cluster endpoints; nil disables them.
 	Cluster Cluster
+	// Admins decides which admin certificates are accepted (admin.go);
+	// nil refuses them all.
+	Admins Admins
 }
 
 type handler struct{ Deps }
@@ -145,6 +148,7 @@ func NewHandler(d Deps) http.Handler {
 		func(r *http.Request, name string) store.AuditEvent {
 			return store.AuditEvent{Kind: "operator_remove", Operator: name, Remote: r.RemoteAddr, Result: "ok"}
 		})))
+	mux.HandleFunc("POST /v1/ca/revoke-admin", h.admin(h.revokeAdmin))
 	mux.HandleFunc("POST /v1/apitokens", h.admin(h.createAPIToken))
 	mux.HandleFunc("GET /v1/apitokens", h.admin(listAs(h, "API tokens", d.Store.ListAPITokens, apiTokenFrom)))
 	mux.HandleFunc("DELETE /v1/apitokens/{id}", h.admin(h.deleteBy("id", "API token with id", d.Store.DeleteAPIToken, false,
@@ -206,27 +210,6 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
-}
-
-// admin wraps handlers that need an admin client certificate.
-func (h *handler) admin(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-			writeError(w, http.StatusUnauthorized, "this endpoint needs the admin client certificate (run the CLI with --data-dir on the hub machine, or --hub with --identity)")
-			return
-		}
-		id, err := pki.IdentityOf(r.TLS.PeerCertificates[0])
-		if err == nil {
-			// Only the hub's own CA issues admin identities, even when an
-			// external step-ca is trusted for node certificates.
-			_, err = h.CA.Verify(r.TLS.PeerCertificates[0])
-		}
-		if err != nil || id.Kind != pki.KindAdmin {
-			writeError(w, http.StatusForbidden, fmt.Sprintf("certificate %q is not an admin identity", r.TLS.PeerCertificates[0].Subject.CommonName))
-			return
-		}
-		next(w, r)
-	}
 }
 
 func newID() string {

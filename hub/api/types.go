@@ -70,6 +70,10 @@ type LoginRequest struct {
 	Nonce           string `json:"nonce"`
 	SignatureFormat string `json:"signature_format"`
 	Signature       []byte `json:"signature"`
+	// AdminCSR (DER), if set, asks for an admin client certificate, given
+	// only to operators holding the admin role; the signature is then over
+	// hub.AdminLoginPayload, which binds it.
+	AdminCSR []byte `json:"admin_csr,omitempty"`
 }
 
 // LoginResponse carries the user certificate.
@@ -77,4 +81,7 @@ type LoginResponse struct {
 	Certificate string    `json:"certificate"` // authorized_keys format
 	ValidBefore time.Time `json:"valid_before"`
 	Principals  []string  `json:"principals"`
+	// AdminCert is the admin client certificate chain (PEM, leaf first)
+	// for AdminCSR, if the operator holds the admin role.
+	AdminCert string `json:"admin_cert,omitempty"`
 }

@@ -35,6 +35,14 @@ const AnyLogin = "*"
 // for least privilege.
 var BuiltinAll = Role{Name: "all", Nodes: "*", Logins: []string{AnyLogin}}
 
+// BuiltinAdmin is the role that makes an operator a hub admin: `tether
+// login` gives its holders a short-lived admin client certificate for the
+// HTTP API besides their SSH certificate, and `tether operator rm` (or
+// taking the role away) ends their API access at the next request. Like
+// "all" it selects every node with any login, since an admin can grant
+// themselves that anyway; holding the role by name is what makes an admin.
+var BuiltinAdmin = Role{Name: "admin", Nodes: "*", Logins: []string{AnyLogin}}
+
 // Role is a named node selector plus the logins it allows on those nodes.
 type Role struct {
 	// Name identifies the role: a DNS label (lowercase letters, digits and

@@ -145,6 +145,7 @@ type Store interface {
 	JobStore
 	ClusterStore
 	APITokenStore
+	AdminStore
 
 	Close() error
 }
