@@ -50,6 +50,7 @@ func bad(what, value, rule string) error { return &Error{What: what, Value: valu
 const (
 	loginRule    = "a user name of 1-32 characters: lowercase letters, digits, '_', '-' and '.', starting with a letter or '_'"
 	dnsLabelRule = "1-63 lowercase letters, digits and inner dashes (a DNS label), not all digits"
+	roleNameRule = "1-63 lowercase letters, digits and inner dashes (a DNS label)"
 	labelKeyRule = "1-63 characters: lowercase letters, digits, '.', '_', '/' and '-', starting and ending with a letter or digit"
 	labelValRule = "empty, or 1-63 characters: letters, digits, '.', '_' and '-', starting and ending with a letter or digit"
 	envNameRule  = "letters, digits and '_', not starting with a digit"
@@ -88,17 +89,22 @@ func Login(s string) error {
 	return nil
 }
 
-// NodeName checks a node (or operator) name: a DNS label, so that NAME.tether
+// NodeName checks a node (or operator) name, reported as "invalid name": a DNS label, so that NAME.tether
 // is a valid host name for ssh, and not all digits, so that a name can never
 // be mistaken for an IP address or a numeric ID.
-func NodeName(s string) error { return dnsLabel("node name", s) }
+func NodeName(s string) error { return dnsLabel("name", s, false) }
 
-// RoleName checks a role name: a DNS label like a node name.
-func RoleName(s string) error { return dnsLabel("role name", s) }
+// RoleName checks a role name: a DNS label; unlike a node name it may be
+// all digits, since it is never a host name.
+func RoleName(s string) error { return dnsLabel("role name", s, true) }
 
-func dnsLabel(what, s string) error {
+func dnsLabel(what, s string, digitsOK bool) error {
+	rule := dnsLabelRule
+	if digitsOK {
+		rule = roleNameRule
+	}
 	if len(s) == 0 || len(s) > MaxDNSLabelLen || s[0] == '-' || s[len(s)-1] == '-' {
-		return bad(what, s, dnsLabelRule)
+		return bad(what, s, rule)
 	}
 	digits := true
 	for i := 0; i < len(s); i++ {
@@ -108,11 +114,11 @@ func dnsLabel(what, s string) error {
 		case c >= 'a' && c <= 'z', c == '-':
 			digits = false
 		default:
-			return bad(what, s, dnsLabelRule)
+			return bad(what, s, rule)
 		}
 	}
-	if digits {
-		return bad(what, s, dnsLabelRule)
+	if digits && !digitsOK {
+		return bad(what, s, rule)
 	}
 	return nil
 }
