@@ -3,6 +3,7 @@ package validate
 import (
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -151,5 +152,19 @@ func TestErrorMessage(t *testing.T) {
 	var e *Error
 	if !errors.As(err, &e) || e.What != "login" || e.Value != "machine$" {
 		t.Fatalf("Login error = %#v, want *Error for the login", err)
+	}
+}
+
+// The package imports nothing of Tether's, so that edge, hub, pki and
+// provisioners may all use it without an import cycle or a bigger agent.
+func TestImportsNothingOfOurs(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	for _, d := range strings.Fields(string(out)) {
+		if strings.HasPrefix(d, "github.com/tether-dev/tether/") && d != "github.com/tether-dev/tether/internal/validate" {
+			t.Errorf("internal/validate depends on %s", d)
+		}
 	}
 }
