@@ -101,7 +101,9 @@ func (a *Agent) setState(next State, t transition) (prev State) {
 	}
 	a.mu.Unlock()
 
-	a.log.Debug("agent state", "from", prev, "to", next)
+	if prev != next {
+		a.log.Debug("agent state", "from", prev, "to", next)
+	}
 	if publish {
 		a.publish(st)
 	}

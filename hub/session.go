@@ -115,8 +115,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 		return
 	}
 	conn := registry.NewConn(node.ID, node.Name, sess, ctrl)
-	if err := conn.Send(&control.Message{Type: control.TypeWelcome, Welcome: &control.Welcome{
-		NodeID: node.ID, Name: node.Name, HeartbeatSeconds: int(s.liveness().Every / time.Second)}}); err != nil {
+	if err := conn.Send(&control.Message{Type: control.TypeWelcome, Welcome: s.liveness().Welcome(node.ID, node.Name)}); err != nil {
 		log.Info("session ended during welcome", "err", err)
 		return
 	}

@@ -66,6 +66,12 @@ func LivenessOf(c *tunnel.Config) Liveness {
 	return Liveness{Every: every, Deadline: DeadPeerAfter(idle, every)}
 }
 
+// Welcome is the hub's answer to a hello, announcing l's heartbeat
+// interval.
+func (l Liveness) Welcome(nodeID, name string) *Welcome {
+	return &Welcome{NodeID: nodeID, Name: name, HeartbeatSeconds: int(l.Every / time.Second)}
+}
+
 // AgentLiveness is the agent's side of the same rule: it heartbeats at the
 // interval the hub's welcome names (DefaultHeartbeat if none), and gives a
 // hub that heartbeats its own IdleTimeout (c as in LivenessOf), but at least

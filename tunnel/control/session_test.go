@@ -50,7 +50,7 @@ func TestAgentLiveness(t *testing.T) {
 func TestLivenessSidesAgree(t *testing.T) {
 	for _, c := range []*tunnel.Config{nil, {KeepAliveInterval: time.Second, IdleTimeout: 3 * time.Second}, {KeepAliveInterval: 7 * time.Second, IdleTimeout: 9 * time.Second}} {
 		hub := LivenessOf(c)
-		agent := AgentLiveness(c, &Welcome{HeartbeatSeconds: int(hub.Every / time.Second)})
+		agent := AgentLiveness(c, hub.Welcome("id", "n1"))
 		if hub != agent {
 			t.Errorf("config %+v: hub %+v, agent %+v", c, hub, agent)
 		}
