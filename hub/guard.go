@@ -292,49 +292,22 @@ func helloError(m *control.Message, err error) error {
 	return fmt.Errorf("first control message is %q, want hello", m.Type)
 }
 
-// livenessTimes say how often the hub and its agents heartbeat on the
-// control stream and how long a silent peer is given.
-type livenessTimes struct{ every, deadline time.Duration }
+// liveness is the control-stream heartbeat for this hub's tunnel settings
+// (the rule lives with the protocol, in control.LivenessOf).
+func (s *Server) liveness() control.Liveness { return control.LivenessOf(s.cfg.Tunnel) }
 
-// liveness derives the control-stream heartbeat from the tunnel's
-// keepalive: a heartbeat every keepalive interval (whole seconds, at least
-// one), and a peer silent for IdleTimeout (the dead-peer timeout) is dead.
-// The transport's own idle timeout does not cover this on QUIC: an endpoint
-// that still receives packets never times out, so a half-open link (one
-// direction lost) would otherwise go unnoticed on one side. A whole
-// IdleTimeout (three heartbeats by default) rather than less: a peer on a
-// CPU-starved machine is late, not dead, and closing its session kills
-// whatever runs through it.
-func (s *Server) liveness() livenessTimes {
-	ka, idle := tunnel.DefaultKeepAliveInterval, tunnel.DefaultIdleTimeout
-	if c := s.cfg.Tunnel; c != nil {
-		if c.KeepAliveInterval > 0 {
-			ka = c.KeepAliveInterval
-		}
-		if c.IdleTimeout > 0 {
-			idle = c.IdleTimeout
-		}
-	}
-	every := max(time.Second, ka.Truncate(time.Second))
-	return livenessTimes{every: every, deadline: max(idle, 2*every)}
-}
-
-// sendHeartbeats tells an agent that announced capHeartbeat that the hub
+// sendHeartbeats tells an agent that announced control.CapHeartbeat that the hub
 // still hears it: one heartbeat at once (it arms the agent's watchdog), then
-// one every liveness().every until a send fails or stop is called.
+// one every liveness().Every until a send fails or stop is called.
 func (s *Server) sendHeartbeats(c *registry.Conn) (stop func()) {
 	beat := func() bool { return c.Send(&control.Message{Type: control.TypeHeartbeat}) == nil }
 	if !beat() {
 		return func() {}
 	}
-	return repeat(s.liveness().every, beat)
+	return repeat(s.liveness().Every, beat)
 }
 
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
-
-// capHeartbeat is the hello capability of agents that take heartbeats from
-// the hub (edge announces the same string).
-const capHeartbeat = "heartbeat"
