@@ -21,11 +21,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/api"
 	"github.com/tether-dev/tether/hub/bastion"
 	"github.com/tether-dev/tether/hub/cluster"
@@ -139,11 +139,13 @@ type Server struct {
 	nodeCA     *x509.Certificate // root node certificates chain to
 	userCA     *ca.SSHCA
 	serving    tls.Certificate
-	access     atomic.Pointer[access] // operators and roles, replaced wholesale on change
-	challenges challenges             // pending tether login nonces
+	door       *access.Door  // every decision about reaching a node, and its route
+	pushKick   chan struct{} // an access change is waiting to be pushed (push.go)
+	challenges challenges    // pending tether login nonces
 	sessions   sync.WaitGroup
 	cluster    *cluster.Controller // set in Run before sessions are accepted
 	guard      *guards             // rate limits and refusal audits (guard.go)
+	admins     admins              // admin certificates: revocation time, local identity (admin.go)
 }
 
 // New opens the hub's state (creating it the first time).
@@ -154,7 +156,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("hub: data dir: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, reg: registry.New(), metrics: metrics.New()}
+	s := &Server{cfg: cfg, log: cfg.Logger, reg: registry.New(), metrics: metrics.New(), pushKick: make(chan struct{}, 1)}
 	s.guard = newGuards(s.metrics.Registry)
 	var err error
 	if s.ca, err = ca.LoadOrCreate(filepath.Join(cfg.DataDir, "ca"), "Tether"); err != nil {
@@ -180,7 +182,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.serving, err = s.ca.IssueHubServer("hub", nil, 90*24*time.Hour); err != nil {
 		return nil, err
 	}
-	if err := s.writeAdminIdentity(); err != nil {
+	if err := s.writeLocalAdmin(ctx); err != nil {
 		return nil, err
 	}
 	if s.store, err = store.OpenSQLite(ctx, filepath.Join(cfg.DataDir, "tether.db")); err != nil {
@@ -190,7 +192,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.store.Close()
 		return nil, err
 	}
-	if err := s.reloadAccess(ctx); err != nil {
+	if s.door, err = access.New(ctx, access.Config{Store: s.store, Registry: s.reg, UserCAs: s.userCA.TrustedKeys,
+		ProvisionLogin: cfg.ProvisionLogin, Metrics: s.metrics, Logger: s.log.With("component", "access")}); err != nil {
+		s.store.Close()
+		return nil, err
+	}
+	if err := s.startAdmins(ctx); err != nil {
 		s.store.Close()
 		return nil, err
 	}
@@ -257,32 +264,6 @@ func loadOrCreateSecret(path string) (*[32]byte, error) {
 	return &key, nil
 }
 
-// writeAdminIdentity leaves a fresh admin client certificate in the data dir
-// (0700 dir, 0600 key) so CLI commands on this machine need only --data-dir.
-func (s *Server) writeAdminIdentity() error {
-	dir := filepath.Join(s.cfg.DataDir, api.AdminDir)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("hub: admin identity: %w", err)
-	}
-	cert, keyPEM, err := s.ca.IssueKeyPair(pki.Identity{Kind: pki.KindAdmin, ID: "local-admin"}, "local-admin", 365*24*time.Hour)
-	if err != nil {
-		return err
-	}
-	for name, f := range map[string]struct {
-		data []byte
-		perm os.FileMode
-	}{
-		api.AdminKeyFile:  {keyPEM, 0o600},
-		api.AdminCertFile: {pki.EncodeCerts(cert.Leaf, s.ca.Intermediate()), 0o644},
-		api.AdminCAFile:   {pki.EncodeCerts(s.ca.Certificate()), 0o644},
-	} {
-		if err := pki.WriteFileAtomic(filepath.Join(dir, name), f.data, f.perm); err != nil {
-			return fmt.Errorf("hub: admin identity: %w", err)
-		}
-	}
-	return nil
-}
-
 func advertiseFor(addr net.Addr, configured []string) []string {
 	if len(configured) > 0 {
 		return configured
@@ -309,6 +290,7 @@ func localAddr(addr net.Addr) string {
 // close, tunnels and operator connections end, the store is closed.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.store.Close()
+	defer s.keepLocalAdminFresh()()
 	clientCAs := s.ca.Pool()
 	clientCAs.AddCert(s.nodeCA)
 	tlsTunnel := &tls.Config{
@@ -344,7 +326,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("hub: bastion host certificate: %w", err)
 	}
 	b, err := bastion.New(bastion.Config{
-		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, HostCertSigner: certSigner, NodeSuffix: "." + s.cfg.NodeSuffix, Authorize: s.authorizeOperator, Dialer: nodeDialer{s},
+		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, HostCertSigner: certSigner, NodeSuffix: "." + s.cfg.NodeSuffix, Authorize: s.authorizeOperator, Dialer: jumpDialer{s.door},
 		Logger: s.log.With("component", "bastion"), Metrics: s.metrics, OnJump: s.auditJump,
 		Limiter: s.guard.ssh, OnLoginFailure: s.auditLoginFailure, RateLimited: s.guard.rateLimited.WithLabelValues("ssh"),
 	})
@@ -386,7 +368,8 @@ func (s *Server) Run(ctx context.Context) error {
 			Jobs:           engine,
 			Cluster:        s.cluster,
 			Blobs:          blobs,
-			ProvisionLogin: func(n store.Node) string { return s.provisionLoginFor(n.Labels) },
+			ProvisionLogin: func(n store.Node) string { return s.door.ProvisionLoginFor(n.Labels) },
+			Admins:         adminService{s},
 		})),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -405,8 +388,9 @@ func (s *Server) Run(ctx context.Context) error {
 		"advertise", advertise, "ca_pin", "sha256:"+s.ca.Pin(), "version", Version)
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
-	wg.Add(4)
+	errc := make(chan error, 5)
+	wg.Add(5)
+	go func() { defer wg.Done(); s.runPusher(ctx); errc <- nil }()
 	go func() { defer wg.Done(); errc <- s.cluster.Run(ctx) }()
 	go func() { defer wg.Done(); errc <- ignoreClosed(httpSrv.Serve(ln.HTTPListener())) }()
 	go func() { defer wg.Done(); errc <- b.Serve() }()
@@ -493,11 +477,16 @@ func (s *Server) sshTrustInfo(sshAddr net.Addr, advertise []string) api.SSHTrust
 	return t
 }
 
+// authorizeOperator is the bastion's login check, answered by the door.
+func (s *Server) authorizeOperator(user string, key gossh.PublicKey) bool {
+	return s.door.AuthorizeLogin(user, key) == nil
+}
+
 // loginService adapts the hub's login methods to api.Login.
 type loginService struct{ s *Server }
 
-func (l loginService) Challenge(ctx context.Context, operator string) (string, time.Time, error) {
-	return l.s.loginChallenge(ctx, operator)
+func (l loginService) Challenge(ctx context.Context, operator, remote string) (string, time.Time, error) {
+	return l.s.loginChallenge(ctx, operator, remote)
 }
 
 func (l loginService) Login(ctx context.Context, req api.LoginRequest, remote string) (api.LoginResponse, error) {

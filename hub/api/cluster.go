@@ -9,13 +9,6 @@ import (
 	"github.com/tether-dev/tether/hub/store"
 )
 
-// Sentinel errors a Cluster implementation wraps so the API can answer with
-// the right status.
-var (
-	ErrInvalid  = errors.New("invalid request")
-	ErrConflict = errors.New("conflict")
-)
-
 // Cluster drives nodes' Kubernetes engine membership (seed 001 state
 // machine).
 type Cluster interface {

@@ -23,7 +23,7 @@ type SQLite struct {
 
 var _ Store = (*SQLite)(nil)
 
-const schemaVersion = 4
+const schemaVersion = 5
 
 var migrations = []string{
 	// v1
@@ -92,6 +92,8 @@ var migrations = []string{
 	);`,
 	// v4: jobs and per-node results, cluster memberships, API tokens.
 	migrationV4,
+	// v5: settings, the built-in role "admin" (admin.go).
+	migrationAdmin,
 }
 
 // OpenSQLite opens (creating if needed) the database at path and migrates it.

@@ -105,6 +105,9 @@ type Store interface {
 	// CreateToken stores a new join token.
 	CreateToken(ctx context.Context, t Token) error
 	ListTokens(ctx context.Context) ([]Token, error)
+	// GetToken returns join token id (ErrNotFound if there is none), for
+	// the join endpoint to authenticate a request before it signs anything.
+	GetToken(ctx context.Context, id string) (Token, error)
 	DeleteToken(ctx context.Context, id string) error
 
 	// Join atomically checks and consumes one use of token id (check compares
@@ -142,6 +145,7 @@ type Store interface {
 	JobStore
 	ClusterStore
 	APITokenStore
+	AdminStore
 
 	Close() error
 }
