@@ -34,6 +34,7 @@ import (
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/stepca"
 	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/internal/validate"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
 	"github.com/tether-dev/tether/tunnel"
@@ -95,8 +96,8 @@ func (c *Config) CheckAndSetDefaults() error {
 	if c.ProvisionLogin == "" {
 		c.ProvisionLogin = "root"
 	}
-	if !ValidLogin(c.ProvisionLogin) {
-		return fmt.Errorf("hub: provision login %q: want a Unix login name (lowercase letters, digits, _ . -)", c.ProvisionLogin)
+	if err := validate.Login(c.ProvisionLogin); err != nil {
+		return fmt.Errorf("hub: --provision-login: %w", err)
 	}
 	if c.MaxUploadBytes == 0 {
 		c.MaxUploadBytes = 1 << 30
