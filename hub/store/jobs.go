@@ -147,52 +147,6 @@ type JobStore interface {
 	InterruptJobs(ctx context.Context, at time.Time) (jobs int, err error)
 }
 
-const migrationV4 = `CREATE TABLE jobs (
-		id TEXT PRIMARY KEY,
-		kind TEXT NOT NULL,
-		spec TEXT NOT NULL,
-		created_by TEXT NOT NULL DEFAULT '',
-		role TEXT NOT NULL DEFAULT '',
-		state TEXT NOT NULL,
-		error TEXT NOT NULL DEFAULT '',
-		created_at INTEGER NOT NULL,
-		finished_at INTEGER NOT NULL DEFAULT 0
-	);
-	CREATE INDEX jobs_created ON jobs (created_at);
-	CREATE TABLE job_nodes (
-		job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
-		node TEXT NOT NULL,
-		state TEXT NOT NULL,
-		exit_code INTEGER,
-		error TEXT NOT NULL DEFAULT '',
-		started_at INTEGER NOT NULL DEFAULT 0,
-		finished_at INTEGER NOT NULL DEFAULT 0,
-		log_head BLOB NOT NULL DEFAULT x'',
-		log_tail BLOB NOT NULL DEFAULT x'',
-		log_dropped INTEGER NOT NULL DEFAULT 0,
-		log_bytes INTEGER NOT NULL DEFAULT 0,
-		PRIMARY KEY (job_id, node)
-	);
-	CREATE TABLE cluster_members (
-		node TEXT PRIMARY KEY,
-		engine TEXT NOT NULL,
-		desired TEXT NOT NULL,
-		state TEXT NOT NULL,
-		engine_digest TEXT NOT NULL DEFAULT '',
-		last_transition INTEGER NOT NULL DEFAULT 0,
-		last_error TEXT NOT NULL DEFAULT '',
-		last_job TEXT NOT NULL DEFAULT '',
-		updated_at INTEGER NOT NULL
-	);
-	CREATE TABLE api_tokens (
-		id TEXT PRIMARY KEY,
-		secret_hash BLOB NOT NULL,
-		role TEXT NOT NULL,
-		description TEXT NOT NULL DEFAULT '',
-		created_at INTEGER NOT NULL,
-		expires_at INTEGER NOT NULL DEFAULT 0
-	);`
-
 // CreateJob implements JobStore.
 func (s *SQLite) CreateJob(ctx context.Context, j Job, nodes []string) error {
 	spec, err := json.Marshal(j.Spec)
