@@ -122,9 +122,13 @@ func (p *provisioner) dial(ctx context.Context, node string) (net.Conn, error) {
 	return st, err
 }
 
-// connect is the jobs engine's Connector.
-func (p *provisioner) connect(ctx context.Context, node string) (jobs.Conn, error) {
-	n, err := p.s.store.GetNodeByName(ctx, node)
+// connect is the jobs engine's Connector: it reaches the node with this ID
+// and no other machine that holds its name.
+func (p *provisioner) connect(ctx context.Context, nodeID string) (jobs.Conn, error) {
+	n, err := p.s.store.GetNode(ctx, nodeID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("node %s was removed from the hub", nodeID)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -132,30 +136,43 @@ func (p *provisioner) connect(ctx context.Context, node string) (jobs.Conn, erro
 	if err != nil {
 		return nil, err
 	}
-	c, err := p.runner.Connect(ctx, node, runner.Auth{Login: p.s.provisionLoginFor(n.Labels), Signer: signer})
+	c, err := p.runner.Connect(ctx, n.Name, runner.Auth{Login: p.s.provisionLoginFor(n.Labels), Signer: signer})
 	if err != nil {
 		return nil, err
+	}
+	// dial went by name; the node still holding its ID now means the name
+	// was never free in between, so the session reached was this node's.
+	if now, err := p.s.store.GetNode(ctx, nodeID); err != nil || now.Name != n.Name {
+		c.Close()
+		return nil, fmt.Errorf("node %q (%s) was removed while connecting", n.Name, nodeID)
 	}
 	return runnerConn{c}, nil
 }
 
-// online is the jobs engine's presence check.
-func (s *Server) online(node string) string {
-	c, ok := s.reg.Get(node)
-	if ok {
-		if n, err := s.store.GetNodeByName(context.Background(), node); err == nil && n.ID == c.NodeID {
-			return ""
-		}
+// online is the jobs engine's and the cluster controller's presence check,
+// by node ID.
+func (s *Server) online(nodeID string) string {
+	n, err := s.store.GetNode(context.Background(), nodeID)
+	if err != nil {
+		return "removed from the hub"
 	}
-	if n, err := s.store.GetNodeByName(context.Background(), node); err == nil && !n.LastSeen.IsZero() {
+	if c, ok := s.reg.Get(n.Name); ok && c.NodeID == n.ID {
+		return ""
+	}
+	if !n.LastSeen.IsZero() {
 		return fmt.Sprintf("offline (last seen %s ago)", time.Since(n.LastSeen).Round(time.Second))
 	}
 	return "offline (never connected)"
 }
 
-// stateDir is the state directory a connected agent reported.
-func (s *Server) stateDir(node string) string {
-	if c, ok := s.reg.Get(node); ok {
+// stateDir is the state directory the connected agent of the node with
+// this ID reported.
+func (s *Server) stateDir(nodeID string) string {
+	n, err := s.store.GetNode(context.Background(), nodeID)
+	if err != nil {
+		return ""
+	}
+	if c, ok := s.reg.Get(n.Name); ok && c.NodeID == n.ID {
 		return c.StateDir
 	}
 	return ""

@@ -178,16 +178,33 @@ func (s *SQLite) MarkAllOffline(ctx context.Context) error {
 	return nil
 }
 
-// DeleteNode implements Store.
+// DeleteNode implements Store. In the same transaction it removes the
+// node's cluster membership and ends its runs that have not started
+// (pending, waiting for the node) as skipped with NodeRemovedReason, so
+// nothing of the node passes to a machine that joins later under its name.
+// A run already running is left to the job engine: the node's tunnel closes
+// with the removal and the run fails.
 func (s *SQLite) DeleteNode(ctx context.Context, id string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM nodes WHERE id = ?`, id)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: delete node %s: %w", id, err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `DELETE FROM cluster_members WHERE node_id = ?`, id); err != nil {
+		return fmt.Errorf("store: delete node %s: cluster membership: %w", id, err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE job_nodes SET state = ?, error = ? WHERE node_id = ? AND state IN (?,?)`,
+		RunSkipped, NodeRemovedReason, id, RunPending, RunWaiting); err != nil {
+		return fmt.Errorf("store: delete node %s: end its job runs: %w", id, err)
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE id = ?`, id)
 	if err != nil {
 		return fmt.Errorf("store: delete node %s: %w", id, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("store: node %s: %w", id, ErrNotFound)
 	}
-	return nil
+	return tx.Commit()
 }
 
 // RevokeNode implements Store.
