@@ -21,11 +21,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/api"
 	"github.com/tether-dev/tether/hub/bastion"
 	"github.com/tether-dev/tether/hub/cluster"
@@ -139,8 +139,9 @@ type Server struct {
 	nodeCA     *x509.Certificate // root node certificates chain to
 	userCA     *ca.SSHCA
 	serving    tls.Certificate
-	access     atomic.Pointer[access] // operators and roles, replaced wholesale on change
-	challenges challenges             // pending tether login nonces
+	door       *access.Door  // every decision about reaching a node, and its route
+	pushKick   chan struct{} // an access change is waiting to be pushed (push.go)
+	challenges challenges    // pending tether login nonces
 	sessions   sync.WaitGroup
 	cluster    *cluster.Controller // set in Run before sessions are accepted
 	guard      *guards             // rate limits and refusal audits (guard.go)
@@ -154,7 +155,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("hub: data dir: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, reg: registry.New(), metrics: metrics.New()}
+	s := &Server{cfg: cfg, log: cfg.Logger, reg: registry.New(), metrics: metrics.New(), pushKick: make(chan struct{}, 1)}
 	s.guard = newGuards(s.metrics.Registry)
 	var err error
 	if s.ca, err = ca.LoadOrCreate(filepath.Join(cfg.DataDir, "ca"), "Tether"); err != nil {
@@ -190,7 +191,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.store.Close()
 		return nil, err
 	}
-	if err := s.reloadAccess(ctx); err != nil {
+	if s.door, err = access.New(ctx, access.Config{Store: s.store, Registry: s.reg, UserCAs: s.userCA.TrustedKeys,
+		ProvisionLogin: cfg.ProvisionLogin, Metrics: s.metrics, Logger: s.log.With("component", "access")}); err != nil {
 		s.store.Close()
 		return nil, err
 	}
@@ -344,7 +346,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("hub: bastion host certificate: %w", err)
 	}
 	b, err := bastion.New(bastion.Config{
-		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, HostCertSigner: certSigner, NodeSuffix: "." + s.cfg.NodeSuffix, Authorize: s.authorizeOperator, Dialer: nodeDialer{s},
+		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, HostCertSigner: certSigner, NodeSuffix: "." + s.cfg.NodeSuffix, Authorize: s.authorizeOperator, Dialer: jumpDialer{s.door},
 		Logger: s.log.With("component", "bastion"), Metrics: s.metrics, OnJump: s.auditJump,
 		Limiter: s.guard.ssh, OnLoginFailure: s.auditLoginFailure, RateLimited: s.guard.rateLimited.WithLabelValues("ssh"),
 	})
@@ -386,7 +388,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Jobs:           engine,
 			Cluster:        s.cluster,
 			Blobs:          blobs,
-			ProvisionLogin: func(n store.Node) string { return s.provisionLoginFor(n.Labels) },
+			ProvisionLogin: func(n store.Node) string { return s.door.ProvisionLoginFor(n.Labels) },
 		})),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -405,8 +407,9 @@ func (s *Server) Run(ctx context.Context) error {
 		"advertise", advertise, "ca_pin", "sha256:"+s.ca.Pin(), "version", Version)
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
-	wg.Add(4)
+	errc := make(chan error, 5)
+	wg.Add(5)
+	go func() { defer wg.Done(); s.runPusher(ctx); errc <- nil }()
 	go func() { defer wg.Done(); errc <- s.cluster.Run(ctx) }()
 	go func() { defer wg.Done(); errc <- ignoreClosed(httpSrv.Serve(ln.HTTPListener())) }()
 	go func() { defer wg.Done(); errc <- b.Serve() }()
@@ -491,6 +494,11 @@ func (s *Server) sshTrustInfo(sshAddr net.Addr, advertise []string) api.SSHTrust
 		t.UserCAs = append(t.UserCAs, strings.TrimSpace(string(gossh.MarshalAuthorizedKey(k))))
 	}
 	return t
+}
+
+// authorizeOperator is the bastion's login check, answered by the door.
+func (s *Server) authorizeOperator(user string, key gossh.PublicKey) bool {
+	return s.door.AuthorizeLogin(user, key) == nil
 }
 
 // loginService adapts the hub's login methods to api.Login.

@@ -6,20 +6,16 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/api"
 	"github.com/tether-dev/tether/hub/store"
 )
-
-// User certificates carry this key id prefix; the bastion maps the id back
-// to the operator and checks the operator still exists with the same key.
-const userCertKeyIDPrefix = "tether:operator:"
 
 const (
 	challengeTTL  = time.Minute
@@ -91,7 +87,7 @@ func LoginPayload(operator, nonce string) []byte {
 
 // loginChallenge implements api.Login.
 func (s *Server) loginChallenge(_ context.Context, operator string) (string, time.Time, error) {
-	if _, ok := s.access.Load().operators[operator]; !ok {
+	if _, ok := s.door.Snapshot().Operator(operator); !ok {
 		err := fmt.Errorf("%w: no operator named %q", api.ErrLoginRefused, operator)
 		s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: operator, Result: "refused", Detail: err.Error()})
 		return "", time.Time{}, err
@@ -109,62 +105,25 @@ func (s *Server) login(_ context.Context, req api.LoginRequest, remote string) (
 	if !s.challenges.take(req.Nonce, req.Operator) {
 		return fail(fmt.Errorf("%w: unknown, used or expired challenge; run tether login again", api.ErrLoginRefused))
 	}
-	o, ok := s.access.Load().operators[req.Operator]
+	o, ok := s.door.Snapshot().Operator(req.Operator)
 	if !ok {
 		return fail(fmt.Errorf("%w: no operator named %q", api.ErrLoginRefused, req.Operator))
 	}
 	sig := &gossh.Signature{Format: req.SignatureFormat, Blob: req.Signature}
-	if err := o.key.Verify(LoginPayload(req.Operator, req.Nonce), sig); err != nil {
+	if err := o.Key.Verify(LoginPayload(req.Operator, req.Nonce), sig); err != nil {
 		return fail(fmt.Errorf("%w: signature does not verify with %s's registered key", api.ErrLoginRefused, req.Operator))
 	}
-	// Principals are role-scoped ("tether:ROLE:LOGIN"): each node accepts
-	// only those of the roles that select it, so logins granted by one role
-	// never leak to nodes of another.
-	var logins []string
-	for _, r := range o.roles {
-		for _, l := range r.Logins {
-			logins = append(logins, certPrincipal(r.Name, l))
-		}
+	// Only a proven key learns what it is granted.
+	o, logins, err := s.door.LoginGrant(req.Operator)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %w", api.ErrLoginRefused, err))
 	}
-	slices.Sort(logins)
-	logins = slices.Compact(logins)
-	if len(logins) == 0 {
-		return fail(fmt.Errorf("%w: operator %q has no roles, so no certificate would grant anything", api.ErrLoginRefused, req.Operator))
-	}
-	cert, err := s.userCA.SignUser(o.key, userCertKeyIDPrefix+req.Operator, logins, s.cfg.UserCertTTL)
+	cert, err := s.userCA.SignUser(o.Key, access.UserCertKeyIDPrefix+req.Operator, logins, s.cfg.UserCertTTL)
 	if err != nil {
 		return api.LoginResponse{}, err
 	}
-	s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, KeyFingerprint: gossh.FingerprintSHA256(o.key),
+	s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, KeyFingerprint: gossh.FingerprintSHA256(o.Key),
 		Remote: remote, Result: "ok", Detail: fmt.Sprintf("user certificate for %s until %s", strings.Join(logins, ","),
 			time.Unix(int64(cert.ValidBefore), 0).UTC().Format(time.RFC3339))})
 	return api.LoginResponse{Certificate: string(gossh.MarshalAuthorizedKey(cert)), ValidBefore: time.Unix(int64(cert.ValidBefore), 0).UTC(), Principals: logins}, nil
-}
-
-// authorizeCert lets an operator in with a user certificate from `tether
-// login`: signed by a trusted user CA, within its validity, for this
-// operator (key id), over the operator's currently registered key.
-func (s *Server) authorizeCert(user string, cert *gossh.Certificate) bool {
-	if cert.CertType != gossh.UserCert || cert.KeyId != userCertKeyIDPrefix+user {
-		return false
-	}
-	trusted := false
-	for _, k := range s.userCA.TrustedKeys() {
-		if string(k.Marshal()) == string(cert.SignatureKey.Marshal()) {
-			trusted = true
-		}
-	}
-	if !trusted {
-		return false
-	}
-	o, ok := s.access.Load().operators[user]
-	if !ok || string(o.key.Marshal()) != string(cert.Key.Marshal()) {
-		return false
-	}
-	principal := ""
-	if len(cert.ValidPrincipals) > 0 {
-		principal = cert.ValidPrincipals[0]
-	}
-	// CheckCert: validity window, critical options, signature.
-	return (&gossh.CertChecker{}).CheckCert(principal, cert) == nil
 }

@@ -15,20 +15,11 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/jobs"
-	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/provisioners/runner"
 	"github.com/tether-dev/tether/tunnel"
 )
-
-// ProvisionPrincipal is the user-certificate principal of the hub's own
-// provisioning certificate. Nodes accept it for their provisioning login
-// only (pushed with the SSH trust), so a leaked provisioning certificate
-// grants nothing else; it expires within provisionCertTTL anyway.
-const ProvisionPrincipal = "tether-hub"
-
-// ProvisionLoginLabel on a node overrides the hub's --provision-login.
-const ProvisionLoginLabel = "provision-login"
 
 const provisionCertTTL = 10 * time.Minute
 
@@ -36,14 +27,6 @@ var loginRE = regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,31}$`)
 
 // ValidLogin reports whether s is a plausible Unix login name.
 func ValidLogin(s string) bool { return loginRE.MatchString(s) }
-
-// provisionLoginFor is the login jobs use on a node with these labels.
-func (s *Server) provisionLoginFor(labels map[string]string) string {
-	if l := labels[ProvisionLoginLabel]; ValidLogin(l) {
-		return l
-	}
-	return s.cfg.ProvisionLogin
-}
 
 // provisioner holds the hub's provisioning identity: an in-memory key and
 // a short-lived user certificate, re-signed before it expires.
@@ -86,7 +69,7 @@ func (p *provisioner) certSigner() (gossh.Signer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cert, err := p.s.userCA.SignUser(base.PublicKey(), "tether hub provisioning", []string{ProvisionPrincipal}, provisionCertTTL)
+	cert, err := p.s.userCA.SignUser(base.PublicKey(), "tether hub provisioning", []string{access.ProvisionPrincipal}, provisionCertTTL)
 	if err != nil {
 		return nil, fmt.Errorf("provisioning certificate: %w", err)
 	}
@@ -97,38 +80,32 @@ func (p *provisioner) certSigner() (gossh.Signer, error) {
 	return p.signer, nil
 }
 
-// dial opens an ssh stream to a registered, unrevoked, online node.
-func (p *provisioner) dial(ctx context.Context, node string) (net.Conn, error) {
-	n, err := p.s.store.GetNodeByName(ctx, node)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("no node named %q is registered", node)
+// nodeIDKey carries, from connect to dial, the ID of the node a job
+// targets: the runner dials by name (the name is its host-certificate
+// principal), and dial checks that the name still belongs to that node.
+type nodeIDKey struct{}
+
+// dial opens an ssh stream to a node through the door.
+func (p *provisioner) dial(ctx context.Context, name string) (net.Conn, error) {
+	id, _ := ctx.Value(nodeIDKey{}).(string)
+	if id == "" {
+		return nil, fmt.Errorf("provision: no node id for %q", name)
 	}
+	n, route, err := p.s.door.Resolve(ctx, access.ByID(id))
 	if err != nil {
 		return nil, err
 	}
-	if !n.RevokedAt.IsZero() {
-		return nil, fmt.Errorf("node %q was revoked", node)
+	if n.Name != name {
+		return nil, fmt.Errorf("node id %s is now named %q, not %q", id, n.Name, name)
 	}
-	c, ok := p.s.reg.Get(node)
-	if !ok || c.NodeID != n.ID {
-		return nil, fmt.Errorf("node %q is offline", node)
-	}
-	st, err := c.Dial(ctx, tunnel.Header{Service: tunnel.ServiceSSH})
-	result := "ok"
-	if err != nil {
-		result = "error"
-	}
-	p.s.metrics.StreamsOpened.WithLabelValues(tunnel.ServiceSSH.String(), result).Inc()
-	return st, err
+	return route.Dial(ctx, tunnel.Header{Service: tunnel.ServiceSSH})
 }
 
 // connect is the jobs engine's Connector: it reaches the node with this ID
-// and no other machine that holds its name.
+// (never a newer node that took a removed node's name) as its
+// provisioning login.
 func (p *provisioner) connect(ctx context.Context, nodeID string) (jobs.Conn, error) {
-	n, err := p.s.store.GetNode(ctx, nodeID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("node %s was removed from the hub", nodeID)
-	}
+	n, _, err := p.s.door.Resolve(ctx, access.ByID(nodeID))
 	if err != nil {
 		return nil, err
 	}
@@ -136,43 +113,35 @@ func (p *provisioner) connect(ctx context.Context, nodeID string) (jobs.Conn, er
 	if err != nil {
 		return nil, err
 	}
-	c, err := p.runner.Connect(ctx, n.Name, runner.Auth{Login: p.s.provisionLoginFor(n.Labels), Signer: signer})
+	ctx = context.WithValue(ctx, nodeIDKey{}, n.ID)
+	c, err := p.runner.Connect(ctx, n.Name, runner.Auth{Login: p.s.door.ProvisionLoginFor(n.Labels), Signer: signer})
 	if err != nil {
 		return nil, err
-	}
-	// dial went by name; the node still holding its ID now means the name
-	// was never free in between, so the session reached was this node's.
-	if now, err := p.s.store.GetNode(ctx, nodeID); err != nil || now.Name != n.Name {
-		c.Close()
-		return nil, fmt.Errorf("node %q (%s) was removed while connecting", n.Name, nodeID)
 	}
 	return runnerConn{c}, nil
 }
 
-// online is the jobs engine's and the cluster controller's presence check,
-// by node ID.
+// online is the jobs engine's presence check: "" when the node has a
+// route, else why not.
 func (s *Server) online(nodeID string) string {
-	n, err := s.store.GetNode(context.Background(), nodeID)
-	if err != nil {
-		return "removed from the hub"
-	}
-	if c, ok := s.reg.Get(n.Name); ok && c.NodeID == n.ID {
+	_, _, err := s.door.Resolve(context.Background(), access.ByID(nodeID))
+	if err == nil {
 		return ""
 	}
-	if !n.LastSeen.IsZero() {
-		return fmt.Sprintf("offline (last seen %s ago)", time.Since(n.LastSeen).Round(time.Second))
+	var off *access.OfflineError
+	if errors.As(err, &off) {
+		return off.Reason()
 	}
-	return "offline (never connected)"
+	return err.Error()
 }
 
-// stateDir is the state directory the connected agent of the node with
-// this ID reported.
+// stateDir is the state directory the node's connected agent reported.
 func (s *Server) stateDir(nodeID string) string {
 	n, err := s.store.GetNode(context.Background(), nodeID)
 	if err != nil {
 		return ""
 	}
-	if c, ok := s.reg.Get(n.Name); ok && c.NodeID == n.ID {
+	if c, ok := s.reg.Get(n.Name); ok && c.NodeID == nodeID {
 		return c.StateDir
 	}
 	return ""

@@ -13,8 +13,6 @@ import (
 	"sync"
 	"time"
 
-	gossh "golang.org/x/crypto/ssh"
-
 	"github.com/tether-dev/tether/hub/bastion"
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/store"
@@ -122,6 +120,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	}
 	conn.HostKey = msg.Hello.HostKey
 	conn.StateDir = msg.Hello.StateDir
+	conn.Labels = node.Labels
 	if old := s.reg.Put(conn); old != nil {
 		log.Info("node reconnected; replaced its previous session", "previous_remote", old.Session.RemoteAddr().String())
 	}
@@ -136,8 +135,8 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	}
 	// Registered first, then pushed: an operator or role change from now
 	// on reaches this session too.
-	s.pushKeys(conn)
-	hostKey := s.pushSSHTrust(conn, msg.Hello.HostKey, log)
+	hostKey := s.certifyHost(conn, log)
+	s.pushAccess(conn, true, nil)
 	transport := sess.Transport().String()
 	s.metrics.NodesConnected.WithLabelValues(transport).Inc()
 	s.metrics.HandshakeDuration.WithLabelValues(transport).Observe(time.Since(start).Seconds())
@@ -149,7 +148,10 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 
 	// The agent must never open streams to the hub: refuse any it tries.
 	go s.refuseAgentStreams(sess, node.Name, log)
-	stopRenewal := s.renewHostCert(conn, hostKey, log)
+	stopRenewal := func() {}
+	if hostKey != nil {
+		stopRenewal = s.renewHostCert(conn, log)
+	}
 	stopHeartbeats := func() {}
 	if slices.Contains(msg.Hello.Capabilities, capHeartbeat) {
 		stopHeartbeats = s.sendHeartbeats(conn)
@@ -277,58 +279,6 @@ func (s *Server) refuseAgentStreams(sess tunnel.Session, name string, log *slog.
 	}
 }
 
-// pushSSHTrust certifies the node's SSH host key (NAME and NAME.SUFFIX) and
-// sends the certificate with the user CAs. It returns the parsed host key
-// (nil if the agent sent none or it was unusable).
-func (s *Server) pushSSHTrust(c *registry.Conn, hostKeyLine string, log *slog.Logger) gossh.PublicKey {
-	// Build and send under the connection's push lock: the last pusher reads
-	// the newest state, so an older snapshot never overtakes a newer one.
-	c.PushMu.Lock()
-	defer c.PushMu.Unlock()
-	trust := &control.SSHTrust{}
-	for _, k := range s.userCA.TrustedKeys() {
-		trust.UserCAs = append(trust.UserCAs, string(gossh.MarshalAuthorizedKey(k)))
-	}
-	revoked, err := s.store.ListRevokedKeys(context.Background())
-	if err != nil {
-		log.Error("list revoked keys", "err", err)
-	}
-	trust.RevokedKeys = revoked
-	if n, err := s.store.GetNode(context.Background(), c.NodeID); err == nil {
-		trust.Principals, trust.AnyLogin = s.nodePrincipals(n.Labels)
-	}
-	var hostKey gossh.PublicKey
-	if hostKeyLine != "" {
-		k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(hostKeyLine))
-		if err != nil {
-			log.Warn("agent sent an unreadable SSH host key; no host certificate issued", "err", err)
-		} else if cert, err := s.hostCA.SignHost(k, "node "+c.Name+" "+c.NodeID,
-			[]string{c.Name, c.Name + "." + s.cfg.NodeSuffix}, s.cfg.HostCertTTL); err != nil {
-			log.Warn("sign SSH host certificate", "err", err)
-		} else {
-			hostKey = k
-			trust.HostCert = string(gossh.MarshalAuthorizedKey(cert))
-		}
-	}
-	if err := c.Send(&control.Message{Type: control.TypeSSHTrust, SSHTrust: trust}); err != nil {
-		log.Info("send SSH trust", "err", err)
-	}
-	return hostKey
-}
-
-// renewHostCert re-issues the node's host certificate at two thirds of its
-// lifetime until the returned stop is called (when the session ends).
-func (s *Server) renewHostCert(c *registry.Conn, hostKey gossh.PublicKey, log *slog.Logger) (stop func()) {
-	if hostKey == nil {
-		return func() {}
-	}
-	line := string(gossh.MarshalAuthorizedKey(hostKey))
-	return repeat(s.cfg.HostCertTTL*2/3, func() bool {
-		s.pushSSHTrust(c, line, log)
-		return true
-	})
-}
-
 // repeat calls fn every interval until fn returns false or stop is called;
 // stop waits for a call in flight. It runs from a timer, not a goroutine of
 // its own: at 100k idle nodes every parked goroutine's stack counts.
@@ -371,46 +321,6 @@ func (s *Server) markSeen(ctx context.Context, log *slog.Logger, id string, seen
 	if err := s.store.UpdateNodeSeen(ctx, id, seen); err != nil && !errors.Is(err, store.ErrNotFound) {
 		log.Error("record node status", "err", err)
 	}
-}
-
-// nodeDialer is what the bastion dials through: it checks that the node
-// exists and is not revoked and that the operator's roles select it, then
-// opens the stream through the registry.
-type nodeDialer struct{ s *Server }
-
-func (d nodeDialer) Dial(ctx context.Context, req bastion.JumpRequest) (tunnel.Stream, error) {
-	st, err := d.dial(ctx, req)
-	result := "ok"
-	if err != nil {
-		result = "error"
-	}
-	d.s.metrics.StreamsOpened.WithLabelValues(req.Header.Service.String(), result).Inc()
-	return st, err
-}
-
-func (d nodeDialer) dial(ctx context.Context, req bastion.JumpRequest) (tunnel.Stream, error) {
-	n, err := d.s.store.GetNodeByName(ctx, req.Node)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("no node named %q is registered (see `tether nodes`)", req.Node)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if !n.RevokedAt.IsZero() {
-		return nil, fmt.Errorf("%w: node %q was revoked", bastion.ErrDenied, n.Name)
-	}
-	if err := d.s.allowJump(req.Operator, n); err != nil {
-		return nil, err
-	}
-	c, ok := d.s.reg.Get(n.Name)
-	if !ok || c.NodeID != n.ID {
-		seen := "never connected"
-		if !n.LastSeen.IsZero() {
-			seen = "last seen " + time.Since(n.LastSeen).Round(time.Second).String() + " ago"
-		}
-		return nil, fmt.Errorf("node %q is offline (%s)", n.Name, seen)
-	}
-	return c.Dial(ctx, req.Header)
 }
 
 // auditJump records a finished jump attempt.

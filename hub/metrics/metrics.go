@@ -26,6 +26,9 @@ type Metrics struct {
 	SSHDialDuration   *prometheus.HistogramVec // result: ok|error
 	ClusterMembers    *prometheus.GaugeVec     // state
 	ClusterTransition *prometheus.CounterVec   // from, to
+
+	AccessPushes       *prometheus.CounterVec // kind: keys|trust, result: sent|error
+	AccessPushDuration prometheus.Histogram
 }
 
 // New creates and registers the metrics.
@@ -81,6 +84,15 @@ func New() *Metrics {
 			Name: "tether_cluster_transitions_total", Help: "Cluster state machine transitions, by from and to state.",
 		}, []string{"from", "to"}),
 	}
+	m.AccessPushes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tether_access_pushes_total", Help: "Authorized-keys and SSH-trust updates sent to nodes after connects, renewals and access changes, by kind and result.",
+	}, []string{"kind", "result"})
+	m.AccessPushDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "tether_access_push_duration_seconds",
+		Help:    "Time from an operator or role change to every connected node having been sent its new access state.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
+	})
+	m.Registry.MustRegister(m.AccessPushes, m.AccessPushDuration)
 	m.Registry.MustRegister(m.JobsFinished, m.JobsRunning, m.NodeRuns, m.NodeRunDuration, m.SSHDialDuration, m.ClusterMembers, m.ClusterTransition)
 	m.Registry.MustRegister(m.NodesConnected, m.StreamsOpened, m.StreamsActive, m.RelayedBytes, m.JumpAttempts,
 		m.HandshakeDuration, m.Joins, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -13,11 +13,8 @@ import (
 	"github.com/tether-dev/tether/tunnel/control"
 )
 
-// Sentinel errors for callers (the bastion turns them into client messages).
-var (
-	ErrOffline = errors.New("node is not connected")
-	ErrRefused = errors.New("node refused the stream")
-)
+// ErrRefused: the agent answered a stream request with a refusal.
+var ErrRefused = errors.New("node refused the stream")
 
 // Conn is one node's live session.
 type Conn struct {
@@ -30,12 +27,28 @@ type Conn struct {
 	HostKey string
 	// StateDir is the agent's state directory as it reported it ("" if not).
 	StateDir string
+	// Labels are the node's labels when it connected: what access pushes
+	// decide on, without a store read per node.
+	Labels map[string]string
 	// PushMu serializes building and sending key and trust updates, so
 	// they reach the node in the order of the changes.
 	PushMu sync.Mutex
+	// Pushed is what the hub last sent the node (guarded by PushMu).
+	Pushed Pushed
 
 	sendMu sync.Mutex // guards writes to the control stream
 	ctrl   tunnel.Stream
+}
+
+// Pushed records the access state a node last received, so a change pushes
+// only to the nodes it changes something for.
+type Pushed struct {
+	// HostCert is the node's current SSH host certificate (authorized_keys
+	// format); re-sent with every trust update, re-signed only on renewal.
+	HostCert string
+	// KeysSum and TrustSum are SHA-256 sums of the last authorized-keys and
+	// SSH-trust messages sent.
+	KeysSum, TrustSum [32]byte
 }
 
 // NewConn wraps a registered session; ctrl is its control stream.
@@ -128,23 +141,6 @@ func (r *Registry) All() []*Conn {
 		out = append(out, c)
 	}
 	return out
-}
-
-// Len is the number of live sessions.
-func (r *Registry) Len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.byName)
-}
-
-// Dial opens a stream to service h on node name and waits for the agent's
-// answer. The returned stream is ready for payload bytes.
-func (r *Registry) Dial(ctx context.Context, name string, h tunnel.Header) (tunnel.Stream, error) {
-	c, ok := r.Get(name)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrOffline, name)
-	}
-	return c.Dial(ctx, h)
 }
 
 // Dial opens a stream to service h on this node.

@@ -1,0 +1,276 @@
+package access
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/pki/ca"
+)
+
+type fixture struct {
+	door   *Door
+	st     *store.SQLite
+	userCA *ca.SSHCA
+	keys   map[string]gossh.Signer // operator name -> key
+}
+
+func newKey(t *testing.T) gossh.Signer {
+	t.Helper()
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	s, err := gossh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// newFixture is a door over a real SQLite store with nodes berlin-1
+// (site=berlin, online never), munich-1 (site=munich, last seen a minute
+// ago), revoked-1 (revoked); roles berlin-ops (site=berlin: ops) and
+// everything (*: *); operators alice (berlin-ops), root (everything) and
+// nobody (no roles).
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := store.OpenSQLite(ctx, filepath.Join(dir, "tether.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	userCA, err := ca.LoadOrCreateSSH(filepath.Join(dir, "ca"), ca.SSHUserCAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{st: st, userCA: userCA, keys: map[string]gossh.Signer{}}
+	for i, n := range []store.Node{
+		{ID: "id-berlin", Name: "berlin-1", Labels: map[string]string{"site": "berlin"}},
+		{ID: "id-munich", Name: "munich-1", Labels: map[string]string{"site": "munich", ProvisionLoginLabel: "deploy"}},
+		{ID: "id-revoked", Name: "revoked-1", Labels: map[string]string{"site": "berlin"}},
+	} {
+		tokID := "tok" + string(rune('a'+i))
+		if err := st.CreateToken(ctx, store.Token{ID: tokID, SecretHash: []byte("x"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour), CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		n.CreatedAt = time.Now()
+		if _, err := st.Join(ctx, tokID, func(store.Token) error { return nil }, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.UpdateNodeSeen(ctx, "id-munich", store.Seen{Online: false, At: time.Now().Add(-time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RevokeNode(ctx, "id-revoked", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []store.Role{
+		{Name: "berlin-ops", Nodes: "site=berlin", Logins: []string{"ops"}},
+		{Name: "everything", Nodes: "*", Logins: []string{"*"}},
+	} {
+		if err := st.PutRole(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, rs := range map[string][]string{"alice": {"berlin-ops"}, "root": {"everything"}, "nobody": nil} {
+		k := newKey(t)
+		f.keys[name] = k
+		if err := st.AddOperator(ctx, store.Operator{Name: name, PublicKey: string(gossh.MarshalAuthorizedKey(k.PublicKey())),
+			Fingerprint: gossh.FingerprintSHA256(k.PublicKey()), Roles: rs, CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.door, err = New(ctx, Config{Store: st, Registry: registry.New(), UserCAs: userCA.TrustedKeys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestResolve(t *testing.T) {
+	f := newFixture(t)
+	for _, tc := range []struct {
+		ref     NodeRef
+		want    error
+		wantMsg string
+	}{
+		{ByName("ghost"), ErrUnknownNode, `no node named "ghost" is registered`},
+		{ByID("id-ghost"), ErrUnknownNode, "node id id-ghost is not registered (the node was removed)"},
+		{ByName("revoked-1"), ErrRevoked, `node "revoked-1" was revoked`},
+		{ByID("id-revoked"), ErrRevoked, `node "revoked-1" was revoked`},
+		{ByName("berlin-1"), ErrOffline, `node "berlin-1" is offline (never connected)`},
+		{ByID("id-munich"), ErrOffline, `node "munich-1" is offline (last seen 1m`},
+	} {
+		n, route, err := f.door.Resolve(context.Background(), tc.ref)
+		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.wantMsg) {
+			t.Errorf("Resolve(%s) = %v, want %v containing %q", tc.ref, err, tc.want, tc.wantMsg)
+		}
+		if route != nil {
+			t.Errorf("Resolve(%s) returned a route with an error", tc.ref)
+		}
+		var off *OfflineError
+		if errors.As(err, &off) && n.Name != off.Node {
+			t.Errorf("Resolve(%s) offline: node %q returned, error names %q", tc.ref, n.Name, off.Node)
+		}
+	}
+}
+
+func TestAuthorizeJump(t *testing.T) {
+	f := newFixture(t)
+	berlin := store.Node{Name: "berlin-1", Labels: map[string]string{"site": "berlin"}}
+	munich := store.Node{Name: "munich-1", Labels: map[string]string{"site": "munich"}}
+	for _, tc := range []struct {
+		operator string
+		node     store.Node
+		ok       bool
+	}{
+		{"alice", berlin, true},
+		{"alice", munich, false},
+		{"root", munich, true},
+		{"nobody", berlin, false},
+		{"mallory", berlin, false}, // not registered
+	} {
+		err := f.door.AuthorizeJump(tc.operator, tc.node)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrDenied)) {
+			t.Errorf("AuthorizeJump(%s, %s) = %v, want ok=%v", tc.operator, tc.node.Name, err, tc.ok)
+		}
+	}
+}
+
+func TestAuthorizeJob(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.st.PutRole(ctx, store.Role{Name: "deployers", Nodes: "site=munich", Logins: []string{"deploy"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.door.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	berlin := store.Node{Name: "berlin-1", Labels: map[string]string{"site": "berlin"}}                                // provisions as root
+	munich := store.Node{Name: "munich-1", Labels: map[string]string{"site": "munich", ProvisionLoginLabel: "deploy"}} // as deploy
+	for _, tc := range []struct {
+		caller Caller
+		node   store.Node
+		ok     bool
+	}{
+		{Caller{Admin: true}, berlin, true},
+		{Caller{Role: "everything"}, berlin, true},
+		{Caller{Role: "berlin-ops"}, berlin, false}, // selects, but allows ops, not root
+		{Caller{Role: "deployers"}, munich, true},
+		{Caller{Role: "deployers"}, berlin, false},
+		{Caller{Role: "gone"}, berlin, false},
+	} {
+		err := f.door.AuthorizeJob(tc.caller, tc.node)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrDenied)) {
+			t.Errorf("AuthorizeJob(%+v, %s) = %v, want ok=%v", tc.caller, tc.node.Name, err, tc.ok)
+		}
+	}
+}
+
+func TestAuthorizeLoginAndCert(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	alice := f.keys["alice"].PublicKey()
+	cert := func(keyID string, key gossh.PublicKey, ttl time.Duration) *gossh.Certificate {
+		c, err := f.userCA.SignUser(key, keyID, []string{CertPrincipal("berlin-ops", "ops")}, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	otherCA, err := ca.LoadOrCreateSSH(t.TempDir(), ca.SSHUserCAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := otherCA.SignUser(alice, UserCertKeyIDPrefix+"alice", []string{"x"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired := cert(UserCertKeyIDPrefix+"alice", alice, time.Hour)
+	expired.ValidBefore = uint64(time.Now().Add(-time.Minute).Unix())
+	for _, tc := range []struct {
+		name     string
+		operator string
+		key      gossh.PublicKey
+		ok       bool
+	}{
+		{"registered key", "alice", alice, true},
+		{"another operator's key", "alice", f.keys["root"].PublicKey(), false},
+		{"unknown operator", "mallory", alice, false},
+		{"certificate from login", "alice", cert(UserCertKeyIDPrefix+"alice", alice, time.Hour), true},
+		{"certificate issued to someone else", "alice", cert(UserCertKeyIDPrefix+"root", alice, time.Hour), false},
+		{"certificate over another key", "alice", cert(UserCertKeyIDPrefix+"alice", f.keys["root"].PublicKey(), time.Hour), false},
+		{"certificate from another CA", "alice", foreign, false},
+		{"expired (signature no longer matches either)", "alice", expired, false},
+	} {
+		if err := f.door.AuthorizeLogin(tc.operator, tc.key); (err == nil) != tc.ok {
+			t.Errorf("%s: AuthorizeLogin = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+	// Removing the operator ends certificate logins at the next reload.
+	good := cert(UserCertKeyIDPrefix+"alice", alice, time.Hour)
+	if err := f.st.RemoveOperator(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.door.AuthorizeLogin("alice", good); err != nil {
+		t.Fatalf("before reload the old snapshot decides: %v", err)
+	}
+	if _, err := f.door.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.door.AuthorizeLogin("alice", good); !errors.Is(err, ErrDenied) {
+		t.Errorf("removed operator's certificate: %v, want denied", err)
+	}
+}
+
+func TestKeysAndPrincipalsFor(t *testing.T) {
+	f := newFixture(t)
+	snap := f.door.Snapshot()
+	berlin := map[string]string{"site": "berlin"}
+	keys := snap.KeysFor(berlin)
+	if len(keys) != 2 || !strings.HasPrefix(keys[0], `tether-logins="ops" ssh-ed25519 `) || !strings.HasSuffix(keys[0], " alice") ||
+		strings.HasPrefix(keys[1], "tether-logins") || !strings.HasSuffix(keys[1], " root") {
+		t.Errorf("KeysFor(berlin) = %q, want alice for ops, root for any login", keys)
+	}
+	if keys := snap.KeysFor(map[string]string{"site": "munich"}); len(keys) != 1 || !strings.HasSuffix(keys[0], " root") {
+		t.Errorf("KeysFor(munich) = %q, want root only", keys)
+	}
+	per, anyLogin := snap.PrincipalsFor(berlin)
+	if !slices.Equal(per["ops"], []string{"tether:berlin-ops:ops"}) || !slices.Equal(per["root"], []string{ProvisionPrincipal}) ||
+		!slices.Equal(anyLogin, []string{"tether:all:*", "tether:everything:*"}) /* "all" is built in */ {
+		t.Errorf("PrincipalsFor(berlin) = %v, any %v", per, anyLogin)
+	}
+	per, _ = snap.PrincipalsFor(map[string]string{"site": "munich", ProvisionLoginLabel: "deploy"})
+	if !slices.Equal(per["deploy"], []string{ProvisionPrincipal}) || len(per["root"]) != 0 {
+		t.Errorf("PrincipalsFor(munich, provision-login=deploy) = %v: the provisioning principal belongs to deploy only", per)
+	}
+}
+
+func TestLoginGrant(t *testing.T) {
+	f := newFixture(t)
+	if _, p, err := f.door.LoginGrant("alice"); err != nil || !slices.Equal(p, []string{"tether:berlin-ops:ops"}) {
+		t.Errorf("LoginGrant(alice) = %q, %v", p, err)
+	}
+	if _, _, err := f.door.LoginGrant("nobody"); !errors.Is(err, ErrDenied) {
+		t.Errorf("LoginGrant(nobody) = %v, want denied: no roles, nothing to certify", err)
+	}
+}
+
+func TestReloadKeepsNewest(t *testing.T) {
+	f := newFixture(t)
+	before := f.door.Snapshot().Generation
+	s, err := f.door.Reload(context.Background())
+	if err != nil || s.Generation <= before || f.door.Snapshot() != s {
+		t.Fatalf("Reload: gen %d -> %v, %v", before, s, err)
+	}
+}

@@ -1,0 +1,204 @@
+package access
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/hub/roles"
+	"github.com/tether-dev/tether/hub/store"
+)
+
+// Every security decision about reaching a node is in this file. Each
+// denies unless something explicitly allows.
+
+// ProvisionPrincipal is the user-certificate principal of the hub's own
+// provisioning certificate. Nodes accept it for their provisioning login
+// only (PrincipalsFor), so a leaked provisioning certificate grants nothing
+// else; it expires within minutes anyway.
+const ProvisionPrincipal = "tether-hub"
+
+// ProvisionLoginLabel on a node overrides the hub's provisioning login.
+const ProvisionLoginLabel = "provision-login"
+
+// UserCertKeyIDPrefix starts the key id of user certificates from `tether
+// login`; the rest is the operator's name.
+const UserCertKeyIDPrefix = "tether:operator:"
+
+// CertPrincipal names what a user certificate grants: login L through role
+// R. A node accepts it only if R selects the node (PrincipalsFor), so logins
+// granted by one role never leak to nodes of another.
+func CertPrincipal(role, login string) string { return "tether:" + role + ":" + login }
+
+// Caller is who asks for a job: the admin, or an API token bound to a role.
+type Caller struct {
+	Admin bool
+	Role  string // the API token's role; unused for the admin
+	Name  string // for audit: "admin", "apitoken:ID"
+}
+
+// AuthorizeLogin decides whether key may log in to the bastion as operator:
+// the operator's registered key itself, or a user certificate from `tether
+// login` over it.
+func (d *Door) AuthorizeLogin(operator string, key gossh.PublicKey) error {
+	if cert, ok := key.(*gossh.Certificate); ok {
+		return d.AuthorizeCert(operator, cert)
+	}
+	o, ok := d.Snapshot().Operator(operator)
+	if !ok || !sameKey(o.Key, key) {
+		return refuse(ErrDenied, "key is not registered for operator %q", operator)
+	}
+	return nil
+}
+
+// AuthorizeCert decides whether a user certificate logs in operator: a user
+// certificate signed by a trusted user CA, within its validity, issued to
+// this operator (key id), over the operator's currently registered key. A
+// removed operator's certificates stop working at once.
+func (d *Door) AuthorizeCert(operator string, cert *gossh.Certificate) error {
+	if cert.CertType != gossh.UserCert || cert.KeyId != UserCertKeyIDPrefix+operator {
+		return refuse(ErrDenied, "certificate was not issued to operator %q", operator)
+	}
+	if !slices.ContainsFunc(d.cfg.UserCAs(), func(k gossh.PublicKey) bool { return sameKey(k, cert.SignatureKey) }) {
+		return refuse(ErrDenied, "certificate is not signed by the hub's user CA")
+	}
+	o, ok := d.Snapshot().Operator(operator)
+	if !ok || !sameKey(o.Key, cert.Key) {
+		return refuse(ErrDenied, "certificate's key is not registered for operator %q", operator)
+	}
+	principal := ""
+	if len(cert.ValidPrincipals) > 0 {
+		principal = cert.ValidPrincipals[0]
+	}
+	// CheckCert: validity window, critical options, signature.
+	if err := (&gossh.CertChecker{}).CheckCert(principal, cert); err != nil {
+		return refuse(ErrDenied, "certificate refused: %v", err)
+	}
+	return nil
+}
+
+// AuthorizeJump decides whether operator may open a stream to node n
+// through the bastion: one of the operator's roles must select it. Which
+// login the operator may use there is the node's decision (KeysFor,
+// PrincipalsFor), since the login travels end-to-end encrypted.
+func (d *Door) AuthorizeJump(operator string, n store.Node) error {
+	o, ok := d.Snapshot().Operator(operator)
+	if !ok {
+		return refuse(ErrDenied, "operator %q is no longer registered", operator)
+	}
+	if ok, _ := roles.AllowedCompiled(o.Roles, n.Labels); !ok {
+		return refuse(ErrDenied, "operator %q's roles (%s) do not select node %q", operator, o.roleNames(), n.Name)
+	}
+	return nil
+}
+
+// AuthorizeJob decides whether c may run jobs on node n, which run as the
+// node's provisioning login: the admin may run anywhere; an API token's
+// role must select the node and allow that login.
+func (d *Door) AuthorizeJob(c Caller, n store.Node) error {
+	if c.Admin {
+		return nil
+	}
+	r, ok := d.Snapshot().role(c.Role)
+	if !ok {
+		return refuse(ErrDenied, "role %q no longer exists", c.Role)
+	}
+	login := d.ProvisionLoginFor(n.Labels)
+	if !r.Selects(n.Labels) || !r.AllowsLogin(login) {
+		return refuse(ErrDenied, "role %q does not allow login %q on node %q", c.Role, login, n.Name)
+	}
+	return nil
+}
+
+// LoginGrant is what `tether login` certifies for an operator: the
+// role-scoped principals of every role the operator holds.
+func (d *Door) LoginGrant(operator string) (*Operator, []string, error) {
+	o, ok := d.Snapshot().Operator(operator)
+	if !ok {
+		return nil, nil, refuse(ErrDenied, "no operator named %q", operator)
+	}
+	var principals []string
+	for _, r := range o.Roles {
+		for _, l := range r.Logins {
+			principals = append(principals, CertPrincipal(r.Name, l))
+		}
+	}
+	slices.Sort(principals)
+	principals = slices.Compact(principals)
+	if len(principals) == 0 {
+		return nil, nil, refuse(ErrDenied, "operator %q has no roles, so no certificate would grant anything", operator)
+	}
+	return o, principals, nil
+}
+
+// ProvisionLoginFor is the login jobs use on a node with these labels.
+func (d *Door) ProvisionLoginFor(labels map[string]string) string {
+	return d.Snapshot().ProvisionLoginFor(labels)
+}
+
+// ProvisionLoginFor is the login jobs use on a node with these labels.
+func (s *Snapshot) ProvisionLoginFor(labels map[string]string) string {
+	if l := labels[ProvisionLoginLabel]; validLogin(l) {
+		return l
+	}
+	return s.provisionLogin
+}
+
+// KeysFor are the operator keys a node's embedded SSH server accepts: only
+// operators whose roles select the node, each restricted to the logins
+// those roles allow (a tether-logins="a,b" key option; no option means any
+// login), sorted by operator name.
+func (s *Snapshot) KeysFor(labels map[string]string) []string {
+	names := make([]string, 0, len(s.operators))
+	for n := range s.operators {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var out []string
+	for _, name := range names {
+		o := s.operators[name]
+		ok, logins := roles.AllowedCompiled(o.Roles, labels)
+		if !ok {
+			continue
+		}
+		line := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(o.Key)))
+		if !slices.Contains(logins, roles.AnyLogin) {
+			line = fmt.Sprintf("tether-logins=%q %s", strings.Join(logins, ","), line)
+		}
+		out = append(out, line+" "+name)
+	}
+	return out
+}
+
+// PrincipalsFor are the user-certificate principals a node with these labels
+// accepts, per login, and those valid for any login (roles allowing "*").
+// The hub's provisioning principal is valid for the node's provisioning
+// login only.
+func (s *Snapshot) PrincipalsFor(labels map[string]string) (perLogin map[string][]string, anyLogin []string) {
+	perLogin = map[string][]string{}
+	for _, r := range s.roles {
+		if !r.Selects(labels) {
+			continue
+		}
+		for _, l := range r.Logins {
+			if l == roles.AnyLogin {
+				anyLogin = append(anyLogin, CertPrincipal(r.Name, l))
+				continue
+			}
+			perLogin[l] = append(perLogin[l], CertPrincipal(r.Name, l))
+		}
+	}
+	login := s.ProvisionLoginFor(labels)
+	perLogin[login] = append(perLogin[login], ProvisionPrincipal)
+	return perLogin, anyLogin
+}
+
+func sameKey(a, b gossh.PublicKey) bool { return string(a.Marshal()) == string(b.Marshal()) }
+
+var loginRE = regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,31}$`)
+
+// validLogin reports whether s is a plausible Unix login name.
+func validLogin(s string) bool { return loginRE.MatchString(s) }

@@ -1,0 +1,78 @@
+package access
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tether-dev/tether/hub/metrics"
+	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/tunnel"
+)
+
+// Route is how bytes reach a node right now. Today the only route is the
+// node's live tunnel session on this hub; a replica holding the tunnel, or a
+// site hub below this one, become other Route implementations, and callers
+// (the bastion, jobs) do not change.
+type Route interface {
+	// Dial opens a stream to service h on the node and waits for the
+	// agent's answer; the stream is then ready for payload bytes.
+	Dial(ctx context.Context, h tunnel.Header) (tunnel.Stream, error)
+	// String says which route this is, for logs and audit ("local tcp").
+	String() string
+}
+
+// Resolve finds node ref and its route. The errors match ErrUnknownNode,
+// ErrRevoked or ErrOffline (an *OfflineError with the last-seen time); on
+// ErrOffline the node is returned too.
+//
+// Resolve decides nothing about the caller: pair it with an Authorize
+// method of this door.
+func (d *Door) Resolve(ctx context.Context, ref NodeRef) (store.Node, Route, error) {
+	var (
+		n   store.Node
+		err error
+	)
+	if ref.id != "" {
+		n, err = d.cfg.Store.GetNode(ctx, ref.id)
+	} else {
+		n, err = d.cfg.Store.GetNodeByName(ctx, ref.name)
+	}
+	switch {
+	case errors.Is(err, store.ErrNotFound) && ref.id != "":
+		return store.Node{}, nil, refuse(ErrUnknownNode, "node id %s is not registered (the node was removed)", ref.id)
+	case errors.Is(err, store.ErrNotFound):
+		return store.Node{}, nil, refuse(ErrUnknownNode, "no node named %q is registered (see `tether nodes`)", ref.name)
+	case err != nil:
+		return store.Node{}, nil, fmt.Errorf("access: look up %s: %w", ref, err)
+	}
+	if !n.RevokedAt.IsZero() {
+		return n, nil, refuse(ErrRevoked, "node %q was revoked", n.Name)
+	}
+	c, ok := d.cfg.Registry.Get(n.Name)
+	if !ok || c.NodeID != n.ID {
+		return n, nil, &OfflineError{Node: n.Name, LastSeen: n.LastSeen}
+	}
+	return n, localRoute{c: c, m: d.cfg.Metrics}, nil
+}
+
+// localRoute is the node's tunnel session on this hub.
+type localRoute struct {
+	c *registry.Conn
+	m *metrics.Metrics
+}
+
+func (r localRoute) Dial(ctx context.Context, h tunnel.Header) (tunnel.Stream, error) {
+	st, err := r.c.Dial(ctx, h)
+	if r.m != nil {
+		result := "ok"
+		if err != nil {
+			result = "error"
+		}
+		r.m.StreamsOpened.WithLabelValues(h.Service.String(), result).Inc()
+	}
+	return st, err
+}
+
+func (r localRoute) String() string { return "local " + r.c.Session.Transport().String() }

@@ -1,0 +1,106 @@
+package access
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/hub/roles"
+)
+
+// Snapshot is an immutable view of who may do what: operators with their
+// keys and compiled roles, every role, and the revoked operator keys. It is
+// replaced wholesale on change; readers never lock.
+type Snapshot struct {
+	// Generation increases with every reload; a push compares it to know
+	// whether what it computed is still current.
+	Generation uint64
+
+	operators      map[string]*Operator
+	roles          []roles.Compiled // sorted by name
+	revoked        []string         // authorized_keys lines
+	provisionLogin string
+}
+
+// Operator is a registered operator as decisions see it.
+type Operator struct {
+	Name  string
+	Key   gossh.PublicKey
+	Roles []roles.Compiled
+}
+
+func load(ctx context.Context, st Store, gen uint64, provisionLogin string, log *slog.Logger) (*Snapshot, error) {
+	ops, err := st.ListOperators(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := st.ListRoles(ctx)
+	if err != nil {
+		return nil, err
+	}
+	revoked, err := st.ListRevokedKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &Snapshot{Generation: gen, operators: make(map[string]*Operator, len(ops)), revoked: revoked, provisionLogin: provisionLogin}
+	byName := make(map[string]roles.Compiled, len(rs))
+	for _, r := range rs {
+		c, err := roles.Compile(roles.Role{Name: r.Name, Nodes: r.Nodes, Logins: r.Logins})
+		if err != nil {
+			// Stored roles were validated when put; one that no longer
+			// compiles (a rule tightened since) grants nothing.
+			log.Warn("role grants nothing: it does not validate", "role", r.Name, "err", err)
+			continue
+		}
+		byName[r.Name] = c
+		s.roles = append(s.roles, c)
+	}
+	slices.SortFunc(s.roles, func(a, b roles.Compiled) int { return strings.Compare(a.Name, b.Name) })
+	for _, o := range ops {
+		k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(strings.TrimSpace(o.PublicKey)))
+		if err != nil {
+			log.Warn("operator grants nothing: unreadable key", "operator", o.Name, "err", err)
+			continue
+		}
+		op := &Operator{Name: o.Name, Key: k}
+		for _, name := range o.Roles {
+			if r, ok := byName[name]; ok {
+				op.Roles = append(op.Roles, r)
+			}
+		}
+		s.operators[o.Name] = op
+	}
+	return s, nil
+}
+
+// Operator returns a registered operator.
+func (s *Snapshot) Operator(name string) (*Operator, bool) {
+	o, ok := s.operators[name]
+	return o, ok
+}
+
+// RevokedKeys are the operator keys every node must refuse.
+func (s *Snapshot) RevokedKeys() []string { return s.revoked }
+
+// role returns a role by name.
+func (s *Snapshot) role(name string) (roles.Compiled, bool) {
+	i, ok := slices.BinarySearchFunc(s.roles, name, func(r roles.Compiled, n string) int { return strings.Compare(r.Name, n) })
+	if !ok {
+		return roles.Compiled{}, false
+	}
+	return s.roles[i], true
+}
+
+func (o *Operator) roleNames() string {
+	names := make([]string, 0, len(o.Roles))
+	for _, r := range o.Roles {
+		names = append(names, r.Name)
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
