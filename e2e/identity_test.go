@@ -253,7 +253,7 @@ func TestLoginCertificates(t *testing.T) {
 	}
 	// Login itself is refused for a removed operator, and audited.
 	_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir, "--user", "carol", "--key", carolKey, "--out-dir", dir)
-	if code == 0 || !strings.Contains(errOut, `no operator named "carol"`) {
+	if code == 0 || !strings.Contains(errOut, `no operator "carol" with this key`) {
 		t.Fatalf("login after removal: exit %d, %q", code, errOut)
 	}
 	var ok, refused bool

@@ -154,7 +154,7 @@ func saveIdentity(dir string, cfg NodeConfig, key crypto.Signer, chain []*x509.C
 type Status struct {
 	Name        string    `json:"name"`
 	NodeID      string    `json:"node_id"`
-	State       string    `json:"state"` // connecting|connected|refused
+	State       string    `json:"state"` // State.statusName: connecting|connected|refused|rejoin-needed|stopped
 	Hub         string    `json:"hub,omitempty"`
 	Transport   string    `json:"transport,omitempty"`
 	Since       time.Time `json:"since"`

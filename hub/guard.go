@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tether-dev/tether/hub/api"
 	"github.com/tether-dev/tether/hub/bastion"
 	"github.com/tether-dev/tether/hub/ratelimit"
 	"github.com/tether-dev/tether/hub/registry"
@@ -95,6 +96,12 @@ func withSuppressed(detail string, n int) string {
 // misbehaving agent cannot flood the audit log.
 func (s *Server) auditRefusal(kind, remote string, e store.AuditEvent) {
 	s.guard.refusals.WithLabelValues(kind).Inc()
+	s.auditLimited(remote, e)
+}
+
+// auditLimited writes e for remote within the per-source audit limit
+// (see auditRefusal).
+func (s *Server) auditLimited(remote string, e store.AuditEvent) {
 	src := ratelimit.Source(remote)
 	if ok, _ := s.guard.audit.Allow(src); ok {
 		s.guard.audit.Fail(src)
@@ -189,18 +196,21 @@ func (s *Server) guardJoin(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	body := &teeBody{ReadCloser: r.Body}
 	r.Body = body
+	r, outcome := api.WithOutcome(r)
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
-	succeeded := false
-	defer func() { attempt.Done(!succeeded) }() // also when the handler panics
+	failed := true
+	defer func() { attempt.Done(failed) }() // also when the handler panics
 	next.ServeHTTP(rec, r)
-	if succeeded = rec.status < 400; succeeded {
+	// Only the client's failures (4xx) count against its source: a 503
+	// (the certificate authority is down) or 500 is the hub's.
+	if failed = rec.status >= 400 && rec.status < 500; rec.status < 400 {
 		return
+	}
+	if errors.Is(outcome.Err(), api.ErrJoinRefused) {
+		return // audited by the join handler with the token id
 	}
 	var e control.ErrorResponse
 	_ = json.Unmarshal(rec.body.Bytes(), &e)
-	if tokenRefusal(e.Error) {
-		return // audited by the join handler with the token id
-	}
 	// Name the node and the token id (never the secret) if the body had
 	// them.
 	var req struct{ Token, Name string }
@@ -209,18 +219,14 @@ func (s *Server) guardJoin(next http.Handler, w http.ResponseWriter, r *http.Req
 	if id, _, err := pki.SplitToken(req.Token); err == nil {
 		detail = "token " + id + ": " + detail
 	}
-	s.audit(store.AuditEvent{At: time.Now(), Kind: "join", Node: fmt.Sprintf("%.64s", req.Name), Remote: r.RemoteAddr,
-		Result: joinResult(rec.status), Detail: fmt.Sprintf("%.512s", detail)})
-}
-
-// tokenRefusal tells the refusals the join handler audits itself.
-func tokenRefusal(msg string) bool {
-	for _, err := range []error{store.ErrTokenUnknown, store.ErrTokenExpired, store.ErrTokenUsedUp} {
-		if strings.Contains(msg, err.Error()) {
-			return true
-		}
+	ev := store.AuditEvent{At: time.Now(), Kind: "join", Node: fmt.Sprintf("%.64s", req.Name), Remote: r.RemoteAddr,
+		Result: joinResult(rec.status), Detail: fmt.Sprintf("%.512s", detail)}
+	if !failed {
+		// Not charged to the source, so bounded by the audit limiter.
+		s.auditLimited(r.RemoteAddr, ev)
+		return
 	}
-	return false
+	s.audit(ev)
 }
 
 func joinResult(status int) string {
@@ -286,49 +292,22 @@ func helloError(m *control.Message, err error) error {
 	return fmt.Errorf("first control message is %q, want hello", m.Type)
 }
 
-// livenessTimes say how often the hub and its agents heartbeat on the
-// control stream and how long a silent peer is given.
-type livenessTimes struct{ every, deadline time.Duration }
+// liveness is the control-stream heartbeat for this hub's tunnel settings
+// (the rule lives with the protocol, in control.LivenessOf).
+func (s *Server) liveness() control.Liveness { return control.LivenessOf(s.cfg.Tunnel) }
 
-// liveness derives the control-stream heartbeat from the tunnel's
-// keepalive: a heartbeat every keepalive interval (whole seconds, at least
-// one), and a peer silent for IdleTimeout (the dead-peer timeout) is dead.
-// The transport's own idle timeout does not cover this on QUIC: an endpoint
-// that still receives packets never times out, so a half-open link (one
-// direction lost) would otherwise go unnoticed on one side. A whole
-// IdleTimeout (three heartbeats by default) rather than less: a peer on a
-// CPU-starved machine is late, not dead, and closing its session kills
-// whatever runs through it.
-func (s *Server) liveness() livenessTimes {
-	ka, idle := tunnel.DefaultKeepAliveInterval, tunnel.DefaultIdleTimeout
-	if c := s.cfg.Tunnel; c != nil {
-		if c.KeepAliveInterval > 0 {
-			ka = c.KeepAliveInterval
-		}
-		if c.IdleTimeout > 0 {
-			idle = c.IdleTimeout
-		}
-	}
-	every := max(time.Second, ka.Truncate(time.Second))
-	return livenessTimes{every: every, deadline: max(idle, 2*every)}
-}
-
-// sendHeartbeats tells an agent that announced capHeartbeat that the hub
+// sendHeartbeats tells an agent that announced control.CapHeartbeat that the hub
 // still hears it: one heartbeat at once (it arms the agent's watchdog), then
-// one every liveness().every until a send fails or stop is called.
+// one every liveness().Every until a send fails or stop is called.
 func (s *Server) sendHeartbeats(c *registry.Conn) (stop func()) {
 	beat := func() bool { return c.Send(&control.Message{Type: control.TypeHeartbeat}) == nil }
 	if !beat() {
 		return func() {}
 	}
-	return repeat(s.liveness().every, beat)
+	return repeat(s.liveness().Every, beat)
 }
 
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
-
-// capHeartbeat is the hello capability of agents that take heartbeats from
-// the hub (edge announces the same string).
-const capHeartbeat = "heartbeat"

@@ -145,6 +145,7 @@ type Server struct {
 	sessions   sync.WaitGroup
 	cluster    *cluster.Controller // set in Run before sessions are accepted
 	guard      *guards             // rate limits and refusal audits (guard.go)
+	admins     admins              // admin certificates: revocation time, local identity (admin.go)
 }
 
 // New opens the hub's state (creating it the first time).
@@ -181,7 +182,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.serving, err = s.ca.IssueHubServer("hub", nil, 90*24*time.Hour); err != nil {
 		return nil, err
 	}
-	if err := s.writeAdminIdentity(); err != nil {
+	if err := s.writeLocalAdmin(ctx); err != nil {
 		return nil, err
 	}
 	if s.store, err = store.OpenSQLite(ctx, filepath.Join(cfg.DataDir, "tether.db")); err != nil {
@@ -193,6 +194,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if s.door, err = access.New(ctx, access.Config{Store: s.store, Registry: s.reg, UserCAs: s.userCA.TrustedKeys,
 		ProvisionLogin: cfg.ProvisionLogin, Metrics: s.metrics, Logger: s.log.With("component", "access")}); err != nil {
+		s.store.Close()
+		return nil, err
+	}
+	if err := s.startAdmins(ctx); err != nil {
 		s.store.Close()
 		return nil, err
 	}
@@ -259,32 +264,6 @@ func loadOrCreateSecret(path string) (*[32]byte, error) {
 	return &key, nil
 }
 
-// writeAdminIdentity leaves a fresh admin client certificate in the data dir
-// (0700 dir, 0600 key) so CLI commands on this machine need only --data-dir.
-func (s *Server) writeAdminIdentity() error {
-	dir := filepath.Join(s.cfg.DataDir, api.AdminDir)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("hub: admin identity: %w", err)
-	}
-	cert, keyPEM, err := s.ca.IssueKeyPair(pki.Identity{Kind: pki.KindAdmin, ID: "local-admin"}, "local-admin", 365*24*time.Hour)
-	if err != nil {
-		return err
-	}
-	for name, f := range map[string]struct {
-		data []byte
-		perm os.FileMode
-	}{
-		api.AdminKeyFile:  {keyPEM, 0o600},
-		api.AdminCertFile: {pki.EncodeCerts(cert.Leaf, s.ca.Intermediate()), 0o644},
-		api.AdminCAFile:   {pki.EncodeCerts(s.ca.Certificate()), 0o644},
-	} {
-		if err := pki.WriteFileAtomic(filepath.Join(dir, name), f.data, f.perm); err != nil {
-			return fmt.Errorf("hub: admin identity: %w", err)
-		}
-	}
-	return nil
-}
-
 func advertiseFor(addr net.Addr, configured []string) []string {
 	if len(configured) > 0 {
 		return configured
@@ -311,6 +290,7 @@ func localAddr(addr net.Addr) string {
 // close, tunnels and operator connections end, the store is closed.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.store.Close()
+	defer s.keepLocalAdminFresh()()
 	clientCAs := s.ca.Pool()
 	clientCAs.AddCert(s.nodeCA)
 	tlsTunnel := &tls.Config{
@@ -389,6 +369,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Cluster:        s.cluster,
 			Blobs:          blobs,
 			ProvisionLogin: func(n store.Node) string { return s.door.ProvisionLoginFor(n.Labels) },
+			Admins:         adminService{s},
 		})),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -504,8 +485,8 @@ func (s *Server) authorizeOperator(user string, key gossh.PublicKey) bool {
 // loginService adapts the hub's login methods to api.Login.
 type loginService struct{ s *Server }
 
-func (l loginService) Challenge(ctx context.Context, operator string) (string, time.Time, error) {
-	return l.s.loginChallenge(ctx, operator)
+func (l loginService) Challenge(ctx context.Context, operator, remote string) (string, time.Time, error) {
+	return l.s.loginChallenge(ctx, operator, remote)
 }
 
 func (l loginService) Login(ctx context.Context, req api.LoginRequest, remote string) (api.LoginResponse, error) {

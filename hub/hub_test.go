@@ -22,10 +22,19 @@ import (
 // checks for leaked goroutines) at cleanup.
 func testHub(t *testing.T) (*Server, *api.Client) {
 	t.Helper()
+	return testHubWith(t, nil)
+}
+
+// testHubWith is testHub with setup applied to the server before it runs.
+func testHubWith(t *testing.T, setup func(*Server)) (*Server, *api.Client) {
+	t.Helper()
 	dir := t.TempDir()
 	s, err := New(context.Background(), Config{DataDir: dir, Listen: "127.0.0.1:0", SSHListen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(s)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

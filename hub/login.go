@@ -1,10 +1,11 @@
 package hub
 
 import (
+	"container/list"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -14,60 +15,85 @@ import (
 
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/ratelimit"
 	"github.com/tether-dev/tether/hub/store"
 )
 
 const (
-	challengeTTL  = time.Minute
+	challengeTTL = time.Minute
+	// maxChallenges bounds the nonces pending at once. A full table
+	// forgets its oldest nonce rather than refusing a new one, so no flood
+	// can keep an operator from getting a challenge; it would have to
+	// issue maxChallenges newer ones in the seconds between the owner's
+	// challenge and login, which the per-source limit below makes a
+	// many-address affair.
 	maxChallenges = 10000
-	// maxChallengesPerOperator keeps one operator's name (public) from
-	// being used to crowd out everyone else's logins.
-	maxChallengesPerOperator = 16
-	loginSignature           = "tether-login-v1"
+	// Challenges per source: a person runs tether login a few times a
+	// minute at most; a script asking for nonces is slowed to this.
+	challengeBurst = 20
+	challengeEvery = 3 * time.Second // 20 a minute, sustained
+	loginSignature = "tether-login-v1"
 )
 
-// challenges are single-use login nonces.
+// challenges are single-use login nonces. Any syntactically valid operator
+// name gets one, whether or not the operator exists, so that the answer
+// (status, shape, time taken) tells nothing about which names exist; a
+// nonce for a name that is not an operator simply never verifies.
 type challenges struct {
-	mu      sync.Mutex // guards pending
-	pending map[string]challenge
+	mu      sync.Mutex // guards the following fields
+	pending map[string]*list.Element
+	order   *list.List         // of *challenge, oldest first (all share one TTL)
+	limit   *ratelimit.Limiter // challenges asked for, per source
 }
 
 type challenge struct {
+	nonce    string
 	operator string
 	expires  time.Time
+}
+
+// initLocked makes the zero challenges usable.
+func (c *challenges) initLocked() {
+	if c.pending == nil {
+		c.pending, c.order = map[string]*list.Element{}, list.New()
+		c.limit = ratelimit.New(ratelimit.Config{Burst: challengeBurst, Every: challengeEvery})
+	}
+}
+
+// allow counts one challenge asked for by remote's source, or says how
+// long it has to wait.
+func (c *challenges) allow(remote string) (bool, time.Duration) {
+	c.mu.Lock()
+	c.initLocked()
+	c.mu.Unlock()
+	src := ratelimit.Source(remote)
+	ok, retry := c.limit.Allow(src)
+	if ok {
+		c.limit.Fail(src)
+	}
+	return ok, retry
 }
 
 func (c *challenges) issue(operator string) (string, time.Time, error) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
-		return "", time.Time{}, err
+		return "", time.Time{}, fmt.Errorf("login challenge: randomness: %w", err)
 	}
 	nonce := base64.RawURLEncoding.EncodeToString(b)
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.pending == nil {
-		c.pending = map[string]challenge{}
-	}
-	for k, v := range c.pending {
-		if now.After(v.expires) {
-			delete(c.pending, k)
+	c.initLocked()
+	for e := c.order.Front(); e != nil; e = c.order.Front() {
+		ch := e.Value.(*challenge)
+		if now.Before(ch.expires) && c.order.Len() < maxChallenges {
+			break
 		}
-	}
-	if len(c.pending) >= maxChallenges {
-		return "", time.Time{}, errors.New("too many pending logins; try again in a minute")
-	}
-	perOperator := 0
-	for _, v := range c.pending {
-		if v.operator == operator {
-			perOperator++
-		}
-	}
-	if perOperator >= maxChallengesPerOperator {
-		return "", time.Time{}, fmt.Errorf("%w: too many pending logins for %q; try again in a minute", api.ErrLoginRefused, operator)
+		c.order.Remove(e)
+		delete(c.pending, ch.nonce)
 	}
 	exp := now.Add(challengeTTL)
-	c.pending[nonce] = challenge{operator: operator, expires: exp}
+	c.pending[nonce] = c.order.PushBack(&challenge{nonce: nonce, operator: operator, expires: exp})
 	return nonce, exp, nil
 }
 
@@ -75,43 +101,79 @@ func (c *challenges) issue(operator string) (string, time.Time, error) {
 func (c *challenges) take(nonce, operator string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ch, ok := c.pending[nonce]
+	e, ok := c.pending[nonce]
+	if !ok {
+		return false
+	}
+	c.order.Remove(e)
 	delete(c.pending, nonce)
-	return ok && ch.operator == operator && time.Now().Before(ch.expires)
+	ch := e.Value.(*challenge)
+	return ch.operator == operator && time.Now().Before(ch.expires)
 }
+
+// unknownOperatorKey stands in for the key of an operator name that does
+// not exist: a login for it verifies a signature like any other, and fails.
+var unknownOperatorKey = func() gossh.PublicKey {
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	k, err := gossh.NewPublicKey(pub)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
 
 // LoginPayload is what an operator signs with their registered key.
 func LoginPayload(operator, nonce string) []byte {
 	return []byte(loginSignature + "\x00" + operator + "\x00" + nonce)
 }
 
-// loginChallenge implements api.Login.
-func (s *Server) loginChallenge(_ context.Context, operator string) (string, time.Time, error) {
-	if _, ok := s.door.Snapshot().Operator(operator); !ok {
-		err := fmt.Errorf("%w: no operator named %q", api.ErrLoginRefused, operator)
-		s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: operator, Result: "refused", Detail: err.Error()})
+// loginChallenge implements api.Login. Every challenge is audited
+// through the per-source audit limit, for a known operator or not, so
+// that both take the same path and the same time; a flood fills neither
+// the audit log nor the pending table.
+func (s *Server) loginChallenge(_ context.Context, operator, remote string) (string, time.Time, error) {
+	if ok, retry := s.challenges.allow(remote); !ok {
+		s.guard.rateLimited.WithLabelValues("login").Inc()
+		return "", time.Time{}, api.RetryAfter(fmt.Errorf("%w: too many login challenges from %s; try again in %s",
+			api.ErrRateLimited, ratelimit.Source(remote), retry.Round(time.Second)), retry)
+	}
+	_, known := s.door.Snapshot().Operator(operator)
+	nonce, exp, err := s.challenges.issue(operator)
+	if err != nil {
 		return "", time.Time{}, err
 	}
-	return s.challenges.issue(operator)
+	e := store.AuditEvent{At: time.Now(), Kind: "login_challenge", Operator: operator, Result: "ok", Detail: "login challenge issued"}
+	if !known {
+		e.Result, e.Detail = "refused", "login challenge for a name that is no operator (answered like any other; its nonce never verifies)"
+	}
+	s.auditLimited(remote, e)
+	return nonce, exp, nil
 }
 
 // login checks the signed challenge and issues a short-lived user
 // certificate whose principals are the logins of the operator's roles.
-func (s *Server) login(_ context.Context, req api.LoginRequest, remote string) (api.LoginResponse, error) {
+func (s *Server) login(ctx context.Context, req api.LoginRequest, remote string) (api.LoginResponse, error) {
 	fail := func(err error) (api.LoginResponse, error) {
-		s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, Remote: remote, Result: "refused", Detail: err.Error()})
+		s.auditLimited(remote, store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, Result: "refused", Detail: err.Error()})
 		return api.LoginResponse{}, err
 	}
 	if !s.challenges.take(req.Nonce, req.Operator) {
 		return fail(fmt.Errorf("%w: unknown, used or expired challenge; run tether login again", api.ErrLoginRefused))
 	}
+	// A name that is no operator costs the same work and gets the same
+	// answer as a wrong signature: a login must not tell which operator
+	// names exist.
+	key := unknownOperatorKey
 	o, ok := s.door.Snapshot().Operator(req.Operator)
-	if !ok {
-		return fail(fmt.Errorf("%w: no operator named %q", api.ErrLoginRefused, req.Operator))
+	if ok {
+		key = o.Key
 	}
 	sig := &gossh.Signature{Format: req.SignatureFormat, Blob: req.Signature}
-	if err := o.Key.Verify(LoginPayload(req.Operator, req.Nonce), sig); err != nil {
-		return fail(fmt.Errorf("%w: signature does not verify with %s's registered key", api.ErrLoginRefused, req.Operator))
+	if err := key.Verify(loginPayloadOf(req), sig); err != nil || !ok {
+		return fail(fmt.Errorf("%w: no operator %q with this key (check --user and --key; an admin adds operators with `tether operator add`)", api.ErrLoginRefused, req.Operator))
 	}
 	// Only a proven key learns what it is granted.
 	o, logins, err := s.door.LoginGrant(req.Operator)
@@ -122,8 +184,13 @@ func (s *Server) login(_ context.Context, req api.LoginRequest, remote string) (
 	if err != nil {
 		return api.LoginResponse{}, err
 	}
+	adminCert, err := s.loginAdminCert(ctx, req, o, remote)
+	if err != nil {
+		return fail(err)
+	}
 	s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, KeyFingerprint: gossh.FingerprintSHA256(o.Key),
 		Remote: remote, Result: "ok", Detail: fmt.Sprintf("user certificate for %s until %s", strings.Join(logins, ","),
 			time.Unix(int64(cert.ValidBefore), 0).UTC().Format(time.RFC3339))})
-	return api.LoginResponse{Certificate: string(gossh.MarshalAuthorizedKey(cert)), ValidBefore: time.Unix(int64(cert.ValidBefore), 0).UTC(), Principals: logins}, nil
+	return api.LoginResponse{Certificate: string(gossh.MarshalAuthorizedKey(cert)), ValidBefore: time.Unix(int64(cert.ValidBefore), 0).UTC(), Principals: logins,
+		AdminCert: adminCert}, nil
 }

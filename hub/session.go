@@ -113,8 +113,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 		return
 	}
 	conn := registry.NewConn(node.ID, node.Name, sess, ctrl)
-	if err := conn.Send(&control.Message{Type: control.TypeWelcome, Welcome: &control.Welcome{
-		NodeID: node.ID, Name: node.Name, HeartbeatSeconds: int(s.liveness().every / time.Second)}}); err != nil {
+	if err := conn.Send(&control.Message{Type: control.TypeWelcome, Welcome: s.liveness().Welcome(node.ID, node.Name)}); err != nil {
 		log.Info("session ended during welcome", "err", err)
 		return
 	}
@@ -153,7 +152,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 		stopRenewal = s.renewHostCert(conn, log)
 	}
 	stopHeartbeats := func() {}
-	if slices.Contains(msg.Hello.Capabilities, capHeartbeat) {
+	if slices.Contains(msg.Hello.Capabilities, control.CapHeartbeat) {
 		stopHeartbeats = s.sendHeartbeats(conn)
 	}
 	s.readControl(ctx, conn, ctrl, log)
@@ -184,14 +183,14 @@ func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunn
 	lastStored := time.Now()
 	live := s.liveness()
 	for {
-		// An agent heartbeats every live.every (the welcome says so); one
-		// silent for live.deadline is gone, or its link is half-open: close
+		// An agent heartbeats every live.Every (the welcome says so); one
+		// silent for live.Deadline is gone, or its link is half-open: close
 		// the session explicitly, before the transport's idle timeout would
 		// end it silently, so the agent hears of it if its side still works.
-		_ = ctrl.SetReadDeadline(time.Now().Add(live.deadline))
+		_ = ctrl.SetReadDeadline(time.Now().Add(live.Deadline))
 		msg, err := control.Read(ctrl)
 		if isTimeout(err) {
-			log.Warn("no heartbeat from the node; closing its session", "silent_for", live.deadline)
+			log.Warn("no heartbeat from the node; closing its session", "silent_for", live.Deadline)
 			return
 		}
 		if err != nil {

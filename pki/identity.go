@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
 	"strings"
+
+	"github.com/tether-dev/tether/internal/validate"
 )
 
 // Kind says what a certificate identifies.
@@ -60,26 +61,8 @@ func IdentityOf(cert *x509.Certificate) (Identity, error) {
 	return found[0], nil
 }
 
-var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
 // ValidateName checks a node or operator name: a DNS label (lowercase letters,
 // digits, inner dashes, at most 63 characters), so that NAME.tether is a valid
 // host name for ssh and the name can never be mistaken for an IP address.
-func ValidateName(name string) error {
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("invalid name %q: use 1-63 lowercase letters, digits and inner dashes (a DNS label)", name)
-	}
-	if isAllDigits(name) {
-		return fmt.Errorf("invalid name %q: must not be all digits", name)
-	}
-	return nil
-}
-
-func isAllDigits(s string) bool {
-	for _, r := range s {
-		if r < '0' || r > '9' {
-			return false
-		}
-	}
-	return true
-}
+// It is [validate.NodeName], the rule every part of Tether uses.
+func ValidateName(name string) error { return validate.NodeName(name) }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,7 +12,7 @@ import (
 )
 
 func newCACmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "ca", Short: "Hub CA maintenance (SSH CA rotation)"}
+	cmd := &cobra.Command{Use: "ca", Short: "Hub CA maintenance (SSH CA rotation, admin certificate revocation)"}
 	var dataDir, kind string
 	var finish bool
 	rotate := &cobra.Command{
@@ -56,6 +57,41 @@ It edits files in DATA_DIR/ca; the hub reads them at start.`,
 	rotate.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "hub data dir")
 	rotate.Flags().StringVar(&kind, "kind", "", "host or user")
 	rotate.Flags().BoolVar(&finish, "finish", false, "end the overlap: stop trusting previous keys")
-	cmd.AddCommand(rotate)
+	cmd.AddCommand(rotate, newCARevokeAdminCmd())
+	return cmd
+}
+
+func newCARevokeAdminCmd() *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:   "revoke-admin",
+		Short: "Refuse every admin client certificate issued until now",
+		Long: `Make the hub refuse every admin client certificate issued before now: copies of
+DATA_DIR/admin, and the admin certificates operators got from 'tether login'
+(this command's own included). The time is stored, so it holds across restarts,
+and audited (kind admin_revoke).
+
+The hub re-mints its local identity in DATA_DIR/admin at once with a new key,
+so --data-dir keeps working on the hub machine; operators with the admin role
+run 'tether login' again. Remove operators who should no longer be admins
+first ('tether operator rm NAME'), or they can simply log in again.`,
+		Example: `  tether ca revoke-admin --data-dir /var/lib/tether`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := c.RevokeAdmin(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "admin certificates issued before %s are refused from now on; the hub re-minted its local identity (DATA_DIR/admin); admins run 'tether login' again\n",
+				resp.ValidFrom.Local().Format(time.RFC3339))
+			return nil
+		},
+	}
+	cf.register(cmd)
 	return cmd
 }

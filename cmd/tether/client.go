@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -31,8 +32,8 @@ type clientFlags struct {
 
 func (c *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&c.dataDir, "data-dir", defaultDataDir(), "hub data dir (on the hub's machine; env TETHER_DATA_DIR)")
-	cmd.Flags().StringVar(&c.hub, "hub", "", "hub API address HOST:PORT (from another machine; needs --identity)")
-	cmd.Flags().StringVar(&c.identity, "identity", "", "directory with admin.crt, admin.key, ca.crt (copied from the hub's DATA_DIR/admin)")
+	cmd.Flags().StringVar(&c.hub, "hub", "", "hub API address HOST:PORT (from another machine; after 'tether login')")
+	cmd.Flags().StringVar(&c.identity, "identity", "", "with --hub: admin identity directory (admin.crt, admin.key, ca.crt) from 'tether login' (default ~/.tether/admin)")
 }
 
 // registerToken adds the API-token flags (for commands automation may use).
@@ -50,11 +51,20 @@ func (c *clientFlags) client() (*api.Client, error) {
 	}
 	if c.hub != "" {
 		if c.identity == "" {
-			return nil, fmt.Errorf("--hub needs --identity DIR (a copy of the hub's %s/admin directory)", c.dataDir)
+			c.identity = defaultAdminIdentity()
+			if _, err := os.Stat(c.identity); err != nil {
+				return nil, fmt.Errorf("--hub: no admin identity in %s: run `tether login --hub %s --ca-pin sha256:PIN` as an operator with the admin role (or pass --identity DIR)", c.identity, c.hub)
+			}
 		}
 		return api.NewClient(c.hub, c.identity)
 	}
 	return api.NewLocalClient(c.dataDir)
+}
+
+// defaultAdminIdentity is where `tether login` leaves an admin's identity.
+func defaultAdminIdentity() string {
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".tether", api.AdminDir)
 }
 
 func printJSON(w io.Writer, v any) error {

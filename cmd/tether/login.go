@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -33,6 +34,12 @@ and their logins (tether:ROLE:LOGIN); a node accepts it only for the roles
 that select that node. It is written to OUT_DIR/USER-cert.pub and, if an ssh-agent is running
 and the key file is readable, added to the agent with the certificate's lifetime.
 
+Operators holding the admin role also get a short-lived admin client certificate
+for the HTTP API (as long as the SSH one, at most 24 h) in OUT_DIR/admin/; admin
+commands with --hub ADDR use it unless --identity says otherwise. It stops
+working when the operator is removed or loses the admin role, and after
+'tether ca revoke-admin'.
+
 Nodes whose sshd is managed by tether-edge (--manage-sshd) and the embedded SSH
 server accept it; the bastion accepts it in place of your plain key.
 
@@ -44,6 +51,7 @@ first use is never offered.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var tc *tls.Config
+			var hubCA *x509.Certificate // the verified hub CA, stored with an admin certificate
 			switch {
 			case hubAddr != "":
 				p, ok := strings.CutPrefix(pin, "sha256:")
@@ -51,7 +59,7 @@ first use is never offered.`,
 					return errors.New("--hub needs --ca-pin sha256:<64 hex> (no trust on first use)")
 				}
 				var err error
-				if tc, err = pki.PinnedTLSConfig(p, nil); err != nil {
+				if tc, err = pki.PinnedTLSConfig(p, func(c *x509.Certificate) { hubCA = c }); err != nil {
 					return err
 				}
 			default:
@@ -70,6 +78,7 @@ first use is never offered.`,
 				}
 				pool := x509.NewCertPool()
 				pool.AddCert(cas[0])
+				hubCA = cas[0]
 				tc = &tls.Config{MinVersion: tls.VersionTLS13, ServerName: pki.HubServerName, RootCAs: pool}
 			}
 			if _, _, err := net.SplitHostPort(hubAddr); err != nil {
@@ -100,11 +109,21 @@ first use is never offered.`,
 			if err != nil {
 				return err
 			}
-			sig, err := signer.Sign(rand.Reader, hub.LoginPayload(operator, ch.Nonce))
+			// Every login asks for an admin certificate too; the hub gives
+			// one only to operators holding the admin role.
+			adminKey, err := pki.GenerateKey()
+			if err != nil {
+				return err
+			}
+			csr, err := pki.NewCSR(adminKey, operator)
+			if err != nil {
+				return err
+			}
+			sig, err := signer.Sign(rand.Reader, hub.AdminLoginPayload(operator, ch.Nonce, csr))
 			if err != nil {
 				return fmt.Errorf("sign the login challenge: %w", err)
 			}
-			resp, err := c.Login(cmd.Context(), api.LoginRequest{Operator: operator, Nonce: ch.Nonce, SignatureFormat: sig.Format, Signature: sig.Blob})
+			resp, err := c.Login(cmd.Context(), api.LoginRequest{Operator: operator, Nonce: ch.Nonce, SignatureFormat: sig.Format, Signature: sig.Blob, AdminCSR: csr})
 			if err != nil {
 				return err
 			}
@@ -122,6 +141,13 @@ first use is never offered.`,
 			}
 			fmt.Fprintf(os.Stderr, "certificate for %s (principals %s) valid until %s: %s\n", operator,
 				strings.Join(resp.Principals, ","), resp.ValidBefore.Local().Format(time.RFC3339), certPath)
+			if resp.AdminCert != "" {
+				dir, until, err := writeAdminLogin(outDir, resp.AdminCert, adminKey, hubCA)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "admin certificate valid until %s: %s (admin commands: --hub %s)\n", until.Local().Format(time.RFC3339), dir, hubAddr)
+			}
 			if ag != nil && rawKey != nil {
 				life := time.Until(resp.ValidBefore)
 				if err := ag.Add(agent.AddedKey{PrivateKey: rawKey, Certificate: cert, LifetimeSecs: uint32(life / time.Second),
@@ -140,7 +166,7 @@ first use is never offered.`,
 	cmd.Flags().StringVar(&pin, "ca-pin", "", "sha256:<hex> pin of the hub CA, as in join strings")
 	cmd.Flags().StringVar(&operator, "user", "", "your operator name (default: your login name)")
 	cmd.Flags().StringVar(&keyPath, "key", filepath.Join(home, ".ssh", "id_ed25519"), "your registered private key (PATH.pub must be next to it); ssh-agent is used if it holds the key")
-	cmd.Flags().StringVar(&outDir, "out-dir", filepath.Join(home, ".tether"), "where to write USER-cert.pub")
+	cmd.Flags().StringVar(&outDir, "out-dir", filepath.Join(home, ".tether"), "where to write USER-cert.pub (and admin/ for admins)")
 	return cmd
 }
 
@@ -182,4 +208,35 @@ func loginSigner(keyPath string, pub gossh.PublicKey) (gossh.Signer, any, agent.
 		return nil, nil, nil, fmt.Errorf("%s and %s.pub are not the same key", keyPath, keyPath)
 	}
 	return signer, raw, ag, nil
+}
+
+// writeAdminLogin stores the admin identity a login returned in
+// OUT_DIR/admin (0700; key 0600), where admin commands with --hub find it.
+func writeAdminLogin(outDir, chainPEM string, key crypto.Signer, hubCA *x509.Certificate) (string, time.Time, error) {
+	certs, err := pki.ParseCerts([]byte(chainPEM))
+	if err != nil || len(certs) == 0 || hubCA == nil {
+		return "", time.Time{}, fmt.Errorf("hub sent an unreadable admin certificate: %v", err)
+	}
+	keyPEM, err := pki.EncodeKey(key)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	dir := filepath.Join(outDir, api.AdminDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", time.Time{}, err
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+		perm os.FileMode
+	}{
+		{api.AdminKeyFile, keyPEM, 0o600},
+		{api.AdminCertFile, []byte(chainPEM), 0o644},
+		{api.AdminCAFile, pki.EncodeCerts(hubCA), 0o644},
+	} {
+		if err := pki.WriteFileAtomic(filepath.Join(dir, f.name), f.data, f.perm); err != nil {
+			return "", time.Time{}, err
+		}
+	}
+	return dir, certs[0].NotAfter, nil
 }

@@ -59,7 +59,8 @@ every edge node to the hub, and lets operators reach any node with plain OpenSSH
   ssh -J alice@HUB:2222 root@NODE
 
 Run the hub with 'tether hub'. The other commands administer it; on the hub's
-machine they need only --data-dir, elsewhere --hub ADDR and --identity DIR.`,
+machine they need only --data-dir, elsewhere --hub ADDR after 'tether login'
+as an operator with the admin role.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

@@ -31,7 +31,7 @@ agent_version, os, last_seen and more.`,
 			if n.ClusterState != "" {
 				cluster = n.ClusterEngine + ":" + n.ClusterState
 			}
-			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", n.Name, online, n.Transport, n.AgentVersion, n.OS, seen, cluster, formatLabels(n.Labels))
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", n.Name, online, n.Transport, n.AgentVersion, n.OS, seen, cluster, api.FormatLabels(n.Labels))
 		})
 	var rmFlags clientFlags
 	rm := &cobra.Command{

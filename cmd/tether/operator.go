@@ -28,7 +28,9 @@ func newOperatorAddCmd() *cobra.Command {
 (ssh -J NAME@hub:2222 ...); the key is one OpenSSH public key (use - for stdin).
 Their key is pushed at once to the embedded SSH server of every node their
 roles select, limited to the roles' logins. Without --role the operator gets
-the built-in role "all" (every node, any login).`,
+the built-in role "all" (every node, any login). The built-in role "admin"
+also makes them a hub admin: 'tether login' then gives them a short-lived
+admin certificate for the API, which 'tether operator rm' ends.`,
 		Example: `  tether operator add alice --data-dir ./hub --key ~/.ssh/id_ed25519.pub`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -16,7 +16,9 @@ func newRoleCmd() *cobra.Command {
 		Short: "Manage roles: which nodes (label selector) and logins an operator may use",
 		Long: `A role is a node label selector plus the logins it allows there. Operators
 get roles with 'tether operator add NAME --role ROLE'; without --role they get
-the built-in role "all" (every node, any login).
+the built-in role "all" (every node, any login). Holding the built-in role
+"admin" makes an operator a hub admin (see 'tether login'); removing that role
+takes admin access from everyone who holds it.
 
 Selector syntax (terms are ANDed): k=v, k!=v, k in (a,b), k notin (a,b),
 k (label exists), !k (label absent); "*" selects every node.`,

@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -67,19 +65,10 @@ func newTokenListCmd() *cobra.Command {
 			if time.Now().After(t.ExpiresAt) {
 				exp += " (expired)"
 			}
-			return fmt.Sprintf("%s\t%d\t%s\t%s", t.ID, t.UsesLeft, exp, formatLabels(t.Labels))
+			return fmt.Sprintf("%s\t%d\t%s\t%s", t.ID, t.UsesLeft, exp, api.FormatLabels(t.Labels))
 		})
 }
 
 func newTokenRmCmd() *cobra.Command {
 	return argCommand(&cobra.Command{Use: "rm ID", Short: "Revoke a join token"}, (*api.Client).DeleteToken)
-}
-
-func formatLabels(l map[string]string) string {
-	parts := make([]string, 0, len(l))
-	for k, v := range l {
-		parts = append(parts, k+"="+v)
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, ",")
 }

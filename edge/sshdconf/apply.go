@@ -5,13 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/internal/validate"
 )
 
 // dropInHeader starts every drop-in Apply writes.
@@ -22,14 +24,26 @@ const dropInHeader = `# Managed by tether-edge (--manage-sshd); do not edit.
 // Apply installs f for the sshd described by p and reports whether any file
 // changed, so the caller reloads sshd only then.
 //
-// It writes, in this order, the host certificate (unless f.HostCert is nil),
-// the TrustedUserCAKeys file, the RevokedKeys file and finally the drop-in
-// that points at them, so sshd never reads a drop-in naming a missing file
-// (a missing or unreadable RevokedKeys file makes sshd refuse every public
-// key). Each file is replaced atomically: a temp file in the same
-// directory, fsync, rename, fsync of the directory. A file whose bytes are
-// already right is left alone (its mode is still fixed to 0644). Dir and
-// the drop-in's directory are created with mode 0755 when missing.
+// Everything is checked before anything is written. Invalid paths, host
+// certificate, CA keys or revoked keys yield an error wrapping [ErrInvalid]
+// and leave every file alone. A login in f.Principals that cannot name a
+// principals file (see [validate.Login]), or whose principals cannot be
+// written into one, is left out — with no file, that login accepts no
+// certificate — and everything else is still written: a bad login must
+// never keep a revocation from reaching sshd. Apply then returns changed
+// and an error wrapping [ErrSkipped] that names each login left out; the
+// caller should reload sshd as for a nil error and report the skipped
+// logins.
+//
+// It writes, in this order, the RevokedKeys file (first: it is what locks
+// a removed operator out), the TrustedUserCAKeys file, the host
+// certificate (unless f.HostCert is nil), the principals files and finally
+// the drop-in that points at them, so sshd never reads a drop-in naming a
+// missing file (a missing or unreadable RevokedKeys file makes sshd refuse
+// every public key). Each file is replaced atomically: a temp file in the
+// same directory, fsync, rename, fsync of the directory. A file whose bytes
+// are already right is left alone (its mode is still fixed to 0644). Dir
+// and the drop-in's directory are created with mode 0755 when missing.
 //
 // With OpenSSH 9.2 only a change to the drop-in strictly needs a reload:
 // sshd reads the drop-in when it starts, but the files it names on every
@@ -37,8 +51,7 @@ const dropInHeader = `# Managed by tether-edge (--manage-sshd); do not edit.
 // connection even before the reload. Reloading on every change is harmless
 // and does not depend on that.
 //
-// Invalid input yields an error wrapping [ErrInvalid] before anything is
-// written. On a later error, changed still reports the files already
+// On an error writing a file, changed still reports the files already
 // replaced.
 func Apply(p Paths, f Files) (changed bool, err error) {
 	if err := p.Check(); err != nil {
@@ -53,10 +66,24 @@ func Apply(p Paths, f Files) (changed bool, err error) {
 	if err := f.check(hostPub); err != nil {
 		return false, err
 	}
+	principals, skipped := checkPrincipals(f.Principals)
 
 	for _, dir := range []string{p.Dir, filepath.Dir(p.DropIn)} {
 		if err := ensureDir(dir); err != nil {
 			return false, err
+		}
+	}
+	for _, w := range []struct {
+		what, path string
+		data       []byte
+	}{
+		{"revoked keys", p.RevokedKeysPath(), marshalKeys(f.RevokedKeys, true)},
+		{"user CA keys", p.UserCAsPath(), marshalKeys(f.UserCAs, false)},
+	} {
+		c, err := writeFileAtomic(w.path, w.data)
+		changed = changed || c
+		if err != nil {
+			return changed, fmt.Errorf("sshdconf: write %s: %w", w.what, err)
 		}
 	}
 
@@ -70,33 +97,50 @@ func Apply(p Paths, f Files) (changed bool, err error) {
 	} else if _, err := os.Stat(hostCert); errors.Is(err, fs.ErrNotExist) {
 		hostCert = "" // nothing to keep: leave HostCertificate out
 	} else if err != nil {
-		return false, fmt.Errorf("sshdconf: keep host certificate: %w", err)
+		return changed, fmt.Errorf("sshdconf: keep host certificate: %w", err)
 	}
 
 	principalsPattern := ""
-	if f.Principals != nil {
-		c, err := writePrincipals(p.PrincipalsDir(), f.Principals)
+	if principals != nil {
+		c, err := writePrincipals(p.PrincipalsDir(), principals)
 		changed = changed || c
 		if err != nil {
 			return changed, err
 		}
 		principalsPattern = filepath.Join(p.PrincipalsDir(), "%u")
 	}
-	for _, w := range []struct {
-		what, path string
-		data       []byte
-	}{
-		{"user CA keys", p.UserCAsPath(), marshalKeys(f.UserCAs, false)},
-		{"revoked keys", p.RevokedKeysPath(), marshalKeys(f.RevokedKeys, true)},
-		{"drop-in", p.DropIn, renderDropIn(hostCert, p.UserCAsPath(), p.RevokedKeysPath(), principalsPattern)},
-	} {
-		c, err := writeFileAtomic(w.path, w.data)
-		changed = changed || c
-		if err != nil {
-			return changed, fmt.Errorf("sshdconf: write %s: %w", w.what, err)
-		}
+	c, err := writeFileAtomic(p.DropIn, renderDropIn(hostCert, p.UserCAsPath(), p.RevokedKeysPath(), principalsPattern))
+	changed = changed || c
+	if err != nil {
+		return changed, fmt.Errorf("sshdconf: write drop-in: %w", err)
+	}
+	if len(skipped) > 0 {
+		return changed, fmt.Errorf("%w (each accepts no certificate until fixed on the hub): %w", ErrSkipped, errors.Join(skipped...))
 	}
 	return changed, nil
+}
+
+// checkPrincipals returns the entries of principals that can be written
+// (nil for nil), and one error per login left out, sorted by login.
+func checkPrincipals(principals map[string][]string) (ok map[string][]string, skipped []error) {
+	if principals == nil {
+		return nil, nil
+	}
+	ok = make(map[string][]string, len(principals))
+	for _, login := range slices.Sorted(maps.Keys(principals)) {
+		if err := validate.Login(login); err != nil {
+			skipped = append(skipped, fmt.Errorf("login skipped: %w", err))
+			continue
+		}
+		if i := slices.IndexFunc(principals[login], func(pr string) bool {
+			return pr == "" || strings.ContainsAny(pr, " \t\r\n#")
+		}); i >= 0 {
+			skipped = append(skipped, fmt.Errorf("login %q skipped: principal %q is empty or has blanks or '#'", login, principals[login][i]))
+			continue
+		}
+		ok[login] = principals[login]
+	}
+	return ok, skipped
 }
 
 // marshalKeys renders keys one per line in authorized_keys format, without
@@ -137,27 +181,18 @@ func renderDropIn(hostCert, userCAs, revoked, principals string) []byte {
 	return b.Bytes()
 }
 
-var loginRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
-
 // writePrincipals makes dir hold exactly one file per login listing the
 // certificate principals that may log in as it (sshd's
 // AuthorizedPrincipalsFile DIR/%u); files of logins no longer listed are
-// removed, so a login without a file accepts no certificate.
+// removed, so a login without a file accepts no certificate. principals has
+// passed checkPrincipals.
 func writePrincipals(dir string, principals map[string][]string) (changed bool, err error) {
 	if err := ensureDir(dir); err != nil {
 		return false, err
 	}
 	for login, ps := range principals {
-		if !loginRE.MatchString(login) {
-			return changed, invalidf("login %q is not a plain user name", login)
-		}
 		sorted := slices.Clone(ps)
 		slices.Sort(sorted)
-		for _, pr := range sorted {
-			if strings.ContainsAny(pr, " \t\r\n#") || pr == "" {
-				return changed, invalidf("principal %q for %q has blanks or '#'", pr, login)
-			}
-		}
 		c, err := writeFileAtomic(filepath.Join(dir, login), []byte(strings.Join(slices.Compact(sorted), "\n")+"\n"))
 		changed = changed || c
 		if err != nil {

@@ -51,6 +51,12 @@ var (
 	// than by the system: retrying with the same input cannot succeed.
 	ErrInvalid = errors.New("sshdconf: invalid input")
 
+	// ErrSkipped is wrapped by Apply's error when it left out the
+	// principals file of a login it cannot write, and wrote everything else
+	// (revoked keys, CAs, host certificate, drop-in): reload sshd as for
+	// success, and report the error.
+	ErrSkipped = errors.New("sshdconf: principals of some logins left out")
+
 	// ErrNotIncluded is returned by [CheckIncluded] when no global Include
 	// line of the main sshd_config covers the drop-in.
 	ErrNotIncluded = errors.New("sshdconf: drop-in not included by sshd_config")
@@ -172,7 +178,9 @@ type Files struct {
 	// Principals, if not nil, maps each login to the certificate principals
 	// allowed to use it on this node; Apply writes them as
 	// AuthorizedPrincipalsFile Dir/principals/%u. Nil leaves sshd's default
-	// (the certificate must name the login itself).
+	// (the certificate must name the login itself). A login that fails
+	// validate.Login, or a principal that is empty or has blanks or '#',
+	// leaves that login out (see Apply).
 	Principals map[string][]string
 }
 

@@ -87,7 +87,9 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func TestHandshakeTimeout(t *testing.T) {
-	e := newTestEnv(t, func(c *Config) { c.HandshakeTimeout = 200 * time.Millisecond })
+	// Long enough for the real ssh client's handshake on a loaded machine
+	// (200 ms was not: the authenticated login below then failed).
+	e := newTestEnv(t, func(c *Config) { c.HandshakeTimeout = 2 * time.Second })
 	c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(e.port)))
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +105,7 @@ func TestHandshakeTimeout(t *testing.T) {
 		t.Fatalf("banner %q", data)
 	}
 	// Authenticated connections are not affected by the timeout.
-	r := e.ssh(testHost, "sleep 0.5; echo still-here")
+	r := e.ssh(testHost, "sleep 2.5; echo still-here")
 	mustSucceed(t, "ssh past the handshake timeout", r)
 }
 

@@ -16,6 +16,8 @@ import (
 
 	"github.com/gliderlabs/ssh"
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/internal/validate"
 )
 
 // defaultPath is the PATH of sessions when the agent itself has none.
@@ -297,20 +299,11 @@ func (s *Server) sessionEnv(sess ssh.Session) []string {
 		if !ok || strings.ContainsRune(val, 0) {
 			continue
 		}
-		if key == "LANG" || (strings.HasPrefix(key, "LC_") && validEnvName(key)) {
+		if key == "LANG" || (strings.HasPrefix(key, "LC_") && validate.EnvName(key) == nil) {
 			env = append(env, kv)
 		}
 	}
 	return env
-}
-
-func validEnvName(k string) bool {
-	for _, r := range k {
-		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9') {
-			return false
-		}
-	}
-	return k != ""
 }
 
 // forwardAgent exposes the client's agent on a fresh Unix socket in a 0700

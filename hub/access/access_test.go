@@ -247,7 +247,7 @@ func TestKeysAndPrincipalsFor(t *testing.T) {
 	}
 	per, anyLogin := snap.PrincipalsFor(berlin)
 	if !slices.Equal(per["ops"], []string{"tether:berlin-ops:ops"}) || !slices.Equal(per["root"], []string{ProvisionPrincipal}) ||
-		!slices.Equal(anyLogin, []string{"tether:all:*", "tether:everything:*"}) /* "all" is built in */ {
+		!slices.Equal(anyLogin, []string{"tether:admin:*", "tether:all:*", "tether:everything:*"}) /* "admin" and "all" are built in */ {
 		t.Errorf("PrincipalsFor(berlin) = %v, any %v", per, anyLogin)
 	}
 	per, _ = snap.PrincipalsFor(map[string]string{"site": "munich", ProvisionLoginLabel: "deploy"})

@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -54,7 +52,7 @@ func (h *handler) automation(next func(http.ResponseWriter, *http.Request, calle
 			c, err := h.tokenCaller(r.Context(), auth)
 			if err != nil {
 				h.audit(store.AuditEvent{Kind: "api_auth", Remote: r.RemoteAddr, Result: "refused", Detail: r.Method + " " + r.URL.Path + ": " + err.Error()})
-				writeError(w, http.StatusUnauthorized, err.Error())
+				h.writeErr(w, r, err)
 				return
 			}
 			next(w, r, c)
@@ -64,12 +62,12 @@ func (h *handler) automation(next func(http.ResponseWriter, *http.Request, calle
 	}
 }
 
-var errBadAPIToken = errors.New("API token refused: unknown, expired or malformed (create one with `tether apitoken create --role ROLE`)")
+var errBadAPIToken = fail(ErrUnauthenticated, "API token refused: unknown, expired or malformed (create one with `tether apitoken create --role ROLE`)")
 
 func (h *handler) tokenCaller(ctx context.Context, auth string) (caller, error) {
 	tok, ok := strings.CutPrefix(auth, "Bearer ")
 	if !ok {
-		return caller{}, errors.New("Authorization header: want `Bearer tapi_...`")
+		return caller{}, fail(ErrUnauthenticated, "Authorization header: want `Bearer tapi_...`")
 	}
 	tok, ok = strings.CutPrefix(strings.TrimSpace(tok), APITokenPrefix)
 	if !ok {
@@ -90,11 +88,11 @@ func (h *handler) tokenCaller(ctx context.Context, auth string) (caller, error) 
 	}
 	all, err := h.Store.ListRoles(ctx)
 	if err != nil {
-		return caller{}, fmt.Errorf("read roles: %w", err)
+		return caller{}, internal("read roles", err)
 	}
 	i := slices.IndexFunc(all, func(r store.Role) bool { return r.Name == t.Role })
 	if i < 0 {
-		return caller{}, fmt.Errorf("API token %s: its role %q no longer exists", id, t.Role)
+		return caller{}, fail(ErrUnauthenticated, "API token %s: its role %q no longer exists", id, t.Role)
 	}
 	return caller{role: roles.Role(all[i]), name: "apitoken:" + id}, nil
 }
@@ -108,12 +106,9 @@ type APITokenCreateRequest struct {
 
 // APITokenCreateResponse answers POST /v1/apitokens; Token is shown once.
 type APITokenCreateResponse struct {
-	store.APIToken
+	APIToken
 	Token string `json:"token"`
 }
-
-// APIToken is an API token as listings show it (no secret).
-type APIToken = store.APIToken
 
 // MaxAPITokenTTL bounds API token lifetimes.
 const MaxAPITokenTTL = 366 * 24 * time.Hour
@@ -125,25 +120,25 @@ func (h *handler) createAPIToken(w http.ResponseWriter, r *http.Request) {
 	}
 	all, err := h.Store.ListRoles(r.Context())
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("read roles", err))
 		return
 	}
 	if !slices.ContainsFunc(all, func(x store.Role) bool { return x.Name == req.Role }) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("no role named %q; create it first with `tether role create %s --nodes SELECTOR --logins LOGINS`", req.Role, req.Role))
+		h.writeErr(w, r, fail(ErrInvalid, "no role named %q; create it first with `tether role create %s --nodes SELECTOR --logins LOGINS`", req.Role, req.Role))
 		return
 	}
 	ttl := time.Duration(req.TTLSeconds) * time.Second
 	if ttl < 0 || ttl > MaxAPITokenTTL {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("ttl must be between 0 (no expiry) and %s", MaxAPITokenTTL))
+		h.writeErr(w, r, fail(ErrInvalid, "ttl must be between 0 (no expiry) and %s", MaxAPITokenTTL))
 		return
 	}
 	if len(req.Description) > 200 {
-		writeError(w, http.StatusBadRequest, "description is longer than 200 characters")
+		h.writeErr(w, r, fail(ErrInvalid, "description is longer than 200 characters"))
 		return
 	}
 	id, secret, err := pki.NewToken()
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("create an API token", err))
 		return
 	}
 	t := store.APIToken{ID: id, SecretHash: pki.HashSecret(secret), Role: req.Role, Description: req.Description, CreatedAt: time.Now().UTC()}
@@ -151,9 +146,9 @@ func (h *handler) createAPIToken(w http.ResponseWriter, r *http.Request) {
 		t.ExpiresAt = t.CreatedAt.Add(ttl)
 	}
 	if err := h.Store.CreateAPIToken(r.Context(), t); err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("store the API token", err))
 		return
 	}
 	h.audit(store.AuditEvent{Kind: "apitoken_create", Remote: r.RemoteAddr, Result: "ok", Detail: "token " + id + " role " + req.Role})
-	writeJSON(w, http.StatusCreated, APITokenCreateResponse{APIToken: t, Token: APITokenPrefix + id + "." + secret})
+	writeJSON(w, http.StatusCreated, APITokenCreateResponse{APIToken: apiTokenFrom(t), Token: APITokenPrefix + id + "." + secret})
 }

@@ -55,7 +55,7 @@ var ErrHubNotRunning = errors.New("no running hub found")
 func NewLocalClient(dataDir string) (*Client, error) {
 	b, err := os.ReadFile(filepath.Join(dataDir, HubInfoFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w in %s: start it with `tether hub --data-dir %s`, or pass --hub ADDR --identity DIR", ErrHubNotRunning, dataDir, dataDir)
+		return nil, fmt.Errorf("%w in %s: start it with `tether hub --data-dir %s`, or pass --hub ADDR after `tether login`", ErrHubNotRunning, dataDir, dataDir)
 	}
 	if err != nil {
 		return nil, err
@@ -75,24 +75,17 @@ func NewLocalClient(dataDir string) (*Client, error) {
 }
 
 // NewClient builds a client for the hub at addr using the admin identity in
-// identityDir (admin.crt, admin.key, ca.crt — copy them from the hub's data dir).
+// identityDir (admin.crt, admin.key, ca.crt: from `tether login`, or the
+// hub's DATA_DIR/admin on the hub machine).
 func NewClient(addr, identityDir string) (*Client, error) {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return nil, fmt.Errorf("hub address %q: %w (want HOST:PORT)", addr, err)
 	}
-	cert, err := tls.LoadX509KeyPair(filepath.Join(identityDir, AdminCertFile), filepath.Join(identityDir, AdminKeyFile))
-	if err != nil {
-		return nil, fmt.Errorf("load admin identity from %s: %w", identityDir, err)
-	}
-	caPEM, err := os.ReadFile(filepath.Join(identityDir, AdminCAFile))
-	if err != nil {
-		return nil, fmt.Errorf("load hub CA: %w", err)
-	}
-	cas, err := pki.ParseCerts(caPEM)
+	cert, ca, err := LoadAdminIdentity(identityDir)
 	if err != nil {
 		return nil, err
 	}
-	return NewClientTLS(addr, pki.ClientTLSConfig(cert, cas[0])), nil
+	return NewClientTLS(addr, pki.ClientTLSConfig(cert, ca)), nil
 }
 
 // NewClientTLS builds a client with the given TLS config (for operators
@@ -163,6 +156,17 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// Is lets callers branch on the kinds of failure the hub answers with
+// (errors.Is(err, api.ErrNotFound)), the inverse of the server's statusOf.
+func (e *Error) Is(target error) bool {
+	for _, k := range []error{ErrInvalid, ErrUnauthenticated, ErrRefused, ErrNotFound, ErrConflict, ErrRateLimited, ErrUnavailable} {
+		if target == k {
+			return statusOf(k) == e.Status
+		}
+	}
+	return false
+}
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader

@@ -2,12 +2,10 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
-	"github.com/tether-dev/tether/hub/cluster"
 	"github.com/tether-dev/tether/hub/store"
 )
 
@@ -16,7 +14,7 @@ import (
 // → active → deregistering → uninstall_in_progress). Requests name a node;
 // the membership belongs to the ID of the node holding that name.
 // Implementations wrap cluster.ErrInvalid, cluster.ErrConflict and
-// store.ErrNotFound for the API to answer 400, 409 and 404.
+// store.ErrNotFound (statusOf answers 400, 409 and 404).
 type Cluster interface {
 	// Register sets a node's desired state to active with engine.
 	Register(ctx context.Context, node, engine, by string) (store.ClusterMember, error)
@@ -58,22 +56,14 @@ func (h *handler) clusterEnabled(w http.ResponseWriter) bool {
 	return true
 }
 
-// clusterReply answers a register or deregister. The statuses are the
-// cluster package's errors; they belong in the API's one error mapping once
-// it exists.
-func clusterReply(w http.ResponseWriter, m store.ClusterMember, err error) {
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		writeError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, cluster.ErrInvalid):
-		writeError(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, cluster.ErrConflict):
-		writeError(w, http.StatusConflict, err.Error())
-	case err != nil:
-		writeError(w, http.StatusInternalServerError, err.Error())
-	default:
-		writeJSON(w, http.StatusOK, clusterMemberFrom(m))
+// clusterReply answers a register or deregister: the member, or the error
+// through the API's one mapping (statusOf).
+func (h *handler) clusterReply(w http.ResponseWriter, r *http.Request, m store.ClusterMember, err error) {
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
 	}
+	writeJSON(w, http.StatusOK, clusterMemberFrom(m))
 }
 
 func (h *handler) clusterStatus(w http.ResponseWriter, r *http.Request) {
@@ -94,7 +84,7 @@ func (h *handler) clusterRegister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m, err := h.Cluster.Register(r.Context(), r.PathValue("node"), req.Engine, "admin")
-	clusterReply(w, m, err)
+	h.clusterReply(w, r, m, err)
 }
 
 func (h *handler) clusterDeregister(w http.ResponseWriter, r *http.Request) {
@@ -102,5 +92,5 @@ func (h *handler) clusterDeregister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m, err := h.Cluster.Deregister(r.Context(), r.PathValue("node"), "admin")
-	clusterReply(w, m, err)
+	h.clusterReply(w, r, m, err)
 }

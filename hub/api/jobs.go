@@ -248,34 +248,12 @@ func (h *handler) putBlob(w http.ResponseWriter, r *http.Request, c caller) {
 	writeJSON(w, http.StatusCreated, BlobResponse{SHA256: digest, Size: size})
 }
 
-// httpError carries a status for handler helpers.
-type httpError struct {
-	status int
-	msg    string
-}
-
-func (e *httpError) Error() string { return e.msg }
-
-func replyErr(w http.ResponseWriter, err error) {
-	var he *httpError
-	switch {
-	case errors.As(err, &he):
-		writeError(w, he.status, he.msg)
-	case errors.Is(err, jobs.ErrBadSpec):
-		writeError(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, store.ErrNotFound):
-		writeError(w, http.StatusNotFound, err.Error())
-	default:
-		writeError(w, http.StatusInternalServerError, err.Error())
-	}
-}
-
 // resolveTargets turns names or a selector into the nodes the caller may run
 // jobs on (sorted by name). The job is bound to those nodes' IDs from here
 // on. Revoked nodes are never targets.
 func (h *handler) resolveTargets(ctx context.Context, c caller, selector string, names []string) ([]store.NodeRef, error) {
 	if (selector == "") == (len(names) == 0) {
-		return nil, &httpError{http.StatusBadRequest, "give the target nodes as names (--nodes n1,n2) or as a label selector (-l site=lab, or -l '*' for all), not both"}
+		return nil, fail(ErrInvalid, "give the target nodes as names (--nodes n1,n2) or as a label selector (-l site=lab, or -l '*' for all), not both")
 	}
 	all, err := h.Store.ListNodes(ctx)
 	if err != nil {
@@ -290,7 +268,7 @@ func (h *handler) resolveTargets(ctx context.Context, c caller, selector string,
 		var sel roles.Selector
 		if selector != "*" {
 			if sel, err = roles.ParseSelector(selector); err != nil {
-				return nil, &httpError{http.StatusBadRequest, "selector: " + err.Error()}
+				return nil, fail(ErrInvalid, "selector: %s", clean(err))
 			}
 		}
 		for _, n := range all {
@@ -299,7 +277,7 @@ func (h *handler) resolveTargets(ctx context.Context, c caller, selector string,
 			}
 		}
 		if len(targets) == 0 {
-			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("selector %q matches no node (see `tether nodes`)", selector)}
+			return nil, fail(ErrInvalid, "selector %q matches no node (see `tether nodes`)", selector)
 		}
 	} else {
 		seen := map[string]bool{}
@@ -314,13 +292,13 @@ func (h *handler) resolveTargets(ctx context.Context, c caller, selector string,
 			case !ok:
 				unknown = append(unknown, name)
 			case !n.RevokedAt.IsZero():
-				return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("node %q is revoked; it cannot run jobs", name)}
+				return nil, fail(ErrInvalid, "node %q is revoked; it cannot run jobs", name)
 			default:
 				targets = append(targets, n)
 			}
 		}
 		if len(unknown) > 0 {
-			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("no such node: %s (see `tether nodes`)", strings.Join(unknown, ", "))}
+			return nil, fail(ErrInvalid, "no such node: %s (see `tether nodes`)", strings.Join(unknown, ", "))
 		}
 	}
 	return h.authorizeTargets(c, targets)
@@ -341,12 +319,12 @@ func (h *handler) rerunTargets(ctx context.Context, c caller, old store.Job, run
 			return nil, err
 		}
 		if !n.RevokedAt.IsZero() {
-			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("node %q is revoked; it cannot run jobs", n.Name)}
+			return nil, fail(ErrInvalid, "node %q is revoked; it cannot run jobs", n.Name)
 		}
 		targets = append(targets, n)
 	}
 	if len(removed) > 0 {
-		return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("node %s of job %s was removed from the hub since; a machine now under that name is another node (start a new job with --nodes)", strings.Join(removed, ", "), old.ID)}
+		return nil, fail(ErrInvalid, "node %s of job %s was removed from the hub since; a machine now under that name is another node (start a new job with --nodes)", strings.Join(removed, ", "), old.ID)
 	}
 	return h.authorizeTargets(c, targets)
 }
@@ -367,7 +345,7 @@ func (h *handler) authorizeTargets(c caller, targets []store.Node) ([]store.Node
 		if len(denied) > 5 {
 			denied = append(denied[:5], fmt.Sprintf("and %d more", len(denied)-5))
 		}
-		return nil, &httpError{http.StatusForbidden, fmt.Sprintf("role %q may not run jobs on %s (the role must select the node and allow its provisioning login)", c.role.Name, strings.Join(denied, ", "))}
+		return nil, fail(ErrRefused, "role %q may not run jobs on %s (the role must select the node and allow its provisioning login)", c.role.Name, strings.Join(denied, ", "))
 	}
 	slices.SortFunc(out, func(a, b store.NodeRef) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
@@ -408,17 +386,17 @@ func (h *handler) createJob(w http.ResponseWriter, r *http.Request, c caller) {
 		}
 	}
 	if err := jobs.Validate(&spec, h.Blobs); err != nil {
-		replyErr(w, err)
+		h.writeErr(w, r, err)
 		return
 	}
 	targets, err := h.resolveTargets(r.Context(), c, req.Selector, req.Nodes)
 	if err != nil {
-		replyErr(w, err)
+		h.writeErr(w, r, err)
 		return
 	}
 	j, err := h.Jobs.Start(r.Context(), store.Job{Kind: "run", Spec: spec, CreatedBy: c.name}, targets)
 	if err != nil {
-		replyErr(w, err)
+		h.writeErr(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, jobFrom(j))
@@ -523,17 +501,17 @@ func (h *handler) rerunJob(w http.ResponseWriter, r *http.Request, c caller) {
 	spec := old.Spec
 	spec.RerunOf, spec.Role = old.ID, c.jobFilterRole()
 	if err := jobs.Validate(&spec, h.Blobs); err != nil {
-		replyErr(w, err)
+		h.writeErr(w, r, err)
 		return
 	}
 	targets, err := h.rerunTargets(r.Context(), c, old, runs)
 	if err != nil {
-		replyErr(w, err)
+		h.writeErr(w, r, err)
 		return
 	}
 	j, err := h.Jobs.Start(r.Context(), store.Job{Kind: old.Kind, Spec: spec, CreatedBy: c.name}, targets)
 	if err != nil {
-		replyErr(w, err)
+		h.writeErr(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, jobFrom(j))
@@ -548,7 +526,7 @@ func (h *handler) nodeLog(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	n, err := h.Store.GetJobNode(r.Context(), j.ID, r.PathValue("node"))
 	if err != nil {
-		replyErr(w, err)
+		h.writeErr(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -42,4 +43,15 @@ func ParseLabels(args []string) (map[string]string, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// FormatLabels is labels as k=v pairs, sorted, comma-separated (as
+// listings and audit events show them).
+func FormatLabels(l map[string]string) string {
+	parts := make([]string, 0, len(l))
+	for k, v := range l {
+		parts = append(parts, k+"="+v)
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
 }

@@ -58,18 +58,21 @@ type Deps struct {
 	ProvisionLogin func(store.Node) string
 	// Cluster serves the cluster endpoints; nil disables them.
 	Cluster Cluster
+	// Admins decides which admin certificates are accepted (admin.go);
+	// nil refuses them all.
+	Admins Admins
 }
 
 type handler struct{ Deps }
 
 // Login issues SSH user certificates to operators who prove their key.
 type Login interface {
-	Challenge(ctx context.Context, operator string) (nonce string, expires time.Time, err error)
+	// Challenge returns a nonce for operator to sign. It answers every
+	// valid name alike, operator or not; errors wrap ErrRateLimited (with
+	// RetryAfter) when remote asked too often.
+	Challenge(ctx context.Context, operator, remote string) (nonce string, expires time.Time, err error)
 	Login(ctx context.Context, req LoginRequest, remote string) (LoginResponse, error)
 }
-
-// ErrLoginRefused is wrapped by Login errors the client caused.
-var ErrLoginRefused = errors.New("login refused")
 
 func (h *handler) loginChallenge(w http.ResponseWriter, r *http.Request) {
 	var req LoginChallengeRequest
@@ -77,20 +80,16 @@ func (h *handler) loginChallenge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.Login == nil {
-		writeError(w, http.StatusNotFound, "login is not enabled on this hub")
+		h.writeErr(w, r, fail(ErrNotFound, "login is not enabled on this hub"))
 		return
 	}
 	if err := pki.ValidateName(req.Operator); err != nil {
-		writeError(w, http.StatusBadRequest, "operator "+err.Error())
+		h.writeErr(w, r, fail(ErrInvalid, "operator %s", err.Error()))
 		return
 	}
-	nonce, exp, err := h.Login.Challenge(r.Context(), req.Operator)
-	if errors.Is(err, ErrLoginRefused) {
-		writeError(w, http.StatusForbidden, err.Error())
-		return
-	}
+	nonce, exp, err := h.Login.Challenge(r.Context(), req.Operator, r.RemoteAddr)
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, err.Error())
+		h.writeErr(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, LoginChallengeResponse{Nonce: nonce, ExpiresAt: exp})
@@ -102,16 +101,12 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.Login == nil {
-		writeError(w, http.StatusNotFound, "login is not enabled on this hub")
+		h.writeErr(w, r, fail(ErrNotFound, "login is not enabled on this hub"))
 		return
 	}
 	resp, err := h.Login.Login(r.Context(), req, r.RemoteAddr)
-	if errors.Is(err, ErrLoginRefused) {
-		writeError(w, http.StatusForbidden, err.Error())
-		return
-	}
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)
@@ -135,24 +130,31 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("DELETE /v1/nodes/{name}", h.admin(h.removeNode))
 	mux.HandleFunc("POST /v1/nodes/{name}/revoke", h.admin(h.revokeNode))
 	mux.HandleFunc("PUT /v1/roles/{name}", h.admin(h.putRole))
-	mux.HandleFunc("GET /v1/roles", h.admin(list(d.Store.ListRoles)))
-	mux.HandleFunc("DELETE /v1/roles/{name}", h.admin(h.deleteBy("name", "role named", d.Store.DeleteRole,
+	mux.HandleFunc("GET /v1/roles", h.admin(listAs(h, "roles", d.Store.ListRoles, roleFrom)))
+	mux.HandleFunc("DELETE /v1/roles/{name}", h.admin(h.deleteBy("name", "role named", d.Store.DeleteRole, true,
 		func(r *http.Request, name string) store.AuditEvent {
 			return store.AuditEvent{Kind: "role_remove", Remote: r.RemoteAddr, Result: "ok", Detail: name}
 		})))
 	mux.HandleFunc("GET /v1/audit", h.admin(h.listAudit))
 	mux.HandleFunc("POST /v1/tokens", h.admin(h.createToken))
-	mux.HandleFunc("GET /v1/tokens", h.admin(list(d.Store.ListTokens)))
-	mux.HandleFunc("DELETE /v1/tokens/{id}", h.admin(h.deleteBy("id", "token with id", d.Store.DeleteToken, nil)))
+	mux.HandleFunc("GET /v1/tokens", h.admin(listAs(h, "join tokens", d.Store.ListTokens, tokenFrom)))
+	mux.HandleFunc("DELETE /v1/tokens/{id}", h.admin(h.deleteBy("id", "token with id", d.Store.DeleteToken, false,
+		func(r *http.Request, id string) store.AuditEvent {
+			return store.AuditEvent{Kind: "token_remove", Remote: r.RemoteAddr, Result: "ok", Detail: "join token " + id}
+		})))
 	mux.HandleFunc("POST /v1/operators", h.admin(h.addOperator))
-	mux.HandleFunc("GET /v1/operators", h.admin(list(d.Store.ListOperators)))
-	mux.HandleFunc("DELETE /v1/operators/{name}", h.admin(h.deleteBy("name", "operator named", d.Store.RemoveOperator,
+	mux.HandleFunc("GET /v1/operators", h.admin(listAs(h, "operators", d.Store.ListOperators, operatorFrom)))
+	mux.HandleFunc("DELETE /v1/operators/{name}", h.admin(h.deleteBy("name", "operator named", d.Store.RemoveOperator, true,
 		func(r *http.Request, name string) store.AuditEvent {
 			return store.AuditEvent{Kind: "operator_remove", Operator: name, Remote: r.RemoteAddr, Result: "ok"}
 		})))
+	mux.HandleFunc("POST /v1/ca/revoke-admin", h.admin(h.revokeAdmin))
 	mux.HandleFunc("POST /v1/apitokens", h.admin(h.createAPIToken))
-	mux.HandleFunc("GET /v1/apitokens", h.admin(list(d.Store.ListAPITokens)))
-	mux.HandleFunc("DELETE /v1/apitokens/{id}", h.admin(h.deleteBy("id", "API token with id", d.Store.DeleteAPIToken, nil)))
+	mux.HandleFunc("GET /v1/apitokens", h.admin(listAs(h, "API tokens", d.Store.ListAPITokens, apiTokenFrom)))
+	mux.HandleFunc("DELETE /v1/apitokens/{id}", h.admin(h.deleteBy("id", "API token with id", d.Store.DeleteAPIToken, false,
+		func(r *http.Request, id string) store.AuditEvent {
+			return store.AuditEvent{Kind: "apitoken_remove", Remote: r.RemoteAddr, Result: "ok", Detail: "API token " + id}
+		})))
 	mux.HandleFunc("POST /v1/blobs", h.automation(h.putBlob))
 	mux.HandleFunc("POST /v1/jobs", h.automation(h.createJob))
 	mux.HandleFunc("GET /v1/jobs", h.automation(h.listJobs))
@@ -168,7 +170,7 @@ func NewHandler(d Deps) http.Handler {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+		h.writeErr(w, r, fail(ErrNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	return mux
 }
@@ -210,130 +212,21 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// admin wraps handlers that need an admin client certificate.
-func (h *handler) admin(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-			writeError(w, http.StatusUnauthorized, "this endpoint needs the admin client certificate (run the CLI with --data-dir on the hub machine, or --hub with --identity)")
-			return
-		}
-		id, err := pki.IdentityOf(r.TLS.PeerCertificates[0])
-		if err == nil {
-			// Only the hub's own CA issues admin identities, even when an
-			// external step-ca is trusted for node certificates.
-			_, err = h.CA.Verify(r.TLS.PeerCertificates[0])
-		}
-		if err != nil || id.Kind != pki.KindAdmin {
-			writeError(w, http.StatusForbidden, fmt.Sprintf("certificate %q is not an admin identity", r.TLS.PeerCertificates[0].Subject.CommonName))
-			return
-		}
-		next(w, r)
-	}
-}
-
 func newID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
 
-func (h *handler) join(w http.ResponseWriter, r *http.Request) {
-	result := "error"
-	defer func() {
-		if h.Metrics != nil {
-			h.Metrics.Joins.WithLabelValues(result).Inc()
-		}
-	}()
-	var req control.JoinRequest
-	if !decode(w, r, &req) {
-		result = "bad_request"
-		return
-	}
-	if err := req.Validate(); err != nil {
-		result = "bad_request"
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if err := pki.ValidateName(req.Name); err != nil {
-		result = "bad_request"
-		writeError(w, http.StatusBadRequest, "node "+err.Error())
-		return
-	}
-	if slices.Contains(h.ReservedNames, req.Name) {
-		// A node's host certificate names it; it must never be valid for the
-		// bastion's own names.
-		result = "bad_request"
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("node name %q is reserved (it names the hub); choose another --name", req.Name))
-		return
-	}
-	tokenID, secret, err := pki.SplitToken(req.Token)
-	if err != nil {
-		result = "refused"
-		writeError(w, http.StatusForbidden, "join refused: "+err.Error())
-		return
-	}
-	// Sign before consuming a token use so a bad CSR costs nothing; a
-	// certificate whose join is then refused names a node id that never
-	// reaches the store, so the hub refuses it at connect.
-	if _, err := x509.ParseCertificateRequest(req.CSR); err != nil {
-		result = "bad_request"
-		writeError(w, http.StatusBadRequest, "join: invalid CSR: "+err.Error())
-		return
-	}
-	nodeID := newID()
-	chain, err := h.IssueNode(r.Context(), req.CSR, pki.Identity{Kind: pki.KindNode, ID: nodeID}, req.Name, h.NodeCertTTL)
-	if err != nil {
-		result = "bad_request"
-		writeError(w, http.StatusBadRequest, "join: invalid CSR: "+err.Error())
-		return
-	}
-	cert := chain[0]
-	n := store.Node{
-		ID: nodeID, Name: req.Name, Hostname: req.Facts.Hostname, OS: req.Facts.OS, Arch: req.Facts.Arch,
-		MachineID: req.Facts.MachineID, AgentVersion: req.AgentVersion,
-		CertSerial: cert.SerialNumber.Text(16), CertExpires: cert.NotAfter,
-	}
-	n, err = h.Store.Join(r.Context(), tokenID, func(t store.Token) error {
-		if !pki.SecretMatches(t.SecretHash, secret) {
-			return store.ErrTokenUnknown
-		}
-		return nil
-	}, n)
-	switch {
-	case errors.Is(err, store.ErrTokenUnknown), errors.Is(err, store.ErrTokenExpired), errors.Is(err, store.ErrTokenUsedUp):
-		result = "refused"
-		h.audit(store.AuditEvent{Kind: "join", Node: req.Name, Remote: r.RemoteAddr, Result: "refused", Detail: "token " + tokenID + ": " + err.Error()})
-		h.Logger.Info("join refused", "token_id", tokenID, "name", req.Name, "remote", r.RemoteAddr, "reason", err)
-		writeError(w, http.StatusForbidden, "join refused: "+err.Error()+"; ask an admin for a new join string (`tether token create`)")
-		return
-	case errors.Is(err, store.ErrNameTaken):
-		result = "conflict"
-		writeError(w, http.StatusConflict, fmt.Sprintf("join refused: node name %q is already registered; choose another --name, or remove the old node with `tether nodes rm %s`", req.Name, req.Name))
-		return
-	case err != nil:
-		writeError(w, http.StatusInternalServerError, "join: "+err.Error())
-		return
-	}
-	result = "ok"
-	h.audit(store.AuditEvent{Kind: "join", Node: n.Name, Remote: r.RemoteAddr, Result: "ok", Detail: "node id " + n.ID + ", token " + tokenID})
-	h.Logger.Info("node joined", "node", n.Name, "id", n.ID, "token_id", tokenID, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, control.JoinResponse{
-		NodeID: n.ID, Name: n.Name,
-		Cert: string(pki.EncodeCerts(chain...)), CA: string(pki.EncodeCerts(h.CA.Certificate())),
-		NodeCA: string(pki.EncodeCerts(h.NodeCA)),
-		Hubs:   h.Advertise,
-	})
-}
-
 func (h *handler) listNodes(w http.ResponseWriter, r *http.Request) {
 	nodes, err := h.Store.ListNodes(r.Context())
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("list nodes", err))
 		return
 	}
 	members, err := h.Store.ListClusterMembers(r.Context())
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("list cluster members", err))
 		return
 	}
 	cluster := make(map[string]store.ClusterMember, len(members))
@@ -348,21 +241,21 @@ func (h *handler) listNodes(w http.ResponseWriter, r *http.Request) {
 			nodes[i].ClusterEngine, nodes[i].ClusterState = m.Engine, m.State
 		}
 	}
-	writeJSON(w, http.StatusOK, nodes)
+	writeJSON(w, http.StatusOK, convertAll(nodes, nodeFrom))
 }
 
 func (h *handler) removeNode(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	n, err := h.Store.GetNodeByName(r.Context(), name)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no node named %q", name))
+		h.writeErr(w, r, fail(ErrNotFound, "no node named %q", name))
 		return
 	}
 	if err == nil {
 		err = h.Store.DeleteNode(r.Context(), n.ID)
 	}
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("remove node "+strconv.Quote(name), err))
 		return
 	}
 	if h.Jobs != nil {
@@ -373,7 +266,7 @@ func (h *handler) removeNode(w http.ResponseWriter, r *http.Request) {
 	}
 	h.audit(store.AuditEvent{Kind: "remove", Node: name, Remote: r.RemoteAddr, Result: "ok", Detail: "node id " + n.ID})
 	h.Logger.Info("node removed", "node", name, "id", n.ID)
-	writeJSON(w, http.StatusOK, n)
+	writeJSON(w, http.StatusOK, nodeFrom(n))
 }
 
 func (h *handler) createToken(w http.ResponseWriter, r *http.Request) {
@@ -383,33 +276,35 @@ func (h *handler) createToken(w http.ResponseWriter, r *http.Request) {
 	}
 	ttl := time.Duration(req.TTLSeconds) * time.Second
 	if ttl <= 0 || ttl > MaxTokenTTL {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("ttl must be between 1s and %s", MaxTokenTTL))
+		h.writeErr(w, r, fail(ErrInvalid, "ttl must be between 1s and %s", MaxTokenTTL))
 		return
 	}
 	if req.Uses < 1 || req.Uses > MaxTokenUses {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("uses must be between 1 and %d", MaxTokenUses))
+		h.writeErr(w, r, fail(ErrInvalid, "uses must be between 1 and %d", MaxTokenUses))
 		return
 	}
 	if err := ValidateLabels(req.Labels); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		h.writeErr(w, r, fail(ErrInvalid, "%s", err.Error()))
 		return
 	}
 	if len(h.Advertise) == 0 {
-		writeError(w, http.StatusInternalServerError, "hub has no advertised address; start it with --advertise HOST:PORT")
+		h.writeErr(w, r, fail(errInternal, "hub has no advertised address; start it with --advertise HOST:PORT"))
 		return
 	}
 	id, secret, err := pki.NewToken()
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("create a join token", err))
 		return
 	}
 	now := time.Now()
 	t := store.Token{ID: id, SecretHash: pki.HashSecret(secret), Labels: req.Labels, UsesLeft: req.Uses, ExpiresAt: now.Add(ttl), CreatedAt: now}
 	if err := h.Store.CreateToken(r.Context(), t); err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("store the join token", err))
 		return
 	}
 	js := pki.JoinString{Addrs: h.Advertise, Token: id + "." + secret, CAPin: h.CA.Pin()}
+	h.audit(store.AuditEvent{Kind: "token_create", Remote: r.RemoteAddr, Result: "ok",
+		Detail: fmt.Sprintf("token %s: %d use(s) until %s, labels %s", id, req.Uses, t.ExpiresAt.UTC().Format(time.RFC3339), FormatLabels(req.Labels))})
 	h.Logger.Info("join token created", "token_id", id, "uses", req.Uses, "expires", t.ExpiresAt)
 	writeJSON(w, http.StatusCreated, TokenCreateResponse{ID: id, JoinString: js.String(), ExpiresAt: t.ExpiresAt})
 }
@@ -435,12 +330,12 @@ func (h *handler) addOperator(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := pki.ValidateName(req.Name); err != nil {
-		writeError(w, http.StatusBadRequest, "operator "+err.Error())
+		h.writeErr(w, r, fail(ErrInvalid, "operator %s", err.Error()))
 		return
 	}
 	key, err := ParseAuthorizedKey(req.PublicKey)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		h.writeErr(w, r, fail(ErrInvalid, "%s", err.Error()))
 		return
 	}
 	if len(req.Roles) == 0 {
@@ -448,28 +343,40 @@ func (h *handler) addOperator(w http.ResponseWriter, r *http.Request) {
 	}
 	known, err := h.Store.ListRoles(r.Context())
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("read roles", err))
 		return
 	}
 	for _, name := range req.Roles {
 		if !slices.ContainsFunc(known, func(k store.Role) bool { return k.Name == name }) {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("no role named %q; create it with `tether role create %s --nodes SELECTOR --logins LOGINS`", name, name))
+			h.writeErr(w, r, fail(ErrInvalid, "no role named %q; create it with `tether role create %s --nodes SELECTOR --logins LOGINS`", name, name))
 			return
 		}
 	}
 	o := store.Operator{Name: req.Name, PublicKey: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(key))),
 		Fingerprint: gossh.FingerprintSHA256(key), Roles: req.Roles, CreatedAt: time.Now()}
 	if err := h.Store.AddOperator(r.Context(), o); errors.Is(err, store.ErrNameTaken) {
-		writeError(w, http.StatusConflict, fmt.Sprintf("operator %q or key %s is already registered", o.Name, o.Fingerprint))
+		h.writeErr(w, r, fail(ErrConflict, "operator %q or key %s is already registered", o.Name, o.Fingerprint))
 		return
 	} else if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("add operator "+strconv.Quote(o.Name), err))
 		return
 	}
 	h.OperatorsChanged()
 	h.audit(store.AuditEvent{Kind: "operator_add", Operator: o.Name, KeyFingerprint: o.Fingerprint, Remote: r.RemoteAddr, Result: "ok", Detail: "roles " + strings.Join(o.Roles, ",")})
 	h.Logger.Info("operator added", "operator", o.Name, "key", o.Fingerprint, "roles", o.Roles)
-	writeJSON(w, http.StatusCreated, o)
+	writeJSON(w, http.StatusCreated, operatorFrom(o))
+}
+
+// listAs serves a store listing as a JSON array of API types.
+func listAs[T, W any](h *handler, what string, fetch func(context.Context) ([]T, error), conv func(T) W) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		items, err := fetch(r.Context())
+		if err != nil {
+			h.writeErr(w, r, internal("list "+what, err))
+			return
+		}
+		writeJSON(w, http.StatusOK, convertAll(items, conv))
+	}
 }
 
 // list serves a store listing as a JSON array ([] rather than null).
@@ -488,22 +395,23 @@ func list[T any](fetch func(context.Context) ([]T, error)) http.HandlerFunc {
 }
 
 // deleteBy serves a DELETE of the object named by path value key: 404 with
-// "no WHAT X" when missing; on success, access changes are pushed (token
-// deletes change no access, so an audit func of nil also skips the push).
-func (h *handler) deleteBy(key, what string, del func(context.Context, string) error, audit func(*http.Request, string) store.AuditEvent) http.HandlerFunc {
+// "no WHAT X" when missing; on success the removal is audited, and when it
+// changes what operators may reach on the nodes (pushAccess), the new
+// access is pushed to them.
+func (h *handler) deleteBy(key, what string, del func(context.Context, string) error, pushAccess bool, audit func(*http.Request, string) store.AuditEvent) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		v := r.PathValue(key)
 		if err := del(r.Context(), v); errors.Is(err, store.ErrNotFound) {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("no %s %q", what, v))
+			h.writeErr(w, r, fail(ErrNotFound, "no %s %q", what, v))
 			return
 		} else if err != nil {
-			writeError(w, http.StatusInternalServerError, err.Error())
+			h.writeErr(w, r, internal("remove "+what+" "+strconv.Quote(v), err))
 			return
 		}
-		if audit != nil {
+		if pushAccess {
 			h.OperatorsChanged()
-			h.audit(audit(r, v))
 		}
+		h.audit(audit(r, v))
 		w.WriteHeader(http.StatusNoContent)
 	}
 }
@@ -521,14 +429,14 @@ func (h *handler) revokeNode(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	n, err := h.Store.GetNodeByName(r.Context(), name)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no node named %q", name))
+		h.writeErr(w, r, fail(ErrNotFound, "no node named %q", name))
 		return
 	}
 	if err == nil {
 		err = h.Store.RevokeNode(r.Context(), n.ID, time.Now())
 	}
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("revoke node "+strconv.Quote(name), err))
 		return
 	}
 	// Durable first, then the live session: a reconnect is refused from now on.
@@ -537,8 +445,10 @@ func (h *handler) revokeNode(w http.ResponseWriter, r *http.Request) {
 	}
 	h.audit(store.AuditEvent{Kind: "revoke", Node: name, Remote: r.RemoteAddr, Result: "ok", Detail: "node id " + n.ID})
 	h.Logger.Info("node revoked", "node", name, "id", n.ID)
-	n, _ = h.Store.GetNode(r.Context(), n.ID)
-	writeJSON(w, http.StatusOK, n)
+	if revoked, err := h.Store.GetNode(r.Context(), n.ID); err == nil {
+		n = revoked
+	}
+	writeJSON(w, http.StatusOK, nodeFrom(n))
 }
 
 func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
@@ -548,16 +458,16 @@ func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
 	}
 	role := roles.Role{Name: r.PathValue("name"), Nodes: req.Nodes, Logins: req.Logins}
 	if err := role.Validate(); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		h.writeErr(w, r, fail(ErrInvalid, "%s", clean(err)))
 		return
 	}
 	if err := h.Store.PutRole(r.Context(), store.Role(role)); err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("store role "+strconv.Quote(role.Name), err))
 		return
 	}
 	h.OperatorsChanged()
 	h.audit(store.AuditEvent{Kind: "role_put", Remote: r.RemoteAddr, Result: "ok", Detail: fmt.Sprintf("%s: nodes %q logins %s", role.Name, role.Nodes, strings.Join(role.Logins, ","))})
-	writeJSON(w, http.StatusOK, role)
+	writeJSON(w, http.StatusOK, roleFrom(store.Role(role)))
 }
 
 func (h *handler) listAudit(w http.ResponseWriter, r *http.Request) {
@@ -566,7 +476,7 @@ func (h *handler) listAudit(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("since"); v != "" {
 		t, err := time.Parse(time.RFC3339, v)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("since %q: want RFC 3339 time, e.g. 2026-01-02T15:04:05Z", v))
+			h.writeErr(w, r, fail(ErrInvalid, "since %q: want RFC 3339 time, e.g. 2026-01-02T15:04:05Z", v))
 			return
 		}
 		f.Since = t
@@ -574,15 +484,15 @@ func (h *handler) listAudit(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 10000 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want 1..10000", v))
+			h.writeErr(w, r, fail(ErrInvalid, "limit %q: want 1..10000", v))
 			return
 		}
 		f.Limit = n
 	}
 	events, err := h.Store.ListAudit(r.Context(), f)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		h.writeErr(w, r, internal("read the audit log", err))
 		return
 	}
-	writeJSON(w, http.StatusOK, events)
+	writeJSON(w, http.StatusOK, convertAll(events, auditEventFrom))
 }

@@ -7,8 +7,6 @@ package api
 
 import (
 	"time"
-
-	"github.com/tether-dev/tether/hub/store"
 )
 
 // TokenCreateRequest is the body of POST /v1/tokens.
@@ -38,12 +36,6 @@ type RolePutRequest struct {
 	Logins []string `json:"logins"`
 }
 
-// Role is a role as the API shows it.
-type Role = store.Role
-
-// AuditEvent is an audit log entry as the API shows it.
-type AuditEvent = store.AuditEvent
-
 // SSHTrust answers GET /v1/ssh/trust (no authentication: public keys only).
 type SSHTrust struct {
 	Bastion      string   `json:"bastion"`       // host:port operators jump through
@@ -52,15 +44,6 @@ type SSHTrust struct {
 	HostCAs      []string `json:"host_cas"`      // trust for @cert-authority (current first)
 	UserCAs      []string `json:"user_cas"`      // TrustedUserCAKeys for nodes' sshd
 }
-
-// Node is a node as the API shows it.
-type Node = store.Node
-
-// Operator is an operator as the API shows it.
-type Operator = store.Operator
-
-// Token is a token as the API shows it (never the secret).
-type Token = store.Token
 
 // Limits on admin inputs.
 const (
@@ -87,6 +70,10 @@ type LoginRequest struct {
 	Nonce           string `json:"nonce"`
 	SignatureFormat string `json:"signature_format"`
 	Signature       []byte `json:"signature"`
+	// AdminCSR (DER), if set, asks for an admin client certificate, given
+	// only to operators holding the admin role; the signature is then over
+	// hub.AdminLoginPayload, which binds it.
+	AdminCSR []byte `json:"admin_csr,omitempty"`
 }
 
 // LoginResponse carries the user certificate.
@@ -94,4 +81,7 @@ type LoginResponse struct {
 	Certificate string    `json:"certificate"` // authorized_keys format
 	ValidBefore time.Time `json:"valid_before"`
 	Principals  []string  `json:"principals"`
+	// AdminCert is the admin client certificate chain (PEM, leaf first)
+	// for AdminCSR, if the operator holds the admin role.
+	AdminCert string `json:"admin_cert,omitempty"`
 }

@@ -11,20 +11,16 @@ package roles
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
+
+	"github.com/tether-dev/tether/internal/validate"
 )
 
 // Bounds on a role.
 const (
-	MaxRoleNameLen = 63 // a DNS label
-	MaxLoginLen    = 32 // the common useradd limit
-	MaxLogins      = 64 // logins in one role
-)
-
-var (
-	roleNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	loginRE    = regexp.MustCompile(`^[a-z_][a-z0-9_-]*[$]?$`)
+	MaxRoleNameLen = validate.MaxDNSLabelLen // a DNS label
+	MaxLoginLen    = validate.MaxLoginLen    // the common useradd limit
+	MaxLogins      = 64                      // logins in one role
 )
 
 // AnyLogin in Logins allows every login name (the built-in "all" role).
@@ -35,16 +31,25 @@ const AnyLogin = "*"
 // for least privilege.
 var BuiltinAll = Role{Name: "all", Nodes: "*", Logins: []string{AnyLogin}}
 
+// BuiltinAdmin is the role that makes an operator a hub admin: `tether
+// login` gives its holders a short-lived admin client certificate for the
+// HTTP API besides their SSH certificate, and `tether operator rm` (or
+// taking the role away) ends their API access at the next request. Like
+// "all" it selects every node with any login, since an admin can grant
+// themselves that anyway; holding the role by name is what makes an admin.
+var BuiltinAdmin = Role{Name: "admin", Nodes: "*", Logins: []string{AnyLogin}}
+
 // Role is a named node selector plus the logins it allows on those nodes.
 type Role struct {
 	// Name identifies the role: a DNS label (lowercase letters, digits and
-	// inner dashes, at most 63 characters).
+	// inner dashes, at most 63 characters, not all digits; validate.RoleName).
 	Name string `json:"name"`
 	// Nodes is the node label selector as given by the operator (see
 	// Selector for the syntax). "" and "*" select every node.
 	Nodes string `json:"nodes"`
 	// Logins are the SSH user names the role allows on selected nodes,
-	// e.g. ["root", "ubuntu"]. At least one is required.
+	// e.g. ["root", "ubuntu"], each valid for validate.Login (or AnyLogin).
+	// At least one is required.
 	Logins []string `json:"logins"`
 }
 
@@ -57,8 +62,8 @@ func (r Role) Validate() error {
 
 // check is Validate, also returning the parsed selector.
 func (r Role) check() (Selector, error) {
-	if !roleNameRE.MatchString(r.Name) {
-		return Selector{}, fmt.Errorf("roles: invalid role name %q: lowercase letters, digits and inner dashes, at most %d characters", r.Name, MaxRoleNameLen)
+	if err := validate.RoleName(r.Name); err != nil {
+		return Selector{}, fmt.Errorf("roles: %w", err)
 	}
 	sel, err := ParseSelector(r.Nodes)
 	if err != nil {
@@ -77,8 +82,10 @@ func (r Role) check() (Selector, error) {
 		if l == AnyLogin {
 			continue
 		}
-		if len(l) > MaxLoginLen || !loginRE.MatchString(l) {
-			return Selector{}, fmt.Errorf("roles: role %q: invalid login %q: a POSIX user name ([a-z_][a-z0-9_-]*, optional trailing $), at most %d characters", r.Name, l, MaxLoginLen)
+		// One rule with the node's side: a login the node's managed sshd
+		// cannot name a principals file after must not be granted here.
+		if err := validate.Login(l); err != nil {
+			return Selector{}, fmt.Errorf("roles: role %q: %w", r.Name, err)
 		}
 	}
 	return sel, nil

@@ -27,7 +27,8 @@ func TestRoleValidate(t *testing.T) {
 		{"digit name", with(func(r *Role) { r.Name = "0ps1" }), ""},
 		{"63 char name", with(func(r *Role) { r.Name = strings.Repeat("a", 63) }), ""},
 		{"login underscore", with(func(r *Role) { r.Logins = []string{"_svc"} }), ""},
-		{"login dollar", with(func(r *Role) { r.Logins = []string{"machine$"} }), ""},
+		{"login dot", with(func(r *Role) { r.Logins = []string{"first.last"} }), ""},
+		{"digits name", with(func(r *Role) { r.Name = "123" }), ""},
 		{"login dash digits", with(func(r *Role) { r.Logins = []string{"deploy-01"} }), ""},
 		{"login 32 chars", with(func(r *Role) { r.Logins = []string{strings.Repeat("u", 32)} }), ""},
 		{"duplicate logins", with(func(r *Role) { r.Logins = []string{"root", "root"} }), ""},
@@ -46,6 +47,10 @@ func TestRoleValidate(t *testing.T) {
 		{"upper login", with(func(r *Role) { r.Logins = []string{"Root"} }), `invalid login "Root"`},
 		{"digit first login", with(func(r *Role) { r.Logins = []string{"1user"} }), `invalid login "1user"`},
 		{"dash first login", with(func(r *Role) { r.Logins = []string{"-oProxyCommand"} }), "invalid login"},
+		// A trailing '$' (Samba machine accounts) is no SSH login, and a
+		// managed sshd cannot name a principals file after it.
+		{"login dollar", with(func(r *Role) { r.Logins = []string{"machine$"} }), `invalid login "machine$"`},
+		{"dot first login", with(func(r *Role) { r.Logins = []string{".."} }), "invalid login"},
 		{"dollar inside login", with(func(r *Role) { r.Logins = []string{"a$b"} }), "invalid login"},
 		{"only dollar", with(func(r *Role) { r.Logins = []string{"$"} }), "invalid login"},
 		{"space login", with(func(r *Role) { r.Logins = []string{"ro ot"} }), "invalid login"},

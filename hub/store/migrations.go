@@ -1,6 +1,6 @@
 package store
 
-const schemaVersion = 5
+const schemaVersion = 6
 
 var migrations = []string{
 	// v1
@@ -69,8 +69,10 @@ var migrations = []string{
 	);`,
 	// v4: jobs and per-node results, cluster memberships, API tokens.
 	migrationV4,
-	// v5: cluster memberships and job runs follow the node's ID, not its name.
-	migrationV5,
+	// v5: settings, the built-in role "admin" (admin.go).
+	migrationAdmin,
+	// v6: cluster memberships and job runs follow the node's ID, not its name.
+	migrationNodeIDs,
 }
 
 const migrationV4 = `CREATE TABLE jobs (
@@ -119,7 +121,7 @@ const migrationV4 = `CREATE TABLE jobs (
 		expires_at INTEGER NOT NULL DEFAULT 0
 	);`
 
-// migrationV5 keys what belongs to a node by the node's ID. Before it, a
+// migrationNodeIDs keys what belongs to a node by the node's ID. Before it, a
 // machine joining under a removed node's name inherited that node's cluster
 // membership and its waiting job runs. Names are mapped to IDs through the
 // nodes table at migration time:
@@ -131,7 +133,7 @@ const migrationV4 = `CREATE TABLE jobs (
 //     created; a run whose node is gone keeps its row as history with an
 //     empty node_id, and one still pending or waiting is ended as skipped
 //     ("node removed") so it can never run on a newcomer.
-const migrationV5 = `CREATE TABLE cluster_members_v5 (
+const migrationNodeIDs = `CREATE TABLE cluster_members_by_id (
 		node_id TEXT PRIMARY KEY REFERENCES nodes (id) ON DELETE CASCADE,
 		engine TEXT NOT NULL,
 		desired TEXT NOT NULL,
@@ -142,11 +144,11 @@ const migrationV5 = `CREATE TABLE cluster_members_v5 (
 		last_job TEXT NOT NULL DEFAULT '',
 		updated_at INTEGER NOT NULL
 	);
-	INSERT INTO cluster_members_v5 (node_id, engine, desired, state, engine_digest, last_transition, last_error, last_job, updated_at)
+	INSERT INTO cluster_members_by_id (node_id, engine, desired, state, engine_digest, last_transition, last_error, last_job, updated_at)
 		SELECT n.id, m.engine, m.desired, m.state, m.engine_digest, m.last_transition, m.last_error, m.last_job, m.updated_at
 		FROM cluster_members m JOIN nodes n ON n.name = m.node AND m.updated_at >= n.created_at;
 	DROP TABLE cluster_members;
-	ALTER TABLE cluster_members_v5 RENAME TO cluster_members;
+	ALTER TABLE cluster_members_by_id RENAME TO cluster_members;
 	ALTER TABLE job_nodes ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
 	UPDATE job_nodes SET node_id = COALESCE((SELECT n.id FROM nodes n JOIN jobs j ON j.id = job_nodes.job_id
 		WHERE n.name = job_nodes.node AND n.created_at <= j.created_at), '');

@@ -242,7 +242,7 @@ func TestRolesAuditRevoke(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t)
 	roles, err := s.ListRoles(ctx)
-	if err != nil || len(roles) != 1 || roles[0].Name != "all" || roles[0].Nodes != "*" {
+	if err != nil || len(roles) != 2 || roles[0].Name != "admin" || roles[1].Name != "all" || roles[1].Nodes != "*" {
 		t.Fatalf("built-in roles: %+v %v", roles, err)
 	}
 	if err := s.PutRole(ctx, Role{Name: "ops", Nodes: "site=lab", Logins: []string{"root"}}); err != nil {
@@ -252,7 +252,7 @@ func TestRolesAuditRevoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	roles, _ = s.ListRoles(ctx)
-	if len(roles) != 2 || roles[1].Nodes != "site=berlin" || roles[1].Logins[0] != "ubuntu" {
+	if len(roles) != 3 || roles[2].Nodes != "site=berlin" || roles[2].Logins[0] != "ubuntu" {
 		t.Fatalf("after update: %+v", roles)
 	}
 	if err := s.DeleteRole(ctx, "nope"); !errors.Is(err, ErrNotFound) {

@@ -7,7 +7,7 @@
 // implementation (sqlite.go: open and encoding helpers; migrations.go: the
 // schema) keeps one file per table group, each beside its record type:
 // nodes.go, tokens.go, operators.go, roles.go, audit.go, apitokens.go,
-// jobs.go, cluster.go.
+// admin.go (hub-wide settings), jobs.go, cluster.go.
 //
 // What outlives a connection and belongs to a node (its cluster membership,
 // its runs in jobs) is keyed by the node's ID, never by its name: a name is
@@ -35,6 +35,9 @@ type Store interface {
 	// CreateToken stores a new join token.
 	CreateToken(ctx context.Context, t Token) error
 	ListTokens(ctx context.Context) ([]Token, error)
+	// GetToken returns join token id (ErrNotFound if there is none), for
+	// the join endpoint to authenticate a request before it signs anything.
+	GetToken(ctx context.Context, id string) (Token, error)
 	DeleteToken(ctx context.Context, id string) error
 
 	// Join atomically checks and consumes one use of token id (check compares
@@ -72,6 +75,7 @@ type Store interface {
 	JobStore
 	ClusterStore
 	APITokenStore
+	AdminStore
 
 	Close() error
 }

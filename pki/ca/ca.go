@@ -292,3 +292,8 @@ func (c *CA) Verify(cert *x509.Certificate) (pki.Identity, error) {
 	}
 	return pki.IdentityOf(cert)
 }
+
+// IssuedAt is when this CA signed cert, to the second: its NotBefore
+// without the clock-skew backdating. The hub compares it with the time of
+// the last admin revocation.
+func IssuedAt(cert *x509.Certificate) time.Time { return cert.NotBefore.Add(clockSkew) }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tether-dev/tether/internal/validate"
 )
 
 // Command is what Run executes. Exactly one of Line and Script is set. The
@@ -19,8 +21,8 @@ type Command struct {
 	// the interpreter its #! line names (with its optional argument, as
 	// the kernel would), or by /bin/sh without one.
 	Script []byte
-	// Env is added to the command's environment. Names must match
-	// [A-Za-z_][A-Za-z0-9_]*; values must not contain NUL.
+	// Env is added to the command's environment. Names must pass
+	// validate.EnvName ([A-Za-z_][A-Za-z0-9_]*); values must not contain NUL.
 	Env map[string]string
 }
 
@@ -126,8 +128,8 @@ func (cmd *Command) validate(node string) error {
 		return fmt.Errorf("runner: node %q: command line contains a NUL byte: %w", node, ErrInvalid)
 	}
 	for name, value := range cmd.Env {
-		if !validEnvName(name) {
-			return fmt.Errorf("runner: node %q: environment variable name %q is invalid (want [A-Za-z_][A-Za-z0-9_]*): %w", node, name, ErrInvalid)
+		if err := validate.EnvName(name); err != nil {
+			return fmt.Errorf("runner: node %q: %w: %w", node, err, ErrInvalid)
 		}
 		if strings.IndexByte(value, 0) >= 0 {
 			return fmt.Errorf("runner: node %q: environment variable %s contains a NUL byte: %w", node, name, ErrInvalid)
@@ -139,22 +141,6 @@ func (cmd *Command) validate(node string) error {
 		}
 	}
 	return nil
-}
-
-func validEnvName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // argv is the command's argument vector on the node; scriptPath is where

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -67,13 +68,14 @@ func TestInterpreter(t *testing.T) {
 	}
 }
 
-func TestValidEnvName(t *testing.T) {
+func TestCommandEnvNames(t *testing.T) {
 	for name, want := range map[string]bool{
 		"A": true, "_": true, "a_B9": true, "_9": true,
 		"": false, "9A": false, "A-B": false, "A.B": false, "A=B": false, "Ä": false, "A B": false,
 	} {
-		if got := validEnvName(name); got != want {
-			t.Errorf("validEnvName(%q) = %v", name, got)
+		err := (&Command{Line: "true", Env: map[string]string{name: "v"}}).validate(testNodeName)
+		if (err == nil) != want || (err != nil && !errors.Is(err, ErrInvalid)) {
+			t.Errorf("env name %q: validate() = %v, want ok=%v", name, err, want)
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/internal/validate"
 )
 
 // Sentinel errors. Errors returned by this package wrap one of them where
@@ -144,6 +146,9 @@ func (r *Runner) connect(ctx context.Context, node string, auth Auth) (*Client, 
 	}
 	if auth.Login == "" || auth.Signer == nil {
 		return nil, fmt.Errorf("runner: connect to node %q: Auth needs a Login and a Signer: %w", node, ErrInvalid)
+	}
+	if err := validate.Login(auth.Login); err != nil {
+		return nil, fmt.Errorf("runner: connect to node %q: %w: %w", node, err, ErrInvalid)
 	}
 	cas := r.cfg.HostCAs()
 	if len(cas) == 0 {

@@ -1,5 +1,8 @@
-// Package control defines the messages of a session's control stream (the
-// first stream the agent opens after connecting) and of the join request.
+// Package control is the node control protocol: the messages of a
+// session's control stream (the first stream the agent opens after
+// connecting), their order (see session.go), the capabilities an agent
+// announces, the liveness rule both sides apply, and the join request.
+// The hub and the agent both take all of it from here.
 //
 // Wire layout of one control frame:
 //
@@ -61,7 +64,7 @@ type Hello struct {
 	Name            string   `json:"name"`
 	AgentVersion    string   `json:"agent_version"`
 	Facts           Facts    `json:"facts"`
-	Capabilities    []string `json:"capabilities,omitempty"` // e.g. "ssh-embedded", "ssh-local", "tcp"
+	Capabilities    []string `json:"capabilities,omitempty"` // the Cap* constants; unknown ones are ignored
 	// HostKey is the node SSH server's public host key (authorized_keys
 	// format), which the hub certifies with its host CA; empty if unknown.
 	HostKey string `json:"host_key,omitempty"`

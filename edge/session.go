@@ -1,0 +1,258 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
+)
+
+// Timeouts of one connection attempt.
+const (
+	dialTimeout    = 20 * time.Second // per hub address
+	openCtlTimeout = 10 * time.Second // opening the control stream
+	welcomeTimeout = 15 * time.Second // from hello to welcome
+	sendTimeout    = 10 * time.Second // one control message
+)
+
+// session is one connection to the hub: the tunnel, its control stream
+// (see control's protocol: hello, welcome, then heartbeats, renewals,
+// trust and notices), and the streams the hub opens, served until any of
+// them ends.
+type session struct {
+	a    *Agent
+	tun  tunnel.Session
+	hub  string // the address dialed
+	log  *slog.Logger
+	ctrl tunnel.Stream
+
+	sendMu sync.Mutex // serializes writes on ctrl
+}
+
+// runOnce makes one connection and serves it until it ends. connected
+// reports whether the hub accepted the session.
+func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
+	a.setState(StateConnecting, transition{})
+	s, err := a.dial(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer s.tun.Close()
+	// Stop everything of this session when ctx ends.
+	stop := context.AfterFunc(ctx, func() { s.tun.Close() })
+	defer stop()
+
+	a.setState(StateHandshaking, transition{})
+	octx, cancel := context.WithTimeout(ctx, openCtlTimeout)
+	s.ctrl, err = s.tun.OpenStream(octx)
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("open control stream: %w", err)
+	}
+	defer s.ctrl.Close()
+	welcome, err := s.handshake()
+	if err != nil {
+		return false, err
+	}
+	s.log.Info("connected to hub")
+	a.setState(StateConnected, transition{hub: s.hub, transport: s.tun.Transport().String()})
+	return true, s.serve(ctx, control.AgentLiveness(a.cfg.Tunnel, welcome))
+}
+
+// dial opens a tunnel to the first of the node's hubs that answers.
+func (a *Agent) dial(ctx context.Context) (*session, error) {
+	tc := pki.ClientTLSConfig(a.cert(), a.id.CA)
+	// Resume the last session's TLS state when the hub allows it: after a
+	// hub restart the whole fleet reconnects at once, and a resumed
+	// handshake costs both sides far less than a full one.
+	tc.ClientSessionCache = a.sessionCache()
+	d := &tunnel.Dialer{TLSConfig: tc, Config: a.cfg.Tunnel, Transport: a.cfg.Transport, Logger: a.log,
+		LocalIP: a.cfg.SourceIP, UDP: a.cfg.UDP}
+	var errs []error
+	for _, addr := range a.id.Config.Hubs {
+		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+		tun, err := d.Dial(dctx, addr)
+		cancel()
+		if err == nil {
+			return &session{a: a, tun: tun, hub: addr, log: a.log.With("hub", addr, "transport", tun.Transport().String())}, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	}
+	return nil, errors.Join(errs...)
+}
+
+// hello is what the agent announces on a new session.
+func (s *session) hello() *control.Message {
+	a := s.a
+	caps := []string{control.CapTCP, control.CapHeartbeat}
+	if a.sshd != nil {
+		caps = append(caps, control.CapSSHEmbedded)
+	} else {
+		caps = append(caps, control.CapSSHLocal)
+	}
+	return &control.Message{Type: control.TypeHello, Hello: &control.Hello{
+		ProtocolVersion: control.ProtocolVersion,
+		Name:            a.id.Config.Name,
+		AgentVersion:    Version,
+		Facts:           GatherFacts(),
+		Capabilities:    caps,
+		HostKey:         a.hostKeyLine(s.log),
+		StateDir:        absStateDir(a.cfg.StateDir),
+	}}
+}
+
+// handshake sends the hello and waits for the welcome. A fatal notice
+// instead of the welcome is ErrRefused.
+func (s *session) handshake() (*control.Welcome, error) {
+	if err := s.send(s.hello()); err != nil {
+		return nil, err
+	}
+	_ = s.ctrl.SetReadDeadline(time.Now().Add(welcomeTimeout))
+	msg, err := control.Read(s.ctrl)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for welcome: %w", err)
+	}
+	switch {
+	case msg.Type == control.TypeNotice && msg.Fatal:
+		return nil, fmt.Errorf("%w: %s", ErrRefused, msg.Notice)
+	case msg.Type == control.TypeNotice:
+		return nil, fmt.Errorf("hub: %s", msg.Notice)
+	case msg.Type != control.TypeWelcome:
+		return nil, fmt.Errorf("hub sent %s instead of welcome", msg.Type)
+	}
+	_ = s.ctrl.SetReadDeadline(time.Time{})
+	return msg.Welcome, nil
+}
+
+// send writes one control message; safe for concurrent use.
+func (s *session) send(m *control.Message) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	_ = s.ctrl.SetWriteDeadline(time.Now().Add(sendTimeout))
+	return control.Write(s.ctrl, m)
+}
+
+// serve runs the welcomed session: the hub's streams, certificate renewal
+// and heartbeats beside the control stream's reader, until one ends. It
+// returns why the session ended, and only once everything it started has.
+func (s *session) serve(ctx context.Context, live control.Liveness) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	renewed := make(chan struct{}, 1)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		s.a.acceptStreams(sctx, s.tun, s.log, &wg)
+		cancel()
+	}()
+	go func() {
+		defer wg.Done()
+		s.a.renewLoop(sctx, s.send, renewed, s.log)
+	}()
+	go func() {
+		defer wg.Done()
+		s.heartbeat(sctx, live.Every)
+	}()
+	err := s.readControl(live.Deadline, renewed)
+	cancel()
+	s.tun.Close()
+	return err
+}
+
+// heartbeat sends a heartbeat every interval until ctx ends; a failed send
+// closes the session.
+func (s *session) heartbeat(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.send(&control.Message{Type: control.TypeHeartbeat}); err != nil {
+				s.tun.Close()
+				return
+			}
+		}
+	}
+}
+
+// readControl handles the hub's control messages until the stream fails,
+// the hub falls silent for longer than silent once it has heartbeaten, or
+// a fatal notice arrives (ErrRefused).
+func (s *session) readControl(silent time.Duration, renewed chan<- struct{}) error {
+	a, log := s.a, s.log
+	hubBeats := false // set by the hub's first heartbeat
+	for {
+		if hubBeats {
+			// A hub that heartbeats and falls silent is gone, or the link
+			// is half-open: close explicitly (the hub hears of it if its
+			// direction still works) before QUIC's idle timeout, which
+			// never fires while packets still arrive, would end it silently.
+			_ = s.ctrl.SetReadDeadline(time.Now().Add(silent))
+		}
+		msg, err := control.Read(s.ctrl)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return errors.New("hub closed the control stream")
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return fmt.Errorf("no heartbeat from the hub for %s: the hub is gone or the link is half-open", silent)
+			}
+			return fmt.Errorf("control stream: %w", err)
+		}
+		switch msg.Type {
+		case control.TypeHeartbeat:
+			hubBeats = true
+		case control.TypeAuthorizedKeys:
+			a.setAuthorizedKeys(msg.AuthorizedKeys, log)
+		case control.TypeSSHTrust:
+			a.applySSHTrust(msg.SSHTrust, log)
+		case control.TypeRenewed:
+			if err := a.applyRenewed(msg.Cert); err != nil {
+				log.Error("renewed certificate rejected", "err", err)
+				continue
+			}
+			leaf := a.cert().Leaf
+			log.Info("node certificate renewed", "valid_until", leaf.NotAfter.UTC().Format(time.RFC3339))
+			a.updateStatus(func(st *Status) { st.CertExpires = leaf.NotAfter })
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+		case control.TypeNotice:
+			log.Warn("hub notice", "notice", msg.Notice)
+			if msg.Fatal {
+				return fmt.Errorf("%w: %s", ErrRefused, msg.Notice)
+			}
+		default:
+			log.Warn("unexpected control message from hub", "type", msg.Type)
+		}
+	}
+}
+
+// absStateDir is the state dir as an absolute, clean path for the hub ("" if
+// it cannot be made absolute).
+func absStateDir(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return ""
+	}
+	return abs
+}

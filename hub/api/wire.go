@@ -1,0 +1,129 @@
+package api
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/tether-dev/tether/hub/store"
+)
+
+// The API's own types: what clients read, converted explicitly from the
+// store's records so that a schema change (or a secret-bearing column) is
+// never on the wire by accident. JSON names are the API's contract
+// (openapi.yaml); keep them when the store changes.
+
+// Node is a node as the API shows it.
+type Node struct {
+	ID           string            `json:"id"`
+	Name         string            `json:"name"`
+	Labels       map[string]string `json:"labels"`
+	Hostname     string            `json:"hostname"`
+	OS           string            `json:"os"`
+	Arch         string            `json:"arch"`
+	MachineID    string            `json:"machine_id"`
+	AgentVersion string            `json:"agent_version"`
+	Transport    string            `json:"transport"` // of the live or last session: quic|tcp
+	Online       bool              `json:"online"`
+	LastSeen     time.Time         `json:"last_seen"`
+	CreatedAt    time.Time         `json:"created_at"`
+	CertSerial   string            `json:"cert_serial"`
+	CertExpires  time.Time         `json:"cert_expires"`
+	RevokedAt    time.Time         `json:"revoked_at,omitzero"` // non-zero: refused for good
+	// From the node's cluster membership, if any.
+	ClusterEngine string `json:"cluster_engine,omitempty"`
+	ClusterState  string `json:"cluster_state,omitempty"`
+}
+
+func nodeFrom(n store.Node) Node {
+	return Node{
+		ID: n.ID, Name: n.Name, Labels: maps.Clone(n.Labels), Hostname: n.Hostname, OS: n.OS, Arch: n.Arch,
+		MachineID: n.MachineID, AgentVersion: n.AgentVersion, Transport: n.Transport, Online: n.Online,
+		LastSeen: n.LastSeen, CreatedAt: n.CreatedAt, CertSerial: n.CertSerial, CertExpires: n.CertExpires,
+		RevokedAt: n.RevokedAt, ClusterEngine: n.ClusterEngine, ClusterState: n.ClusterState,
+	}
+}
+
+// Token is a join token as the API shows it (never the secret).
+type Token struct {
+	ID        string            `json:"id"`
+	Labels    map[string]string `json:"labels"`
+	UsesLeft  int               `json:"uses_left"`
+	ExpiresAt time.Time         `json:"expires_at"`
+	CreatedAt time.Time         `json:"created_at"`
+}
+
+func tokenFrom(t store.Token) Token {
+	return Token{ID: t.ID, Labels: maps.Clone(t.Labels), UsesLeft: t.UsesLeft, ExpiresAt: t.ExpiresAt, CreatedAt: t.CreatedAt}
+}
+
+// Operator is an operator as the API shows it.
+type Operator struct {
+	Name        string    `json:"name"`
+	PublicKey   string    `json:"public_key"` // authorized_keys format, one key
+	Fingerprint string    `json:"fingerprint"`
+	Roles       []string  `json:"roles"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+func operatorFrom(o store.Operator) Operator {
+	return Operator{Name: o.Name, PublicKey: o.PublicKey, Fingerprint: o.Fingerprint, Roles: slices.Clone(o.Roles), CreatedAt: o.CreatedAt}
+}
+
+// Role is a role as the API shows it: a node selector and the logins it
+// allows on the nodes it selects.
+type Role struct {
+	Name   string   `json:"name"`
+	Nodes  string   `json:"nodes"`
+	Logins []string `json:"logins"`
+}
+
+func roleFrom(r store.Role) Role {
+	return Role{Name: r.Name, Nodes: r.Nodes, Logins: slices.Clone(r.Logins)}
+}
+
+// AuditEvent is an audit log entry as the API shows it.
+type AuditEvent struct {
+	ID             int64     `json:"id"`
+	At             time.Time `json:"at"`
+	Kind           string    `json:"kind"` // see SECURITY.md, "Audited changes"
+	Operator       string    `json:"operator,omitempty"`
+	Node           string    `json:"node,omitempty"`
+	KeyFingerprint string    `json:"key_fingerprint,omitempty"`
+	Remote         string    `json:"remote,omitempty"`
+	Result         string    `json:"result"`
+	Detail         string    `json:"detail,omitempty"`
+	EndedAt        time.Time `json:"ended_at,omitzero"`
+	BytesToNode    int64     `json:"bytes_to_node,omitempty"`
+	BytesFromNode  int64     `json:"bytes_from_node,omitempty"`
+}
+
+func auditEventFrom(e store.AuditEvent) AuditEvent {
+	return AuditEvent{
+		ID: e.ID, At: e.At, Kind: e.Kind, Operator: e.Operator, Node: e.Node, KeyFingerprint: e.KeyFingerprint,
+		Remote: e.Remote, Result: e.Result, Detail: e.Detail, EndedAt: e.EndedAt,
+		BytesToNode: e.BytesToNode, BytesFromNode: e.BytesFromNode,
+	}
+}
+
+// APIToken is an API token as listings show it (no secret).
+type APIToken struct {
+	ID          string    `json:"id"`
+	Role        string    `json:"role"`
+	Description string    `json:"description,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	ExpiresAt   time.Time `json:"expires_at,omitzero"`
+}
+
+func apiTokenFrom(t store.APIToken) APIToken {
+	return APIToken{ID: t.ID, Role: t.Role, Description: t.Description, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt}
+}
+
+// convertAll converts a store listing, [] rather than null when empty.
+func convertAll[T, W any](items []T, conv func(T) W) []W {
+	out := make([]W, len(items))
+	for i, x := range items {
+		out[i] = conv(x)
+	}
+	return out
+}

@@ -1,0 +1,91 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestAdminMigrationRenamesUserRole: a role named "admin" made before admin
+// became a built-in role is renamed with its holders and API tokens, so an
+// upgrade never turns them into hub admins; the rename is audited.
+func TestAdminMigrationRenamesUserRole(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "tether.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range migrations[:4] {
+		if _, err := db.ExecContext(ctx, m); err != nil {
+			t.Fatalf("v%d: %v", i+1, err)
+		}
+	}
+	for _, q := range []string{
+		`PRAGMA user_version = 4`,
+		`INSERT INTO roles (name, nodes, logins) VALUES ('admin', 'site=lab', '["ubuntu"]')`,
+		`INSERT INTO operators (name, public_key, fingerprint, created_at, roles) VALUES ('bob', 'k', 'f', 1, '["ops","admin"]')`,
+		`INSERT INTO api_tokens (id, secret_hash, role, created_at) VALUES ('t1', x'00', 'admin', 1)`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s, err := OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	roles, err := s.ListRoles(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(roles); got != "[{admin * [*]} {admin-legacy site=lab [ubuntu]} {all * [*]}]" {
+		t.Fatalf("roles after upgrade: %s", got)
+	}
+	ops, _ := s.ListOperators(ctx)
+	if len(ops) != 1 || !slices.Equal(ops[0].Roles, []string{"ops", "admin-legacy"}) {
+		t.Fatalf("operator roles after upgrade: %+v", ops)
+	}
+	tok, err := s.GetAPIToken(ctx, "t1")
+	if err != nil || tok.Role != "admin-legacy" {
+		t.Fatalf("API token after upgrade: %+v %v", tok, err)
+	}
+	events, _ := s.ListAudit(ctx, AuditFilter{})
+	if len(events) != 1 || events[0].Kind != "role_rename" {
+		t.Fatalf("audit after upgrade: %+v", events)
+	}
+}
+
+func TestAdminValidFrom(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "tether.db")
+	s, err := OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vf, err := s.AdminValidFrom(ctx); err != nil || !vf.IsZero() {
+		t.Fatalf("fresh store: %v %v", vf, err)
+	}
+	want := time.Now().Truncate(time.Second).UTC()
+	for _, at := range []time.Time{want.Add(-time.Hour), want} {
+		if err := s.SetAdminValidFrom(ctx, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	s, err = OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if vf, err := s.AdminValidFrom(ctx); err != nil || !vf.Equal(want) {
+		t.Fatalf("after reopen: %v %v; want %v", vf, err, want)
+	}
+}

@@ -1,0 +1,104 @@
+package control
+
+import (
+	"time"
+
+	"github.com/tether-dev/tether/tunnel"
+)
+
+// The node control protocol, on the first stream of a session (the agent
+// opens it):
+//
+//	agent -> hub   hello      who it is, its facts and Capabilities
+//	hub  -> agent  welcome    the node ID and the heartbeat interval
+//	                          (or a fatal notice: this identity is refused)
+//	then, until the session ends, in any order:
+//	agent -> hub   heartbeat  every Liveness.Every
+//	hub  -> agent  heartbeat  every Liveness.Every, if the agent announced CapHeartbeat
+//	agent -> hub   renew      a CSR for a fresh node certificate; the hub answers renewed
+//	hub  -> agent  authorized_keys, ssh_trust  whenever access changes
+//	hub  -> agent  notice     human-readable; Fatal ends the session for good
+//
+// Each side treats a peer silent for Liveness.Deadline as gone.
+
+// Capabilities an agent announces in Hello.
+const (
+	// CapTCP: the agent serves "tcp" streams to its allowed ports.
+	CapTCP = "tcp"
+	// CapHeartbeat: the agent takes heartbeats from the hub on the control
+	// stream (the hub announces nothing: its first heartbeat arms the
+	// agent's watchdog).
+	CapHeartbeat = "heartbeat"
+	// CapSSHEmbedded: "ssh" streams reach the agent's embedded SSH server.
+	CapSSHEmbedded = "ssh-embedded"
+	// CapSSHLocal: "ssh" streams reach the node's own sshd.
+	CapSSHLocal = "ssh-local"
+)
+
+// DefaultHeartbeat is the agent's heartbeat interval when a welcome names
+// none.
+const DefaultHeartbeat = 30 * time.Second
+
+// Liveness says how often the peers of a session heartbeat on the control
+// stream and how long a silent peer is given.
+type Liveness struct {
+	Every    time.Duration // heartbeat interval, whole seconds, at least one
+	Deadline time.Duration // a peer silent this long is gone
+}
+
+// LivenessOf derives the control-stream heartbeat from the tunnel's
+// keepalive (c nil or a zero field: the tunnel defaults): a heartbeat every
+// keepalive interval (whole seconds, at least one), and a peer silent for
+// the IdleTimeout (the dead-peer timeout) is dead.
+//
+// The transport's own idle timeout does not cover this on QUIC: an
+// endpoint that still receives packets never times out, so a half-open link
+// (one direction lost) would otherwise go unnoticed on one side. A whole
+// IdleTimeout (three heartbeats by default) rather than less: a peer on a
+// CPU-starved machine is late, not dead, and closing its session kills
+// whatever runs through it.
+func LivenessOf(c *tunnel.Config) Liveness {
+	ka, idle := tunnel.DefaultKeepAliveInterval, idleTimeout(c)
+	if c != nil && c.KeepAliveInterval > 0 {
+		ka = c.KeepAliveInterval
+	}
+	every := max(time.Second, ka.Truncate(time.Second))
+	return Liveness{Every: every, Deadline: DeadPeerAfter(idle, every)}
+}
+
+// Welcome is the hub's answer to a hello, announcing l's heartbeat
+// interval.
+func (l Liveness) Welcome(nodeID, name string) *Welcome {
+	return &Welcome{NodeID: nodeID, Name: name, HeartbeatSeconds: int(l.Every / time.Second)}
+}
+
+// AgentLiveness is the agent's side of the same rule: it heartbeats at the
+// interval the hub's welcome names (DefaultHeartbeat if none), and gives a
+// hub that heartbeats its own IdleTimeout (c as in LivenessOf), but at least
+// two of the hub's intervals should the two sides be configured
+// differently.
+func AgentLiveness(c *tunnel.Config, w *Welcome) Liveness {
+	every := time.Duration(0)
+	if w != nil {
+		every = time.Duration(w.HeartbeatSeconds) * time.Second
+	}
+	l := Liveness{Every: every, Deadline: DeadPeerAfter(idleTimeout(c), every)}
+	if l.Every <= 0 {
+		l.Every = DefaultHeartbeat
+	}
+	return l
+}
+
+// DeadPeerAfter is how long a peer that heartbeats every `every` may be
+// silent: the dead-peer timeout idle, but at least two heartbeats and two
+// seconds.
+func DeadPeerAfter(idle, every time.Duration) time.Duration {
+	return max(idle, 2*every, 2*time.Second)
+}
+
+func idleTimeout(c *tunnel.Config) time.Duration {
+	if c != nil && c.IdleTimeout > 0 {
+		return c.IdleTimeout
+	}
+	return tunnel.DefaultIdleTimeout
+}

@@ -1,0 +1,58 @@
+package control
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tether-dev/tether/tunnel"
+)
+
+func TestLiveness(t *testing.T) {
+	s := time.Second
+	for _, tc := range []struct {
+		name string
+		c    *tunnel.Config
+		want Liveness
+	}{
+		{"defaults", nil, Liveness{Every: 5 * s, Deadline: 15 * s}},
+		{"zero fields are defaults", &tunnel.Config{}, Liveness{Every: 5 * s, Deadline: 15 * s}},
+		{"fast test links", &tunnel.Config{KeepAliveInterval: 200 * time.Millisecond, IdleTimeout: time.Second}, Liveness{Every: s, Deadline: 2 * s}},
+		{"whole seconds", &tunnel.Config{KeepAliveInterval: 2500 * time.Millisecond, IdleTimeout: 10 * s}, Liveness{Every: 2 * s, Deadline: 10 * s}},
+		{"two beats at least", &tunnel.Config{KeepAliveInterval: 10 * s, IdleTimeout: 12 * s}, Liveness{Every: 10 * s, Deadline: 20 * s}},
+	} {
+		if got := LivenessOf(tc.c); got != tc.want {
+			t.Errorf("%s: LivenessOf = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestAgentLiveness(t *testing.T) {
+	s := time.Second
+	for _, tc := range []struct {
+		name string
+		c    *tunnel.Config
+		w    *Welcome
+		want Liveness
+	}{
+		{"hub's interval, own idle timeout", nil, &Welcome{HeartbeatSeconds: 5}, Liveness{Every: 5 * s, Deadline: 15 * s}},
+		{"hub beats slower than our idle timeout", &tunnel.Config{IdleTimeout: 3 * s}, &Welcome{HeartbeatSeconds: 5}, Liveness{Every: 5 * s, Deadline: 10 * s}},
+		{"no interval in the welcome", &tunnel.Config{IdleTimeout: s}, &Welcome{}, Liveness{Every: DefaultHeartbeat, Deadline: 2 * s}},
+		{"no welcome", nil, nil, Liveness{Every: DefaultHeartbeat, Deadline: 15 * s}},
+	} {
+		if got := AgentLiveness(tc.c, tc.w); got != tc.want {
+			t.Errorf("%s: AgentLiveness = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The hub's and the agent's sides of one session agree when configured
+// alike: the agent gives the hub the same time the hub gives the agent.
+func TestLivenessSidesAgree(t *testing.T) {
+	for _, c := range []*tunnel.Config{nil, {KeepAliveInterval: time.Second, IdleTimeout: 3 * time.Second}, {KeepAliveInterval: 7 * time.Second, IdleTimeout: 9 * time.Second}} {
+		hub := LivenessOf(c)
+		agent := AgentLiveness(c, hub.Welcome("id", "n1"))
+		if hub != agent {
+			t.Errorf("config %+v: hub %+v, agent %+v", c, hub, agent)
+		}
+	}
+}
