@@ -18,7 +18,6 @@ import (
 
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/api"
-	"github.com/tether-dev/tether/hub/roles"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
@@ -204,20 +203,6 @@ func (s *Server) issueAdminCert(ctx context.Context, csrDER []byte, id, commonNa
 
 // keyTag names an operator's registered key in their admin certificate, so
 // a certificate dies with the key it was issued for.
-func keyTag(k gossh.PublicKey) string {
-	sum := sha256.Sum256(k.Marshal())
-	return hex.EncodeToString(sum[:16])
-}
-
-func holdsAdminRole(o *access.Operator) bool {
-	for _, r := range o.Roles {
-		if r.Name == roles.BuiltinAdmin.Name {
-			return true
-		}
-	}
-	return false
-}
-
 var (
 	errAdminLegacy = fmt.Errorf("%w: it is a long-lived admin certificate from before admin certificates became short-lived "+
 		"and revocable; on the hub machine use --data-dir (the hub keeps a fresh one in DATA_DIR/admin), "+
@@ -257,14 +242,8 @@ func (s *Server) authorizeAdminCert(chain []*x509.Certificate) (string, error) {
 	if !ok || !ok2 {
 		return "", fmt.Errorf("admin certificate %q: %w", id.ID, errAdminLegacy)
 	}
-	o, ok := s.door.Snapshot().Operator(name)
-	switch {
-	case !ok:
-		return "", fmt.Errorf("%w: operator %q is no longer registered", api.ErrAdminRefused, name)
-	case tag != keyTag(o.Key):
-		return "", fmt.Errorf("%w: operator %q's registered key changed since this certificate was issued; run `tether login` again", api.ErrAdminRefused, name)
-	case !holdsAdminRole(o):
-		return "", fmt.Errorf("%w: operator %q no longer holds the %q role", api.ErrAdminRefused, name, roles.BuiltinAdmin.Name)
+	if err := s.door.AuthorizeAdmin(name, tag); err != nil {
+		return "", fmt.Errorf("%w: %w", api.ErrAdminRefused, err)
 	}
 	return name, nil
 }
@@ -308,11 +287,11 @@ func loginPayloadOf(req api.LoginRequest) []byte {
 // loginAdminCert issues the admin certificate of a login that asked for one,
 // if the operator holds the admin role ("" otherwise), as a PEM chain.
 func (s *Server) loginAdminCert(ctx context.Context, req api.LoginRequest, o *access.Operator, remote string) (string, error) {
-	if len(req.AdminCSR) == 0 || !holdsAdminRole(o) {
+	if len(req.AdminCSR) == 0 || s.door.AuthorizeAdmin(o.Name, access.AdminKeyTag(o.Key)) != nil {
 		return "", nil
 	}
 	ttl := min(s.cfg.UserCertTTL, MaxAdminCertTTL)
-	cert, err := s.issueAdminCert(ctx, req.AdminCSR, operatorAdminPrefix+req.Operator+"."+keyTag(o.Key), req.Operator, ttl)
+	cert, err := s.issueAdminCert(ctx, req.AdminCSR, operatorAdminPrefix+req.Operator+"."+access.AdminKeyTag(o.Key), req.Operator, ttl)
 	if err != nil {
 		return "", fmt.Errorf("%w: admin certificate request: %v", api.ErrLoginRefused, err)
 	}

@@ -1,6 +1,8 @@
 package access
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 	"slices"
@@ -102,7 +104,7 @@ func (d *Door) AuthorizeJob(c Caller, n store.Node) error {
 	if c.Admin {
 		return nil
 	}
-	r, ok := d.Snapshot().role(c.Role)
+	r, ok := d.Snapshot().Role(c.Role)
 	if !ok {
 		return refuse(ErrDenied, "role %q no longer exists", c.Role)
 	}
@@ -132,6 +134,31 @@ func (d *Door) LoginGrant(operator string) (*Operator, []string, error) {
 		return nil, nil, refuse(ErrDenied, "operator %q has no roles, so no certificate would grant anything", operator)
 	}
 	return o, principals, nil
+}
+
+// AdminKeyTag names an operator's key in the admin certificates `tether
+// login` gives them, so a certificate stops working when the key changes.
+func AdminKeyTag(k gossh.PublicKey) string {
+	sum := sha256.Sum256(k.Marshal())
+	return hex.EncodeToString(sum[:16])
+}
+
+// AuthorizeAdmin decides whether an admin certificate issued to operator
+// over the key tagged keyTag still admits them to the admin API: the
+// operator must still be registered, with that key, holding the admin role.
+// Certificate validity and `tether ca revoke-admin` are checked by the
+// caller, which holds the CA.
+func (d *Door) AuthorizeAdmin(operator, keyTag string) error {
+	o, ok := d.Snapshot().Operator(operator)
+	switch {
+	case !ok:
+		return refuse(ErrDenied, "operator %q is no longer registered", operator)
+	case keyTag != AdminKeyTag(o.Key):
+		return refuse(ErrDenied, "operator %q's registered key changed since this certificate was issued; run `tether login` again", operator)
+	case !slices.ContainsFunc(o.Roles, func(r roles.Compiled) bool { return r.Name == roles.BuiltinAdmin.Name }):
+		return refuse(ErrDenied, "operator %q no longer holds the %q role", operator, roles.BuiltinAdmin.Name)
+	}
+	return nil
 }
 
 // ProvisionLoginFor is the login jobs use on a node with these labels.

@@ -85,8 +85,8 @@ func (s *Snapshot) Operator(name string) (*Operator, bool) {
 // RevokedKeys are the operator keys every node must refuse.
 func (s *Snapshot) RevokedKeys() []string { return s.revoked }
 
-// role returns a role by name.
-func (s *Snapshot) role(name string) (roles.Compiled, bool) {
+// Role returns a role by name (roles that do not validate are absent).
+func (s *Snapshot) Role(name string) (roles.Compiled, bool) {
 	i, ok := slices.BinarySearchFunc(s.roles, name, func(r roles.Compiled, n string) int { return strings.Compare(r.Name, n) })
 	if !ok {
 		return roles.Compiled{}, false
