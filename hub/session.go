@@ -141,7 +141,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	s.metrics.HandshakeDuration.WithLabelValues(transport).Observe(time.Since(start).Seconds())
 	s.markSeen(ctx, log, node.ID, store.Seen{Online: true, Transport: transport, AgentVersion: msg.Hello.AgentVersion, At: time.Now()})
 	if s.cluster != nil {
-		s.cluster.Wake(node.Name) // a cluster step may be waiting for this node
+		s.cluster.Wake(node.ID) // a cluster step may be waiting for this node
 	}
 	log.Info("node connected", "agent_version", msg.Hello.AgentVersion)
 
