@@ -244,7 +244,7 @@ func (h *handler) putBlob(w http.ResponseWriter, r *http.Request, c caller) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	h.Logger.Info("blob stored", "sha256", digest, "size", size, "by", c.name)
+	h.Logger.Info("blob stored", "sha256", digest, "size", size, "by", c.Name)
 	writeJSON(w, http.StatusCreated, BlobResponse{SHA256: digest, Size: size})
 }
 
@@ -335,7 +335,7 @@ func (h *handler) authorizeTargets(c caller, targets []store.Node) ([]store.Node
 	var denied []string
 	var out []store.NodeRef
 	for _, n := range targets {
-		if !c.may(n, h.provisionLogin(n)) {
+		if !c.may(n) {
 			denied = append(denied, n.Name)
 			continue
 		}
@@ -345,17 +345,10 @@ func (h *handler) authorizeTargets(c caller, targets []store.Node) ([]store.Node
 		if len(denied) > 5 {
 			denied = append(denied[:5], fmt.Sprintf("and %d more", len(denied)-5))
 		}
-		return nil, fail(ErrRefused, "role %q may not run jobs on %s (the role must select the node and allow its provisioning login)", c.role.Name, strings.Join(denied, ", "))
+		return nil, fail(ErrRefused, "role %q may not run jobs on %s (the role must select the node and allow its provisioning login)", c.Role, strings.Join(denied, ", "))
 	}
 	slices.SortFunc(out, func(a, b store.NodeRef) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
-}
-
-func (h *handler) provisionLogin(n store.Node) string {
-	if h.ProvisionLogin == nil {
-		return "root"
-	}
-	return h.ProvisionLogin(n)
 }
 
 func (h *handler) createJob(w http.ResponseWriter, r *http.Request, c caller) {
@@ -394,7 +387,7 @@ func (h *handler) createJob(w http.ResponseWriter, r *http.Request, c caller) {
 		h.writeErr(w, r, err)
 		return
 	}
-	j, err := h.Jobs.Start(r.Context(), store.Job{Kind: "run", Spec: spec, CreatedBy: c.name}, targets)
+	j, err := h.Jobs.Start(r.Context(), store.Job{Kind: "run", Spec: spec, CreatedBy: c.Name}, targets)
 	if err != nil {
 		h.writeErr(w, r, err)
 		return
@@ -406,7 +399,7 @@ func (h *handler) createJob(w http.ResponseWriter, r *http.Request, c caller) {
 func (h *handler) jobFor(w http.ResponseWriter, r *http.Request, c caller) (store.Job, bool) {
 	id := r.PathValue("id")
 	j, err := h.Store.GetJob(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && !c.admin && j.Spec.Role != c.role.Name) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !c.Admin && j.Spec.Role != c.Role) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no job %q (see `tether jobs`)", id))
 		return store.Job{}, false
 	}
@@ -451,7 +444,7 @@ func (h *handler) cancelJob(w http.ResponseWriter, r *http.Request, c caller) {
 	if !ok || !h.jobsEnabled(w) {
 		return
 	}
-	if err := h.Jobs.Cancel(j.ID, c.name); errors.Is(err, jobs.ErrNotRunning) {
+	if err := h.Jobs.Cancel(j.ID, c.Name); errors.Is(err, jobs.ErrNotRunning) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("job %s is not running (it is %s)", j.ID, j.State))
 		return
 	} else if err != nil {
@@ -509,7 +502,7 @@ func (h *handler) rerunJob(w http.ResponseWriter, r *http.Request, c caller) {
 		h.writeErr(w, r, err)
 		return
 	}
-	j, err := h.Jobs.Start(r.Context(), store.Job{Kind: old.Kind, Spec: spec, CreatedBy: c.name}, targets)
+	j, err := h.Jobs.Start(r.Context(), store.Job{Kind: old.Kind, Spec: spec, CreatedBy: c.Name}, targets)
 	if err != nil {
 		h.writeErr(w, r, err)
 		return

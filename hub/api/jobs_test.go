@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	gossh "golang.org/x/crypto/ssh"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,8 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/metrics"
+	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki"
 )
@@ -75,7 +78,11 @@ func TestRerunNeverTargetsANamesake(t *testing.T) {
 		},
 	})
 	defer eng.Close()
-	srv := httptest.NewServer(NewHandler(Deps{Store: st, Metrics: metrics.New(), Jobs: eng, Blobs: blobs}))
+	door, err := access.New(ctx, access.Config{Store: st, Registry: registry.New(), UserCAs: func() []gossh.PublicKey { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(NewHandler(Deps{Store: st, Door: door, Metrics: metrics.New(), Jobs: eng, Blobs: blobs}))
 	defer srv.Close()
 
 	join := func(id, name string) {

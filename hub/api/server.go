@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/registry"
@@ -30,7 +31,9 @@ import (
 
 // Deps is what the API handlers work on.
 type Deps struct {
-	Store       store.Store
+	Store store.Store
+	// Door decides who may reach which node (hub/access).
+	Door        *access.Door
 	CA          *ca.CA
 	Registry    *registry.Registry
 	Metrics     *metrics.Metrics
@@ -54,8 +57,6 @@ type Deps struct {
 	// Jobs and Blobs serve the job endpoints; nil disables them.
 	Jobs  *jobs.Engine
 	Blobs *jobs.Blobs
-	// ProvisionLogin is the login the hub's jobs use on a node.
-	ProvisionLogin func(store.Node) string
 	// Cluster serves the cluster endpoints; nil disables them.
 	Cluster Cluster
 	// Admins decides which admin certificates are accepted (admin.go);
