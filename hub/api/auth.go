@@ -26,7 +26,9 @@ type caller struct {
 // may reports whether the caller may run jobs on node n, as the node's
 // provisioning login (the door decides; see access.Door.AuthorizeJob).
 // Without a door nothing is allowed.
-func (c caller) may(n store.Node) bool { return c.door != nil && c.door.AuthorizeJob(c.Caller, n) == nil }
+func (c caller) may(n store.Node) bool {
+	return c.door != nil && c.door.AuthorizeJob(c.Caller, n) == nil
+}
 
 // jobFilterRole is the role whose jobs the caller may see ("" for all).
 func (c caller) jobFilterRole() string {
