@@ -68,7 +68,7 @@ echo "$TETHER_NODE" >> "$MARKER_DIR/uninstalled-by-original"
 	os.WriteFile(filepath.Join(d, "engine.yaml"), []byte(fmt.Sprintf("description: test engine\ntimeout: 2m\nenv:\n  MARKER_DIR: %q\n", markers)), 0o644)
 }
 
-// TestClusterLifecycle drives the seed-001 state machine end to end:
+// TestClusterLifecycle drives the cluster-agent state machine end to end:
 // register/install, deregister/uninstall from the script cached at install
 // (after the engine definition changed), a failed install, and a hub
 // killed during an install that resumes and finishes after restart.

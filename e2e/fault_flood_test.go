@@ -86,7 +86,7 @@ func TestFaultLoginAndJoinFlood(t *testing.T) {
 
 	// Rate limited: what got through is the burst plus the refill over the
 	// flood's duration (20 and one per 2 s for SSH, 20 and one per second
-	// for joins; see hub/guard.go).
+	// for joins; see hub/limits.go).
 	if max := 20 + int64(floodFor/(2*time.Second)) + 2; sshStats.reached.Load() > max {
 		t.Errorf("%d bad logins reached authentication in %s; the limit allows %d", sshStats.reached.Load(), floodFor, max)
 	}

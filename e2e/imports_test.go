@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestImportRules keeps DESIGN.md's import rules true: the agent binary
+// TestImportRules keeps the import rules of docs/architecture.md true: the agent binary
 // links no hub, CA-signing or database code, and tunnel imports nothing of ours.
 func TestImportRules(t *testing.T) {
 	deps := func(pkg string) []string {

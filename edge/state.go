@@ -2,7 +2,7 @@
 // outbound tunnel to it and serves the streams the hub opens (ssh to a local
 // sshd or the embedded SSH server, tcp to allow-listed local ports).
 //
-// The agent links no hub, database or CA-signing code (DESIGN.md).
+// The agent links no hub, database or CA-signing code (the import rules in docs/architecture.md).
 package edge
 
 import (

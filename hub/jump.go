@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 
+	gossh "golang.org/x/crypto/ssh"
+
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/bastion"
+	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel"
 )
 
@@ -32,4 +35,16 @@ func (d jumpDialer) Dial(ctx context.Context, req bastion.JumpRequest) (tunnel.S
 		return nil, err
 	}
 	return route.Dial(ctx, req.Header)
+}
+
+// auditJump records a finished jump attempt.
+func (s *Server) auditJump(r bastion.JumpRecord) {
+	s.audit(store.AuditEvent{At: r.Start, Kind: "jump", Operator: r.Operator, Node: r.Node, KeyFingerprint: r.KeyFingerprint,
+		Remote: r.Remote, Result: r.Result, Detail: joinDetail(r.Header.String(), r.Error), EndedAt: r.End,
+		BytesToNode: r.BytesToNode, BytesFromNode: r.BytesFromNode})
+}
+
+// authorizeOperator is the bastion's login check, answered by the door.
+func (s *Server) authorizeOperator(user string, key gossh.PublicKey) bool {
+	return s.door.AuthorizeLogin(user, key) == nil
 }

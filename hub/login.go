@@ -194,3 +194,14 @@ func (s *Server) login(ctx context.Context, req api.LoginRequest, remote string)
 	return api.LoginResponse{Certificate: string(gossh.MarshalAuthorizedKey(cert)), ValidBefore: time.Unix(int64(cert.ValidBefore), 0).UTC(), Principals: logins,
 		AdminCert: adminCert}, nil
 }
+
+// loginService adapts the hub's login methods to api.Login.
+type loginService struct{ s *Server }
+
+func (l loginService) Challenge(ctx context.Context, operator, remote string) (string, time.Time, error) {
+	return l.s.loginChallenge(ctx, operator, remote)
+}
+
+func (l loginService) Login(ctx context.Context, req api.LoginRequest, remote string) (api.LoginResponse, error) {
+	return l.s.login(ctx, req, remote)
+}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"regexp"
 	"sync"
 	"time"
 
@@ -22,11 +21,6 @@ import (
 )
 
 const provisionCertTTL = 10 * time.Minute
-
-var loginRE = regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,31}$`)
-
-// ValidLogin reports whether s is a plausible Unix login name.
-func ValidLogin(s string) bool { return loginRE.MatchString(s) }
 
 // provisioner holds the hub's provisioning identity: an in-memory key and
 // a short-lived user certificate, re-signed before it expires.

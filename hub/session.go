@@ -2,18 +2,13 @@ package hub
 
 import (
 	"context"
-	"crypto"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"slices"
-	"sync"
 	"time"
 
-	"github.com/tether-dev/tether/hub/bastion"
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki"
@@ -141,7 +136,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	s.metrics.HandshakeDuration.WithLabelValues(transport).Observe(time.Since(start).Seconds())
 	s.markSeen(ctx, log, node.ID, store.Seen{Online: true, Transport: transport, AgentVersion: msg.Hello.AgentVersion, At: time.Now()})
 	if s.cluster != nil {
-		s.cluster.Wake(node.Name) // a cluster step may be waiting for this node
+		s.cluster.Wake(node.ID) // a cluster step may be waiting for this node
 	}
 	log.Info("node connected", "agent_version", msg.Hello.AgentVersion)
 
@@ -179,90 +174,6 @@ func (s *Server) refuse(sess tunnel.Session, why string) {
 	}
 }
 
-func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunnel.Stream, log *slog.Logger) {
-	lastStored := time.Now()
-	live := s.liveness()
-	for {
-		// An agent heartbeats every live.Every (the welcome says so); one
-		// silent for live.Deadline is gone, or its link is half-open: close
-		// the session explicitly, before the transport's idle timeout would
-		// end it silently, so the agent hears of it if its side still works.
-		_ = ctrl.SetReadDeadline(time.Now().Add(live.Deadline))
-		msg, err := control.Read(ctrl)
-		if isTimeout(err) {
-			log.Warn("no heartbeat from the node; closing its session", "silent_for", live.Deadline)
-			return
-		}
-		if err != nil {
-			select {
-			case <-conn.Session.Done():
-			default:
-				if !errors.Is(err, io.EOF) {
-					log.Info("control stream ended", "err", err)
-				}
-				if errors.Is(err, control.ErrBadMessage) {
-					s.auditSession(conn.Session, conn.Name, "control stream closed: "+err.Error())
-				}
-			}
-			return
-		}
-		switch msg.Type {
-		case control.TypeHeartbeat:
-			// Throttle store writes: last_seen at heartbeat granularity is plenty.
-			if time.Since(lastStored) >= seenStoreInterval {
-				lastStored = time.Now()
-				s.markSeen(ctx, log, conn.NodeID, store.Seen{Online: true, At: lastStored})
-			}
-		case control.TypeRenew:
-			if err := s.renewNodeCert(ctx, conn, msg.CSR, log); err != nil {
-				log.Warn("certificate renewal refused", "err", err)
-				s.auditRefusal("renew", conn.Session.RemoteAddr().String(), store.AuditEvent{Kind: "renew", Node: conn.Name, Result: "refused", Detail: err.Error()})
-				_ = conn.Send(&control.Message{Type: control.TypeNotice, Notice: "certificate renewal refused: " + err.Error()})
-			}
-		default:
-			log.Warn("unexpected control message from agent; closing session", "type", msg.Type)
-			s.auditSession(conn.Session, conn.Name, fmt.Sprintf("control stream closed: unexpected %s message from the agent", msg.Type))
-			return
-		}
-	}
-}
-
-// renewNodeCert issues a fresh node certificate for the same key as the
-// session's current one (the CSR signature proves possession), without
-// touching the live tunnel. A revoked or removed node gets nothing.
-func (s *Server) renewNodeCert(ctx context.Context, conn *registry.Conn, csrDER []byte, log *slog.Logger) error {
-	csr, err := x509.ParseCertificateRequest(csrDER)
-	if err != nil {
-		return fmt.Errorf("parse CSR: %w", err)
-	}
-	cur := conn.Session.ConnectionState().PeerCertificates[0]
-	if pk, ok := cur.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !pk.Equal(csr.PublicKey) {
-		return errors.New("the CSR is not for this node's key")
-	}
-	n, err := s.store.GetNode(ctx, conn.NodeID)
-	if err != nil {
-		return err
-	}
-	if !n.RevokedAt.IsZero() {
-		return errors.New("node is revoked")
-	}
-	chain, err := s.issueNode(ctx, csrDER, pki.Identity{Kind: pki.KindNode, ID: n.ID}, n.Name, s.cfg.NodeCertTTL)
-	if err != nil {
-		return err
-	}
-	cert := chain[0]
-	if err := s.store.UpdateNodeCert(ctx, n.ID, cert.SerialNumber.Text(16), cert.NotAfter); err != nil {
-		return err
-	}
-	if err := conn.Send(&control.Message{Type: control.TypeRenewed, Cert: string(pki.EncodeCerts(chain...))}); err != nil {
-		return err
-	}
-	s.audit(store.AuditEvent{At: time.Now(), Kind: "renew", Node: n.Name, Remote: conn.Session.RemoteAddr().String(), Result: "ok",
-		Detail: "serial " + cert.SerialNumber.Text(16) + ", valid until " + cert.NotAfter.UTC().Format(time.RFC3339)})
-	log.Info("node certificate renewed", "valid_until", cert.NotAfter)
-	return nil
-}
-
 func (s *Server) refuseAgentStreams(sess tunnel.Session, name string, log *slog.Logger) {
 	for {
 		// AcceptStream fails once the session ends, which ends this loop.
@@ -278,74 +189,16 @@ func (s *Server) refuseAgentStreams(sess tunnel.Session, name string, log *slog.
 	}
 }
 
-// repeat calls fn every interval until fn returns false or stop is called;
-// stop waits for a call in flight. It runs from a timer, not a goroutine of
-// its own: at 100k idle nodes every parked goroutine's stack counts.
-func repeat(interval time.Duration, fn func() bool) (stop func()) {
-	var (
-		mu      sync.Mutex
-		stopped bool
-		t       *time.Timer
-		running sync.WaitGroup
-	)
-	tick := func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		running.Add(1)
-		mu.Unlock()
-		defer running.Done()
-		again := fn()
-		mu.Lock()
-		defer mu.Unlock()
-		if again && !stopped {
-			t.Reset(interval)
-		}
-	}
-	mu.Lock()
-	t = time.AfterFunc(interval, tick)
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
-		running.Wait()
-	}
-}
-
 func (s *Server) markSeen(ctx context.Context, log *slog.Logger, id string, seen store.Seen) {
 	if err := s.store.UpdateNodeSeen(ctx, id, seen); err != nil && !errors.Is(err, store.ErrNotFound) {
 		log.Error("record node status", "err", err)
 	}
 }
 
-// auditJump records a finished jump attempt.
-func (s *Server) auditJump(r bastion.JumpRecord) {
-	s.audit(store.AuditEvent{At: r.Start, Kind: "jump", Operator: r.Operator, Node: r.Node, KeyFingerprint: r.KeyFingerprint,
-		Remote: r.Remote, Result: r.Result, Detail: joinDetail(r.Header.String(), r.Error), EndedAt: r.End,
-		BytesToNode: r.BytesToNode, BytesFromNode: r.BytesFromNode})
-}
-
-func joinDetail(parts ...string) string {
-	out := ""
-	for _, p := range parts {
-		if p == "" {
-			continue
-		}
-		if out != "" {
-			out += "; "
-		}
-		out += p
+// helloError says what was wrong with a first control message.
+func helloError(m *control.Message, err error) error {
+	if err != nil {
+		return err
 	}
-	return out
-}
-
-// audit appends an event; a failure is logged, never fatal to the action.
-func (s *Server) audit(e store.AuditEvent) {
-	if err := s.store.AppendAudit(context.Background(), e); err != nil {
-		s.log.Error("audit", "kind", e.Kind, "err", err)
-	}
+	return fmt.Errorf("first control message is %q, want hello", m.Type)
 }

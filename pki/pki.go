@@ -3,7 +3,7 @@
 // CA pin check and the identities encoded in Tether certificates.
 //
 // Signing lives in pki/ca, which only the hub links: the agent binary must not
-// carry CA code (DESIGN.md import rules).
+// carry CA code (the import rules in docs/architecture.md).
 package pki
 
 import (

@@ -15,8 +15,8 @@ func newClusterCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cluster",
 		Short: "Install or remove a Kubernetes engine on nodes (the cluster state machine)",
-		Long: `The hub drives each registered node through the cluster state machine of the
-Open Edge cluster agent (seed 001), over SSH through the node's tunnel:
+		Long: `The hub drives each registered node through the cluster-agent state machine
+(the Open Edge cluster agent's), over SSH through the node's tunnel:
 
   inactive -> registering -> install_in_progress -> active
   install_in_progress -> inactive                  (install failed; see last error)

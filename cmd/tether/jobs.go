@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tether-dev/tether/hub/api"
-	"github.com/tether-dev/tether/hub/store"
 )
 
 func newJobsCmd() *cobra.Command {
@@ -25,9 +24,9 @@ and so do its runs that were live; rerun them with 'tether jobs rerun ID --faile
 	}, func(c *api.Client, ctx context.Context) ([]api.Job, error) { return c.ListJobs(ctx, limit) },
 		"ID\tKIND\tTARGETS\tSTARTED\tSTATE\tOK\tFAILED\tSKIPPED\tOTHER\tWHAT",
 		func(j api.Job) string {
-			other := j.Total - j.Counts[store.RunOK] - j.Counts[store.RunFailed] - j.Counts[store.RunSkipped]
+			other := j.Total - j.Counts[api.RunOK] - j.Counts[api.RunFailed] - j.Counts[api.RunSkipped]
 			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s", j.ID, j.Kind, targets(j), j.CreatedAt.Local().Format(time.DateTime),
-				j.State, j.Counts[store.RunOK], j.Counts[store.RunFailed], j.Counts[store.RunSkipped], other, what(j.Spec))
+				j.State, j.Counts[api.RunOK], j.Counts[api.RunFailed], j.Counts[api.RunSkipped], other, what(j.Spec))
 		})
 	cmd.Flags().IntVar(&limit, "limit", 50, "show the newest N jobs")
 	cmd.AddCommand(newJobsShowCmd(), newJobsLogsCmd(), newJobsRerunCmd(), newJobsCancelCmd())
@@ -41,7 +40,7 @@ func targets(j api.Job) string {
 	return fmt.Sprintf("%d nodes", j.Total)
 }
 
-func what(s store.JobSpec) string {
+func what(s api.JobSpec) string {
 	w := s.Command
 	switch {
 	case s.Cluster != nil:

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/hub/api"
-	"github.com/tether-dev/tether/hub/store"
 )
 
 // renderer prints a job's live events: complete output lines prefixed with
@@ -35,7 +34,7 @@ func newRenderer(out, errOut io.Writer, job api.Job, lines, progress bool) *rend
 }
 
 // setNodes sizes the name column for the job's nodes.
-func (r *renderer) setNodes(nodes []store.JobNode) {
+func (r *renderer) setNodes(nodes []api.JobNode) {
 	for _, n := range nodes {
 		r.width = max(r.width, min(len(n.Node), 32))
 	}
@@ -49,7 +48,7 @@ func (r *renderer) event(ev api.JobEvent) error {
 		}
 	case "node":
 		r.state[ev.Node] = ev.State
-		if r.lines && store.RunFinal(ev.State) {
+		if r.lines && api.RunFinal(ev.State) {
 			r.flushNode(ev.Node)
 		}
 	case "error":
@@ -142,7 +141,7 @@ func (r *renderer) drawProgress(force bool) {
 	total := r.job.Total
 	done := 0
 	for s, n := range counts {
-		if store.RunFinal(s) {
+		if api.RunFinal(s) {
 			done += n
 		}
 	}
@@ -154,7 +153,7 @@ func (r *renderer) drawProgress(force bool) {
 	bar := strings.Repeat("=", filled) + strings.Repeat(" ", barWidth-filled)
 	r.clearProgress()
 	fmt.Fprintf(r.errOut, "[%s] %d/%d  ok %d  failed %d  skipped %d  running %d  %s", bar, done, total,
-		counts[store.RunOK], counts[store.RunFailed], counts[store.RunSkipped], counts[store.RunRunning]+counts[store.RunWaiting],
+		counts[api.RunOK], counts[api.RunFailed], counts[api.RunSkipped], counts[api.RunRunning]+counts[api.RunWaiting],
 		time.Since(r.start).Round(100*time.Millisecond))
 	r.shown = true
 }
@@ -162,9 +161,9 @@ func (r *renderer) drawProgress(force bool) {
 // printSummary prints the job's outcome: one line of counts, and a table of
 // the nodes that did not end ok.
 func printSummary(w io.Writer, d api.JobDetail) {
-	var notOK []store.JobNode
+	var notOK []api.JobNode
 	for _, n := range d.Nodes {
-		if n.State != store.RunOK {
+		if n.State != api.RunOK {
 			notOK = append(notOK, n)
 		}
 	}
@@ -186,7 +185,7 @@ func printSummary(w io.Writer, d api.JobDetail) {
 		took = d.FinishedAt.Sub(d.CreatedAt).Round(time.Millisecond)
 	}
 	fmt.Fprintf(w, "\njob %s %s in %s: %d ok, %d failed, %d skipped, %d cancelled, %d interrupted (of %d)\n", d.ID, d.State, took,
-		d.Counts[store.RunOK], d.Counts[store.RunFailed], d.Counts[store.RunSkipped], d.Counts[store.RunCancelled], d.Counts[store.RunInterrupted], d.Total)
+		d.Counts[api.RunOK], d.Counts[api.RunFailed], d.Counts[api.RunSkipped], d.Counts[api.RunCancelled], d.Counts[api.RunInterrupted], d.Total)
 }
 
 func exitText(code *int) string {

@@ -6,23 +6,22 @@ import (
 	"testing"
 
 	"github.com/tether-dev/tether/hub/api"
-	"github.com/tether-dev/tether/hub/store"
 )
 
 func TestRendererPrefixesLinesAndDrawsProgress(t *testing.T) {
 	var out, errOut bytes.Buffer
 	r := newRenderer(&out, &errOut, api.Job{ID: "j", Total: 2}, true, true)
-	r.setNodes([]store.JobNode{{Node: "a"}, {Node: "node-b"}})
+	r.setNodes([]api.JobNode{{Node: "a"}, {Node: "node-b"}})
 	zero := 0
 	events := []api.JobEvent{
-		{Type: "node", Node: "a", State: store.RunRunning},
+		{Type: "node", Node: "a", State: api.RunRunning},
 		{Type: "output", Node: "a", Stream: "stdout", Data: []byte("hel")},
 		{Type: "output", Node: "node-b", Stream: "stdout", Data: []byte("one\ntwo\npart")},
 		{Type: "output", Node: "a", Stream: "stdout", Data: []byte("lo\n")},
 		{Type: "output", Node: "a", Stream: "stderr", Data: []byte("oops\n")},
-		{Type: "node", Node: "a", State: store.RunOK, ExitCode: &zero},
-		{Type: "node", Node: "node-b", State: store.RunFailed},
-		{Type: "job", Job: &api.Job{ID: "j", State: store.JobFailed}},
+		{Type: "node", Node: "a", State: api.RunOK, ExitCode: &zero},
+		{Type: "node", Node: "node-b", State: api.RunFailed},
+		{Type: "job", Job: &api.Job{ID: "j", State: api.JobFailed}},
 	}
 	for _, ev := range events {
 		if err := r.event(ev); err != nil {
@@ -49,7 +48,7 @@ func TestRendererWithoutTerminalPrintsNoEscapes(t *testing.T) {
 	var out, errOut bytes.Buffer
 	r := newRenderer(&out, &errOut, api.Job{Total: 1}, true, false)
 	r.event(api.JobEvent{Type: "output", Node: "a", Stream: "stdout", Data: []byte("x\n")})
-	r.event(api.JobEvent{Type: "node", Node: "a", State: store.RunOK})
+	r.event(api.JobEvent{Type: "node", Node: "a", State: api.RunOK})
 	r.flush()
 	if strings.Contains(out.String()+errOut.String(), "\x1b") {
 		t.Fatalf("escape codes without a terminal: %q %q", out.String(), errOut.String())

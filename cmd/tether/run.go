@@ -16,7 +16,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/tether-dev/tether/hub/api"
-	"github.com/tether-dev/tether/hub/store"
 )
 
 // Exit codes of tether run and tether jobs rerun.
@@ -156,36 +155,36 @@ func (o *runOptions) run(ctx context.Context, args []string) error {
 }
 
 // uploadFile sends LOCAL (of LOCAL:REMOTE) to the hub's blob store.
-func uploadFile(ctx context.Context, c *api.Client, spec string) (store.Upload, error) {
+func uploadFile(ctx context.Context, c *api.Client, spec string) (api.Upload, error) {
 	local, remote, ok := strings.Cut(spec, ":")
 	if !ok || local == "" || remote == "" {
-		return store.Upload{}, fmt.Errorf("--upload %q: want LOCAL:REMOTE, e.g. ./app.tar:/opt/app.tar", spec)
+		return api.Upload{}, fmt.Errorf("--upload %q: want LOCAL:REMOTE, e.g. ./app.tar:/opt/app.tar", spec)
 	}
 	f, err := os.Open(local)
 	if err != nil {
-		return store.Upload{}, fmt.Errorf("--upload: %w", err)
+		return api.Upload{}, fmt.Errorf("--upload: %w", err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return store.Upload{}, fmt.Errorf("--upload: %w", err)
+		return api.Upload{}, fmt.Errorf("--upload: %w", err)
 	}
 	if !st.Mode().IsRegular() {
-		return store.Upload{}, fmt.Errorf("--upload %s: not a regular file", local)
+		return api.Upload{}, fmt.Errorf("--upload %s: not a regular file", local)
 	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return store.Upload{}, fmt.Errorf("--upload %s: %w", local, err)
+		return api.Upload{}, fmt.Errorf("--upload %s: %w", local, err)
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return store.Upload{}, err
+		return api.Upload{}, err
 	}
 	b, err := c.PutBlob(ctx, f, st.Size(), sum)
 	if err != nil {
-		return store.Upload{}, fmt.Errorf("--upload %s: %w", local, err)
+		return api.Upload{}, fmt.Errorf("--upload %s: %w", local, err)
 	}
-	return store.Upload{Name: filepath.Base(local), SHA256: b.SHA256, Size: b.Size, Dest: remote, Mode: uint32(st.Mode().Perm())}, nil
+	return api.Upload{Name: filepath.Base(local), SHA256: b.SHA256, Size: b.Size, Dest: remote, Mode: uint32(st.Mode().Perm())}, nil
 }
 
 // follow prints a job's events until it ends, cancels it on Ctrl-C, prints
@@ -230,11 +229,11 @@ func follow(ctx context.Context, c *api.Client, job api.Job, output, progress st
 	switch {
 	case cancelled:
 		return codedError{exitCancelled, ""}
-	case detail.State == store.JobRunning:
+	case detail.State == api.JobRunning:
 		return codedError{exitFailed, fmt.Sprintf("job %s is still running; follow it with 'tether jobs logs %s --follow'", job.ID, job.ID)}
-	case detail.Counts[store.RunFailed]+detail.Counts[store.RunInterrupted]+detail.Counts[store.RunCancelled] > 0:
+	case detail.Counts[api.RunFailed]+detail.Counts[api.RunInterrupted]+detail.Counts[api.RunCancelled] > 0:
 		return codedError{exitFailed, ""}
-	case detail.Counts[store.RunSkipped] > 0:
+	case detail.Counts[api.RunSkipped] > 0:
 		return codedError{exitSkippedOnly, ""}
 	}
 	return nil

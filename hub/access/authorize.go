@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/roles"
 	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/internal/validate"
 )
 
 // Every security decision about reaching a node is in this file. Each
@@ -168,7 +168,7 @@ func (d *Door) ProvisionLoginFor(labels map[string]string) string {
 
 // ProvisionLoginFor is the login jobs use on a node with these labels.
 func (s *Snapshot) ProvisionLoginFor(labels map[string]string) string {
-	if l := labels[ProvisionLoginLabel]; validLogin(l) {
+	if l := labels[ProvisionLoginLabel]; validate.Login(l) == nil {
 		return l
 	}
 	return s.provisionLogin
@@ -224,8 +224,3 @@ func (s *Snapshot) PrincipalsFor(labels map[string]string) (perLogin map[string]
 }
 
 func sameKey(a, b gossh.PublicKey) bool { return string(a.Marshal()) == string(b.Marshal()) }
-
-var loginRE = regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,31}$`)
-
-// validLogin reports whether s is a plausible Unix login name.
-func validLogin(s string) bool { return loginRE.MatchString(s) }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tether-dev/tether/hub/roles"
+	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki"
 )
@@ -17,30 +17,25 @@ import (
 const APITokenPrefix = "tapi_"
 
 // caller is who made an automation request: the admin (mTLS) or an API
-// token bound to one role.
+// token bound to one role. What it may do is the door's decision.
 type caller struct {
-	admin bool
-	role  roles.Role // for API tokens
-	name  string     // for the audit log: "admin" or "apitoken:ID"
+	access.Caller
+	door *access.Door
 }
 
-// may reports whether the caller may run jobs on a node with these labels
-// as login (the node's provisioning login). Admins may run anywhere; a
-// token's role must select the node and allow the login.
-func (c caller) may(n store.Node, login string) bool {
-	if c.admin {
-		return true
-	}
-	ok, logins := roles.Allowed([]roles.Role{c.role}, n.Labels)
-	return ok && (slices.Contains(logins, login) || slices.Contains(logins, roles.AnyLogin))
+// may reports whether the caller may run jobs on node n, as the node's
+// provisioning login (the door decides; see access.Door.AuthorizeJob).
+// Without a door nothing is allowed.
+func (c caller) may(n store.Node) bool {
+	return c.door != nil && c.door.AuthorizeJob(c.Caller, n) == nil
 }
 
 // jobFilterRole is the role whose jobs the caller may see ("" for all).
 func (c caller) jobFilterRole() string {
-	if c.admin {
+	if c.Admin {
 		return ""
 	}
-	return c.role.Name
+	return c.Role
 }
 
 // automation wraps endpoints automation may use: with the admin client
@@ -58,7 +53,9 @@ func (h *handler) automation(next func(http.ResponseWriter, *http.Request, calle
 			next(w, r, c)
 			return
 		}
-		h.admin(func(w http.ResponseWriter, r *http.Request) { next(w, r, caller{admin: true, name: "admin"}) })(w, r)
+		h.admin(func(w http.ResponseWriter, r *http.Request) {
+			next(w, r, caller{Caller: access.Caller{Admin: true, Name: "admin"}, door: h.Door})
+		})(w, r)
 	}
 }
 
@@ -86,15 +83,13 @@ func (h *handler) tokenCaller(ctx context.Context, auth string) (caller, error) 
 	if !pki.SecretMatches(t.SecretHash, secret) || (!t.ExpiresAt.IsZero() && time.Now().After(t.ExpiresAt)) {
 		return caller{}, errBadAPIToken
 	}
-	all, err := h.Store.ListRoles(ctx)
-	if err != nil {
-		return caller{}, internal("read roles", err)
+	if h.Door == nil {
+		return caller{}, fail(ErrUnauthenticated, "API tokens are not served by this hub")
 	}
-	i := slices.IndexFunc(all, func(r store.Role) bool { return r.Name == t.Role })
-	if i < 0 {
+	if _, ok := h.Door.Snapshot().Role(t.Role); !ok {
 		return caller{}, fail(ErrUnauthenticated, "API token %s: its role %q no longer exists", id, t.Role)
 	}
-	return caller{role: roles.Role(all[i]), name: "apitoken:" + id}, nil
+	return caller{Caller: access.Caller{Role: t.Role, Name: "apitoken:" + id}, door: h.Door}, nil
 }
 
 // APITokenCreateRequest is the body of POST /v1/apitokens.

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tether-dev/tether/hub/cluster"
+	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/store"
 )
 
@@ -56,7 +58,7 @@ func statusOf(err error) int {
 		return http.StatusTooManyRequests
 	case errors.Is(err, ErrUnavailable):
 		return http.StatusServiceUnavailable
-	case errors.Is(err, ErrInvalid):
+	case errors.Is(err, ErrInvalid), errors.Is(err, jobs.ErrBadSpec), errors.Is(err, cluster.ErrInvalid):
 		return http.StatusBadRequest
 	case errors.Is(err, ErrUnauthenticated):
 		return http.StatusUnauthorized
@@ -65,7 +67,7 @@ func statusOf(err error) int {
 		return http.StatusForbidden
 	case errors.Is(err, ErrNotFound), errors.Is(err, store.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, ErrConflict), errors.Is(err, store.ErrNameTaken):
+	case errors.Is(err, ErrConflict), errors.Is(err, store.ErrNameTaken), errors.Is(err, cluster.ErrConflict), errors.Is(err, jobs.ErrNotRunning):
 		return http.StatusConflict
 	}
 	return http.StatusInternalServerError

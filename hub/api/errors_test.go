@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/hub/cluster"
+	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel/control"
 )
@@ -34,6 +36,10 @@ func TestStatusOf(t *testing.T) {
 		{fail(ErrNotFound, "gone"), 404},
 		{store.ErrNameTaken, 409},
 		{fail(ErrConflict, "clash"), 409},
+		{fmt.Errorf("%w: parallel 0", jobs.ErrBadSpec), 400},
+		{fmt.Errorf("%w: node is revoked", cluster.ErrInvalid), 400},
+		{fmt.Errorf("%w: node runs k3s", cluster.ErrConflict), 409},
+		{fmt.Errorf("job x: %w", jobs.ErrNotRunning), 409},
 		{RetryAfter(fail(ErrRateLimited, "slow down"), time.Second), 429},
 		{RetryAfter(fail(ErrUnavailable, "later"), time.Second), 503},
 		{internal("step", errors.New("store: disk I/O error")), 500},

@@ -77,7 +77,7 @@ func FuzzRequestBodies(f *testing.F) {
 				_ = sel.Matches(map[string]string{"site": "lab"})
 			}
 		case *JobCreateRequest:
-			spec := store.JobSpec{Command: r.Command, Script: r.Script, ScriptName: r.ScriptName, Uploads: r.Uploads, Env: r.Env,
+			spec := store.JobSpec{Command: r.Command, Script: r.Script, ScriptName: r.ScriptName, Uploads: storeUploads(r.Uploads), Env: r.Env,
 				Parallel: r.Parallel, TimeoutSeconds: r.TimeoutSeconds, MaxFailures: r.MaxFailures, Selector: r.Selector}
 			_ = jobs.Validate(&spec, blobs)
 			_, _ = jobs.ParseMaxFailures(r.MaxFailures)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/roles"
@@ -21,7 +22,7 @@ type JobCreateRequest struct {
 	Command           string            `json:"command,omitempty"`
 	Script            string            `json:"script,omitempty"`
 	ScriptName        string            `json:"script_name,omitempty"`
-	Uploads           []store.Upload    `json:"uploads,omitempty"`
+	Uploads           []Upload          `json:"uploads,omitempty"`
 	Env               map[string]string `json:"env,omitempty"`
 	Parallel          int               `json:"parallel,omitempty"`
 	TimeoutSeconds    int               `json:"timeout_seconds,omitempty"`
@@ -38,10 +39,131 @@ type JobRerunRequest struct {
 	Failed bool `json:"failed"`
 }
 
+// Job states. A job is running until every target node reached a final
+// state; a hub restart turns a running job into interrupted.
+const (
+	JobRunning     = store.JobRunning
+	JobSucceeded   = store.JobSucceeded
+	JobFailed      = store.JobFailed
+	JobCancelled   = store.JobCancelled
+	JobInterrupted = store.JobInterrupted
+)
+
+// Per-node run states. pending, waiting and running are live; the others
+// are final (RunFinal).
+const (
+	RunPending     = store.RunPending
+	RunWaiting     = store.RunWaiting // offline, waiting for the node (--wait-online)
+	RunRunning     = store.RunRunning
+	RunOK          = store.RunOK
+	RunFailed      = store.RunFailed
+	RunSkipped     = store.RunSkipped
+	RunCancelled   = store.RunCancelled
+	RunInterrupted = store.RunInterrupted // the hub stopped while this run was live
+)
+
+// RunFinal reports whether a per-node run state is final.
+func RunFinal(state string) bool { return store.RunFinal(state) }
+
+// Job is a job as the API shows it: one fan-out of a JobSpec to nodes.
+type Job struct {
+	ID         string    `json:"id"`
+	Kind       string    `json:"kind"` // run, cluster_install, cluster_uninstall
+	Spec       JobSpec   `json:"spec"`
+	CreatedBy  string    `json:"created_by"`
+	State      string    `json:"state"`
+	Error      string    `json:"error,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// Counts are the job's runs by per-node state; Total is their sum.
+	Counts map[string]int `json:"counts"`
+	Total  int            `json:"total"`
+}
+
+// JobSpec is what a job does on each node, as it was given.
+type JobSpec struct {
+	Command        string            `json:"command,omitempty"`     // shell command line (sh -c)
+	Script         string            `json:"script,omitempty"`      // or: script content, uploaded and run
+	ScriptName     string            `json:"script_name,omitempty"` // for display
+	Uploads        []Upload          `json:"uploads,omitempty"`     // files copied before the command runs
+	Env            map[string]string `json:"env,omitempty"`
+	Parallel       int               `json:"parallel"`
+	TimeoutSeconds int               `json:"timeout_seconds"`        // per node
+	MaxFailures    string            `json:"max_failures,omitempty"` // "N" or "P%"; empty: no limit
+	WaitOnlineSecs int               `json:"wait_online_seconds"`    // 0: offline nodes are skipped
+	Selector       string            `json:"selector,omitempty"`     // as given, for display
+	Role           string            `json:"role,omitempty"`         // role of an API-token creator
+	RerunOf        string            `json:"rerun_of,omitempty"`     // job id this one re-runs
+	Cluster        *ClusterStep      `json:"cluster,omitempty"`      // set for cluster install/uninstall jobs
+}
+
+// ClusterStep is the cluster work of a cluster install/uninstall job.
+type ClusterStep struct {
+	Action       string `json:"action"` // install | uninstall
+	Engine       string `json:"engine"`
+	EngineDigest string `json:"engine_digest,omitempty"`
+	CachePath    string `json:"cache_path"` // where the node caches the engine's uninstall script
+}
+
+// Upload is one file a job copies to each node; the content is a blob
+// uploaded before (POST /v1/blobs).
+type Upload struct {
+	Name   string `json:"name"`   // local name, for display
+	SHA256 string `json:"sha256"` // blob in the hub's blob store
+	Size   int64  `json:"size"`
+	Dest   string `json:"dest"` // absolute path on the node
+	Mode   uint32 `json:"mode"`
+	// Mkdir and IfMissing are for the hub's own cluster jobs; a job created
+	// through the API may not set them.
+	Mkdir     bool `json:"mkdir,omitempty"`
+	IfMissing bool `json:"if_missing,omitempty"`
+}
+
+// JobNode is one node's run within a job (its log is served apart).
+type JobNode struct {
+	JobID string `json:"job_id"`
+	// NodeID is the node the run is bound to: a machine that joins later
+	// under the same name is another node. Empty for runs recorded before
+	// runs were bound to IDs whose node was already gone.
+	NodeID     string    `json:"node_id,omitempty"`
+	Node       string    `json:"node"` // the node's name when the job was created
+	State      string    `json:"state"`
+	ExitCode   *int      `json:"exit_code,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	LogDropped int64     `json:"log_dropped,omitempty"` // output bytes left out between the log's head and tail
+	LogBytes   int64     `json:"log_bytes"`             // total output bytes seen
+}
+
+// Duration is how long the run took (so far, if it is still running).
+func (n JobNode) Duration(now time.Time) time.Duration {
+	switch {
+	case n.StartedAt.IsZero():
+		return 0
+	case n.FinishedAt.IsZero():
+		return now.Sub(n.StartedAt)
+	}
+	return n.FinishedAt.Sub(n.StartedAt)
+}
+
 // JobDetail answers GET /v1/jobs/{id}.
 type JobDetail struct {
-	store.Job
-	Nodes []store.JobNode `json:"nodes"`
+	Job
+	Nodes []JobNode `json:"nodes"`
+}
+
+// JobEvent is one line of GET /v1/jobs/{id}/events.
+type JobEvent struct {
+	Type     string `json:"type"` // node (state change), output, job (final), error
+	Node     string `json:"node,omitempty"`
+	State    string `json:"state,omitempty"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Error    string `json:"error,omitempty"`
+	Stream   string `json:"stream,omitempty"` // stdout | stderr | hub (the hub's own notes) | log (replayed)
+	Data     []byte `json:"data,omitempty"`
+	Dropped  int64  `json:"dropped,omitempty"` // log bytes left out of a replayed log
+	Job      *Job   `json:"job,omitempty"`
 }
 
 // BlobResponse answers POST /v1/blobs.
@@ -50,12 +172,51 @@ type BlobResponse struct {
 	Size   int64  `json:"size"`
 }
 
-// Job and JobNode as the API shows them.
-type (
-	Job      = store.Job
-	JobNode  = store.JobNode
-	JobEvent = jobs.Event
-)
+func jobFrom(j store.Job) Job {
+	return Job{ID: j.ID, Kind: j.Kind, Spec: jobSpecFrom(j.Spec), CreatedBy: j.CreatedBy, State: j.State, Error: j.Error,
+		CreatedAt: j.CreatedAt, FinishedAt: j.FinishedAt, Counts: j.Counts, Total: j.Total}
+}
+
+func jobSpecFrom(s store.JobSpec) JobSpec {
+	out := JobSpec{Command: s.Command, Script: s.Script, ScriptName: s.ScriptName, Env: s.Env, Parallel: s.Parallel,
+		TimeoutSeconds: s.TimeoutSeconds, MaxFailures: s.MaxFailures, WaitOnlineSecs: s.WaitOnlineSecs, Selector: s.Selector,
+		Role: s.Role, RerunOf: s.RerunOf}
+	for _, u := range s.Uploads {
+		out.Uploads = append(out.Uploads, Upload(u))
+	}
+	if s.Cluster != nil {
+		c := ClusterStep(*s.Cluster)
+		out.Cluster = &c
+	}
+	return out
+}
+
+func jobNodeFrom(n store.JobNode) JobNode {
+	return JobNode{JobID: n.JobID, NodeID: n.NodeID, Node: n.Node, State: n.State, ExitCode: n.ExitCode, Error: n.Error,
+		StartedAt: n.StartedAt, FinishedAt: n.FinishedAt, LogDropped: n.LogDropped, LogBytes: n.LogBytes}
+}
+
+func jobEventFrom(ev jobs.Event) JobEvent {
+	out := JobEvent{Type: ev.Type, Node: ev.Node, State: ev.State, ExitCode: ev.ExitCode, Error: ev.Error,
+		Stream: ev.Stream, Data: ev.Data, Dropped: ev.Dropped}
+	if ev.Job != nil {
+		j := jobFrom(*ev.Job)
+		out.Job = &j
+	}
+	return out
+}
+
+func storeUploads(us []Upload) []store.Upload {
+	return mapSlice(us, func(u Upload) store.Upload { return store.Upload(u) })
+}
+
+func mapSlice[T, U any](in []T, f func(T) U) []U {
+	out := make([]U, len(in))
+	for i, v := range in {
+		out[i] = f(v)
+	}
+	return out
+}
 
 func (h *handler) jobsEnabled(w http.ResponseWriter) bool {
 	if h.Jobs == nil {
@@ -83,37 +244,16 @@ func (h *handler) putBlob(w http.ResponseWriter, r *http.Request, c caller) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	h.Logger.Info("blob stored", "sha256", digest, "size", size, "by", c.name)
+	h.Logger.Info("blob stored", "sha256", digest, "size", size, "by", c.Name)
 	writeJSON(w, http.StatusCreated, BlobResponse{SHA256: digest, Size: size})
 }
 
-// httpError carries a status for handler helpers.
-type httpError struct {
-	status int
-	msg    string
-}
-
-func (e *httpError) Error() string { return e.msg }
-
-func replyErr(w http.ResponseWriter, err error) {
-	var he *httpError
-	switch {
-	case errors.As(err, &he):
-		writeError(w, he.status, he.msg)
-	case errors.Is(err, jobs.ErrBadSpec):
-		writeError(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, store.ErrNotFound):
-		writeError(w, http.StatusNotFound, err.Error())
-	default:
-		writeError(w, http.StatusInternalServerError, err.Error())
-	}
-}
-
-// resolveTargets turns names or a selector into node names the caller may
-// run jobs on (sorted). Revoked nodes are never targets.
-func (h *handler) resolveTargets(ctx context.Context, c caller, selector string, names []string) ([]string, error) {
+// resolveTargets turns names or a selector into the nodes the caller may run
+// jobs on (sorted by name). The job is bound to those nodes' IDs from here
+// on. Revoked nodes are never targets.
+func (h *handler) resolveTargets(ctx context.Context, c caller, selector string, names []string) ([]store.NodeRef, error) {
 	if (selector == "") == (len(names) == 0) {
-		return nil, &httpError{http.StatusBadRequest, "give the target nodes as names (--nodes n1,n2) or as a label selector (-l site=lab, or -l '*' for all), not both"}
+		return nil, fail(ErrInvalid, "give the target nodes as names (--nodes n1,n2) or as a label selector (-l site=lab, or -l '*' for all), not both")
 	}
 	all, err := h.Store.ListNodes(ctx)
 	if err != nil {
@@ -128,7 +268,7 @@ func (h *handler) resolveTargets(ctx context.Context, c caller, selector string,
 		var sel roles.Selector
 		if selector != "*" {
 			if sel, err = roles.ParseSelector(selector); err != nil {
-				return nil, &httpError{http.StatusBadRequest, "selector: " + err.Error()}
+				return nil, fail(ErrInvalid, "selector: %s", clean(err))
 			}
 		}
 		for _, n := range all {
@@ -137,7 +277,7 @@ func (h *handler) resolveTargets(ctx context.Context, c caller, selector string,
 			}
 		}
 		if len(targets) == 0 {
-			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("selector %q matches no node (see `tether nodes`)", selector)}
+			return nil, fail(ErrInvalid, "selector %q matches no node (see `tether nodes`)", selector)
 		}
 	} else {
 		seen := map[string]bool{}
@@ -152,38 +292,63 @@ func (h *handler) resolveTargets(ctx context.Context, c caller, selector string,
 			case !ok:
 				unknown = append(unknown, name)
 			case !n.RevokedAt.IsZero():
-				return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("node %q is revoked; it cannot run jobs", name)}
+				return nil, fail(ErrInvalid, "node %q is revoked; it cannot run jobs", name)
 			default:
 				targets = append(targets, n)
 			}
 		}
 		if len(unknown) > 0 {
-			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("no such node: %s (see `tether nodes`)", strings.Join(unknown, ", "))}
+			return nil, fail(ErrInvalid, "no such node: %s (see `tether nodes`)", strings.Join(unknown, ", "))
 		}
 	}
-	var denied, out []string
+	return h.authorizeTargets(c, targets)
+}
+
+// rerunTargets are the nodes of a rerun: the same node IDs as the runs
+// re-run, never a machine that took a removed node's name since.
+func (h *handler) rerunTargets(ctx context.Context, c caller, old store.Job, runs []store.JobNode) ([]store.NodeRef, error) {
+	var targets []store.Node
+	var removed []string
+	for _, r := range runs {
+		n, err := h.Store.GetNode(ctx, r.NodeID)
+		if r.NodeID == "" || errors.Is(err, store.ErrNotFound) {
+			removed = append(removed, r.Node)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !n.RevokedAt.IsZero() {
+			return nil, fail(ErrInvalid, "node %q is revoked; it cannot run jobs", n.Name)
+		}
+		targets = append(targets, n)
+	}
+	if len(removed) > 0 {
+		return nil, fail(ErrInvalid, "node %s of job %s was removed from the hub since; a machine now under that name is another node (start a new job with --nodes)", strings.Join(removed, ", "), old.ID)
+	}
+	return h.authorizeTargets(c, targets)
+}
+
+// authorizeTargets keeps the nodes the caller may run jobs on, or refuses
+// them all.
+func (h *handler) authorizeTargets(c caller, targets []store.Node) ([]store.NodeRef, error) {
+	var denied []string
+	var out []store.NodeRef
 	for _, n := range targets {
-		if !c.may(n, h.provisionLogin(n)) {
+		if !c.may(n) {
 			denied = append(denied, n.Name)
 			continue
 		}
-		out = append(out, n.Name)
+		out = append(out, store.NodeRef{ID: n.ID, Name: n.Name})
 	}
 	if len(denied) > 0 {
 		if len(denied) > 5 {
 			denied = append(denied[:5], fmt.Sprintf("and %d more", len(denied)-5))
 		}
-		return nil, &httpError{http.StatusForbidden, fmt.Sprintf("role %q may not run jobs on %s (the role must select the node and allow its provisioning login)", c.role.Name, strings.Join(denied, ", "))}
+		return nil, fail(ErrRefused, "role %q may not run jobs on %s (the role must select the node and allow its provisioning login)", c.Role, strings.Join(denied, ", "))
 	}
-	slices.Sort(out)
+	slices.SortFunc(out, func(a, b store.NodeRef) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
-}
-
-func (h *handler) provisionLogin(n store.Node) string {
-	if h.ProvisionLogin == nil {
-		return "root"
-	}
-	return h.ProvisionLogin(n)
 }
 
 func (h *handler) createJob(w http.ResponseWriter, r *http.Request, c caller) {
@@ -195,7 +360,7 @@ func (h *handler) createJob(w http.ResponseWriter, r *http.Request, c caller) {
 		return
 	}
 	spec := store.JobSpec{
-		Command: req.Command, Script: req.Script, ScriptName: req.ScriptName, Uploads: req.Uploads, Env: req.Env,
+		Command: req.Command, Script: req.Script, ScriptName: req.ScriptName, Uploads: storeUploads(req.Uploads), Env: req.Env,
 		Parallel: req.Parallel, TimeoutSeconds: req.TimeoutSeconds, MaxFailures: req.MaxFailures,
 		WaitOnlineSecs: req.WaitOnlineSeconds, Selector: req.Selector, Role: c.jobFilterRole(),
 	}
@@ -214,27 +379,27 @@ func (h *handler) createJob(w http.ResponseWriter, r *http.Request, c caller) {
 		}
 	}
 	if err := jobs.Validate(&spec, h.Blobs); err != nil {
-		replyErr(w, err)
+		h.writeErr(w, r, err)
 		return
 	}
 	targets, err := h.resolveTargets(r.Context(), c, req.Selector, req.Nodes)
 	if err != nil {
-		replyErr(w, err)
+		h.writeErr(w, r, err)
 		return
 	}
-	j, err := h.Jobs.Start(r.Context(), store.Job{Kind: "run", Spec: spec, CreatedBy: c.name}, targets)
+	j, err := h.Jobs.Start(r.Context(), store.Job{Kind: "run", Spec: spec, CreatedBy: c.Name}, targets)
 	if err != nil {
-		replyErr(w, err)
+		h.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, j)
+	writeJSON(w, http.StatusCreated, jobFrom(j))
 }
 
 // jobFor loads a job the caller may see; it writes the error reply itself.
 func (h *handler) jobFor(w http.ResponseWriter, r *http.Request, c caller) (store.Job, bool) {
 	id := r.PathValue("id")
 	j, err := h.Store.GetJob(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && !c.admin && j.Spec.Role != c.role.Name) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !c.Admin && j.Spec.Role != c.Role) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no job %q (see `tether jobs`)", id))
 		return store.Job{}, false
 	}
@@ -255,7 +420,10 @@ func (h *handler) listJobs(w http.ResponseWriter, r *http.Request, c caller) {
 		}
 		f.Limit = n
 	}
-	list(func(ctx context.Context) ([]store.Job, error) { return h.Store.ListJobs(ctx, f) })(w, r)
+	list(func(ctx context.Context) ([]Job, error) {
+		jobs, err := h.Store.ListJobs(ctx, f)
+		return mapSlice(jobs, jobFrom), err
+	})(w, r)
 }
 
 func (h *handler) getJob(w http.ResponseWriter, r *http.Request, c caller) {
@@ -268,7 +436,7 @@ func (h *handler) getJob(w http.ResponseWriter, r *http.Request, c caller) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, JobDetail{Job: j, Nodes: nodes})
+	writeJSON(w, http.StatusOK, JobDetail{Job: jobFrom(j), Nodes: mapSlice(nodes, jobNodeFrom)})
 }
 
 func (h *handler) cancelJob(w http.ResponseWriter, r *http.Request, c caller) {
@@ -276,7 +444,7 @@ func (h *handler) cancelJob(w http.ResponseWriter, r *http.Request, c caller) {
 	if !ok || !h.jobsEnabled(w) {
 		return
 	}
-	if err := h.Jobs.Cancel(j.ID, c.name); errors.Is(err, jobs.ErrNotRunning) {
+	if err := h.Jobs.Cancel(j.ID, c.Name); errors.Is(err, jobs.ErrNotRunning) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("job %s is not running (it is %s)", j.ID, j.State))
 		return
 	} else if err != nil {
@@ -288,7 +456,7 @@ func (h *handler) cancelJob(w http.ResponseWriter, r *http.Request, c caller) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, j)
+	writeJSON(w, http.StatusOK, jobFrom(j))
 }
 
 func (h *handler) rerunJob(w http.ResponseWriter, r *http.Request, c caller) {
@@ -313,33 +481,33 @@ func (h *handler) rerunJob(w http.ResponseWriter, r *http.Request, c caller) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	var names []string
+	var runs []store.JobNode
 	for _, n := range nodes {
 		if !req.Failed || n.State != store.RunOK {
-			names = append(names, n.Node)
+			runs = append(runs, n)
 		}
 	}
-	if len(names) == 0 {
+	if len(runs) == 0 {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("job %s has no failed, interrupted, cancelled or skipped nodes to rerun", old.ID))
 		return
 	}
 	spec := old.Spec
 	spec.RerunOf, spec.Role = old.ID, c.jobFilterRole()
 	if err := jobs.Validate(&spec, h.Blobs); err != nil {
-		replyErr(w, err)
+		h.writeErr(w, r, err)
 		return
 	}
-	targets, err := h.resolveTargets(r.Context(), c, "", names)
+	targets, err := h.rerunTargets(r.Context(), c, old, runs)
 	if err != nil {
-		replyErr(w, err)
+		h.writeErr(w, r, err)
 		return
 	}
-	j, err := h.Jobs.Start(r.Context(), store.Job{Kind: old.Kind, Spec: spec, CreatedBy: c.name}, targets)
+	j, err := h.Jobs.Start(r.Context(), store.Job{Kind: old.Kind, Spec: spec, CreatedBy: c.Name}, targets)
 	if err != nil {
-		replyErr(w, err)
+		h.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, j)
+	writeJSON(w, http.StatusCreated, jobFrom(j))
 }
 
 // nodeLog serves one node's stored log as text: the head, a marker for the
@@ -351,7 +519,7 @@ func (h *handler) nodeLog(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	n, err := h.Store.GetJobNode(r.Context(), j.ID, r.PathValue("node"))
 	if err != nil {
-		replyErr(w, err)
+		h.writeErr(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -375,7 +543,7 @@ func (h *handler) jobEvents(w http.ResponseWriter, r *http.Request, c caller) {
 	w.Header().Set("Cache-Control", "no-store")
 	enc := json.NewEncoder(w)
 	flusher, _ := w.(http.Flusher)
-	emit := func(ev jobs.Event) bool {
+	emit := func(ev JobEvent) bool {
 		if err := enc.Encode(ev); err != nil {
 			return false
 		}
@@ -396,11 +564,11 @@ func (h *handler) jobEvents(w http.ResponseWriter, r *http.Request, c caller) {
 			case ev, ok := <-sub.C:
 				if !ok {
 					if sub.Lagged() {
-						emit(jobs.Event{Type: "error", Error: "this follower fell behind and was dropped; see `tether jobs show` and `tether jobs logs`"})
+						emit(JobEvent{Type: "error", Error: "this follower fell behind and was dropped; see `tether jobs show` and `tether jobs logs`"})
 					}
 					return
 				}
-				if !emit(ev) {
+				if !emit(jobEventFrom(ev)) {
 					return
 				}
 			case <-r.Context().Done():
@@ -411,7 +579,7 @@ func (h *handler) jobEvents(w http.ResponseWriter, r *http.Request, c caller) {
 	// Finished: replay from the store.
 	nodes, err := h.Store.ListJobNodes(r.Context(), j.ID)
 	if err != nil {
-		emit(jobs.Event{Type: "error", Error: err.Error()})
+		emit(JobEvent{Type: "error", Error: err.Error()})
 		return
 	}
 	found := node == ""
@@ -422,22 +590,23 @@ func (h *handler) jobEvents(w http.ResponseWriter, r *http.Request, c caller) {
 		found = true
 		full, err := h.Store.GetJobNode(r.Context(), j.ID, n.Node)
 		if err != nil {
-			emit(jobs.Event{Type: "error", Error: err.Error()})
+			emit(JobEvent{Type: "error", Error: err.Error()})
 			return
 		}
 		if len(full.LogHead) > 0 {
-			emit(jobs.Event{Type: "output", Node: n.Node, Stream: "log", Data: full.LogHead})
+			emit(JobEvent{Type: "output", Node: n.Node, Stream: "log", Data: full.LogHead})
 		}
 		if len(full.LogTail) > 0 {
-			emit(jobs.Event{Type: "output", Node: n.Node, Stream: "log", Data: full.LogTail, Dropped: full.LogDropped})
+			emit(JobEvent{Type: "output", Node: n.Node, Stream: "log", Data: full.LogTail, Dropped: full.LogDropped})
 		}
-		emit(jobs.Event{Type: "node", Node: n.Node, State: n.State, ExitCode: n.ExitCode, Error: n.Error})
+		emit(JobEvent{Type: "node", Node: n.Node, State: n.State, ExitCode: n.ExitCode, Error: n.Error})
 	}
 	if !found {
-		emit(jobs.Event{Type: "error", Error: fmt.Sprintf("job %s has no node %q", j.ID, node)})
+		emit(JobEvent{Type: "error", Error: fmt.Sprintf("job %s has no node %q", j.ID, node)})
 		return
 	}
 	if j, err = h.Store.GetJob(r.Context(), j.ID); err == nil {
-		emit(jobs.Event{Type: "job", Job: &j})
+		final := jobFrom(j)
+		emit(JobEvent{Type: "job", Job: &final})
 	}
 }

@@ -2,32 +2,15 @@ package api
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/tether-dev/tether/internal/validate"
 )
 
-var (
-	labelKeyRE   = regexp.MustCompile(`^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$`)
-	labelValueRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$|^$`)
-)
-
-// ValidateLabels checks label keys and values (Kubernetes-like rules) so they
-// can be used in selectors later without quoting.
-func ValidateLabels(l map[string]string) error {
-	if len(l) > 64 {
-		return fmt.Errorf("at most 64 labels, got %d", len(l))
-	}
-	for k, v := range l {
-		if !labelKeyRE.MatchString(k) {
-			return fmt.Errorf("invalid label key %q: lowercase letters, digits, '.', '_', '/', '-', at most 63 characters", k)
-		}
-		if !labelValueRE.MatchString(v) {
-			return fmt.Errorf("invalid value %q for label %q: letters, digits, '.', '_', '-', at most 63 characters", v, k)
-		}
-	}
-	return nil
-}
+// ValidateLabels checks label keys and values (the one rule every part of
+// Tether shares, so they can be used in selectors without quoting).
+func ValidateLabels(l map[string]string) error { return validate.Labels(l) }
 
 // ParseLabels parses k=v arguments (as given to --label).
 func ParseLabels(args []string) (map[string]string, error) {

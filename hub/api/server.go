@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/registry"
@@ -30,7 +31,9 @@ import (
 
 // Deps is what the API handlers work on.
 type Deps struct {
-	Store       store.Store
+	Store store.Store
+	// Door decides who may reach which node (hub/access).
+	Door        *access.Door
 	CA          *ca.CA
 	Registry    *registry.Registry
 	Metrics     *metrics.Metrics
@@ -54,8 +57,6 @@ type Deps struct {
 	// Jobs and Blobs serve the job endpoints; nil disables them.
 	Jobs  *jobs.Engine
 	Blobs *jobs.Blobs
-	// ProvisionLogin is the login the hub's jobs use on a node.
-	ProvisionLogin func(store.Node) string
 	// Cluster serves the cluster endpoints; nil disables them.
 	Cluster Cluster
 	// Admins decides which admin certificates are accepted (admin.go);
@@ -163,7 +164,7 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("GET /v1/jobs/{id}/nodes/{node}/log", h.automation(h.nodeLog))
 	mux.HandleFunc("POST /v1/jobs/{id}/cancel", h.automation(h.cancelJob))
 	mux.HandleFunc("POST /v1/jobs/{id}/rerun", h.automation(h.rerunJob))
-	mux.HandleFunc("GET /v1/cluster", h.admin(list(d.Store.ListClusterMembers)))
+	mux.HandleFunc("GET /v1/cluster", h.admin(h.clusterStatus))
 	mux.HandleFunc("PUT /v1/cluster/{node}", h.admin(h.clusterRegister))
 	mux.HandleFunc("DELETE /v1/cluster/{node}", h.admin(h.clusterDeregister))
 	if d.Metrics != nil {
@@ -231,13 +232,13 @@ func (h *handler) listNodes(w http.ResponseWriter, r *http.Request) {
 	}
 	cluster := make(map[string]store.ClusterMember, len(members))
 	for _, m := range members {
-		cluster[m.Node] = m
+		cluster[m.NodeID] = m
 	}
 	for i := range nodes {
 		// The registry is the truth about liveness; the store may lag.
 		c, ok := h.Registry.Get(nodes[i].Name)
 		nodes[i].Online = ok && c.NodeID == nodes[i].ID
-		if m, ok := cluster[nodes[i].Name]; ok {
+		if m, ok := cluster[nodes[i].ID]; ok {
 			nodes[i].ClusterEngine, nodes[i].ClusterState = m.Engine, m.State
 		}
 	}
@@ -257,6 +258,9 @@ func (h *handler) removeNode(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.writeErr(w, r, internal("remove node "+strconv.Quote(name), err))
 		return
+	}
+	if h.Jobs != nil {
+		h.Jobs.NodeRemoved(n.ID) // its runs that wait for it end; none passes to a namesake
 	}
 	if c, ok := h.Registry.Get(name); ok && c.NodeID == n.ID {
 		go c.CloseWithNotice("this node was removed from the hub; re-join to come back", true)

@@ -110,7 +110,7 @@ func New(cfg Config) (*Bastion, error) {
 		Version:     "Tether",
 		HostSigners: hostSigners(cfg),
 		// accept refuses rate-limited sources and arms the handshake
-		// deadline (guard.go).
+		// deadline (handshake.go).
 		ConnCallback: b.accept,
 		// gliderlabs fixes ctx.User() at the first auth attempt, while a
 		// client may name another user in later attempts; the user that

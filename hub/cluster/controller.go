@@ -1,7 +1,13 @@
 // Package cluster is the hub's cluster controller: it keeps each member
-// node's desired and current state (provisioners/cluster, the seed-001 state
-// machine) in the store and drives the node through it with jobs — install
-// and uninstall scripts run over SSH through the node's tunnel.
+// node's desired and current state in the store and drives the node through
+// the cluster-agent state machine (inactive → registering →
+// install_in_progress → active → deregistering → uninstall_in_progress; see
+// provisioners/cluster) with jobs — install and uninstall scripts run over
+// SSH through the node's tunnel.
+//
+// A member is the node's ID, not its name: removing the node removes the
+// membership, and a machine that joins later under the same name starts
+// with none.
 package cluster
 
 import (
@@ -16,11 +22,19 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tether-dev/tether/hub/api"
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/store"
 	machine "github.com/tether-dev/tether/provisioners/cluster"
+)
+
+// Sentinel errors callers branch on (the API answers 400 and 409).
+var (
+	// ErrInvalid: the request cannot be met as asked (unknown engine,
+	// revoked node).
+	ErrInvalid = errors.New("cluster: invalid request")
+	// ErrConflict: the request contradicts the member's current state.
+	ErrConflict = errors.New("cluster: conflict")
 )
 
 // DefaultStateDir is where an agent keeps its state when it did not say.
@@ -33,11 +47,12 @@ type Config struct {
 	Blobs *jobs.Blobs
 	// EnginesDir is re-read at every install, so edits are picked up.
 	EnginesDir string
-	// Online reports "" when the node has a live tunnel, else why not.
-	Online func(node string) string
+	// Online reports "" when the node with this ID has a live tunnel, else
+	// why not.
+	Online func(nodeID string) string
 	// StateDir is the agent's state directory of an online node ("" if
-	// unknown).
-	StateDir func(node string) string
+	// unknown), by node ID.
+	StateDir func(nodeID string) string
 	Metrics  *metrics.Metrics // may be nil
 	Logger   *slog.Logger
 	Audit    func(store.AuditEvent)
@@ -54,7 +69,7 @@ type Config struct {
 type Controller struct {
 	cfg     Config
 	mu      sync.Mutex
-	workers map[string]*worker
+	workers map[string]*worker // by node ID
 	ctx     context.Context
 	wg      sync.WaitGroup
 	started chan struct{}
@@ -95,7 +110,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Lock()
 	c.ctx = ctx
 	for _, m := range members {
-		c.startLocked(m.Node)
+		c.startLocked(m.NodeID)
 	}
 	c.mu.Unlock()
 	close(c.started)
@@ -105,25 +120,26 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// startLocked starts node's worker if it has none; c.mu is held.
-func (c *Controller) startLocked(node string) *worker {
-	if w := c.workers[node]; w != nil {
+// startLocked starts the worker of the node with this ID if it has none;
+// c.mu is held.
+func (c *Controller) startLocked(nodeID string) *worker {
+	if w := c.workers[nodeID]; w != nil {
 		return w
 	}
 	w := &worker{wake: make(chan struct{}, 1)}
-	c.workers[node] = w
+	c.workers[nodeID] = w
 	if c.ctx != nil && c.ctx.Err() == nil {
 		c.wg.Add(1)
-		go c.work(c.ctx, node, w)
+		go c.work(c.ctx, nodeID, w)
 	}
 	return w
 }
 
-// Wake makes node's worker look at it now (the hub calls this when a node
-// connects).
-func (c *Controller) Wake(node string) {
+// Wake makes the worker of the node with this ID look at it now (the hub
+// calls this when a node connects).
+func (c *Controller) Wake(nodeID string) {
 	c.mu.Lock()
-	w := c.workers[node]
+	w := c.workers[nodeID]
 	c.mu.Unlock()
 	if w != nil {
 		select {
@@ -142,14 +158,15 @@ func (c *Controller) Engines() ([]string, error) {
 	return cat.Names(), nil
 }
 
-// Register implements api.Cluster: desired active with engine.
+// Register implements api.Cluster: desired active with engine, for the node
+// that holds this name now.
 func (c *Controller) Register(ctx context.Context, node, engine, by string) (store.ClusterMember, error) {
 	cat, err := machine.LoadEngines(c.cfg.EnginesDir)
 	if err != nil {
-		return store.ClusterMember{}, fmt.Errorf("%w: engines: %w", api.ErrInvalid, err)
+		return store.ClusterMember{}, fmt.Errorf("%w: engines: %w", ErrInvalid, err)
 	}
 	if _, err := cat.Get(engine); err != nil {
-		return store.ClusterMember{}, fmt.Errorf("%w: %w", api.ErrInvalid, err)
+		return store.ClusterMember{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return c.request(ctx, node, machine.DesiredActive, engine, by)
 }
@@ -159,23 +176,26 @@ func (c *Controller) Deregister(ctx context.Context, node, by string) (store.Clu
 	return c.request(ctx, node, machine.DesiredInactive, "", by)
 }
 
-func (c *Controller) request(ctx context.Context, node string, desired machine.Desired, engine, by string) (store.ClusterMember, error) {
-	n, err := c.cfg.Store.GetNodeByName(ctx, node)
+// request resolves the name to the node that holds it now; from there on
+// the member is that node's ID.
+func (c *Controller) request(ctx context.Context, name string, desired machine.Desired, engine, by string) (store.ClusterMember, error) {
+	n, err := c.cfg.Store.GetNodeByName(ctx, name)
 	if err != nil {
-		return store.ClusterMember{}, fmt.Errorf("node %q: %w", node, err)
+		return store.ClusterMember{}, fmt.Errorf("node %q: %w", name, err)
 	}
+	node := n.Name
 	if !n.RevokedAt.IsZero() {
-		return store.ClusterMember{}, fmt.Errorf("%w: node %q is revoked", api.ErrInvalid, node)
+		return store.ClusterMember{}, fmt.Errorf("%w: node %q is revoked", ErrInvalid, node)
 	}
 	// One request at a time, so two registers cannot both create a member.
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	m, err := c.cfg.Store.GetClusterMember(ctx, node)
+	m, err := c.cfg.Store.GetClusterMember(ctx, n.ID)
 	switch {
 	case errors.Is(err, store.ErrNotFound) && desired == machine.DesiredInactive:
 		return store.ClusterMember{}, fmt.Errorf("node %q is not a cluster member: %w", node, store.ErrNotFound)
 	case errors.Is(err, store.ErrNotFound):
-		m = store.ClusterMember{Node: node, Engine: engine, State: string(machine.StateInactive)}
+		m = store.ClusterMember{NodeID: n.ID, Node: node, Engine: engine, State: string(machine.StateInactive)}
 	case err != nil:
 		return store.ClusterMember{}, err
 	}
@@ -185,7 +205,7 @@ func (c *Controller) request(ctx context.Context, node string, desired machine.D
 	}
 	if engine != "" && engine != m.Engine {
 		if cur != machine.StateInactive {
-			return store.ClusterMember{}, fmt.Errorf("%w: node %q runs engine %s (state %s); deregister it before switching to %s", api.ErrConflict, node, m.Engine, m.State, engine)
+			return store.ClusterMember{}, fmt.Errorf("%w: node %q runs engine %s (state %s); deregister it before switching to %s", ErrConflict, node, m.Engine, m.State, engine)
 		}
 		m.Engine = engine
 	}
@@ -209,8 +229,8 @@ func (c *Controller) request(ctx context.Context, node string, desired machine.D
 	if desired == machine.DesiredInactive {
 		kind = "cluster_deregister"
 	}
-	c.audit(store.AuditEvent{Kind: kind, Operator: by, Node: node, Result: "ok", Detail: fmt.Sprintf("engine %s, state %s", m.Engine, m.State)})
-	w := c.startLocked(node)
+	c.audit(store.AuditEvent{Kind: kind, Operator: by, Node: node, Result: "ok", Detail: fmt.Sprintf("engine %s, state %s, node id %s", m.Engine, m.State, m.NodeID)})
+	w := c.startLocked(m.NodeID)
 	w.retryAt = time.Time{} // an explicit request retries at once
 	select {
 	case w.wake <- struct{}{}:
@@ -259,12 +279,16 @@ func (c *Controller) refreshGaugeLocked(ctx context.Context) {
 	}
 }
 
-// work is one member's reconcile loop.
-func (c *Controller) work(ctx context.Context, node string, w *worker) {
+// work is one member's reconcile loop. It ends with ctx, or when the member
+// is gone (its node was removed).
+func (c *Controller) work(ctx context.Context, nodeID string, w *worker) {
 	defer c.wg.Done()
-	log := c.cfg.Logger.With("node", node)
+	log := c.cfg.Logger.With("node_id", nodeID)
 	for {
-		wait := c.reconcile(ctx, node, w, log)
+		wait, gone := c.reconcile(ctx, nodeID, w, log)
+		if gone && c.retireLocked(ctx, nodeID, w) {
+			return
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -277,21 +301,47 @@ func (c *Controller) work(ctx context.Context, node string, w *worker) {
 	}
 }
 
+// retireLocked removes w if its member is still gone, under c.mu so that a
+// register request (which holds c.mu from reading the member to starting
+// its worker) either sees w gone or w sees the new member. It reports
+// whether w should stop.
+func (c *Controller) retireLocked(ctx context.Context, nodeID string, w *worker) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, err := c.cfg.Store.GetClusterMember(ctx, nodeID); !errors.Is(err, store.ErrNotFound) {
+		return false
+	}
+	if c.workers[nodeID] == w {
+		delete(c.workers, nodeID)
+	}
+	return true
+}
+
 // reconcile runs steps until the member converges, must wait (offline
 // node, retry after a failed install) or fails; it returns how long to
-// sleep at most before looking again.
-func (c *Controller) reconcile(ctx context.Context, node string, w *worker, log *slog.Logger) time.Duration {
+// sleep at most before looking again, and whether the member is gone.
+func (c *Controller) reconcile(ctx context.Context, nodeID string, w *worker, log *slog.Logger) (time.Duration, bool) {
+	d := c.reconcileSteps(ctx, nodeID, w, log)
+	if ctx.Err() != nil {
+		return 0, false
+	}
+	_, err := c.cfg.Store.GetClusterMember(ctx, nodeID)
+	return d, errors.Is(err, store.ErrNotFound)
+}
+
+func (c *Controller) reconcileSteps(ctx context.Context, nodeID string, w *worker, log *slog.Logger) time.Duration {
 	for range machine.MaxSteps + 1 {
 		if ctx.Err() != nil {
 			return 0
 		}
-		m, err := c.cfg.Store.GetClusterMember(ctx, node)
+		m, err := c.cfg.Store.GetClusterMember(ctx, nodeID)
 		if err != nil {
 			if !errors.Is(err, store.ErrNotFound) {
 				log.Error("cluster: read member", "err", err)
 			}
 			return c.cfg.Recheck
 		}
+		log := log.With("node", m.Node)
 		cur, err1 := machine.ParseState(m.State)
 		desired, err2 := machine.ParseDesired(m.Desired)
 		if err := errors.Join(err1, err2); err != nil {
@@ -309,7 +359,7 @@ func (c *Controller) reconcile(ctx context.Context, node string, w *worker, log 
 			return time.Until(retryAt)
 		}
 		if step.Action == machine.ActionInstall || step.Action == machine.ActionUninstall {
-			if reason := c.cfg.Online(node); reason != "" {
+			if reason := c.cfg.Online(nodeID); reason != "" {
 				log.Info("cluster: waiting for the node to come online", "state", cur, "reason", reason)
 				return c.cfg.Recheck
 			}
@@ -350,7 +400,7 @@ func (c *Controller) reconcile(ctx context.Context, node string, w *worker, log 
 		if actErr != nil {
 			result = "failed"
 		}
-		c.audit(store.AuditEvent{Kind: "cluster_transition", Node: node, Result: result,
+		c.audit(store.AuditEvent{Kind: "cluster_transition", Node: m.Node, Result: result,
 			Detail: strings.TrimSpace(fmt.Sprintf("%s -> %s (%s) %s", cur, next, trigger, m.LastError))})
 		log.Info("cluster transition", "from", cur, "to", next, "trigger", trigger, "err", actErr)
 		if actErr != nil && step.Action == machine.ActionInstall {
@@ -363,8 +413,8 @@ func (c *Controller) reconcile(ctx context.Context, node string, w *worker, log 
 }
 
 // cachePath is where the node keeps the engine's uninstall script.
-func (c *Controller) cachePath(node, engine string) string {
-	dir := c.cfg.StateDir(node)
+func (c *Controller) cachePath(nodeID, engine string) string {
+	dir := c.cfg.StateDir(nodeID)
 	if dir == "" {
 		dir = DefaultStateDir
 	}
@@ -402,7 +452,7 @@ func (c *Controller) act(ctx context.Context, m *store.ClusterMember, action mac
 		if err != nil {
 			return err
 		}
-		cache := c.cachePath(m.Node, e.Name)
+		cache := c.cachePath(m.NodeID, e.Name)
 		spec := store.JobSpec{
 			Script: string(e.Install), ScriptName: e.Name + "/install.sh", Env: e.Env,
 			Uploads: []store.Upload{
@@ -415,7 +465,7 @@ func (c *Controller) act(ctx context.Context, m *store.ClusterMember, action mac
 		m.EngineDigest = e.Digest
 		return c.runJob(ctx, m, "cluster_install", spec)
 	case machine.ActionUninstall:
-		cache := c.cachePath(m.Node, m.Engine)
+		cache := c.cachePath(m.NodeID, m.Engine)
 		q, qe := shellQuote(cache), shellQuote(cache+".env")
 		spec := store.JobSpec{
 			// The cached script is the one installed with (run by its #!
@@ -448,7 +498,7 @@ func (c *Controller) runJob(ctx context.Context, m *store.ClusterMember, kind st
 	if err := jobs.Validate(&spec, c.cfg.Blobs); err != nil {
 		return err
 	}
-	j, err := c.cfg.Jobs.Start(ctx, store.Job{Kind: kind, Spec: spec, CreatedBy: "cluster"}, []string{m.Node})
+	j, err := c.cfg.Jobs.Start(ctx, store.Job{Kind: kind, Spec: spec, CreatedBy: "cluster"}, []store.NodeRef{{ID: m.NodeID, Name: m.Node}})
 	if err != nil {
 		return err
 	}

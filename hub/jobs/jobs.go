@@ -62,17 +62,20 @@ type Conn interface {
 	Close() error
 }
 
-// Connector opens a Conn to a node (stream through its tunnel, SSH
-// handshake with the hub's certificate, host certificate verified).
-type Connector func(ctx context.Context, node string) (Conn, error)
+// Connector opens a Conn to the node with this ID (stream through its
+// tunnel, SSH handshake with the hub's certificate, host certificate
+// verified). It must not reach another machine that holds the node's name
+// now: a run belongs to the node ID it was started for.
+type Connector func(ctx context.Context, nodeID string) (Conn, error)
 
 // Config is what the engine works with.
 type Config struct {
 	Store   store.JobStore
 	Connect Connector
-	// Online reports whether a node has a live tunnel; "" means online, else
-	// a reason it is not (e.g. "offline (last seen 3m ago)").
-	Online  func(node string) string
+	// Online reports whether the node with this ID has a live tunnel; ""
+	// means online, else a reason it is not (e.g. "offline (last seen 3m
+	// ago)").
+	Online  func(nodeID string) string
 	Blobs   *Blobs
 	Metrics *metrics.Metrics // may be nil
 	Logger  *slog.Logger
@@ -275,8 +278,9 @@ func ValidateRemotePath(p string) error {
 }
 
 // Start persists the job with all nodes pending and runs it in the
-// background. j.Spec must have passed Validate.
-func (e *Engine) Start(ctx context.Context, j store.Job, nodes []string) (store.Job, error) {
+// background. Each run is bound to its node's ID. j.Spec must have passed
+// Validate.
+func (e *Engine) Start(ctx context.Context, j store.Job, nodes []store.NodeRef) (store.Job, error) {
 	if len(nodes) == 0 {
 		return store.Job{}, fmt.Errorf("%w: no target nodes", ErrBadSpec)
 	}
@@ -304,8 +308,12 @@ func (e *Engine) Start(ctx context.Context, j store.Job, nodes []string) (store.
 	lj := &liveJob{e: e, job: j, cancel: cancel, done: make(chan struct{}), tolerated: mf.Tolerated(len(nodes)),
 		runs: make([]*nodeRun, len(nodes)), byName: make(map[string]*nodeRun, len(nodes))}
 	for i, n := range nodes {
-		r := &nodeRun{JobNode: store.JobNode{JobID: j.ID, Node: n, State: store.RunPending}}
-		lj.runs[i], lj.byName[n] = r, r
+		if n.ID == "" {
+			cancel()
+			return store.Job{}, fmt.Errorf("%w: target %q has no node ID", ErrBadSpec, n.Name)
+		}
+		r := &nodeRun{JobNode: store.JobNode{JobID: j.ID, NodeID: n.ID, Node: n.Name, State: store.RunPending}, removed: make(chan struct{})}
+		lj.runs[i], lj.byName[n.Name] = r, r
 	}
 	e.mu.Lock()
 	if e.closed {
@@ -361,6 +369,33 @@ func (e *Engine) Cancel(id, by string) error {
 	lj.cancel()
 	e.audit(store.AuditEvent{Kind: "job_cancel", Operator: by, Result: "ok", Detail: "job " + id})
 	return nil
+}
+
+// NodeRemoved ends the runs of the removed node nodeID that have not
+// started (pending, or waiting for the node to come online) as skipped with
+// store.NodeRemovedReason; the store's DeleteNode does the same to their
+// records. A run already running is not touched: the node's tunnel closes
+// with the removal and the run fails. It returns how many runs it ended.
+func (e *Engine) NodeRemoved(nodeID string) int {
+	e.mu.Lock()
+	live := make([]*liveJob, 0, len(e.live))
+	for _, lj := range e.live {
+		live = append(live, lj)
+	}
+	e.mu.Unlock()
+	n := 0
+	for _, lj := range live {
+		lj.mu.Lock()
+		for _, r := range lj.runs {
+			if r.NodeID == nodeID && !r.nodeGone && (r.State == store.RunPending || r.State == store.RunWaiting) {
+				r.nodeGone = true
+				close(r.removed)
+				n++
+			}
+		}
+		lj.mu.Unlock()
+	}
+	return n
 }
 
 // Wait blocks until the job is no longer running (or ctx ends) and returns

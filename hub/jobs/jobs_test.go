@@ -61,7 +61,8 @@ type env struct {
 	st     *store.SQLite
 	eng    *Engine
 	blobs  *Blobs
-	online sync.Map // node -> reason ("" online)
+	online sync.Map // node ID -> reason ("" online)
+	ran    sync.Map // node ID -> true once a run connected to it
 }
 
 func newEnv(t *testing.T, run func(ctx context.Context, node string, cmd Command, stdout, stderr io.Writer) (int, error)) *env {
@@ -78,13 +79,15 @@ func newEnv(t *testing.T, run func(ctx context.Context, node string, cmd Command
 	e := &env{st: st, blobs: blobs}
 	e.eng = New(context.Background(), Config{
 		Store: st, Blobs: blobs, FlushInterval: 10 * time.Millisecond, PollInterval: 10 * time.Millisecond,
-		Online: func(n string) string {
-			if v, ok := e.online.Load(n); ok {
+		Online: func(id string) string {
+			if v, ok := e.online.Load(id); ok {
 				return v.(string)
 			}
 			return ""
 		},
-		Connect: func(ctx context.Context, node string) (Conn, error) {
+		Connect: func(ctx context.Context, id string) (Conn, error) {
+			e.ran.Store(id, true)
+			node := strings.TrimPrefix(id, "id-") // the test's nodes are named after their IDs
 			if strings.HasPrefix(node, "unreachable") {
 				return nil, errors.New("handshake failed")
 			}
@@ -105,7 +108,17 @@ func nodes(n int) []string {
 	return out
 }
 
-func (e *env) start(t *testing.T, spec store.JobSpec, targets []string) store.Job {
+// start runs a job on the named nodes, whose IDs are "id-" + name.
+func (e *env) start(t *testing.T, spec store.JobSpec, names []string) store.Job {
+	t.Helper()
+	targets := make([]store.NodeRef, len(names))
+	for i, n := range names {
+		targets[i] = store.NodeRef{ID: "id-" + n, Name: n}
+	}
+	return e.startOn(t, spec, targets)
+}
+
+func (e *env) startOn(t *testing.T, spec store.JobSpec, targets []store.NodeRef) store.Job {
 	t.Helper()
 	if err := Validate(&spec, e.blobs); err != nil {
 		t.Fatal(err)
@@ -213,7 +226,7 @@ func TestTimeoutCancelOfflineAndConnectErrors(t *testing.T) {
 		<-ctx.Done() // the runner kills the remote process and reports the context's end
 		return -1, ctx.Err()
 	})
-	e.online.Store("gone", "offline (last seen 1h ago)")
+	e.online.Store("id-gone", "offline (last seen 1h ago)")
 	j := e.start(t, store.JobSpec{Command: "sleep 100", TimeoutSeconds: 1}, []string{"slow", "fast", "gone", "unreachable-1"})
 	got, runs := e.wait(t, j.ID)
 	if got.State != store.JobFailed {
@@ -251,17 +264,63 @@ func TestTimeoutCancelOfflineAndConnectErrors(t *testing.T) {
 
 func TestWaitOnline(t *testing.T) {
 	e := newEnv(t, func(context.Context, string, Command, io.Writer, io.Writer) (int, error) { return 0, nil })
-	e.online.Store("late", "offline")
-	e.online.Store("never", "offline")
+	e.online.Store("id-late", "offline")
+	e.online.Store("id-never", "offline")
 	j := e.start(t, store.JobSpec{Command: "true", WaitOnlineSecs: 2}, []string{"late", "never"})
 	waitFor(t, func() bool {
 		n, _ := e.st.GetJobNode(context.Background(), j.ID, "late")
 		return n.State == store.RunWaiting
 	})
-	e.online.Store("late", "")
+	e.online.Store("id-late", "")
 	_, runs := e.wait(t, j.ID)
 	if runs["late"].State != store.RunOK || runs["never"].State != store.RunSkipped || !strings.Contains(runs["never"].Error, "after waiting 2s") {
 		t.Fatalf("runs %+v", runs)
+	}
+}
+
+// A --wait-online run waits for the node it was started for, by ID: when
+// that node is removed and a new machine joins under its name, the run ends
+// as "node removed" and never runs on the newcomer.
+func TestRemovedNodeRunsNothingOnANewcomer(t *testing.T) {
+	e := newEnv(t, func(context.Context, string, Command, io.Writer, io.Writer) (int, error) { return 0, nil })
+	ctx := context.Background()
+	join := func(id, name string) {
+		t.Helper()
+		if err := e.st.CreateToken(ctx, store.Token{ID: "t-" + id, SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.st.Join(ctx, "t-"+id, func(store.Token) error { return nil }, store.Node{ID: id, Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	join("id-old", "edge")
+	e.online.Store("id-old", "offline (last seen 1h ago)")
+	j := e.startOn(t, store.JobSpec{Command: "true", WaitOnlineSecs: 3600}, []store.NodeRef{{ID: "id-old", Name: "edge"}})
+	waitFor(t, func() bool {
+		n, _ := e.st.GetJobNode(ctx, j.ID, "edge")
+		return n.State == store.RunWaiting
+	})
+
+	// What the hub does when an operator removes the node.
+	if err := e.st.DeleteNode(ctx, "id-old"); err != nil {
+		t.Fatal(err)
+	}
+	e.eng.NodeRemoved("id-old")
+	join("id-new", "edge")
+	e.online.Store("id-new", "")
+
+	got, runs := e.wait(t, j.ID)
+	if _, ran := e.ran.Load("id-new"); ran {
+		t.Fatal("the run of the removed node ran on the new machine that took its name")
+	}
+	if r := runs["edge"]; r.State != store.RunSkipped || r.Error != store.NodeRemovedReason || r.NodeID != "id-old" {
+		t.Fatalf("run = %+v, want skipped (%q) for id-old", r, store.NodeRemovedReason)
+	}
+	if got.State != store.JobFailed {
+		t.Fatalf("job = %+v", got)
+	}
+	if n := e.eng.NodeRemoved("id-old"); n != 0 {
+		t.Fatalf("NodeRemoved after the job ended touched %d runs", n)
 	}
 }
 

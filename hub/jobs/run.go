@@ -33,6 +33,20 @@ type liveJob struct {
 type nodeRun struct {
 	store.JobNode
 	log logBuf
+	// removed is closed when the node is removed before the run started
+	// (nodeGone records that, guarded by liveJob.mu).
+	removed  chan struct{}
+	nodeGone bool
+}
+
+// gone reports whether r's node was removed.
+func (r *nodeRun) gone() bool {
+	select {
+	case <-r.removed:
+		return true
+	default:
+		return false
+	}
 }
 
 func (r *nodeRun) event() Event {
@@ -275,29 +289,51 @@ func (lj *liveJob) flush() {
 // runNode runs the job's steps on one node and records the result.
 func (lj *liveJob) runNode(ctx context.Context, r *nodeRun) {
 	e, spec := lj.e, lj.job.Spec
-	if reason := e.cfg.Online(r.Node); reason != "" {
+	if r.gone() {
+		lj.finish(r, store.RunSkipped, nil, store.NodeRemovedReason)
+		return
+	}
+	if reason := e.cfg.Online(r.NodeID); reason != "" {
 		if spec.WaitOnlineSecs <= 0 {
 			lj.finish(r, store.RunSkipped, nil, reason+"; pass --wait-online to wait for it")
 			return
 		}
 		lj.update(r, func() { r.State = store.RunWaiting })
-		if !lj.waitOnline(ctx, r.Node, time.Duration(spec.WaitOnlineSecs)*time.Second) {
+		if !lj.waitOnline(ctx, r, time.Duration(spec.WaitOnlineSecs)*time.Second) {
+			if r.gone() {
+				lj.finish(r, store.RunSkipped, nil, store.NodeRemovedReason)
+				return
+			}
 			if ctx.Err() != nil {
 				state, msg := lj.cancelState()
 				lj.finish(r, state, nil, msg)
 				return
 			}
-			lj.finish(r, store.RunSkipped, nil, fmt.Sprintf("still %s after waiting %ds", e.cfg.Online(r.Node), spec.WaitOnlineSecs))
+			lj.finish(r, store.RunSkipped, nil, fmt.Sprintf("still %s after waiting %ds", e.cfg.Online(r.NodeID), spec.WaitOnlineSecs))
 			return
 		}
 	}
-	lj.update(r, func() { r.State, r.StartedAt = store.RunRunning, time.Now().UTC() })
+	// Leaving waiting and NodeRemoved are ordered by the lock: a removal
+	// that comes first ends the run here, one that comes later finds it
+	// running and leaves it to fail with the closed tunnel.
+	lj.mu.Lock()
+	gone := r.nodeGone
+	if !gone {
+		r.State, r.StartedAt = store.RunRunning, time.Now().UTC()
+		lj.markDirty(r)
+		lj.broadcast(r.event())
+	}
+	lj.mu.Unlock()
+	if gone {
+		lj.finish(r, store.RunSkipped, nil, store.NodeRemovedReason)
+		return
+	}
 	timeout := time.Duration(spec.TimeoutSeconds) * time.Second
 	nctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
 	dialStart := time.Now()
-	conn, err := e.cfg.Connect(nctx, r.Node)
+	conn, err := e.cfg.Connect(nctx, r.NodeID)
 	if m := e.cfg.Metrics; m != nil {
 		res := "ok"
 		if err != nil {
@@ -384,9 +420,9 @@ func (lj *liveJob) upload(ctx context.Context, conn Conn, r *nodeRun, u store.Up
 	return nil
 }
 
-// waitOnline polls until the node is online (true), or the wait or the job
-// ends (false).
-func (lj *liveJob) waitOnline(ctx context.Context, node string, d time.Duration) bool {
+// waitOnline polls until r's node is online (true), or the wait or the job
+// ends, or the node is removed (false).
+func (lj *liveJob) waitOnline(ctx context.Context, r *nodeRun, d time.Duration) bool {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	tick := time.NewTicker(lj.e.cfg.PollInterval)
@@ -395,10 +431,12 @@ func (lj *liveJob) waitOnline(ctx context.Context, node string, d time.Duration)
 		select {
 		case <-ctx.Done():
 			return false
+		case <-r.removed:
+			return false
 		case <-deadline.C:
-			return lj.e.cfg.Online(node) == ""
+			return lj.e.cfg.Online(r.NodeID) == ""
 		case <-tick.C:
-			if lj.e.cfg.Online(node) == "" {
+			if lj.e.cfg.Online(r.NodeID) == "" {
 				return true
 			}
 		}

@@ -78,7 +78,7 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}, []string{"result"}),
 		ClusterMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "tether_cluster_members", Help: "Cluster members by state of the seed-001 state machine.",
+			Name: "tether_cluster_members", Help: "Cluster members by state of the cluster-agent state machine (inactive, registering, install_in_progress, active, deregistering, uninstall_in_progress).",
 		}, []string{"state"}),
 		ClusterTransition: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_cluster_transitions_total", Help: "Cluster state machine transitions, by from and to state.",

@@ -2,10 +2,11 @@ package roles
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/tether-dev/tether/internal/validate"
 )
 
 // Bounds on selector text. A selector is written by an operator and stored with
@@ -15,13 +16,6 @@ const (
 	MaxSelectorLen = 4096 // bytes of selector text
 	MaxTerms       = 64   // comma-separated terms in one selector
 	MaxSetValues   = 64   // values inside one "in (...)" or "notin (...)"
-)
-
-// Label key and value rules; the same as hub/api.ValidateLabels, so that any
-// label a node can carry can be named in a selector without quoting.
-var (
-	labelKeyRE   = regexp.MustCompile(`^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$`)
-	labelValueRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
 )
 
 // op is the operator of one selector term. The order is the canonical order
@@ -318,15 +312,20 @@ func lexTerm(t string) (toks []token, reason string) {
 }
 
 func checkKey(k string) string {
-	if !labelKeyRE.MatchString(k) {
-		return fmt.Sprintf("invalid label key %q: lowercase letters, digits, '.', '_', '/', '-', at most 63 characters, starting and ending with a letter or digit", k)
+	if err := validate.LabelKey(k); err != nil {
+		return err.Error()
 	}
 	return ""
 }
 
+// checkValue: a value in a selector is never empty (see Selector), unlike a
+// node's label value.
 func checkValue(v string) string {
-	if !labelValueRE.MatchString(v) {
-		return fmt.Sprintf("invalid label value %q: letters, digits, '.', '_', '-', at most 63 characters, starting and ending with a letter or digit", v)
+	if v == "" {
+		return "empty label value: use \"k\" or \"!k\" to test for the key"
+	}
+	if err := validate.LabelValue(v); err != nil {
+		return err.Error()
 	}
 	return ""
 }

@@ -89,7 +89,7 @@ func TestParseSelectorErrors(t *testing.T) {
 		{"Site=lab", 1, []string{`invalid label key "Site"`}},
 		{"-site=lab", 1, []string{`invalid label key "-site"`}},
 		{"site/=lab", 1, []string{`invalid label key "site/"`}},
-		{strings.Repeat("k", 64) + "=v", 1, []string{"invalid label key", "at most 63"}},
+		{strings.Repeat("k", 64) + "=v", 1, []string{"invalid label key", "1-63 characters"}},
 		{"site=-lab", 1, []string{`invalid label value "-lab"`}},
 		{"site=a/b", 1, []string{`invalid label value "a/b"`}},
 		{"site=" + strings.Repeat("v", 64), 1, []string{"invalid label value"}},

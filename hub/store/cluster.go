@@ -9,9 +9,13 @@ import (
 )
 
 // ClusterMember is a node's Kubernetes engine membership: what the operator
-// wants (Desired) and where the seed-001 state machine is (State).
+// wants (Desired) and where the node is in the cluster-agent state machine
+// (inactive → registering → install_in_progress → active → deregistering →
+// uninstall_in_progress; see provisioners/cluster). A member belongs to one
+// node ID and goes when that node is removed.
 type ClusterMember struct {
-	Node           string    `json:"node"`
+	NodeID         string    `json:"node_id"`
+	Node           string    `json:"node"` // the node's name, read from the nodes table
 	Engine         string    `json:"engine"`
 	Desired        string    `json:"desired"` // active | inactive
 	State          string    `json:"state"`   // inactive, registering, install_in_progress, active, deregistering, uninstall_in_progress
@@ -22,52 +26,39 @@ type ClusterMember struct {
 	UpdatedAt      time.Time `json:"updated_at"`
 }
 
-// ClusterStore persists cluster memberships.
+// ClusterStore persists cluster memberships, keyed by node ID.
 type ClusterStore interface {
-	// PutClusterMember creates or replaces a member record.
+	// PutClusterMember creates or replaces a member record; ErrNotFound if
+	// its node is not registered (or was removed meanwhile).
 	PutClusterMember(ctx context.Context, m ClusterMember) error
-	GetClusterMember(ctx context.Context, node string) (ClusterMember, error)
+	GetClusterMember(ctx context.Context, nodeID string) (ClusterMember, error)
+	// ListClusterMembers lists members by node name.
 	ListClusterMembers(ctx context.Context) ([]ClusterMember, error)
-	DeleteClusterMember(ctx context.Context, node string) error
-}
-
-// APIToken is a bearer token for automation; only the secret's hash is kept.
-type APIToken struct {
-	ID          string    `json:"id"`
-	SecretHash  []byte    `json:"-"`
-	Role        string    `json:"role"`
-	Description string    `json:"description,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-	ExpiresAt   time.Time `json:"expires_at,omitzero"`
-}
-
-// APITokenStore persists API tokens.
-type APITokenStore interface {
-	CreateAPIToken(ctx context.Context, t APIToken) error
-	GetAPIToken(ctx context.Context, id string) (APIToken, error)
-	ListAPITokens(ctx context.Context) ([]APIToken, error)
-	DeleteAPIToken(ctx context.Context, id string) error
 }
 
 // PutClusterMember implements ClusterStore.
 func (s *SQLite) PutClusterMember(ctx context.Context, m ClusterMember) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO cluster_members (node, engine, desired, state, engine_digest, last_transition, last_error, last_job, updated_at)
-		VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (node) DO UPDATE SET engine = excluded.engine, desired = excluded.desired, state = excluded.state,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO cluster_members (node_id, engine, desired, state, engine_digest, last_transition, last_error, last_job, updated_at)
+		VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (node_id) DO UPDATE SET engine = excluded.engine, desired = excluded.desired, state = excluded.state,
 		engine_digest = excluded.engine_digest, last_transition = excluded.last_transition, last_error = excluded.last_error,
 		last_job = excluded.last_job, updated_at = excluded.updated_at`,
-		m.Node, m.Engine, m.Desired, m.State, m.EngineDigest, unix(m.LastTransition), m.LastError, m.LastJob, unix(m.UpdatedAt))
+		m.NodeID, m.Engine, m.Desired, m.State, m.EngineDigest, unix(m.LastTransition), m.LastError, m.LastJob, unix(m.UpdatedAt))
+	if isForeignKeyViolation(err) {
+		return fmt.Errorf("store: cluster member: node %s (%s): %w", m.NodeID, m.Node, ErrNotFound)
+	}
 	if err != nil {
-		return fmt.Errorf("store: put cluster member %s: %w", m.Node, err)
+		return fmt.Errorf("store: put cluster member %s (%s): %w", m.NodeID, m.Node, err)
 	}
 	return nil
 }
 
-const memberColumns = `node, engine, desired, state, engine_digest, last_transition, last_error, last_job, updated_at`
+const memberSelect = `SELECT m.node_id, n.name, m.engine, m.desired, m.state, m.engine_digest, m.last_transition, m.last_error, m.last_job, m.updated_at
+	FROM cluster_members m JOIN nodes n ON n.id = m.node_id`
 
 func scanMember(r scanner) (ClusterMember, error) {
 	var m ClusterMember
 	var last, updated int64
-	if err := r.Scan(&m.Node, &m.Engine, &m.Desired, &m.State, &m.EngineDigest, &last, &m.LastError, &m.LastJob, &updated); err != nil {
+	if err := r.Scan(&m.NodeID, &m.Node, &m.Engine, &m.Desired, &m.State, &m.EngineDigest, &last, &m.LastError, &m.LastJob, &updated); err != nil {
 		return ClusterMember{}, err
 	}
 	m.LastTransition, m.UpdatedAt = fromUnix(last), fromUnix(updated)
@@ -75,20 +66,20 @@ func scanMember(r scanner) (ClusterMember, error) {
 }
 
 // GetClusterMember implements ClusterStore.
-func (s *SQLite) GetClusterMember(ctx context.Context, node string) (ClusterMember, error) {
-	m, err := scanMember(s.db.QueryRowContext(ctx, `SELECT `+memberColumns+` FROM cluster_members WHERE node = ?`, node))
+func (s *SQLite) GetClusterMember(ctx context.Context, nodeID string) (ClusterMember, error) {
+	m, err := scanMember(s.db.QueryRowContext(ctx, memberSelect+` WHERE m.node_id = ?`, nodeID))
 	if errors.Is(err, sql.ErrNoRows) {
-		return ClusterMember{}, fmt.Errorf("store: cluster member %s: %w", node, ErrNotFound)
+		return ClusterMember{}, fmt.Errorf("store: cluster member %s: %w", nodeID, ErrNotFound)
 	}
 	if err != nil {
-		return ClusterMember{}, fmt.Errorf("store: cluster member %s: %w", node, err)
+		return ClusterMember{}, fmt.Errorf("store: cluster member %s: %w", nodeID, err)
 	}
 	return m, nil
 }
 
 // ListClusterMembers implements ClusterStore.
 func (s *SQLite) ListClusterMembers(ctx context.Context) ([]ClusterMember, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+memberColumns+` FROM cluster_members ORDER BY node`)
+	rows, err := s.db.QueryContext(ctx, memberSelect+` ORDER BY n.name`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list cluster members: %w", err)
 	}
@@ -102,79 +93,4 @@ func (s *SQLite) ListClusterMembers(ctx context.Context) ([]ClusterMember, error
 		out = append(out, m)
 	}
 	return out, rows.Err()
-}
-
-// DeleteClusterMember implements ClusterStore.
-func (s *SQLite) DeleteClusterMember(ctx context.Context, node string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM cluster_members WHERE node = ?`, node)
-	if err != nil {
-		return fmt.Errorf("store: delete cluster member %s: %w", node, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("store: cluster member %s: %w", node, ErrNotFound)
-	}
-	return nil
-}
-
-// CreateAPIToken implements APITokenStore.
-func (s *SQLite) CreateAPIToken(ctx context.Context, t APIToken) error {
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO api_tokens (id, secret_hash, role, description, created_at, expires_at) VALUES (?,?,?,?,?,?)`,
-		t.ID, t.SecretHash, t.Role, t.Description, unix(t.CreatedAt), unix(t.ExpiresAt)); err != nil {
-		return fmt.Errorf("store: create API token %s: %w", t.ID, err)
-	}
-	return nil
-}
-
-const apiTokenColumns = `id, secret_hash, role, description, created_at, expires_at`
-
-func scanAPIToken(r scanner) (APIToken, error) {
-	var t APIToken
-	var created, expires int64
-	if err := r.Scan(&t.ID, &t.SecretHash, &t.Role, &t.Description, &created, &expires); err != nil {
-		return APIToken{}, err
-	}
-	t.CreatedAt, t.ExpiresAt = fromUnix(created), fromUnix(expires)
-	return t, nil
-}
-
-// GetAPIToken implements APITokenStore.
-func (s *SQLite) GetAPIToken(ctx context.Context, id string) (APIToken, error) {
-	t, err := scanAPIToken(s.db.QueryRowContext(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return APIToken{}, fmt.Errorf("store: API token %s: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return APIToken{}, fmt.Errorf("store: API token %s: %w", id, err)
-	}
-	return t, nil
-}
-
-// ListAPITokens implements APITokenStore.
-func (s *SQLite) ListAPITokens(ctx context.Context) ([]APIToken, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens ORDER BY created_at`)
-	if err != nil {
-		return nil, fmt.Errorf("store: list API tokens: %w", err)
-	}
-	defer rows.Close()
-	out := []APIToken{}
-	for rows.Next() {
-		t, err := scanAPIToken(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
-}
-
-// DeleteAPIToken implements APITokenStore.
-func (s *SQLite) DeleteAPIToken(ctx context.Context, id string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM api_tokens WHERE id = ?`, id)
-	if err != nil {
-		return fmt.Errorf("store: delete API token %s: %w", id, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("store: API token %s: %w", id, ErrNotFound)
-	}
-	return nil
 }

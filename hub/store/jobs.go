@@ -32,6 +32,10 @@ const (
 	RunInterrupted = "interrupted" // the hub stopped while this run was live
 )
 
+// NodeRemovedReason is the error of a run that never started because its
+// node was removed from the hub (its state is skipped).
+const NodeRemovedReason = "not run: the node was removed from the hub"
+
 // RunFinal reports whether a per-node state is final.
 func RunFinal(state string) bool {
 	switch state {
@@ -95,11 +99,22 @@ type Job struct {
 	Total  int            `json:"total"`
 }
 
+// NodeRef names a job's target: the node's ID is what the run is bound to;
+// the name is kept for display (and for addressing the run within its job,
+// where names are unique).
+type NodeRef struct {
+	ID   string
+	Name string
+}
+
 // JobNode is one node's run within a job. Log holds the head and the tail
 // of the combined output; LogDropped counts the bytes left out between.
 type JobNode struct {
-	JobID      string    `json:"job_id"`
-	Node       string    `json:"node"`
+	JobID string `json:"job_id"`
+	// NodeID is the node the run is bound to; empty for runs recorded before
+	// runs were keyed by ID whose node was already gone.
+	NodeID     string    `json:"node_id"`
+	Node       string    `json:"node"` // the node's name when the job was created
 	State      string    `json:"state"`
 	ExitCode   *int      `json:"exit_code,omitempty"`
 	Error      string    `json:"error,omitempty"`
@@ -131,70 +146,26 @@ type JobFilter struct {
 // JobStore persists jobs and per-node results.
 type JobStore interface {
 	// CreateJob stores a job and its nodes (all pending) in one transaction.
-	CreateJob(ctx context.Context, j Job, nodes []string) error
+	CreateJob(ctx context.Context, j Job, nodes []NodeRef) error
 	// FinishJob records a job's final state.
 	FinishJob(ctx context.Context, id, state, errMsg string, at time.Time) error
-	// UpdateJobNodes writes per-node results in one transaction.
+	// UpdateJobNodes writes per-node results in one transaction. A run
+	// already final in the store (ended by DeleteNode) is left as it is.
 	UpdateJobNodes(ctx context.Context, nodes []JobNode) error
 	GetJob(ctx context.Context, id string) (Job, error)
 	ListJobs(ctx context.Context, f JobFilter) ([]Job, error)
 	// ListJobNodes returns a job's per-node results without their logs.
 	ListJobNodes(ctx context.Context, jobID string) ([]JobNode, error)
-	// GetJobNode returns one node's result with its log.
+	// GetJobNode returns one node's result with its log; node is the node's
+	// name as recorded in the job.
 	GetJobNode(ctx context.Context, jobID, node string) (JobNode, error)
 	// InterruptJobs marks every running job, and its live per-node runs,
 	// interrupted (called at hub start: no job survives a restart).
 	InterruptJobs(ctx context.Context, at time.Time) (jobs int, err error)
 }
 
-const migrationV4 = `CREATE TABLE jobs (
-		id TEXT PRIMARY KEY,
-		kind TEXT NOT NULL,
-		spec TEXT NOT NULL,
-		created_by TEXT NOT NULL DEFAULT '',
-		role TEXT NOT NULL DEFAULT '',
-		state TEXT NOT NULL,
-		error TEXT NOT NULL DEFAULT '',
-		created_at INTEGER NOT NULL,
-		finished_at INTEGER NOT NULL DEFAULT 0
-	);
-	CREATE INDEX jobs_created ON jobs (created_at);
-	CREATE TABLE job_nodes (
-		job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
-		node TEXT NOT NULL,
-		state TEXT NOT NULL,
-		exit_code INTEGER,
-		error TEXT NOT NULL DEFAULT '',
-		started_at INTEGER NOT NULL DEFAULT 0,
-		finished_at INTEGER NOT NULL DEFAULT 0,
-		log_head BLOB NOT NULL DEFAULT x'',
-		log_tail BLOB NOT NULL DEFAULT x'',
-		log_dropped INTEGER NOT NULL DEFAULT 0,
-		log_bytes INTEGER NOT NULL DEFAULT 0,
-		PRIMARY KEY (job_id, node)
-	);
-	CREATE TABLE cluster_members (
-		node TEXT PRIMARY KEY,
-		engine TEXT NOT NULL,
-		desired TEXT NOT NULL,
-		state TEXT NOT NULL,
-		engine_digest TEXT NOT NULL DEFAULT '',
-		last_transition INTEGER NOT NULL DEFAULT 0,
-		last_error TEXT NOT NULL DEFAULT '',
-		last_job TEXT NOT NULL DEFAULT '',
-		updated_at INTEGER NOT NULL
-	);
-	CREATE TABLE api_tokens (
-		id TEXT PRIMARY KEY,
-		secret_hash BLOB NOT NULL,
-		role TEXT NOT NULL,
-		description TEXT NOT NULL DEFAULT '',
-		created_at INTEGER NOT NULL,
-		expires_at INTEGER NOT NULL DEFAULT 0
-	);`
-
 // CreateJob implements JobStore.
-func (s *SQLite) CreateJob(ctx context.Context, j Job, nodes []string) error {
+func (s *SQLite) CreateJob(ctx context.Context, j Job, nodes []NodeRef) error {
 	spec, err := json.Marshal(j.Spec)
 	if err != nil {
 		return fmt.Errorf("store: job %s: encode spec: %w", j.ID, err)
@@ -208,14 +179,17 @@ func (s *SQLite) CreateJob(ctx context.Context, j Job, nodes []string) error {
 		j.ID, j.Kind, string(spec), j.CreatedBy, j.Spec.Role, j.State, unix(j.CreatedAt)); err != nil {
 		return fmt.Errorf("store: create job %s: %w", j.ID, err)
 	}
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO job_nodes (job_id, node, state) VALUES (?,?,?)`)
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO job_nodes (job_id, node_id, node, state) VALUES (?,?,?,?)`)
 	if err != nil {
 		return fmt.Errorf("store: create job %s: %w", j.ID, err)
 	}
 	defer stmt.Close()
 	for _, n := range nodes {
-		if _, err := stmt.ExecContext(ctx, j.ID, n, RunPending); err != nil {
-			return fmt.Errorf("store: create job %s node %s: %w", j.ID, n, err)
+		if n.ID == "" {
+			return fmt.Errorf("store: create job %s: node %q has no ID", j.ID, n.Name)
+		}
+		if _, err := stmt.ExecContext(ctx, j.ID, n.ID, n.Name, RunPending); err != nil {
+			return fmt.Errorf("store: create job %s node %s: %w", j.ID, n.Name, err)
 		}
 	}
 	return tx.Commit()
@@ -244,7 +218,7 @@ func (s *SQLite) UpdateJobNodes(ctx context.Context, nodes []JobNode) error {
 	}
 	defer tx.Rollback()
 	stmt, err := tx.PrepareContext(ctx, `UPDATE job_nodes SET state = ?, exit_code = ?, error = ?, started_at = ?, finished_at = ?,
-		log_head = ?, log_tail = ?, log_dropped = ?, log_bytes = ? WHERE job_id = ? AND node = ?`)
+		log_head = ?, log_tail = ?, log_dropped = ?, log_bytes = ? WHERE job_id = ? AND node_id = ? AND state NOT IN (?,?,?,?,?)`)
 	if err != nil {
 		return fmt.Errorf("store: update job nodes: %w", err)
 	}
@@ -255,7 +229,8 @@ func (s *SQLite) UpdateJobNodes(ctx context.Context, nodes []JobNode) error {
 			code = *n.ExitCode
 		}
 		if _, err := stmt.ExecContext(ctx, n.State, code, n.Error, unix(n.StartedAt), unix(n.FinishedAt),
-			nonNilBytes(n.LogHead), nonNilBytes(n.LogTail), n.LogDropped, n.LogBytes, n.JobID, n.Node); err != nil {
+			nonNilBytes(n.LogHead), nonNilBytes(n.LogTail), n.LogDropped, n.LogBytes, n.JobID, n.NodeID,
+			RunOK, RunFailed, RunSkipped, RunCancelled, RunInterrupted); err != nil {
 			return fmt.Errorf("store: update job %s node %s: %w", n.JobID, n.Node, err)
 		}
 	}
@@ -362,13 +337,13 @@ func (s *SQLite) fillCounts(ctx context.Context, jobs []*Job) error {
 	return nil
 }
 
-const jobNodeColumns = `job_id, node, state, exit_code, error, started_at, finished_at, log_dropped, log_bytes`
+const jobNodeColumns = `job_id, node_id, node, state, exit_code, error, started_at, finished_at, log_dropped, log_bytes`
 
 func scanJobNode(r scanner, extra ...any) (JobNode, error) {
 	var n JobNode
 	var code sql.NullInt64
 	var started, finished int64
-	dest := append([]any{&n.JobID, &n.Node, &n.State, &code, &n.Error, &started, &finished, &n.LogDropped, &n.LogBytes}, extra...)
+	dest := append([]any{&n.JobID, &n.NodeID, &n.Node, &n.State, &code, &n.Error, &started, &finished, &n.LogDropped, &n.LogBytes}, extra...)
 	if err := r.Scan(dest...); err != nil {
 		return JobNode{}, err
 	}

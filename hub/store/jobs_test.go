@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -19,17 +21,17 @@ func TestJobsLifecycleAndInterrupt(t *testing.T) {
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	spec := JobSpec{Command: "true", Parallel: 5, TimeoutSeconds: 60, MaxFailures: "10%", Role: "automation"}
-	if err := s.CreateJob(ctx, Job{ID: "j1", Kind: "run", Spec: spec, CreatedBy: "admin", State: JobRunning, CreatedAt: now}, []string{"a", "b", "c"}); err != nil {
+	if err := s.CreateJob(ctx, Job{ID: "j1", Kind: "run", Spec: spec, CreatedBy: "admin", State: JobRunning, CreatedAt: now}, refs("a", "b", "c")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateJob(ctx, Job{ID: "j2", Kind: "run", Spec: JobSpec{Command: "x"}, State: JobRunning, CreatedAt: now.Add(time.Second)}, []string{"a"}); err != nil {
+	if err := s.CreateJob(ctx, Job{ID: "j2", Kind: "run", Spec: JobSpec{Command: "x"}, State: JobRunning, CreatedAt: now.Add(time.Second)}, refs("a")); err != nil {
 		t.Fatal(err)
 	}
 	zero, one := 0, 1
 	if err := s.UpdateJobNodes(ctx, []JobNode{
-		{JobID: "j1", Node: "a", State: RunOK, ExitCode: &zero, StartedAt: now, FinishedAt: now.Add(time.Second), LogHead: []byte("hello\n"), LogBytes: 6},
-		{JobID: "j1", Node: "b", State: RunRunning, StartedAt: now},
-		{JobID: "j2", Node: "a", State: RunFailed, ExitCode: &one, StartedAt: now, FinishedAt: now},
+		{JobID: "j1", NodeID: "id-a", Node: "a", State: RunOK, ExitCode: &zero, StartedAt: now, FinishedAt: now.Add(time.Second), LogHead: []byte("hello\n"), LogBytes: 6},
+		{JobID: "j1", NodeID: "id-b", Node: "b", State: RunRunning, StartedAt: now},
+		{JobID: "j2", NodeID: "id-a", Node: "a", State: RunFailed, ExitCode: &one, StartedAt: now, FinishedAt: now},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +97,11 @@ func TestClusterMembersAndAPITokens(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t)
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	m := ClusterMember{Node: "n1", Engine: "k3s", Desired: "active", State: "inactive", UpdatedAt: now}
+	m := ClusterMember{NodeID: "id-n1", Engine: "k3s", Desired: "active", State: "inactive", UpdatedAt: now}
+	if err := s.PutClusterMember(ctx, m); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("member of an unregistered node: %v, want ErrNotFound", err)
+	}
+	addNode(t, s, "id-n1", "n1")
 	if err := s.PutClusterMember(ctx, m); err != nil {
 		t.Fatal(err)
 	}
@@ -103,18 +109,12 @@ func TestClusterMembersAndAPITokens(t *testing.T) {
 	if err := s.PutClusterMember(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.GetClusterMember(ctx, "n1")
-	if err != nil || got.State != "registering" || !got.LastTransition.Equal(now) || got.LastError != "x" {
+	got, err := s.GetClusterMember(ctx, "id-n1")
+	if err != nil || got.Node != "n1" || got.State != "registering" || !got.LastTransition.Equal(now) || got.LastError != "x" {
 		t.Fatalf("GetClusterMember = %+v, %v", got, err)
 	}
 	if all, _ := s.ListClusterMembers(ctx); len(all) != 1 {
 		t.Fatalf("list = %+v", all)
-	}
-	if err := s.DeleteClusterMember(ctx, "n1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.GetClusterMember(ctx, "n1"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("deleted member: %v", err)
 	}
 
 	tok := APIToken{ID: "t1", SecretHash: []byte{1, 2}, Role: "automation", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
@@ -143,5 +143,158 @@ func TestOpenPathWithURICharacters(t *testing.T) {
 	defer s.Close()
 	if _, err := os.Stat(filepath.Join(dir, "tether.db")); err != nil {
 		t.Fatalf("database not at the given path: %v", err)
+	}
+}
+
+// refs names job targets whose IDs are "id-" + name.
+func refs(names ...string) []NodeRef {
+	out := make([]NodeRef, len(names))
+	for i, n := range names {
+		out[i] = NodeRef{ID: "id-" + n, Name: n}
+	}
+	return out
+}
+
+// addNode registers a node through a join token of its own.
+func addNode(t *testing.T, s *SQLite, id, name string) Node {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.CreateToken(ctx, Token{ID: "tok-" + id, SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.Join(ctx, "tok-"+id, accept, Node{ID: id, Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A node that is removed and a new machine that joins under its name: the
+// newcomer inherits neither the cluster membership (else it would get k3s
+// installed as root with no operator action) nor the runs that were waiting
+// for the old node, and the job engine cannot bring those runs back.
+func TestRemovedNodeNameInheritsNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	old := addNode(t, s, "id-old", "edge-1")
+	addNode(t, s, "id-other", "edge-2")
+	if err := s.PutClusterMember(ctx, ClusterMember{NodeID: old.ID, Engine: "k3s", Desired: "active", State: "active", UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutClusterMember(ctx, ClusterMember{NodeID: "id-other", Engine: "k3s", Desired: "active", State: "active", UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	targets := []NodeRef{{ID: old.ID, Name: old.Name}, {ID: "id-other", Name: "edge-2"}}
+	if err := s.CreateJob(ctx, Job{ID: "j1", Kind: "run", Spec: JobSpec{Command: "true", WaitOnlineSecs: 3600}, State: JobRunning, CreatedAt: now}, targets); err != nil {
+		t.Fatal(err)
+	}
+	waiting := JobNode{JobID: "j1", NodeID: old.ID, Node: old.Name, State: RunWaiting}
+	if err := s.UpdateJobNodes(ctx, []JobNode{waiting, {JobID: "j1", NodeID: "id-other", Node: "edge-2", State: RunWaiting}}); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := s.DeleteNode(ctx, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A stale write from a job engine that missed the removal.
+	if err := s.UpdateJobNodes(ctx, []JobNode{waiting}); err != nil {
+		t.Fatal(err)
+	}
+	newcomer := addNode(t, s, "id-new", "edge-1")
+
+	if m, err := s.GetClusterMember(ctx, newcomer.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the newcomer %s inherited a cluster membership: %+v, %v", newcomer.Name, m, err)
+	}
+	if _, err := s.GetClusterMember(ctx, old.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the removed node kept its cluster membership: %v", err)
+	}
+	if all, _ := s.ListClusterMembers(ctx); len(all) != 1 || all[0].NodeID != "id-other" {
+		t.Errorf("members after the removal = %+v, want only edge-2", all)
+	}
+	run, err := s.GetJobNode(ctx, "j1", "edge-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.State != RunSkipped || run.Error != NodeRemovedReason || run.NodeID != old.ID {
+		t.Errorf("the removed node's waiting run = %+v, want skipped (%q) and bound to %s", run, NodeRemovedReason, old.ID)
+	}
+	if other, _ := s.GetJobNode(ctx, "j1", "edge-2"); other.State != RunWaiting {
+		t.Errorf("another node's run was touched: %+v", other)
+	}
+	if err := s.DeleteNode(ctx, old.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second removal: %v, want ErrNotFound", err)
+	}
+}
+
+// A data dir from before runs and members were keyed by node ID upgrades:
+// names map to the IDs of the nodes that held them, and what belonged to a
+// node that is gone (or to an earlier holder of a recycled name) is not
+// handed to anyone.
+func TestMigrateNamesToNodeIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "tether.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migrations[:4] {
+		if _, err := db.ExecContext(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// edge-3 (id-3b) joined after job j1 was created: the job's edge-3 was
+	// an earlier machine under that name.
+	for _, q := range []string{
+		"PRAGMA user_version = 4",
+		`INSERT INTO nodes (id, name, created_at) VALUES ('id-1', 'edge-1', 1), ('id-2', 'edge-2', 1), ('id-3b', 'edge-3', 2000)`,
+		`INSERT INTO cluster_members (node, engine, desired, state, updated_at) VALUES
+			('edge-1', 'k3s', 'active', 'active', 3000), ('gone', 'k3s', 'active', 'install_in_progress', 5), ('edge-3', 'k3s', 'active', 'active', 5)`,
+		`INSERT INTO jobs (id, kind, spec, state, created_at) VALUES ('j1', 'run', '{}', 'running', 1000)`,
+		`INSERT INTO job_nodes (job_id, node, state) VALUES ('j1', 'edge-1', 'waiting'), ('j1', 'edge-2', 'ok'), ('j1', 'gone', 'failed'), ('j1', 'edge-3', 'waiting')`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s, err := OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	members, err := s.ListClusterMembers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The member of "gone" has no node; edge-3's was last written before
+	// the current edge-3 joined: both are dropped.
+	var got []string
+	for _, m := range members {
+		got = append(got, m.NodeID+"="+m.Node)
+	}
+	if want := []string{"id-1=edge-1"}; !slices.Equal(got, want) {
+		t.Errorf("members after migration = %v, want %v", got, want)
+	}
+	runs, err := s.ListJobNodes(ctx, "j1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]string{ // name -> node ID, state
+		"edge-1": {"id-1", RunWaiting},
+		"edge-2": {"id-2", RunOK},
+		"gone":   {"", RunFailed},  // history kept
+		"edge-3": {"", RunSkipped}, // the name was taken again after the job: not the same node
+	}
+	for _, r := range runs {
+		if w := want[r.Node]; r.NodeID != w[0] || r.State != w[1] {
+			t.Errorf("run on %s after migration: node_id %q state %s, want %q %s", r.Node, r.NodeID, r.State, w[0], w[1])
+		}
+	}
+	if len(runs) != len(want) {
+		t.Errorf("runs after migration: %d, want %d", len(runs), len(want))
 	}
 }

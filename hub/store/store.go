@@ -1,8 +1,18 @@
-// Package store persists the hub's durable state: nodes, join tokens (hashed)
-// and operators. Live sessions are not here; they are in the registry.
+// Package store persists the hub's durable state: nodes, join tokens
+// (hashed), operators and roles, the audit log, API tokens, jobs and their
+// per-node runs, and cluster memberships. Live sessions are not here; they
+// are in the registry.
 //
-// The Store interface is what the rest of the hub uses; sqlite.go is the
-// default implementation (one file in the data dir, pure Go driver).
+// The Store interface is what the rest of the hub uses. The SQLite
+// implementation (sqlite.go: open and encoding helpers; migrations.go: the
+// schema) keeps one file per table group, each beside its record type:
+// nodes.go, tokens.go, operators.go, roles.go, audit.go, apitokens.go,
+// admin.go (hub-wide settings), jobs.go, cluster.go.
+//
+// What outlives a connection and belongs to a node (its cluster membership,
+// its runs in jobs) is keyed by the node's ID, never by its name: a name is
+// free again once the node is removed, and a new machine joining under it
+// must inherit nothing.
 package store
 
 import (
@@ -19,86 +29,6 @@ var (
 	ErrTokenExpired = errors.New("join token expired")
 	ErrTokenUsedUp  = errors.New("join token has no uses left")
 )
-
-// Node is a registered edge node.
-type Node struct {
-	ID           string            `json:"id"`
-	Name         string            `json:"name"`
-	Labels       map[string]string `json:"labels"`
-	Hostname     string            `json:"hostname"`
-	OS           string            `json:"os"`
-	Arch         string            `json:"arch"`
-	MachineID    string            `json:"machine_id"`
-	AgentVersion string            `json:"agent_version"`
-	Transport    string            `json:"transport"` // of the live or last session: quic|tcp
-	Online       bool              `json:"online"`
-	LastSeen     time.Time         `json:"last_seen"`
-	CreatedAt    time.Time         `json:"created_at"`
-	CertSerial   string            `json:"cert_serial"`
-	CertExpires  time.Time         `json:"cert_expires"`
-	RevokedAt    time.Time         `json:"revoked_at,omitzero"` // non-zero: refused for good
-	// Filled by the API from the cluster members (not stored with the node).
-	ClusterEngine string `json:"cluster_engine,omitempty"`
-	ClusterState  string `json:"cluster_state,omitempty"`
-}
-
-// Token is a join token record; the secret itself is never stored.
-type Token struct {
-	ID         string            `json:"id"`
-	SecretHash []byte            `json:"-"`
-	Labels     map[string]string `json:"labels"`
-	UsesLeft   int               `json:"uses_left"`
-	ExpiresAt  time.Time         `json:"expires_at"`
-	CreatedAt  time.Time         `json:"created_at"`
-}
-
-// Operator is a person (or tool) allowed to jump through the bastion.
-type Operator struct {
-	Name        string    `json:"name"`
-	PublicKey   string    `json:"public_key"` // authorized_keys format, one key
-	Fingerprint string    `json:"fingerprint"`
-	Roles       []string  `json:"roles"`
-	CreatedAt   time.Time `json:"created_at"`
-}
-
-// Role is a node selector plus allowed logins (see hub/roles).
-type Role struct {
-	Name   string   `json:"name"`
-	Nodes  string   `json:"nodes"`
-	Logins []string `json:"logins"`
-}
-
-// AuditEvent is one entry of the append-only audit log.
-type AuditEvent struct {
-	ID             int64     `json:"id"`
-	At             time.Time `json:"at"`
-	Kind           string    `json:"kind"` // join, jump, revoke, remove, operator_add, operator_remove, role_put, role_remove
-	Operator       string    `json:"operator,omitempty"`
-	Node           string    `json:"node,omitempty"`
-	KeyFingerprint string    `json:"key_fingerprint,omitempty"`
-	Remote         string    `json:"remote,omitempty"`
-	Result         string    `json:"result"`
-	Detail         string    `json:"detail,omitempty"`
-	EndedAt        time.Time `json:"ended_at,omitzero"`
-	BytesToNode    int64     `json:"bytes_to_node,omitempty"`
-	BytesFromNode  int64     `json:"bytes_from_node,omitempty"`
-}
-
-// AuditFilter selects audit events; zero fields do not filter.
-type AuditFilter struct {
-	Node     string
-	Operator string
-	Since    time.Time
-	Limit    int // newest N, default 1000
-}
-
-// Seen is the connection status update for a node.
-type Seen struct {
-	Online       bool
-	Transport    string
-	AgentVersion string
-	At           time.Time
-}
 
 // Store is the hub's durable state.
 type Store interface {

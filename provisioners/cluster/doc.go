@@ -1,12 +1,14 @@
 // Package cluster holds the pure parts of Tether's cluster provisioning: the
-// install/uninstall state machine of seed 001 (the Edge Node Cluster Agent) and the
+// install/uninstall state machine of the Edge Node Cluster Agent (the cluster-agent state
+// machine: inactive → registering → install_in_progress → active → deregistering →
+// uninstall_in_progress) and the
 // Kubernetes engine definitions the hub runs on nodes. It does no I/O on nodes; the hub's
 // controller loads a node's state, asks this package what to do, does it over SSH,
 // validates the move with Transition and persists the new state.
 //
 // # States
 //
-// In the seed the state machine runs inside an agent on the node and the Edge Cluster
+// In the Edge Node Cluster Agent the state machine runs inside an agent on the node and the Edge Cluster
 // Manager sends it triggers. In Tether the hub is both: the state machine lives in the hub,
 // one per node, and the hub drives the node over SSH. A node is in exactly one of:
 //
@@ -17,7 +19,7 @@
 //	deregistering          the hub accepted a deregister request for the node
 //	uninstall_in_progress  the engine's uninstall.sh is running (or must be re-run)
 //
-// The only legal transitions are the seed's, each named after its seed trigger:
+// The only legal transitions are these, each named after the cluster agent's trigger:
 //
 //	inactive              -> registering            UpdateClusterStatusResponse(register)
 //	inactive              -> deregistering          UpdateClusterStatusResponse(deregister)
@@ -36,15 +38,15 @@
 // resumes every state by re-running that state's step: registering continues to
 // install_in_progress, install_in_progress re-runs install.sh, deregistering continues to
 // uninstall_in_progress and uninstall_in_progress re-runs uninstall.sh. Engine scripts
-// must therefore be idempotent, as the seed requires.
+// must therefore be idempotent.
 //
-// The seed has no edges that cancel an install or uninstall under way: a deregister
+// The state machine has no edges that cancel an install or uninstall under way: a deregister
 // that arrives while a node is registering or installing is honoured once the install
 // has finished (active -> deregistering), and a register that arrives while it is
 // deregistering once the uninstall has finished (inactive -> registering).
 //
 // A deregister request for a node that is already inactive (for example after a failed
-// install, which may have left half an engine behind) uses the seed's inactive ->
+// install, which may have left half an engine behind) uses the state machine's inactive ->
 // deregistering edge: Request moves the node to deregistering, the loop runs
 // uninstall.sh once and the node ends inactive again. Decide never leaves inactive on its
 // own while the desired state is inactive, so the clean-up runs once per request, not in

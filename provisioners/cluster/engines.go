@@ -24,6 +24,8 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tether-dev/tether/internal/validate"
 )
 
 // Limits of an engine definition.
@@ -84,15 +86,10 @@ func (e Engine) clone() Engine {
 	return e
 }
 
-// engineNameRE is a DNS label: the name ends up in node records, metrics labels and
-// CLI arguments, so it is kept to the most portable form.
-var engineNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
 // ValidEngineName reports whether name is a DNS label (lowercase letters, digits and
-// inner dashes, 1..63 characters).
-func ValidEngineName(name string) bool { return engineNameRE.MatchString(name) }
-
-var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// inner dashes, 1..63 characters; the rule of role names): the name ends up in node
+// records, metrics labels and CLI arguments, so it is kept to the most portable form.
+func ValidEngineName(name string) bool { return validate.RoleName(name) == nil }
 
 // engineConfig is engine.yaml. Timeout is a string so that "timeout: 30" is an error
 // ("missing unit") rather than 30 nanoseconds.
@@ -148,8 +145,8 @@ func parseEngineYAML(file string, data []byte) (engineSettings, error) {
 		s.Timeout = d
 	}
 	for _, k := range slices.Sorted(maps.Keys(cfg.Env)) {
-		if !envNameRE.MatchString(k) {
-			return s, fmt.Errorf("%s: env name %q is not a shell variable name ([A-Za-z_][A-Za-z0-9_]*)", file, k)
+		if err := validate.EnvName(k); err != nil {
+			return s, fmt.Errorf("%s: env: %w", file, err)
 		}
 		v := cfg.Env[k]
 		if strings.IndexByte(v, 0) >= 0 {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tether-dev/tether/internal/validate"
 )
 
 const (
@@ -317,8 +319,8 @@ func TestLoadEngines(t *testing.T) {
 		{"oversized script", "e7", map[string]string{InstallFile: big, UninstallFile: goodUninstall}, "more than the 1048576 allowed"},
 		{"bad yaml", "e8", map[string]string{InstallFile: goodInstall, UninstallFile: goodUninstall, ConfigFile: "timeout: [1m\n"}, "engine.yaml"},
 		{"unknown field", "e9", map[string]string{InstallFile: goodInstall, UninstallFile: goodUninstall, ConfigFile: "timeout: 1m\ntimout: 2m\n"}, `engine.yaml: line 2: unknown field "timout"`},
-		{"bad env name", "e10", map[string]string{InstallFile: goodInstall, UninstallFile: goodUninstall, ConfigFile: "env:\n  K3S-VERSION: v1\n"}, `env name "K3S-VERSION"`},
-		{"env name starts with digit", "e11", map[string]string{InstallFile: goodInstall, UninstallFile: goodUninstall, ConfigFile: "env:\n  1X: v1\n"}, `env name "1X"`},
+		{"bad env name", "e10", map[string]string{InstallFile: goodInstall, UninstallFile: goodUninstall, ConfigFile: "env:\n  K3S-VERSION: v1\n"}, `invalid environment variable name "K3S-VERSION"`},
+		{"env name starts with digit", "e11", map[string]string{InstallFile: goodInstall, UninstallFile: goodUninstall, ConfigFile: "env:\n  1X: v1\n"}, `invalid environment variable name "1X"`},
 		{"timeout without unit", "e12", map[string]string{InstallFile: goodInstall, UninstallFile: goodUninstall, ConfigFile: "timeout: 30\n"}, `timeout "30" is not a Go duration`},
 		{"timeout too short", "e13", map[string]string{InstallFile: goodInstall, UninstallFile: goodUninstall, ConfigFile: "timeout: 500ms\n"}, "outside 1s..24h0m0s"},
 		{"timeout too long", "e14", map[string]string{InstallFile: goodInstall, UninstallFile: goodUninstall, ConfigFile: "timeout: 25h\n"}, "outside 1s..24h0m0s"},
@@ -627,7 +629,7 @@ func FuzzEngineYAML(f *testing.F) {
 			t.Fatalf("accepted timeout %s", s.Timeout)
 		}
 		for k, v := range s.Env {
-			if !envNameRE.MatchString(k) || strings.IndexByte(v, 0) >= 0 {
+			if validate.EnvName(k) != nil || strings.IndexByte(v, 0) >= 0 {
 				t.Fatalf("accepted env %q=%q", k, v)
 			}
 		}

@@ -6,8 +6,9 @@ import (
 	"strings"
 )
 
-// State is where a node is in the cluster state machine of seed 001. The string values
-// are the seed's names and are what the store persists.
+// State is where a node is in the cluster-agent state machine (inactive → registering →
+// install_in_progress → active → deregistering → uninstall_in_progress). The string
+// values are the cluster agent's names and are what the store persists.
 type State string
 
 const (
@@ -19,7 +20,7 @@ const (
 	StateUninstallInProgress State = "uninstall_in_progress"
 )
 
-// States lists every state in the order of the seed's diagram.
+// States lists every state in the order of the state machine's diagram (doc.go).
 func States() []State {
 	return []State{
 		StateInactive, StateRegistering, StateInstallInProgress,
@@ -27,7 +28,7 @@ func States() []State {
 	}
 }
 
-// Valid reports whether s is one of the seed's states.
+// Valid reports whether s is one of the six states.
 func (s State) Valid() bool {
 	switch s {
 	case StateInactive, StateRegistering, StateInstallInProgress,
@@ -37,7 +38,7 @@ func (s State) Valid() bool {
 	return false
 }
 
-// Desired is what an operator asked for: the seed's register (active) or deregister
+// Desired is what an operator asked for: the cluster agent's register (active) or deregister
 // (inactive) carried by UpdateClusterStatusResponse.
 type Desired string
 
@@ -50,22 +51,22 @@ const (
 func (d Desired) Valid() bool { return d == DesiredActive || d == DesiredInactive }
 
 var (
-	// ErrIllegalTransition: the seed's state machine has no edge between the two states.
+	// ErrIllegalTransition: the state machine has no edge between the two states.
 	ErrIllegalTransition = errors.New("illegal cluster state transition")
-	// ErrUnknownState: a string is not one of the seed's six states.
+	// ErrUnknownState: a string is not one of the six states.
 	ErrUnknownState = errors.New("unknown cluster state")
 	// ErrUnknownDesired: a desired state is neither active nor inactive.
 	ErrUnknownDesired = errors.New("unknown desired cluster state")
 )
 
-// Edge is one legal transition of the seed's state machine.
+// Edge is one legal transition of the cluster-agent state machine.
 type Edge struct {
 	From, To State
-	// Trigger is the seed's name for what fires the edge, for logs and audit events.
+	// Trigger is the cluster agent's name for what fires the edge, for logs and audit events.
 	Trigger string
 }
 
-// edges is the one table of legal transitions: exactly the seed's diagram.
+// edges is the one table of legal transitions: exactly the diagram in doc.go.
 var edges = []Edge{
 	{StateInactive, StateRegistering, "UpdateClusterStatusResponse(register)"},
 	{StateInactive, StateDeregistering, "UpdateClusterStatusResponse(deregister)"},
@@ -77,7 +78,7 @@ var edges = []Edge{
 	{StateUninstallInProgress, StateInactive, "uninstallation command successful || failed"},
 }
 
-// Edges returns the table of legal transitions, in the seed's order.
+// Edges returns the table of legal transitions, in the diagram's order.
 func Edges() []Edge { return append([]Edge(nil), edges...) }
 
 // Targets returns the states reachable from from in one legal transition.
@@ -91,7 +92,7 @@ func Targets(from State) []State {
 	return out
 }
 
-// Trigger returns the seed's trigger name for the edge from -> to, and false when
+// Trigger returns the cluster agent's trigger name for the edge from -> to, and false when
 // there is no such edge.
 func Trigger(from, to State) (string, bool) {
 	for _, e := range edges {
@@ -102,7 +103,7 @@ func Trigger(from, to State) (string, bool) {
 	return "", false
 }
 
-// Transition checks that from -> to is an edge of the seed's state machine. It returns
+// Transition checks that from -> to is an edge of the cluster-agent state machine. It returns
 // an error wrapping ErrUnknownState for a state that is not one of the six, and
 // ErrIllegalTransition (naming both states and the legal targets) for a missing edge,
 // including from == to: staying in a state is not a transition and must not be
@@ -158,14 +159,14 @@ const (
 	// ActionNone: nothing to run; move straight to Step.Success (or stay, when the
 	// step is Done).
 	ActionNone Action = "none"
-	// ActionRegister: accept the register request (the seed's
+	// ActionRegister: accept the register request (the cluster agent's
 	// UpdateClusterStatusResponse(register)): check that the node's engine resolves in
 	// the catalog. On failure the node stays inactive and the controller reports the
 	// error and retries later, so a node never sits in registering waiting for an engine
-	// that does not exist (the seed has no edge out of registering but forward).
+	// that does not exist (the state machine has no edge out of registering but forward).
 	ActionRegister Action = "register"
 	// ActionInstall: load the engine definition afresh, remember its uninstall.sh and
-	// Digest with the node (the seed's cache(uninstall_script)) and run install.sh.
+	// Digest with the node (the cluster agent's cache(uninstall_script)) and run install.sh.
 	ActionInstall Action = "install"
 	// ActionUninstall: run the uninstall.sh remembered at install, or the catalog's
 	// current one when none was remembered.
@@ -219,7 +220,7 @@ func (s Step) Next(o Outcome) State {
 	return s.Success
 }
 
-// Trigger returns the seed trigger of the edge the step takes for outcome o, or "" when
+// Trigger returns the cluster agent's trigger of the edge the step takes for outcome o, or "" when
 // the step stays in From.
 func (s Step) Trigger(o Outcome) string {
 	t, _ := Trigger(s.From, s.Next(o))
@@ -248,7 +249,7 @@ const MaxSteps = 5
 //
 // Every state has a step whatever the desired state, so a hub that restarts resumes any
 // persisted state; states in the middle of an install or uninstall finish it first,
-// because the seed has no edge that cancels one.
+// because the state machine has no edge that cancels one.
 func Decide(current State, desired Desired) (Step, error) {
 	if !current.Valid() {
 		return Step{}, fmt.Errorf("cluster: decide: %w %q (want one of %s)", ErrUnknownState, current, joinStates(States()))
@@ -265,18 +266,18 @@ func Decide(current State, desired Desired) (Step, error) {
 			// would run forever.
 			return stay, nil
 		}
-		// Seed: inactive -> registering on UpdateClusterStatusResponse(register).
+		// Cluster agent: inactive -> registering on UpdateClusterStatusResponse(register).
 		// Also the retry after a failed install (install_in_progress -> inactive):
 		// the controller spaces these retries.
 		return Step{From: current, Action: ActionRegister, Success: StateRegistering, Failure: StateInactive}, nil
 	case StateRegistering:
-		// Seed: registering -> install_in_progress on RegisterClusterResponse(success).
+		// Cluster agent: registering -> install_in_progress on RegisterClusterResponse(success).
 		// The hub is its own cluster manager and settled the registration on the way
 		// in, so this edge fires at once; after a crash it just continues. There is no
 		// edge back, so a deregister arriving now waits for the install.
 		return Step{From: current, Action: ActionNone, Success: StateInstallInProgress, Failure: StateInstallInProgress}, nil
 	case StateInstallInProgress:
-		// Seed: cache(uninstall_script), execute(install_script); -> active when the
+		// Cluster agent: cache(uninstall_script), execute(install_script); -> active when the
 		// installation command succeeds, -> inactive when it fails. After a crash the
 		// install is re-run: scripts are idempotent.
 		return Step{From: current, Action: ActionInstall, Success: StateActive, Failure: StateInactive}, nil
@@ -284,25 +285,25 @@ func Decide(current State, desired Desired) (Step, error) {
 		if desired == DesiredActive {
 			return stay, nil
 		}
-		// Seed: active -> deregistering on UpdateClusterStatusResponse(deregister).
+		// Cluster agent: active -> deregistering on UpdateClusterStatusResponse(deregister).
 		return Step{From: current, Action: ActionNone, Success: StateDeregistering, Failure: StateDeregistering}, nil
 	case StateDeregistering:
-		// Seed: deregistering -> uninstall_in_progress on "uninstall command cached ||
+		// Cluster agent: deregistering -> uninstall_in_progress on "uninstall command cached ||
 		// RegisterClusterResponse(success)": the hub always has the uninstall script at
 		// hand (remembered at install, else the catalog's), so this fires at once and a
 		// crash here just continues.
 		return Step{From: current, Action: ActionNone, Success: StateUninstallInProgress, Failure: StateUninstallInProgress}, nil
 	default: // StateUninstallInProgress
-		// Seed: execute(uninstall_script); -> inactive whether it succeeded or failed.
+		// Cluster agent: execute(uninstall_script); -> inactive whether it succeeded or failed.
 		// After a crash the uninstall is re-run: scripts are idempotent.
 		return Step{From: current, Action: ActionUninstall, Success: StateInactive, Failure: StateInactive}, nil
 	}
 }
 
-// Request is an operator's register or deregister arriving (the seed's
+// Request is an operator's register or deregister arriving (the cluster agent's
 // UpdateClusterStatusResponse(new_state)). It returns the state to persist together
 // with the new desired state. It is current in every case but one: deregister on an
-// inactive node returns deregistering (the seed's inactive -> deregistering), so the
+// inactive node returns deregistering (the edge inactive -> deregistering), so the
 // loop runs uninstall.sh once — cleaning up after a failed install or uninstall — and
 // the node ends inactive again. On a node that never had an engine this costs one
 // uninstall.sh run that finds nothing and exits 0. Every other change is left to

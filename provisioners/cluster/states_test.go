@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// legalEdges is the seed's diagram written out independently of the package's table,
+// legalEdges is the state machine's diagram (doc.go) written out independently of the package's table,
 // so a typo in one of them fails the test.
 var legalEdges = map[string]bool{
 	"inactive->registering":                true,
@@ -21,7 +21,7 @@ var legalEdges = map[string]bool{
 
 func TestTransitionAllPairs(t *testing.T) {
 	if n := len(States()); n != 6 {
-		t.Fatalf("States() has %d states, the seed has 6", n)
+		t.Fatalf("States() has %d states, the state machine has 6", n)
 	}
 	pairs := 0
 	for _, from := range States() {
@@ -35,7 +35,7 @@ func TestTransitionAllPairs(t *testing.T) {
 						t.Fatalf("Transition(%s, %s) = %v, want legal", from, to, err)
 					}
 					if trig, ok := Trigger(from, to); !ok || trig == "" {
-						t.Fatalf("legal edge %s has no seed trigger", key)
+						t.Fatalf("legal edge %s has no cluster agent trigger", key)
 					}
 					return
 				}
@@ -63,7 +63,7 @@ func TestTransitionAllPairs(t *testing.T) {
 		t.Fatalf("checked %d pairs, want 36", pairs)
 	}
 	if got := len(Edges()); got != len(legalEdges) {
-		t.Fatalf("Edges() has %d edges, the seed has %d", got, len(legalEdges))
+		t.Fatalf("Edges() has %d edges, the state machine has %d", got, len(legalEdges))
 	}
 }
 
@@ -162,7 +162,7 @@ func TestDecideEveryPair(t *testing.T) {
 			if step.Done() != tc.done {
 				t.Fatalf("Done() = %v, want %v", step.Done(), tc.done)
 			}
-			// Every move a step makes is a legal edge with a seed trigger; staying put
+			// Every move a step makes is a legal edge with a cluster agent trigger; staying put
 			// is never presented as a transition.
 			for _, o := range []Outcome{Succeeded, Failed} {
 				next := step.Next(o)

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Tether built-in engine "k3s": install k3s with the official installer (get.k3s.io).
 #
-# Idempotent, as seed 001 requires of engine scripts: when k3s is already installed,
+# Idempotent, as the cluster-agent state machine requires of engine scripts (a hub
+# restart re-runs a step cut short): when k3s is already installed,
 # running, and at the pinned version (if INSTALL_K3S_VERSION is set), it exits 0 without
 # touching anything; otherwise it (re-)runs the official installer, which itself
 # converges an existing installation.

@@ -2,7 +2,8 @@
 # Tether built-in engine "rke2": install RKE2 with the official installer (get.rke2.io),
 # then enable and start its service.
 #
-# Idempotent, as seed 001 requires of engine scripts: when rke2 is already installed,
+# Idempotent, as the cluster-agent state machine requires of engine scripts (a hub
+# restart re-runs a step cut short): when rke2 is already installed,
 # its service is active, and it is at the pinned version (if INSTALL_RKE2_VERSION is set),
 # it exits 0 without touching anything; otherwise it (re-)runs the official installer
 # and (re-)enables and starts the service, all of which converge an existing installation.

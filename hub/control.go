@@ -1,0 +1,123 @@
+package hub
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
+)
+
+// liveness is the control-stream heartbeat for this hub's tunnel settings
+// (the rule lives with the protocol, in control.LivenessOf).
+func (s *Server) liveness() control.Liveness { return control.LivenessOf(s.cfg.Tunnel) }
+
+// sendHeartbeats tells an agent that announced control.CapHeartbeat that the hub
+// still hears it: one heartbeat at once (it arms the agent's watchdog), then
+// one every liveness().Every until a send fails or stop is called.
+func (s *Server) sendHeartbeats(c *registry.Conn) (stop func()) {
+	beat := func() bool { return c.Send(&control.Message{Type: control.TypeHeartbeat}) == nil }
+	if !beat() {
+		return func() {}
+	}
+	return repeat(s.liveness().Every, beat)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunnel.Stream, log *slog.Logger) {
+	lastStored := time.Now()
+	live := s.liveness()
+	for {
+		// An agent heartbeats every live.Every (the welcome says so); one
+		// silent for live.Deadline is gone, or its link is half-open: close
+		// the session explicitly, before the transport's idle timeout would
+		// end it silently, so the agent hears of it if its side still works.
+		_ = ctrl.SetReadDeadline(time.Now().Add(live.Deadline))
+		msg, err := control.Read(ctrl)
+		if isTimeout(err) {
+			log.Warn("no heartbeat from the node; closing its session", "silent_for", live.Deadline)
+			return
+		}
+		if err != nil {
+			select {
+			case <-conn.Session.Done():
+			default:
+				if !errors.Is(err, io.EOF) {
+					log.Info("control stream ended", "err", err)
+				}
+				if errors.Is(err, control.ErrBadMessage) {
+					s.auditSession(conn.Session, conn.Name, "control stream closed: "+err.Error())
+				}
+			}
+			return
+		}
+		switch msg.Type {
+		case control.TypeHeartbeat:
+			// Throttle store writes: last_seen at heartbeat granularity is plenty.
+			if time.Since(lastStored) >= seenStoreInterval {
+				lastStored = time.Now()
+				s.markSeen(ctx, log, conn.NodeID, store.Seen{Online: true, At: lastStored})
+			}
+		case control.TypeRenew:
+			if err := s.renewNodeCert(ctx, conn, msg.CSR, log); err != nil {
+				log.Warn("certificate renewal refused", "err", err)
+				s.auditRefusal("renew", conn.Session.RemoteAddr().String(), store.AuditEvent{Kind: "renew", Node: conn.Name, Result: "refused", Detail: err.Error()})
+				_ = conn.Send(&control.Message{Type: control.TypeNotice, Notice: "certificate renewal refused: " + err.Error()})
+			}
+		default:
+			log.Warn("unexpected control message from agent; closing session", "type", msg.Type)
+			s.auditSession(conn.Session, conn.Name, fmt.Sprintf("control stream closed: unexpected %s message from the agent", msg.Type))
+			return
+		}
+	}
+}
+
+// renewNodeCert issues a fresh node certificate for the same key as the
+// session's current one (the CSR signature proves possession), without
+// touching the live tunnel. A revoked or removed node gets nothing.
+func (s *Server) renewNodeCert(ctx context.Context, conn *registry.Conn, csrDER []byte, log *slog.Logger) error {
+	csr, err := x509.ParseCertificateRequest(csrDER)
+	if err != nil {
+		return fmt.Errorf("parse CSR: %w", err)
+	}
+	cur := conn.Session.ConnectionState().PeerCertificates[0]
+	if pk, ok := cur.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !pk.Equal(csr.PublicKey) {
+		return errors.New("the CSR is not for this node's key")
+	}
+	n, err := s.store.GetNode(ctx, conn.NodeID)
+	if err != nil {
+		return err
+	}
+	if !n.RevokedAt.IsZero() {
+		return errors.New("node is revoked")
+	}
+	chain, err := s.issueNode(ctx, csrDER, pki.Identity{Kind: pki.KindNode, ID: n.ID}, n.Name, s.cfg.NodeCertTTL)
+	if err != nil {
+		return err
+	}
+	cert := chain[0]
+	if err := s.store.UpdateNodeCert(ctx, n.ID, cert.SerialNumber.Text(16), cert.NotAfter); err != nil {
+		return err
+	}
+	if err := conn.Send(&control.Message{Type: control.TypeRenewed, Cert: string(pki.EncodeCerts(chain...))}); err != nil {
+		return err
+	}
+	s.audit(store.AuditEvent{At: time.Now(), Kind: "renew", Node: n.Name, Remote: conn.Session.RemoteAddr().String(), Result: "ok",
+		Detail: "serial " + cert.SerialNumber.Text(16) + ", valid until " + cert.NotAfter.UTC().Format(time.RFC3339)})
+	log.Info("node certificate renewed", "valid_until", cert.NotAfter)
+	return nil
+}

@@ -1,0 +1,133 @@
+package hub
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/pki"
+)
+
+func loadOrCreateHostKey(path string) (gossh.Signer, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		block, err := gossh.MarshalPrivateKey(priv, "tether hub host key")
+		if err != nil {
+			return nil, err
+		}
+		if err := pki.WriteFileAtomic(path, pem.EncodeToMemory(block), 0o600); err != nil {
+			return nil, fmt.Errorf("hub: host key: %w", err)
+		}
+		return gossh.NewSignerFromKey(priv)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("hub: host key: %w", err)
+	}
+	signer, err := gossh.ParsePrivateKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("hub: host key %s: %w", path, err)
+	}
+	return signer, nil
+}
+
+// ownCAIssue signs a node certificate with the hub's own intermediate.
+func (s *Server) ownCAIssue(_ context.Context, csrDER []byte, id pki.Identity, cn string, ttl time.Duration) ([]*x509.Certificate, error) {
+	cert, err := s.ca.SignCSR(csrDER, id, cn, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return []*x509.Certificate{cert, s.ca.Intermediate()}, nil
+}
+
+// loadOrCreateSecret returns a 32-byte secret kept in path (0600).
+func loadOrCreateSecret(path string) (*[32]byte, error) {
+	var key [32]byte
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil && len(b) == len(key):
+		copy(key[:], b)
+		return &key, nil
+	case err == nil:
+		return nil, fmt.Errorf("hub: %s holds %d bytes, want %d; delete it to make a new one", path, len(b), len(key))
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("hub: %w", err)
+	}
+	if _, err := rand.Read(key[:]); err != nil {
+		return nil, err
+	}
+	if err := pki.WriteFileAtomic(path, key[:], 0o600); err != nil {
+		return nil, fmt.Errorf("hub: %w", err)
+	}
+	return &key, nil
+}
+
+// bastionNames are the host names the bastion's host certificate is valid
+// for: the SSH listen host (unless a wildcard), the advertised hosts, this
+// machine's name, the "tether-hub" alias `tether config ssh` uses, and any
+// configured extras.
+func bastionNames(sshListen string, advertise, extra []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(h string) {
+		if h != "" && !seen[h] {
+			seen[h] = true
+			out = append(out, h)
+		}
+	}
+	add(BastionAlias)
+	if host, _, err := net.SplitHostPort(sshListen); err == nil {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() {
+			add(host)
+		}
+	}
+	for _, a := range advertise {
+		if host, _, err := net.SplitHostPort(a); err == nil {
+			add(host)
+		}
+	}
+	if h, err := os.Hostname(); err == nil {
+		add(h)
+	}
+	for _, h := range extra {
+		add(h)
+	}
+	return out
+}
+
+// BastionAlias is the host alias `tether config ssh` gives the bastion.
+const BastionAlias = "tether-hub"
+
+// sshTrustInfo is what GET /v1/ssh/trust publishes: CA keys and where the
+// bastion is, everything `tether config ssh` needs.
+func (s *Server) sshTrustInfo(sshAddr net.Addr, advertise []string) api.SSHTrust {
+	host, port, _ := net.SplitHostPort(sshAddr.String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if len(advertise) > 0 {
+			host, _, _ = net.SplitHostPort(advertise[0])
+		}
+	}
+	t := api.SSHTrust{Bastion: net.JoinHostPort(host, port), BastionAlias: BastionAlias, NodeSuffix: s.cfg.NodeSuffix}
+	for _, k := range s.hostCA.TrustedKeys() {
+		t.HostCAs = append(t.HostCAs, strings.TrimSpace(string(gossh.MarshalAuthorizedKey(k))))
+	}
+	for _, k := range s.userCA.TrustedKeys() {
+		t.UserCAs = append(t.UserCAs, strings.TrimSpace(string(gossh.MarshalAuthorizedKey(k))))
+	}
+	return t
+}

@@ -1,0 +1,188 @@
+package hub
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/bastion"
+	"github.com/tether-dev/tether/hub/cluster"
+	"github.com/tether-dev/tether/hub/jobs"
+	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/tunnel"
+)
+
+func advertiseFor(addr net.Addr, configured []string) []string {
+	if len(configured) > 0 {
+		return configured
+	}
+	host, port, _ := net.SplitHostPort(addr.String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil {
+			return []string{net.JoinHostPort(h, port)}
+		}
+	}
+	return []string{net.JoinHostPort(host, port)}
+}
+
+// localAddr turns a wildcard listen address into one local clients can dial.
+func localAddr(addr net.Addr) string {
+	host, port, _ := net.SplitHostPort(addr.String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// Run serves until ctx is cancelled, then shuts down gracefully: listeners
+// close, tunnels and operator connections end, the store is closed.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.store.Close()
+	defer s.keepLocalAdminFresh()()
+	clientCAs := s.ca.Pool()
+	clientCAs.AddCert(s.nodeCA)
+	tlsTunnel := &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{s.serving},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    clientCAs,
+	}
+	tlsHTTP := tlsTunnel.Clone()
+	tlsHTTP.ClientAuth = tls.VerifyClientCertIfGiven
+	s.verifyNodeCerts(tlsTunnel) // after the clone: HTTP keeps crypto/tls's own check
+	resetKey, err := loadOrCreateSecret(filepath.Join(s.cfg.DataDir, "quic_reset.key"))
+	if err != nil {
+		return err
+	}
+	ln, err := tunnel.Listen(ctx, s.cfg.Listen, tunnel.ListenConfig{
+		TunnelTLS: tlsTunnel, HTTPTLS: tlsHTTP, Config: s.cfg.Tunnel, Logger: s.log.With("component", "tunnel"),
+		StatelessResetKey: resetKey,
+	})
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	defer ln.Close()
+	advertise := advertiseFor(ln.Addr(), s.cfg.Advertise)
+
+	hubNames := bastionNames(s.cfg.SSHListen, advertise, s.cfg.SSHNames)
+	hostCert, err := s.hostCA.SignHost(s.hostKey.PublicKey(), "tether hub", hubNames, 365*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	certSigner, err := gossh.NewCertSigner(hostCert, s.hostKey)
+	if err != nil {
+		return fmt.Errorf("hub: bastion host certificate: %w", err)
+	}
+	b, err := bastion.New(bastion.Config{
+		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, HostCertSigner: certSigner, NodeSuffix: "." + s.cfg.NodeSuffix, Authorize: s.authorizeOperator, Dialer: jumpDialer{s.door},
+		Logger: s.log.With("component", "bastion"), Metrics: s.metrics, OnJump: s.auditJump,
+		Limiter: s.guard.ssh, OnLoginFailure: s.auditLoginFailure, RateLimited: s.guard.rateLimited.WithLabelValues("ssh"),
+	})
+	if err != nil {
+		return err
+	}
+	sshAddr, err := b.Listen()
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+
+	blobs, err := jobs.NewBlobs(filepath.Join(s.cfg.DataDir, "blobs"), s.cfg.MaxUploadBytes)
+	if err != nil {
+		return err
+	}
+	prov, err := newProvisioner(s)
+	if err != nil {
+		return err
+	}
+	engine := jobs.New(ctx, jobs.Config{Store: s.store, Connect: prov.connect, Online: s.online, Blobs: blobs,
+		Metrics: s.metrics, Logger: s.log.With("component", "jobs"), Audit: s.audit})
+	defer engine.Close()
+	if _, err := engine.Recover(ctx); err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	s.cluster = cluster.New(cluster.Config{Store: s.store, Jobs: engine, Blobs: blobs, EnginesDir: s.cfg.EnginesDir,
+		Online: s.online, StateDir: s.stateDir, Metrics: s.metrics, Logger: s.log.With("component", "cluster"), Audit: s.audit})
+	if _, err := s.cluster.Engines(); err != nil {
+		return fmt.Errorf("hub: --engines-dir: %w", err)
+	}
+
+	httpSrv := &http.Server{
+		Handler: s.guardAPI(api.NewHandler(api.Deps{
+			Store: s.store, Door: s.door, CA: s.ca, IssueNode: s.issueNode, NodeCA: s.nodeCA, Registry: s.reg, Metrics: s.metrics, Advertise: advertise,
+			NodeCertTTL: s.cfg.NodeCertTTL, Logger: s.log.With("component", "api"), OperatorsChanged: s.accessChanged,
+			SSHTrust:      s.sshTrustInfo(sshAddr, advertise),
+			ReservedNames: hubNames,
+			Login:         loginService{s},
+			Jobs:          engine,
+			Cluster:       s.cluster,
+			Blobs:         blobs,
+			Admins:        adminService{s},
+		})),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+
+	info := api.HubInfo{API: localAddr(ln.Addr()), SSH: localAddr(sshAddr), PID: os.Getpid()}
+	infoJSON, _ := json.Marshal(info)
+	infoPath := filepath.Join(s.cfg.DataDir, api.HubInfoFile)
+	if err := pki.WriteFileAtomic(infoPath, infoJSON, 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(infoPath)
+
+	s.log.Info("hub listening", "tunnel_and_api", ln.Addr().String(), "ssh", sshAddr.String(),
+		"advertise", advertise, "ca_pin", "sha256:"+s.ca.Pin(), "version", Version)
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 5)
+	wg.Add(5)
+	go func() { defer wg.Done(); s.runPusher(ctx); errc <- nil }()
+	go func() { defer wg.Done(); errc <- s.cluster.Run(ctx) }()
+	go func() { defer wg.Done(); errc <- ignoreClosed(httpSrv.Serve(ln.HTTPListener())) }()
+	go func() { defer wg.Done(); errc <- b.Serve() }()
+	go func() { defer wg.Done(); errc <- s.acceptSessions(ctx, ln) }()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	s.log.Info("hub shutting down")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// Jobs first: their followers' streams end with them, so the HTTP
+	// server can then drain.
+	engine.Close()
+	_ = httpSrv.Shutdown(shutCtx)
+	_ = b.Close()
+	ln.Close()
+	for _, c := range s.reg.All() {
+		c.Session.Close()
+	}
+	wg.Wait()
+	s.sessions.Wait()
+	if runErr != nil && ctx.Err() == nil {
+		return runErr
+	}
+	return nil
+}
+
+func ignoreClosed(err error) error {
+	if err == nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}

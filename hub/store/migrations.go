@@ -1,0 +1,157 @@
+package store
+
+const schemaVersion = 6
+
+var migrations = []string{
+	// v1
+	`CREATE TABLE nodes (
+		id TEXT PRIMARY KEY,
+		name TEXT NOT NULL UNIQUE,
+		labels TEXT NOT NULL DEFAULT '{}',
+		hostname TEXT NOT NULL DEFAULT '',
+		os TEXT NOT NULL DEFAULT '',
+		arch TEXT NOT NULL DEFAULT '',
+		machine_id TEXT NOT NULL DEFAULT '',
+		agent_version TEXT NOT NULL DEFAULT '',
+		transport TEXT NOT NULL DEFAULT '',
+		online INTEGER NOT NULL DEFAULT 0,
+		last_seen INTEGER NOT NULL DEFAULT 0,
+		created_at INTEGER NOT NULL,
+		cert_serial TEXT NOT NULL DEFAULT '',
+		cert_expires INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE TABLE tokens (
+		id TEXT PRIMARY KEY,
+		secret_hash BLOB NOT NULL,
+		labels TEXT NOT NULL DEFAULT '{}',
+		uses_left INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL,
+		created_at INTEGER NOT NULL
+	);
+	CREATE TABLE operators (
+		name TEXT PRIMARY KEY,
+		public_key TEXT NOT NULL,
+		fingerprint TEXT NOT NULL UNIQUE,
+		created_at INTEGER NOT NULL
+	);`,
+	// v2: roles, operators' roles, node revocation, audit log.
+	`CREATE TABLE roles (
+		name TEXT PRIMARY KEY,
+		nodes TEXT NOT NULL,
+		logins TEXT NOT NULL
+	);
+	INSERT INTO roles (name, nodes, logins) VALUES ('all', '*', '["*"]');
+	ALTER TABLE operators ADD COLUMN roles TEXT NOT NULL DEFAULT '["all"]';
+	ALTER TABLE nodes ADD COLUMN revoked_at INTEGER NOT NULL DEFAULT 0;
+	CREATE TABLE audit (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		at INTEGER NOT NULL,
+		kind TEXT NOT NULL,
+		operator TEXT NOT NULL DEFAULT '',
+		node TEXT NOT NULL DEFAULT '',
+		key_fingerprint TEXT NOT NULL DEFAULT '',
+		remote TEXT NOT NULL DEFAULT '',
+		result TEXT NOT NULL DEFAULT '',
+		detail TEXT NOT NULL DEFAULT '',
+		ended_at INTEGER NOT NULL DEFAULT 0,
+		bytes_to_node INTEGER NOT NULL DEFAULT 0,
+		bytes_from_node INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX audit_at ON audit (at);
+	-- The audit log is append-only: the database refuses edits and deletes.
+	CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
+	CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;`,
+	// v3: keys of removed operators, published to managed sshd as RevokedKeys.
+	`CREATE TABLE revoked_keys (
+		fingerprint TEXT PRIMARY KEY,
+		public_key TEXT NOT NULL,
+		revoked_at INTEGER NOT NULL
+	);`,
+	// v4: jobs and per-node results, cluster memberships, API tokens.
+	migrationV4,
+	// v5: settings, the built-in role "admin" (admin.go).
+	migrationAdmin,
+	// v6: cluster memberships and job runs follow the node's ID, not its name.
+	migrationNodeIDs,
+}
+
+const migrationV4 = `CREATE TABLE jobs (
+		id TEXT PRIMARY KEY,
+		kind TEXT NOT NULL,
+		spec TEXT NOT NULL,
+		created_by TEXT NOT NULL DEFAULT '',
+		role TEXT NOT NULL DEFAULT '',
+		state TEXT NOT NULL,
+		error TEXT NOT NULL DEFAULT '',
+		created_at INTEGER NOT NULL,
+		finished_at INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX jobs_created ON jobs (created_at);
+	CREATE TABLE job_nodes (
+		job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+		node TEXT NOT NULL,
+		state TEXT NOT NULL,
+		exit_code INTEGER,
+		error TEXT NOT NULL DEFAULT '',
+		started_at INTEGER NOT NULL DEFAULT 0,
+		finished_at INTEGER NOT NULL DEFAULT 0,
+		log_head BLOB NOT NULL DEFAULT x'',
+		log_tail BLOB NOT NULL DEFAULT x'',
+		log_dropped INTEGER NOT NULL DEFAULT 0,
+		log_bytes INTEGER NOT NULL DEFAULT 0,
+		PRIMARY KEY (job_id, node)
+	);
+	CREATE TABLE cluster_members (
+		node TEXT PRIMARY KEY,
+		engine TEXT NOT NULL,
+		desired TEXT NOT NULL,
+		state TEXT NOT NULL,
+		engine_digest TEXT NOT NULL DEFAULT '',
+		last_transition INTEGER NOT NULL DEFAULT 0,
+		last_error TEXT NOT NULL DEFAULT '',
+		last_job TEXT NOT NULL DEFAULT '',
+		updated_at INTEGER NOT NULL
+	);
+	CREATE TABLE api_tokens (
+		id TEXT PRIMARY KEY,
+		secret_hash BLOB NOT NULL,
+		role TEXT NOT NULL,
+		description TEXT NOT NULL DEFAULT '',
+		created_at INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL DEFAULT 0
+	);`
+
+// migrationNodeIDs keys what belongs to a node by the node's ID. Before it, a
+// machine joining under a removed node's name inherited that node's cluster
+// membership and its waiting job runs. Names are mapped to IDs through the
+// nodes table at migration time:
+//   - a cluster member whose name has no node, or whose record was last
+//     written before the node holding the name now joined (it belonged to an
+//     earlier machine of that name), is dropped; a machine joining under the
+//     name must be registered anew;
+//   - a job run is tied to the node that held the name when the job was
+//     created; a run whose node is gone keeps its row as history with an
+//     empty node_id, and one still pending or waiting is ended as skipped
+//     ("node removed") so it can never run on a newcomer.
+const migrationNodeIDs = `CREATE TABLE cluster_members_by_id (
+		node_id TEXT PRIMARY KEY REFERENCES nodes (id) ON DELETE CASCADE,
+		engine TEXT NOT NULL,
+		desired TEXT NOT NULL,
+		state TEXT NOT NULL,
+		engine_digest TEXT NOT NULL DEFAULT '',
+		last_transition INTEGER NOT NULL DEFAULT 0,
+		last_error TEXT NOT NULL DEFAULT '',
+		last_job TEXT NOT NULL DEFAULT '',
+		updated_at INTEGER NOT NULL
+	);
+	INSERT INTO cluster_members_by_id (node_id, engine, desired, state, engine_digest, last_transition, last_error, last_job, updated_at)
+		SELECT n.id, m.engine, m.desired, m.state, m.engine_digest, m.last_transition, m.last_error, m.last_job, m.updated_at
+		FROM cluster_members m JOIN nodes n ON n.name = m.node AND m.updated_at >= n.created_at;
+	DROP TABLE cluster_members;
+	ALTER TABLE cluster_members_by_id RENAME TO cluster_members;
+	ALTER TABLE job_nodes ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
+	UPDATE job_nodes SET node_id = COALESCE((SELECT n.id FROM nodes n JOIN jobs j ON j.id = job_nodes.job_id
+		WHERE n.name = job_nodes.node AND n.created_at <= j.created_at), '');
+	UPDATE job_nodes SET state = 'skipped', error = '` + NodeRemovedReason + `'
+		WHERE node_id = '' AND state IN ('pending', 'waiting');
+	CREATE INDEX job_nodes_node_id ON job_nodes (node_id);`

@@ -1,0 +1,234 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Node is a registered edge node.
+type Node struct {
+	ID           string            `json:"id"`
+	Name         string            `json:"name"`
+	Labels       map[string]string `json:"labels"`
+	Hostname     string            `json:"hostname"`
+	OS           string            `json:"os"`
+	Arch         string            `json:"arch"`
+	MachineID    string            `json:"machine_id"`
+	AgentVersion string            `json:"agent_version"`
+	Transport    string            `json:"transport"` // of the live or last session: quic|tcp
+	Online       bool              `json:"online"`
+	LastSeen     time.Time         `json:"last_seen"`
+	CreatedAt    time.Time         `json:"created_at"`
+	CertSerial   string            `json:"cert_serial"`
+	CertExpires  time.Time         `json:"cert_expires"`
+	RevokedAt    time.Time         `json:"revoked_at,omitzero"` // non-zero: refused for good
+	// Filled by the API from the cluster members (not stored with the node).
+	ClusterEngine string `json:"cluster_engine,omitempty"`
+	ClusterState  string `json:"cluster_state,omitempty"`
+}
+
+// Seen is the connection status update for a node.
+type Seen struct {
+	Online       bool
+	Transport    string
+	AgentVersion string
+	At           time.Time
+}
+
+// Join implements Store.
+func (s *SQLite) Join(ctx context.Context, tokenID string, check func(Token) error, n Node) (Node, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Node{}, fmt.Errorf("store: join: %w", err)
+	}
+	defer tx.Rollback()
+	t, err := scanToken(tx.QueryRowContext(ctx, `SELECT id, secret_hash, labels, uses_left, expires_at, created_at FROM tokens WHERE id = ?`, tokenID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Node{}, ErrTokenUnknown
+	}
+	if err != nil {
+		return Node{}, fmt.Errorf("store: join: read token: %w", err)
+	}
+	if err := check(t); err != nil {
+		return Node{}, err
+	}
+	now := time.Now()
+	if !now.Before(t.ExpiresAt) {
+		return Node{}, fmt.Errorf("%w at %s", ErrTokenExpired, t.ExpiresAt.Format(time.RFC3339))
+	}
+	if t.UsesLeft <= 0 {
+		return Node{}, ErrTokenUsedUp
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE tokens SET uses_left = uses_left - 1 WHERE id = ?`, tokenID); err != nil {
+		return Node{}, fmt.Errorf("store: join: consume token: %w", err)
+	}
+	labels := map[string]string{}
+	for k, v := range t.Labels {
+		labels[k] = v
+	}
+	for k, v := range n.Labels {
+		labels[k] = v
+	}
+	n.Labels = labels
+	if n.CreatedAt.IsZero() {
+		n.CreatedAt = now
+	}
+	if err := insertNode(ctx, tx, n); err != nil {
+		return Node{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return Node{}, fmt.Errorf("store: join: commit: %w", err)
+	}
+	return n, nil
+}
+
+func insertNode(ctx context.Context, tx *sql.Tx, n Node) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO nodes (id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		n.ID, n.Name, encodeLabels(n.Labels), n.Hostname, n.OS, n.Arch, n.MachineID, n.AgentVersion, n.Transport, n.Online,
+		unix(n.LastSeen), unix(n.CreatedAt), n.CertSerial, unix(n.CertExpires))
+	if isUniqueViolation(err) {
+		return fmt.Errorf("store: node %q: %w", n.Name, ErrNameTaken)
+	}
+	if err != nil {
+		return fmt.Errorf("store: insert node %q: %w", n.Name, err)
+	}
+	return nil
+}
+
+const nodeColumns = `id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires, revoked_at`
+
+func scanNode(r scanner) (Node, error) {
+	var n Node
+	var labels string
+	var lastSeen, created, certExp, revoked int64
+	if err := r.Scan(&n.ID, &n.Name, &labels, &n.Hostname, &n.OS, &n.Arch, &n.MachineID, &n.AgentVersion, &n.Transport,
+		&n.Online, &lastSeen, &created, &n.CertSerial, &certExp, &revoked); err != nil {
+		return Node{}, err
+	}
+	var err error
+	if n.Labels, err = decodeLabels(labels); err != nil {
+		return Node{}, fmt.Errorf("store: node %s: %w", n.ID, err)
+	}
+	n.LastSeen, n.CreatedAt, n.CertExpires, n.RevokedAt = fromUnix(lastSeen), fromUnix(created), fromUnix(certExp), fromUnix(revoked)
+	return n, nil
+}
+
+func (s *SQLite) getNode(ctx context.Context, where, arg string) (Node, error) {
+	n, err := scanNode(s.db.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE `+where+` = ?`, arg))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Node{}, fmt.Errorf("store: node %q: %w", arg, ErrNotFound)
+	}
+	if err != nil {
+		return Node{}, fmt.Errorf("store: node %q: %w", arg, err)
+	}
+	return n, nil
+}
+
+// GetNode implements Store.
+func (s *SQLite) GetNode(ctx context.Context, id string) (Node, error) {
+	return s.getNode(ctx, "id", id)
+}
+
+// GetNodeByName implements Store.
+func (s *SQLite) GetNodeByName(ctx context.Context, name string) (Node, error) {
+	return s.getNode(ctx, "name", name)
+}
+
+// ListNodes implements Store.
+func (s *SQLite) ListNodes(ctx context.Context) ([]Node, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("store: list nodes: %w", err)
+	}
+	defer rows.Close()
+	out := []Node{}
+	for rows.Next() {
+		n, err := scanNode(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// UpdateNodeSeen implements Store.
+func (s *SQLite) UpdateNodeSeen(ctx context.Context, id string, st Seen) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET online = ?, transport = CASE WHEN ? = '' THEN transport ELSE ? END,
+		agent_version = CASE WHEN ? = '' THEN agent_version ELSE ? END, last_seen = ? WHERE id = ?`,
+		st.Online, st.Transport, st.Transport, st.AgentVersion, st.AgentVersion, unix(st.At), id)
+	if err != nil {
+		return fmt.Errorf("store: update node %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: node %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// MarkAllOffline implements Store.
+func (s *SQLite) MarkAllOffline(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, `UPDATE nodes SET online = 0 WHERE online != 0`); err != nil {
+		return fmt.Errorf("store: mark nodes offline: %w", err)
+	}
+	return nil
+}
+
+// DeleteNode implements Store. In the same transaction it removes the
+// node's cluster membership and ends its runs that have not started
+// (pending, waiting for the node) as skipped with NodeRemovedReason, so
+// nothing of the node passes to a machine that joins later under its name.
+// A run already running is left to the job engine: the node's tunnel closes
+// with the removal and the run fails.
+func (s *SQLite) DeleteNode(ctx context.Context, id string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: delete node %s: %w", id, err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `DELETE FROM cluster_members WHERE node_id = ?`, id); err != nil {
+		return fmt.Errorf("store: delete node %s: cluster membership: %w", id, err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE job_nodes SET state = ?, error = ? WHERE node_id = ? AND state IN (?,?)`,
+		RunSkipped, NodeRemovedReason, id, RunPending, RunWaiting); err != nil {
+		return fmt.Errorf("store: delete node %s: end its job runs: %w", id, err)
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("store: delete node %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: node %s: %w", id, ErrNotFound)
+	}
+	return tx.Commit()
+}
+
+// RevokeNode implements Store.
+func (s *SQLite) RevokeNode(ctx context.Context, id string, at time.Time) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET revoked_at = ?, online = 0 WHERE id = ? AND revoked_at = 0`, unix(at), id)
+	if err != nil {
+		return fmt.Errorf("store: revoke node %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		if _, err := s.GetNode(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UpdateNodeCert implements Store.
+func (s *SQLite) UpdateNodeCert(ctx context.Context, id, serial string, expires time.Time) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET cert_serial = ?, cert_expires = ? WHERE id = ?`, serial, unix(expires), id)
+	if err != nil {
+		return fmt.Errorf("store: update node %s certificate: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: node %s: %w", id, ErrNotFound)
+	}
+	return nil
+}

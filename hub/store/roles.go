@@ -1,0 +1,58 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// Role is a node selector plus allowed logins (see hub/roles).
+type Role struct {
+	Name   string   `json:"name"`
+	Nodes  string   `json:"nodes"`
+	Logins []string `json:"logins"`
+}
+
+// PutRole implements Store.
+func (s *SQLite) PutRole(ctx context.Context, r Role) error {
+	logins, _ := json.Marshal(r.Logins)
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO roles (name, nodes, logins) VALUES (?,?,?)
+		ON CONFLICT (name) DO UPDATE SET nodes = excluded.nodes, logins = excluded.logins`, r.Name, r.Nodes, string(logins)); err != nil {
+		return fmt.Errorf("store: put role %q: %w", r.Name, err)
+	}
+	return nil
+}
+
+// ListRoles implements Store.
+func (s *SQLite) ListRoles(ctx context.Context) ([]Role, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, nodes, logins FROM roles ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("store: list roles: %w", err)
+	}
+	defer rows.Close()
+	out := []Role{}
+	for rows.Next() {
+		var r Role
+		var logins string
+		if err := rows.Scan(&r.Name, &r.Nodes, &logins); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(logins), &r.Logins); err != nil {
+			return nil, fmt.Errorf("store: role %q logins: %w", r.Name, err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// DeleteRole implements Store.
+func (s *SQLite) DeleteRole(ctx context.Context, name string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM roles WHERE name = ?`, name)
+	if err != nil {
+		return fmt.Errorf("store: delete role %q: %w", name, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: role %q: %w", name, ErrNotFound)
+	}
+	return nil
+}
