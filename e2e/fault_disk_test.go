@@ -128,12 +128,10 @@ func TestFaultDiskFull(t *testing.T) {
 	if out, errOut, code := c.run(30*time.Second, "bounce", "echo still-here"); code != 0 || strings.TrimSpace(out) != "still-here" {
 		t.Fatalf("jump while the disk is full: exit %d %q %q", code, out, errOut)
 	}
+	connects := h.connects("bounce")
 	bounce.stop(syscall.SIGKILL)
 	again := start2(t, bounceState)
-	waitFor(t, "bounce to reconnect", 30*time.Second, func() bool {
-		return logCount(h.p.logText(), "node connected", "bounce") >= 2
-	})
-	h.waitOnline("bounce", "")
+	h.waitConnected("bounce", connects)
 	if out, errOut, code := c.run(30*time.Second, "bounce", "echo reconnected"); code != 0 || strings.TrimSpace(out) != "reconnected" {
 		t.Fatalf("jump after a reconnect on a full disk: exit %d %q %q", code, out, errOut)
 	}

@@ -317,6 +317,20 @@ func (h *hub) waitOnline(name, transport string) {
 	})
 }
 
+// connects counts the sessions the hub has registered for node so far.
+func (h *hub) connects(node string) int {
+	return logCount(h.p.logText(), "node connected", node)
+}
+
+// waitConnected waits until the hub has registered more than before
+// sessions for node (a new connection, not a stale one still online) and
+// shows it online.
+func (h *hub) waitConnected(node string, before int) {
+	h.t.Helper()
+	waitFor(h.t, node+" to connect again", 30*time.Second, func() bool { return h.connects(node) > before })
+	h.waitOnline(node, "")
+}
+
 func (h *hub) hostPublicKey() gossh.PublicKey {
 	return readHostPub(h.t, filepath.Join(h.dataDir, "ssh_host_ed25519_key"))
 }

@@ -66,12 +66,16 @@ func startVictim(t *testing.T, hubArgs ...string) *victim {
 }
 
 // restart starts the agent again from its state dir (no join string: the
-// identity is on disk) and waits for it to be online.
+// identity is on disk) and waits for the new process to connect. Online
+// alone is not enough: until the hub notices that the killed agent's
+// connection is dead (QUIC sends nothing on SIGKILL) the old session still
+// reads online.
 func (v *victim) restart() {
 	v.t.Helper()
+	connects := v.h.connects("victim")
 	v.p = start(v.t, "agent-victim", filepath.Join(binDir, "tether-edge"), "run", "--state-dir", v.stateDir,
 		"--ssh", "embedded", "--backoff-max", "2s", "--keepalive", "1s", "--dead-peer-timeout", "4s", "--log-level", "debug")
-	v.h.waitOnline("victim", "")
+	v.h.waitConnected("victim", connects)
 }
 
 // TestAgentKilledMidUpload kills tether-edge with SIGKILL while the hub
