@@ -172,7 +172,7 @@ func TestClusterLifecycle(t *testing.T) {
 			_, err := os.Stat(filepath.Join(markers, "k3", "install-runs"))
 			return err == nil
 		})
-		h.p.stop(syscall.SIGKILL)
+		h.p.Stop(syscall.SIGKILL, stopWait)
 		os.Remove(hold)
 		h.start()
 		m := h.waitMember("k3", "active", nil)

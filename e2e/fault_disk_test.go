@@ -129,14 +129,14 @@ func TestFaultDiskFull(t *testing.T) {
 		t.Fatalf("jump while the disk is full: exit %d %q %q", code, out, errOut)
 	}
 	connects := h.connects("bounce")
-	bounce.stop(syscall.SIGKILL)
+	bounce.Stop(syscall.SIGKILL, stopWait)
 	again := start2(t, bounceState)
 	h.waitConnected("bounce", connects)
 	if out, errOut, code := c.run(30*time.Second, "bounce", "echo reconnected"); code != 0 || strings.TrimSpace(out) != "reconnected" {
 		t.Fatalf("jump after a reconnect on a full disk: exit %d %q %q", code, out, errOut)
 	}
 	keepsRunning("while another node reconnected on a full disk")
-	if !strings.Contains(h.p.logText(), "disk is full") {
+	if !strings.Contains(h.p.Log(), "disk is full") {
 		t.Fatal("the hub did not log the failed writes")
 	}
 
@@ -152,10 +152,10 @@ func TestFaultDiskFull(t *testing.T) {
 	}
 	keepsRunning("after space came back")
 	sess.stop()
-	again.stop(syscall.SIGTERM)
+	again.Stop(syscall.SIGTERM, stopWait)
 
 	// No corruption: stop the hub, check the database, start again.
-	h.p.stop(syscall.SIGTERM)
+	h.p.Stop(syscall.SIGTERM, stopWait)
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(h.dataDir, "tether.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +181,7 @@ func TestFaultReadOnlyDataDir(t *testing.T) {
 	h := &hub{t: t, dataDir: filepath.Join(mnt, "hub"), apiPort: freePort(t), sshPort: freePort(t)}
 	h.start()
 	h.cli("operator", "add", "alice", "--key", opPub)
-	h.p.stop(syscall.SIGTERM)
+	h.p.Stop(syscall.SIGTERM, stopWait)
 	before := dirDigest(t, h.dataDir)
 	if out, err := exec.Command("mount", "-o", "remount,ro", mnt).CombinedOutput(); err != nil {
 		t.Fatalf("remount read-only: %v: %s", err, out)

@@ -76,7 +76,7 @@ func (h *hub) steadyLoad(t *testing.T) load {
 			t.Fatal("hub metrics lack go_goroutines")
 		}
 		best.goroutines = min(best.goroutines, int(g))
-		best.fds = min(best.fds, countFDs(t, h.p.cmd.Process.Pid))
+		best.fds = min(best.fds, countFDs(t, h.p.PID()))
 		time.Sleep(400 * time.Millisecond)
 	}
 	return best

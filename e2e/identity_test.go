@@ -70,7 +70,7 @@ func TestRolesRevokeAudit(t *testing.T) {
 		alice.run(60*time.Second, "lab1", "echo started; sleep 45")
 	}()
 	waitFor(t, "alice's session to start", 20*time.Second, func() bool {
-		return strings.Contains(h.p.logText(), `msg="jump started" component=bastion operator=alice`)
+		return strings.Contains(h.p.Log(), `msg="jump started" component=bastion operator=alice`)
 	})
 	revokedAt := time.Now()
 	h.cli("nodes", "revoke", "lab1")
@@ -80,8 +80,8 @@ func TestRolesRevokeAudit(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("live session still running 10s after revoke")
 	}
-	waitFor(t, "revoked agent to stop", 20*time.Second, agent.exited)
-	if !strings.Contains(agent.logText(), "revoked") {
+	waitFor(t, "revoked agent to stop", 20*time.Second, agent.Exited)
+	if !strings.Contains(agent.Log(), "revoked") {
 		t.Fatalf("agent log does not say it was revoked")
 	}
 	_, errOut, code = alice.run(30*time.Second, "lab1", "true")
@@ -89,7 +89,7 @@ func TestRolesRevokeAudit(t *testing.T) {
 		t.Fatalf("jump to revoked node: exit %d, %q", code, errOut)
 	}
 	// The revocation is durable: after a hub restart it still holds.
-	h.p.stop(9)
+	h.p.Stop(9, stopWait)
 	h.start()
 	if n := h.nodes()["lab1"]; n.Online {
 		t.Fatal("revoked node online after restart")
@@ -148,16 +148,16 @@ func TestRenewalKeepsSessionAlive(t *testing.T) {
 	if renewals < 3 {
 		t.Fatalf("%d renewals in 60 s with 20 s certificates, want at least 3", renewals)
 	}
-	if strings.Count(h.p.logText(), `msg="node connected"`) != 1 {
+	if strings.Count(h.p.Log(), `msg="node connected"`) != 1 {
 		t.Fatal("the agent reconnected during renewal; renewal must not drop the tunnel")
 	}
 	t.Logf("%d renewals during the 60 s session", renewals)
 
 	// Reconnect with the renewed certificate (the joined one expired long ago).
-	agent.stop(15)
+	agent.Stop(15, stopWait)
 	again := start2(t, stateDir)
 	h.waitOnline("short", "")
-	again.stop(15)
+	again.Stop(15, stopWait)
 
 	// Offline past expiry: the agent refuses to start and says what to do.
 	waitFor(t, "certificate to expire", 30*time.Second, func() bool {

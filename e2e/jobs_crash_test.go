@@ -59,7 +59,7 @@ func TestHubKilledDuringFanOut(t *testing.T) {
 		return j.Counts
 	}, func(c map[string]int) bool { return c["ok"] == n/2 && c["running"] == n/2 })
 	time.Sleep(300 * time.Millisecond) // let a flush of the store happen mid-job
-	h.p.stop(syscall.SIGKILL)
+	h.p.Stop(syscall.SIGKILL, stopWait)
 	os.WriteFile(gate, nil, 0o644)
 	h.start()
 

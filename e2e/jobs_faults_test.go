@@ -108,7 +108,7 @@ func TestAgentKilledMidUpload(t *testing.T) {
 			entries, _ := os.ReadDir(filepath.Dir(dest))
 			return len(entries) > 0
 		})
-		v.p.stop(syscall.SIGKILL)
+		v.p.Stop(syscall.SIGKILL, stopWait)
 		waitFor(t, "job over", 60*time.Second, func() bool { return h.job(id).State != "running" })
 		j := h.job(id)
 		n := j.node("victim")
@@ -139,7 +139,7 @@ func TestAgentKilledAroundRenewals(t *testing.T) {
 	v := startVictim(t, "--node-cert-ttl", "9s")
 	for i, wait := range []time.Duration{1300, 3700, 4600, 5300, 5900} {
 		time.Sleep(wait * time.Millisecond)
-		v.p.stop(syscall.SIGKILL)
+		v.p.Stop(syscall.SIGKILL, stopWait)
 		checkIdentity(t, v.stateDir)
 		v.restart()
 		t.Logf("kill %d after %dms: back online with a valid identity", i+1, wait)

@@ -95,7 +95,7 @@ func TestJobs(t *testing.T) {
 	// A node that joined and is now offline.
 	off, _ := startAgent(t, joinEdge, "off", "--ssh", "embedded")
 	h.waitOnline("off", "")
-	off.stop(syscall.SIGTERM)
+	off.Stop(syscall.SIGTERM, stopWait)
 	waitFor(t, "all nodes online, off offline", 60*time.Second, func() bool {
 		nodes := h.nodes()
 		online := 0
@@ -326,7 +326,7 @@ func TestJobsSurviveHubCrash(t *testing.T) {
 		j := h.job(id)
 		return j.Counts["ok"] == 1 && j.Counts["running"] == 3
 	})
-	h.p.stop(syscall.SIGKILL)
+	h.p.Stop(syscall.SIGKILL, stopWait)
 	waitFor(t, "remote sleeps killed with the lost connections", 20*time.Second, func() bool {
 		return exec.Command("pgrep", "-xf", "sleep "+marker).Run() != nil
 	})

@@ -89,8 +89,8 @@ func startStepCA(t *testing.T, password string) (url, rootFile string) {
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	url = fmt.Sprintf("https://127.0.0.1:%d", port)
 	waitFor(t, "step-ca to serve /health", 30*time.Second, func() bool {
-		if p.exited() {
-			t.Fatalf("step-ca exited: %s", p.logText())
+		if p.Exited() {
+			t.Fatalf("step-ca exited: %s", p.Log())
 		}
 		resp, err := hc.Get(url + "/health")
 		if err != nil {
