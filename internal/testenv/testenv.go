@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os/user"
 	"time"
 )
 
@@ -99,4 +100,13 @@ func WaitForValue[V any](t T, what string, timeout time.Duration, get func() V, 
 		t.Fatalf("%v; last seen: %+v", err, v)
 	}
 	return v
+}
+
+// LoginName is the user the tests run as: the login on every loopback
+// sshd and embedded server ("root" if it cannot be told).
+func LoginName() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return "root"
 }
