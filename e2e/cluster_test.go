@@ -76,8 +76,7 @@ func TestClusterLifecycle(t *testing.T) {
 	markers, engines := t.TempDir(), t.TempDir()
 	os.Chmod(markers, 0o777)
 	testEngine(t, engines, markers)
-	h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: freePort(t), sshPort: freePort(t), extraArgs: []string{"--engines-dir", engines}}
-	h.start()
+	h := startHubIn(t, "", 0, "--engines-dir", engines)
 	join := h.token("--uses", "3")
 	sd := startSSHD(t)
 	_, k1State := startAgent(t, join, "k1", sd.managedArgs()...) // a real sshd

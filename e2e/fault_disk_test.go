@@ -85,8 +85,7 @@ func TestFaultDiskFull(t *testing.T) {
 	t.Parallel()
 	mnt := filepath.Join(t.TempDir(), "small")
 	mountTmpfs(t, mnt, 32)
-	h := &hub{t: t, dataDir: filepath.Join(mnt, "hub"), apiPort: freePort(t), sshPort: freePort(t)}
-	h.start()
+	h := startHubIn(t, filepath.Join(mnt, "hub"), 0)
 	h.cli("operator", "add", "alice", "--key", opPub)
 	tok := h.token("--uses", "2")
 	startAgent(t, tok, "steady", "--ssh", "embedded")
@@ -178,8 +177,7 @@ func TestFaultReadOnlyDataDir(t *testing.T) {
 	t.Parallel()
 	mnt := filepath.Join(t.TempDir(), "ro")
 	mountTmpfs(t, mnt, 16)
-	h := &hub{t: t, dataDir: filepath.Join(mnt, "hub"), apiPort: freePort(t), sshPort: freePort(t)}
-	h.start()
+	h := startHubIn(t, filepath.Join(mnt, "hub"), 0)
 	h.cli("operator", "add", "alice", "--key", opPub)
 	h.p.Stop(syscall.SIGTERM, stopWait)
 	before := dirDigest(t, h.dataDir)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -35,12 +34,7 @@ func soakOr[T any](short, long T) T {
 // port (0: a free one).
 func startHubArgs(t *testing.T, apiPort int, args ...string) *hub {
 	t.Helper()
-	if apiPort == 0 {
-		apiPort = freePort(t)
-	}
-	h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: apiPort, sshPort: freePort(t), extraArgs: args}
-	h.start()
-	return h
+	return startHubIn(t, "", apiPort, args...)
 }
 
 // newLink puts a fault proxy (TCP and UDP on one port) in front of a hub

@@ -137,7 +137,20 @@ func (h *hub) sshAddr() string { return fmt.Sprintf("127.0.0.1:%d", h.sshPort) }
 
 func startHub(t *testing.T) *hub {
 	t.Helper()
-	h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: freePort(t), sshPort: freePort(t)}
+	return startHubIn(t, "", 0)
+}
+
+// startHubIn starts a hub with extra `tether hub` flags on dataDir ("": a
+// new one) and the given API port (0: a free one).
+func startHubIn(t *testing.T, dataDir string, apiPort int, args ...string) *hub {
+	t.Helper()
+	if dataDir == "" {
+		dataDir = filepath.Join(t.TempDir(), "hub")
+	}
+	if apiPort == 0 {
+		apiPort = freePort(t)
+	}
+	h := &hub{t: t, dataDir: dataDir, apiPort: apiPort, sshPort: freePort(t), extraArgs: args}
 	h.start()
 	return h
 }

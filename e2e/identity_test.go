@@ -128,8 +128,7 @@ func TestRolesRevokeAudit(t *testing.T) {
 // offline past expiry stops with a clear "re-join needed".
 func TestRenewalKeepsSessionAlive(t *testing.T) {
 	t.Parallel()
-	h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: freePort(t), sshPort: freePort(t), extraArgs: []string{"--node-cert-ttl", "20s"}}
-	h.start()
+	h := startHubIn(t, "", 0, "--node-cert-ttl", "20s")
 	h.cli("operator", "add", "alice", "--key", opPub)
 	agent, stateDir := startAgent(t, h.token(), "short", "--ssh", "embedded")
 	h.waitOnline("short", "")
@@ -201,8 +200,7 @@ func certExpired(t *testing.T, stateDir string) bool {
 // it once expired, and refuses a valid one once the operator is removed.
 func TestLoginCertificates(t *testing.T) {
 	t.Parallel()
-	h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: freePort(t), sshPort: freePort(t), extraArgs: []string{"--user-cert-ttl", "6s"}}
-	h.start()
+	h := startHubIn(t, "", 0, "--user-cert-ttl", "6s")
 	h.cli("operator", "add", "alice", "--key", opPub)
 	dir := t.TempDir()
 	carolKey := filepath.Join(dir, "carol")

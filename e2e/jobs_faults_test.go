@@ -57,8 +57,7 @@ type victim struct {
 }
 
 func startVictim(t *testing.T, hubArgs ...string) *victim {
-	h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: freePort(t), sshPort: freePort(t), extraArgs: hubArgs}
-	h.start()
+	h := startHubIn(t, "", 0, hubArgs...)
 	v := &victim{t: t, h: h}
 	v.p, v.stateDir = startAgent(t, h.token("--uses", "1"), "victim", "--ssh", "embedded", "--keepalive", "1s", "--dead-peer-timeout", "4s")
 	h.waitOnline("victim", "")

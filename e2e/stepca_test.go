@@ -111,10 +111,8 @@ func TestStepCAMode(t *testing.T) {
 	url, root := startStepCA(t, password)
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	os.WriteFile(pwFile, []byte(password+"\n"), 0o600)
-	h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: freePort(t), sshPort: freePort(t), extraArgs: []string{
-		"--ca", "step-ca", "--step-ca-url", url, "--step-ca-root", root, "--step-ca-provisioner", "tether",
-		"--step-ca-password-file", pwFile, "--node-cert-ttl", "15s"}}
-	h.start()
+	h := startHubIn(t, "", 0, "--ca", "step-ca", "--step-ca-url", url, "--step-ca-root", root, "--step-ca-provisioner", "tether",
+		"--step-ca-password-file", pwFile, "--node-cert-ttl", "15s")
 	h.cli("operator", "add", "alice", "--key", opPub)
 	_, stateDir := startAgent(t, h.token(), "stepnode", "--ssh", "embedded")
 	h.waitOnline("stepnode", "")

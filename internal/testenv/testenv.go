@@ -12,8 +12,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os/user"
+	"strings"
 	"time"
 )
 
@@ -109,4 +111,17 @@ func LoginName() string {
 		return u.Username
 	}
 	return "root"
+}
+
+// Logger is a debug-level logger that writes to the test log, so that a
+// failing test shows what the code under test logged.
+func Logger(t interface{ Log(args ...any) }) *slog.Logger {
+	return slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type logWriter struct{ t interface{ Log(args ...any) } }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }

@@ -29,7 +29,11 @@ func CheckBinaries(dir string) error {
 // this checkout into scratch.
 func BinDir(scratch string) (string, error) {
 	if dir := os.Getenv("TETHER_BIN_DIR"); dir != "" {
-		return dir, CheckBinaries(dir)
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return "", fmt.Errorf("testenv: TETHER_BIN_DIR: %w", err)
+		}
+		return abs, CheckBinaries(abs)
 	}
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Dir(filepath.Dir(filepath.Dir(file))) // internal/testenv/ -> module root

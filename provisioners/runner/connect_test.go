@@ -126,7 +126,7 @@ func TestConnectTimeouts(t *testing.T) {
 			Dial:             dial,
 			HostCAs:          func() []ssh.PublicKey { return []ssh.PublicKey{ca.Pub()} },
 			HandshakeTimeout: 300 * time.Millisecond,
-			Logger:           testLogger(t),
+			Logger:           testenv.Logger(t),
 		})
 		if err != nil {
 			t.Fatal(err)

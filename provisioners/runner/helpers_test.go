@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -131,17 +130,6 @@ func (s *testServer) hostCert(t *testing.T, hostKey ssh.PublicKey, hc hostCertKi
 	return signCert(t, s.hostCA, hostKey, ssh.HostCert, o)
 }
 
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
 // startEmbedded serves edge/sshserver in-process over net.Pipe, as the
 // agent serves tunnel streams.
 func (s *testServer) startEmbedded(t *testing.T, hc hostCertKind) {
@@ -149,7 +137,7 @@ func (s *testServer) startEmbedded(t *testing.T, hc hostCertKind) {
 	srv, err := sshserver.New(sshserver.Config{
 		HostKeyPath: filepath.Join(t.TempDir(), "host_key"),
 		Shell:       "/bin/sh",
-		Logger:      testLogger(t).With("side", "server"),
+		Logger:      testenv.Logger(t).With("side", "server"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +227,7 @@ func (s *testServer) runner(t *testing.T, configure ...func(*Config)) *Runner {
 		Dial:      s.Dial,
 		HostCAs:   func() []ssh.PublicKey { return []ssh.PublicKey{s.hostCA.Pub()} },
 		KillGrace: 10 * time.Second,
-		Logger:    testLogger(t).With("side", "runner"),
+		Logger:    testenv.Logger(t).With("side", "runner"),
 	}
 	for _, f := range configure {
 		f(&cfg)
