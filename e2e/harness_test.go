@@ -247,8 +247,7 @@ func readHostPub(t *testing.T, path string) gossh.PublicKey {
 func startAgent(t *testing.T, join, name string, extra ...string) (*proc, string) {
 	t.Helper()
 	stateDir := filepath.Join(t.TempDir(), name)
-	args := append([]string{"run", "--join", join, "--state-dir", stateDir, "--name", name,
-		"--backoff-max", "2s", "--log-level", "debug"}, extra...)
+	args := testenv.AgentArgs(join, stateDir, name, append([]string{"--backoff-max", "2s", "--log-level", "debug"}, extra...)...)
 	return start(t, "agent-"+name, filepath.Join(binDir, "tether-edge"), args...), stateDir
 }
 

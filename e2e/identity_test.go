@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 type auditJSON struct {
@@ -173,7 +175,7 @@ func TestRenewalKeepsSessionAlive(t *testing.T) {
 }
 
 func start2(t *testing.T, stateDir string) *proc {
-	return start(t, "agent-again", filepath.Join(binDir, "tether-edge"), "run", "--state-dir", stateDir, "--ssh", "embedded", "--log-level", "debug")
+	return start(t, "agent-again", filepath.Join(binDir, "tether-edge"), testenv.AgentArgs("", stateDir, "", "--ssh", "embedded", "--log-level", "debug")...)
 }
 
 func runEdge(t *testing.T, args ...string) string {

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // checkIdentity fails unless the agent's state dir holds a key and a
@@ -72,8 +74,8 @@ func startVictim(t *testing.T, hubArgs ...string) *victim {
 func (v *victim) restart() {
 	v.t.Helper()
 	connects := v.h.connects("victim")
-	v.p = start(v.t, "agent-victim", filepath.Join(binDir, "tether-edge"), "run", "--state-dir", v.stateDir,
-		"--ssh", "embedded", "--backoff-max", "2s", "--keepalive", "1s", "--dead-peer-timeout", "4s", "--log-level", "debug")
+	v.p = start(v.t, "agent-victim", filepath.Join(binDir, "tether-edge"), testenv.AgentArgs("", v.stateDir, "",
+		"--ssh", "embedded", "--backoff-max", "2s", "--keepalive", "1s", "--dead-peer-timeout", "4s", "--log-level", "debug")...)
 	v.h.waitConnected("victim", connects)
 }
 
