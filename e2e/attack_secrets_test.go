@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,7 +64,7 @@ func TestSecretsNeverInLogs(t *testing.T) {
 		}
 		return false
 	})
-	agent.Stop(15, stopWait)
+	agent.Stop(syscall.SIGTERM, stopWait)
 
 	secrets := map[string]string{"join token secret": secret, "wrong join secret": wrong}
 	keyFiles := keyMaterial(t, h.dataDir, stateA, stateB, opKey, carolKey)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -91,7 +92,7 @@ func TestRolesRevokeAudit(t *testing.T) {
 		t.Fatalf("jump to revoked node: exit %d, %q", code, errOut)
 	}
 	// The revocation is durable: after a hub restart it still holds.
-	h.p.Stop(9, stopWait)
+	h.p.Stop(syscall.SIGKILL, stopWait)
 	h.start()
 	if n := h.nodes()["lab1"]; n.Online {
 		t.Fatal("revoked node online after restart")
@@ -155,10 +156,11 @@ func TestRenewalKeepsSessionAlive(t *testing.T) {
 	t.Logf("%d renewals during the 60 s session", renewals)
 
 	// Reconnect with the renewed certificate (the joined one expired long ago).
-	agent.Stop(15, stopWait)
+	connects := h.connects("short")
+	agent.Stop(syscall.SIGTERM, stopWait)
 	again := start2(t, stateDir)
-	h.waitOnline("short", "")
-	again.Stop(15, stopWait)
+	h.waitConnected("short", connects)
+	again.Stop(syscall.SIGTERM, stopWait)
 
 	// Offline past expiry: the agent refuses to start and says what to do.
 	waitFor(t, "certificate to expire", 30*time.Second, func() bool {
