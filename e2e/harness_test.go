@@ -64,7 +64,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	loginUser = u.Username
-	op, err := testenv.WriteKey(filepath.Join(tmp, "operator"))
+	// The file name is the key comment, which ssh-add -l shows.
+	op, err := testenv.WriteKey(filepath.Join(tmp, "e2e-operator"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
