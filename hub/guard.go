@@ -310,7 +310,11 @@ func (s *Server) liveness() livenessTimes {
 		}
 	}
 	every := max(time.Second, ka.Truncate(time.Second))
-	return livenessTimes{every: every, deadline: max(idle, 2*every)}
+	// Half a heartbeat before the transport's idle timeout: both count from
+	// the node's last word, and an idle timeout that wins ends a QUIC
+	// session silently, so an agent whose direction of a half-open link
+	// still works would never hear of it.
+	return livenessTimes{every: every, deadline: max(idle-every/2, 2*every)}
 }
 
 // sendHeartbeats tells an agent that announced capHeartbeat that the hub
