@@ -1,26 +1,23 @@
 package bench
 
 import (
-	"os"
+	"context"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // binDir returns the directory with tether and tether-edge: TETHER_BIN_DIR
 // (make test builds there) or a fresh build.
 func binDir(t *testing.T) string {
-	if d := os.Getenv("TETHER_BIN_DIR"); d != "" {
-		abs, err := filepath.Abs(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return abs
+	d, err := testenv.BinDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
-	d := t.TempDir()
-	build(t, d, "../cmd/tether", "../cmd/tether-edge")
 	return d
 }
 
@@ -63,20 +60,10 @@ func TestAgentsimTiny(t *testing.T) {
 	tools := t.TempDir()
 	build(t, tools, "./cmd/agentsim")
 	work := t.TempDir()
-	hub := exec.Command(filepath.Join(bin, "tether"), "hub", "--data-dir", work+"/hub", "--listen", "127.0.0.1:0", "--ssh-listen", "127.0.0.1:0", "--log-level", "warn")
-	if err := hub.Start(); err != nil {
+	hub := testenv.Start(t, "hub", filepath.Join(bin, "tether"), append([]string{"hub"},
+		testenv.HubArgs(work+"/hub", "127.0.0.1:0", "127.0.0.1:0", "warn")...)...)
+	if err := testenv.WaitHub(context.Background(), hub, work+"/hub", 30*time.Second); err != nil {
 		t.Fatal(err)
-	}
-	defer func() { _ = hub.Process.Kill(); _ = hub.Wait() }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(work + "/hub/hub.json"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("hub did not start")
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	tok, err := exec.Command(filepath.Join(bin, "tether"), "token", "create", "--uses", "2", "--data-dir", work+"/hub").Output()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,7 +64,7 @@ func TestSecretsNeverInLogs(t *testing.T) {
 		}
 		return false
 	})
-	agent.stop(15)
+	agent.Stop(syscall.SIGTERM, stopWait)
 
 	secrets := map[string]string{"join token secret": secret, "wrong join secret": wrong}
 	keyFiles := keyMaterial(t, h.dataDir, stateA, stateB, opKey, carolKey)
@@ -75,7 +76,7 @@ func TestSecretsNeverInLogs(t *testing.T) {
 	if len(keyFiles) < 6 {
 		t.Fatalf("found key material in only %d files: %v", len(keyFiles), keyFiles)
 	}
-	logs := map[string]string{"hub log": h.p.logText(), "agent sec1 log": agent.logText(), "command output": strings.Join(outputs, "\n")}
+	logs := map[string]string{"hub log": h.p.Log(), "agent sec1 log": agent.Log(), "command output": strings.Join(outputs, "\n")}
 	for what, text := range logs {
 		if strings.Contains(text, "PRIVATE KEY") {
 			t.Errorf("%s holds a PEM private key", what)

@@ -105,13 +105,18 @@ func TestAttackSlowloris(t *testing.T) {
 	if sshHeld > 22 || sshRefused < perPort-22 {
 		t.Errorf("one source held %d unauthenticated SSH connections, %d refused; the limiter allows 20", sshHeld, sshRefused)
 	}
-	timeouts := 0
-	for _, e := range h.audit("--since", "1h") {
-		if e.Kind == "ssh_login" && e.Result == "timeout" && strings.HasPrefix(e.Remote, attacker+":") {
-			timeouts++
+	// The bastion closes a timed-out connection first and audits it after,
+	// so the attacker's EOF can come before the audit row: wait for it.
+	timeouts := waitForState(t, "the cut handshakes in the audit log", 20*time.Second, func() int {
+		n := 0
+		for _, e := range h.audit("--since", "1h") {
+			if e.Kind == "ssh_login" && e.Result == "timeout" && strings.HasPrefix(e.Remote, attacker+":") {
+				n++
+			}
 		}
-	}
-	if timeouts < 20 || timeouts > sshHeld {
+		return n
+	}, func(n int) bool { return n >= 20 })
+	if timeouts > sshHeld {
 		t.Errorf("%d ssh_login timeout audit events for %d cut handshakes", timeouts, sshHeld)
 	}
 	end := h.steadyLoad(t)

@@ -99,7 +99,7 @@ func TestAttackExpiredAndRevokedUserCerts(t *testing.T) {
 			t.Errorf("sshd log lacks %q", want)
 		}
 	}
-	embLog := emb.logText()
+	embLog := emb.Log()
 	if !strings.Contains(embLog, "user certificate rejected") || !strings.Contains(embLog, "expired") {
 		t.Error("the embedded server did not log the expired certificate")
 	}
@@ -128,7 +128,7 @@ func TestAttackExpiredAndRevokedUserCerts(t *testing.T) {
 // log file).
 func procLog(t *testing.T, s *sshd) string {
 	t.Helper()
-	pid, err := os.ReadFile(s.pidFile)
+	pid, err := os.ReadFile(s.PidFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,8 +76,7 @@ func TestClusterLifecycle(t *testing.T) {
 	markers, engines := t.TempDir(), t.TempDir()
 	os.Chmod(markers, 0o777)
 	testEngine(t, engines, markers)
-	h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: freePort(t), sshPort: freePort(t), extraArgs: []string{"--engines-dir", engines}}
-	h.start()
+	h := startHubIn(t, "", 0, "--engines-dir", engines)
 	join := h.token("--uses", "3")
 	sd := startSSHD(t)
 	_, k1State := startAgent(t, join, "k1", sd.managedArgs()...) // a real sshd
@@ -172,7 +171,7 @@ func TestClusterLifecycle(t *testing.T) {
 			_, err := os.Stat(filepath.Join(markers, "k3", "install-runs"))
 			return err == nil
 		})
-		h.p.stop(syscall.SIGKILL)
+		h.p.Stop(syscall.SIGKILL, stopWait)
 		os.Remove(hold)
 		h.start()
 		m := h.waitMember("k3", "active", nil)

@@ -74,21 +74,42 @@ func fillDisk(t *testing.T, dir string) string {
 // that says so, while existing tunnels, a running SSH session, new jumps,
 // reads and agent reconnects keep working; once space is back everything
 // works again and the database is intact.
+//
+// Two nodes, so that each claim is made about a node it is true of: the
+// session runs on steady, whose agent is never touched, and must keep
+// printing through the full disk; bounce's agent is SIGKILLed and
+// restarted, and its node must come back (connected again, reachable by a
+// new jump). A session served by the killed agent itself would end or not
+// depending on which of the kill and the next tick wins.
 func TestFaultDiskFull(t *testing.T) {
 	t.Parallel()
 	mnt := filepath.Join(t.TempDir(), "small")
 	mountTmpfs(t, mnt, 32)
-	h := &hub{t: t, dataDir: filepath.Join(mnt, "hub"), apiPort: freePort(t), sshPort: freePort(t)}
-	h.start()
+	h := startHubIn(t, filepath.Join(mnt, "hub"), 0)
 	h.cli("operator", "add", "alice", "--key", opPub)
-	agent, stateDir := startAgent(t, h.token(), "disk1", "--ssh", "embedded")
-	h.waitOnline("disk1", "")
+	tok := h.token("--uses", "2")
+	startAgent(t, tok, "steady", "--ssh", "embedded")
+	bounce, bounceState := startAgent(t, tok, "bounce", "--ssh", "embedded")
+	h.waitOnline("steady", "")
+	h.waitOnline("bounce", "")
 	c := newSSHClient(t, h)
-	sess := c.startSession("disk1", "while :; do echo tick; sleep 0.2; done")
+	sess := c.startSession("steady", "while :; do echo tick; sleep 0.2; done")
 	waitFor(t, "the session to run", 30*time.Second, func() bool { return sess.lines() >= 2 })
 
 	filler := fillDisk(t, mnt)
-	ticks := sess.lines()
+	// keepsRunning fails the test unless the session prints more lines
+	// from now on (bounded wait, not a fixed sleep).
+	keepsRunning := func(when string) {
+		t.Helper()
+		from := sess.lines()
+		waitFor(t, "the session on steady to keep printing "+when, 30*time.Second, func() bool {
+			if sess.exited() {
+				t.Fatalf("the SSH session on steady ended %s (exit %d, %d lines, %s)", when, sess.exitCode, sess.lines(), sess.err.String())
+			}
+			return sess.lines() >= from+2
+		})
+	}
+	keepsRunning("once the disk was full")
 
 	// Writes fail, clearly.
 	tether := filepath.Join(binDir, "tether")
@@ -100,24 +121,21 @@ func TestFaultDiskFull(t *testing.T) {
 		t.Logf("tether %s on a full disk: %s", strings.Join(args, " "), strings.TrimSpace(errOut))
 	}
 	// Reads, the live session, new jumps and a reconnecting agent work.
-	if n := h.nodes()["disk1"]; !n.Online {
+	if n := h.nodes()["steady"]; !n.Online {
 		t.Fatal("node not shown online while the disk is full")
 	}
-	if out, errOut, code := c.run(30*time.Second, "disk1", "echo still-here"); code != 0 || strings.TrimSpace(out) != "still-here" {
+	if out, errOut, code := c.run(30*time.Second, "bounce", "echo still-here"); code != 0 || strings.TrimSpace(out) != "still-here" {
 		t.Fatalf("jump while the disk is full: exit %d %q %q", code, out, errOut)
 	}
-	agent.stop(syscall.SIGKILL)
-	again := start2(t, stateDir)
-	waitFor(t, "the agent to reconnect", 30*time.Second, func() bool {
-		return strings.Count(h.p.logText(), `msg="node connected"`) >= 2
-	})
-	if out, errOut, code := c.run(30*time.Second, "disk1", "echo reconnected"); code != 0 || strings.TrimSpace(out) != "reconnected" {
+	connects := h.connects("bounce")
+	bounce.Stop(syscall.SIGKILL, stopWait)
+	again := start2(t, bounceState)
+	h.waitConnected("bounce", connects)
+	if out, errOut, code := c.run(30*time.Second, "bounce", "echo reconnected"); code != 0 || strings.TrimSpace(out) != "reconnected" {
 		t.Fatalf("jump after a reconnect on a full disk: exit %d %q %q", code, out, errOut)
 	}
-	if sess.exited() || sess.lines() <= ticks {
-		t.Fatalf("the SSH session stopped while the disk was full (exited %v, %d -> %d lines, %s)", sess.exited(), ticks, sess.lines(), sess.err.String())
-	}
-	if !strings.Contains(h.p.logText(), "disk is full") {
+	keepsRunning("while another node reconnected on a full disk")
+	if !strings.Contains(h.p.Log(), "disk is full") {
 		t.Fatal("the hub did not log the failed writes")
 	}
 
@@ -126,14 +144,17 @@ func TestFaultDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.token()
-	if out, _, code := c.run(30*time.Second, "disk1", "echo space"); code != 0 || strings.TrimSpace(out) != "space" {
-		t.Fatal("jump after space came back")
+	for _, node := range []string{"steady", "bounce"} {
+		if out, errOut, code := c.run(30*time.Second, node, "echo space"); code != 0 || strings.TrimSpace(out) != "space" {
+			t.Fatalf("jump to %s after space came back: exit %d %q %q", node, code, out, errOut)
+		}
 	}
+	keepsRunning("after space came back")
 	sess.stop()
-	again.stop(syscall.SIGTERM)
+	again.Stop(syscall.SIGTERM, stopWait)
 
 	// No corruption: stop the hub, check the database, start again.
-	h.p.stop(syscall.SIGTERM)
+	h.p.Stop(syscall.SIGTERM, stopWait)
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(h.dataDir, "tether.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +165,7 @@ func TestFaultDiskFull(t *testing.T) {
 	}
 	db.Close()
 	h.start()
-	if _, ok := h.nodes()["disk1"]; !ok || !strings.Contains(h.cli("operator", "list"), "alice") {
+	if _, ok := h.nodes()["steady"]; !ok || !strings.Contains(h.cli("operator", "list"), "alice") {
 		t.Fatal("state lost across the full disk")
 	}
 }
@@ -156,10 +177,9 @@ func TestFaultReadOnlyDataDir(t *testing.T) {
 	t.Parallel()
 	mnt := filepath.Join(t.TempDir(), "ro")
 	mountTmpfs(t, mnt, 16)
-	h := &hub{t: t, dataDir: filepath.Join(mnt, "hub"), apiPort: freePort(t), sshPort: freePort(t)}
-	h.start()
+	h := startHubIn(t, filepath.Join(mnt, "hub"), 0)
 	h.cli("operator", "add", "alice", "--key", opPub)
-	h.p.stop(syscall.SIGTERM)
+	h.p.Stop(syscall.SIGTERM, stopWait)
 	before := dirDigest(t, h.dataDir)
 	if out, err := exec.Command("mount", "-o", "remount,ro", mnt).CombinedOutput(); err != nil {
 		t.Fatalf("remount read-only: %v: %s", err, out)

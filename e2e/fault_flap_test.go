@@ -52,12 +52,12 @@ func TestFaultFlapLatencyLoss(t *testing.T) {
 	jumpAll(t, c, "ok", "flap-quic", "flap-tcp")
 	base := h.steadyLoad(t)
 	if os.Getenv("TETHER_DEBUG_LEAK") != "" {
-		out, _ := exec.Command("sh", "-c", fmt.Sprintf("ls -l /proc/%d/fd; ss -tanup | grep pid=%d", h.p.cmd.Process.Pid, h.p.cmd.Process.Pid)).CombinedOutput()
+		out, _ := exec.Command("sh", "-c", fmt.Sprintf("ls -l /proc/%d/fd; ss -tanup | grep pid=%d", h.p.PID(), h.p.PID())).CombinedOutput()
 		t.Logf("fds at start:\n%s", out)
 	}
 	agentFDs := map[string]int{}
 	for name, a := range agents {
-		agentFDs[name] = countFDs(t, a.cmd.Process.Pid)
+		agentFDs[name] = countFDs(t, a.PID())
 	}
 	t.Logf("link: %s one way ±%s, %.0f%% loss each way, flap every %s; run %s; baseline hub %s", faults.Latency, faults.Jitter, faults.Loss*100, period, run, base)
 
@@ -85,7 +85,7 @@ func TestFaultFlapLatencyLoss(t *testing.T) {
 			}
 			return sess.lines() >= 2
 		})
-		logBefore := h.p.logText()
+		logBefore := h.p.Log()
 		connects := map[string]int{}
 		for _, n := range names {
 			connects[n] = logCount(logBefore, "node connected", n)
@@ -105,7 +105,7 @@ func TestFaultFlapLatencyLoss(t *testing.T) {
 		// never dropped is back at once.
 		deadline := upAt.Add(backoffCap + allowance + 10*time.Second)
 		for len(r.back) < len(names) && time.Now().Before(deadline) {
-			text := h.p.logText()
+			text := h.p.Log()
 			for _, n := range names {
 				if _, ok := r.back[n]; ok {
 					continue
@@ -169,10 +169,10 @@ func TestFaultFlapLatencyLoss(t *testing.T) {
 	// jump in progress) must cost the same.
 	end := h.steadyLoad(t)
 	if os.Getenv("TETHER_DEBUG_LEAK") != "" {
-		out, _ := exec.Command("sh", "-c", fmt.Sprintf("ls -l /proc/%d/fd; ss -tanup | grep pid=%d", h.p.cmd.Process.Pid, h.p.cmd.Process.Pid)).CombinedOutput()
+		out, _ := exec.Command("sh", "-c", fmt.Sprintf("ls -l /proc/%d/fd; ss -tanup | grep pid=%d", h.p.PID(), h.p.PID())).CombinedOutput()
 		t.Logf("fds at end:\n%s", out)
 		// The goroutine dump goes to the hub's log (shown as the test fails).
-		h.p.cmd.Process.Signal(syscall.SIGQUIT)
+		h.p.Cmd.Process.Signal(syscall.SIGQUIT)
 		time.Sleep(time.Second)
 		t.Errorf("TETHER_DEBUG_LEAK: hub stopped with a goroutine dump")
 	}
@@ -181,7 +181,7 @@ func TestFaultFlapLatencyLoss(t *testing.T) {
 		t.Errorf("hub grew across the run: %s -> %s", base, end)
 	}
 	for name, a := range agents {
-		if n := countFDs(t, a.cmd.Process.Pid); n > agentFDs[name]+2 {
+		if n := countFDs(t, a.PID()); n > agentFDs[name]+2 {
 			t.Errorf("agent %s: %d fds after the run, %d before", name, n, agentFDs[name])
 		}
 	}

@@ -35,11 +35,11 @@ func TestFaultStalledPeer(t *testing.T) {
 			for name, tr := range nodes {
 				h.waitOnline(name, tr)
 			}
-			hubLog := h.p.logText()
+			hubLog := h.p.Log()
 			hubBefore, agentBefore := map[string]int{}, map[string]int{}
 			for name, a := range agents {
 				hubBefore[name] = logCount(hubLog, "node disconnected", name)
-				agentBefore[name] = logCount(a.logText(), "hub connection lost; retrying", name)
+				agentBefore[name] = logCount(a.Log(), "hub connection lost; retrying", name)
 			}
 			if err := link.Stall(dir); err != nil {
 				t.Fatal(err)
@@ -47,12 +47,12 @@ func TestFaultStalledPeer(t *testing.T) {
 			stalledAt := time.Now()
 			hubSaw, agentSaw := map[string]time.Duration{}, map[string]time.Duration{}
 			for time.Since(stalledAt) < deadPeer+slack+5*time.Second && (len(hubSaw) < 2 || len(agentSaw) < 2) {
-				hubLog := h.p.logText()
+				hubLog := h.p.Log()
 				for name, a := range agents {
 					if _, ok := hubSaw[name]; !ok && logCount(hubLog, "node disconnected", name) > hubBefore[name] {
 						hubSaw[name] = time.Since(stalledAt)
 					}
-					if _, ok := agentSaw[name]; !ok && logCount(a.logText(), "hub connection lost; retrying", name) > agentBefore[name] {
+					if _, ok := agentSaw[name]; !ok && logCount(a.Log(), "hub connection lost; retrying", name) > agentBefore[name] {
 						agentSaw[name] = time.Since(stalledAt)
 					}
 				}

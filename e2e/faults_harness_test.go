@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -35,12 +34,7 @@ func soakOr[T any](short, long T) T {
 // port (0: a free one).
 func startHubArgs(t *testing.T, apiPort int, args ...string) *hub {
 	t.Helper()
-	if apiPort == 0 {
-		apiPort = freePort(t)
-	}
-	h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: apiPort, sshPort: freePort(t), extraArgs: args}
-	h.start()
-	return h
+	return startHubIn(t, "", apiPort, args...)
 }
 
 // newLink puts a fault proxy (TCP and UDP on one port) in front of a hub
@@ -76,7 +70,7 @@ func (h *hub) steadyLoad(t *testing.T) load {
 			t.Fatal("hub metrics lack go_goroutines")
 		}
 		best.goroutines = min(best.goroutines, int(g))
-		best.fds = min(best.fds, countFDs(t, h.p.cmd.Process.Pid))
+		best.fds = min(best.fds, countFDs(t, h.p.PID()))
 		time.Sleep(400 * time.Millisecond)
 	}
 	return best

@@ -5,24 +5,20 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 var (
@@ -30,7 +26,6 @@ var (
 	opKey     string // operator private key path
 	opPub     string // operator public key path
 	loginUser string
-	sshdPath  = "/usr/sbin/sshd"
 )
 
 func TestMain(m *testing.M) {
@@ -49,8 +44,8 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
-	if _, err := os.Stat(sshdPath); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: %s not found: install openssh-server (make test does this as root)\n", sshdPath)
+	if _, err := os.Stat(testenv.SSHDPath); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %s not found: install openssh-server (make test does this as root)\n", testenv.SSHDPath)
 		return 1
 	}
 	tmp, err := os.MkdirTemp("", "tether-e2e-")
@@ -59,20 +54,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	binDir = filepath.Join(tmp, "bin")
-	if dir := os.Getenv("TETHER_BIN_DIR"); dir != "" {
-		// make test builds once and points here, so the binaries are not rebuilt.
-		binDir = dir
-	} else {
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Dir(filepath.Dir(file))
-		cmd := exec.Command("go", "build", "-o", binDir+"/", "./cmd/tether", "./cmd/tether-edge")
-		cmd.Dir = root
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e: build binaries:", err)
-			return 1
-		}
+	if binDir, err = testenv.BinDir(tmp); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
 	}
 	u, err := user.Current()
 	if err != nil {
@@ -80,134 +64,40 @@ func run(m *testing.M) int {
 		return 1
 	}
 	loginUser = u.Username
-	opKey = filepath.Join(tmp, "operator")
-	opPub = opKey + ".pub"
-	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "e2e-operator", "-f", opKey).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: ssh-keygen: %v: %s\n", err, out)
+	// The file name is the key comment, which ssh-add -l shows.
+	op, err := testenv.WriteKey(filepath.Join(tmp, "e2e-operator"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	opKey, opPub = op.Path, op.Path+".pub"
 	return m.Run()
 }
 
 // proc is a started binary whose output goes to a log file.
-type proc struct {
-	t    *testing.T
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
-}
+type proc = testenv.Proc
 
+// start runs bin for the test (stopped at cleanup, its log shown if the
+// test failed).
 func start(t *testing.T, name string, bin string, args ...string) *proc {
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), name+".log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	p := &proc{t: t, name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); f.Close(); close(p.done) }()
-	t.Cleanup(func() {
-		p.stop(syscall.SIGTERM)
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("---- %s log ----\n%s", name, tail(b, 6000))
-		}
-	})
-	return p
+	return testenv.Start(t, name, bin, args...)
 }
 
-func tail(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-	return b
-}
-
-// stop signals the process and waits (SIGKILL after 10 s).
-func (p *proc) stop(sig syscall.Signal) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-	}
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *proc) logText() string {
-	b, _ := os.ReadFile(p.log)
-	return string(b)
-}
+// stopWait is how long a stopped process has before SIGKILL.
+const stopWait = 10 * time.Second
 
 // freePort returns a port free on 127.0.0.1 for both TCP and UDP.
-func freePort(t *testing.T) int {
-	t.Helper()
-	for i := 0; i < 20; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	t.Fatal("no free TCP+UDP port")
-	return 0
-}
+var freePort = testenv.FreePort
 
 // waitFor polls cond until it is true or the timeout passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s", timeout, what)
-}
+var waitFor = testenv.WaitFor
 
 // waitForState is waitFor for a condition on a value that is shown when
 // it times out.
 func waitForState[T any](t *testing.T, what string, timeout time.Duration, get func() T, cond func(T) bool) T {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var v T
-	for time.Now().Before(deadline) {
-		if v = get(); cond(v) {
-			return v
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s; last seen: %+v", timeout, what, v)
-	return v
+	return testenv.WaitForValue(t, what, timeout, get, cond)
 }
 
 // runCmd runs a command to completion with a timeout.
@@ -248,7 +138,20 @@ func (h *hub) sshAddr() string { return fmt.Sprintf("127.0.0.1:%d", h.sshPort) }
 
 func startHub(t *testing.T) *hub {
 	t.Helper()
-	h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: freePort(t), sshPort: freePort(t)}
+	return startHubIn(t, "", 0)
+}
+
+// startHubIn starts a hub with extra `tether hub` flags on dataDir ("": a
+// new one) and the given API port (0: a free one).
+func startHubIn(t *testing.T, dataDir string, apiPort int, args ...string) *hub {
+	t.Helper()
+	if dataDir == "" {
+		dataDir = filepath.Join(t.TempDir(), "hub")
+	}
+	if apiPort == 0 {
+		apiPort = freePort(t)
+	}
+	h := &hub{t: t, dataDir: dataDir, apiPort: apiPort, sshPort: freePort(t), extraArgs: args}
 	h.start()
 	return h
 }
@@ -256,18 +159,11 @@ func startHub(t *testing.T) *hub {
 func (h *hub) start() {
 	t := h.t
 	t.Helper()
-	h.p = start(t, "hub", filepath.Join(binDir, "tether"), append([]string{"hub", "--data-dir", h.dataDir,
-		"--listen", h.apiAddr(), "--ssh-listen", h.sshAddr(), "--log-level", "debug"}, h.extraArgs...)...)
-	waitFor(t, "hub to listen", 20*time.Second, func() bool {
-		if h.p.exited() {
-			t.Fatalf("hub exited: %v\n%s", h.p.err, h.p.logText())
-		}
-		// hub.json names the pid of the hub that wrote it; a stale one from a
-		// killed hub does not count.
-		b, err := os.ReadFile(filepath.Join(h.dataDir, "hub.json"))
-		var info struct{ PID int }
-		return err == nil && json.Unmarshal(b, &info) == nil && info.PID == h.p.cmd.Process.Pid
-	})
+	h.p = start(t, "hub", filepath.Join(binDir, "tether"), append([]string{"hub"},
+		testenv.HubArgs(h.dataDir, h.apiAddr(), h.sshAddr(), "debug", h.extraArgs...)...)...)
+	if err := testenv.WaitHub(context.Background(), h.p, h.dataDir, 20*time.Second); err != nil {
+		t.Fatalf("%v", err)
+	}
 }
 
 // cli runs `tether ARGS --data-dir D` and fails the test on error.
@@ -317,6 +213,20 @@ func (h *hub) waitOnline(name, transport string) {
 	})
 }
 
+// connects counts the sessions the hub has registered for node so far.
+func (h *hub) connects(node string) int {
+	return logCount(h.p.Log(), "node connected", node)
+}
+
+// waitConnected waits until the hub has registered more than before
+// sessions for node (a new connection, not a stale one still online) and
+// shows it online.
+func (h *hub) waitConnected(node string, before int) {
+	h.t.Helper()
+	waitFor(h.t, node+" to connect again", 30*time.Second, func() bool { return h.connects(node) > before })
+	h.waitOnline(node, "")
+}
+
 func (h *hub) hostPublicKey() gossh.PublicKey {
 	return readHostPub(h.t, filepath.Join(h.dataDir, "ssh_host_ed25519_key"))
 }
@@ -338,87 +248,41 @@ func readHostPub(t *testing.T, path string) gossh.PublicKey {
 func startAgent(t *testing.T, join, name string, extra ...string) (*proc, string) {
 	t.Helper()
 	stateDir := filepath.Join(t.TempDir(), name)
-	args := append([]string{"run", "--join", join, "--state-dir", stateDir, "--name", name,
-		"--backoff-max", "2s", "--log-level", "debug"}, extra...)
+	args := testenv.AgentArgs(join, stateDir, name, append([]string{"--backoff-max", "2s", "--log-level", "debug"}, extra...)...)
 	return start(t, "agent-"+name, filepath.Join(binDir, "tether-edge"), args...), stateDir
 }
 
 // sshd is a real OpenSSH server on loopback acting as a node's local sshd.
 type sshd struct {
+	*testenv.SSHD
 	port    int
 	hostPub gossh.PublicKey
 	dir     string // config, keys, and the Include'd sshd_config.d/
-	hostKey string
-	pidFile string
-	config  string
 }
 
 // managedArgs are the tether-edge flags that let the agent manage this sshd.
 func (s *sshd) managedArgs() []string {
-	return []string{"--ssh", fmt.Sprintf("127.0.0.1:%d", s.port), "--manage-sshd", "--sshd-host-key", s.hostKey,
+	return []string{"--ssh", s.Addr, "--manage-sshd", "--sshd-host-key", s.HostKey.Path,
 		"--sshd-dir", filepath.Join(s.dir, "tether"), "--sshd-drop-in", filepath.Join(s.dir, "sshd_config.d", "50-tether.conf"),
-		"--sshd-config", s.config, "--sshd-pid-file", s.pidFile}
+		"--sshd-config", s.Config, "--sshd-pid-file", s.PidFile}
 }
 
-// startSSHD starts a loopback sshd; extra config lines come first (so they
-// win over the defaults below, as sshd keeps the first value).
+// startSSHD starts a loopback sshd that lets the operator key in and
+// includes the drop-in directory a managing agent writes; extra config
+// lines win over the defaults.
 func startSSHD(t *testing.T, extra ...string) *sshd {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		_ = os.MkdirAll("/run/sshd", 0o755) // privilege separation dir
-	}
 	dir := t.TempDir()
-	// sshd reads principals files as the login user, as it would in /etc/ssh.
-	os.Chmod(dir, 0o755)
-	_, priv, _ := ed25519.GenerateKey(rand.Reader)
-	block, err := gossh.MarshalPrivateKey(priv, "")
+	if err := os.MkdirAll(filepath.Join(dir, "sshd_config.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := os.ReadFile(opPub)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hostKey := filepath.Join(dir, "ssh_host_ed25519_key")
-	if err := os.WriteFile(hostKey, pem.EncodeToMemory(block), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	signer, _ := gossh.NewSignerFromKey(priv)
-	os.WriteFile(hostKey+".pub", gossh.MarshalAuthorizedKey(signer.PublicKey()), 0o644)
-	os.MkdirAll(filepath.Join(dir, "sshd_config.d"), 0o755)
-	pubBytes, _ := os.ReadFile(opPub)
-	ak := filepath.Join(dir, "authorized_keys")
-	os.WriteFile(ak, pubBytes, 0o600)
-	port := freePort(t)
-	cfg := filepath.Join(dir, "sshd_config")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`Include %s/sshd_config.d/*.conf
-%s
-Port %d
-ListenAddress 127.0.0.1
-HostKey %s
-AuthorizedKeysFile %s
-PidFile none
-UsePAM no
-StrictModes no
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-Subsystem sftp internal-sftp
-LogLevel VERBOSE
-# bash sources ~/.bashrc for sshd sessions; a developer's (pyenv and the
-# like) is not what these tests measure.
-SetEnv HOME=%s
-`, dir, strings.Join(extra, "\n"), port, hostKey, ak, dir)), 0o600)
-	p := start(t, "sshd", sshdPath, "-D", "-e", "-f", cfg)
-	pidFile := filepath.Join(dir, "sshd.pid")
-	os.WriteFile(pidFile, []byte(fmt.Sprint(p.cmd.Process.Pid)), 0o644)
-	waitFor(t, "sshd to listen", 10*time.Second, func() bool {
-		if p.exited() {
-			t.Fatalf("sshd exited: %s", p.logText())
-		}
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return &sshd{port: port, hostPub: signer.PublicKey(), dir: dir, hostKey: hostKey, pidFile: pidFile, config: cfg}
+	s := testenv.StartSSHD(t, testenv.SSHDConfig{Dir: dir, Include: filepath.Join(dir, "sshd_config.d", "*.conf"),
+		Lines: extra, AuthorizedKeys: pub})
+	return &sshd{SSHD: s, port: s.Port, hostPub: s.HostKey.Pub(), dir: dir}
 }
 
 // sshClient writes an ssh_config with strict host key checking against a

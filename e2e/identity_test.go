@@ -8,8 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 type auditJSON struct {
@@ -70,7 +73,7 @@ func TestRolesRevokeAudit(t *testing.T) {
 		alice.run(60*time.Second, "lab1", "echo started; sleep 45")
 	}()
 	waitFor(t, "alice's session to start", 20*time.Second, func() bool {
-		return strings.Contains(h.p.logText(), `msg="jump started" component=bastion operator=alice`)
+		return strings.Contains(h.p.Log(), `msg="jump started" component=bastion operator=alice`)
 	})
 	revokedAt := time.Now()
 	h.cli("nodes", "revoke", "lab1")
@@ -80,8 +83,8 @@ func TestRolesRevokeAudit(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("live session still running 10s after revoke")
 	}
-	waitFor(t, "revoked agent to stop", 20*time.Second, agent.exited)
-	if !strings.Contains(agent.logText(), "revoked") {
+	waitFor(t, "revoked agent to stop", 20*time.Second, agent.Exited)
+	if !strings.Contains(agent.Log(), "revoked") {
 		t.Fatalf("agent log does not say it was revoked")
 	}
 	_, errOut, code = alice.run(30*time.Second, "lab1", "true")
@@ -89,7 +92,7 @@ func TestRolesRevokeAudit(t *testing.T) {
 		t.Fatalf("jump to revoked node: exit %d, %q", code, errOut)
 	}
 	// The revocation is durable: after a hub restart it still holds.
-	h.p.stop(9)
+	h.p.Stop(syscall.SIGKILL, stopWait)
 	h.start()
 	if n := h.nodes()["lab1"]; n.Online {
 		t.Fatal("revoked node online after restart")
@@ -128,8 +131,7 @@ func TestRolesRevokeAudit(t *testing.T) {
 // offline past expiry stops with a clear "re-join needed".
 func TestRenewalKeepsSessionAlive(t *testing.T) {
 	t.Parallel()
-	h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: freePort(t), sshPort: freePort(t), extraArgs: []string{"--node-cert-ttl", "20s"}}
-	h.start()
+	h := startHubIn(t, "", 0, "--node-cert-ttl", "20s")
 	h.cli("operator", "add", "alice", "--key", opPub)
 	agent, stateDir := startAgent(t, h.token(), "short", "--ssh", "embedded")
 	h.waitOnline("short", "")
@@ -148,16 +150,17 @@ func TestRenewalKeepsSessionAlive(t *testing.T) {
 	if renewals < 3 {
 		t.Fatalf("%d renewals in 60 s with 20 s certificates, want at least 3", renewals)
 	}
-	if strings.Count(h.p.logText(), `msg="node connected"`) != 1 {
+	if strings.Count(h.p.Log(), `msg="node connected"`) != 1 {
 		t.Fatal("the agent reconnected during renewal; renewal must not drop the tunnel")
 	}
 	t.Logf("%d renewals during the 60 s session", renewals)
 
 	// Reconnect with the renewed certificate (the joined one expired long ago).
-	agent.stop(15)
+	connects := h.connects("short")
+	agent.Stop(syscall.SIGTERM, stopWait)
 	again := start2(t, stateDir)
-	h.waitOnline("short", "")
-	again.stop(15)
+	h.waitConnected("short", connects)
+	again.Stop(syscall.SIGTERM, stopWait)
 
 	// Offline past expiry: the agent refuses to start and says what to do.
 	waitFor(t, "certificate to expire", 30*time.Second, func() bool {
@@ -174,7 +177,7 @@ func TestRenewalKeepsSessionAlive(t *testing.T) {
 }
 
 func start2(t *testing.T, stateDir string) *proc {
-	return start(t, "agent-again", filepath.Join(binDir, "tether-edge"), "run", "--state-dir", stateDir, "--ssh", "embedded", "--log-level", "debug")
+	return start(t, "agent-again", filepath.Join(binDir, "tether-edge"), testenv.AgentArgs("", stateDir, "", "--ssh", "embedded", "--log-level", "debug")...)
 }
 
 func runEdge(t *testing.T, args ...string) string {
@@ -201,8 +204,7 @@ func certExpired(t *testing.T, stateDir string) bool {
 // it once expired, and refuses a valid one once the operator is removed.
 func TestLoginCertificates(t *testing.T) {
 	t.Parallel()
-	h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: freePort(t), sshPort: freePort(t), extraArgs: []string{"--user-cert-ttl", "6s"}}
-	h.start()
+	h := startHubIn(t, "", 0, "--user-cert-ttl", "6s")
 	h.cli("operator", "add", "alice", "--key", opPub)
 	dir := t.TempDir()
 	carolKey := filepath.Join(dir, "carol")

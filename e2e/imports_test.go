@@ -38,3 +38,24 @@ func TestImportRules(t *testing.T) {
 		}
 	}
 }
+
+// TestTestenvOnlyInTests keeps the shared test environment out of what
+// ships: only tests and the bench tool may link internal/testenv.
+func TestTestenvOnlyInTests(t *testing.T) {
+	const mod = "github.com/tether-dev/tether/"
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, mod+"...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], mod+"bench") || f[0] == mod+"internal/testenv" {
+			continue
+		}
+		for _, d := range f[1:] {
+			if d == mod+"internal/testenv" {
+				t.Errorf("%s links internal/testenv, which is for tests and bench only", f[0])
+			}
+		}
+	}
+}

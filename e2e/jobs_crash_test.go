@@ -37,7 +37,7 @@ func TestHubKilledDuringFanOut(t *testing.T) {
 	start = time.Now()
 	j, code := h.runJSON(2*time.Minute, "-l", "*", "--", "true")
 	if code != 0 || j.Counts["ok"] != n {
-		t.Fatalf("fan-out true: exit %d, %+v", code, j.Counts)
+		t.Fatalf("fan-out true: exit %d, %+v; not ok: %+v", code, j.Counts, notOK(j))
 	}
 	t.Logf("tether run -- true on %d agents: %s wall time", n, time.Since(start).Round(time.Millisecond))
 
@@ -59,7 +59,7 @@ func TestHubKilledDuringFanOut(t *testing.T) {
 		return j.Counts
 	}, func(c map[string]int) bool { return c["ok"] == n/2 && c["running"] == n/2 })
 	time.Sleep(300 * time.Millisecond) // let a flush of the store happen mid-job
-	h.p.stop(syscall.SIGKILL)
+	h.p.Stop(syscall.SIGKILL, stopWait)
 	os.WriteFile(gate, nil, 0o644)
 	h.start()
 
@@ -95,4 +95,15 @@ func TestHubKilledDuringFanOut(t *testing.T) {
 	if r := h.job(re); r.State != "succeeded" || r.Total != n/2 {
 		t.Fatalf("rerun: %s %+v", r.State, r.Counts)
 	}
+}
+
+// notOK lists a job's runs that did not end ok, for failure messages.
+func notOK(j jobJSON) []jobNodeJSON {
+	var bad []jobNodeJSON
+	for _, r := range j.Nodes {
+		if r.State != "ok" {
+			bad = append(bad, r)
+		}
+	}
+	return bad
 }

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // checkIdentity fails unless the agent's state dir holds a key and a
@@ -57,8 +59,7 @@ type victim struct {
 }
 
 func startVictim(t *testing.T, hubArgs ...string) *victim {
-	h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: freePort(t), sshPort: freePort(t), extraArgs: hubArgs}
-	h.start()
+	h := startHubIn(t, "", 0, hubArgs...)
 	v := &victim{t: t, h: h}
 	v.p, v.stateDir = startAgent(t, h.token("--uses", "1"), "victim", "--ssh", "embedded", "--keepalive", "1s", "--dead-peer-timeout", "4s")
 	h.waitOnline("victim", "")
@@ -66,12 +67,16 @@ func startVictim(t *testing.T, hubArgs ...string) *victim {
 }
 
 // restart starts the agent again from its state dir (no join string: the
-// identity is on disk) and waits for it to be online.
+// identity is on disk) and waits for the new process to connect. Online
+// alone is not enough: until the hub notices that the killed agent's
+// connection is dead (QUIC sends nothing on SIGKILL) the old session still
+// reads online.
 func (v *victim) restart() {
 	v.t.Helper()
-	v.p = start(v.t, "agent-victim", filepath.Join(binDir, "tether-edge"), "run", "--state-dir", v.stateDir,
-		"--ssh", "embedded", "--backoff-max", "2s", "--keepalive", "1s", "--dead-peer-timeout", "4s", "--log-level", "debug")
-	v.h.waitOnline("victim", "")
+	connects := v.h.connects("victim")
+	v.p = start(v.t, "agent-victim", filepath.Join(binDir, "tether-edge"), testenv.AgentArgs("", v.stateDir, "",
+		"--ssh", "embedded", "--backoff-max", "2s", "--keepalive", "1s", "--dead-peer-timeout", "4s", "--log-level", "debug")...)
+	v.h.waitConnected("victim", connects)
 }
 
 // TestAgentKilledMidUpload kills tether-edge with SIGKILL while the hub
@@ -104,7 +109,7 @@ func TestAgentKilledMidUpload(t *testing.T) {
 			entries, _ := os.ReadDir(filepath.Dir(dest))
 			return len(entries) > 0
 		})
-		v.p.stop(syscall.SIGKILL)
+		v.p.Stop(syscall.SIGKILL, stopWait)
 		waitFor(t, "job over", 60*time.Second, func() bool { return h.job(id).State != "running" })
 		j := h.job(id)
 		n := j.node("victim")
@@ -135,7 +140,7 @@ func TestAgentKilledAroundRenewals(t *testing.T) {
 	v := startVictim(t, "--node-cert-ttl", "9s")
 	for i, wait := range []time.Duration{1300, 3700, 4600, 5300, 5900} {
 		time.Sleep(wait * time.Millisecond)
-		v.p.stop(syscall.SIGKILL)
+		v.p.Stop(syscall.SIGKILL, stopWait)
 		checkIdentity(t, v.stateDir)
 		v.restart()
 		t.Logf("kill %d after %dms: back online with a valid identity", i+1, wait)

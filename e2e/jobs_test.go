@@ -70,6 +70,13 @@ func (h *hub) runJSON(timeout time.Duration, args ...string) (jobJSON, int) {
 	return j, code
 }
 
+// sleepMarker is a `sleep` duration that names this test's remote sleeps
+// for pgrep: distinct per test (base) and per test process (the pid), so
+// that the same test running elsewhere on the machine is not counted.
+func sleepMarker(base int) string {
+	return fmt.Sprintf("%d.%07d", base+int(time.Now().UnixNano()%1000), os.Getpid())
+}
+
 func processAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || err == syscall.EPERM
@@ -95,7 +102,7 @@ func TestJobs(t *testing.T) {
 	// A node that joined and is now offline.
 	off, _ := startAgent(t, joinEdge, "off", "--ssh", "embedded")
 	h.waitOnline("off", "")
-	off.stop(syscall.SIGTERM)
+	off.Stop(syscall.SIGTERM, stopWait)
 	waitFor(t, "all nodes online, off offline", 60*time.Second, func() bool {
 		nodes := h.nodes()
 		online := 0
@@ -218,7 +225,7 @@ stat -c %a "$DEST" > "$OUT/$TETHER_NODE.mode"
 	})
 
 	t.Run("ctrl_c_cancels_everywhere", func(t *testing.T) {
-		marker := fmt.Sprintf("%d", 4000+time.Now().UnixNano()%1000)
+		marker := sleepMarker(4000)
 		cmd := exec.Command(filepath.Join(binDir, "tether"), "run", "--data-dir", h.dataDir, "--progress", "never",
 			"--nodes", "n05,n06,real", "--", "sleep "+marker)
 		var out bytes.Buffer
@@ -313,7 +320,7 @@ func TestJobsSurviveHubCrash(t *testing.T) {
 	for i := range 4 {
 		h.waitOnline(fmt.Sprintf("c%d", i), "")
 	}
-	marker := fmt.Sprintf("%d", 5000+time.Now().UnixNano()%1000)
+	marker := sleepMarker(5000)
 	gate := filepath.Join(t.TempDir(), "gate")
 	// c0 finishes at once; the others are still running when the hub dies.
 	// Once the gate exists the same command finishes at once everywhere.
@@ -326,7 +333,7 @@ func TestJobsSurviveHubCrash(t *testing.T) {
 		j := h.job(id)
 		return j.Counts["ok"] == 1 && j.Counts["running"] == 3
 	})
-	h.p.stop(syscall.SIGKILL)
+	h.p.Stop(syscall.SIGKILL, stopWait)
 	waitFor(t, "remote sleeps killed with the lost connections", 20*time.Second, func() bool {
 		return exec.Command("pgrep", "-xf", "sleep "+marker).Run() != nil
 	})

@@ -297,7 +297,7 @@ func TestAgentForwarding(t *testing.T) {
 	c := newSSHClient(t, h)
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	ag := start(t, "ssh-agent", "/usr/bin/ssh-agent", "-D", "-a", sock)
-	waitFor(t, "ssh-agent socket", 10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil && !ag.exited() })
+	waitFor(t, "ssh-agent socket", 10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil && !ag.Exited() })
 	env := append(os.Environ(), "SSH_AUTH_SOCK="+sock)
 	add := execCommand(10*time.Second, "ssh-add", opKey)
 	add.Env = env

@@ -24,7 +24,7 @@ func TestHubRestart(t *testing.T) {
 
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
-			h.p.stop(sig)
+			h.p.Stop(sig, stopWait)
 			// Restart at once. After kill -9 a QUIC agent learns of the
 			// restart from a stateless reset (if it sends data) or from its
 			// dead-peer timeout, shortened here to keep the test fast.
@@ -72,11 +72,11 @@ func TestReconnectReplacesSession(t *testing.T) {
 	h.waitOnline("dup", "tcp")
 	// Freeze the first agent (SIGSTOP): its TCP connection stays open, as a
 	// half-dead link would, so the hub still holds that session.
-	syscall.Kill(a1.cmd.Process.Pid, syscall.SIGSTOP)
-	defer syscall.Kill(a1.cmd.Process.Pid, syscall.SIGCONT)
+	syscall.Kill(a1.PID(), syscall.SIGSTOP)
+	defer syscall.Kill(a1.PID(), syscall.SIGCONT)
 	a2 := start(t, "agent-dup-2", filepath.Join(binDir, "tether-edge"), "run", "--state-dir", dir, "--ssh", "embedded", "--transport", "quic", "--log-level", "debug")
 	h.waitOnline("dup", "quic")
-	if !strings.Contains(h.p.logText(), "replaced its previous session") {
+	if !strings.Contains(h.p.Log(), "replaced its previous session") {
 		t.Fatal("hub did not log the replacement")
 	}
 	c := newSSHClient(t, h)
@@ -93,12 +93,12 @@ func TestRemovedNodeRefused(t *testing.T) {
 	a, dir := startAgent(t, h.token(), "gone", "--ssh", "embedded")
 	h.waitOnline("gone", "")
 	h.cli("nodes", "rm", "gone")
-	waitFor(t, "agent to exit", 20*time.Second, a.exited)
+	waitFor(t, "agent to exit", 20*time.Second, a.Exited)
 	if st := readStatus(t, dir); st.State != "refused" || !strings.Contains(st.LastError, "removed") {
 		t.Fatalf("status after removal: %+v", st)
 	}
-	if !strings.Contains(a.logText(), "removed") {
-		t.Fatalf("agent log does not say it was removed:\n%s", a.logText())
+	if !strings.Contains(a.Log(), "removed") {
+		t.Fatalf("agent log does not say it was removed:\n%s", a.Log())
 	}
 }
 
@@ -113,7 +113,7 @@ func TestRunJoinsOnlyOnce(t *testing.T) {
 	first := start(t, "agent-boot-1", filepath.Join(binDir, "tether-edge"), args...)
 	h.waitOnline("boot", "")
 	id := h.nodes()["boot"].ID
-	first.stop(syscall.SIGTERM)
+	first.Stop(syscall.SIGTERM, stopWait)
 	if st := readStatus(t, stateDir); st.State != "stopped" {
 		t.Fatalf("status after SIGTERM: %+v", st)
 	}
@@ -123,7 +123,7 @@ func TestRunJoinsOnlyOnce(t *testing.T) {
 	if got := h.nodes()["boot"].ID; got != id {
 		t.Fatalf("node id changed from %s to %s: the agent joined again", id, got)
 	}
-	if strings.Contains(second.logText(), "joined hub") {
+	if strings.Contains(second.Log(), "joined hub") {
 		t.Fatal("second boot joined again")
 	}
 }

@@ -89,8 +89,8 @@ func startStepCA(t *testing.T, password string) (url, rootFile string) {
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	url = fmt.Sprintf("https://127.0.0.1:%d", port)
 	waitFor(t, "step-ca to serve /health", 30*time.Second, func() bool {
-		if p.exited() {
-			t.Fatalf("step-ca exited: %s", p.logText())
+		if p.Exited() {
+			t.Fatalf("step-ca exited: %s", p.Log())
 		}
 		resp, err := hc.Get(url + "/health")
 		if err != nil {
@@ -111,10 +111,8 @@ func TestStepCAMode(t *testing.T) {
 	url, root := startStepCA(t, password)
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	os.WriteFile(pwFile, []byte(password+"\n"), 0o600)
-	h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: freePort(t), sshPort: freePort(t), extraArgs: []string{
-		"--ca", "step-ca", "--step-ca-url", url, "--step-ca-root", root, "--step-ca-provisioner", "tether",
-		"--step-ca-password-file", pwFile, "--node-cert-ttl", "15s"}}
-	h.start()
+	h := startHubIn(t, "", 0, "--ca", "step-ca", "--step-ca-url", url, "--step-ca-root", root, "--step-ca-provisioner", "tether",
+		"--step-ca-password-file", pwFile, "--node-cert-ttl", "15s")
 	h.cli("operator", "add", "alice", "--key", opPub)
 	_, stateDir := startAgent(t, h.token(), "stepnode", "--ssh", "embedded")
 	h.waitOnline("stepnode", "")

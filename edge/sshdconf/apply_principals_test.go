@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // TestApplySkipsBadPrincipals: a login or principal Apply cannot write is
@@ -29,7 +31,7 @@ func TestApplySkipsBadPrincipals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := applyEnv(t)
-			f := e.files(newKey(t).pub())
+			f := e.files(testenv.NewKey(t).Pub())
 			f.Principals = tc.principals
 			changed, err := Apply(e.paths, f)
 			if !changed {

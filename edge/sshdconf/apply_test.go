@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // applyEnv is an sshdEnv without a running sshd.
@@ -24,10 +26,10 @@ func applyEnv(t *testing.T) *sshdEnv {
 			DropIn:  filepath.Join(dir, "etc", "sshd_config.d", "50-tether.conf"),
 			HostKey: filepath.Join(dir, "etc", "ssh_host_ed25519_key"),
 		},
-		hostCA: newKey(t),
-		userCA: newKey(t),
+		hostCA: testenv.NewKey(t),
+		userCA: testenv.NewKey(t),
 	}
-	e.hostKey = newKeyFile(t, e.paths.HostKey)
+	e.hostKey = testenv.NewKeyFile(t, e.paths.HostKey)
 	return e
 }
 
@@ -64,8 +66,8 @@ func TestApplyWritesFiles(t *testing.T) {
 	defer syscall.Umask(old)
 
 	f := e.files()
-	ca2 := newKey(t)
-	f.UserCAs = append(f.UserCAs, ca2.pub(), e.userCA.pub()) // duplicate dropped
+	ca2 := testenv.NewKey(t)
+	f.UserCAs = append(f.UserCAs, ca2.Pub(), e.userCA.Pub()) // duplicate dropped
 	if !e.apply(f) {
 		t.Fatal("first Apply reported no change")
 	}
@@ -73,7 +75,7 @@ func TestApplyWritesFiles(t *testing.T) {
 	if got, want := readString(t, e.paths.HostCertPath()), string(ssh.MarshalAuthorizedKey(f.HostCert)); got != want {
 		t.Errorf("host certificate:\n%s\nwant\n%s", got, want)
 	}
-	wantCAs := string(ssh.MarshalAuthorizedKey(e.userCA.pub())) + string(ssh.MarshalAuthorizedKey(ca2.pub()))
+	wantCAs := string(ssh.MarshalAuthorizedKey(e.userCA.Pub())) + string(ssh.MarshalAuthorizedKey(ca2.Pub()))
 	if got := readString(t, e.paths.UserCAsPath()); got != wantCAs {
 		t.Errorf("user CAs:\n%s\nwant\n%s", got, wantCAs)
 	}
@@ -129,8 +131,8 @@ func assertNoTempFiles(t *testing.T, dirs ...string) {
 
 func TestApplyIdempotent(t *testing.T) {
 	e := applyEnv(t)
-	k1, k2, k3 := newKey(t), newKey(t), newKey(t)
-	f := e.files(k1.pub(), k2.pub())
+	k1, k2, k3 := testenv.NewKey(t), testenv.NewKey(t), testenv.NewKey(t)
+	f := e.files(k1.Pub(), k2.Pub())
 	if !e.apply(f) {
 		t.Fatal("first Apply reported no change")
 	}
@@ -139,7 +141,7 @@ func TestApplyIdempotent(t *testing.T) {
 	}
 
 	// The order of revoked keys does not matter.
-	f.RevokedKeys = []ssh.PublicKey{k2.pub(), k1.pub(), k2.pub()}
+	f.RevokedKeys = []ssh.PublicKey{k2.Pub(), k1.Pub(), k2.Pub()}
 	if e.apply(f) {
 		t.Error("reordered revoked keys reported a change")
 	}
@@ -156,11 +158,11 @@ func TestApplyIdempotent(t *testing.T) {
 	}
 
 	// Any real difference is reported.
-	f.RevokedKeys = append(f.RevokedKeys, k3.pub())
+	f.RevokedKeys = append(f.RevokedKeys, k3.Pub())
 	if !e.apply(f) {
 		t.Error("new revoked key reported no change")
 	}
-	f.UserCAs = []ssh.PublicKey{newKey(t).pub()}
+	f.UserCAs = []ssh.PublicKey{testenv.NewKey(t).Pub()}
 	if !e.apply(f) {
 		t.Error("new user CA reported no change")
 	}
@@ -194,7 +196,7 @@ func TestApplyWithoutHostCert(t *testing.T) {
 	if err := os.Remove(e.paths.HostPublicKeyPath()); err != nil {
 		t.Fatal(err)
 	}
-	e.apply(Files{UserCAs: []ssh.PublicKey{e.userCA.pub()}})
+	e.apply(Files{UserCAs: []ssh.PublicKey{e.userCA.Pub()}})
 	if dropIn := readString(t, e.paths.DropIn); strings.Contains(dropIn, "HostCertificate") {
 		t.Errorf("drop-in names a host certificate that does not exist:\n%s", dropIn)
 	}
@@ -205,13 +207,13 @@ func TestApplyWithoutHostCert(t *testing.T) {
 
 func TestApplyRevokedCertificates(t *testing.T) {
 	e := applyEnv(t)
-	op, other := newKey(t), newKey(t)
-	opCert := signCert(t, e.userCA, op.pub(), ssh.UserCert, []string{"alice"}, certOpts{})
-	e.apply(e.files(opCert, other.pub(), op.pub()))
+	op, other := testenv.NewKey(t), testenv.NewKey(t)
+	opCert := testenv.SignCert(t, e.userCA, op.Pub(), ssh.UserCert, testenv.CertOpts{Principals: []string{"alice"}})
+	e.apply(e.files(opCert, other.Pub(), op.Pub()))
 
 	lines := []string{
-		string(ssh.MarshalAuthorizedKey(op.pub())),
-		string(ssh.MarshalAuthorizedKey(other.pub())),
+		string(ssh.MarshalAuthorizedKey(op.Pub())),
+		string(ssh.MarshalAuthorizedKey(other.Pub())),
 	}
 	if lines[0] > lines[1] {
 		lines[0], lines[1] = lines[1], lines[0]
@@ -225,8 +227,8 @@ func TestApplyInvalid(t *testing.T) {
 	e := applyEnv(t)
 	good := e.files()
 	var nilCert *ssh.Certificate
-	userCert := signCert(t, e.userCA, e.hostKey.pub(), ssh.UserCert, []string{"n1"}, certOpts{})
-	otherHost := signCert(t, e.hostCA, newKey(t).pub(), ssh.HostCert, []string{"n1"}, certOpts{})
+	userCert := testenv.SignCert(t, e.userCA, e.hostKey.Pub(), ssh.UserCert, testenv.CertOpts{Principals: []string{"n1"}})
+	otherHost := testenv.SignCert(t, e.hostCA, testenv.NewKey(t).Pub(), ssh.HostCert, testenv.CertOpts{Principals: []string{"n1"}})
 	unsigned := *good.HostCert
 	unsigned.Signature = nil
 
@@ -253,7 +255,7 @@ func TestApplyInvalid(t *testing.T) {
 		{"quote in path", withPaths(func(p *Paths) { p.Dir = `/etc/"tether"` }), good, "cannot carry"},
 		{"newline in path", withPaths(func(p *Paths) { p.DropIn = "/etc/x\nHostKey /tmp/k" }), good, "cannot carry"},
 		{"no user CA", e.paths, withFiles(func(f *Files) { f.UserCAs = nil }), "no UserCAs"},
-		{"nil user CA", e.paths, withFiles(func(f *Files) { f.UserCAs = []ssh.PublicKey{e.userCA.pub(), nil} }), "UserCAs[1] is nil"},
+		{"nil user CA", e.paths, withFiles(func(f *Files) { f.UserCAs = []ssh.PublicKey{e.userCA.Pub(), nil} }), "UserCAs[1] is nil"},
 		{"typed nil user CA", e.paths, withFiles(func(f *Files) { f.UserCAs = []ssh.PublicKey{nilCert} }), "UserCAs[0] is nil"},
 		{"certificate as user CA", e.paths, withFiles(func(f *Files) { f.UserCAs = []ssh.PublicKey{userCert} }), "UserCAs[0] is a certificate"},
 		{"nil revoked key", e.paths, withFiles(func(f *Files) { f.RevokedKeys = []ssh.PublicKey{nil} }), "RevokedKeys[0] is nil"},
@@ -289,8 +291,8 @@ func TestReadHostPublicKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sameKey(k, e.hostKey.pub()) {
-		t.Errorf("read %s, want %s", ssh.FingerprintSHA256(k), ssh.FingerprintSHA256(e.hostKey.pub()))
+	if !sameKey(k, e.hostKey.Pub()) {
+		t.Errorf("read %s, want %s", ssh.FingerprintSHA256(k), ssh.FingerprintSHA256(e.hostKey.Pub()))
 	}
 
 	_, err = ReadHostPublicKey(Paths{HostKey: "ssh_host_ed25519_key"})
@@ -300,13 +302,13 @@ func TestReadHostPublicKey(t *testing.T) {
 	errorsIs(t, err, fs.ErrNotExist)
 
 	// A certificate where the key should be is refused.
-	cert := signCert(t, e.hostCA, e.hostKey.pub(), ssh.HostCert, []string{"n1"}, certOpts{})
-	writeFile(t, e.paths.HostPublicKeyPath(), ssh.MarshalAuthorizedKey(cert), 0o644)
+	cert := testenv.SignCert(t, e.hostCA, e.hostKey.Pub(), ssh.HostCert, testenv.CertOpts{Principals: []string{"n1"}})
+	testenv.WriteFile(t, e.paths.HostPublicKeyPath(), ssh.MarshalAuthorizedKey(cert), 0o644)
 	if _, err := ReadHostPublicKey(e.paths); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("certificate in the .pub file: %v", err)
 	}
 
-	writeFile(t, e.paths.HostPublicKeyPath(), []byte("not a key\n"), 0o644)
+	testenv.WriteFile(t, e.paths.HostPublicKeyPath(), []byte("not a key\n"), 0o644)
 	if _, err := ReadHostPublicKey(e.paths); err == nil {
 		t.Error("garbage in the .pub file: no error")
 	}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 func TestCheckIncluded(t *testing.T) {
@@ -149,7 +151,7 @@ func TestCheckIncluded(t *testing.T) {
 			dir := t.TempDir()
 			at := func(s string) string { return strings.ReplaceAll(s, "@", dir) }
 			for name, content := range tc.files {
-				writeFile(t, filepath.Join(dir, name), []byte(at(content)), 0o644)
+				testenv.WriteFile(t, filepath.Join(dir, name), []byte(at(content)), 0o644)
 			}
 			dropIn := at(cmpOr(tc.dropIn, "@/sshd_config.d/50-tether.conf"))
 

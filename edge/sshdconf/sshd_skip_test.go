@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/internal/validate"
 )
 
@@ -28,12 +29,12 @@ func TestSSHDRevocationDespiteBadLogin(t *testing.T) {
 	}
 	e.apply(withPrincipals())
 	e.start()
-	op := e.newClient("op", e.userCA, certOpts{})
+	op := e.newClient("op", e.userCA, testenv.CertOpts{})
 	e.mustLogin(op)
 
 	// The operator is removed while a role grants a login sshd cannot
 	// have a principals file for.
-	f := withPrincipals(op.key.pub())
+	f := withPrincipals(op.key.Pub())
 	f.Principals["machine$"] = []string{"tether:samba:machine$"}
 	f.Principals["first.last"] = []string{"tether:ops:first.last"}
 	_, err := Apply(e.paths, f)
@@ -65,5 +66,5 @@ func TestSSHDRevocationDespiteBadLogin(t *testing.T) {
 	}
 	// Another operator, not revoked, still logs in: the principals of the
 	// current user survived.
-	e.mustLogin(e.newClient("colleague", e.userCA, certOpts{}))
+	e.mustLogin(e.newClient("colleague", e.userCA, testenv.CertOpts{}))
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // on returns e bound to the subtest t, so helpers fail the right test.
@@ -37,37 +39,37 @@ func TestSSHDTrustsTetherPKI(t *testing.T) {
 	if err := CheckIncluded(e.cfg, e.paths.DropIn); err != nil {
 		t.Fatalf("CheckIncluded on the test sshd_config: %v", err)
 	}
-	op := e.newClient("op", e.userCA, certOpts{})
+	op := e.newClient("op", e.userCA, testenv.CertOpts{})
 
 	t.Run("user certificate logs in", func(t *testing.T) {
 		e := e.on(t)
 		e.mustLogin(op)
-		if !e.logs.contains("Accepted certificate ID") {
-			t.Errorf("sshd did not log a certificate login:\n%s", e.logs)
+		if !strings.Contains(e.sshd.Log(), "Accepted certificate ID") {
+			t.Errorf("sshd did not log a certificate login:\n%s", e.sshd.Log())
 		}
 	})
 
 	t.Run("certificate from another CA is refused", func(t *testing.T) {
 		e := e.on(t)
-		e.mustFail(e.newClient("stranger", newKey(t), certOpts{}), userRefused)
+		e.mustFail(e.newClient("stranger", testenv.NewKey(t), testenv.CertOpts{}), userRefused)
 	})
 
 	t.Run("expired certificate is refused", func(t *testing.T) {
 		e := e.on(t)
 		now := time.Now()
-		expired := e.newClient("expired", e.userCA, certOpts{
-			validAfter:  now.Add(-2 * time.Hour),
-			validBefore: now.Add(-time.Hour),
+		expired := e.newClient("expired", e.userCA, testenv.CertOpts{
+			ValidAfter:  now.Add(-2 * time.Hour),
+			ValidBefore: now.Add(-time.Hour),
 		})
 		e.mustFail(expired, userRefused)
-		if !e.logs.contains("Certificate invalid: expired") {
-			t.Errorf("sshd did not log an expired certificate:\n%s", e.logs)
+		if !strings.Contains(e.sshd.Log(), "Certificate invalid: expired") {
+			t.Errorf("sshd did not log an expired certificate:\n%s", e.sshd.Log())
 		}
 	})
 
 	t.Run("revoked key is refused after reload", func(t *testing.T) {
 		e := e.on(t)
-		if !e.apply(e.files(op.key.pub())) {
+		if !e.apply(e.files(op.key.Pub())) {
 			t.Fatal("Apply with a new revoked key reported no change")
 		}
 		e.reload()
@@ -83,24 +85,24 @@ func TestSSHDTrustsTetherPKI(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		if !e.logs.contains("revoked by file " + e.paths.RevokedKeysPath()) {
-			t.Errorf("sshd did not log the revocation:\n%s", e.logs)
+		if !strings.Contains(e.sshd.Log(), "revoked by file "+e.paths.RevokedKeysPath()) {
+			t.Errorf("sshd did not log the revocation:\n%s", e.sshd.Log())
 		}
 		// Revocation is per key: another key with a certificate from the
 		// same CA still logs in.
-		e.mustLogin(e.newClient("colleague", e.userCA, certOpts{}))
+		e.mustLogin(e.newClient("colleague", e.userCA, testenv.CertOpts{}))
 	})
 }
 
 func TestSSHDHostCertFromOtherCA(t *testing.T) {
 	e := newSSHDEnv(t)
-	rogue := newKey(t)
+	rogue := testenv.NewKey(t)
 	f := e.files()
-	f.HostCert = signCert(t, rogue, e.hostKey.pub(), ssh.HostCert, []string{hostPrincipal}, certOpts{})
+	f.HostCert = testenv.SignCert(t, rogue, e.hostKey.Pub(), ssh.HostCert, testenv.CertOpts{Principals: []string{hostPrincipal}})
 	e.apply(f)
 	e.start()
 
-	op := e.newClient("op", e.userCA, certOpts{})
+	op := e.newClient("op", e.userCA, testenv.CertOpts{})
 	e.mustFail(op, hostRefused)
 
 	// The certificate is served: a client trusting the rogue CA accepts it,
@@ -117,15 +119,15 @@ func TestSSHDReloadSemantics(t *testing.T) {
 	f := e.files()
 	e.apply(f)
 	e.start()
-	op := e.newClient("op", e.userCA, certOpts{})
+	op := e.newClient("op", e.userCA, testenv.CertOpts{})
 	e.mustLogin(op)
 
 	// A CA rotation overlap, written into the same file: in effect for the
 	// next connection, without a reload.
-	ca2 := newKey(t)
-	op2 := e.newClient("op2", ca2, certOpts{})
+	ca2 := testenv.NewKey(t)
+	op2 := e.newClient("op2", ca2, testenv.CertOpts{})
 	e.mustFail(op2, userRefused)
-	f.UserCAs = append(f.UserCAs, ca2.pub())
+	f.UserCAs = append(f.UserCAs, ca2.Pub())
 	e.apply(f)
 	e.mustLogin(op2)
 	e.mustLogin(op)
@@ -134,7 +136,7 @@ func TestSSHDReloadSemantics(t *testing.T) {
 	// keeps using the old path until it is reloaded.
 	old := e.paths
 	e.paths.Dir = filepath.Join(e.dir, "tether-next")
-	f.UserCAs = []ssh.PublicKey{ca2.pub()}
+	f.UserCAs = []ssh.PublicKey{ca2.Pub()}
 	e.apply(f)
 	if _, err := os.Stat(old.UserCAsPath()); err != nil {
 		t.Fatal(err)
@@ -148,23 +150,23 @@ func TestSSHDReloadSemantics(t *testing.T) {
 	long := exec.CommandContext(ctx, "ssh", append(e.sshArgs(op), "sleep 2; echo survived")...)
 	var longOut strings.Builder
 	long.Stdout, long.Stderr = &longOut, &longOut
-	sessions := e.logs.count("Starting session: command")
+	sessions := e.sshd.LogCount("Starting session: command")
 	if err := long.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.logs.wait(e.done, "Starting session: command", sessions+1, 10*time.Second); err != nil {
+	if err := e.sshd.WaitLog("Starting session: command", sessions+1, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 
-	n := e.logs.count("Server listening on")
+	n := e.sshd.LogCount("Server listening on")
 	if err := PidFileReloader(filepath.Join(e.dir, "sshd.pid"))(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.logs.wait(e.done, "Server listening on", n+1, 10*time.Second); err != nil {
+	if err := e.sshd.WaitLog("Server listening on", n+1, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if !e.logs.contains("Received SIGHUP; restarting.") {
-		t.Errorf("sshd did not log the SIGHUP:\n%s", e.logs)
+	if !strings.Contains(e.sshd.Log(), "Received SIGHUP; restarting.") {
+		t.Errorf("sshd did not log the SIGHUP:\n%s", e.sshd.Log())
 	}
 	e.mustFail(op, userRefused)
 	e.mustLogin(op2)
@@ -185,12 +187,12 @@ func TestCheckConfig(t *testing.T) {
 	// Blanks in the paths must survive the drop-in's quoting.
 	e.paths.Dir = filepath.Join(e.dir, "tether dir #1")
 	e.apply(e.files())
-	e.writeConfig(freePort(t))
+	e.writeConfig(testenv.FreePort(t))
 	if err := CheckConfig(context.Background(), e.cfg); err != nil {
 		t.Fatalf("CheckConfig on a valid config: %v", err)
 	}
 
-	out, err := exec.Command(sshdPath, "-T", "-f", e.cfg).CombinedOutput()
+	out, err := exec.Command(testenv.SSHDPath, "-T", "-f", e.cfg).CombinedOutput()
 	if err != nil {
 		t.Fatalf("sshd -T: %v\n%s", err, out)
 	}
@@ -204,7 +206,7 @@ func TestCheckConfig(t *testing.T) {
 		}
 	}
 
-	writeFile(t, e.paths.DropIn, []byte("NoSuchOption yes\n"), 0o644)
+	testenv.WriteFile(t, e.paths.DropIn, []byte("NoSuchOption yes\n"), 0o644)
 	err = CheckConfig(context.Background(), e.cfg)
 	if err == nil || !strings.Contains(err.Error(), "NoSuchOption") {
 		t.Fatalf("CheckConfig on a bad drop-in: %v, want sshd's complaint", err)
@@ -224,11 +226,11 @@ func TestPidFileReloaderErrors(t *testing.T) {
 		t.Error("missing pid file: no error")
 	}
 	bad := filepath.Join(dir, "bad.pid")
-	writeFile(t, bad, []byte("sshd\n"), 0o644)
+	testenv.WriteFile(t, bad, []byte("sshd\n"), 0o644)
 	if err := PidFileReloader(bad)(context.Background()); err == nil {
 		t.Error("garbage pid file: no error")
 	}
 	zero := filepath.Join(dir, "zero.pid")
-	writeFile(t, zero, []byte(fmt.Sprintln(0)), 0o644)
+	testenv.WriteFile(t, zero, []byte(fmt.Sprintln(0)), 0o644)
 	errorsIs(t, PidFileReloader(zero)(context.Background()), ErrInvalid)
 }

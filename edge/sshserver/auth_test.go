@@ -11,14 +11,16 @@ import (
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 func TestUnauthorizedKeyRefused(t *testing.T) {
 	e := newTestEnv(t)
-	other := newTestKey(t, e.dir, "id_other")
+	other := testenv.NewKeyFile(t, filepath.Join(e.dir, "id_other"))
 	// -i would add to the configured IdentityFile; use a config with only
 	// the other key to be sure it is the one refused.
-	r := e.ssh("-F", writeConfigWithKey(t, e, other.path), testHost, "true")
+	r := e.ssh("-F", writeConfigWithKey(t, e, other.Path), testHost, "true")
 	if r.code != 255 || !strings.Contains(r.stderr, "Permission denied") {
 		t.Fatalf("unauthorized key: exit %d, stderr %q", r.code, r.stderr)
 	}
@@ -32,7 +34,7 @@ func writeConfigWithKey(t *testing.T, e *testEnv, keyPath string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := strings.Replace(string(data), "IdentityFile "+e.key.path, "IdentityFile "+keyPath, 1)
+	conf := strings.Replace(string(data), "IdentityFile "+e.key.Path, "IdentityFile "+keyPath, 1)
 	path := filepath.Join(e.dir, "ssh_config_"+filepath.Base(keyPath))
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
@@ -42,15 +44,15 @@ func writeConfigWithKey(t *testing.T, e *testEnv, keyPath string) string {
 
 func TestSetAuthorizedKeysReplaces(t *testing.T) {
 	e := newTestEnv(t)
-	second := newTestKey(t, e.dir, "id_second")
-	secondConf := writeConfigWithKey(t, e, second.path)
+	second := testenv.NewKeyFile(t, filepath.Join(e.dir, "id_second"))
+	secondConf := writeConfigWithKey(t, e, second.Path)
 
 	mustSucceed(t, "first key before replacement", e.ssh(testHost, "true"))
 	if r := e.ssh("-F", secondConf, testHost, "true"); r.code != 255 {
 		t.Fatalf("second key before replacement: exit %d", r.code)
 	}
 
-	e.srv.SetAuthorizedKeys([]gossh.PublicKey{second.pub()})
+	e.srv.SetAuthorizedKeys([]gossh.PublicKey{second.Pub()})
 	if r := e.ssh(testHost, "true"); r.code != 255 || !strings.Contains(r.stderr, "Permission denied") {
 		t.Fatalf("first key after replacement: exit %d, stderr %q", r.code, r.stderr)
 	}
@@ -86,9 +88,9 @@ func signCert(t *testing.T, ca gossh.Signer, c *gossh.Certificate) *gossh.Certif
 func TestUserCertificates(t *testing.T) {
 	e := newTestEnv(t)
 	ca := newCA(t)
-	user := newTestKey(t, e.dir, "id_certuser") // not in the authorized keys
-	conf := writeConfigWithKey(t, e, user.path)
-	certPath := user.path + "-cert.pub"
+	user := testenv.NewKeyFile(t, filepath.Join(e.dir, "id_certuser")) // not in the authorized keys
+	conf := writeConfigWithKey(t, e, user.Path)
+	certPath := user.Path + "-cert.pub"
 	now := time.Now()
 	useCert := func(c *gossh.Certificate) {
 		t.Helper()
@@ -98,7 +100,7 @@ func TestUserCertificates(t *testing.T) {
 	}
 	cert := func(principals []string, after, before time.Time) *gossh.Certificate {
 		return signCert(t, ca, &gossh.Certificate{
-			Key:             user.pub(),
+			Key:             user.Pub(),
 			CertType:        gossh.UserCert,
 			KeyId:           "alice@example",
 			ValidPrincipals: principals,
@@ -129,7 +131,7 @@ func TestUserCertificates(t *testing.T) {
 		"not yet valid":   cert([]string{"operator"}, now.Add(time.Hour), now.Add(2*time.Hour)),
 		"wrong principal": cert([]string{"someone-else"}, now.Add(-time.Minute), now.Add(time.Hour)),
 		"other CA": signCert(t, newCA(t), &gossh.Certificate{
-			Key: user.pub(), CertType: gossh.UserCert, ValidBefore: gossh.CertTimeInfinity,
+			Key: user.Pub(), CertType: gossh.UserCert, ValidBefore: gossh.CertTimeInfinity,
 		}),
 	} {
 		useCert(c)

@@ -3,13 +3,9 @@ package sshserver
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -23,6 +19,8 @@ import (
 
 	"go.uber.org/goleak"
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // testHost is the ssh_config Host alias of the test server.
@@ -35,48 +33,8 @@ type testEnv struct {
 	srv    *Server
 	dir    string
 	port   int
-	config string   // ssh_config path, for ssh/scp/sftp -F
-	key    *testKey // authorized by default
-}
-
-type testKey struct {
-	signer gossh.Signer
-	path   string // OpenSSH private key file, mode 0600
-}
-
-func (k *testKey) pub() gossh.PublicKey { return k.signer.PublicKey() }
-
-func newTestKey(t *testing.T, dir, name string) *testKey {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, err := gossh.MarshalPrivateKey(priv, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	signer, err := gossh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testKey{signer: signer, path: path}
-}
-
-// testLogger sends server logs to the test log, so a failure shows them.
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
+	config string       // ssh_config path, for ssh/scp/sftp -F
+	key    *testenv.Key // authorized by default
 }
 
 // newTestEnv starts a server on 127.0.0.1 and writes the client side files.
@@ -89,7 +47,7 @@ func newTestEnv(t *testing.T, configure ...func(*Config)) *testEnv {
 	cfg := Config{
 		HostKeyPath: filepath.Join(dir, "host_key"),
 		Shell:       "/bin/sh",
-		Logger:      testLogger(t),
+		Logger:      testenv.Logger(t),
 	}
 	for _, f := range configure {
 		f(&cfg)
@@ -121,8 +79,8 @@ func newTestEnv(t *testing.T, configure ...func(*Config)) *testEnv {
 	})
 
 	e := &testEnv{t: t, srv: srv, dir: dir, port: ln.Addr().(*net.TCPAddr).Port}
-	e.key = newTestKey(t, dir, "id_operator")
-	srv.SetAuthorizedKeys([]gossh.PublicKey{e.key.pub()})
+	e.key = testenv.NewKeyFile(t, filepath.Join(dir, "id_operator"))
+	srv.SetAuthorizedKeys([]gossh.PublicKey{e.key.Pub()})
 	e.writeKnownHosts(fmt.Sprintf("[127.0.0.1]:%d %s", e.port, gossh.MarshalAuthorizedKey(srv.HostSigner().PublicKey())))
 	e.config = filepath.Join(dir, "ssh_config")
 	conf := fmt.Sprintf(`Host %s
@@ -144,7 +102,7 @@ func newTestEnv(t *testing.T, configure ...func(*Config)) *testEnv {
   ControlPath none
   ConnectTimeout 10
   LogLevel ERROR
-`, testHost, e.port, e.key.path, filepath.Join(dir, "known_hosts"))
+`, testHost, e.port, e.key.Path, filepath.Join(dir, "known_hosts"))
 	if err := os.WriteFile(e.config, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +245,7 @@ func (e *testEnv) dial() *gossh.Client {
 	e.t.Helper()
 	c, err := gossh.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(e.port)), &gossh.ClientConfig{
 		User:            "operator",
-		Auth:            []gossh.AuthMethod{gossh.PublicKeys(e.key.signer)},
+		Auth:            []gossh.AuthMethod{gossh.PublicKeys(e.key.Signer)},
 		HostKeyCallback: gossh.FixedHostKey(e.srv.HostSigner().PublicKey()),
 		Timeout:         10 * time.Second,
 	})

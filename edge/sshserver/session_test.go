@@ -374,7 +374,7 @@ func TestAgentForwarding(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	add := exec.Command("ssh-add", e.key.path)
+	add := exec.Command("ssh-add", e.key.Path)
 	add.Env = []string{"SSH_AUTH_SOCK=" + sock}
 	if out, err := add.CombinedOutput(); err != nil {
 		t.Fatalf("ssh-add: %v: %s", err, out)
@@ -384,7 +384,7 @@ func TestAgentForwarding(t *testing.T) {
 	// and with it forwarding; -o wins over the config file.
 	r := e.ssh("-A", "-o", "IdentityAgent="+sock, testHost, `ssh-add -l; echo "sock=$SSH_AUTH_SOCK"`)
 	mustSucceed(t, "ssh -A", r)
-	if !strings.Contains(r.stdout, gossh.FingerprintSHA256(e.key.pub())) {
+	if !strings.Contains(r.stdout, gossh.FingerprintSHA256(e.key.Pub())) {
 		t.Fatalf("forwarded agent does not list the key: %q", r.stdout)
 	}
 	sockLine := r.stdout[strings.LastIndex(r.stdout, "sock="):]

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 func TestConnectHostVerification(t *testing.T) {
@@ -27,7 +29,7 @@ func TestConnectHostVerification(t *testing.T) {
 				{name: "certified node", node: testNodeName},
 				{name: "second principal", node: testNodeName + ".tether"},
 				{name: "CA rotation overlap", node: testNodeName, cas: func(s *testServer) []ssh.PublicKey {
-					return []ssh.PublicKey{newKey(t).pub(), s.hostCA.pub()}
+					return []ssh.PublicKey{testenv.NewKey(t).Pub(), s.hostCA.Pub()}
 				}},
 				{name: "certificate for another node", node: "node2", wantErr: ErrHostKey, wantMsg: "principal"},
 				{name: "certificate from a foreign CA", node: testNodeName, wantErr: ErrHostKey, wantMsg: "not a trusted SSH host CA",
@@ -90,15 +92,15 @@ func TestConnectHostVerification(t *testing.T) {
 func TestConnectUserAuth(t *testing.T) {
 	forEachServer(t, func(t *testing.T, s *testServer) {
 		r := s.runner(t)
-		plainKey := newKey(t)
+		plainKey := testenv.NewKey(t)
 		tests := []struct {
 			name string
 			auth Auth
 		}{
-			{"certificate from a foreign CA", s.auth(t, newKey(t), certOpts{})},
+			{"certificate from a foreign CA", s.auth(t, testenv.NewKey(t), certOpts{})},
 			{"certificate for another login", s.auth(t, s.userCA, certOpts{principals: []string{"someone-else"}})},
 			{"expired certificate", s.auth(t, s.userCA, certOpts{expired: true})},
-			{"plain key", Auth{Login: s.login, Signer: plainKey.signer}},
+			{"plain key", Auth{Login: s.login, Signer: plainKey.Signer}},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -117,14 +119,14 @@ func TestConnectUserAuth(t *testing.T) {
 }
 
 func TestConnectTimeouts(t *testing.T) {
-	ca := newKey(t)
-	auth := Auth{Login: "root", Signer: newKey(t).signer}
+	ca := testenv.NewKey(t)
+	auth := Auth{Login: "root", Signer: testenv.NewKey(t).Signer}
 	newRunner := func(t *testing.T, dial DialFunc) *Runner {
 		r, err := New(Config{
 			Dial:             dial,
-			HostCAs:          func() []ssh.PublicKey { return []ssh.PublicKey{ca.pub()} },
+			HostCAs:          func() []ssh.PublicKey { return []ssh.PublicKey{ca.Pub()} },
 			HandshakeTimeout: 300 * time.Millisecond,
-			Logger:           testLogger(t),
+			Logger:           testenv.Logger(t),
 		})
 		if err != nil {
 			t.Fatal(err)

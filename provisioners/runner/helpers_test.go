@@ -1,19 +1,12 @@
 package runner
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -27,6 +20,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/edge/sshserver"
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -36,58 +30,19 @@ func TestMain(m *testing.M) {
 // testNodeName is the node every test server is certified as.
 const testNodeName = "node1"
 
-// sshdPath must be absolute: sshd re-executes itself from argv[0].
-const sshdPath = "/usr/sbin/sshd"
-
-type testKey struct {
-	signer ssh.Signer
-	priv   ed25519.PrivateKey
-}
-
-func (k *testKey) pub() ssh.PublicKey { return k.signer.PublicKey() }
-
-func newKey(t *testing.T) *testKey {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testKey{signer: s, priv: priv}
-}
-
 // certOpts shapes a test certificate.
 type certOpts struct {
 	principals []string
 	expired    bool
 }
 
-func signCert(t *testing.T, ca *testKey, pub ssh.PublicKey, typ uint32, o certOpts) *ssh.Certificate {
+func signCert(t *testing.T, ca *testenv.Key, pub ssh.PublicKey, typ uint32, o certOpts) *ssh.Certificate {
 	t.Helper()
-	now := time.Now()
-	after, before := now.Add(-time.Hour), now.Add(time.Hour)
+	co := testenv.CertOpts{Principals: o.principals}
 	if o.expired {
-		after, before = now.Add(-2*time.Hour), now.Add(-time.Hour)
+		co.ValidAfter, co.ValidBefore = testenv.Expired()
 	}
-	c := &ssh.Certificate{
-		Key:             pub,
-		Serial:          uint64(now.UnixNano()),
-		CertType:        typ,
-		KeyId:           "test",
-		ValidPrincipals: o.principals,
-		ValidAfter:      uint64(after.Unix()),
-		ValidBefore:     uint64(before.Unix()),
-	}
-	if typ == ssh.UserCert {
-		c.Permissions.Extensions = map[string]string{"permit-pty": ""}
-	}
-	if err := c.SignCert(rand.Reader, ca.signer); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return testenv.SignCert(t, ca, pub, typ, co)
 }
 
 // hostCertKind selects what host key a test server presents.
@@ -104,23 +59,14 @@ const (
 // for user certificates with the principal login.
 type testServer struct {
 	kind   string // "embedded" or "sshd"
-	hostCA *testKey
-	userCA *testKey
+	hostCA *testenv.Key
+	userCA *testenv.Key
 	login  string
 	dials  atomic.Int32
 
 	mu    sync.Mutex
 	conns []net.Conn // every hub-side conn handed out, for dropConns
 	dial  func(ctx context.Context) (net.Conn, error)
-}
-
-func currentLogin(t *testing.T) string {
-	t.Helper()
-	u, err := user.Current()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u.Username
 }
 
 // Dial is the server's DialFunc; it ignores the node name, so connecting
@@ -151,7 +97,7 @@ var serverKinds = []string{"embedded", "sshd"}
 
 func newServer(t *testing.T, kind string, hc hostCertKind) *testServer {
 	t.Helper()
-	s := &testServer{kind: kind, hostCA: newKey(t), userCA: newKey(t), login: currentLogin(t)}
+	s := &testServer{kind: kind, hostCA: testenv.NewKey(t), userCA: testenv.NewKey(t), login: testenv.LoginName()}
 	switch kind {
 	case "embedded":
 		s.startEmbedded(t, hc)
@@ -177,22 +123,11 @@ func (s *testServer) hostCert(t *testing.T, hostKey ssh.PublicKey, hc hostCertKi
 	case hostCertNone:
 		return nil
 	case hostCertRogue:
-		return signCert(t, newKey(t), hostKey, ssh.HostCert, o)
+		return signCert(t, testenv.NewKey(t), hostKey, ssh.HostCert, o)
 	case hostCertExpired:
 		o.expired = true
 	}
 	return signCert(t, s.hostCA, hostKey, ssh.HostCert, o)
-}
-
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
 
 // startEmbedded serves edge/sshserver in-process over net.Pipe, as the
@@ -202,7 +137,7 @@ func (s *testServer) startEmbedded(t *testing.T, hc hostCertKind) {
 	srv, err := sshserver.New(sshserver.Config{
 		HostKeyPath: filepath.Join(t.TempDir(), "host_key"),
 		Shell:       "/bin/sh",
-		Logger:      testLogger(t).With("side", "server"),
+		Logger:      testenv.Logger(t).With("side", "server"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +147,7 @@ func (s *testServer) startEmbedded(t *testing.T, hc hostCertKind) {
 			t.Fatal(err)
 		}
 	}
-	srv.SetTrustedUserCAs([]ssh.PublicKey{s.userCA.pub()})
+	srv.SetTrustedUserCAs([]ssh.PublicKey{s.userCA.Pub()})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	s.dial = func(context.Context) (net.Conn, error) {
@@ -260,150 +195,25 @@ func socketPair() (net.Conn, net.Conn, error) {
 // certificate, the test user CA and internal-sftp.
 func (s *testServer) startSSHD(t *testing.T, hc hostCertKind) {
 	t.Helper()
-	if _, err := os.Stat(sshdPath); err != nil {
-		t.Fatalf("%s not found: install openssh-server", sshdPath)
-	}
-	if os.Geteuid() == 0 {
-		// Privilege separation directory; Debian creates it at boot.
-		if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	dir := t.TempDir()
-	hostKey := newKey(t)
-	block, err := ssh.MarshalPrivateKey(hostKey.priv, "test host key")
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyPath := filepath.Join(dir, "host_key")
-	writeTestFile(t, keyPath, pem.EncodeToMemory(block), 0o600)
-	certLine := ""
-	if cert := s.hostCert(t, hostKey.pub(), hc); cert != nil {
-		writeTestFile(t, keyPath+"-cert.pub", ssh.MarshalAuthorizedKey(cert), 0o644)
-		certLine = "HostCertificate " + keyPath + "-cert.pub"
-	}
-	caPath := filepath.Join(dir, "user_ca.pub")
-	writeTestFile(t, caPath, ssh.MarshalAuthorizedKey(s.userCA.pub()), 0o644)
-
-	var lastErr error
-	for range 3 { // the free port may be taken before sshd binds it
-		port := freePort(t)
-		cfg := fmt.Sprintf(`Port %d
-ListenAddress 127.0.0.1
-HostKey %s
-%s
-PidFile %s
-UsePAM no
-StrictModes no
-AuthorizedKeysFile none
-TrustedUserCAKeys %s
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PubkeyAuthentication yes
-PermitRootLogin prohibit-password
-Subsystem sftp internal-sftp
-LogLevel VERBOSE
-# Debian's bash sources ~/.bashrc when started by sshd. On a shared test
-# machine root's may be slow (or wait on locks); an empty HOME keeps the
-# tests about sshd, not about the machine's dotfiles.
-SetEnv HOME=%s
-`, port, keyPath, certLine, filepath.Join(dir, "sshd.pid"), caPath, dir)
-		cfgPath := filepath.Join(dir, "sshd_config")
-		writeTestFile(t, cfgPath, []byte(cfg), 0o644)
-		if lastErr = s.runSSHD(t, cfgPath); lastErr == nil {
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			s.dial = func(ctx context.Context) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, "tcp", addr)
-			}
-			return
-		}
-		t.Logf("sshd did not start: %v", lastErr)
-	}
-	t.Fatalf("sshd did not start: %v", lastErr)
-}
-
-func (s *testServer) runSSHD(t *testing.T, cfgPath string) error {
-	cmd := exec.Command(sshdPath, "-D", "-e", "-f", cfgPath)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	var logMu sync.Mutex
-	var logs bytes.Buffer
-	listening := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(stderr)
-		once := sync.OnceFunc(func() { close(listening) })
-		for sc.Scan() {
-			logMu.Lock()
-			logs.WriteString(sc.Text() + "\n")
-			logMu.Unlock()
-			if strings.Contains(sc.Text(), "Server listening on") {
-				once()
-			}
-		}
-		cmd.Wait()
-	}()
-	stop := func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	}
-	select {
-	case <-listening:
-	case <-done:
-		return fmt.Errorf("sshd exited:\n%s", logs.String())
-	case <-time.After(10 * time.Second):
-		stop()
-		return fmt.Errorf("sshd not listening after 10s:\n%s", logs.String())
-	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			logMu.Lock()
-			t.Logf("sshd log:\n%s", logs.String())
-			logMu.Unlock()
-		}
-	})
-	return nil
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func writeTestFile(t *testing.T, path string, data []byte, mode os.FileMode) {
-	t.Helper()
-	if err := os.WriteFile(path, data, mode); err != nil {
-		t.Fatal(err)
+	hostKey := testenv.NewKeyFile(t, filepath.Join(dir, "host_key"))
+	d := testenv.StartSSHD(t, testenv.SSHDConfig{Dir: dir, HostKey: hostKey, HostCert: s.hostCert(t, hostKey.Pub(), hc),
+		TrustedUserCAs: []ssh.PublicKey{s.userCA.Pub()}})
+	s.dial = func(ctx context.Context) (net.Conn, error) {
+		var d2 net.Dialer
+		return d2.DialContext(ctx, "tcp", d.Addr)
 	}
 }
 
 // auth returns a user certificate from ca for the server's login.
-func (s *testServer) auth(t *testing.T, ca *testKey, o certOpts) Auth {
+func (s *testServer) auth(t *testing.T, ca *testenv.Key, o certOpts) Auth {
 	t.Helper()
 	if o.principals == nil {
 		o.principals = []string{s.login}
 	}
-	key := newKey(t)
-	cert := signCert(t, ca, key.pub(), ssh.UserCert, o)
-	signer, err := ssh.NewCertSigner(cert, key.signer)
+	key := testenv.NewKey(t)
+	cert := signCert(t, ca, key.Pub(), ssh.UserCert, o)
+	signer, err := ssh.NewCertSigner(cert, key.Signer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,9 +225,9 @@ func (s *testServer) runner(t *testing.T, configure ...func(*Config)) *Runner {
 	t.Helper()
 	cfg := Config{
 		Dial:      s.Dial,
-		HostCAs:   func() []ssh.PublicKey { return []ssh.PublicKey{s.hostCA.pub()} },
+		HostCAs:   func() []ssh.PublicKey { return []ssh.PublicKey{s.hostCA.Pub()} },
 		KillGrace: 10 * time.Second,
-		Logger:    testLogger(t).With("side", "runner"),
+		Logger:    testenv.Logger(t).With("side", "runner"),
 	}
 	for _, f := range configure {
 		f(&cfg)

@@ -181,6 +181,36 @@ echo started
 wait
 `
 
+// watchWriter is a buffer safe to write from Run and read from the test
+// that closes seen once its content holds want.
+type watchWriter struct {
+	mu   sync.Mutex
+	b    bytes.Buffer
+	want string
+	seen chan struct{}
+}
+
+func newWatchWriter(want string) *watchWriter {
+	return &watchWriter{want: want, seen: make(chan struct{})}
+}
+
+func (w *watchWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	had := strings.Contains(w.b.String(), w.want)
+	n, err := w.b.Write(p)
+	if !had && strings.Contains(w.b.String(), w.want) {
+		close(w.seen)
+	}
+	return n, err
+}
+
+func (w *watchWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
 // killScriptPids is how many pids killScript writes.
 const killScriptPids = 5
 
@@ -214,8 +244,17 @@ func TestRunKillsProcessTree(t *testing.T) {
 
 				var wg sync.WaitGroup
 				var triggered time.Time
+				stdout := newWatchWriter("started\n")
 				if tc.trigger != nil {
 					wg.Go(func() {
+						// Trigger once the whole tree runs (every pid
+						// written; the nested shell writes its own in the
+						// background) and "started" has reached the client:
+						// either alone races the other.
+						select {
+						case <-stdout.seen:
+						case <-time.After(15 * time.Second):
+						}
 						// Not waitPids: no t.Fatal off the test goroutine.
 						for range 750 {
 							if len(readPidsNoFail(pidFile)) >= killScriptPids {
@@ -227,8 +266,7 @@ func TestRunKillsProcessTree(t *testing.T) {
 						tc.trigger(s, cancel)
 					})
 				}
-				var stdout bytes.Buffer
-				res, err := c.Run(ctx, Command{Script: []byte(killScript), Env: map[string]string{"PIDS": pidFile}}, &stdout, nil)
+				res, err := c.Run(ctx, Command{Script: []byte(killScript), Env: map[string]string{"PIDS": pidFile}}, stdout, nil)
 				returned := time.Now()
 				wg.Wait()
 				if tc.trigger == nil {

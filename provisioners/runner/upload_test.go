@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // failingReader yields n bytes of r, then err.
@@ -113,7 +115,7 @@ func TestUpload(t *testing.T) {
 		})
 
 		t.Run("replaces an existing file", func(t *testing.T) {
-			writeTestFile(t, dst, []byte("old"), 0o600)
+			testenv.WriteFile(t, dst, []byte("old"), 0o600)
 			if _, err := c.Upload(ctx, strings.NewReader("new content"), 11, dst, UploadOptions{Mode: 0o755}); err != nil {
 				t.Fatal(err)
 			}
@@ -150,7 +152,7 @@ func TestUpload(t *testing.T) {
 			"source too short":    {bytes.NewReader(data[:1000]), io.ErrUnexpectedEOF},
 		} {
 			t.Run(name, func(t *testing.T) {
-				writeTestFile(t, dst, []byte("previous"), 0o644)
+				testenv.WriteFile(t, dst, []byte("previous"), 0o644)
 				_, err := c.Upload(ctx, src.r, int64(len(data)), dst, UploadOptions{})
 				if !errors.Is(err, src.wantErr) {
 					t.Fatalf("Upload: %v, want %v", err, src.wantErr)
@@ -165,7 +167,7 @@ func TestUpload(t *testing.T) {
 		}
 
 		t.Run("cancelled midway", func(t *testing.T) {
-			writeTestFile(t, dst, []byte("previous"), 0o644)
+			testenv.WriteFile(t, dst, []byte("previous"), 0o644)
 			ctx, cancel := context.WithCancel(ctx)
 			br := &blockingReader{r: bytes.NewReader(data), n: 1 << 20, reached: make(chan struct{}), release: make(chan struct{})}
 			go func() {

@@ -46,10 +46,16 @@ type Liveness struct {
 	Deadline time.Duration // a peer silent this long is gone
 }
 
-// LivenessOf derives the control-stream heartbeat from the tunnel's
-// keepalive (c nil or a zero field: the tunnel defaults): a heartbeat every
-// keepalive interval (whole seconds, at least one), and a peer silent for
-// the IdleTimeout (the dead-peer timeout) is dead.
+// LivenessOf is the hub's side of the rule (AgentLiveness the agent's). It
+// derives the control-stream
+// heartbeat from the tunnel's keepalive (c nil or a zero field: the tunnel
+// defaults): a heartbeat every keepalive interval (whole seconds, at least
+// one), and a node silent for half a heartbeat less than the IdleTimeout
+// (the dead-peer timeout) is dead. Half a heartbeat less because both the
+// watchdog and the transport's idle timeout count from the node's last
+// word: when QUIC's idle timeout wins it ends the session silently, and an
+// agent whose direction of a half-open link still works would never hear
+// of it, waiting out its own watchdog instead.
 //
 // The transport's own idle timeout does not cover this on QUIC: an
 // endpoint that still receives packets never times out, so a half-open link
@@ -90,10 +96,11 @@ func AgentLiveness(c *tunnel.Config, w *Welcome) Liveness {
 }
 
 // DeadPeerAfter is how long a peer that heartbeats every `every` may be
-// silent: the dead-peer timeout idle, but at least two heartbeats and two
-// seconds.
+// silent: half a heartbeat less than the dead-peer timeout idle (so the
+// watchdog, not the transport's silent idle close, ends the session; see
+// LivenessOf), but at least two heartbeats and two seconds.
 func DeadPeerAfter(idle, every time.Duration) time.Duration {
-	return max(idle, 2*every, 2*time.Second)
+	return max(idle-every/2, 2*every, 2*time.Second)
 }
 
 func idleTimeout(c *tunnel.Config) time.Duration {

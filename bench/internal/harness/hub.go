@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // Hub is a running `tether hub`.
@@ -51,8 +53,7 @@ func (e *Env) StartHubAt(ctx context.Context, dataDir, listen, ssh string, extra
 }
 
 func (h *Hub) start(ctx context.Context) error {
-	_ = os.Remove(filepath.Join(h.DataDir, "hub.json"))
-	args := append([]string{"hub", "--data-dir", h.DataDir, "--listen", h.Listen, "--ssh-listen", h.SSH, "--log-level", "warn"}, h.Extra...)
+	args := append([]string{"hub"}, testenv.HubArgs(h.DataDir, h.Listen, h.SSH, "warn", h.Extra...)...)
 	bin := filepath.Join(h.env.Bin, "tether")
 	if h.env.HubBin != "" {
 		// A profiling build (bench/cmd/hubprof) takes the same flags
@@ -64,22 +65,8 @@ func (h *Hub) start(ctx context.Context) error {
 		return err
 	}
 	h.Proc = p
-	err = WaitFor(ctx, 60*time.Second, "the hub to start", func() bool {
-		select {
-		case <-p.done:
-			return true
-		default:
-		}
-		_, err := os.Stat(filepath.Join(h.DataDir, "hub.json"))
-		return err == nil
-	})
-	select {
-	case <-p.done:
-		return fmt.Errorf("harness: hub exited at start: %s", p.Tail(2000))
-	default:
-	}
-	if err != nil {
-		return err
+	if err := testenv.WaitHub(ctx, p.Proc, h.DataDir, 60*time.Second); err != nil {
+		return fmt.Errorf("harness: %w", err)
 	}
 	pool := x509.NewCertPool()
 	ca, err := os.ReadFile(filepath.Join(h.DataDir, "admin", "ca.crt"))

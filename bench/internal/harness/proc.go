@@ -7,9 +7,7 @@ package harness
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // Env is one scenario's working directory and the processes it started.
@@ -35,10 +35,8 @@ type Env struct {
 
 // NewEnv creates a scratch directory under /tmp.
 func NewEnv(bin string) (*Env, error) {
-	for _, b := range []string{"tether", "tether-edge"} {
-		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
-			return nil, fmt.Errorf("harness: %s not found in %s: run `make build` (or set TETHER_BIN_DIR): %w", b, bin, err)
-		}
+	if err := testenv.CheckBinaries(bin); err != nil {
+		return nil, err
 	}
 	w, err := os.MkdirTemp("", "tether-bench-")
 	if err != nil {
@@ -65,13 +63,10 @@ func (e *Env) Close() {
 // Path is a path inside the scratch directory.
 func (e *Env) Path(elem ...string) string { return filepath.Join(append([]string{e.Work}, elem...)...) }
 
-// Proc is a started process whose output goes to a log file.
+// Proc is a started process whose output goes to a log file (the shared
+// test environment's process, stopped the way bench stops things).
 type Proc struct {
-	Name string
-	Cmd  *exec.Cmd
-	Log  string
-	done chan struct{}
-	err  error
+	*testenv.Proc
 }
 
 // Start runs bin with args, output to Work/NAME.log.
@@ -81,66 +76,19 @@ func (e *Env) Start(name, bin string, args ...string) (*Proc, error) {
 
 // StartCmd starts cmd (Stdout/Stderr go to the log unless already set).
 func (e *Env) StartCmd(name string, cmd *exec.Cmd) (*Proc, error) {
-	logPath := e.Path(name + ".log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	tp, err := testenv.StartProc(name, e.Path(name+".log"), cmd)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("harness: %w", err)
 	}
-	if cmd.Stdout == nil {
-		cmd.Stdout = f
-	}
-	if cmd.Stderr == nil {
-		cmd.Stderr = f
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("harness: start %s: %w", name, err)
-	}
-	p := &Proc{Name: name, Cmd: cmd, Log: logPath, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); f.Close(); close(p.done) }()
+	p := &Proc{tp}
 	e.mu.Lock()
 	e.procs = append(e.procs, p)
 	e.mu.Unlock()
 	return p, nil
 }
 
-// PID is the process id.
-func (p *Proc) PID() int { return p.Cmd.Process.Pid }
-
-// Done is closed when the process has exited.
-func (p *Proc) Done() <-chan struct{} { return p.done }
-
 // Stop sends SIGTERM to the process group, then SIGKILL after grace.
-func (p *Proc) Stop(grace time.Duration) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = syscall.Kill(-p.PID(), syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(grace):
-		_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
-		<-p.done
-	}
-}
-
-// Kill sends SIGKILL to the process group and waits.
-func (p *Proc) Kill() {
-	_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
-	<-p.done
-}
-
-// Tail is the end of the process's log, for error messages.
-func (p *Proc) Tail(n int) string {
-	b, _ := os.ReadFile(p.Log)
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
-}
+func (p *Proc) Stop(grace time.Duration) { p.Proc.Stop(syscall.SIGTERM, grace) }
 
 // ProcStats is what /proc says about a process.
 type ProcStats struct {
@@ -194,37 +142,11 @@ func SelfCPU() time.Duration {
 
 // FreePort returns a TCP port on 127.0.0.1 that is free right now (and
 // free on UDP too, for the hub's shared port).
-func FreePort() (int, error) {
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port, nil
-		}
-	}
-	return 0, errors.New("harness: no free port")
-}
+func FreePort() (int, error) { return testenv.PickPort() }
 
-// WaitFor polls cond every 50ms until it holds or timeout passes.
+// WaitFor polls cond until it holds or timeout passes.
 func WaitFor(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("harness: timed out after %v waiting for %s", timeout, what)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return nil
+	return testenv.Poll(ctx, timeout, what, cond)
 }
 
 // Run runs a command to completion and returns its combined output.
