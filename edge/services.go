@@ -14,7 +14,13 @@ import (
 
 const headerTimeout = 10 * time.Second
 
-func (a *Agent) acceptStreams(ctx context.Context, sess tunnel.Session, log *slog.Logger, wg *sync.WaitGroup) {
+// trustWait bounds how long an ssh stream waits for the session's first
+// SSH trust from the hub (sent right after the welcome, so normally a few
+// milliseconds); past it the stream is served anyway, as before trust
+// existed.
+const trustWait = 5 * time.Second
+
+func (a *Agent) acceptStreams(ctx context.Context, sess tunnel.Session, trusted <-chan struct{}, log *slog.Logger, wg *sync.WaitGroup) {
 	for {
 		st, err := sess.AcceptStream(ctx)
 		if err != nil {
@@ -23,14 +29,18 @@ func (a *Agent) acceptStreams(ctx context.Context, sess tunnel.Session, log *slo
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.serveStream(ctx, st, log)
+			a.serveStream(ctx, st, trusted, log)
 		}()
 	}
 }
 
 // serveStream reads the stream header, answers ok or why not, then relays.
 // A malformed header closes only this stream.
-func (a *Agent) serveStream(ctx context.Context, st tunnel.Stream, log *slog.Logger) {
+//
+// An ssh stream waits (at most trustWait) until the hub's first SSH trust of
+// the session is applied, so the SSH server it reaches already presents its
+// host certificate: clients verify it, and without it they refuse the node.
+func (a *Agent) serveStream(ctx context.Context, st tunnel.Stream, trusted <-chan struct{}, log *slog.Logger) {
 	_ = st.SetReadDeadline(time.Now().Add(headerTimeout))
 	h, err := tunnel.ReadHeader(st)
 	if err != nil {
@@ -46,6 +56,17 @@ func (a *Agent) serveStream(ctx context.Context, st tunnel.Stream, log *slog.Log
 	}
 	switch h.Service {
 	case tunnel.ServiceSSH:
+		t := time.NewTimer(trustWait)
+		select {
+		case <-trusted:
+		case <-ctx.Done():
+			t.Stop()
+			st.Close()
+			return
+		case <-t.C:
+			log.Warn("serving an ssh stream before the hub's SSH trust arrived", "waited", trustWait)
+		}
+		t.Stop()
 		if a.sshd != nil {
 			if err := tunnel.WriteReply(st, tunnel.Reply{OK: true}); err != nil {
 				st.Close()

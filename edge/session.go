@@ -36,6 +36,13 @@ type session struct {
 	ctrl tunnel.Stream
 
 	sendMu sync.Mutex // serializes writes on ctrl
+
+	// trusted is closed once the hub's first SSH trust (host certificate,
+	// user CAs, principals) is applied: the hub may route a jump here
+	// before that message has been read, and an ssh stream served earlier
+	// would present no host certificate (see serveStream).
+	trusted   chan struct{}
+	trustOnce sync.Once
 }
 
 // runOnce makes one connection and serves it until it ends. connected
@@ -83,7 +90,7 @@ func (a *Agent) dial(ctx context.Context) (*session, error) {
 		tun, err := d.Dial(dctx, addr)
 		cancel()
 		if err == nil {
-			return &session{a: a, tun: tun, hub: addr, log: a.log.With("hub", addr, "transport", tun.Transport().String())}, nil
+			return &session{a: a, tun: tun, hub: addr, trusted: make(chan struct{}), log: a.log.With("hub", addr, "transport", tun.Transport().String())}, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 	}
@@ -154,7 +161,7 @@ func (s *session) serve(ctx context.Context, live control.Liveness) error {
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		s.a.acceptStreams(sctx, s.tun, s.log, &wg)
+		s.a.acceptStreams(sctx, s.tun, s.trusted, s.log, &wg)
 		cancel()
 	}()
 	go func() {
@@ -221,6 +228,7 @@ func (s *session) readControl(silent time.Duration, renewed chan<- struct{}) err
 			a.setAuthorizedKeys(msg.AuthorizedKeys, log)
 		case control.TypeSSHTrust:
 			a.applySSHTrust(msg.SSHTrust, log)
+			s.trustOnce.Do(func() { close(s.trusted) })
 		case control.TypeRenewed:
 			if err := a.applyRenewed(msg.Cert); err != nil {
 				log.Error("renewed certificate rejected", "err", err)
