@@ -54,6 +54,8 @@ func statusOf(err error) int {
 	switch {
 	case err == nil:
 		return http.StatusOK
+	case store.IsStorageFull(err):
+		return http.StatusInsufficientStorage
 	case errors.Is(err, ErrRateLimited):
 		return http.StatusTooManyRequests
 	case errors.Is(err, ErrUnavailable):
@@ -158,6 +160,15 @@ func (h *handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *failure
 	if errors.As(err, &ae) {
 		msg = ae.msg
+	}
+	if status == http.StatusInsufficientStorage {
+		// Said plainly: the operator can act on it without the log.
+		h.Logger.Error("api request failed: disk full", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
+		step := "the change"
+		if ae != nil {
+			step = strings.TrimSuffix(ae.msg, " failed on the hub; its log has the cause")
+		}
+		msg = step + " failed: the hub's disk is full; free space where its data dir is and try again"
 	}
 	if status == http.StatusInternalServerError {
 		cause := err

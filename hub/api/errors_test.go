@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -39,6 +40,7 @@ func TestStatusOf(t *testing.T) {
 		{fmt.Errorf("%w: parallel 0", jobs.ErrBadSpec), 400},
 		{fmt.Errorf("%w: node is revoked", cluster.ErrInvalid), 400},
 		{fmt.Errorf("%w: node runs k3s", cluster.ErrConflict), 409},
+		{internal("store the join token", fmt.Errorf("store: create token x: %w", syscall.ENOSPC)), 507},
 		{fmt.Errorf("job x: %w", jobs.ErrNotRunning), 409},
 		{RetryAfter(fail(ErrRateLimited, "slow down"), time.Second), 429},
 		{RetryAfter(fail(ErrUnavailable, "later"), time.Second), 503},

@@ -4,14 +4,17 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver (pure Go, no cgo)
+	"modernc.org/sqlite" // registers the "sqlite" driver (pure Go, no cgo)
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // SQLite is the default Store: one database file, WAL journal with
@@ -124,3 +127,14 @@ func isForeignKeyViolation(err error) bool {
 }
 
 type scanner interface{ Scan(...any) error }
+
+// IsStorageFull reports whether err is a write refused because the disk
+// (or the database's size limit) is full: the one store failure an
+// operator can act on without reading the hub's log.
+func IsStorageFull(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code()&0xff == sqlite3.SQLITE_FULL
+	}
+	return errors.Is(err, syscall.ENOSPC)
+}
