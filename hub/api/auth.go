@@ -54,7 +54,8 @@ func (h *handler) automation(next func(http.ResponseWriter, *http.Request, calle
 			return
 		}
 		h.admin(func(w http.ResponseWriter, r *http.Request) {
-			next(w, r, caller{Caller: access.Caller{Admin: true, Name: "admin"}, door: h.Door})
+			// Audit names which admin: "admin:local-admin" or "admin:alice".
+			next(w, r, caller{Caller: access.Caller{Admin: true, Name: "admin:" + adminName(r)}, door: h.Door})
 		})(w, r)
 	}
 }
