@@ -3,7 +3,6 @@ package hub
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel/control"
 )
@@ -113,15 +113,8 @@ func TestLoginChallengeTellsNoNames(t *testing.T) {
 	}
 }
 
-func newSigner(t *testing.T) gossh.Signer {
-	t.Helper()
-	_, priv, _ := ed25519.GenerateKey(rand.Reader)
-	s, err := gossh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
+// newSigner is a fresh ed25519 key (internal/testenv).
+func newSigner(t *testing.T) gossh.Signer { return testenv.NewKey(t).Signer }
 
 // TestLoginChallengeFloodKeepsOwner: a source asking for challenges in a
 // loop (for the owner's name) is slowed to 429 with Retry-After, and the

@@ -1,7 +1,6 @@
 package sshserver
 
 import (
-	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
 	"os"
@@ -64,18 +63,8 @@ func TestSetAuthorizedKeysReplaces(t *testing.T) {
 	}
 }
 
-func newCA(t *testing.T) gossh.Signer {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := gossh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
+// newCA is a fresh ed25519 key (internal/testenv).
+func newCA(t *testing.T) gossh.Signer { return testenv.NewKey(t).Signer }
 
 func signCert(t *testing.T, ca gossh.Signer, c *gossh.Certificate) *gossh.Certificate {
 	t.Helper()

@@ -2,8 +2,6 @@ package access
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"path/filepath"
 	"slices"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/pki/ca"
 )
 
@@ -25,15 +24,8 @@ type fixture struct {
 	keys   map[string]gossh.Signer // operator name -> key
 }
 
-func newKey(t *testing.T) gossh.Signer {
-	t.Helper()
-	_, priv, _ := ed25519.GenerateKey(rand.Reader)
-	s, err := gossh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
+// newKey is a fresh ed25519 key (internal/testenv).
+func newKey(t *testing.T) gossh.Signer { return testenv.NewKey(t).Signer }
 
 // newFixture is a door over a real SQLite store with nodes berlin-1
 // (site=berlin, online never), munich-1 (site=munich, last seen a minute

@@ -2,8 +2,6 @@ package bastion
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"io"
 	"net"
@@ -16,21 +14,12 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/ratelimit"
+	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/tunnel"
 )
 
-func newSigner(t *testing.T) gossh.Signer {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := gossh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
+// newSigner is a fresh ed25519 key (internal/testenv).
+func newSigner(t *testing.T) gossh.Signer { return testenv.NewKey(t).Signer }
 
 type noDialer struct{}
 
