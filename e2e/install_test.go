@@ -124,7 +124,8 @@ func TestWrongPinNamesTheJoinString(t *testing.T) {
 
 // TestEdgeStatusWording: `tether-edge status` never shows the zero time:
 // before any run it says no agent has run; while connected it says since
-// when; after the agent is killed it says the agent is gone.
+// when (and `tether nodes` shows the node seen "now"); after the agent is
+// killed it says the agent is gone.
 func TestEdgeStatusWording(t *testing.T) {
 	h := startHub(t)
 	dir := filepath.Join(t.TempDir(), "st")
@@ -147,6 +148,14 @@ func TestEdgeStatusWording(t *testing.T) {
 	waitForState(t, "status to say connected", 10*time.Second, status, func(out string) bool {
 		return strings.Contains(out, "state:        connected since ") && strings.Contains(out, " ago)")
 	})
+	// The hub's listing shows the connected node as seen now.
+	listing := h.cli("nodes")
+	if !slices.ContainsFunc(strings.Split(listing, "\n"), func(line string) bool {
+		f := strings.Fields(line)
+		return len(f) > 0 && f[0] == "st" && slices.Contains(f, "now")
+	}) {
+		t.Fatalf("tether nodes: no row for st with LAST SEEN \"now\":\n%s", listing)
+	}
 	a.Kill()
 	if out := status(); !strings.Contains(out, "not running (agent pid "+strconv.Itoa(a.PID())+" exited; it was connected since") {
 		t.Fatalf("status after the agent was killed:\n%s", out)
