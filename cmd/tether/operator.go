@@ -198,4 +198,3 @@ func withClient(cf *clientFlags, call func(*api.Client) error) error {
 	defer c.Close()
 	return call(c)
 }
-

@@ -98,6 +98,26 @@ func (d *Door) AuthorizeJump(operator string, n store.Node) error {
 	return nil
 }
 
+// AuthorizeLiveJump decides whether a jump already under way may go on
+// after an access change: the operator must still be registered, the key
+// they authenticated with (a certificate's underlying key) still theirs,
+// and their roles must still select node n. A certificate's validity
+// window is not checked again: like sshd, a session outlives the
+// certificate that opened it, but not the withdrawal of access.
+func (d *Door) AuthorizeLiveJump(operator string, key gossh.PublicKey, n store.Node) error {
+	if cert, ok := key.(*gossh.Certificate); ok {
+		key = cert.Key
+	}
+	o, ok := d.Snapshot().Operator(operator)
+	switch {
+	case !ok:
+		return refuse(ErrDenied, "operator %q was removed", operator)
+	case key == nil || !o.HasKey(key):
+		return refuse(ErrDenied, "the key operator %q jumped with was revoked", operator)
+	}
+	return d.AuthorizeJump(operator, n)
+}
+
 // AuthorizeJob decides whether c may run jobs on node n, which run as the
 // node's provisioning login: the admin may run anywhere; an API token's
 // role must select the node and allow that login.
