@@ -176,7 +176,7 @@ func (d *Door) AuthorizeAdmin(operator, keyTag string) error {
 	case !ok:
 		return refuse(ErrDenied, "operator %q is no longer registered", operator)
 	case !slices.ContainsFunc(o.Keys, func(k gossh.PublicKey) bool { return AdminKeyTag(k) == keyTag }):
-		return refuse(ErrDenied, "the key operator %q logged in with is no longer registered; run `tether login` again", operator)
+		return refuse(ErrDenied, "operator %q's registered key changed since this certificate was issued (that key was removed); run `tether login` again", operator)
 	case !slices.ContainsFunc(o.Roles, func(r roles.Compiled) bool { return r.Name == roles.BuiltinAdmin.Name }):
 		return refuse(ErrDenied, "operator %q no longer holds the %q role", operator, roles.BuiltinAdmin.Name)
 	}
