@@ -65,4 +65,6 @@ func TestLoginWithAnyKey(t *testing.T) {
 	}
 }
 
-func sameKey(a, b gossh.PublicKey) bool { return a != nil && b != nil && string(a.Marshal()) == string(b.Marshal()) }
+func sameKey(a, b gossh.PublicKey) bool {
+	return a != nil && b != nil && string(a.Marshal()) == string(b.Marshal())
+}

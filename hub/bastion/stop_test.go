@@ -22,7 +22,9 @@ func (pipeStream) CloseWrite() error { return nil }
 
 type dialFunc func(ctx context.Context, req JumpRequest) (tunnel.Stream, error)
 
-func (f dialFunc) Dial(ctx context.Context, req JumpRequest) (tunnel.Stream, error) { return f(ctx, req) }
+func (f dialFunc) Dial(ctx context.Context, req JumpRequest) (tunnel.Stream, error) {
+	return f(ctx, req)
+}
 
 // TestStopEndsJump: JumpRequest.Stop ends a relayed jump at once, or one
 // still being dialled, and the jump is recorded as ended with the cause.
