@@ -65,15 +65,21 @@ func (s *SQLite) AddOperator(ctx context.Context, o Operator) error {
 
 // AddOperatorKey implements Store.
 func (s *SQLite) AddOperatorKey(ctx context.Context, name string, k OperatorKey) error {
+	return s.inOperatorTx(ctx, name, "add key to", func(tx *sql.Tx) error { return addKeyTx(ctx, tx, name, k) })
+}
+
+// inOperatorTx runs fn in one transaction if operator name exists
+// (ErrNotFound otherwise); what names the change in errors.
+func (s *SQLite) inOperatorTx(ctx context.Context, name, what string, fn func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("store: add key to operator %q: %w", name, err)
+		return fmt.Errorf("store: %s operator %q: %w", what, name, err)
 	}
 	defer tx.Rollback()
 	if err := operatorExistsTx(ctx, tx, name); err != nil {
 		return err
 	}
-	if err := addKeyTx(ctx, tx, name, k); err != nil {
+	if err := fn(tx); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -111,16 +117,12 @@ func operatorExistsTx(ctx context.Context, tx *sql.Tx, name string) error {
 // RemoveOperatorKey implements Store: the key moves to the revoked keys in
 // the same transaction. An operator's only key is refused (ErrLastKey).
 func (s *SQLite) RemoveOperatorKey(ctx context.Context, name, fingerprint string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("store: remove key of operator %q: %w", name, err)
-	}
-	defer tx.Rollback()
-	if err := operatorExistsTx(ctx, tx, name); err != nil {
-		return err
-	}
+	return s.inOperatorTx(ctx, name, "remove key of", func(tx *sql.Tx) error { return removeKeyTx(ctx, tx, name, fingerprint) })
+}
+
+func removeKeyTx(ctx context.Context, tx *sql.Tx, name, fingerprint string) error {
 	var key string
-	err = tx.QueryRowContext(ctx, `SELECT public_key FROM operator_keys WHERE operator = ? AND fingerprint = ?`, name, fingerprint).Scan(&key)
+	err := tx.QueryRowContext(ctx, `SELECT public_key FROM operator_keys WHERE operator = ? AND fingerprint = ?`, name, fingerprint).Scan(&key)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("store: operator %q has no key %s: %w", name, fingerprint, ErrNotFound)
 	}
@@ -140,7 +142,7 @@ func (s *SQLite) RemoveOperatorKey(ctx context.Context, name, fingerprint string
 	if err := revokeKeyTx(ctx, tx, fingerprint, key); err != nil {
 		return fmt.Errorf("store: revoke key %s of operator %q: %w", fingerprint, name, err)
 	}
-	return tx.Commit()
+	return nil
 }
 
 func revokeKeyTx(ctx context.Context, tx *sql.Tx, fingerprint, key string) error {
@@ -198,14 +200,10 @@ func (s *SQLite) ListOperators(ctx context.Context) ([]Operator, error) {
 // RemoveOperator implements Store: the operator's keys move to the revoked
 // keys in the same transaction.
 func (s *SQLite) RemoveOperator(ctx context.Context, name string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("store: remove operator %q: %w", name, err)
-	}
-	defer tx.Rollback()
-	if err := operatorExistsTx(ctx, tx, name); err != nil {
-		return err
-	}
+	return s.inOperatorTx(ctx, name, "remove", func(tx *sql.Tx) error { return removeOperatorTx(ctx, tx, name) })
+}
+
+func removeOperatorTx(ctx context.Context, tx *sql.Tx, name string) error {
 	rows, err := tx.QueryContext(ctx, `SELECT fingerprint, public_key FROM operator_keys WHERE operator = ?`, name)
 	if err != nil {
 		return fmt.Errorf("store: remove operator %q: %w", name, err)
@@ -232,7 +230,7 @@ func (s *SQLite) RemoveOperator(ctx context.Context, name string) error {
 			return fmt.Errorf("store: revoke key of operator %q: %w", name, err)
 		}
 	}
-	return tx.Commit()
+	return nil
 }
 
 // ListRevokedKeys implements Store.

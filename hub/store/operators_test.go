@@ -2,9 +2,7 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -87,25 +85,8 @@ func TestOperatorKeys(t *testing.T) {
 func TestMigrateOperatorKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "tether.db")
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range migrations[:6] {
-		if _, err := db.ExecContext(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, q := range []string{
-		"PRAGMA user_version = 6",
-		`INSERT INTO operators (name, public_key, fingerprint, created_at, roles) VALUES ('alice', 'ka', 'fa', 10, '["ops"]'), ('bob', 'kb', 'fb', 20, '["all"]')`,
-	} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
+	path := dataDirAt(t, 6,
+		`INSERT INTO operators (name, public_key, fingerprint, created_at, roles) VALUES ('alice', 'ka', 'fa', 10, '["ops"]'), ('bob', 'kb', 'fb', 20, '["all"]')`)
 	s, err := OpenSQLite(ctx, path)
 	if err != nil {
 		t.Fatal(err)
