@@ -169,7 +169,16 @@ func (s *Server) login(ctx context.Context, req api.LoginRequest, remote string)
 	// issued over the one that did.
 	candidates := []gossh.PublicKey{unknownOperatorKey}
 	o, ok := s.door.Snapshot().Operator(req.Operator)
-	if ok {
+	switch {
+	case req.PublicKey != "":
+		// One verification, for an operator or not: the named key if it
+		// is one of theirs, else the stand-in that never verifies.
+		claimed, _, _, _, err := gossh.ParseAuthorizedKey([]byte(req.PublicKey))
+		if err == nil && ok && o.HasKey(claimed) {
+			candidates = []gossh.PublicKey{claimed}
+		}
+	case ok:
+		// A client that does not name its key: try each of theirs.
 		candidates = o.Keys
 	}
 	sig := &gossh.Signature{Format: req.SignatureFormat, Blob: req.Signature}

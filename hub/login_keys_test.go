@@ -24,14 +24,16 @@ func TestLoginWithAnyKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := newLoginFrom(t, c, "127.0.0.1")
-	login := func(key gossh.Signer) (int, gossh.PublicKey) {
+	// named: the key the request says signed ("" for clients that do not
+	// say).
+	loginNamed := func(key gossh.Signer, named string) (int, gossh.PublicKey) {
 		t.Helper()
 		_, ch, _ := l.challenge("op")
 		sig, err := key.Sign(rand.Reader, LoginPayload("op", ch.Nonce))
 		if err != nil {
 			t.Fatal(err)
 		}
-		status, b, _ := l.post("/v1/login", api.LoginRequest{Operator: "op", Nonce: ch.Nonce, SignatureFormat: sig.Format, Signature: sig.Blob})
+		status, b, _ := l.post("/v1/login", api.LoginRequest{Operator: "op", Nonce: ch.Nonce, SignatureFormat: sig.Format, Signature: sig.Blob, PublicKey: named})
 		if status != http.StatusOK {
 			return status, nil
 		}
@@ -45,10 +47,19 @@ func TestLoginWithAnyKey(t *testing.T) {
 		}
 		return status, k.(*gossh.Certificate).Key
 	}
+	login := func(key gossh.Signer) (int, gossh.PublicKey) {
+		return loginNamed(key, string(gossh.MarshalAuthorizedKey(key.PublicKey())))
+	}
 	for name, key := range map[string]gossh.Signer{"first": first, "second": second} {
 		if st, certified := login(key); st != http.StatusOK || !sameKey(certified, key.PublicKey()) {
 			t.Errorf("login with the %s key: %d, certificate over %v", name, st, certified)
 		}
+		if st, certified := loginNamed(key, ""); st != http.StatusOK || !sameKey(certified, key.PublicKey()) {
+			t.Errorf("login with the %s key, not naming it: %d, certificate over %v", name, st, certified)
+		}
+	}
+	if st, _ := loginNamed(first, string(gossh.MarshalAuthorizedKey(second.PublicKey()))); st != http.StatusForbidden {
+		t.Errorf("signed by one key, naming the other: %d, want 403", st)
 	}
 	if err := c.RemoveOperatorKey(ctx, "op", gossh.FingerprintSHA256(first.PublicKey())); err != nil {
 		t.Fatal(err)

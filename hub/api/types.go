@@ -87,6 +87,11 @@ type LoginRequest struct {
 	// only to operators holding the admin role; the signature is then over
 	// hub.AdminLoginPayload, which binds it.
 	AdminCSR []byte `json:"admin_csr,omitempty"`
+	// PublicKey (authorized_keys format) names which of the operator's
+	// keys signed, so the hub checks one signature whatever the number of
+	// keys (and a login takes the same time for every name). Without it
+	// the hub tries each of the operator's keys.
+	PublicKey string `json:"public_key,omitempty"`
 }
 
 // LoginResponse carries the user certificate.
