@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -121,5 +124,55 @@ func TestWithdrawnAccessEndsJumps(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOperatorKeysSurviveKill: several keys, a revoked key and replaced
+// roles are stored before the CLI returns: after kill -9 of the hub the
+// operator has exactly those keys and roles, the remaining keys log in and
+// the revoked one does not.
+func TestOperatorKeysSurviveKill(t *testing.T) {
+	t.Parallel()
+	h := startHub(t)
+	dir := t.TempDir()
+	var keys []*testenv.Key
+	for i := range 3 {
+		keys = append(keys, testenv.NewKeyFile(t, filepath.Join(dir, fmt.Sprintf("k%d", i))))
+	}
+	h.cli("role", "create", "lab", "--nodes", "site=lab", "--logins", loginUser)
+	h.cli("operator", "add", "bob", "--key", keys[0].Path+".pub", "--key", keys[1].Path+".pub")
+	h.cli("operator", "key", "add", "bob", "--key", keys[2].Path+".pub")
+	h.cli("operator", "key", "rm", "bob", gossh.FingerprintSHA256(keys[0].Pub()))
+	h.cli("operator", "edit", "bob", "--role", "lab", "--role", "all")
+	h.p.Stop(syscall.SIGKILL, stopWait)
+	h.start()
+
+	var ops []struct {
+		Name  string   `json:"name"`
+		Roles []string `json:"roles"`
+		Keys  []struct {
+			Fingerprint string `json:"fingerprint"`
+		} `json:"keys"`
+	}
+	if err := json.Unmarshal([]byte(h.cli("operator", "list", "-o", "json")), &ops); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, k := range ops[0].Keys {
+		got = append(got, k.Fingerprint)
+	}
+	want := []string{gossh.FingerprintSHA256(keys[1].Pub()), gossh.FingerprintSHA256(keys[2].Pub())}
+	if len(ops) != 1 || !slices.Equal(got, want) || !slices.Equal(ops[0].Roles, []string{"all", "lab"}) {
+		t.Fatalf("after kill -9: %+v, want keys %v and roles [all lab]", ops, want)
+	}
+	login := func(k *testenv.Key) int {
+		_, _, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir, "--user", "bob", "--key", k.Path, "--out-dir", t.TempDir())
+		return code
+	}
+	if login(keys[1]) != 0 || login(keys[2]) != 0 {
+		t.Error("a remaining key does not log in after the restart")
+	}
+	if login(keys[0]) == 0 {
+		t.Error("the revoked key logs in after the restart")
 	}
 }
