@@ -79,6 +79,9 @@ which 'tether operator rm' ends.`,
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "operator %s added (%s), roles %s\n", o.Name, strings.Join(fingerprints(o), ", "), strings.Join(o.Roles, ","))
+			if len(roleNames) == 0 {
+				fmt.Fprintln(os.Stderr, `(the built-in role "all": every node, any login sshd or the embedded server accepts; narrow it with 'tether operator edit NAME --role ROLE')`)
+			}
 			return nil
 		},
 	}
