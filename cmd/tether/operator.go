@@ -80,7 +80,7 @@ which 'tether operator rm' ends.`,
 			}
 			fmt.Fprintf(os.Stderr, "operator %s added (%s), roles %s\n", o.Name, strings.Join(fingerprints(o), ", "), strings.Join(o.Roles, ","))
 			if len(roleNames) == 0 {
-				fmt.Fprintln(os.Stderr, `(the built-in role "all": every node, any login sshd or the embedded server accepts; narrow it with 'tether operator edit NAME --role ROLE')`)
+				fmt.Fprintln(os.Stderr, `(the built-in role "all": every node, any login; on a managed sshd every account sshd lets log in. Narrow it with 'tether operator edit NAME --role ROLE')`)
 			}
 			return nil
 		},
