@@ -1,6 +1,6 @@
 package store
 
-const schemaVersion = 6
+const schemaVersion = 7
 
 var migrations = []string{
 	// v1
@@ -73,7 +73,14 @@ var migrations = []string{
 	migrationAdmin,
 	// v6: cluster memberships and job runs follow the node's ID, not its name.
 	migrationNodeIDs,
+	// v7: labels the agent reports, kept apart from the hub-set labels.
+	migrationReportedLabels,
 }
+
+// migrationReportedLabels adds the labels a node's agent reports about
+// itself (its labels file). They live in their own column so no query that
+// decides access (the labels column) can ever read them.
+const migrationReportedLabels = `ALTER TABLE nodes ADD COLUMN reported_labels TEXT NOT NULL DEFAULT '{}';`
 
 const migrationV4 = `CREATE TABLE jobs (
 		id TEXT PRIMARY KEY,
