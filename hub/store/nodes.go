@@ -10,8 +10,8 @@ import (
 
 // Node is a registered edge node.
 type Node struct {
-	ID           string            `json:"id"`
-	Name         string            `json:"name"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
 	// Labels are set by the hub (join token, `tether nodes label`): the
 	// only labels roles select on.
 	Labels map[string]string `json:"labels"`
@@ -19,18 +19,18 @@ type Node struct {
 	// labels file). A compromised node can say anything, so they are shown,
 	// never used in an access decision.
 	ReportedLabels map[string]string `json:"reported_labels"`
-	Hostname     string            `json:"hostname"`
-	OS           string            `json:"os"`
-	Arch         string            `json:"arch"`
-	MachineID    string            `json:"machine_id"`
-	AgentVersion string            `json:"agent_version"`
-	Transport    string            `json:"transport"` // of the live or last session: quic|tcp
-	Online       bool              `json:"online"`
-	LastSeen     time.Time         `json:"last_seen"`
-	CreatedAt    time.Time         `json:"created_at"`
-	CertSerial   string            `json:"cert_serial"`
-	CertExpires  time.Time         `json:"cert_expires"`
-	RevokedAt    time.Time         `json:"revoked_at,omitzero"` // non-zero: refused for good
+	Hostname       string            `json:"hostname"`
+	OS             string            `json:"os"`
+	Arch           string            `json:"arch"`
+	MachineID      string            `json:"machine_id"`
+	AgentVersion   string            `json:"agent_version"`
+	Transport      string            `json:"transport"` // of the live or last session: quic|tcp
+	Online         bool              `json:"online"`
+	LastSeen       time.Time         `json:"last_seen"`
+	CreatedAt      time.Time         `json:"created_at"`
+	CertSerial     string            `json:"cert_serial"`
+	CertExpires    time.Time         `json:"cert_expires"`
+	RevokedAt      time.Time         `json:"revoked_at,omitzero"` // non-zero: refused for good
 	// Filled by the API from the cluster members (not stored with the node).
 	ClusterEngine string `json:"cluster_engine,omitempty"`
 	ClusterState  string `json:"cluster_state,omitempty"`
