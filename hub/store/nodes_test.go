@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"maps"
 	"path/filepath"
@@ -85,5 +86,42 @@ func TestLabelNodes(t *testing.T) {
 	}
 	if err := s.SetReportedLabels(ctx, "nope", nil); !errors.Is(err, ErrNotFound) {
 		t.Errorf("SetReportedLabels of an unknown node: %v, want ErrNotFound", err)
+	}
+}
+
+// TestMigrateReportedLabels: a v6 database keeps its nodes and their labels;
+// every node starts with no reported labels.
+func TestMigrateReportedLabels(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "tether.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migrations[:6] {
+		if _, err := db.ExecContext(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []string{
+		"PRAGMA user_version = 6",
+		`INSERT INTO nodes (id, name, labels, created_at) VALUES ('id-1', 'edge-1', '{"env":"prod"}', 1)`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	s, err := OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	n, err := s.GetNode(ctx, "id-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Labels["env"] != "prod" || n.ReportedLabels == nil || len(n.ReportedLabels) != 0 {
+		t.Fatalf("after migration: labels %v, reported %v", n.Labels, n.ReportedLabels)
 	}
 }
