@@ -175,13 +175,11 @@ func AdminKeyTag(k gossh.PublicKey) string {
 // Certificate validity and `tether ca revoke-admin` are checked by the
 // caller, which holds the CA.
 func (d *Door) AuthorizeAdmin(operator, keyTag string) error {
-	o, ok := d.Snapshot().Operator(operator)
-	switch {
-	case !ok:
-		return refuse(ErrDenied, "operator %q is no longer registered", operator)
-	case keyTag != AdminKeyTag(o.Key):
-		return refuse(ErrDenied, "operator %q's registered key changed since this certificate was issued; run `tether login` again", operator)
-	case !slices.ContainsFunc(o.Roles, func(r roles.Compiled) bool { return r.Name == roles.BuiltinAdmin.Name }):
+	o, err := apiIdentity(d.Snapshot(), operator, keyTag)
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(o.Roles, func(r roles.Compiled) bool { return r.Name == roles.BuiltinAdmin.Name }) {
 		return refuse(ErrDenied, "operator %q no longer holds the %q role", operator, roles.BuiltinAdmin.Name)
 	}
 	return nil
@@ -192,14 +190,21 @@ func (d *Door) AuthorizeAdmin(operator, keyTag string) error {
 // operator must still be registered with that key. What it admits them to
 // is AuthorizeList's decision.
 func (d *Door) AuthorizeAPIIdentity(operator, keyTag string) error {
-	o, ok := d.Snapshot().Operator(operator)
+	_, err := apiIdentity(d.Snapshot(), operator, keyTag)
+	return err
+}
+
+// apiIdentity is the operator an API client certificate over the key
+// tagged keyTag names, if they are still registered with that key.
+func apiIdentity(s *Snapshot, operator, keyTag string) (*Operator, error) {
+	o, ok := s.Operator(operator)
 	switch {
 	case !ok:
-		return refuse(ErrDenied, "operator %q is no longer registered", operator)
+		return nil, refuse(ErrDenied, "operator %q is no longer registered", operator)
 	case keyTag != AdminKeyTag(o.Key):
-		return refuse(ErrDenied, "operator %q's registered key changed since this certificate was issued; run `tether login` again", operator)
+		return nil, refuse(ErrDenied, "operator %q's registered key changed since this certificate was issued; run `tether login` again", operator)
 	}
-	return nil
+	return o, nil
 }
 
 // ProvisionLoginFor is the login jobs use on a node with these labels.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"maps"
 	"path/filepath"
 	"testing"
@@ -93,25 +94,7 @@ func TestLabelNodes(t *testing.T) {
 // every node starts with no reported labels.
 func TestMigrateReportedLabels(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "tether.db")
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range migrations[:6] {
-		if _, err := db.ExecContext(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, q := range []string{
-		"PRAGMA user_version = 6",
-		`INSERT INTO nodes (id, name, labels, created_at) VALUES ('id-1', 'edge-1', '{"env":"prod"}', 1)`,
-	} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
+	path := dbAtVersion(t, 6, `INSERT INTO nodes (id, name, labels, created_at) VALUES ('id-1', 'edge-1', '{"env":"prod"}', 1)`)
 	s, err := OpenSQLite(ctx, path)
 	if err != nil {
 		t.Fatal(err)
@@ -124,4 +107,29 @@ func TestMigrateReportedLabels(t *testing.T) {
 	if n.Labels["env"] != "prod" || n.ReportedLabels == nil || len(n.ReportedLabels) != 0 {
 		t.Fatalf("after migration: labels %v, reported %v", n.Labels, n.ReportedLabels)
 	}
+}
+
+// dbAtVersion creates a database with the schema of version v (the first v
+// migrations), runs stmts on it (rows as an older hub wrote them) and
+// returns its path, for a migration test to open.
+func dbAtVersion(t *testing.T, v int, stmts ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "tether.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for i, m := range migrations[:v] {
+		if _, err := db.ExecContext(ctx, m); err != nil {
+			t.Fatalf("v%d: %v", i+1, err)
+		}
+	}
+	for _, q := range append([]string{fmt.Sprintf("PRAGMA user_version = %d", v)}, stmts...) {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return path
 }
