@@ -181,9 +181,11 @@ func TestOperatorsListTheirNodes(t *testing.T) {
 	if err := c.RemoveOperator(ctx, "alice"); err != nil {
 		t.Fatal(err)
 	}
-	if nodes, err := alice.ListNodes(ctx); err == nil {
-		t.Fatalf("removed operator still lists %v", names(nodes))
+	nodes, err := alice.ListNodes(ctx)
+	if err == nil || !strings.Contains(err.Error(), `operator "alice" is no longer registered`) {
+		t.Fatalf("removed operator lists %v (%v); want a refusal that says why", names(nodes), err)
 	}
+	wantStatus(t, "removed operator listing nodes", err, http.StatusForbidden)
 }
 
 // TestNodeLabelsTakeEffectAtOnce: `tether nodes label` changes a node's

@@ -3,7 +3,6 @@ package hub
 import (
 	"context"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -24,7 +23,7 @@ import (
 // which shows only the nodes their roles select; every other endpoint
 // refuses it (403).
 
-var errNotOperator = errors.New("not an operator API identity of this hub")
+var errNotOperator = api.ErrNotOperatorIdentity
 
 // loginOperatorCert issues an operator's API certificate for a login that
 // sent a CSR, as a PEM chain ("" without a CSR). The caller puts it in
@@ -59,7 +58,7 @@ func (s *Server) authorizeOperatorCert(chain []*x509.Certificate) (string, error
 		return "", fmt.Errorf("certificate %q: %w", leaf.Subject.CommonName, errNotOperator)
 	}
 	if leaf.NotAfter.Sub(leaf.NotBefore) > MaxAdminCertTTL+clockSkewAllowance {
-		return "", fmt.Errorf("certificate %q lives longer than %s: %w", leaf.Subject.CommonName, MaxAdminCertTTL, errNotOperator)
+		return "", fmt.Errorf("certificate %q lives longer than %s, which no API certificate of this hub does; run `tether login` again", leaf.Subject.CommonName, MaxAdminCertTTL)
 	}
 	if ca.IssuedAt(leaf).Before(s.adminValidFrom()) {
 		return "", fmt.Errorf("certificate %q was issued before `tether ca revoke-admin`; run `tether login` again", leaf.Subject.CommonName)

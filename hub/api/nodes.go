@@ -22,9 +22,15 @@ import (
 type Operators interface {
 	// Authorize decides whether a TLS client certificate chain (leaf
 	// first) is an operator's API identity that is valid now, and names
-	// the operator. Refusals say what to do.
+	// the operator. A chain that is no operator identity at all is
+	// ErrNotOperatorIdentity (the admin check comes next); other refusals
+	// say what to do.
 	Authorize(chain []*x509.Certificate) (operator string, err error)
 }
+
+// ErrNotOperatorIdentity is wrapped by Operators.Authorize when the
+// certificate is not an operator's API identity (it may be an admin's).
+var ErrNotOperatorIdentity = errors.New("not an operator API identity of this hub")
 
 // lister wraps endpoints every authenticated caller may use, each seeing
 // only the nodes the door lets it list (access.Door.AuthorizeList): the
@@ -33,8 +39,13 @@ func (h *handler) lister(next func(http.ResponseWriter, *http.Request, caller)) 
 	admitted := h.automation(next)
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") == "" && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 && h.Operators != nil && h.Door != nil {
-			if name, err := h.Operators.Authorize(r.TLS.PeerCertificates); err == nil {
+			name, err := h.Operators.Authorize(r.TLS.PeerCertificates)
+			switch {
+			case err == nil:
 				next(w, r, caller{Caller: access.Caller{Operator: name, Name: "operator:" + name}, door: h.Door})
+				return
+			case !errors.Is(err, ErrNotOperatorIdentity):
+				h.writeErr(w, r, fail(ErrRefused, "operator API certificate refused: %s", err.Error()))
 				return
 			}
 		}
