@@ -36,10 +36,7 @@ last_seen and more.`,
 	},
 		"NAME\tONLINE\tTRANSPORT\tAGENT\tOS\tLAST SEEN\tCLUSTER\tLABELS\tREPORTED",
 		func(n api.Node) string {
-			seen := "never"
-			if !n.LastSeen.IsZero() {
-				seen = time.Since(n.LastSeen).Round(time.Second).String() + " ago"
-			}
+			seen := lastSeenText(n, time.Now())
 			online := fmt.Sprint(n.Online)
 			if !n.RevokedAt.IsZero() {
 				online = "revoked"
