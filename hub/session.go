@@ -109,6 +109,9 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 		registry.CloseAfterGrace(sess)
 		return
 	}
+	// Stored before the node shows online, so a listing that shows it
+	// online shows what it reported.
+	s.storeReportedLabels(ctx, log, node, msg.Hello.Labels)
 	conn := registry.NewConn(node.ID, node.Name, sess, ctrl)
 	if err := conn.Send(&control.Message{Type: control.TypeWelcome, Welcome: s.liveness().Welcome(node.ID, node.Name)}); err != nil {
 		log.Info("session ended during welcome", "err", err)
@@ -135,7 +138,6 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	conn.PushMu.Lock()
 	conn.Labels = n.Labels
 	conn.PushMu.Unlock()
-	s.storeReportedLabels(ctx, log, n, msg.Hello.Labels)
 	// Registered first, then pushed: an operator or role change from now
 	// on reaches this session too.
 	hostKey := s.certifyHost(conn, log)
