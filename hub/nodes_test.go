@@ -126,7 +126,8 @@ func TestOperatorsListTheirNodes(t *testing.T) {
 	if _, err := c.PutRole(ctx, "dev-ops", api.RolePutRequest{Nodes: "env=dev", Logins: []string{"root"}}); err != nil {
 		t.Fatal(err)
 	}
-	alice := operatorClient(t, s, "alice", addOperator(t, c, "alice", "dev-ops"))
+	aliceKey := addOperator(t, c, "alice", "dev-ops")
+	alice := operatorClient(t, s, "alice", aliceKey)
 	tok, err := c.CreateAPIToken(ctx, api.APITokenCreateRequest{Role: "dev-ops"})
 	if err != nil {
 		t.Fatal(err)
@@ -176,6 +177,26 @@ func TestOperatorsListTheirNodes(t *testing.T) {
 	wantStatus(t, "bad API token on an admin endpoint", err, http.StatusUnauthorized)
 	_, err = bad.ListNodes(ctx)
 	wantStatus(t, "bad API token listing nodes", err, http.StatusUnauthorized)
+
+	// `tether ca revoke-admin` ends operators' API identities too; a new
+	// login works again.
+	if _, err := c.RevokeAdmin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = alice.ListNodes(ctx)
+	wantStatus(t, "operator identity after revoke-admin", err, http.StatusForbidden)
+	if !strings.Contains(err.Error(), "revoke-admin") {
+		t.Fatalf("refusal after revoke-admin does not say why: %v", err)
+	}
+	c, err = api.NewLocalClient(s.cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	alice = operatorClient(t, s, "alice", aliceKey)
+	if _, err := alice.ListNodes(ctx); err != nil {
+		t.Fatalf("after a new login: %v", err)
+	}
 
 	// Removing the operator ends their API identity at the next request.
 	if err := c.RemoveOperator(ctx, "alice"); err != nil {
