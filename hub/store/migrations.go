@@ -75,7 +75,14 @@ var migrations = []string{
 	migrationNodeIDs,
 	// v7: several keys per operator (operator_keys).
 	migrationOperatorKeys,
+	// v8: labels the agent reports, kept apart from the hub-set labels.
+	migrationReportedLabels,
 }
+
+// migrationReportedLabels adds the labels a node's agent reports about
+// itself (its labels file). They live in their own column so no query that
+// decides access (the labels column) can ever read them.
+const migrationReportedLabels = `ALTER TABLE nodes ADD COLUMN reported_labels TEXT NOT NULL DEFAULT '{}';`
 
 const migrationV4 = `CREATE TABLE jobs (
 		id TEXT PRIMARY KEY,
