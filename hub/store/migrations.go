@@ -1,6 +1,8 @@
 package store
 
-const schemaVersion = 7
+// schemaVersion is the version this hub migrates a database to: one
+// version per migration, so adding a migration is the only step.
+var schemaVersion = len(migrations)
 
 var migrations = []string{
 	// v1
