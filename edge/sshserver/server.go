@@ -35,7 +35,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,8 +59,17 @@ type Config struct {
 	HostKeyPath string
 
 	// Shell runs interactive sessions (as a login shell) and commands
-	// (Shell -c command). Empty means $SHELL, or /bin/sh if that is unset.
+	// (Shell -c command). Empty means the agent user's login shell from the
+	// password database, or /bin/sh if that is a nologin shell (a service
+	// account's /usr/sbin/nologin or /bin/false would refuse every session)
+	// or unknown; New logs which shell it chose and why.
 	Shell string
+
+	// OnEvent, if set, receives security-relevant events (refused logins,
+	// port forwardings, connections closed because access was revoked) for
+	// the hub's audit. It is called on the connection's goroutine and must
+	// not block.
+	OnEvent func(Event)
 
 	// Logger receives connection and session events, each connection's
 	// records carrying its remote address. Nil discards everything.
@@ -82,12 +90,6 @@ type Config struct {
 func (c *Config) CheckAndSetDefaults() error {
 	if c.HostKeyPath == "" {
 		return errors.New("sshserver: Config.HostKeyPath is required")
-	}
-	if c.Shell == "" {
-		c.Shell = os.Getenv("SHELL")
-	}
-	if c.Shell == "" {
-		c.Shell = "/bin/sh"
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -118,10 +120,13 @@ type Server struct {
 	userCAs    atomic.Pointer[keySet] // trusted user certificate authorities
 	revoked    atomic.Pointer[keySet] // keys refused with or without a certificate
 	principals atomic.Pointer[certPrincipals]
+	noForward  atomic.Pointer[[]string] // certificate principals that may not forward
+
+	remoteForwards ssh.ForwardedTCPHandler // ssh -R listeners, per bind address
 
 	mu     sync.Mutex // guards the following fields
 	closed bool
-	conns  map[net.Conn]struct{}
+	conns  map[net.Conn]*connState
 	wg     sync.WaitGroup // one per ServeConn call in flight; Add only under mu
 }
 
@@ -135,37 +140,51 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Shell == "" {
+		var why string
+		cfg.Shell, why = defaultShell()
+		cfg.Logger.Info("embedded SSH server shell", "shell", cfg.Shell, "why", why)
+	}
 	s := &Server{
 		cfg:    cfg,
 		log:    cfg.Logger,
 		signer: signer,
 		user:   currentUser(cfg.Shell),
-		conns:  make(map[net.Conn]struct{}),
+		conns:  make(map[net.Conn]*connState),
 	}
 	s.authorized.Store(&keySet{})
 	s.revoked.Store(&keySet{})
 	s.userCAs.Store(&keySet{})
 	s.srv = &ssh.Server{
-		HostSigners:          []ssh.Signer{signer},
-		Version:              "Tether",
-		Handler:              s.handleSession,
-		PublicKeyHandler:     s.authorize,
+		HostSigners: []ssh.Signer{signer},
+		Version:     "Tether",
+		Handler:     s.handleSession,
+		// No gliderlabs PublicKeyHandler: serverConfig installs x/crypto's
+		// callback itself, to give refused logins a reason (a banner).
 		ConnCallback:         s.connCallback,
 		ServerConfigCallback: s.serverConfig,
 		IdleTimeout:          cfg.IdleTimeout,
-		// Only "session" channels: no direct-tcpip, so local forwarding is
-		// refused at the channel level; the nil forwarding callbacks below
-		// deny the rest.
+		// Sessions, and ssh -L to the node's loopback (forward.go); other
+		// channel types (X11) are refused.
 		ChannelHandlers: map[string]ssh.ChannelHandler{
-			"session": s.sessionChannel,
+			"session":      s.sessionChannel,
+			"direct-tcpip": s.directTCPIP,
 		},
-		// No "tcpip-forward" handler: remote forwarding is refused.
-		RequestHandlers: map[string]ssh.RequestHandler{},
+		RequestHandlers: map[string]ssh.RequestHandler{
+			"tcpip-forward":        s.forwardRequest,
+			"cancel-tcpip-forward": s.forwardRequest,
+		},
 		SubsystemHandlers: map[string]ssh.SubsystemHandler{
 			"sftp": s.handleSFTP,
 		},
-		LocalPortForwardingCallback:   nil,
-		ReversePortForwardingCallback: nil,
+		// forward.go decides before gliderlabs' handlers ask these; they
+		// check again so nothing reaches the handlers undecided.
+		LocalPortForwardingCallback: func(ctx ssh.Context, host string, _ uint32) bool {
+			return isLoopbackHost(host) && s.forwardGrant(ctx) == nil
+		},
+		ReversePortForwardingCallback: func(ctx ssh.Context, host string, _ uint32) bool {
+			return isLoopbackHost(host) && s.forwardGrant(ctx) == nil
+		},
 	}
 	return s, nil
 }
@@ -257,9 +276,9 @@ func (s *Server) trackConn(conn net.Conn) (*connState, bool) {
 	if s.closed {
 		return nil, false
 	}
-	s.conns[conn] = struct{}{}
-	s.wg.Add(1)
 	st := &connState{log: s.log.With("remote", addrString(conn.RemoteAddr()))}
+	s.conns[conn] = st
+	s.wg.Add(1)
 	return st, true
 }
 
@@ -282,6 +301,10 @@ type connState struct {
 	log           *slog.Logger
 	authenticated atomic.Bool // set once user authentication succeeded
 	tasks         tracker     // sessions and their helper goroutines
+
+	mu       sync.Mutex          // guards the following fields
+	login    login               // who authenticated, for recheckConns
+	reported map[string]struct{} // events already reported (firstReport)
 }
 
 type connStateKey struct{}
@@ -305,6 +328,15 @@ func (s *Server) connCallback(ctx ssh.Context, conn net.Conn) net.Conn {
 // serverConfig adds what gliderlabs does not expose to the x/crypto config.
 func (s *Server) serverConfig(ctx ssh.Context) *gossh.ServerConfig {
 	return &gossh.ServerConfig{
+		PublicKeyCallback: func(md gossh.ConnMetadata, key gossh.PublicKey) (*gossh.Permissions, error) {
+			return s.publicKeyCallback(ctx, md, key)
+		},
+		// With no gliderlabs auth handler set, gliderlabs sets
+		// NoClientAuth; this callback is what then refuses the "none"
+		// method (TestNoneAuthRefused).
+		NoClientAuthCallback: func(gossh.ConnMetadata) (*gossh.Permissions, error) {
+			return nil, errors.New("sshserver: public key authentication required")
+		},
 		// AuthLogCallback is the one hook that fires after a signature
 		// was verified (the public key callback also runs for mere
 		// queries), so it is where the handshake counts as done.
@@ -323,6 +355,7 @@ func (s *Server) serverConfig(ctx ssh.Context) *gossh.ServerConfig {
 			attrs := []any{"user", md.User(), "method", method}
 			if key, ok := ctx.Value(ssh.ContextKeyPublicKey).(ssh.PublicKey); ok {
 				attrs = append(attrs, "key", keyDescription(key))
+				st.setLogin(login{user: md.User(), key: key})
 			}
 			st.log.Info("authenticated", attrs...)
 		},

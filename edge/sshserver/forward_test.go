@@ -1,0 +1,193 @@
+package sshserver
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tether-dev/tether/internal/testenv"
+)
+
+// eventLog collects the server's events.
+type eventLog struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (l *eventLog) add(e Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+func (l *eventLog) find(kind EventKind) (Event, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.events {
+		if e.Kind == kind {
+			return e, true
+		}
+	}
+	return Event{}, false
+}
+
+func newEventEnv(t *testing.T) (*testEnv, *eventLog) {
+	l := &eventLog{}
+	return newTestEnv(t, func(c *Config) { c.OnEvent = l.add }), l
+}
+
+// echoServer listens on the loopback and echoes one line per connection.
+func echoServer(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(20 * time.Second))
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				io.WriteString(c, "echo:"+line)
+			})
+		}
+	})
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// freePort returns a loopback port nobody listens on (for ssh -R).
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func TestLocalForwarding(t *testing.T) {
+	cases := []struct {
+		name, host string
+		noForward  bool
+		wantErr    string // "" = works
+	}{
+		{"loopback v4", "127.0.0.1", false, ""},
+		{"localhost", "localhost", false, ""},
+		{"not loopback", "192.0.2.1", false, "is not the node's loopback"},
+		{"role denies", "127.0.0.1", true, "none of your roles"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e, events := newEventEnv(t)
+			tc := tc
+			tc.host = net.JoinHostPort(tc.host, fmt.Sprint(echoServer(t)))
+			dest := tc.host
+			e.srv.SetAuthorizedKeyLogins([]AuthorizedKey{{Key: e.key.Pub(), NoForwarding: tc.noForward, Name: "alice"}})
+			// -W opens the same direct-tcpip channel as -L.
+			reply, r := e.stdioForward(dest, "hi\n")
+			if tc.wantErr == "" {
+				mustSucceed(t, "ssh -W", r)
+				if reply != "echo:hi\n" {
+					t.Fatalf("forwarded reply %q", reply)
+				}
+				if ev, ok := events.find(EventForward); !ok || ev.Operator != "alice" || !strings.Contains(ev.Detail, dest) {
+					t.Errorf("forward event %+v, %v", ev, ok)
+				}
+				return
+			}
+			if r.code != 255 || !strings.Contains(r.stderr, tc.wantErr) {
+				t.Fatalf("exit %d, stderr %q; want 255 and %q", r.code, r.stderr, tc.wantErr)
+			}
+			if _, ok := events.find(EventForwardRefused); !ok {
+				t.Error("no forward-refused event")
+			}
+		})
+	}
+}
+
+func TestRemoteForwarding(t *testing.T) {
+	t.Run("loopback", func(t *testing.T) {
+		e, events := newEventEnv(t)
+		echo := echoServer(t)
+		listen := freePort(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		cmd := e.clientCmd(ctx, "ssh", "-o", "ExitOnForwardFailure=yes", "-R", fmt.Sprintf("%d:127.0.0.1:%d", listen, echo), testHost, "sleep 60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cancel(); cmd.Wait() }()
+		var reply string
+		testenv.WaitFor(t, "the remote forward answers", 20*time.Second, func() bool {
+			c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", listen), time.Second)
+			if err != nil {
+				return false
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			io.WriteString(c, "remote\n")
+			reply, _ = bufio.NewReader(c).ReadString('\n')
+			return reply != ""
+		})
+		if reply != "echo:remote\n" {
+			t.Fatalf("reply %q", reply)
+		}
+		if _, ok := events.find(EventForward); !ok {
+			t.Error("no forward event")
+		}
+	})
+	for _, tc := range []struct{ name, bind string }{
+		{"any address", "0.0.0.0"},
+		{"other address", "192.0.2.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, _ := newEventEnv(t)
+			echo := echoServer(t)
+			r := e.ssh("-o", "ExitOnForwardFailure=yes", "-R", fmt.Sprintf("%s:%d:127.0.0.1:%d", tc.bind, freePort(t), echo), testHost, "true")
+			if r.code != 255 || !strings.Contains(r.stderr, "remote port forwarding failed") {
+				t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+			}
+		})
+	}
+}
+
+// stdioForward runs ssh -W dest, sends line, reads one line of answer and
+// then closes stdin. Stdin stays open until the answer is in: gliderlabs'
+// forwarding has no half-close, so EOF from the client ends both directions.
+func (e *testEnv) stdioForward(dest, line string) (reply string, r result) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := e.clientCmd(ctx, "ssh", "-o", "LogLevel=INFO", "-W", dest, testHost)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	io.WriteString(stdin, line)
+	reply, _ = bufio.NewReader(stdout).ReadString('\n')
+	stdin.Close()
+	io.Copy(io.Discard, stdout)
+	err := cmd.Wait()
+	r = result{stderr: stderr.String(), code: cmd.ProcessState.ExitCode()}
+	if ctx.Err() != nil {
+		e.t.Fatalf("ssh -W %s: timed out (%v); stderr %s", dest, err, r.stderr)
+	}
+	return reply, r
+}
