@@ -117,4 +117,3 @@ func sftpString(b []byte) (s string, rest []byte, ok bool) {
 	}
 	return string(b[4 : 4+n]), b[4+n:], true
 }
-
