@@ -64,6 +64,7 @@ func (a *Agent) applySSHTrust(t *control.SSHTrust, log *slog.Logger) {
 		a.sshd.SetRevokedKeys(parseKeys(t.RevokedKeys, log))
 		// Always role-scoped: an empty map means no certificate logs in.
 		a.sshd.SetCertPrincipals(nonNil(t.Principals), t.AnyLogin)
+		a.sshd.SetNoForwardingPrincipals(t.NoForwarding)
 		if cert != nil {
 			if err := a.sshd.AddHostCertificate(cert); err != nil {
 				log.Warn("host certificate from hub not usable", "err", err)
@@ -104,17 +105,24 @@ func (a *Agent) setAuthorizedKeys(lines []string, log *slog.Logger) {
 	}
 	keys := make([]sshserver.AuthorizedKey, 0, len(lines))
 	for _, l := range lines {
-		k, _, options, _, err := gossh.ParseAuthorizedKey([]byte(l))
+		k, comment, options, _, err := gossh.ParseAuthorizedKey([]byte(l))
 		if err != nil {
 			log.Warn("ignoring unreadable authorized key from hub", "err", err)
 			continue
 		}
-		ak := sshserver.AuthorizedKey{Key: k}
+		// The comment is the operator's name (access.KeysFor).
+		ak := sshserver.AuthorizedKey{Key: k, Name: comment}
 		for _, o := range options {
 			// tether-logins="root,ubuntu": the logins the operator's roles
 			// allow on this node; absent means any login.
 			if v, ok := strings.CutPrefix(o, "tether-logins="); ok {
 				ak.Logins = strings.Split(strings.Trim(v, `"`), ",")
+			}
+			// OpenSSH's option: none of the operator's roles selecting
+			// this node allows forwarding; absent (also from older hubs)
+			// allows it.
+			if o == "no-port-forwarding" {
+				ak.NoForwarding = true
 			}
 		}
 		keys = append(keys, ak)
