@@ -1,6 +1,6 @@
 package store
 
-const schemaVersion = 6
+const schemaVersion = 7
 
 var migrations = []string{
 	// v1
@@ -73,6 +73,9 @@ var migrations = []string{
 	migrationAdmin,
 	// v6: cluster memberships and job runs follow the node's ID, not its name.
 	migrationNodeIDs,
+	// v7: whether a role allows port forwarding (existing roles keep the
+	// default: allowed).
+	`ALTER TABLE roles ADD COLUMN forwarding INTEGER NOT NULL DEFAULT 1;`,
 }
 
 const migrationV4 = `CREATE TABLE jobs (
