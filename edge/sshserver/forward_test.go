@@ -68,17 +68,6 @@ func echoServer(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// freePort returns a loopback port nobody listens on (for ssh -R).
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func TestLocalForwarding(t *testing.T) {
 	cases := []struct {
 		name, host string
@@ -123,7 +112,7 @@ func TestRemoteForwarding(t *testing.T) {
 	t.Run("loopback", func(t *testing.T) {
 		e, events := newEventEnv(t)
 		echo := echoServer(t)
-		listen := freePort(t)
+		listen := testenv.FreePort(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		cmd := e.clientCmd(ctx, "ssh", "-o", "ExitOnForwardFailure=yes", "-R", fmt.Sprintf("%d:127.0.0.1:%d", listen, echo), testHost, "sleep 60")
@@ -157,7 +146,7 @@ func TestRemoteForwarding(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e, _ := newEventEnv(t)
 			echo := echoServer(t)
-			r := e.ssh("-o", "ExitOnForwardFailure=yes", "-R", fmt.Sprintf("%s:%d:127.0.0.1:%d", tc.bind, freePort(t), echo), testHost, "true")
+			r := e.ssh("-o", "ExitOnForwardFailure=yes", "-R", fmt.Sprintf("%s:%d:127.0.0.1:%d", tc.bind, testenv.FreePort(t), echo), testHost, "true")
 			if r.code != 255 || !strings.Contains(r.stderr, "remote port forwarding failed") {
 				t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 			}
