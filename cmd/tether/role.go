@@ -39,11 +39,11 @@ func newRoleCreateCmd() *cobra.Command {
 	var logins []string
 	var forwarding bool
 	cmd := &cobra.Command{
-		Use:     "create NAME --nodes SELECTOR --logins LOGIN[,LOGIN]",
-		Short:   "Create or replace a role",
+		Use:   "create NAME --nodes SELECTOR --logins LOGIN[,LOGIN]",
+		Short: "Create or replace a role",
 		Example: `  tether role create fleet-ops --nodes 'site=lab,env!=prod' --logins root,ubuntu
   tether role create auditors --nodes '*' --logins audit --forwarding=false`,
-		Args:    cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
 			if err != nil {
