@@ -15,18 +15,27 @@
 // Every session runs in its own POSIX session (setsid), which is also its own
 // process group. When the session ends for any reason (the command exits, the
 // client disconnects, the channel closes, ServeConn's context is cancelled or
-// Close is called) everything left in that session is killed with SIGKILL, so
-// nothing outlives the SSH session: background jobs and nohup'ed commands
-// included. Only processes that deliberately leave the session (setsid,
-// daemonizing) escape, as with any supervisor; one that also keeps the
-// session's stdout or stderr open keeps the session open until the client
-// disconnects, as with sshd. Killing the whole session relies on /proc and is
-// complete on Linux; elsewhere only the session's main process group is
-// killed. The package builds on Unix systems only.
+// Close is called) everything left in that session gets SIGHUP and SIGCONT,
+// as sshd's hangup does: a plain background job dies, while what the user
+// detached (nohup, setsid, systemd-run) keeps running. A session's main
+// process that survives the hangup after its client is gone is killed after
+// leaderGrace. A client that sends KillOnEndRequest (the hub's job runner)
+// gets SIGKILL for everything left in the session instead. One that keeps
+// the session's stdout or stderr open keeps the session open until the client
+// disconnects, as with sshd. Reaching the whole session relies on /proc and
+// is complete on Linux; elsewhere only the session's main process group is
+// signalled. The package builds on Unix systems only.
 //
 // Supported: exec and shell sessions with or without a PTY, window changes,
 // client signals, the "sftp" subsystem (which also serves OpenSSH 9's scp),
-// agent forwarding (ssh -A). Denied: local and remote port forwarding, X11.
+// agent forwarding (ssh -A), local and remote port forwarding to and on the
+// node's loopback (forward.go). Denied: X11, forwarding anywhere else.
+//
+// Refused logins of known keys are told why (an SSH banner), and refusals,
+// forwardings and connections closed after a trust change are reported
+// through Config.OnEvent for the hub's audit. When the keys, CAs, revoked
+// keys or principals change, connections whose key no longer may log in as
+// their login are closed.
 package sshserver
 
 import (
