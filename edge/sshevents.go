@@ -48,7 +48,7 @@ func (a *Agent) onSSHEvent(e sshserver.Event) {
 	select {
 	case a.events.queue <- ev:
 	default:
-		a.log.Warn("ssh event dropped: too many waiting for the hub", "kind", e.Kind, "login", e.Login)
+		a.log.Debug("ssh event dropped: too many waiting for a hub that takes them", "kind", e.Kind, "login", e.Login)
 	}
 }
 
