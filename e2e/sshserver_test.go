@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // loopbackEcho listens on 127.0.0.1 (the node's loopback: agents run on
@@ -80,8 +82,7 @@ func startSSH(t *testing.T, args ...string) *exec.Cmd {
 func TestEmbeddedServerForwarding(t *testing.T) {
 	h := startHub(t)
 	h.cli("operator", "add", "alice", "--key", opPub)
-	bobKey := filepath.Join(t.TempDir(), "bob")
-	runCmd(t, 10*time.Second, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", bobKey)
+	bobKey := testenv.NewKeyFile(t, filepath.Join(t.TempDir(), "bob")).Path
 	h.cli("role", "create", "no-fwd", "--nodes", "*", "--logins", loginUser, "--forwarding=false")
 	h.cli("operator", "add", "bob", "--key", bobKey+".pub", "--role", "no-fwd")
 	startAgent(t, h.token(), "fwd1", "--ssh", "embedded")
@@ -135,8 +136,7 @@ func TestEmbeddedServerForwarding(t *testing.T) {
 // operator. Narrowing the role ends a live session that used the login.
 func TestEmbeddedServerLoginRefused(t *testing.T) {
 	h := startHub(t)
-	bobKey := filepath.Join(t.TempDir(), "bob")
-	runCmd(t, 10*time.Second, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", bobKey)
+	bobKey := testenv.NewKeyFile(t, filepath.Join(t.TempDir(), "bob")).Path
 	h.cli("role", "create", "ops", "--nodes", "*", "--logins", loginUser)
 	h.cli("operator", "add", "bob", "--key", bobKey+".pub", "--role", "ops")
 	startAgent(t, h.token(), "lr1", "--ssh", "embedded")
