@@ -232,7 +232,8 @@ var ErrNotHostCert = errors.New("not a host certificate")
 
 // ServeConn runs the SSH protocol on conn until the client disconnects, ctx
 // is cancelled or Close is called, and returns once every session of the
-// connection has ended and its processes have been killed. conn is always
+// connection has ended and its main processes are gone (what is left in
+// their sessions was hung up, see the package doc). conn is always
 // closed on return. Call it once per stream, typically in its own goroutine.
 func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 	st, ok := s.trackConn(conn)
@@ -264,8 +265,8 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 	st.log.Debug("connection ended")
 }
 
-// Close closes every connection being served, which ends their sessions and
-// kills their processes, and waits until all ServeConn calls have returned.
+// Close closes every connection being served, which ends their sessions
+// (hangs them up, see the package doc), and waits until all ServeConn calls have returned.
 // Later ServeConn calls close their conn immediately. Close is idempotent and
 // always returns nil; the error is there to satisfy io.Closer.
 func (s *Server) Close() error {
