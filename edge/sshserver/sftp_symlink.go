@@ -33,10 +33,11 @@ type symlinkFilter struct {
 	workDir string
 	pending []byte // bytes of the current packet not yet returned
 	left    uint32 // bytes of the current packet still to pass through from r
+	symlink func(target, link string) error // os.Symlink; replaced in tests
 }
 
 func newSymlinkFilter(rwc io.ReadWriteCloser, workDir string) *symlinkFilter {
-	return &symlinkFilter{ReadWriteCloser: rwc, r: bufio.NewReader(rwc), workDir: workDir}
+	return &symlinkFilter{ReadWriteCloser: rwc, r: bufio.NewReader(rwc), workDir: workDir, symlink: os.Symlink}
 }
 
 // Read implements io.Reader over the (possibly rewritten) packet stream.
@@ -92,7 +93,7 @@ func (f *symlinkFilter) rewrite(pkt []byte) []byte {
 	if !path.IsAbs(local) {
 		local = path.Join(f.workDir, local)
 	}
-	if err := os.Symlink(target, local); err != nil {
+	if err := f.symlink(target, local); err != nil {
 		return pkt
 	}
 	// SETSTAT id, path, attrs with flags 0: answers OK, changes nothing.
