@@ -31,8 +31,8 @@ type symlinkFilter struct {
 	io.ReadWriteCloser
 	r       *bufio.Reader
 	workDir string
-	pending []byte // bytes of the current packet not yet returned
-	left    uint32 // bytes of the current packet still to pass through from r
+	pending []byte                          // bytes of the current packet not yet returned
+	left    uint32                          // bytes of the current packet still to pass through from r
 	symlink func(target, link string) error // os.Symlink; replaced in tests
 }
 
