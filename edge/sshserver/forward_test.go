@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/internal/testenv"
 )
@@ -179,4 +182,45 @@ func (e *testEnv) stdioForward(dest, line string) (reply string, r result) {
 		e.t.Fatalf("ssh -W %s: timed out (%v); stderr %s", dest, err, r.stderr)
 	}
 	return reply, r
+}
+
+// Certificate logins: forwarding follows the principal the login came
+// through; a hub that never sends no_forwarding principals allows it.
+func TestCertificateForwarding(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		noForward []string // nil: never set, as with an older hub
+		wantErr   string
+	}{
+		{"older hub", nil, ""},
+		{"other role refuses", []string{"tether:audit:operator"}, ""},
+		{"role refuses", []string{"tether:ops:operator"}, "none of your roles"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEnv(t)
+			echo := echoServer(t)
+			ca := newCA(t)
+			e.srv.SetAuthorizedKeys(nil)
+			e.srv.SetTrustedUserCAs([]gossh.PublicKey{ca.PublicKey()})
+			e.srv.SetCertPrincipals(map[string][]string{"operator": {"tether:ops:operator"}}, nil)
+			if tc.noForward != nil {
+				e.srv.SetNoForwardingPrincipals(tc.noForward)
+			}
+			cert := signCert(t, ca, &gossh.Certificate{Key: e.key.Pub(), CertType: gossh.UserCert, KeyId: "tether:operator:alice",
+				ValidPrincipals: []string{"tether:ops:operator"}, ValidBefore: gossh.CertTimeInfinity})
+			if err := os.WriteFile(e.key.Path+"-cert.pub", gossh.MarshalAuthorizedKey(cert), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			reply, r := e.stdioForward(fmt.Sprintf("127.0.0.1:%d", echo), "cert\n")
+			if tc.wantErr == "" {
+				if r.code != 0 || reply != "echo:cert\n" {
+					t.Fatalf("exit %d, reply %q, stderr %q", r.code, reply, r.stderr)
+				}
+				return
+			}
+			if r.code != 255 || !strings.Contains(r.stderr, tc.wantErr) {
+				t.Fatalf("exit %d, stderr %q; want %q", r.code, r.stderr, tc.wantErr)
+			}
+		})
+	}
 }
