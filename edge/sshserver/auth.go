@@ -256,6 +256,24 @@ func (s *Server) publicKeyCallback(ctx ssh.Context, md gossh.ConnMetadata, key g
 	return &gossh.Permissions{}, nil
 }
 
+// userCertKeyIDPrefix starts the key id of the user certificates `tether
+// login` issues (hub/access.UserCertKeyIDPrefix); the rest is the operator.
+const userCertKeyIDPrefix = "tether:operator:"
+
+// operatorOf is whose key k is, as far as the node knows: the authorized
+// key's comment, or the operator a certificate was issued to; "" if unknown.
+func (s *Server) operatorOf(k gossh.PublicKey) string {
+	if g, ok := s.authorized.Load().grant(k); ok {
+		return g.name
+	}
+	if c, ok := k.(*gossh.Certificate); ok {
+		if name, ok := strings.CutPrefix(c.KeyId, userCertKeyIDPrefix); ok {
+			return name
+		}
+	}
+	return ""
+}
+
 func isCertificate(k gossh.PublicKey) bool {
 	_, ok := k.(*gossh.Certificate)
 	return ok
@@ -299,7 +317,7 @@ func (s *Server) checkUserCert(user string, cert *gossh.Certificate) (*gossh.Per
 			if err := checker.CheckCert(firstOr(cert.ValidPrincipals, ""), cert); err != nil {
 				return nil, "", fmt.Errorf("sshserver: check user certificate: %w", err)
 			}
-			return nil, "", &refusal{operator: strings.TrimPrefix(cert.KeyId, "tether:operator:"), reason: fmt.Sprintf(
+			return nil, "", &refusal{operator: strings.TrimPrefix(cert.KeyId, userCertKeyIDPrefix), reason: fmt.Sprintf(
 				"certificate %q (principals %s) does not allow login %q on this node. Log in with a login one of your roles allows here, or ask a hub admin to add %q to such a role, then run tether login again",
 				cert.KeyId, strings.Join(cert.ValidPrincipals, ","), user, user)}
 		}

@@ -241,15 +241,15 @@ func TestTrustChangeEndsSessions(t *testing.T) {
 			e, events := newEventEnv(t)
 			// An unrelated change keeps the session.
 			other := testenv.NewKey(t)
-			e.srv.SetAuthorizedKeys([]gossh.PublicKey{e.key.Pub(), other.Pub()})
+			e.srv.SetAuthorizedKeyLogins([]AuthorizedKey{{Key: e.key.Pub(), Name: "alice"}, {Key: other.Pub(), Name: "bob"}})
 			cmd, pid := e.startSleeper()
 			tc.change(e)
 			if err := waitExit(t, cmd); err == nil {
 				t.Fatal("ssh exited 0 after its access was revoked")
 			}
 			waitProcessGone(t, pid)
-			if _, ok := events.find(EventAccessRevoked); !ok {
-				t.Error("no access-revoked event")
+			if ev, ok := events.find(EventAccessRevoked); !ok || ev.Operator != "alice" || ev.Login != "operator" {
+				t.Errorf("access-revoked event %+v, %v", ev, ok)
 			}
 		})
 	}

@@ -68,8 +68,9 @@ func (st *connState) firstRefusal(user string, key gossh.PublicKey) bool {
 
 // login is who a connection authenticated as; zero before authentication.
 type login struct {
-	user string
-	key  gossh.PublicKey
+	user     string
+	key      gossh.PublicKey
+	operator string // whose key, as far as the node knows (operatorOf)
 }
 
 func (st *connState) setLogin(l login) {
@@ -110,7 +111,7 @@ func (s *Server) recheckConns() {
 	for _, v := range victims {
 		v.st.log.Warn("access revoked by the hub; closing the connection", "user", v.l.user, "key", keyDescription(v.l.key))
 		v.conn.Close()
-		s.emit(Event{Kind: EventAccessRevoked, Login: v.l.user, KeyFingerprint: fingerprint(v.l.key),
+		s.emit(Event{Kind: EventAccessRevoked, Login: v.l.user, Operator: v.l.operator, KeyFingerprint: fingerprint(v.l.key),
 			Detail: "live connection closed: the hub's trust no longer allows this key and login"})
 	}
 }

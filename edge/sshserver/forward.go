@@ -147,9 +147,7 @@ func (s *Server) forwardEvent(ctx ssh.Context, conn *gossh.ServerConn, kind Even
 	}
 	if key, ok := ctx.Value(ssh.ContextKeyPublicKey).(ssh.PublicKey); ok {
 		e.KeyFingerprint = fingerprint(key)
-		if g, ok := s.authorized.Load().grant(key); ok {
-			e.Operator = g.name
-		}
+		e.Operator = s.operatorOf(key)
 	}
 	return e
 }

@@ -365,7 +365,7 @@ func (s *Server) serverConfig(ctx ssh.Context) *gossh.ServerConfig {
 			attrs := []any{"user", md.User(), "method", method}
 			if key, ok := ctx.Value(ssh.ContextKeyPublicKey).(ssh.PublicKey); ok {
 				attrs = append(attrs, "key", keyDescription(key))
-				st.setLogin(login{user: md.User(), key: key})
+				st.setLogin(login{user: md.User(), key: key, operator: s.operatorOf(key)})
 			}
 			st.log.Info("authenticated", attrs...)
 		},
