@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -173,4 +176,59 @@ func TestEmbeddedServerLoginRefused(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("live session still running 10s after its login was taken away")
 	}
+}
+
+// TestEmbeddedServerLikeOpenSSH: through the hub with stock OpenSSH, the
+// embedded server reports a signal death as sshd does (ssh exits 255), lets
+// nohup'ed processes outlive the session, keeps relative SFTP symlink
+// targets, and runs sessions with --shell.
+func TestEmbeddedServerLikeOpenSSH(t *testing.T) {
+	h := startHub(t)
+	h.cli("operator", "add", "alice", "--key", opPub)
+	startAgent(t, h.token(), "like1", "--ssh", "embedded", "--shell", "/bin/sh")
+	h.waitOnline("like1", "")
+	c := newSSHClient(t, h)
+
+	if out, errOut, code := c.run(30*time.Second, "like1", "echo $0"); code != 0 || strings.TrimSpace(out) != "/bin/sh" {
+		t.Fatalf("--shell: exit %d, %q %q", code, out, errOut)
+	}
+	if _, errOut, code := c.run(30*time.Second, "like1", "kill -TERM $$"); code != 255 {
+		t.Fatalf("killed by SIGTERM: exit %d, want 255 (exit-signal); %q", code, errOut)
+	}
+
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "nohup.pid")
+	_, errOut, code := c.run(30*time.Second, "like1", fmt.Sprintf(`nohup sh -c 'echo $$ > %[1]s.tmp && mv %[1]s.tmp %[1]s && exec sleep 300' >/dev/null 2>&1 </dev/null &
+		while [ ! -s %[1]s ]; do sleep 0.02; done`, pidFile))
+	if code != 0 {
+		t.Fatalf("nohup: exit %d, %q", code, errOut)
+	}
+	pid := readPidFile(t, pidFile)
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("nohup'ed process %d did not outlive the session: %v", pid, err)
+	}
+
+	batch := filepath.Join(dir, "batch")
+	os.WriteFile(batch, []byte("cd "+dir+"\nln -s ../lib/target.so rel\n"), 0o644)
+	sftpArgs := []string{"-F", c.cfg, "-J", c.operator + "@" + h.sshAddr(), "-b", batch, loginUser + "@like1.tether"}
+	if _, errOut, code := runCmd(t, 30*time.Second, "sftp", sftpArgs...); code != 0 {
+		t.Fatalf("sftp ln -s: exit %d, %q", code, errOut)
+	}
+	if target, err := os.Readlink(filepath.Join(dir, "rel")); err != nil || target != "../lib/target.so" {
+		t.Fatalf("symlink target %q (%v), want ../lib/target.so", target, err)
+	}
+}
+
+func readPidFile(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return pid
 }
