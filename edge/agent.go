@@ -134,8 +134,27 @@ type Agent struct {
 }
 
 // ErrRefused means the hub refuses this identity for good (the node was
-// removed, or the identity does not match); re-join is needed.
+// revoked or removed, or the identity does not match); re-join is needed.
 var ErrRefused = errors.New("hub refused this node")
+
+// Refused reports whether err, returned by Run, means the hub will never
+// take this identity again (ErrRefused, ErrRejoinNeeded): retrying cannot
+// help, so a supervisor should not restart the agent.
+func Refused(err error) bool {
+	return errors.Is(err, ErrRefused) || errors.Is(err, ErrRejoinNeeded)
+}
+
+// rejoinAdvice says how to bring a node back that the hub refuses for good.
+// The hub keeps a revoked node's record, and an expired certificate's
+// node is still registered, so its name is free only after `nodes rm`.
+func (a *Agent) rejoinAdvice() string {
+	here := "join again here"
+	if a.cfg.StateDir != "" {
+		here = fmt.Sprintf("here, delete %s and start `tether-edge run --join JOIN_STRING` (or `tether-edge join JOIN_STRING`)", absStateDir(a.cfg.StateDir))
+	}
+	return fmt.Sprintf("to bring this node back: on the hub, `tether nodes rm %s` (if it is still listed) and `tether token create` for a new join string; %s",
+		a.id.Config.Name, here)
+}
 
 // New loads the identity from the state dir and prepares services.
 func New(cfg Config) (*Agent, error) {
@@ -172,7 +191,9 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Run connects and reconnects forever (capped exponential backoff with full
-// jitter) until ctx is cancelled or the hub says this node was removed.
+// jitter) until ctx is cancelled (nil), or the hub refuses this node for
+// good: then the error is ErrRefused or ErrRejoinNeeded (see Refused) and
+// says how to bring the node back.
 func (a *Agent) Run(ctx context.Context) error {
 	if a.sshd != nil {
 		defer a.sshd.Close()
@@ -185,6 +206,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	attempt := 0
 	for {
 		if err := a.checkExpiry(); err != nil {
+			err = fmt.Errorf("%w; %s", err, a.rejoinAdvice())
 			a.setState(StateRejoinNeeded, transition{err: err})
 			return err
 		}
@@ -194,6 +216,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		}
 		if errors.Is(err, ErrRefused) {
+			err = fmt.Errorf("%w; %s", err, a.rejoinAdvice())
 			a.setState(StateRefused, transition{err: err})
 			return err
 		}

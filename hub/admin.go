@@ -286,16 +286,16 @@ func loginPayloadOf(req api.LoginRequest) []byte {
 
 // loginAdminCert issues the admin certificate of a login that asked for one,
 // if the operator holds the admin role ("" otherwise), as a PEM chain.
-func (s *Server) loginAdminCert(ctx context.Context, req api.LoginRequest, o *access.Operator, remote string) (string, error) {
-	if len(req.AdminCSR) == 0 || s.door.AuthorizeAdmin(o.Name, access.AdminKeyTag(o.Key)) != nil {
+func (s *Server) loginAdminCert(ctx context.Context, req api.LoginRequest, o *access.Operator, key gossh.PublicKey, remote string) (string, error) {
+	if len(req.AdminCSR) == 0 || s.door.AuthorizeAdmin(o.Name, access.AdminKeyTag(key)) != nil {
 		return "", nil
 	}
 	ttl := min(s.cfg.UserCertTTL, MaxAdminCertTTL)
-	cert, err := s.issueAdminCert(ctx, req.AdminCSR, operatorAdminPrefix+req.Operator+"."+access.AdminKeyTag(o.Key), req.Operator, ttl)
+	cert, err := s.issueAdminCert(ctx, req.AdminCSR, operatorAdminPrefix+req.Operator+"."+access.AdminKeyTag(key), req.Operator, ttl)
 	if err != nil {
 		return "", fmt.Errorf("%w: admin certificate request: %v", api.ErrLoginRefused, err)
 	}
-	s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, KeyFingerprint: gossh.FingerprintSHA256(o.Key),
+	s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, KeyFingerprint: gossh.FingerprintSHA256(key),
 		Remote: remote, Result: "ok", Detail: "admin client certificate until " + cert.NotAfter.UTC().Format(time.RFC3339)})
 	return string(pki.EncodeCerts(cert, s.ca.Intermediate())), nil
 }

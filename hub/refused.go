@@ -3,6 +3,7 @@ package hub
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
@@ -39,8 +40,8 @@ var sshEventAudit = map[string]struct{ kind, result string }{
 
 // recordSSHEvent audits one report of conn's embedded SSH server, within
 // the per-source audit limit (a node cannot flood the log). The operator is
-// named only if the reported key fingerprint is that operator's registered
-// key; otherwise the node's claim stays in the detail.
+// named only if the reported key fingerprint is one of that operator's
+// registered keys; otherwise the node's claim stays in the detail.
 func (s *Server) recordSSHEvent(conn *registry.Conn, ev *control.SSHEvent, log *slog.Logger) {
 	m, ok := sshEventAudit[ev.Kind]
 	if !ok {
@@ -51,7 +52,9 @@ func (s *Server) recordSSHEvent(conn *registry.Conn, ev *control.SSHEvent, log *
 	if ev.Login != "" {
 		detail = fmt.Sprintf("login %q: %s", ev.Login, detail)
 	}
-	if o, ok := s.door.Snapshot().Operator(ev.Operator); ok && gossh.FingerprintSHA256(o.Key) == ev.KeyFingerprint {
+	if o, ok := s.door.Snapshot().Operator(ev.Operator); ok && slices.ContainsFunc(o.Keys, func(k gossh.PublicKey) bool {
+		return gossh.FingerprintSHA256(k) == ev.KeyFingerprint
+	}) {
 		e.Operator = o.Name
 	} else if ev.Operator != "" {
 		detail += fmt.Sprintf(" (node reports operator %q)", ev.Operator)

@@ -12,6 +12,22 @@ import (
 	"github.com/tether-dev/tether/tunnel"
 )
 
+// exitRefused is the exit status of `tether-edge run` when the hub refuses
+// this node for good (revoked, removed, or its certificate expired while
+// offline; see edge.Refused). It is sysexits' EX_NOPERM, which systemd
+// shows as 77/NOPERMISSION; the shipped unit names it in
+// RestartPreventExitStatus= so that a refused node is not restarted
+// forever. Every other failure exits 1 and is retried.
+const exitRefused = 77
+
+// exitStatus is the process exit status for an error a command returned.
+func exitStatus(err error) int {
+	if edge.Refused(err) {
+		return exitRefused
+	}
+	return 1
+}
+
 func newRunCmd() *cobra.Command {
 	var cfg edge.Config
 	var join, name, transport string
@@ -33,7 +49,13 @@ the same command line works on every boot.
 shell, exec, PTY and sftp that accepts the operator keys the hub pushes; it
 runs commands as this agent's OS user, whatever login name is given) or
 HOST:PORT of a local sshd. --allow-port opens individual local TCP ports to the
-hub (none by default).`,
+hub (none by default).
+
+When the hub refuses this node for good (it was revoked or removed on the hub,
+or its certificate expired while it was offline), the agent says how to bring
+it back and exits with status 77 instead of 1, so that a supervisor stops
+restarting it (systemd: RestartPreventExitStatus=77). Every other failure
+is retried.`,
 		Example: `  tether-edge run --join "$JOIN" --state-dir ./n1 --name n1 --ssh embedded
   tether-edge run --join "$JOIN" --state-dir ./n2 --name n2 --ssh 127.0.0.1:22 --transport tcp`,
 		Args: cobra.NoArgs,

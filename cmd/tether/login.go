@@ -123,7 +123,8 @@ first use is never offered.`,
 			if err != nil {
 				return fmt.Errorf("sign the login challenge: %w", err)
 			}
-			resp, err := c.Login(cmd.Context(), api.LoginRequest{Operator: operator, Nonce: ch.Nonce, SignatureFormat: sig.Format, Signature: sig.Blob, AdminCSR: csr})
+			resp, err := c.Login(cmd.Context(), api.LoginRequest{Operator: operator, Nonce: ch.Nonce, SignatureFormat: sig.Format, Signature: sig.Blob, AdminCSR: csr,
+				PublicKey: string(gossh.MarshalAuthorizedKey(pub))})
 			if err != nil {
 				return err
 			}

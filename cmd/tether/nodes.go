@@ -19,10 +19,7 @@ labels, online, transport (quic|tcp, of the live or last session),
 agent_version, os, last_seen and more.`,
 	}, (*api.Client).ListNodes, "NAME\tONLINE\tTRANSPORT\tAGENT\tOS\tLAST SEEN\tCLUSTER\tLABELS",
 		func(n api.Node) string {
-			seen := "never"
-			if !n.LastSeen.IsZero() {
-				seen = time.Since(n.LastSeen).Round(time.Second).String() + " ago"
-			}
+			seen := lastSeenText(n, time.Now())
 			online := fmt.Sprint(n.Online)
 			if !n.RevokedAt.IsZero() {
 				online = "revoked"

@@ -43,14 +43,14 @@ type Caller struct {
 }
 
 // AuthorizeLogin decides whether key may log in to the bastion as operator:
-// the operator's registered key itself, or a user certificate from `tether
-// login` over it.
+// one of the operator's registered keys itself, or a user certificate from
+// `tether login` over one.
 func (d *Door) AuthorizeLogin(operator string, key gossh.PublicKey) error {
 	if cert, ok := key.(*gossh.Certificate); ok {
 		return d.AuthorizeCert(operator, cert)
 	}
 	o, ok := d.Snapshot().Operator(operator)
-	if !ok || !sameKey(o.Key, key) {
+	if !ok || !o.HasKey(key) {
 		return refuse(ErrDenied, "key is not registered for operator %q", operator)
 	}
 	return nil
@@ -58,8 +58,9 @@ func (d *Door) AuthorizeLogin(operator string, key gossh.PublicKey) error {
 
 // AuthorizeCert decides whether a user certificate logs in operator: a user
 // certificate signed by a trusted user CA, within its validity, issued to
-// this operator (key id), over the operator's currently registered key. A
-// removed operator's certificates stop working at once.
+// this operator (key id), over one of the operator's currently registered
+// keys. A removed operator's certificates, and those over a removed key,
+// stop working at once.
 func (d *Door) AuthorizeCert(operator string, cert *gossh.Certificate) error {
 	if cert.CertType != gossh.UserCert || cert.KeyId != UserCertKeyIDPrefix+operator {
 		return refuse(ErrDenied, "certificate was not issued to operator %q", operator)
@@ -68,7 +69,7 @@ func (d *Door) AuthorizeCert(operator string, cert *gossh.Certificate) error {
 		return refuse(ErrDenied, "certificate is not signed by the hub's user CA")
 	}
 	o, ok := d.Snapshot().Operator(operator)
-	if !ok || !sameKey(o.Key, cert.Key) {
+	if !ok || !o.HasKey(cert.Key) {
 		return refuse(ErrDenied, "certificate's key is not registered for operator %q", operator)
 	}
 	principal := ""
@@ -95,6 +96,26 @@ func (d *Door) AuthorizeJump(operator string, n store.Node) error {
 		return refuse(ErrDenied, "operator %q's roles (%s) do not select node %q", operator, o.roleNames(), n.Name)
 	}
 	return nil
+}
+
+// AuthorizeLiveJump decides whether a jump already under way may go on
+// after an access change: the operator must still be registered, the key
+// they authenticated with (a certificate's underlying key) still theirs,
+// and their roles must still select node n. A certificate's validity
+// window is not checked again: like sshd, a session outlives the
+// certificate that opened it, but not the withdrawal of access.
+func (d *Door) AuthorizeLiveJump(operator string, key gossh.PublicKey, n store.Node) error {
+	if cert, ok := key.(*gossh.Certificate); ok {
+		key = cert.Key
+	}
+	o, ok := d.Snapshot().Operator(operator)
+	switch {
+	case !ok:
+		return refuse(ErrDenied, "operator %q was removed", operator)
+	case key == nil || !o.HasKey(key):
+		return refuse(ErrDenied, "the key operator %q jumped with was revoked", operator)
+	}
+	return d.AuthorizeJump(operator, n)
 }
 
 // AuthorizeJob decides whether c may run jobs on node n, which run as the
@@ -145,7 +166,8 @@ func AdminKeyTag(k gossh.PublicKey) string {
 
 // AuthorizeAdmin decides whether an admin certificate issued to operator
 // over the key tagged keyTag still admits them to the admin API: the
-// operator must still be registered, with that key, holding the admin role.
+// operator must still be registered, with that key among theirs, holding
+// the admin role.
 // Certificate validity and `tether ca revoke-admin` are checked by the
 // caller, which holds the CA.
 func (d *Door) AuthorizeAdmin(operator, keyTag string) error {
@@ -153,8 +175,8 @@ func (d *Door) AuthorizeAdmin(operator, keyTag string) error {
 	switch {
 	case !ok:
 		return refuse(ErrDenied, "operator %q is no longer registered", operator)
-	case keyTag != AdminKeyTag(o.Key):
-		return refuse(ErrDenied, "operator %q's registered key changed since this certificate was issued; run `tether login` again", operator)
+	case !slices.ContainsFunc(o.Keys, func(k gossh.PublicKey) bool { return AdminKeyTag(k) == keyTag }):
+		return refuse(ErrDenied, "operator %q's registered key changed since this certificate was issued (that key was removed); run `tether login` again", operator)
 	case !slices.ContainsFunc(o.Roles, func(r roles.Compiled) bool { return r.Name == roles.BuiltinAdmin.Name }):
 		return refuse(ErrDenied, "operator %q no longer holds the %q role", operator, roles.BuiltinAdmin.Name)
 	}
@@ -177,9 +199,10 @@ func (s *Snapshot) ProvisionLoginFor(labels map[string]string) string {
 // KeysFor are the operator keys a node's embedded SSH server accepts: only
 // operators whose roles select the node, each restricted to the logins
 // those roles allow (a tether-logins="a,b" key option; no option means any
-// login), sorted by operator name. A key none of whose roles selecting the
-// node allows port forwarding carries OpenSSH's no-port-forwarding option
-// (absent, as from hubs before the option, the node allows forwarding).
+// login), one line per key, sorted by operator name. A key none of whose
+// roles selecting the node allows port forwarding carries OpenSSH's
+// no-port-forwarding option (absent, as from hubs before the option, the
+// node allows forwarding).
 func (s *Snapshot) KeysFor(labels map[string]string) []string {
 	names := make([]string, 0, len(s.operators))
 	for n := range s.operators {
@@ -193,7 +216,6 @@ func (s *Snapshot) KeysFor(labels map[string]string) []string {
 		if !ok {
 			continue
 		}
-		line := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(o.Key)))
 		var opts []string
 		if !slices.ContainsFunc(o.Roles, func(r roles.Compiled) bool { return !r.NoForwarding && r.Selects(labels) }) {
 			opts = append(opts, "no-port-forwarding")
@@ -201,10 +223,13 @@ func (s *Snapshot) KeysFor(labels map[string]string) []string {
 		if !slices.Contains(logins, roles.AnyLogin) {
 			opts = append(opts, fmt.Sprintf("tether-logins=%q", strings.Join(logins, ",")))
 		}
-		if len(opts) > 0 {
-			line = strings.Join(opts, ",") + " " + line
+		for _, k := range o.Keys {
+			line := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(k)))
+			if len(opts) > 0 {
+				line = strings.Join(opts, ",") + " " + line
+			}
+			out = append(out, line+" "+name)
 		}
-		out = append(out, line+" "+name)
 	}
 	return out
 }

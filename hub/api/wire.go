@@ -59,15 +59,29 @@ func tokenFrom(t store.Token) Token {
 
 // Operator is an operator as the API shows it.
 type Operator struct {
-	Name        string    `json:"name"`
-	PublicKey   string    `json:"public_key"` // authorized_keys format, one key
+	Name string `json:"name"`
+	// PublicKey and Fingerprint are the operator's first key (Keys[0]).
+	PublicKey   string        `json:"public_key"` // authorized_keys format, one key
+	Fingerprint string        `json:"fingerprint"`
+	Keys        []OperatorKey `json:"keys"` // every key of the operator, oldest first
+	Roles       []string      `json:"roles"`
+	CreatedAt   time.Time     `json:"created_at"`
+}
+
+// OperatorKey is one of an operator's SSH public keys.
+type OperatorKey struct {
+	PublicKey   string    `json:"public_key"` // authorized_keys format
 	Fingerprint string    `json:"fingerprint"`
-	Roles       []string  `json:"roles"`
-	CreatedAt   time.Time `json:"created_at"`
+	AddedAt     time.Time `json:"added_at"`
 }
 
 func operatorFrom(o store.Operator) Operator {
-	return Operator{Name: o.Name, PublicKey: o.PublicKey, Fingerprint: o.Fingerprint, Roles: slices.Clone(o.Roles), CreatedAt: o.CreatedAt}
+	out := Operator{Name: o.Name, PublicKey: o.PublicKey, Fingerprint: o.Fingerprint, Roles: slices.Clone(o.Roles), CreatedAt: o.CreatedAt,
+		Keys: make([]OperatorKey, 0, len(o.Keys))}
+	for _, k := range o.Keys {
+		out.Keys = append(out.Keys, OperatorKey(k))
+	}
+	return out
 }
 
 // Role is a role as the API shows it: a node selector and the logins it

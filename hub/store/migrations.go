@@ -1,6 +1,6 @@
 package store
 
-const schemaVersion = 7
+const schemaVersion = 8
 
 var migrations = []string{
 	// v1
@@ -73,7 +73,9 @@ var migrations = []string{
 	migrationAdmin,
 	// v6: cluster memberships and job runs follow the node's ID, not its name.
 	migrationNodeIDs,
-	// v7: whether a role allows port forwarding (existing roles keep the
+	// v7: several keys per operator (operator_keys).
+	migrationOperatorKeys,
+	// v8: whether a role allows port forwarding (existing roles keep the
 	// default: allowed).
 	`ALTER TABLE roles ADD COLUMN forwarding INTEGER NOT NULL DEFAULT 1;`,
 }
@@ -158,3 +160,25 @@ const migrationNodeIDs = `CREATE TABLE cluster_members_by_id (
 	UPDATE job_nodes SET state = 'skipped', error = '` + NodeRemovedReason + `'
 		WHERE node_id = '' AND state IN ('pending', 'waiting');
 	CREATE INDEX job_nodes_node_id ON job_nodes (node_id);`
+
+// migrationOperatorKeys moves operators' keys into their own table, so an
+// operator can hold several (a laptop and a workstation, or an old and a
+// new key during a rotation). Every existing operator keeps its one key,
+// added when the operator was. A key's fingerprint is unique across all
+// operators, as it was, so a key names exactly one operator.
+const migrationOperatorKeys = `CREATE TABLE operators_v7 (
+		name TEXT PRIMARY KEY,
+		created_at INTEGER NOT NULL,
+		roles TEXT NOT NULL DEFAULT '["all"]'
+	);
+	INSERT INTO operators_v7 (name, created_at, roles) SELECT name, created_at, roles FROM operators;
+	CREATE TABLE operator_keys (
+		fingerprint TEXT PRIMARY KEY,
+		operator TEXT NOT NULL REFERENCES operators_v7 (name) ON DELETE CASCADE,
+		public_key TEXT NOT NULL,
+		added_at INTEGER NOT NULL
+	);
+	INSERT INTO operator_keys (fingerprint, operator, public_key, added_at) SELECT fingerprint, name, public_key, created_at FROM operators;
+	DROP TABLE operators;
+	ALTER TABLE operators_v7 RENAME TO operators;
+	CREATE INDEX operator_keys_operator ON operator_keys (operator);`

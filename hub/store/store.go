@@ -67,8 +67,16 @@ type Store interface {
 
 	AddOperator(ctx context.Context, o Operator) error
 	ListOperators(ctx context.Context) ([]Operator, error)
-	// RemoveOperator deletes the operator and adds its key to the revoked keys.
+	// RemoveOperator deletes the operator and adds its keys to the revoked keys.
 	RemoveOperator(ctx context.Context, name string) error
+	// AddOperatorKey registers one more key for operator name (ErrNotFound
+	// if there is none; ErrNameTaken if any operator holds the key).
+	AddOperatorKey(ctx context.Context, name string, k OperatorKey) error
+	// RemoveOperatorKey deletes one of the operator's keys and adds it to
+	// the revoked keys; the operator's only key is refused (ErrLastKey).
+	RemoveOperatorKey(ctx context.Context, name, fingerprint string) error
+	// SetOperatorRoles replaces the operator's roles.
+	SetOperatorRoles(ctx context.Context, name string, roles []string) error
 	// ListRevokedKeys returns revoked operator keys (authorized_keys format).
 	ListRevokedKeys(ctx context.Context) ([]string, error)
 
