@@ -45,6 +45,10 @@ type Config struct {
 	// certificate is kept in memory only. The agent simulator in bench/
 	// runs thousands of agents in one process this way.
 	Identity *Identity
+	// LabelsFile holds the labels the node reports about itself (KEY=VALUE
+	// lines, see ReadLabels), read at every connect; "" reports none. The
+	// hub shows them and never selects the node by them.
+	LabelsFile string
 	// SSHHostKey is the embedded SSH server's host key file (created if
 	// missing). Default StateDir/ssh_host_ed25519_key.
 	SSHHostKey string

@@ -210,11 +210,17 @@ func (s *Server) login(ctx context.Context, req api.LoginRequest, remote string)
 	if err != nil {
 		return fail(err)
 	}
+	apiCert := ""
+	if adminCert == "" {
+		if apiCert, err = s.loginOperatorCert(ctx, req, key, remote); err != nil {
+			return fail(err)
+		}
+	}
 	s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, KeyFingerprint: gossh.FingerprintSHA256(key),
 		Remote: remote, Result: "ok", Detail: fmt.Sprintf("user certificate for %s until %s", strings.Join(logins, ","),
 			time.Unix(int64(cert.ValidBefore), 0).UTC().Format(time.RFC3339))})
 	return api.LoginResponse{Certificate: string(gossh.MarshalAuthorizedKey(cert)), ValidBefore: time.Unix(int64(cert.ValidBefore), 0).UTC(), Principals: logins,
-		AdminCert: adminCert}, nil
+		AdminCert: adminCert, APICert: apiCert}, nil
 }
 
 // loginService adapts the hub's login methods to api.Login.

@@ -129,6 +129,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Cluster:       s.cluster,
 			Blobs:         blobs,
 			Admins:        adminService{s},
+			Operators:     operatorService{s},
 		})),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,

@@ -119,6 +119,7 @@ is retried.`,
 	f.StringVar(&mgr.Paths.DropIn, "sshd-drop-in", mgr.Paths.DropIn, "with --manage-sshd: sshd_config drop-in to write (must be Included by --sshd-config)")
 	f.StringVar(&mgr.SSHDConfig, "sshd-config", "/etc/ssh/sshd_config", "with --manage-sshd: the main sshd_config")
 	f.StringVar(&sshdPidFile, "sshd-pid-file", "", "with --manage-sshd: reload sshd by SIGHUP to this pid file's process (default: systemctl reload ssh)")
+	f.StringVar(&cfg.LabelsFile, "labels-file", edge.DefaultLabelsFile, "KEY=VALUE lines this node reports as its labels at every connect (shown by the hub as reported labels, never used for access)")
 	f.UintSliceVar(&ports, "allow-port", nil, "local TCP port the hub may open streams to (repeatable)")
 	f.StringVar(&transport, "transport", "auto", "auto (race QUIC and TCP), quic, or tcp")
 	f.DurationVar(&cfg.BackoffMax, "backoff-max", 0, "cap of the reconnect backoff (default 30s)")

@@ -66,7 +66,7 @@ as an operator with the admin role.`,
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newHubCmd(), newTokenCmd(), newOperatorCmd(), newNodesCmd(), newRoleCmd(), newAuditCmd(), newConfigCmd(), newLoginCmd(), newCACmd(),
-		newRunCmd(), newJobsCmd(), newClusterCmd(), newAPITokenCmd(), newVersionCmd())
+		newRunCmd(), newJobsCmd(), newClusterCmd(), newAPITokenCmd(), newVersionCmd(), newInventoryCmd())
 	return root
 }
 

@@ -35,11 +35,13 @@ const UserCertKeyIDPrefix = "tether:operator:"
 // granted by one role never leak to nodes of another.
 func CertPrincipal(role, login string) string { return "tether:" + role + ":" + login }
 
-// Caller is who asks for a job: the admin, or an API token bound to a role.
+// Caller is who asks through the API: the admin, an API token bound to a
+// role, or an operator with the API identity `tether login` gave them.
 type Caller struct {
-	Admin bool
-	Role  string // the API token's role; unused for the admin
-	Name  string // for audit: "admin", "apitoken:ID"
+	Admin    bool
+	Role     string // the API token's role; unused for the admin
+	Operator string // the operator's name, for an operator's API identity
+	Name     string // for audit: "admin", "apitoken:ID", "operator:NAME"
 }
 
 // AuthorizeLogin decides whether key may log in to the bastion as operator:
@@ -136,6 +138,30 @@ func (d *Door) AuthorizeJob(c Caller, n store.Node) error {
 	return nil
 }
 
+// AuthorizeList decides whether c may see node n in a listing or an
+// inventory: the admin sees every node; an operator the nodes one of their
+// roles selects (those they may jump to); an API token the nodes its role
+// selects. Selection reads the hub-set labels only: labels a node reports
+// about itself never decide who sees or reaches it.
+func (d *Door) AuthorizeList(c Caller, n store.Node) error {
+	switch {
+	case c.Admin:
+		return nil
+	case c.Operator != "":
+		return d.AuthorizeJump(c.Operator, n)
+	case c.Role != "":
+		r, ok := d.Snapshot().Role(c.Role)
+		if !ok {
+			return refuse(ErrDenied, "role %q no longer exists", c.Role)
+		}
+		if !r.Selects(n.Labels) {
+			return refuse(ErrDenied, "role %q does not select node %q", c.Role, n.Name)
+		}
+		return nil
+	}
+	return refuse(ErrDenied, "no identity given")
+}
+
 // LoginGrant is what `tether login` certifies for an operator: the
 // role-scoped principals of every role the operator holds.
 func (d *Door) LoginGrant(operator string) (*Operator, []string, error) {
@@ -171,16 +197,36 @@ func AdminKeyTag(k gossh.PublicKey) string {
 // Certificate validity and `tether ca revoke-admin` are checked by the
 // caller, which holds the CA.
 func (d *Door) AuthorizeAdmin(operator, keyTag string) error {
-	o, ok := d.Snapshot().Operator(operator)
-	switch {
-	case !ok:
-		return refuse(ErrDenied, "operator %q is no longer registered", operator)
-	case !slices.ContainsFunc(o.Keys, func(k gossh.PublicKey) bool { return AdminKeyTag(k) == keyTag }):
-		return refuse(ErrDenied, "operator %q's registered key changed since this certificate was issued (that key was removed); run `tether login` again", operator)
-	case !slices.ContainsFunc(o.Roles, func(r roles.Compiled) bool { return r.Name == roles.BuiltinAdmin.Name }):
+	o, err := apiIdentity(d.Snapshot(), operator, keyTag)
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(o.Roles, func(r roles.Compiled) bool { return r.Name == roles.BuiltinAdmin.Name }) {
 		return refuse(ErrDenied, "operator %q no longer holds the %q role", operator, roles.BuiltinAdmin.Name)
 	}
 	return nil
+}
+
+// AuthorizeAPIIdentity decides whether an operator's API client
+// certificate, issued over the key tagged keyTag, still names them: the
+// operator must still be registered with that key. What it admits them to
+// is AuthorizeList's decision.
+func (d *Door) AuthorizeAPIIdentity(operator, keyTag string) error {
+	_, err := apiIdentity(d.Snapshot(), operator, keyTag)
+	return err
+}
+
+// apiIdentity is the operator an API client certificate over the key
+// tagged keyTag names, if they are still registered with that key.
+func apiIdentity(s *Snapshot, operator, keyTag string) (*Operator, error) {
+	o, ok := s.Operator(operator)
+	switch {
+	case !ok:
+		return nil, refuse(ErrDenied, "operator %q is no longer registered", operator)
+	case !slices.ContainsFunc(o.Keys, func(k gossh.PublicKey) bool { return AdminKeyTag(k) == keyTag }):
+		return nil, refuse(ErrDenied, "operator %q's registered key changed since this certificate was issued (that key was removed); run `tether login` again", operator)
+	}
+	return o, nil
 }
 
 // ProvisionLoginFor is the login jobs use on a node with these labels.

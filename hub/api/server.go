@@ -62,6 +62,9 @@ type Deps struct {
 	// Admins decides which admin certificates are accepted (admin.go);
 	// nil refuses them all.
 	Admins Admins
+	// Operators decides which operators' API client certificates the node
+	// listing accepts (nodes.go); nil refuses them all.
+	Operators Operators
 }
 
 type handler struct{ Deps }
@@ -127,7 +130,8 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("POST /v1/login/challenge", h.loginChallenge)
 	mux.HandleFunc("POST /v1/login", h.login)
 	mux.HandleFunc("GET /v1/ssh/trust", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.SSHTrust) })
-	mux.HandleFunc("GET /v1/nodes", h.admin(h.listNodes))
+	mux.HandleFunc("GET /v1/nodes", h.lister(h.listNodes))
+	mux.HandleFunc("POST /v1/nodes/labels", h.admin(h.labelNodes))
 	mux.HandleFunc("DELETE /v1/nodes/{name}", h.admin(h.removeNode))
 	mux.HandleFunc("POST /v1/nodes/{name}/revoke", h.admin(h.revokeNode))
 	mux.HandleFunc("PUT /v1/roles/{name}", h.admin(h.putRole))
@@ -220,32 +224,6 @@ func newID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func (h *handler) listNodes(w http.ResponseWriter, r *http.Request) {
-	nodes, err := h.Store.ListNodes(r.Context())
-	if err != nil {
-		h.writeErr(w, r, internal("list nodes", err))
-		return
-	}
-	members, err := h.Store.ListClusterMembers(r.Context())
-	if err != nil {
-		h.writeErr(w, r, internal("list cluster members", err))
-		return
-	}
-	cluster := make(map[string]store.ClusterMember, len(members))
-	for _, m := range members {
-		cluster[m.NodeID] = m
-	}
-	for i := range nodes {
-		// The registry is the truth about liveness; the store may lag.
-		c, ok := h.Registry.Get(nodes[i].Name)
-		nodes[i].Online = ok && c.NodeID == nodes[i].ID
-		if m, ok := cluster[nodes[i].ID]; ok {
-			nodes[i].ClusterEngine, nodes[i].ClusterState = m.Engine, m.State
-		}
-	}
-	writeJSON(w, http.StatusOK, convertAll(nodes, nodeFrom))
 }
 
 func (h *handler) removeNode(w http.ResponseWriter, r *http.Request) {

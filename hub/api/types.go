@@ -105,4 +105,8 @@ type LoginResponse struct {
 	// AdminCert is the admin client certificate chain (PEM, leaf first)
 	// for AdminCSR, if the operator holds the admin role.
 	AdminCert string `json:"admin_cert,omitempty"`
+	// APICert is, for an operator without the admin role, an API client
+	// certificate chain (PEM, leaf first) for AdminCSR that lists the
+	// nodes the operator's roles select and does nothing else.
+	APICert string `json:"api_cert,omitempty"`
 }

@@ -1,6 +1,6 @@
 package store
 
-const schemaVersion = 8
+const schemaVersion = 9
 
 var migrations = []string{
 	// v1
@@ -75,10 +75,17 @@ var migrations = []string{
 	migrationNodeIDs,
 	// v7: several keys per operator (operator_keys).
 	migrationOperatorKeys,
-	// v8: whether a role allows port forwarding (existing roles keep the
+	// v8: labels the agent reports, kept apart from the hub-set labels.
+	migrationReportedLabels,
+	// v9: whether a role allows port forwarding (existing roles keep the
 	// default: allowed).
 	`ALTER TABLE roles ADD COLUMN forwarding INTEGER NOT NULL DEFAULT 1;`,
 }
+
+// migrationReportedLabels adds the labels a node's agent reports about
+// itself (its labels file). They live in their own column so no query that
+// decides access (the labels column) can ever read them.
+const migrationReportedLabels = `ALTER TABLE nodes ADD COLUMN reported_labels TEXT NOT NULL DEFAULT '{}';`
 
 const migrationV4 = `CREATE TABLE jobs (
 		id TEXT PRIMARY KEY,

@@ -57,6 +57,13 @@ type Store interface {
 	UpdateNodeCert(ctx context.Context, id, serial string, expires time.Time) error
 	// RevokeNode marks a node refused for good (its record is kept).
 	RevokeNode(ctx context.Context, id string, at time.Time) error
+	// LabelNodes applies c to the hub-set labels of the nodes with these
+	// IDs, atomically, and returns them as changed (ErrNotFound if one is
+	// gone; nothing changes then, nor when check refuses a node).
+	LabelNodes(ctx context.Context, ids []string, c LabelChange, check func(Node) error) ([]Node, error)
+	// SetReportedLabels records the labels a node's agent reported. They
+	// are kept apart from the hub-set labels and never select a node.
+	SetReportedLabels(ctx context.Context, id string, labels map[string]string) error
 
 	PutRole(ctx context.Context, r Role) error
 	ListRoles(ctx context.Context) ([]Role, error)
