@@ -52,6 +52,10 @@ type Config struct {
 	// SSHHostKey is the embedded SSH server's host key file (created if
 	// missing). Default StateDir/ssh_host_ed25519_key.
 	SSHHostKey string
+	// SSHShell is the embedded SSH server's shell (sshserver.Config.Shell):
+	// empty means the agent user's login shell, or /bin/sh for a nologin
+	// account.
+	SSHShell string
 	// SourceIP, if set, is the local address the tunnel is dialed from
 	// (tunnel.Dialer.LocalIP).
 	SourceIP net.IP
@@ -126,6 +130,7 @@ type Agent struct {
 	log     *slog.Logger
 	sshd    *sshserver.Server // nil unless SSHTarget is embedded
 	allow   map[uint16]bool
+	events  *sshEvents // the embedded server's reports for the hub's audit
 
 	mu     sync.Mutex // guards the following fields
 	state  State      // changed only by setState
@@ -167,7 +172,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
-	a := &Agent{cfg: cfg, id: id, log: cfg.Logger.With("node", id.Config.Name), allow: map[uint16]bool{}}
+	a := &Agent{cfg: cfg, id: id, log: cfg.Logger.With("node", id.Config.Name), allow: map[uint16]bool{}, events: newSSHEvents()}
 	for _, p := range cfg.AllowPorts {
 		a.allow[p] = true
 	}
@@ -175,7 +180,9 @@ func New(cfg Config) (*Agent, error) {
 		var err error
 		a.sshd, err = sshserver.New(sshserver.Config{
 			HostKeyPath: cfg.SSHHostKey,
+			Shell:       cfg.SSHShell,
 			Logger:      a.log.With("component", "sshd"),
+			OnEvent:     a.onSSHEvent,
 		})
 		if err != nil {
 			return nil, err
@@ -194,6 +201,11 @@ func New(cfg Config) (*Agent, error) {
 func (a *Agent) Run(ctx context.Context) error {
 	if a.sshd != nil {
 		defer a.sshd.Close()
+		ectx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { a.sendSSHEvents(ectx) })
+		defer wg.Wait()
+		defer cancel()
 	}
 	attempt := 0
 	for {

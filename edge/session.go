@@ -71,6 +71,7 @@ func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 		return false, err
 	}
 	s.log.Info("connected to hub")
+	defer a.hubSession(s, welcome)()
 	a.setState(StateConnected, transition{hub: s.hub, transport: s.tun.Transport().String()})
 	return true, s.serve(ctx, control.AgentLiveness(a.cfg.Tunnel, welcome))
 }

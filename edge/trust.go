@@ -64,6 +64,7 @@ func (a *Agent) applySSHTrust(t *control.SSHTrust, log *slog.Logger) {
 		a.sshd.SetRevokedKeys(parseKeys(t.RevokedKeys, log))
 		// Always role-scoped: an empty map means no certificate logs in.
 		a.sshd.SetCertPrincipals(nonNil(t.Principals), t.AnyLogin)
+		a.sshd.SetNoForwardingPrincipals(t.NoForwarding)
 		if cert != nil {
 			if err := a.sshd.AddHostCertificate(cert); err != nil {
 				log.Warn("host certificate from hub not usable", "err", err)
@@ -104,21 +105,37 @@ func (a *Agent) setAuthorizedKeys(lines []string, log *slog.Logger) {
 	}
 	keys := make([]sshserver.AuthorizedKey, 0, len(lines))
 	for _, l := range lines {
-		k, _, options, _, err := gossh.ParseAuthorizedKey([]byte(l))
+		ak, err := parseAuthorizedKey(l)
 		if err != nil {
 			log.Warn("ignoring unreadable authorized key from hub", "err", err)
 			continue
-		}
-		ak := sshserver.AuthorizedKey{Key: k}
-		for _, o := range options {
-			// tether-logins="root,ubuntu": the logins the operator's roles
-			// allow on this node; absent means any login.
-			if v, ok := strings.CutPrefix(o, "tether-logins="); ok {
-				ak.Logins = strings.Split(strings.Trim(v, `"`), ",")
-			}
 		}
 		keys = append(keys, ak)
 	}
 	a.sshd.SetAuthorizedKeyLogins(keys)
 	log.Debug("authorized keys updated", "count", len(keys))
+}
+
+// parseAuthorizedKey reads one line of the hub's authorized keys
+// (access.KeysFor): the comment is the operator's name; options say what
+// the key may do on this node.
+func parseAuthorizedKey(line string) (sshserver.AuthorizedKey, error) {
+	k, comment, options, _, err := gossh.ParseAuthorizedKey([]byte(line))
+	if err != nil {
+		return sshserver.AuthorizedKey{}, err
+	}
+	ak := sshserver.AuthorizedKey{Key: k, Name: comment}
+	for _, o := range options {
+		// tether-logins="root,ubuntu": the logins the operator's roles
+		// allow on this node; absent means any login.
+		if v, ok := strings.CutPrefix(o, "tether-logins="); ok {
+			ak.Logins = strings.Split(strings.Trim(v, `"`), ",")
+		}
+		// OpenSSH's option: none of the operator's roles selecting this
+		// node allows forwarding; absent (also from older hubs) allows it.
+		if o == "no-port-forwarding" {
+			ak.NoForwarding = true
+		}
+	}
+	return ak, nil
 }

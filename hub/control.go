@@ -72,6 +72,8 @@ func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunn
 				lastStored = time.Now()
 				s.markSeen(ctx, log, conn.NodeID, store.Seen{Online: true, At: lastStored})
 			}
+		case control.TypeSSHEvent:
+			s.recordSSHEvent(conn, msg.SSHEvent, log)
 		case control.TypeRenew:
 			if err := s.renewNodeCert(ctx, conn, msg.CSR, log); err != nil {
 				log.Warn("certificate renewal refused", "err", err)

@@ -96,6 +96,7 @@ type nodeAccess struct {
 	keys       []string
 	principals map[string][]string
 	anyLogin   []string
+	noForward  []string // principals whose role refuses port forwarding
 }
 
 // pushMemo shares the computation between nodes with identical labels
@@ -109,6 +110,7 @@ type pushMemo struct {
 func accessFor(snap *access.Snapshot, labels map[string]string) nodeAccess {
 	a := nodeAccess{keys: snap.KeysFor(labels)}
 	a.principals, a.anyLogin = snap.PrincipalsFor(labels)
+	a.noForward = snap.NoForwardingFor(labels)
 	return a
 }
 
@@ -170,7 +172,7 @@ func (s *Server) pushAccess(c *registry.Conn, force bool, memo *pushMemo) bool {
 		sentAny = true
 	}
 	send("keys", &control.Message{Type: control.TypeAuthorizedKeys, AuthorizedKeys: a.keys}, &c.Pushed.KeysSum)
-	trust := &control.SSHTrust{HostCert: c.Pushed.HostCert, RevokedKeys: snap.RevokedKeys(), Principals: a.principals, AnyLogin: a.anyLogin}
+	trust := &control.SSHTrust{HostCert: c.Pushed.HostCert, RevokedKeys: snap.RevokedKeys(), Principals: a.principals, AnyLogin: a.anyLogin, NoForwarding: a.noForward}
 	for _, k := range s.userCA.TrustedKeys() {
 		trust.UserCAs = append(trust.UserCAs, string(gossh.MarshalAuthorizedKey(k)))
 	}

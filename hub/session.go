@@ -113,7 +113,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	// online shows what it reported.
 	s.storeReportedLabels(ctx, log, node, msg.Hello.Labels)
 	conn := registry.NewConn(node.ID, node.Name, sess, ctrl)
-	if err := conn.Send(&control.Message{Type: control.TypeWelcome, Welcome: s.liveness().Welcome(node.ID, node.Name)}); err != nil {
+	if err := conn.Send(&control.Message{Type: control.TypeWelcome, Welcome: s.welcome(node.ID, node.Name)}); err != nil {
 		log.Info("session ended during welcome", "err", err)
 		return
 	}

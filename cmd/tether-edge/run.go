@@ -112,6 +112,7 @@ is retried.`,
 	f.StringVar(&join, "join", os.Getenv("TETHER_JOIN"), "join string; used only when --state-dir has no identity yet (env TETHER_JOIN keeps it out of the process list)")
 	f.StringVar(&name, "name", "", "node name used when joining (default: derived from the hostname)")
 	f.StringVar(&cfg.SSHTarget, "ssh", "127.0.0.1:22", `target of SSH streams: "embedded" or HOST:PORT of a local sshd`)
+	f.StringVar(&cfg.SSHShell, "shell", "", `with --ssh embedded: shell of SSH sessions (default: the agent user's login shell; /bin/sh for a nologin account, said in the log)`)
 	f.StringVar(&cfg.SSHDHostKey, "sshd-host-key", "/etc/ssh/ssh_host_ed25519_key", "the local sshd's host key; its .pub is certified by the hub's host CA (with --ssh HOST:PORT)")
 	f.BoolVar(&manage, "manage-sshd", false, "install the hub's host certificate, user CAs and revoked keys into the local sshd (drop-in + files) and reload it")
 	f.StringVar(&mgr.Paths.Dir, "sshd-dir", mgr.Paths.Dir, "with --manage-sshd: directory for the certificate, CA and revoked-key files")

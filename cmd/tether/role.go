@@ -21,7 +21,13 @@ the built-in role "all" (every node, any login). Holding the built-in role
 takes admin access from everyone who holds it.
 
 Selector syntax (terms are ANDed): k=v, k!=v, k in (a,b), k notin (a,b),
-k (label exists), !k (label absent); "*" selects every node.`,
+k (label exists), !k (label absent); "*" selects every node.
+
+Port forwarding on nodes with the embedded SSH server (ssh -L to the node's
+loopback, ssh -R listening on it; never to or on other addresses) is allowed
+by default, since a login that may run a shell can forward ports anyway;
+--forwarding=false refuses it to the role's logins. An operator may forward
+on a node if any of their roles that selects it allows forwarding.`,
 	}
 	cmd.AddCommand(newRoleCreateCmd(), newRoleListCmd(), newRoleRmCmd())
 	return cmd
@@ -31,28 +37,31 @@ func newRoleCreateCmd() *cobra.Command {
 	var cf clientFlags
 	var nodes string
 	var logins []string
+	var forwarding bool
 	cmd := &cobra.Command{
-		Use:     "create NAME --nodes SELECTOR --logins LOGIN[,LOGIN]",
-		Short:   "Create or replace a role",
-		Example: `  tether role create fleet-ops --nodes 'site=lab,env!=prod' --logins root,ubuntu`,
-		Args:    cobra.ExactArgs(1),
+		Use:   "create NAME --nodes SELECTOR --logins LOGIN[,LOGIN]",
+		Short: "Create or replace a role",
+		Example: `  tether role create fleet-ops --nodes 'site=lab,env!=prod' --logins root,ubuntu
+  tether role create auditors --nodes '*' --logins audit --forwarding=false`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			r, err := c.PutRole(cmd.Context(), args[0], api.RolePutRequest{Nodes: nodes, Logins: logins})
+			r, err := c.PutRole(cmd.Context(), args[0], api.RolePutRequest{Nodes: nodes, Logins: logins, Forwarding: &forwarding})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "role %s: nodes %q, logins %s\n", r.Name, r.Nodes, strings.Join(r.Logins, ","))
+			fmt.Fprintf(os.Stderr, "role %s: nodes %q, logins %s, forwarding %s\n", r.Name, r.Nodes, strings.Join(r.Logins, ","), yesNo(r.Forwarding))
 			return nil
 		},
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVar(&nodes, "nodes", "", "node label selector (required; \"*\" for all nodes)")
 	cmd.Flags().StringSliceVar(&logins, "logins", nil, "SSH logins allowed on those nodes (required)")
+	cmd.Flags().BoolVar(&forwarding, "forwarding", true, "allow port forwarding (ssh -L/-R on the nodes' loopback, embedded SSH server)")
 	_ = cmd.MarkFlagRequired("nodes")
 	_ = cmd.MarkFlagRequired("logins")
 	return cmd
@@ -60,12 +69,19 @@ func newRoleCreateCmd() *cobra.Command {
 
 func newRoleListCmd() *cobra.Command {
 	return listCommand(&cobra.Command{Use: "list", Short: "List roles"},
-		(*api.Client).ListRoles, "NAME\tNODES\tLOGINS",
+		(*api.Client).ListRoles, "NAME\tNODES\tLOGINS\tFORWARDING",
 		func(r api.Role) string {
-			return fmt.Sprintf("%s\t%s\t%s", r.Name, r.Nodes, strings.Join(r.Logins, ","))
+			return fmt.Sprintf("%s\t%s\t%s\t%s", r.Name, r.Nodes, strings.Join(r.Logins, ","), yesNo(r.Forwarding))
 		})
 }
 
 func newRoleRmCmd() *cobra.Command {
 	return argCommand(&cobra.Command{Use: "rm NAME", Short: "Delete a role (operators holding it lose what it granted at once)"}, (*api.Client).DeleteRole)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }

@@ -4,25 +4,33 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/gliderlabs/ssh"
 	gossh "golang.org/x/crypto/ssh"
 )
 
 // keySet is an immutable set of public keys keyed by their wire encoding,
-// each with the logins it may use (nil: any login). It is swapped as a
-// whole so a reader never sees half an update.
+// each with what it grants. It is swapped as a whole so a reader never sees
+// half an update.
 type keySet struct {
-	keys map[string][]string
+	keys map[string]keyGrant
+}
+
+// keyGrant is what an authorized key may do on this node.
+type keyGrant struct {
+	logins    []string // nil: any login
+	noForward bool     // port forwarding refused (OpenSSH's no-port-forwarding)
+	name      string   // whose key (the authorized_keys comment), for logs and audit
 }
 
 func newKeySet(keys []gossh.PublicKey) *keySet {
-	ks := &keySet{keys: make(map[string][]string, len(keys))}
+	ks := &keySet{keys: make(map[string]keyGrant, len(keys))}
 	for _, k := range keys {
 		if k == nil {
 			continue
 		}
-		ks.keys[string(k.Marshal())] = nil
+		ks.keys[string(k.Marshal())] = keyGrant{}
 	}
 	return ks
 }
@@ -30,59 +38,69 @@ func newKeySet(keys []gossh.PublicKey) *keySet {
 // contains reports whether k is in the set. Public keys are not secret, so
 // a map lookup (not constant time) leaks nothing worth protecting.
 func (ks *keySet) contains(k gossh.PublicKey) bool {
-	if k == nil {
-		return false
-	}
-	_, ok := ks.keys[string(k.Marshal())]
+	_, ok := ks.grant(k)
 	return ok
+}
+
+// grant returns what k is granted, if it is in the set.
+func (ks *keySet) grant(k gossh.PublicKey) (keyGrant, bool) {
+	if k == nil {
+		return keyGrant{}, false
+	}
+	g, ok := ks.keys[string(k.Marshal())]
+	return g, ok
 }
 
 // allows reports whether k is in the set and may log in as user.
 func (ks *keySet) allows(k gossh.PublicKey, user string) bool {
-	if k == nil {
-		return false
-	}
-	logins, ok := ks.keys[string(k.Marshal())]
-	if !ok {
-		return false
-	}
-	return logins == nil || slices.Contains(logins, user)
+	g, ok := ks.grant(k)
+	return ok && (g.logins == nil || slices.Contains(g.logins, user))
 }
 
-// AuthorizedKey is an operator key with the logins it may use on this node.
+// AuthorizedKey is an operator key with what it may do on this node.
 type AuthorizedKey struct {
 	Key    gossh.PublicKey
 	Logins []string // nil or empty: any login
+	// NoForwarding refuses ssh -L and ssh -R to this key (the hub sets it
+	// for operators none of whose roles selecting the node allows
+	// forwarding). The zero value allows forwarding: what a key that may run
+	// a shell could do anyway with socat or an ssh client on the node.
+	NoForwarding bool
+	// Name is whose key this is (the operator), for logs and audit.
+	Name string
 }
 
 // SetAuthorizedKeyLogins is SetAuthorizedKeys with a login restriction per
 // key: a key may only log in as one of its Logins (the operator's roles'
-// logins for this node).
+// logins for this node). Connections whose key no longer may log in as
+// their login are closed at once (see recheckConns).
 func (s *Server) SetAuthorizedKeyLogins(keys []AuthorizedKey) {
-	ks := &keySet{keys: make(map[string][]string, len(keys))}
+	ks := &keySet{keys: make(map[string]keyGrant, len(keys))}
 	for _, k := range keys {
 		if k.Key == nil {
 			continue
 		}
-		var logins []string
+		g := keyGrant{noForward: k.NoForwarding, name: k.Name}
 		if len(k.Logins) > 0 {
-			logins = slices.Clone(k.Logins)
+			g.logins = slices.Clone(k.Logins)
 		}
-		ks.keys[string(k.Key.Marshal())] = logins
+		ks.keys[string(k.Key.Marshal())] = g
 	}
 	s.authorized.Store(ks)
+	s.recheckConns()
 }
 
 func (ks *keySet) empty() bool { return len(ks.keys) == 0 }
 
 // SetAuthorizedKeys replaces the set of operator keys that may log in. The
 // hub pushes the complete set for the node, so this is a replacement, not a
-// merge; keys compare by their wire encoding. It affects authentication of
-// new connections; connections already established keep running. A nil or
-// empty slice locks out plain keys (user certificates from trusted CAs still
-// work). Certificates in keys are matched as exact certificates only.
+// merge; keys compare by their wire encoding. Connections whose key is no
+// longer accepted are closed. A nil or empty slice locks out plain keys
+// (user certificates from trusted CAs still work). Certificates in keys are
+// matched as exact certificates only.
 func (s *Server) SetAuthorizedKeys(keys []gossh.PublicKey) {
 	s.authorized.Store(newKeySet(keys))
+	s.recheckConns()
 }
 
 // SetTrustedUserCAs replaces the set of certificate authorities whose user
@@ -93,13 +111,16 @@ func (s *Server) SetAuthorizedKeys(keys []gossh.PublicKey) {
 // list the login name. Empty (the default) accepts no certificates.
 func (s *Server) SetTrustedUserCAs(keys []gossh.PublicKey) {
 	s.userCAs.Store(newKeySet(keys))
+	s.recheckConns()
 }
 
 // SetRevokedKeys replaces the set of keys refused outright: a plain key in
 // the set, or a certificate whose key is in it, never logs in (a removed
-// operator's still-valid certificates stop working at once).
+// operator's still-valid certificates stop working at once), and its live
+// connections are closed.
 func (s *Server) SetRevokedKeys(keys []gossh.PublicKey) {
 	s.revoked.Store(newKeySet(keys))
+	s.recheckConns()
 }
 
 // certPrincipals is the node's mapping from login to accepted user
@@ -113,82 +134,171 @@ type certPrincipals struct {
 // log in as LOGIN only if it carries one of perLogin[LOGIN] or of anyLogin.
 // This is how a certificate naming roles works only on nodes those roles
 // select. Calling it with a nil map restores the default (principal = login).
+// Connections whose certificate no longer grants their login are closed.
 func (s *Server) SetCertPrincipals(perLogin map[string][]string, anyLogin []string) {
 	if perLogin == nil && anyLogin == nil {
 		s.principals.Store(nil)
-		return
+	} else {
+		s.principals.Store(&certPrincipals{perLogin: perLogin, any: anyLogin})
 	}
-	s.principals.Store(&certPrincipals{perLogin: perLogin, any: anyLogin})
+	s.recheckConns()
+}
+
+// SetNoForwardingPrincipals lists the user-certificate principals that do
+// not allow port forwarding (those of roles created with
+// --forwarding=false). A certificate login may forward if the principal it
+// logged in with is not listed; nil (the default, and what a hub that
+// predates the setting sends) allows forwarding for every principal.
+func (s *Server) SetNoForwardingPrincipals(principals []string) {
+	s.noForward.Store(&principals)
 }
 
 // allowedLogin re-checks key for the login that finally authenticated.
 func (s *Server) allowedLogin(user string, key gossh.PublicKey) bool {
-	if key == nil {
-		return false
-	}
-	revoked := s.revoked.Load()
-	if revoked.contains(key) {
-		return false
-	}
-	if s.authorized.Load().allows(key, user) {
-		return true
-	}
-	cert, ok := key.(*gossh.Certificate)
-	if !ok || revoked.contains(cert.Key) {
-		return false
-	}
-	_, err := s.checkUserCert(user, cert)
+	_, err := s.check(user, key)
 	return err == nil
 }
 
-// authorize is the gliderlabs PublicKeyHandler. It runs for key queries and
-// for signed attempts alike; x/crypto verifies the signature separately.
-func (s *Server) authorize(ctx ssh.Context, key ssh.PublicKey) bool {
-	// gliderlabs hands x/crypto the context's *Permissions after this
-	// returns, and x/crypto caches that pointer per key. Give every
-	// accepted key its own Permissions value so one certificate's
-	// source-address cannot be overwritten by another key's query.
-	p := ctx.Permissions()
+// grantOf is how a key logged in: a plain authorized key or a certificate
+// through one principal.
+type grantOf struct {
+	plain     bool
+	grant     keyGrant // plain keys
+	principal string   // certificates: the principal that granted the login
+	perms     *gossh.Permissions
+}
+
+// refusal is an authentication failure the operator can act on: a key the
+// node knows, asking for a login it does not grant. It travels as an SSH
+// banner to the client and as an Event to the hub's audit.
+type refusal struct {
+	operator string
+	reason   string
+}
+
+func (r *refusal) Error() string { return "sshserver: " + r.reason }
+
+var errUnknownKey = errors.New("sshserver: key not authorized")
+
+// check decides whether key may log in as user, now. Errors of type
+// *refusal name a known key refused for this login.
+func (s *Server) check(user string, key gossh.PublicKey) (grantOf, error) {
+	if key == nil {
+		return grantOf{}, errUnknownKey
+	}
 	revoked := s.revoked.Load()
-	if revoked.contains(key) {
-		return false
+	cert, isCert := key.(*gossh.Certificate)
+	if revoked.contains(key) || (isCert && revoked.contains(cert.Key)) {
+		return grantOf{}, errors.New("sshserver: key revoked")
 	}
-	if c, ok := key.(*gossh.Certificate); ok && revoked.contains(c.Key) {
-		return false
-	}
-	if s.authorized.Load().allows(key, ctx.User()) {
-		p.Permissions = &gossh.Permissions{}
-		return true
-	}
-	cert, ok := key.(*gossh.Certificate)
-	if !ok {
-		return false
-	}
-	perms, err := s.checkUserCert(ctx.User(), cert)
-	if err != nil {
-		if st := connStateFrom(ctx); st != nil {
-			st.log.Debug("user certificate rejected", "user", ctx.User(), "key", keyDescription(cert), "err", err)
+	if g, ok := s.authorized.Load().grant(key); ok {
+		if g.logins == nil || slices.Contains(g.logins, user) {
+			return grantOf{plain: true, grant: g}, nil
 		}
-		return false
+		return grantOf{}, &refusal{operator: g.name, reason: fmt.Sprintf(
+			"key %s (operator %q) may not log in as %q on this node; the operator's roles allow: %s. Log in as one of those, or ask a hub admin to add %q to a role of yours (tether role create ROLE --nodes ... --logins ...)",
+			gossh.FingerprintSHA256(key), g.name, user, strings.Join(g.logins, ","), user)}
 	}
-	// x/crypto enforces source-address from the returned permissions.
-	p.Permissions = &gossh.Permissions{
-		CriticalOptions: perms.CriticalOptions,
-		Extensions:      perms.Extensions,
+	if !isCert {
+		return grantOf{}, errUnknownKey
+	}
+	perms, principal, err := s.checkUserCert(user, cert)
+	if err != nil {
+		var r *refusal
+		if errors.As(err, &r) {
+			return grantOf{}, err
+		}
+		return grantOf{}, fmt.Errorf("%w: %w", errUnknownKey, err)
+	}
+	return grantOf{principal: principal, perms: perms}, nil
+}
+
+// mayForward reports whether the login of g may forward ports now.
+func (s *Server) mayForward(g grantOf) bool {
+	if g.plain {
+		return !g.grant.noForward
+	}
+	if nf := s.noForward.Load(); nf != nil {
+		return !slices.Contains(*nf, g.principal)
 	}
 	return true
 }
 
-func (s *Server) checkUserCert(user string, cert *gossh.Certificate) (*gossh.Permissions, error) {
+// publicKeyCallback is x/crypto's PublicKeyCallback (set in serverConfig,
+// not through gliderlabs, which can only say yes or no). It runs for key
+// queries and for signed attempts alike; x/crypto verifies the signature
+// separately. A known key refused for this login gets a banner saying why,
+// and is reported (once per connection) as an EventLoginRefused.
+func (s *Server) publicKeyCallback(ctx ssh.Context, md gossh.ConnMetadata, key gossh.PublicKey) (*gossh.Permissions, error) {
+	st := connStateFrom(ctx)
+	g, err := s.check(md.User(), key)
+	if err != nil {
+		var r *refusal
+		if errors.As(err, &r) {
+			if st != nil && st.firstRefusal(md.User(), key) {
+				st.log.Info("login refused", "user", md.User(), "key", keyDescription(key), "reason", r.reason)
+				s.emit(Event{Kind: EventLoginRefused, Login: md.User(), Operator: r.operator,
+					KeyFingerprint: fingerprint(key), Detail: r.reason})
+			}
+			return nil, &gossh.BannerError{Err: err, Message: "tether: " + r.reason + "\r\n"}
+		}
+		if st != nil && isCertificate(key) {
+			st.log.Debug("user certificate rejected", "user", md.User(), "key", keyDescription(key), "err", err)
+		}
+		return nil, err
+	}
+	ctx.SetValue(ssh.ContextKeyPublicKey, key)
+	// x/crypto caches the returned pointer per key, so every accepted key
+	// gets its own value; it enforces a certificate's source-address from it.
+	if g.perms != nil {
+		return &gossh.Permissions{CriticalOptions: g.perms.CriticalOptions, Extensions: g.perms.Extensions}, nil
+	}
+	return &gossh.Permissions{}, nil
+}
+
+// userCertKeyIDPrefix starts the key id of the user certificates `tether
+// login` issues (hub/access.UserCertKeyIDPrefix); the rest is the operator.
+const userCertKeyIDPrefix = "tether:operator:"
+
+// operatorOf is whose key k is, as far as the node knows: the authorized
+// key's comment, or the operator a certificate was issued to; "" if unknown.
+func (s *Server) operatorOf(k gossh.PublicKey) string {
+	if g, ok := s.authorized.Load().grant(k); ok {
+		return g.name
+	}
+	if c, ok := k.(*gossh.Certificate); ok {
+		if name, ok := strings.CutPrefix(c.KeyId, userCertKeyIDPrefix); ok {
+			return name
+		}
+	}
+	return ""
+}
+
+func isCertificate(k gossh.PublicKey) bool {
+	_, ok := k.(*gossh.Certificate)
+	return ok
+}
+
+// fingerprint is the SHA256 fingerprint of a key, or of a certificate's key.
+func fingerprint(k gossh.PublicKey) string {
+	if c, ok := k.(*gossh.Certificate); ok {
+		return gossh.FingerprintSHA256(c.Key)
+	}
+	return gossh.FingerprintSHA256(k)
+}
+
+// checkUserCert checks cert for login user and returns the principal that
+// granted it.
+func (s *Server) checkUserCert(user string, cert *gossh.Certificate) (*gossh.Permissions, string, error) {
 	cas := s.userCAs.Load()
 	if cas.empty() {
-		return nil, errors.New("sshserver: no trusted user CAs")
+		return nil, "", errors.New("sshserver: no trusted user CAs")
 	}
 	if cert.CertType != gossh.UserCert {
-		return nil, fmt.Errorf("sshserver: certificate type %d is not a user certificate", cert.CertType)
+		return nil, "", fmt.Errorf("sshserver: certificate type %d is not a user certificate", cert.CertType)
 	}
 	if !cas.contains(cert.SignatureKey) {
-		return nil, errors.New("sshserver: certificate signed by an untrusted authority")
+		return nil, "", errors.New("sshserver: certificate signed by an untrusted authority")
 	}
 	checker := gossh.CertChecker{
 		SupportedCriticalOptions: []string{"source-address"},
@@ -203,15 +313,28 @@ func (s *Server) checkUserCert(user string, cert *gossh.Certificate) (*gossh.Per
 			}
 		}
 		if principal == "" {
-			return nil, fmt.Errorf("sshserver: certificate principals %v do not allow login %q on this node", cert.ValidPrincipals, user)
+			// Only a certificate otherwise valid here is worth a reason.
+			if err := checker.CheckCert(firstOr(cert.ValidPrincipals, ""), cert); err != nil {
+				return nil, "", fmt.Errorf("sshserver: check user certificate: %w", err)
+			}
+			return nil, "", &refusal{operator: strings.TrimPrefix(cert.KeyId, userCertKeyIDPrefix), reason: fmt.Sprintf(
+				"certificate %q (principals %s) does not allow login %q on this node. Log in with a login one of your roles allows here, or ask a hub admin to add %q to such a role, then run tether login again",
+				cert.KeyId, strings.Join(cert.ValidPrincipals, ","), user, user)}
 		}
 	}
 	// CheckCert covers validity window, principals, critical options and
 	// the CA signature.
 	if err := checker.CheckCert(principal, cert); err != nil {
-		return nil, fmt.Errorf("sshserver: check user certificate: %w", err)
+		return nil, "", fmt.Errorf("sshserver: check user certificate: %w", err)
 	}
-	return &cert.Permissions, nil
+	return &cert.Permissions, principal, nil
+}
+
+func firstOr(ss []string, def string) string {
+	if len(ss) > 0 {
+		return ss[0]
+	}
+	return def
 }
 
 // keyDescription names a key in logs the way OpenSSH does.

@@ -174,3 +174,83 @@ func TestHostCertificate(t *testing.T) {
 		t.Fatalf("untrusted host CA: exit %d", r.code)
 	}
 }
+
+// A known key asking for a login its roles do not grant is told why (a
+// banner OpenSSH prints), and the refusal is reported for the hub's audit.
+func TestLoginRefusedBanner(t *testing.T) {
+	e, events := newEventEnv(t)
+	e.srv.SetAuthorizedKeyLogins([]AuthorizedKey{{Key: e.key.Pub(), Logins: []string{"ubuntu", "deploy"}, Name: "alice"}})
+	r := e.ssh("-o", "LogLevel=INFO", testHost, "true") // logs in as "operator"
+	if r.code != 255 || !strings.Contains(r.stderr, `may not log in as "operator"`) || !strings.Contains(r.stderr, "ubuntu,deploy") {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	ev, ok := events.find(EventLoginRefused)
+	if !ok || ev.Login != "operator" || ev.Operator != "alice" || ev.KeyFingerprint != gossh.FingerprintSHA256(e.key.Pub()) {
+		t.Fatalf("event %+v, %v", ev, ok)
+	}
+	// An unknown key learns nothing.
+	other := testenv.NewKeyFile(t, filepath.Join(e.dir, "id_other"))
+	r = e.ssh("-F", writeConfigWithKey(t, e, other.Path), "-o", "LogLevel=INFO", testHost, "true")
+	if r.code != 255 || strings.Contains(r.stderr, "tether:") {
+		t.Fatalf("unknown key: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// A certificate from the trusted CA without a principal for the login.
+	ca := newCA(t)
+	e.srv.SetTrustedUserCAs([]gossh.PublicKey{ca.PublicKey()})
+	e.srv.SetCertPrincipals(map[string][]string{"ubuntu": {"tether:ops:ubuntu"}}, nil)
+	user := testenv.NewKeyFile(t, filepath.Join(e.dir, "id_certuser"))
+	cert := signCert(t, ca, &gossh.Certificate{Key: user.Pub(), CertType: gossh.UserCert, KeyId: "tether:operator:bob",
+		ValidPrincipals: []string{"tether:ops:ubuntu"}, ValidBefore: gossh.CertTimeInfinity})
+	if err := os.WriteFile(user.Path+"-cert.pub", gossh.MarshalAuthorizedKey(cert), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = e.ssh("-F", writeConfigWithKey(t, e, user.Path), "-o", "LogLevel=INFO", testHost, "true")
+	if r.code != 255 || !strings.Contains(r.stderr, `does not allow login "operator"`) {
+		t.Fatalf("certificate: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// gliderlabs sets NoClientAuth when it has no auth handler of its own;
+// the "none" method must still be refused.
+func TestNoneAuthRefused(t *testing.T) {
+	e := newTestEnv(t)
+	_, err := gossh.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", e.port), &gossh.ClientConfig{
+		User:            "operator",
+		HostKeyCallback: gossh.InsecureIgnoreHostKey(),
+		Timeout:         10 * time.Second,
+	})
+	if err == nil || !strings.Contains(err.Error(), "unable to authenticate") {
+		t.Fatalf("login without credentials: %v", err)
+	}
+}
+
+// Access taken away on the hub ends live sessions: the key removed, a
+// login narrowed, the key revoked.
+func TestTrustChangeEndsSessions(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(e *testEnv)
+	}{
+		{"key removed", func(e *testEnv) { e.srv.SetAuthorizedKeyLogins(nil) }},
+		{"login narrowed", func(e *testEnv) {
+			e.srv.SetAuthorizedKeyLogins([]AuthorizedKey{{Key: e.key.Pub(), Logins: []string{"ubuntu"}}})
+		}},
+		{"key revoked", func(e *testEnv) { e.srv.SetRevokedKeys([]gossh.PublicKey{e.key.Pub()}) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, events := newEventEnv(t)
+			// An unrelated change keeps the session.
+			other := testenv.NewKey(t)
+			e.srv.SetAuthorizedKeyLogins([]AuthorizedKey{{Key: e.key.Pub(), Name: "alice"}, {Key: other.Pub(), Name: "bob"}})
+			cmd, pid := e.startSleeper()
+			tc.change(e)
+			if err := waitExit(t, cmd); err == nil {
+				t.Fatal("ssh exited 0 after its access was revoked")
+			}
+			waitProcessGone(t, pid)
+			if ev, ok := events.find(EventAccessRevoked); !ok || ev.Operator != "alice" || ev.Login != "operator" {
+				t.Errorf("access-revoked event %+v, %v", ev, ok)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/gliderlabs/ssh"
 	gossh "golang.org/x/crypto/ssh"
@@ -20,10 +21,10 @@ type exitResult struct {
 	err        error // why the process could not be started, for the log
 }
 
-// send reports r to the client and closes the channel. For a signal it
-// sends exit-signal and then exit-status 128+n: RFC 4254 clients (such as
-// x/crypto) see the signal, and OpenSSH's client, which ignores exit-signal,
-// exits with the shell convention 128+n instead of 255.
+// send reports r to the client and closes the channel. A process killed
+// by a signal RFC 4254 names is reported as sshd does, with exit-signal
+// only (name without "SIG", core-dumped flag) and no exit-status: OpenSSH's
+// client then exits 255, and x/crypto reports the signal with status 128+n.
 func (r exitResult) send(sess ssh.Session) {
 	_ = sess.CloseWrite()
 	if r.signal != "" {
@@ -34,6 +35,8 @@ func (r exitResult) send(sess ssh.Session) {
 			Lang       string
 		}{Signal: r.signal, CoreDumped: r.coreDumped}
 		_, _ = sess.SendRequest("exit-signal", false, gossh.Marshal(&msg))
+		_ = sess.Close()
+		return
 	}
 	_ = sess.Exit(r.status)
 }
@@ -125,10 +128,17 @@ func startFailed(stderr io.Writer, newline string, err error) exitResult {
 	return exitResult{status: 127, err: err}
 }
 
-// supervise waits for the session's process to exit, kills whatever is left
-// in its session, reaps it and returns its status. If the session context
-// ends first (client gone, Close, ServeConn's context), the whole session is
-// killed right away.
+// leaderGrace is how long a session's main process has to exit after the
+// hangup once its client is gone. One that ignores SIGHUP is then killed:
+// sshd would leave it running, but the agent must not keep a connection
+// (and a tunnel stream) open for a session nobody can reach any more.
+const leaderGrace = 2 * time.Second
+
+// supervise waits for the session's process to exit, ends whatever is
+// left in its session (endSession), reaps it and returns its status. If the
+// session context ends first (client gone, Close, ServeConn's context), the
+// session is ended right away, and the main process, should it survive
+// that, is killed after leaderGrace.
 func supervise(sctx *sessionContext, cmd *exec.Cmd) exitResult {
 	pid := cmd.Process.Pid
 	proc := &sctx.proc
@@ -139,7 +149,16 @@ func supervise(sctx *sessionContext, cmd *exec.Cmd) exitResult {
 		defer close(watcherDone)
 		select {
 		case <-sctx.Done():
-			killSession(pid)
+			proc.endSession(pid)
+		case <-stop:
+			return
+		}
+		t := time.NewTimer(leaderGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			// Still a live process: the leader is not reaped before stop.
+			syscall.Kill(pid, syscall.SIGKILL)
 		case <-stop:
 		}
 	}()
@@ -154,7 +173,7 @@ func supervise(sctx *sessionContext, cmd *exec.Cmd) exitResult {
 	close(stop)
 	<-watcherDone
 	proc.exited()
-	killSession(pid)
+	proc.endSession(pid)
 	if !reaped {
 		cmd.Wait()
 	}
@@ -209,6 +228,41 @@ type procState struct {
 	pending []syscall.Signal // signals that arrived before the process started
 	pty     *os.File         // PTY master, nil without a PTY or once closed
 	win     *ssh.Window      // latest requested window size
+	// killOnEnd: the client asked (KillOnEndRequest) that everything left
+	// in the session be killed when it ends, not only hung up.
+	killOnEnd bool
+}
+
+// KillOnEndRequest is the session request ("want reply" optional, no
+// payload) by which a client asks that, when the session ends, everything
+// still in its POSIX session is killed with SIGKILL rather than sent SIGHUP.
+// The hub's job runner (provisioners/runner) sends it before its exec
+// request: a cancelled or finished provisioning step must not leave
+// processes behind, nohup'ed or not. OpenSSH's sshd refuses the unknown
+// request, and the runner's wrapper does that work there.
+const KillOnEndRequest = "kill-on-end@tether.dev"
+
+// setKillOnEnd records a KillOnEndRequest.
+func (p *procState) setKillOnEnd() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.killOnEnd = true
+}
+
+// endSession ends what is left in session sid: SIGKILL to all of it if
+// the client sent KillOnEndRequest, else SIGHUP (and SIGCONT, so stopped
+// jobs see it), as the hangup of sshd's session does. A process that
+// ignores SIGHUP (nohup) or left the session (setsid, systemd-run) keeps
+// running, as after an sshd session.
+func (p *procState) endSession(sid int) {
+	p.mu.Lock()
+	kill := p.killOnEnd
+	p.mu.Unlock()
+	if kill {
+		killSession(sid)
+		return
+	}
+	hangupSession(sid)
 }
 
 // maxPendingSignals bounds signals queued before the process starts.

@@ -35,19 +35,29 @@ const maxKillPasses = 4
 func killSession(sid int) {
 	syscall.Kill(-sid, syscall.SIGKILL)
 	for range maxKillPasses {
-		if killSessionMembers(sid) == 0 {
+		if signalSessionMembers(sid, syscall.SIGKILL) == 0 {
 			return
 		}
 	}
 }
 
-// killSessionMembers kills the live processes whose session id is sid and
-// returns how many it found. It runs at the end of every session, so it
+// hangupSession sends SIGHUP, then SIGCONT, to every process in session
+// sid: the group signal for plain commands, one /proc pass for job-control
+// groups of an interactive shell. One pass, since processes that ignore the
+// hangup stay alive by design and a rescan would only find them again.
+func hangupSession(sid int) {
+	syscall.Kill(-sid, syscall.SIGHUP)
+	syscall.Kill(-sid, syscall.SIGCONT)
+	signalSessionMembers(sid, syscall.SIGHUP, syscall.SIGCONT)
+}
+
+// signalSessionMembers sends sigs, in order, to the live processes whose
+// session id is sid and returns how many it found. It runs at the end of every session, so it
 // asks the kernel for each pid's session with getsid(2) (one syscall, no
 // file) and reads /proc/PID/stat only for the few that are members: a
 // fan-out of many short commands on a busy node pays microseconds, not a
 // full /proc read per process.
-func killSessionMembers(sid int) int {
+func signalSessionMembers(sid int, sigs ...syscall.Signal) int {
 	dir, err := os.Open("/proc")
 	if err != nil {
 		return 0
@@ -63,7 +73,9 @@ func killSessionMembers(sid int) int {
 		if s, err := unix.Getsid(pid); err != nil || s != sid || !alive(pid) {
 			continue
 		}
-		syscall.Kill(pid, syscall.SIGKILL)
+		for _, sig := range sigs {
+			syscall.Kill(pid, sig)
+		}
 		n++
 	}
 	return n

@@ -14,3 +14,9 @@ func waitExitedNoReap(pid int) bool { return false }
 func killSession(sid int) {
 	syscall.Kill(-sid, syscall.SIGKILL)
 }
+
+// hangupSession sends SIGHUP and SIGCONT to the process group sid.
+func hangupSession(sid int) {
+	syscall.Kill(-sid, syscall.SIGHUP)
+	syscall.Kill(-sid, syscall.SIGCONT)
+}

@@ -15,18 +15,27 @@
 // Every session runs in its own POSIX session (setsid), which is also its own
 // process group. When the session ends for any reason (the command exits, the
 // client disconnects, the channel closes, ServeConn's context is cancelled or
-// Close is called) everything left in that session is killed with SIGKILL, so
-// nothing outlives the SSH session: background jobs and nohup'ed commands
-// included. Only processes that deliberately leave the session (setsid,
-// daemonizing) escape, as with any supervisor; one that also keeps the
-// session's stdout or stderr open keeps the session open until the client
-// disconnects, as with sshd. Killing the whole session relies on /proc and is
-// complete on Linux; elsewhere only the session's main process group is
-// killed. The package builds on Unix systems only.
+// Close is called) everything left in that session gets SIGHUP and SIGCONT,
+// as sshd's hangup does: a plain background job dies, while what the user
+// detached (nohup, setsid, systemd-run) keeps running. A session's main
+// process that survives the hangup after its client is gone is killed after
+// leaderGrace. A client that sends KillOnEndRequest (the hub's job runner)
+// gets SIGKILL for everything left in the session instead. One that keeps
+// the session's stdout or stderr open keeps the session open until the client
+// disconnects, as with sshd. Reaching the whole session relies on /proc and
+// is complete on Linux; elsewhere only the session's main process group is
+// signalled. The package builds on Unix systems only.
 //
 // Supported: exec and shell sessions with or without a PTY, window changes,
 // client signals, the "sftp" subsystem (which also serves OpenSSH 9's scp),
-// agent forwarding (ssh -A). Denied: local and remote port forwarding, X11.
+// agent forwarding (ssh -A), local and remote port forwarding to and on the
+// node's loopback (forward.go). Denied: X11, forwarding anywhere else.
+//
+// Refused logins of known keys are told why (an SSH banner), and refusals,
+// forwardings and connections closed after a trust change are reported
+// through Config.OnEvent for the hub's audit. When the keys, CAs, revoked
+// keys or principals change, connections whose key no longer may log in as
+// their login are closed.
 package sshserver
 
 import (
@@ -35,7 +44,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,8 +68,17 @@ type Config struct {
 	HostKeyPath string
 
 	// Shell runs interactive sessions (as a login shell) and commands
-	// (Shell -c command). Empty means $SHELL, or /bin/sh if that is unset.
+	// (Shell -c command). Empty means the agent user's login shell from the
+	// password database, or /bin/sh if that is a nologin shell (a service
+	// account's /usr/sbin/nologin or /bin/false would refuse every session)
+	// or unknown; New logs which shell it chose and why.
 	Shell string
+
+	// OnEvent, if set, receives security-relevant events (refused logins,
+	// port forwardings, connections closed because access was revoked) for
+	// the hub's audit. It is called on the connection's goroutine and must
+	// not block.
+	OnEvent func(Event)
 
 	// Logger receives connection and session events, each connection's
 	// records carrying its remote address. Nil discards everything.
@@ -82,12 +99,6 @@ type Config struct {
 func (c *Config) CheckAndSetDefaults() error {
 	if c.HostKeyPath == "" {
 		return errors.New("sshserver: Config.HostKeyPath is required")
-	}
-	if c.Shell == "" {
-		c.Shell = os.Getenv("SHELL")
-	}
-	if c.Shell == "" {
-		c.Shell = "/bin/sh"
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -118,10 +129,13 @@ type Server struct {
 	userCAs    atomic.Pointer[keySet] // trusted user certificate authorities
 	revoked    atomic.Pointer[keySet] // keys refused with or without a certificate
 	principals atomic.Pointer[certPrincipals]
+	noForward  atomic.Pointer[[]string] // certificate principals that may not forward
+
+	remoteForwards ssh.ForwardedTCPHandler // ssh -R listeners, per bind address
 
 	mu     sync.Mutex // guards the following fields
 	closed bool
-	conns  map[net.Conn]struct{}
+	conns  map[net.Conn]*connState
 	wg     sync.WaitGroup // one per ServeConn call in flight; Add only under mu
 }
 
@@ -135,37 +149,51 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Shell == "" {
+		var why string
+		cfg.Shell, why = defaultShell()
+		cfg.Logger.Info("embedded SSH server shell", "shell", cfg.Shell, "why", why)
+	}
 	s := &Server{
 		cfg:    cfg,
 		log:    cfg.Logger,
 		signer: signer,
 		user:   currentUser(cfg.Shell),
-		conns:  make(map[net.Conn]struct{}),
+		conns:  make(map[net.Conn]*connState),
 	}
 	s.authorized.Store(&keySet{})
 	s.revoked.Store(&keySet{})
 	s.userCAs.Store(&keySet{})
 	s.srv = &ssh.Server{
-		HostSigners:          []ssh.Signer{signer},
-		Version:              "Tether",
-		Handler:              s.handleSession,
-		PublicKeyHandler:     s.authorize,
+		HostSigners: []ssh.Signer{signer},
+		Version:     "Tether",
+		Handler:     s.handleSession,
+		// No gliderlabs PublicKeyHandler: serverConfig installs x/crypto's
+		// callback itself, to give refused logins a reason (a banner).
 		ConnCallback:         s.connCallback,
 		ServerConfigCallback: s.serverConfig,
 		IdleTimeout:          cfg.IdleTimeout,
-		// Only "session" channels: no direct-tcpip, so local forwarding is
-		// refused at the channel level; the nil forwarding callbacks below
-		// deny the rest.
+		// Sessions, and ssh -L to the node's loopback (forward.go); other
+		// channel types (X11) are refused.
 		ChannelHandlers: map[string]ssh.ChannelHandler{
-			"session": s.sessionChannel,
+			"session":      s.sessionChannel,
+			"direct-tcpip": s.directTCPIP,
 		},
-		// No "tcpip-forward" handler: remote forwarding is refused.
-		RequestHandlers: map[string]ssh.RequestHandler{},
+		RequestHandlers: map[string]ssh.RequestHandler{
+			"tcpip-forward":        s.forwardRequest,
+			"cancel-tcpip-forward": s.forwardRequest,
+		},
 		SubsystemHandlers: map[string]ssh.SubsystemHandler{
 			"sftp": s.handleSFTP,
 		},
-		LocalPortForwardingCallback:   nil,
-		ReversePortForwardingCallback: nil,
+		// forward.go decides before gliderlabs' handlers ask these; they
+		// check again so nothing reaches the handlers undecided.
+		LocalPortForwardingCallback: func(ctx ssh.Context, host string, _ uint32) bool {
+			return isLoopbackHost(host) && s.forwardGrant(ctx) == nil
+		},
+		ReversePortForwardingCallback: func(ctx ssh.Context, host string, _ uint32) bool {
+			return isLoopbackHost(host) && s.forwardGrant(ctx) == nil
+		},
 	}
 	return s, nil
 }
@@ -204,7 +232,8 @@ var ErrNotHostCert = errors.New("not a host certificate")
 
 // ServeConn runs the SSH protocol on conn until the client disconnects, ctx
 // is cancelled or Close is called, and returns once every session of the
-// connection has ended and its processes have been killed. conn is always
+// connection has ended and its main processes are gone (what is left in
+// their sessions was hung up, see the package doc). conn is always
 // closed on return. Call it once per stream, typically in its own goroutine.
 func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 	st, ok := s.trackConn(conn)
@@ -236,8 +265,8 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 	st.log.Debug("connection ended")
 }
 
-// Close closes every connection being served, which ends their sessions and
-// kills their processes, and waits until all ServeConn calls have returned.
+// Close closes every connection being served, which ends their sessions
+// (hangs them up, see the package doc), and waits until all ServeConn calls have returned.
 // Later ServeConn calls close their conn immediately. Close is idempotent and
 // always returns nil; the error is there to satisfy io.Closer.
 func (s *Server) Close() error {
@@ -257,9 +286,9 @@ func (s *Server) trackConn(conn net.Conn) (*connState, bool) {
 	if s.closed {
 		return nil, false
 	}
-	s.conns[conn] = struct{}{}
-	s.wg.Add(1)
 	st := &connState{log: s.log.With("remote", addrString(conn.RemoteAddr()))}
+	s.conns[conn] = st
+	s.wg.Add(1)
 	return st, true
 }
 
@@ -282,6 +311,10 @@ type connState struct {
 	log           *slog.Logger
 	authenticated atomic.Bool // set once user authentication succeeded
 	tasks         tracker     // sessions and their helper goroutines
+
+	mu       sync.Mutex          // guards the following fields
+	login    login               // who authenticated, for recheckConns
+	reported map[string]struct{} // events already reported (firstReport)
 }
 
 type connStateKey struct{}
@@ -305,6 +338,15 @@ func (s *Server) connCallback(ctx ssh.Context, conn net.Conn) net.Conn {
 // serverConfig adds what gliderlabs does not expose to the x/crypto config.
 func (s *Server) serverConfig(ctx ssh.Context) *gossh.ServerConfig {
 	return &gossh.ServerConfig{
+		PublicKeyCallback: func(md gossh.ConnMetadata, key gossh.PublicKey) (*gossh.Permissions, error) {
+			return s.publicKeyCallback(ctx, md, key)
+		},
+		// With no gliderlabs auth handler set, gliderlabs sets
+		// NoClientAuth; this callback is what then refuses the "none"
+		// method (TestNoneAuthRefused).
+		NoClientAuthCallback: func(gossh.ConnMetadata) (*gossh.Permissions, error) {
+			return nil, errors.New("sshserver: public key authentication required")
+		},
 		// AuthLogCallback is the one hook that fires after a signature
 		// was verified (the public key callback also runs for mere
 		// queries), so it is where the handshake counts as done.
@@ -323,6 +365,7 @@ func (s *Server) serverConfig(ctx ssh.Context) *gossh.ServerConfig {
 			attrs := []any{"user", md.User(), "method", method}
 			if key, ok := ctx.Value(ssh.ContextKeyPublicKey).(ssh.PublicKey); ok {
 				attrs = append(attrs, "key", keyDescription(key))
+				st.setLogin(login{user: md.User(), key: key, operator: s.operatorOf(key)})
 			}
 			st.log.Info("authenticated", attrs...)
 		},

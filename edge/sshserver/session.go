@@ -170,6 +170,11 @@ func (c *sessionContext) filterRequests(in <-chan *gossh.Request, out chan<- *go
 			if req.WantReply {
 				req.Reply(err == nil, nil)
 			}
+		case KillOnEndRequest:
+			c.proc.setKillOnEnd()
+			if req.WantReply {
+				req.Reply(true, nil)
+			}
 		case "signal":
 			var p struct{ Signal string }
 			err := gossh.Unmarshal(req.Payload, &p)

@@ -79,3 +79,35 @@ func TestSFTPBatch(t *testing.T) {
 		t.Fatalf("sftp pwd %q, want home %q", r.stdout, home)
 	}
 }
+
+// sftp's ln -s keeps the target as given, as OpenSSH's sftp-server does:
+// a relative target stays relative (to the link), an absolute one absolute.
+func TestSFTPSymlinkTarget(t *testing.T) {
+	e := newTestEnv(t)
+	dir := filepath.Join(e.dir, "links")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	batch := filepath.Join(e.dir, "batch")
+	script := strings.Join([]string{
+		"cd " + dir,
+		"ln -s ../lib/target.so rel",
+		"ln -s /etc/hostname abs",
+		"ln -s plain sibling",
+		"-ln -s again rel", // exists: must fail like any sftp-server
+	}, "\n") + "\n"
+	if err := os.WriteFile(batch, []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := e.run(nil, nil, "sftp", "-b", batch, testHost)
+	mustSucceed(t, "sftp ln -s", r)
+	for link, want := range map[string]string{"rel": "../lib/target.so", "abs": "/etc/hostname", "sibling": "plain"} {
+		got, err := os.Readlink(filepath.Join(dir, link))
+		if err != nil || got != want {
+			t.Errorf("link %s -> %q (%v), want %q", link, got, err, want)
+		}
+	}
+	if !strings.Contains(r.stderr, "again") && !strings.Contains(r.stderr, "ailure") {
+		t.Errorf("existing link: stderr %q, want a failure", r.stderr)
+	}
+}

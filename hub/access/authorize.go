@@ -245,7 +245,10 @@ func (s *Snapshot) ProvisionLoginFor(labels map[string]string) string {
 // KeysFor are the operator keys a node's embedded SSH server accepts: only
 // operators whose roles select the node, each restricted to the logins
 // those roles allow (a tether-logins="a,b" key option; no option means any
-// login), one line per key, sorted by operator name.
+// login), one line per key, sorted by operator name. A key none of whose
+// roles selecting the node allows port forwarding carries OpenSSH's
+// no-port-forwarding option (absent, as from hubs before the option, the
+// node allows forwarding).
 func (s *Snapshot) KeysFor(labels map[string]string) []string {
 	names := make([]string, 0, len(s.operators))
 	for n := range s.operators {
@@ -259,10 +262,17 @@ func (s *Snapshot) KeysFor(labels map[string]string) []string {
 		if !ok {
 			continue
 		}
+		var opts []string
+		if !slices.ContainsFunc(o.Roles, func(r roles.Compiled) bool { return !r.NoForwarding && r.Selects(labels) }) {
+			opts = append(opts, "no-port-forwarding")
+		}
+		if !slices.Contains(logins, roles.AnyLogin) {
+			opts = append(opts, fmt.Sprintf("tether-logins=%q", strings.Join(logins, ",")))
+		}
 		for _, k := range o.Keys {
 			line := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(k)))
-			if !slices.Contains(logins, roles.AnyLogin) {
-				line = fmt.Sprintf("tether-logins=%q %s", strings.Join(logins, ","), line)
+			if len(opts) > 0 {
+				line = strings.Join(opts, ",") + " " + line
 			}
 			out = append(out, line+" "+name)
 		}
@@ -291,6 +301,21 @@ func (s *Snapshot) PrincipalsFor(labels map[string]string) (perLogin map[string]
 	login := s.ProvisionLoginFor(labels)
 	perLogin[login] = append(perLogin[login], ProvisionPrincipal)
 	return perLogin, anyLogin
+}
+
+// NoForwardingFor are the user-certificate principals (of PrincipalsFor)
+// whose role does not allow port forwarding on a node with these labels.
+func (s *Snapshot) NoForwardingFor(labels map[string]string) []string {
+	var out []string
+	for _, r := range s.roles {
+		if !r.NoForwarding || !r.Selects(labels) {
+			continue
+		}
+		for _, l := range r.Logins {
+			out = append(out, CertPrincipal(r.Name, l))
+		}
+	}
+	return out
 }
 
 func sameKey(a, b gossh.PublicKey) bool { return string(a.Marshal()) == string(b.Marshal()) }

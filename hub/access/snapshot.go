@@ -54,7 +54,7 @@ func load(ctx context.Context, st Store, gen uint64, provisionLogin string, log 
 	s := &Snapshot{Generation: gen, operators: make(map[string]*Operator, len(ops)), revoked: revoked, provisionLogin: provisionLogin}
 	byName := make(map[string]roles.Compiled, len(rs))
 	for _, r := range rs {
-		c, err := roles.Compile(roles.Role{Name: r.Name, Nodes: r.Nodes, Logins: r.Logins})
+		c, err := roles.Compile(roles.Role(r))
 		if err != nil {
 			// Stored roles were validated when put; one that no longer
 			// compiles (a rule tightened since) grants nothing.

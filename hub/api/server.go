@@ -569,7 +569,7 @@ func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	role := roles.Role{Name: r.PathValue("name"), Nodes: req.Nodes, Logins: req.Logins}
+	role := roles.Role{Name: r.PathValue("name"), Nodes: req.Nodes, Logins: req.Logins, NoForwarding: req.Forwarding != nil && !*req.Forwarding}
 	if err := role.Validate(); err != nil {
 		h.writeErr(w, r, fail(ErrInvalid, "%s", clean(err)))
 		return
@@ -579,7 +579,7 @@ func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.OperatorsChanged()
-	h.audit(store.AuditEvent{Kind: "role_put", Remote: r.RemoteAddr, Result: "ok", Detail: fmt.Sprintf("%s: nodes %q logins %s", role.Name, role.Nodes, strings.Join(role.Logins, ","))})
+	h.audit(store.AuditEvent{Kind: "role_put", Remote: r.RemoteAddr, Result: "ok", Detail: fmt.Sprintf("%s: nodes %q logins %s forwarding %t", role.Name, role.Nodes, strings.Join(role.Logins, ","), !role.NoForwarding)})
 	writeJSON(w, http.StatusOK, roleFrom(store.Role(role)))
 }
 

@@ -47,6 +47,9 @@ type OperatorEditRequest struct {
 type RolePutRequest struct {
 	Nodes  string   `json:"nodes"`
 	Logins []string `json:"logins"`
+	// Forwarding allows port forwarding (ssh -L/-R on the nodes' loopback)
+	// to the role's logins; absent means allowed.
+	Forwarding *bool `json:"forwarding,omitempty"`
 }
 
 // SSHTrust answers GET /v1/ssh/trust (no authentication: public keys only).

@@ -90,13 +90,14 @@ func operatorFrom(o store.Operator) Operator {
 // Role is a role as the API shows it: a node selector and the logins it
 // allows on the nodes it selects.
 type Role struct {
-	Name   string   `json:"name"`
-	Nodes  string   `json:"nodes"`
-	Logins []string `json:"logins"`
+	Name       string   `json:"name"`
+	Nodes      string   `json:"nodes"`
+	Logins     []string `json:"logins"`
+	Forwarding bool     `json:"forwarding"` // port forwarding allowed
 }
 
 func roleFrom(r store.Role) Role {
-	return Role{Name: r.Name, Nodes: r.Nodes, Logins: slices.Clone(r.Logins)}
+	return Role{Name: r.Name, Nodes: r.Nodes, Logins: slices.Clone(r.Logins), Forwarding: !r.NoForwarding}
 }
 
 // AuditEvent is an audit log entry as the API shows it.

@@ -51,6 +51,12 @@ type Role struct {
 	// e.g. ["root", "ubuntu"], each valid for validate.Login (or AnyLogin).
 	// At least one is required.
 	Logins []string `json:"logins"`
+	// NoForwarding refuses port forwarding (ssh -L to the node's loopback,
+	// ssh -R on it) to logins this role grants. The zero value allows it:
+	// a login that may run a shell can forward ports anyway (socat, an ssh
+	// client on the node), so refusing it is a policy signal, not a wall;
+	// `tether role create --forwarding=false` sets it.
+	NoForwarding bool `json:"no_forwarding,omitempty"`
 }
 
 // Validate checks the name, the selector and the logins, and names the first

@@ -79,6 +79,9 @@ var migrations = []string{
 	migrationOperatorKeys,
 	// v8: labels the agent reports, kept apart from the hub-set labels.
 	migrationReportedLabels,
+	// v9: whether a role allows port forwarding (existing roles keep the
+	// default: allowed).
+	`ALTER TABLE roles ADD COLUMN forwarding INTEGER NOT NULL DEFAULT 1;`,
 }
 
 // migrationReportedLabels adds the labels a node's agent reports about

@@ -11,13 +11,16 @@ type Role struct {
 	Name   string   `json:"name"`
 	Nodes  string   `json:"nodes"`
 	Logins []string `json:"logins"`
+	// NoForwarding: the role refuses port forwarding (see hub/roles).
+	NoForwarding bool `json:"no_forwarding,omitempty"`
 }
 
 // PutRole implements Store.
 func (s *SQLite) PutRole(ctx context.Context, r Role) error {
 	logins, _ := json.Marshal(r.Logins)
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO roles (name, nodes, logins) VALUES (?,?,?)
-		ON CONFLICT (name) DO UPDATE SET nodes = excluded.nodes, logins = excluded.logins`, r.Name, r.Nodes, string(logins)); err != nil {
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO roles (name, nodes, logins, forwarding) VALUES (?,?,?,?)
+		ON CONFLICT (name) DO UPDATE SET nodes = excluded.nodes, logins = excluded.logins, forwarding = excluded.forwarding`,
+		r.Name, r.Nodes, string(logins), !r.NoForwarding); err != nil {
 		return fmt.Errorf("store: put role %q: %w", r.Name, err)
 	}
 	return nil
@@ -25,7 +28,7 @@ func (s *SQLite) PutRole(ctx context.Context, r Role) error {
 
 // ListRoles implements Store.
 func (s *SQLite) ListRoles(ctx context.Context) ([]Role, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, nodes, logins FROM roles ORDER BY name`)
+	rows, err := s.db.QueryContext(ctx, `SELECT name, nodes, logins, forwarding FROM roles ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list roles: %w", err)
 	}
@@ -34,9 +37,11 @@ func (s *SQLite) ListRoles(ctx context.Context) ([]Role, error) {
 	for rows.Next() {
 		var r Role
 		var logins string
-		if err := rows.Scan(&r.Name, &r.Nodes, &logins); err != nil {
+		var forwarding bool
+		if err := rows.Scan(&r.Name, &r.Nodes, &logins, &forwarding); err != nil {
 			return nil, err
 		}
+		r.NoForwarding = !forwarding
 		if err := json.Unmarshal([]byte(logins), &r.Logins); err != nil {
 			return nil, fmt.Errorf("store: role %q logins: %w", r.Name, err)
 		}

@@ -160,6 +160,13 @@ func (c *Client) exec(ctx context.Context, line string, stdout, stderr io.Writer
 	sess.Stdout = &lockedWriter{mu: &mu, w: stdout}
 	sess.Stderr = &lockedWriter{mu: &mu, w: stderr}
 
+	if !c.wrap {
+		// The embedded server then kills everything the command leaves in
+		// its session when it ends, instead of only hanging it up.
+		if _, err := sess.SendRequest(killOnEndRequest, true, nil); err != nil {
+			return res, c.sessionError("start command", err)
+		}
+	}
 	start := time.Now()
 	if err := sess.Start(line); err != nil {
 		return res, c.sessionError("start command", err)

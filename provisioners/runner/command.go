@@ -98,12 +98,17 @@ func remoteLine(removeFile string, argv []string) string {
 }
 
 // embeddedServerVersion is the SSH version string of edge/sshserver, the
-// agent's embedded server. It kills a session's whole process tree itself
-// (when the session's process exits, when the channel closes and when the
-// connection drops) and delivers a "signal" request to the session's
+// agent's embedded server. Asked with killOnEndRequest, it kills a
+// session's whole process tree itself (when the session's process exits,
+// when the channel closes and when the connection drops) and delivers a "signal" request to the session's
 // process, so the wrapper would only add processes there: a node's step
 // then costs one process instead of three.
 const embeddedServerVersion = "SSH-2.0-Tether"
+
+// killOnEndRequest is edge/sshserver.KillOnEndRequest: without it the
+// embedded server only hangs up what a session leaves behind (as sshd
+// does), so nohup'ed leftovers of a step would survive it.
+const killOnEndRequest = "kill-on-end@tether.dev"
 
 // plainLine is the exec line for the embedded server: argv as quoted words
 // after exec, so the login shell replaces itself with the command.

@@ -59,8 +59,10 @@
 //     channel's stdout cannot keep the step from finishing.
 //
 // The agent's embedded server (it announces itself as "SSH-2.0-Tether")
-// does all of this itself, so there the line is just "exec <argv>": stdin is
-// closed right after the start (the command reads an empty stdin, as from
+// does all of this itself when asked (the "kill-on-end@tether.dev" session
+// request, sent before the exec; without it that server only hangs up a
+// session's leftovers, as sshd does), so there the line is just
+// "exec <argv>": stdin is closed right after the start (the command reads an empty stdin, as from
 // /dev/null), a cancelled command gets signal KILL, and the server kills
 // whatever is left in its session when that process is gone. A step costs
 // the node one process instead of three, which is what a fan-out to many

@@ -46,7 +46,33 @@ const (
 	TypeSSHTrust       Type = "ssh_trust"       // hub -> agent, host certificate and user CAs for the node's SSH server
 	TypeRenew          Type = "renew"           // agent -> hub, CSR (same key) for a fresh node certificate
 	TypeRenewed        Type = "renewed"         // hub -> agent, the new certificate chain (PEM)
+	// TypeSSHEvent (agent -> hub) reports something the node's embedded SSH
+	// server did that the hub audits: a refused login, a port forwarding.
+	// An agent sends it only to a hub whose welcome lists HubCapSSHEvents:
+	// older hubs end the session on a message type they do not know.
+	TypeSSHEvent Type = "ssh_event"
 )
+
+// HubCapSSHEvents in Welcome.Capabilities: the hub takes TypeSSHEvent.
+const HubCapSSHEvents = "ssh-events"
+
+// SSHEvent is one TypeSSHEvent report. The hub trusts it as far as the
+// node goes: it is the node's word, audited as such.
+type SSHEvent struct {
+	// Kind is what happened: "login-refused" (a key the node knows asked for
+	// a login its roles do not grant), "forward", "forward-refused",
+	// "access-revoked" (a live connection closed after a trust change).
+	Kind string `json:"kind"`
+	// Login is the login asked for; Operator whose key it was, if the
+	// node knows (the authorized key's comment, a certificate's key id).
+	Login    string `json:"login,omitempty"`
+	Operator string `json:"operator,omitempty"`
+	// KeyFingerprint is the key's SHA256 fingerprint (of a certificate's
+	// key for a certificate).
+	KeyFingerprint string `json:"key_fingerprint,omitempty"`
+	// Detail is human-readable: the reason given, the forwarded address.
+	Detail string `json:"detail,omitempty"`
+}
 
 // Facts describe the machine an agent runs on.
 type Facts struct {
@@ -90,6 +116,13 @@ type SSHTrust struct {
 	// honoured by the embedded server only).
 	Principals map[string][]string `json:"principals,omitempty"`
 	AnyLogin   []string            `json:"any_login,omitempty"`
+	// NoForwarding lists the principals (of Principals and AnyLogin) whose
+	// role does not allow port forwarding; a certificate login through
+	// any other principal may forward. Empty, as from a hub that predates
+	// the field, allows forwarding everywhere: the documented default for
+	// roles. Plain keys carry the same as the no-port-forwarding option of
+	// their authorized_keys line.
+	NoForwarding []string `json:"no_forwarding,omitempty"`
 }
 
 // Welcome confirms the session.
@@ -97,6 +130,9 @@ type Welcome struct {
 	NodeID           string `json:"node_id"`
 	Name             string `json:"name"`
 	HeartbeatSeconds int    `json:"heartbeat_seconds"`
+	// Capabilities are the HubCap* constants this hub supports; an agent
+	// ignores the ones it does not know, and an older hub sends none.
+	Capabilities []string `json:"capabilities,omitempty"`
 }
 
 // Message is one control frame. Exactly the field matching Type is set.
@@ -107,6 +143,7 @@ type Message struct {
 	AuthorizedKeys []string  `json:"authorized_keys,omitempty"`
 	Notice         string    `json:"notice,omitempty"`
 	SSHTrust       *SSHTrust `json:"ssh_trust,omitempty"`
+	SSHEvent       *SSHEvent `json:"ssh_event,omitempty"`
 	CSR            []byte    `json:"csr,omitempty"`  // renew: DER certificate request
 	Cert           string    `json:"cert,omitempty"` // renewed: PEM chain, leaf first
 	// Fatal marks a notice after which the agent must not reconnect with
@@ -210,6 +247,14 @@ func (m *Message) Validate() error {
 				}
 			}
 		}
+		if len(t.NoForwarding) > maxKeys {
+			return fmt.Errorf("%w: too many no_forwarding principals", ErrBadMessage)
+		}
+		for _, pr := range t.NoForwarding {
+			if err := checkString("no_forwarding principal", pr, maxShort); err != nil {
+				return err
+			}
+		}
 		if len(t.UserCAs) > maxCaps {
 			return fmt.Errorf("%w: more than %d user CAs", ErrBadMessage, maxCaps)
 		}
@@ -223,6 +268,27 @@ func (m *Message) Validate() error {
 			return fmt.Errorf("%w: welcome without node id", ErrBadMessage)
 		}
 		if err := checkString("name", m.Welcome.Name, maxShort); err != nil {
+			return err
+		}
+		if len(m.Welcome.Capabilities) > maxCaps {
+			return fmt.Errorf("%w: more than %d hub capabilities", ErrBadMessage, maxCaps)
+		}
+		for _, c := range m.Welcome.Capabilities {
+			if err := checkString("hub capability", c, maxShort); err != nil {
+				return err
+			}
+		}
+	case TypeSSHEvent:
+		e := m.SSHEvent
+		if e == nil || e.Kind == "" {
+			return fmt.Errorf("%w: ssh_event without kind", ErrBadMessage)
+		}
+		for field, v := range map[string]string{"kind": e.Kind, "login": e.Login, "operator": e.Operator, "key_fingerprint": e.KeyFingerprint} {
+			if err := checkString(field, v, maxShort); err != nil {
+				return err
+			}
+		}
+		if err := checkString("detail", e.Detail, maxNotice); err != nil {
 			return err
 		}
 	case TypeRenew:

@@ -23,7 +23,9 @@ func TestRoundTrip(t *testing.T) {
 		{Type: TypeHeartbeat},
 		{Type: TypeAuthorizedKeys, AuthorizedKeys: []string{"ssh-ed25519 AAAA"}},
 		{Type: TypeNotice, Notice: "bye"},
-		{Type: TypeSSHTrust, SSHTrust: &SSHTrust{HostCert: "ssh-ed25519-cert-v01@openssh.com AAAA", UserCAs: []string{"ssh-ed25519 AAAA"}}},
+		{Type: TypeSSHTrust, SSHTrust: &SSHTrust{HostCert: "ssh-ed25519-cert-v01@openssh.com AAAA", UserCAs: []string{"ssh-ed25519 AAAA"}, NoForwarding: []string{"tether:ops:root"}}},
+		{Type: TypeWelcome, Welcome: &Welcome{NodeID: "id", Name: "n1", Capabilities: []string{HubCapSSHEvents}}},
+		{Type: TypeSSHEvent, SSHEvent: &SSHEvent{Kind: "login-refused", Login: "root", Operator: "alice", KeyFingerprint: "SHA256:x", Detail: "not allowed"}},
 	}
 	var buf bytes.Buffer
 	for _, m := range msgs {
@@ -60,6 +62,9 @@ func TestReadRejects(t *testing.T) {
 		"long name":         frame(`{"type":"hello","hello":{"protocol_version":1,"name":"` + strings.Repeat("a", 300) + `"}}`),
 		"welcome no id":     frame(`{"type":"welcome","welcome":{}}`),
 		"ssh_trust no body": frame(`{"type":"ssh_trust"}`),
+		"ssh_event no body": frame(`{"type":"ssh_event"}`),
+		"ssh_event no kind": frame(`{"type":"ssh_event","ssh_event":{"login":"root"}}`),
+		"ssh_event long":    frame(`{"type":"ssh_event","ssh_event":{"kind":"forward","detail":"` + strings.Repeat("d", 2000) + `"}}`),
 	}
 	for name, in := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -77,6 +82,10 @@ func FuzzRead(f *testing.F) {
 	f.Add(frame(`{"type":"heartbeat"}`))
 	f.Add(frame(`{"type":"hello","hello":{"protocol_version":1,"name":"n1","facts":{"arch":"amd64"}}}`))
 	f.Add(frame(`{"type":"authorized_keys","authorized_keys":["ssh-ed25519 AAAA"]}`))
+	// A refused login as the embedded server reports it.
+	f.Add(frame(`{"type":"ssh_event","ssh_event":{"kind":"login-refused","login":"root","operator":"alice","key_fingerprint":"SHA256:x"}}`))
+	// A welcome from a hub that takes ssh events.
+	f.Add(frame(`{"type":"welcome","welcome":{"node_id":"id","heartbeat_seconds":30,"capabilities":["ssh-events"]}}`))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0, 0, 0, 2, '{', '}'})
 	f.Fuzz(func(t *testing.T, in []byte) {

@@ -18,6 +18,8 @@ import (
 //	agent -> hub   renew      a CSR for a fresh node certificate; the hub answers renewed
 //	hub  -> agent  authorized_keys, ssh_trust  whenever access changes
 //	hub  -> agent  notice     human-readable; Fatal ends the session for good
+//	agent -> hub   ssh_event  audit reports of the embedded SSH server, only
+//	                          if the welcome listed HubCapSSHEvents
 //
 // Each side treats a peer silent for Liveness.Deadline as gone.
 
