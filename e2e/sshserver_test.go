@@ -150,13 +150,22 @@ func TestEmbeddedServerLoginRefused(t *testing.T) {
 	if code != 255 || !strings.Contains(errOut, `may not log in as "nobody-else"`) || !strings.Contains(errOut, loginUser) {
 		t.Fatalf("login outside the role: exit %d, %q", code, errOut)
 	}
-	waitFor(t, "refused login in the audit", 20*time.Second, func() bool {
+	// Two rows: the node's report, and the jump that carried the attempt,
+	// which must not read "ok".
+	waitFor(t, "refused login in the audit, on its own row and on the jump's", 20*time.Second, func() bool {
+		var reported, jump bool
 		for _, e := range h.audit("--node", "lr1") {
-			if e.Kind == "login_refused" && e.Operator == "bob" && strings.Contains(e.Detail, "nobody-else") && strings.HasPrefix(e.KeyFP, "SHA256:") {
-				return true
+			switch {
+			case e.Kind == "login_refused" && e.Operator == "bob" && strings.Contains(e.Detail, "nobody-else") && strings.HasPrefix(e.KeyFP, "SHA256:"):
+				reported = true
+			case e.Kind == "jump" && e.Operator == "bob":
+				if e.Result != "login_refused" || !strings.Contains(e.Detail, `"nobody-else"`) {
+					t.Fatalf("jump carrying the refused login audited as %q %q", e.Result, e.Detail)
+				}
+				jump = true
 			}
 		}
-		return false
+		return reported && jump
 	})
 
 	// A live session ends when the role no longer grants its login.

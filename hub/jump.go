@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 
@@ -28,8 +29,8 @@ func (d jumpDialer) Dial(ctx context.Context, req bastion.JumpRequest) (tunnel.S
 		// Registered before the decision: an access change that lands
 		// after the decision read the door finds this jump in the
 		// registry and ends it. It leaves the registry when the jump ends.
-		id := d.live.add(liveJump{operator: req.Operator, key: req.Key, fingerprint: req.KeyFingerprint, nodeID: n.ID, node: n.Name, stop: req.Stop})
-		context.AfterFunc(ctx, func() { d.live.remove(id) })
+		d.live.add(req.ID, liveJump{operator: req.Operator, key: req.Key, fingerprint: req.KeyFingerprint, nodeID: n.ID, node: n.Name, stop: req.Stop})
+		context.AfterFunc(ctx, func() { d.live.remove(req.ID) })
 		// Decide before saying anything about reachability: an operator
 		// outside the node's roles learns nothing of whether it is online.
 		if aerr := d.door.AuthorizeJump(req.Operator, n); aerr != nil {
@@ -58,22 +59,31 @@ type liveJump struct {
 
 // liveJumps is the hub's registry of jumps under way, so that withdrawing
 // access (an operator removed, a key revoked, roles narrowed or deleted)
-// ends the jumps it no longer allows.
+// ends the jumps it no longer allows, and so that a login the node refused
+// inside a jump reaches that jump's audit row.
 type liveJumps struct {
 	mu    sync.Mutex // guards the following fields
-	next  uint64
 	jumps map[uint64]liveJump
+	// refusals holds, per jump that reached a node and is not yet audited,
+	// what the node reported refusing inside it.
+	refusals map[uint64]*jumpRefusal
 }
 
-func (l *liveJumps) add(j liveJump) uint64 {
+// jumpRefusal is a login the node's embedded SSH server refused inside a
+// jump; set once, then noted is closed.
+type jumpRefusal struct {
+	noted  chan struct{}
+	detail string // guarded by liveJumps.mu until noted is closed
+}
+
+func (l *liveJumps) add(id uint64, j liveJump) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.jumps == nil {
-		l.jumps = map[uint64]liveJump{}
+		l.jumps, l.refusals = map[uint64]liveJump{}, map[uint64]*jumpRefusal{}
 	}
-	l.next++
-	l.jumps[l.next] = j
-	return l.next
+	l.jumps[id] = j
+	l.refusals[id] = &jumpRefusal{noted: make(chan struct{})}
 }
 
 func (l *liveJumps) remove(id uint64) {
@@ -90,6 +100,61 @@ func (l *liveJumps) all() []liveJump {
 		out = append(out, j)
 	}
 	return out
+}
+
+// noteRefusal records detail on every live jump of operator to the node
+// that has not had a refusal noted yet, and reports how many it reached.
+func (l *liveJumps) noteRefusal(nodeID, operator, detail string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for id, j := range l.jumps {
+		r := l.refusals[id]
+		if j.nodeID != nodeID || j.operator != operator || r == nil || r.detail != "" {
+			continue
+		}
+		r.detail = detail
+		close(r.noted)
+		n++
+	}
+	return n
+}
+
+// takeRefusal removes and returns jump id's refusal record (nil if the
+// jump never reached the dialer).
+func (l *liveJumps) takeRefusal(id uint64) *jumpRefusal {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.refusals[id]
+	delete(l.refusals, id)
+	return r
+}
+
+// refusalWait is how long the audit of a short jump waits for the node's
+// report of a refused login: the node sends it on the control stream as it
+// refuses, and the client's disconnect can still overtake it.
+const refusalWait = 300 * time.Millisecond
+
+// refusalOf is what the node reported refusing inside jump r, or "".
+func (l *liveJumps) refusalOf(r bastion.JumpRecord) string {
+	ref := l.takeRefusal(r.ID)
+	if ref == nil {
+		return ""
+	}
+	// A refused login ends the SSH connection at once; a jump that lasted
+	// longer carried a session, and its refusal (if any) is already in.
+	wait := time.Duration(0)
+	if r.Result == "ok" && r.End.Sub(r.Start) < 10*time.Second {
+		wait = refusalWait
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ref.noted:
+		return ref.detail
+	case <-t.C:
+		return ""
+	}
 }
 
 // endWithdrawnJumps asks the door, which has just reloaded, about every
@@ -130,8 +195,15 @@ func (s *Server) endWithdrawnJumps(ctx context.Context) {
 	}
 }
 
-// auditJump records a finished jump attempt.
+// auditJump records a finished jump attempt. A login the node refused
+// inside it makes the row's result "login_refused", with the node's reason:
+// the bastion only relays the operator's encrypted SSH connection, so the
+// transport alone would read "ok".
 func (s *Server) auditJump(r bastion.JumpRecord) {
+	if refused := s.jumps.refusalOf(r); refused != "" {
+		r.Result = "login_refused"
+		r.Error = refused
+	}
 	s.audit(store.AuditEvent{At: r.Start, Kind: "jump", Operator: r.Operator, Node: r.Node, KeyFingerprint: r.KeyFingerprint,
 		Remote: r.Remote, Result: r.Result, Detail: joinDetail(r.Header.String(), r.Error), EndedAt: r.End,
 		BytesToNode: r.BytesToNode, BytesFromNode: r.BytesFromNode})

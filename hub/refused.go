@@ -16,10 +16,11 @@ import (
 // What a node's embedded SSH server reports for the audit (control's
 // ssh_event): refused logins, port forwardings, connections it closed when
 // access was taken away. The operator's SSH traffic is end-to-end
-// encrypted through the bastion, so the hub's jump row cannot know which
-// login was asked for or refused; the node's report, linked to the node and
-// (when the key matches a registered operator) to the operator, is where an
-// admin finds it.
+// encrypted through the bastion, so the hub cannot see which login was
+// asked for; the node's report, linked to the node and (when the key
+// matches a registered operator) to the operator, is audited on its own and
+// marks the operator's live jump to that node (auditJump), whose row then
+// reads "login_refused" with the reason.
 
 // welcome is the hub's answer to a node's hello: the liveness rule and the
 // hub's capabilities.
@@ -60,6 +61,9 @@ func (s *Server) recordSSHEvent(conn *registry.Conn, ev *control.SSHEvent, log *
 		detail += fmt.Sprintf(" (node reports operator %q)", ev.Operator)
 	}
 	e.Detail = detail
+	if ev.Kind == "login-refused" && e.Operator != "" {
+		s.jumps.noteRefusal(conn.NodeID, e.Operator, detail)
+	}
 	log.Info("ssh event from node", "kind", ev.Kind, "login", ev.Login, "operator", e.Operator, "key", ev.KeyFingerprint)
 	s.auditLimited(conn.Session.RemoteAddr().String(), e)
 }

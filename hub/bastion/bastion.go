@@ -14,6 +14,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gliderlabs/ssh"
@@ -28,6 +29,9 @@ import (
 
 // JumpRequest is one operator's request to reach a node.
 type JumpRequest struct {
+	// ID names this jump attempt among all of this bastion's, from 1; the
+	// record of its end carries the same ID.
+	ID             uint64
 	Operator       string
 	Key            gossh.PublicKey // the key or certificate that authenticated
 	KeyFingerprint string          // SHA256:… of Key
@@ -109,6 +113,7 @@ type Bastion struct {
 	wg     sync.WaitGroup
 	ctx    context.Context
 	cancel context.CancelFunc
+	jumps  atomic.Uint64 // the last JumpRequest.ID given
 }
 
 // New validates cfg and builds the server.
@@ -248,7 +253,7 @@ func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gos
 	// Close with context.Canceled.
 	jctx, stop := context.WithCancelCause(b.ctx)
 	defer stop(nil)
-	rec := JumpRecord{Start: time.Now(), JumpRequest: JumpRequest{Operator: conn.User(), Remote: conn.RemoteAddr().String(), Stop: stop}}
+	rec := JumpRecord{Start: time.Now(), JumpRequest: JumpRequest{ID: b.jumps.Add(1), Operator: conn.User(), Remote: conn.RemoteAddr().String(), Stop: stop}}
 	key, _ := ctx.Value(ssh.ContextKeyPublicKey).(ssh.PublicKey)
 	if key != nil {
 		rec.Key, rec.KeyFingerprint = key, gossh.FingerprintSHA256(key)
