@@ -131,3 +131,50 @@ func (s *Server) sshTrustInfo(sshAddr net.Addr, advertise []string) api.SSHTrust
 	}
 	return t
 }
+
+// servingNames are the names and addresses the hub's TLS serving
+// certificate carries besides pki.HubServerName, so clients that dial the
+// hub by an address it is known under (curl, Prometheus) verify it without
+// --resolve: the advertised hosts, the listen host, and for a wildcard
+// listen address this machine's loopback names, host name and interface
+// addresses.
+func servingNames(listen string, advertise []string) []string {
+	seen := map[string]bool{pki.HubServerName: true}
+	var out []string
+	add := func(h string) {
+		h = strings.TrimSuffix(strings.Trim(h, "[]"), ".")
+		if h != "" && !seen[h] {
+			seen[h] = true
+			out = append(out, h)
+		}
+	}
+	for _, a := range advertise {
+		if host, _, err := net.SplitHostPort(a); err == nil {
+			add(host)
+		} else {
+			add(a)
+		}
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return out
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		add(host)
+		return out
+	}
+	add("localhost")
+	add("127.0.0.1")
+	add("::1")
+	if h, err := os.Hostname(); err == nil {
+		add(h)
+	}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.IsGlobalUnicast() {
+				add(n.IP.String())
+			}
+		}
+	}
+	return out
+}

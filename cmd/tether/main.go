@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tether-dev/tether/hub"
 )
 
 func main() {
@@ -63,7 +65,9 @@ machine they need only --data-dir, elsewhere --hub ADDR after 'tether login'
 as an operator with the admin role.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       hub.Version,
 	}
+	root.SetVersionTemplate("tether {{.Version}}\n") // as the version command prints it
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newHubCmd(), newTokenCmd(), newOperatorCmd(), newNodesCmd(), newRoleCmd(), newAuditCmd(), newConfigCmd(), newLoginCmd(), newCACmd(),
 		newRunCmd(), newJobsCmd(), newClusterCmd(), newAPITokenCmd(), newVersionCmd())

@@ -62,6 +62,8 @@ type Deps struct {
 	// Admins decides which admin certificates are accepted (admin.go);
 	// nil refuses them all.
 	Admins Admins
+	// Ready backs GET /readyz; nil answers "not ready".
+	Ready Readiness
 }
 
 type handler struct{ Deps }
@@ -123,6 +125,9 @@ func NewHandler(d Deps) http.Handler {
 	}
 	h := &handler{d}
 	mux := &routeMux{ServeMux: http.NewServeMux()}
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.HandleFunc("GET /readyz", h.readyz)
+	mux.HandleFunc("GET /v1/openapi.yaml", openAPI)
 	mux.HandleFunc("POST "+control.JoinPath, h.join)
 	mux.HandleFunc("POST /v1/login/challenge", h.loginChallenge)
 	mux.HandleFunc("POST /v1/login", h.login)
