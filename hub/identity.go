@@ -78,8 +78,8 @@ func loadOrCreateSecret(path string) (*[32]byte, error) {
 
 // bastionNames are the host names the bastion's host certificate is valid
 // for: the SSH listen host (unless a wildcard), the advertised hosts, this
-// machine's name, the "tether-hub" alias `tether config ssh` uses, and any
-// configured extras.
+// machine's name, the "tether-hub" alias `tether config ssh` uses, and the
+// extras (the node suffix's alias, configured names).
 func bastionNames(sshListen string, advertise, extra []string) []string {
 	seen := map[string]bool{}
 	var out []string
@@ -109,8 +109,14 @@ func bastionNames(sshListen string, advertise, extra []string) []string {
 	return out
 }
 
-// BastionAlias is the host alias `tether config ssh` gives the bastion.
+// BastionAlias is the host alias `tether config ssh` gives the bastion of
+// a hub with the default node suffix; a hub with --node-suffix S is also
+// certified as S-hub (bastionAlias), so each hub's ssh profile checks its
+// own bastion by a name only that hub's host CA vouches for.
 const BastionAlias = "tether-hub"
+
+// bastionAlias is the bastion's alias for nodes named NAME.suffix.
+func bastionAlias(suffix string) string { return suffix + "-hub" }
 
 // sshTrustInfo is what GET /v1/ssh/trust publishes: CA keys and where the
 // bastion is, everything `tether config ssh` needs.
@@ -122,7 +128,7 @@ func (s *Server) sshTrustInfo(sshAddr net.Addr, advertise []string) api.SSHTrust
 			host, _, _ = net.SplitHostPort(advertise[0])
 		}
 	}
-	t := api.SSHTrust{Bastion: net.JoinHostPort(host, port), BastionAlias: BastionAlias, NodeSuffix: s.cfg.NodeSuffix}
+	t := api.SSHTrust{Bastion: net.JoinHostPort(host, port), BastionAlias: bastionAlias(s.cfg.NodeSuffix), NodeSuffix: s.cfg.NodeSuffix}
 	for _, k := range s.hostCA.TrustedKeys() {
 		t.HostCAs = append(t.HostCAs, strings.TrimSpace(string(gossh.MarshalAuthorizedKey(k))))
 	}

@@ -78,7 +78,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer ln.Close()
 	advertise := advertiseFor(ln.Addr(), s.cfg.Advertise)
 
-	hubNames := bastionNames(s.cfg.SSHListen, advertise, s.cfg.SSHNames)
+	hubNames := bastionNames(s.cfg.SSHListen, advertise, append([]string{bastionAlias(s.cfg.NodeSuffix)}, s.cfg.SSHNames...))
 	hostCert, err := s.hostCA.SignHost(s.hostKey.PublicKey(), "tether hub", hubNames, 365*24*time.Hour)
 	if err != nil {
 		return err
