@@ -73,7 +73,7 @@ func (s *Server) Run(ctx context.Context) error {
 		StatelessResetKey: resetKey,
 	})
 	if err != nil {
-		return fmt.Errorf("hub: %w", err)
+		return fmt.Errorf("--listen %s: %w", s.cfg.Listen, err)
 	}
 	defer ln.Close()
 	advertise := advertiseFor(ln.Addr(), s.cfg.Advertise)
@@ -97,7 +97,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	sshAddr, err := b.Listen()
 	if err != nil {
-		return fmt.Errorf("hub: %w", err)
+		return fmt.Errorf("--ssh-listen %s: %w", s.cfg.SSHListen, err)
 	}
 
 	blobs, err := jobs.NewBlobs(filepath.Join(s.cfg.DataDir, "blobs"), s.cfg.MaxUploadBytes)
