@@ -61,8 +61,9 @@ every edge node to the hub, and lets operators reach any node with plain OpenSSH
   ssh -J alice@HUB:2222 root@NODE
 
 Run the hub with 'tether hub'. The other commands administer it; on the hub's
-machine they need only --data-dir, elsewhere --hub ADDR after 'tether login'
-as an operator with the admin role.`,
+machine they need only --data-dir (or TETHER_DATA_DIR; default /var/lib/tether),
+elsewhere --hub ADDR after 'tether login' as an operator with the admin role.
+Run right after 'tether hub &', they wait for the hub to start (--wait).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       hub.Version,
