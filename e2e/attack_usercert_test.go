@@ -111,7 +111,7 @@ func TestAttackExpiredAndRevokedUserCerts(t *testing.T) {
 	var logins, removed, jumps int
 	for _, e := range h.audit("--since", "1h") {
 		switch {
-		case e.Kind == "login" && e.Operator == "carol" && e.Result == "ok":
+		case e.Kind == "login" && e.Operator == "carol" && e.Result == "ok" && strings.HasPrefix(e.Detail, "user certificate"):
 			logins++
 		case e.Kind == "operator_remove" && e.Operator == "carol":
 			removed++

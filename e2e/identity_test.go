@@ -168,7 +168,7 @@ func TestRenewalKeepsSessionAlive(t *testing.T) {
 			certExpired(t, stateDir)
 	})
 	_, errOut, code = runCmd(t, 30*time.Second, filepath.Join(binDir, "tether-edge"), "run", "--state-dir", stateDir, "--ssh", "embedded")
-	if code == 0 || !strings.Contains(errOut, "re-join needed") {
+	if code != 77 || !strings.Contains(errOut, "re-join needed") || !strings.Contains(errOut, "tether nodes rm short") {
 		t.Fatalf("run with expired certificate: exit %d, %q", code, errOut)
 	}
 	if st := readStatus(t, stateDir); st.State != "rejoin-needed" {

@@ -290,8 +290,8 @@ stat -c %a "$DEST" > "$OUT/$TETHER_NODE.mode"
 		if status != 200 || json.Unmarshal([]byte(body), &list) != nil || len(list) != 1 || list[0].ID != j.ID {
 			t.Fatalf("a token sees only its role's jobs: %d %s", status, body)
 		}
-		if status, _ = curl("GET", "/v1/tokens", "", token); status != 401 {
-			t.Fatalf("admin endpoint with an API token: %d", status)
+		if status, body = curl("GET", "/v1/tokens", "", token); status != 403 || !strings.Contains(body, "needs the admin identity") {
+			t.Fatalf("admin endpoint with a valid API token: %d %s; want 403 (authenticated, not allowed)", status, body)
 		}
 		status, body = curl("GET", "/v1/jobs", "", "tapi_aaaaaaaa.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb")
 		if status != 401 || !strings.Contains(body, "API token refused") {

@@ -45,6 +45,10 @@ type Config struct {
 	// certificate is kept in memory only. The agent simulator in bench/
 	// runs thousands of agents in one process this way.
 	Identity *Identity
+	// LabelsFile holds the labels the node reports about itself (KEY=VALUE
+	// lines, see ReadLabels), read at every connect; "" reports none. The
+	// hub shows them and never selects the node by them.
+	LabelsFile string
 	// SSHHostKey is the embedded SSH server's host key file (created if
 	// missing). Default StateDir/ssh_host_ed25519_key.
 	SSHHostKey string
@@ -129,8 +133,27 @@ type Agent struct {
 }
 
 // ErrRefused means the hub refuses this identity for good (the node was
-// removed, or the identity does not match); re-join is needed.
+// revoked or removed, or the identity does not match); re-join is needed.
 var ErrRefused = errors.New("hub refused this node")
+
+// Refused reports whether err, returned by Run, means the hub will never
+// take this identity again (ErrRefused, ErrRejoinNeeded): retrying cannot
+// help, so a supervisor should not restart the agent.
+func Refused(err error) bool {
+	return errors.Is(err, ErrRefused) || errors.Is(err, ErrRejoinNeeded)
+}
+
+// rejoinAdvice says how to bring a node back that the hub refuses for good.
+// The hub keeps a revoked node's record, and an expired certificate's
+// node is still registered, so its name is free only after `nodes rm`.
+func (a *Agent) rejoinAdvice() string {
+	here := "join again here"
+	if a.cfg.StateDir != "" {
+		here = fmt.Sprintf("here, delete %s and start `tether-edge run --join JOIN_STRING` (or `tether-edge join JOIN_STRING`)", absStateDir(a.cfg.StateDir))
+	}
+	return fmt.Sprintf("to bring this node back: on the hub, `tether nodes rm %s` (if it is still listed) and `tether token create` for a new join string; %s",
+		a.id.Config.Name, here)
+}
 
 // New loads the identity from the state dir and prepares services.
 func New(cfg Config) (*Agent, error) {
@@ -165,7 +188,9 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Run connects and reconnects forever (capped exponential backoff with full
-// jitter) until ctx is cancelled or the hub says this node was removed.
+// jitter) until ctx is cancelled (nil), or the hub refuses this node for
+// good: then the error is ErrRefused or ErrRejoinNeeded (see Refused) and
+// says how to bring the node back.
 func (a *Agent) Run(ctx context.Context) error {
 	if a.sshd != nil {
 		defer a.sshd.Close()
@@ -173,6 +198,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	attempt := 0
 	for {
 		if err := a.checkExpiry(); err != nil {
+			err = fmt.Errorf("%w; %s", err, a.rejoinAdvice())
 			a.setState(StateRejoinNeeded, transition{err: err})
 			return err
 		}
@@ -182,6 +208,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		}
 		if errors.Is(err, ErrRefused) {
+			err = fmt.Errorf("%w; %s", err, a.rejoinAdvice())
 			a.setState(StateRefused, transition{err: err})
 			return err
 		}

@@ -89,9 +89,10 @@ func (a *Agent) setState(next State, t transition) (prev State) {
 		a.status.Transport, a.status.LastError = "", errString(t.err)
 		publish = true
 	case StateRefused, StateRejoinNeeded:
-		a.status.LastError = errString(t.err)
+		a.status.Transport, a.status.LastError = "", errString(t.err)
 		publish = true
 	case StateStopped:
+		a.status.Transport = ""
 		publish = true
 	}
 	var st Status

@@ -42,7 +42,9 @@ func TestSetStateStatus(t *testing.T) {
 		{StateBackoff, transition{err: lost}, StateConnected, "connecting", lost.Error(), ""},
 		{StateConnecting, transition{}, StateBackoff, "", "", ""},
 		{StateHandshaking, transition{}, StateConnecting, "", "", ""},
-		{StateRefused, transition{err: ErrRefused}, StateHandshaking, "refused", ErrRefused.Error(), ""},
+		{StateConnected, transition{hub: "hub:7443", transport: "tcp"}, StateHandshaking, "connected", "", "tcp"},
+		// Refused in the middle of a session (revoked): no longer connected over anything.
+		{StateRefused, transition{err: ErrRefused}, StateConnected, "refused", ErrRefused.Error(), ""},
 		{StateConnecting, transition{}, StateRefused, "", "", ""}, // a terminal state is never left
 	} {
 		n := len(seen)

@@ -12,6 +12,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -97,6 +98,9 @@ func Enroll(ctx context.Context, o JoinOptions) (*Identity, error) {
 			if len(errs) == 1 && errors.Is(errs[0], ErrJoinRefused) {
 				return nil, errs[0]
 			}
+			if allPinMismatch(errs) { // reached, but not the hub the join string names
+				return nil, fmt.Errorf("join: %w", errors.Join(errs...))
+			}
 			return nil, fmt.Errorf("join: no hub reachable: %w", errors.Join(errs...))
 		}
 		wait += rand.N(wait/2 + time.Second)
@@ -176,6 +180,10 @@ func tryJoin(ctx context.Context, js pki.JoinString, body []byte, timeout time.D
 	return nil, nil, errs, wait
 }
 
+func allPinMismatch(errs []error) bool {
+	return len(errs) > 0 && !slices.ContainsFunc(errs, func(err error) bool { return !errors.Is(err, pki.ErrPinMismatch) })
+}
+
 func allBusy(errs []error) bool {
 	for _, err := range errs {
 		var busy *hubBusyError
@@ -221,7 +229,9 @@ func postJoin(ctx context.Context, addr, pin string, body []byte, timeout time.D
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
-	if err != nil {
+	if errors.Is(err, pki.ErrPinMismatch) {
+		return nil, nil, pki.ErrPinMismatch // without the URL: the address is named by the caller
+	} else if err != nil {
 		return nil, nil, err
 	}
 	defer resp.Body.Close()

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/user"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
@@ -24,6 +26,9 @@ type SSHDManager struct {
 // Check verifies the setup once at start, so a drop-in sshd would never
 // read fails loudly instead of silently.
 func (m *SSHDManager) Check() error {
+	if m.Paths.PrincipalsCommandUser == "" {
+		m.Paths.PrincipalsCommandUser = principalsCommandUser()
+	}
 	if err := m.Paths.Check(); err != nil {
 		return err
 	}
@@ -42,11 +47,28 @@ func (m *SSHDManager) Check() error {
 	return nil
 }
 
-func (m *SSHDManager) apply(cert *gossh.Certificate, userCAs, revoked []gossh.PublicKey, principals map[string][]string, log *slog.Logger) error {
+// principalsCommandUser is who sshd runs the any-login principals command
+// as: "nobody" for the usual root sshd; an sshd that is not root (so the
+// agent managing it is not either) can only run it as itself.
+func principalsCommandUser() string {
+	if os.Geteuid() == 0 {
+		return sshdconf.DefaultPrincipalsCommandUser
+	}
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return sshdconf.DefaultPrincipalsCommandUser
+}
+
+// apply installs the hub's SSH trust. anyLogin are the principals of roles
+// that allow every login on this node ("*", as the built-in role "all"):
+// sshd accepts them for every account it lets log in, so such a role
+// reaches the same accounts as on the embedded server.
+func (m *SSHDManager) apply(cert *gossh.Certificate, userCAs, revoked []gossh.PublicKey, principals map[string][]string, anyLogin []string, log *slog.Logger) error {
 	if len(userCAs) == 0 {
 		return errors.New("hub sent no user CA")
 	}
-	changed, err := sshdconf.Apply(m.Paths, sshdconf.Files{HostCert: cert, UserCAs: userCAs, RevokedKeys: revoked, Principals: nonNil(principals)})
+	changed, err := sshdconf.Apply(m.Paths, sshdconf.Files{HostCert: cert, UserCAs: userCAs, RevokedKeys: revoked, Principals: nonNil(principals), AnyLogin: anyLogin})
 	if errors.Is(err, sshdconf.ErrSkipped) {
 		// Everything else, revocations above all, was written: reload.
 		log.Error("some logins accept no certificate on this node", "err", err)
@@ -64,7 +86,8 @@ func (m *SSHDManager) apply(cert *gossh.Certificate, userCAs, revoked []gossh.Pu
 	if err := m.Reload(ctx); err != nil {
 		return fmt.Errorf("reload sshd: %w", err)
 	}
-	log.Info("local sshd configured from hub", "host_cert", cert != nil, "user_cas", len(userCAs), "revoked_keys", len(revoked))
+	log.Info("local sshd configured from hub", "host_cert", cert != nil, "user_cas", len(userCAs), "revoked_keys", len(revoked),
+		"logins", len(principals), "any_login_principals", len(anyLogin))
 	return nil
 }
 

@@ -34,8 +34,8 @@ func (a *Agent) cert() tls.Certificate {
 func (a *Agent) checkExpiry() error {
 	leaf := a.cert().Leaf
 	if time.Now().After(leaf.NotAfter) {
-		return fmt.Errorf("%w: it expired at %s while this node was offline; delete %s and run `tether-edge join` with a new join string",
-			ErrRejoinNeeded, leaf.NotAfter.UTC().Format(time.RFC3339), a.cfg.StateDir)
+		return fmt.Errorf("%w: it expired at %s while this node was offline",
+			ErrRejoinNeeded, leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

@@ -114,7 +114,23 @@ func (s *session) hello() *control.Message {
 		Capabilities:    caps,
 		HostKey:         a.hostKeyLine(s.log),
 		StateDir:        absStateDir(a.cfg.StateDir),
+		Labels:          a.reportedLabels(s.log),
 	}}
+}
+
+// reportedLabels are the labels file's, read anew at every connect; a
+// file that cannot be read or breaks the label rules reports none (said in
+// the log).
+func (a *Agent) reportedLabels(log *slog.Logger) map[string]string {
+	if a.cfg.LabelsFile == "" {
+		return nil
+	}
+	l, err := ReadLabels(a.cfg.LabelsFile)
+	if err != nil {
+		log.Warn("no labels reported", "err", err)
+		return nil
+	}
+	return l
 }
 
 // handshake sends the hello and waits for the welcome. A fatal notice

@@ -157,7 +157,7 @@ type Status struct {
 	State       string    `json:"state"` // State.statusName: connecting|connected|refused|rejoin-needed|stopped
 	Hub         string    `json:"hub,omitempty"`
 	Transport   string    `json:"transport,omitempty"`
-	Since       time.Time `json:"since"`
+	Since       time.Time `json:"since,omitzero"`
 	LastError   string    `json:"last_error,omitempty"`
 	CertExpires time.Time `json:"cert_expires"`
 	PID         int       `json:"pid"`

@@ -75,7 +75,7 @@ func (a *Agent) applySSHTrust(t *control.SSHTrust, log *slog.Logger) {
 		return
 	}
 	if a.cfg.ManageSSHD != nil {
-		if err := a.cfg.ManageSSHD.apply(cert, cas, parseKeys(t.RevokedKeys, log), t.Principals, log); err != nil {
+		if err := a.cfg.ManageSSHD.apply(cert, cas, parseKeys(t.RevokedKeys, log), t.Principals, t.AnyLogin, log); err != nil {
 			log.Error("configure local sshd", "err", err)
 		}
 		return

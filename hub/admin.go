@@ -189,6 +189,11 @@ func (s *Server) writeLocalAdminLocked(ctx context.Context, newKey bool) error {
 // revocation takes effect from the start of the next second, so a
 // certificate signed in that second would look issued before it: wait.
 func (s *Server) issueAdminCert(ctx context.Context, csrDER []byte, id, commonName string, ttl time.Duration) (*x509.Certificate, error) {
+	return s.issueAPICert(ctx, csrDER, pki.Identity{Kind: pki.KindAdmin, ID: id}, commonName, ttl)
+}
+
+// issueAPICert signs an API client certificate (admin or operator) for id.
+func (s *Server) issueAPICert(ctx context.Context, csrDER []byte, id pki.Identity, commonName string, ttl time.Duration) (*x509.Certificate, error) {
 	if wait := time.Until(s.adminValidFrom()); wait > 0 {
 		t := time.NewTimer(wait)
 		defer t.Stop()
@@ -198,7 +203,7 @@ func (s *Server) issueAdminCert(ctx context.Context, csrDER []byte, id, commonNa
 			return nil, ctx.Err()
 		}
 	}
-	return s.ca.SignCSR(csrDER, pki.Identity{Kind: pki.KindAdmin, ID: id}, commonName, min(ttl, MaxAdminCertTTL))
+	return s.ca.SignCSR(csrDER, id, commonName, min(ttl, MaxAdminCertTTL))
 }
 
 // keyTag names an operator's registered key in their admin certificate, so
@@ -223,6 +228,9 @@ func (s *Server) authorizeAdminCert(chain []*x509.Certificate) (string, error) {
 	}
 	leaf := chain[0]
 	id, err := s.ca.Verify(leaf)
+	if err == nil && id.Kind == pki.KindOperator {
+		return "", fmt.Errorf("%w: certificate %q is an operator's API identity; it lists the nodes the operator's roles select (tether nodes) and nothing else", api.ErrAdminRefused, leaf.Subject.CommonName)
+	}
 	if err != nil || id.Kind != pki.KindAdmin {
 		return "", fmt.Errorf("certificate %q: %w", leaf.Subject.CommonName, errNotAdmin)
 	}
@@ -286,16 +294,16 @@ func loginPayloadOf(req api.LoginRequest) []byte {
 
 // loginAdminCert issues the admin certificate of a login that asked for one,
 // if the operator holds the admin role ("" otherwise), as a PEM chain.
-func (s *Server) loginAdminCert(ctx context.Context, req api.LoginRequest, o *access.Operator, remote string) (string, error) {
-	if len(req.AdminCSR) == 0 || s.door.AuthorizeAdmin(o.Name, access.AdminKeyTag(o.Key)) != nil {
+func (s *Server) loginAdminCert(ctx context.Context, req api.LoginRequest, o *access.Operator, key gossh.PublicKey, remote string) (string, error) {
+	if len(req.AdminCSR) == 0 || s.door.AuthorizeAdmin(o.Name, access.AdminKeyTag(key)) != nil {
 		return "", nil
 	}
 	ttl := min(s.cfg.UserCertTTL, MaxAdminCertTTL)
-	cert, err := s.issueAdminCert(ctx, req.AdminCSR, operatorAdminPrefix+req.Operator+"."+access.AdminKeyTag(o.Key), req.Operator, ttl)
+	cert, err := s.issueAdminCert(ctx, req.AdminCSR, operatorAdminPrefix+req.Operator+"."+access.AdminKeyTag(key), req.Operator, ttl)
 	if err != nil {
 		return "", fmt.Errorf("%w: admin certificate request: %v", api.ErrLoginRefused, err)
 	}
-	s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, KeyFingerprint: gossh.FingerprintSHA256(o.Key),
+	s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, KeyFingerprint: gossh.FingerprintSHA256(key),
 		Remote: remote, Result: "ok", Detail: "admin client certificate until " + cert.NotAfter.UTC().Format(time.RFC3339)})
 	return string(pki.EncodeCerts(cert, s.ca.Intermediate())), nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
 	"os"
 	"path/filepath"
@@ -226,41 +225,9 @@ func TestRevokeAdminRefusesCopiedCert(t *testing.T) {
 // the hub gave no admin certificate).
 func adminLogin(t *testing.T, s *Server, operator string, key ed25519.PrivateKey) string {
 	t.Helper()
-	pool := x509.NewCertPool()
-	pool.AddCert(s.ca.Certificate())
-	c := api.NewClientTLS(hubAddr(t, s), &tls.Config{MinVersion: tls.VersionTLS13, ServerName: pki.HubServerName, RootCAs: pool})
-	defer c.Close()
-	ctx := context.Background()
-	ch, err := c.LoginChallenge(ctx, operator)
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminKey, err := pki.GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, err := pki.NewCSR(adminKey, operator)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := gossh.NewSignerFromKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sig, err := signer.Sign(rand.Reader, AdminLoginPayload(operator, ch.Nonce, csr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := c.Login(ctx, api.LoginRequest{Operator: operator, Nonce: ch.Nonce, SignatureFormat: sig.Format, Signature: sig.Blob, AdminCSR: csr})
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, keyPEM := loginWithCSR(t, s, operator, key)
 	if resp.AdminCert == "" {
 		return ""
-	}
-	keyPEM, err := pki.EncodeKey(adminKey)
-	if err != nil {
-		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), operator)
 	writeIdentity(t, dir, []byte(resp.AdminCert), keyPEM, pki.EncodeCerts(s.ca.Certificate()))

@@ -15,7 +15,7 @@ import (
 func TestAccessChangesAudited(t *testing.T) {
 	_, c := testHub(t)
 	ctx := context.Background()
-	key := newSigner(t)
+	key, key2 := newSigner(t), newSigner(t)
 	var tokenID, apiTokenID string
 	for _, step := range []struct {
 		kind, detail string
@@ -40,6 +40,16 @@ func TestAccessChangesAudited(t *testing.T) {
 		{"operator_add", "roles ops", func() error {
 			_, err := c.AddOperator(ctx, api.OperatorAddRequest{Name: "dora", Roles: []string{"ops"},
 				PublicKey: string(gossh.MarshalAuthorizedKey(key.PublicKey()))})
+			return err
+		}},
+		{"operator_key_add", "key SHA256:", func() error {
+			_, err := c.AddOperatorKey(ctx, "dora", api.OperatorKeyAddRequest{PublicKey: string(gossh.MarshalAuthorizedKey(key2.PublicKey()))})
+			return err
+		}},
+		// A fingerprint holds '/' and '+': it travels path-escaped.
+		{"operator_key_remove", "revoked", func() error { return c.RemoveOperatorKey(ctx, "dora", gossh.FingerprintSHA256(key.PublicKey())) }},
+		{"operator_edit", "roles all,ops (were ops)", func() error {
+			_, err := c.EditOperator(ctx, "dora", api.OperatorEditRequest{Roles: []string{"ops", "all"}})
 			return err
 		}},
 		{"operator_remove", "", func() error { return c.RemoveOperator(ctx, "dora") }},

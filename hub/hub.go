@@ -151,6 +151,7 @@ type Server struct {
 	door       *access.Door  // every decision about reaching a node, and its route
 	pushKick   chan struct{} // an access change is waiting to be pushed (push.go)
 	challenges challenges    // pending tether login nonces
+	jumps      liveJumps     // bastion jumps under way (jump.go)
 	sessions   sync.WaitGroup
 	cluster    *cluster.Controller // set in Run before sessions are accepted
 	guard      *guards             // rate limits (limits.go) and refusal audits (audit.go)

@@ -165,14 +165,32 @@ func (s *Server) login(ctx context.Context, req api.LoginRequest, remote string)
 	}
 	// A name that is no operator costs the same work and gets the same
 	// answer as a wrong signature: a login must not tell which operator
-	// names exist.
-	key := unknownOperatorKey
+	// names exist. Any of the operator's keys may sign; the certificate is
+	// issued over the one that did.
+	candidates := []gossh.PublicKey{unknownOperatorKey}
 	o, ok := s.door.Snapshot().Operator(req.Operator)
-	if ok {
-		key = o.Key
+	switch {
+	case req.PublicKey != "":
+		// One verification, for an operator or not: the named key if it
+		// is one of theirs, else the stand-in that never verifies.
+		claimed, _, _, _, err := gossh.ParseAuthorizedKey([]byte(req.PublicKey))
+		if err == nil && ok && o.HasKey(claimed) {
+			candidates = []gossh.PublicKey{claimed}
+		}
+	case ok:
+		// A client that does not name its key: try each of theirs.
+		candidates = o.Keys
 	}
 	sig := &gossh.Signature{Format: req.SignatureFormat, Blob: req.Signature}
-	if err := key.Verify(loginPayloadOf(req), sig); err != nil || !ok {
+	payload := loginPayloadOf(req)
+	var key gossh.PublicKey
+	for _, k := range candidates {
+		if k.Verify(payload, sig) == nil {
+			key = k
+			break
+		}
+	}
+	if key == nil || !ok {
 		return fail(fmt.Errorf("%w: no operator %q with this key (check --user and --key; an admin adds operators with `tether operator add`)", api.ErrLoginRefused, req.Operator))
 	}
 	// Only a proven key learns what it is granted.
@@ -180,19 +198,29 @@ func (s *Server) login(ctx context.Context, req api.LoginRequest, remote string)
 	if err != nil {
 		return fail(fmt.Errorf("%w: %w", api.ErrLoginRefused, err))
 	}
-	cert, err := s.userCA.SignUser(o.Key, access.UserCertKeyIDPrefix+req.Operator, logins, s.cfg.UserCertTTL)
+	if !o.HasKey(key) {
+		// The key was removed between the two snapshot reads.
+		return fail(fmt.Errorf("%w: no operator %q with this key", api.ErrLoginRefused, req.Operator))
+	}
+	cert, err := s.userCA.SignUser(key, access.UserCertKeyIDPrefix+req.Operator, logins, s.cfg.UserCertTTL)
 	if err != nil {
 		return api.LoginResponse{}, err
 	}
-	adminCert, err := s.loginAdminCert(ctx, req, o, remote)
+	adminCert, err := s.loginAdminCert(ctx, req, o, key, remote)
 	if err != nil {
 		return fail(err)
 	}
-	s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, KeyFingerprint: gossh.FingerprintSHA256(o.Key),
+	apiCert := ""
+	if adminCert == "" {
+		if apiCert, err = s.loginOperatorCert(ctx, req, key, remote); err != nil {
+			return fail(err)
+		}
+	}
+	s.audit(store.AuditEvent{At: time.Now(), Kind: "login", Operator: req.Operator, KeyFingerprint: gossh.FingerprintSHA256(key),
 		Remote: remote, Result: "ok", Detail: fmt.Sprintf("user certificate for %s until %s", strings.Join(logins, ","),
 			time.Unix(int64(cert.ValidBefore), 0).UTC().Format(time.RFC3339))})
 	return api.LoginResponse{Certificate: string(gossh.MarshalAuthorizedKey(cert)), ValidBefore: time.Unix(int64(cert.ValidBefore), 0).UTC(), Principals: logins,
-		AdminCert: adminCert}, nil
+		AdminCert: adminCert, APICert: apiCert}, nil
 }
 
 // loginService adapts the hub's login methods to api.Login.

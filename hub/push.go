@@ -25,13 +25,15 @@ const pushWorkers = 64
 
 // accessChanged makes an operator, role or key-revocation change take
 // effect: the door's snapshot is rebuilt at once (three store reads, so
-// every decision from now on uses it), then the pusher brings every
-// connected node up to date in the background.
+// every decision from now on uses it), live jumps it no longer allows are
+// ended, then the pusher brings every connected node up to date in the
+// background.
 func (s *Server) accessChanged() {
 	if _, err := s.door.Reload(context.Background()); err != nil {
 		s.log.Error("access change not applied", "err", err)
 		return
 	}
+	s.endWithdrawnJumps(context.Background())
 	select {
 	case s.pushKick <- struct{}{}:
 	default: // a round is already due; it will read the newest snapshot

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"time"
 
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/internal/validate"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
@@ -107,6 +109,9 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 		registry.CloseAfterGrace(sess)
 		return
 	}
+	// Stored before the node shows online, so a listing that shows it
+	// online shows what it reported.
+	s.storeReportedLabels(ctx, log, node, msg.Hello.Labels)
 	conn := registry.NewConn(node.ID, node.Name, sess, ctrl)
 	if err := conn.Send(&control.Message{Type: control.TypeWelcome, Welcome: s.liveness().Welcome(node.ID, node.Name)}); err != nil {
 		log.Info("session ended during welcome", "err", err)
@@ -120,13 +125,19 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	}
 	// A revoke or removal between the first check and Put only closed
 	// sessions already registered: look again now that this one is.
-	if n, err := s.store.GetNode(ctx, node.ID); err != nil || !n.RevokedAt.IsZero() {
+	n, err := s.store.GetNode(ctx, node.ID)
+	if err != nil || !n.RevokedAt.IsZero() {
 		log.Warn("session refused: node was revoked or removed while connecting")
 		s.auditSession(sess, node.Name, "node was revoked or removed while connecting")
 		s.reg.Remove(conn)
 		conn.CloseWithNotice("this node was revoked or removed on the hub; re-join with a new join string", true)
 		return
 	}
+	// A label change committed before this read is in n; one after it
+	// finds the registered session and updates it (api labelNodes).
+	conn.PushMu.Lock()
+	conn.Labels = n.Labels
+	conn.PushMu.Unlock()
 	// Registered first, then pushed: an operator or role change from now
 	// on reaches this session too.
 	hostKey := s.certifyHost(conn, log)
@@ -201,4 +212,24 @@ func helloError(m *control.Message, err error) error {
 		return err
 	}
 	return fmt.Errorf("first control message is %q, want hello", m.Type)
+}
+
+// storeReportedLabels records the labels the agent reported in its hello,
+// if they changed. Labels outside the hub's label rules are refused as a
+// whole (logged, the stored ones kept): reported labels are only ever
+// shown, so nothing depends on them being current.
+func (s *Server) storeReportedLabels(ctx context.Context, log *slog.Logger, n store.Node, labels map[string]string) {
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	if maps.Equal(labels, n.ReportedLabels) {
+		return
+	}
+	if err := validate.Labels(labels); err != nil {
+		log.Warn("agent reported invalid labels; keeping the previous ones", "err", err)
+		return
+	}
+	if err := s.store.SetReportedLabels(ctx, n.ID, labels); err != nil && !errors.Is(err, store.ErrNotFound) {
+		log.Error("record reported labels", "err", err)
+	}
 }

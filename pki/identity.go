@@ -19,6 +19,10 @@ const (
 	KindNode  Kind = "node"
 	KindAdmin Kind = "admin"
 	KindHub   Kind = "hub"
+	// KindOperator is an operator's API client identity from `tether
+	// login`: it may list the nodes the operator's roles select, nothing
+	// else.
+	KindOperator Kind = "operator"
 )
 
 // Identity is who a Tether certificate belongs to.
@@ -46,7 +50,7 @@ func IdentityOf(cert *x509.Certificate) (Identity, error) {
 		}
 		id := strings.TrimPrefix(u.Path, "/")
 		switch Kind(u.Host) {
-		case KindNode, KindAdmin, KindHub:
+		case KindNode, KindAdmin, KindHub, KindOperator:
 		default:
 			return Identity{}, fmt.Errorf("%w: unknown kind %q", ErrNoIdentity, u.Host)
 		}

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs when it is missing: OpenSSH client and
-# server (Debian packages). As root it runs apt-get; otherwise it says exactly
-# what to install.
+# server, and systemd-analyze (Debian packages). As root it runs apt-get;
+# otherwise it says exactly what to install.
 set -euo pipefail
 
 missing=()
 command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)
 command -v scp >/dev/null 2>&1 || missing+=(openssh-client)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+# systemd-analyze checks the shipped unit files (TestSystemdUnits).
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 for pkg in "$@"; do
   case "$pkg" in
     iperf3|socat|ansible) command -v "$pkg" >/dev/null 2>&1 || missing+=("$pkg") ;;

@@ -20,7 +20,7 @@ func main() {
 	defer stop()
 	if err := newRoot().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "tether-edge:", err)
-		os.Exit(1)
+		os.Exit(exitStatus(err))
 	}
 }
 

@@ -12,6 +12,22 @@ import (
 	"github.com/tether-dev/tether/tunnel"
 )
 
+// exitRefused is the exit status of `tether-edge run` when the hub refuses
+// this node for good (revoked, removed, or its certificate expired while
+// offline; see edge.Refused). It is sysexits' EX_NOPERM, which systemd
+// shows as 77/NOPERMISSION; the shipped unit names it in
+// RestartPreventExitStatus= so that a refused node is not restarted
+// forever. Every other failure exits 1 and is retried.
+const exitRefused = 77
+
+// exitStatus is the process exit status for an error a command returned.
+func exitStatus(err error) int {
+	if edge.Refused(err) {
+		return exitRefused
+	}
+	return 1
+}
+
 func newRunCmd() *cobra.Command {
 	var cfg edge.Config
 	var join, name, transport string
@@ -33,7 +49,13 @@ the same command line works on every boot.
 shell, exec, PTY and sftp that accepts the operator keys the hub pushes; it
 runs commands as this agent's OS user, whatever login name is given) or
 HOST:PORT of a local sshd. --allow-port opens individual local TCP ports to the
-hub (none by default).`,
+hub (none by default).
+
+When the hub refuses this node for good (it was revoked or removed on the hub,
+or its certificate expired while it was offline), the agent says how to bring
+it back and exits with status 77 instead of 1, so that a supervisor stops
+restarting it (systemd: RestartPreventExitStatus=77). Every other failure
+is retried.`,
 		Example: `  tether-edge run --join "$JOIN" --state-dir ./n1 --name n1 --ssh embedded
   tether-edge run --join "$JOIN" --state-dir ./n2 --name n2 --ssh 127.0.0.1:22 --transport tcp`,
 		Args: cobra.NoArgs,
@@ -96,6 +118,7 @@ hub (none by default).`,
 	f.StringVar(&mgr.Paths.DropIn, "sshd-drop-in", mgr.Paths.DropIn, "with --manage-sshd: sshd_config drop-in to write (must be Included by --sshd-config)")
 	f.StringVar(&mgr.SSHDConfig, "sshd-config", "/etc/ssh/sshd_config", "with --manage-sshd: the main sshd_config")
 	f.StringVar(&sshdPidFile, "sshd-pid-file", "", "with --manage-sshd: reload sshd by SIGHUP to this pid file's process (default: systemctl reload ssh)")
+	f.StringVar(&cfg.LabelsFile, "labels-file", edge.DefaultLabelsFile, "KEY=VALUE lines this node reports as its labels at every connect (shown by the hub as reported labels, never used for access)")
 	f.UintSliceVar(&ports, "allow-port", nil, "local TCP port the hub may open streams to (repeatable)")
 	f.StringVar(&transport, "transport", "auto", "auto (race QUIC and TCP), quic, or tcp")
 	f.DurationVar(&cfg.BackoffMax, "backoff-max", 0, "cap of the reconnect backoff (default 30s)")

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,15 +28,19 @@ func newStatusCmd() *cobra.Command {
 			}
 			st, err := edge.ReadStatus(stateDir)
 			if errors.Is(err, os.ErrNotExist) {
-				st = edge.Status{Name: id.Config.Name, NodeID: id.Config.NodeID, State: "not running", CertExpires: id.Cert.Leaf.NotAfter}
+				st = edge.Status{State: stateNeverRan}
 			} else if err != nil {
 				return fmt.Errorf("read status: %w", err)
 			}
-			if st.PID != 0 && (st.State == "connected" || st.State == "connecting") && syscall.Kill(st.PID, 0) != nil {
-				st.State = "not running (agent exited)"
-			}
+			// The identity files are the truth about who this node is and
+			// how long its certificate lasts.
+			st.Name, st.NodeID, st.CertExpires = id.Config.Name, id.Config.NodeID, id.Cert.Leaf.NotAfter
+			gone := agentGone(st)
 			switch output {
 			case "json":
+				if gone {
+					st.State = stateExited
+				}
 				enc := json.NewEncoder(os.Stdout)
 				enc.SetIndent("", "  ")
 				return enc.Encode(st)
@@ -42,22 +48,61 @@ func newStatusCmd() *cobra.Command {
 			default:
 				return fmt.Errorf("--output %q: want text or json", output)
 			}
-			fmt.Printf("node:         %s (id %s)\n", id.Config.Name, id.Config.NodeID)
-			fmt.Printf("hubs:         %v\n", id.Config.Hubs)
-			fmt.Printf("state:        %s since %s\n", st.State, st.Since.Local().Format(time.RFC3339))
-			if st.Transport != "" {
-				fmt.Printf("connected to: %s over %s\n", st.Hub, st.Transport)
-			}
-			if st.LastError != "" {
-				fmt.Printf("last error:   %s\n", st.LastError)
-			}
-			fmt.Printf("certificate:  valid until %s\n", id.Cert.Leaf.NotAfter.Local().Format(time.RFC3339))
+			printStatus(os.Stdout, st, id.Config.Hubs, gone, time.Now())
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", defaultStateDir(), "node identity directory (env TETHER_STATE_DIR)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
+}
+
+// States `tether-edge status` shows besides the agent's own (see
+// edge.Status): no agent has written a status in this state dir yet, or the
+// agent that wrote it is gone without saying it stopped (killed, crashed).
+const (
+	stateNeverRan = "not running"
+	stateExited   = "not running (agent exited)"
+)
+
+// agentGone reports whether st is the status of a running agent whose
+// process is gone (killed, crashed) without saying that it stopped.
+func agentGone(st edge.Status) bool {
+	// ESRCH only: EPERM means the process runs, as another user.
+	return st.PID != 0 && (st.State == "connected" || st.State == "connecting") &&
+		errors.Is(syscall.Kill(st.PID, 0), syscall.ESRCH)
+}
+
+// printStatus writes the text form of `tether-edge status`; gone is
+// agentGone(st). A time that is not known (no agent has run here yet) is
+// left out rather than shown as the zero time.
+func printStatus(w io.Writer, st edge.Status, hubs []string, gone bool, now time.Time) {
+	fmt.Fprintf(w, "node:         %s (id %s)\n", st.Name, st.NodeID)
+	fmt.Fprintf(w, "hubs:         %s\n", strings.Join(hubs, ", "))
+	switch {
+	case st.State == stateNeverRan && st.PID == 0:
+		fmt.Fprintf(w, "state:        %s (no agent has run with this state dir yet: start `tether-edge run`)\n", st.State)
+	case gone:
+		fmt.Fprintf(w, "state:        not running (agent pid %d exited; it was %s %s)\n", st.PID, st.State, whenText(st.Since, now))
+	default:
+		fmt.Fprintf(w, "state:        %s %s\n", st.State, whenText(st.Since, now))
+	}
+	if st.Transport != "" && !gone {
+		fmt.Fprintf(w, "connected to: %s over %s\n", st.Hub, st.Transport)
+	}
+	if st.LastError != "" {
+		fmt.Fprintf(w, "last error:   %s\n", st.LastError)
+	}
+	fmt.Fprintf(w, "certificate:  valid until %s\n", st.CertExpires.Local().Format(time.RFC3339))
+}
+
+// whenText is "since TIME (AGE ago)", or "since an unknown time" for the
+// zero time.
+func whenText(t, now time.Time) string {
+	if t.IsZero() {
+		return "since an unknown time"
+	}
+	return fmt.Sprintf("since %s (%s ago)", t.Local().Format(time.RFC3339), now.Sub(t).Round(time.Second))
 }
 
 func newVersionCmd() *cobra.Command {

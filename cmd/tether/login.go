@@ -37,7 +37,10 @@ and the key file is readable, added to the agent with the certificate's lifetime
 
 Operators holding the admin role also get a short-lived admin client certificate
 for the HTTP API (as long as the SSH one, at most 24 h) in OUT_DIR/admin/; admin
-commands with --hub ADDR use it unless --identity says otherwise. It stops
+commands with --hub ADDR use it unless --identity says otherwise. Every other
+operator gets an API certificate there instead, which lists only the nodes their
+roles select ('tether nodes --hub ADDR', 'tether ls', 'tether inventory') and
+nothing else. It stops
 working when the operator is removed or loses the admin role, and after
 'tether ca revoke-admin'.
 
@@ -124,7 +127,8 @@ first use is never offered.`,
 			if err != nil {
 				return fmt.Errorf("sign the login challenge: %w", err)
 			}
-			resp, err := c.Login(cmd.Context(), api.LoginRequest{Operator: operator, Nonce: ch.Nonce, SignatureFormat: sig.Format, Signature: sig.Blob, AdminCSR: csr})
+			resp, err := c.Login(cmd.Context(), api.LoginRequest{Operator: operator, Nonce: ch.Nonce, SignatureFormat: sig.Format, Signature: sig.Blob, AdminCSR: csr,
+				PublicKey: string(gossh.MarshalAuthorizedKey(pub))})
 			if err != nil {
 				return err
 			}
@@ -151,6 +155,15 @@ first use is never offered.`,
 					return err
 				}
 				fmt.Fprintf(os.Stderr, "admin certificate valid until %s: %s (admin commands: --hub %s)\n", until.Local().Format(time.RFC3339), dir, hubAddr)
+			}
+			if resp.APICert != "" {
+				// Not an admin: an API identity that lists the nodes
+				// this operator's roles select, kept where --hub finds it.
+				dir, until, err := writeAdminLogin(outDir, resp.APICert, adminKey, hubCA)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "API certificate (lists your nodes: tether nodes --hub %s) valid until %s: %s\n", hubAddr, until.Local().Format(time.RFC3339), dir)
 			}
 			if ag != nil && rawKey != nil {
 				life := time.Until(resp.ValidBefore)

@@ -194,3 +194,34 @@ func exitText(code *int) string {
 	}
 	return fmt.Sprint(*code)
 }
+
+// lastSeenText is a node's LAST SEEN column: "now" while its tunnel is up
+// (the hub stores an online node's last sighting only every few minutes,
+// so its age would grow while the node is connected), the age of the last
+// sighting for an offline node, and "never" for one that never connected.
+func lastSeenText(n api.Node, now time.Time) string {
+	switch {
+	case n.Online:
+		return "now"
+	case n.LastSeen.IsZero():
+		return "never"
+	}
+	return ago(now.Sub(n.LastSeen))
+}
+
+// ago renders an age as people read it: seconds under a minute, then
+// minutes, hours and minutes, and days and hours; a time ahead of now
+// (clocks of the hub and this machine disagree) is "just now".
+func ago(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%dm ago", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd%dh ago", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+}

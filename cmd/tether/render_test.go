@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tether-dev/tether/hub/api"
 )
@@ -56,3 +57,27 @@ func TestRendererWithoutTerminalPrintsNoEscapes(t *testing.T) {
 }
 
 func stripProgress(s string) string { return strings.ReplaceAll(s, "\r\x1b[K", "") }
+
+func TestLastSeenText(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		node api.Node
+		want string
+	}{
+		{"online, stored sighting old", api.Node{Online: true, LastSeen: now.Add(-4 * time.Minute)}, "now"},
+		{"online, never stored", api.Node{Online: true}, "now"},
+		{"never connected", api.Node{}, "never"},
+		{"seconds", api.Node{LastSeen: now.Add(-42*time.Second - 300*time.Millisecond)}, "42s ago"},
+		{"minutes", api.Node{LastSeen: now.Add(-12*time.Minute - 59*time.Second)}, "12m ago"},
+		{"hours", api.Node{LastSeen: now.Add(-5*time.Hour - 3*time.Minute)}, "5h3m ago"},
+		{"days", api.Node{LastSeen: now.Add(-75 * time.Hour)}, "3d3h ago"},
+		{"ahead of this clock", api.Node{LastSeen: now.Add(time.Minute)}, "just now"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := lastSeenText(tc.node, now); got != tc.want {
+				t.Errorf("lastSeenText = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

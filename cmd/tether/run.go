@@ -25,6 +25,9 @@ const (
 	exitCancelled   = 130 // Ctrl-C: the job was cancelled on every node
 )
 
+// maxParallel is the hub's bound on --parallel (jobs.MaxParallel).
+const maxParallel = 1000
+
 type runOptions struct {
 	cf          clientFlags
 	selector    string
@@ -66,9 +69,13 @@ Output is printed live, each line prefixed with the node name; on a terminal a
 progress line shows the counts. Ctrl-C cancels the job on every node.
 Everything is recorded: see 'tether jobs show ID' and 'tether jobs logs ID'.
 
+-o json prints the final job record; each node in it carries its stdout and
+stderr as text (the first 64 KiB of each; stdout_truncated/stderr_truncated
+say when more was cut).
+
 Exit status: 0 all nodes ok; 1 a node failed (or was cancelled/interrupted);
-3 none failed but some were skipped; 130 cancelled with Ctrl-C; 2 the job
-could not be started.
+3 none failed but some were skipped (the job is "partial", not failed); 130
+cancelled with Ctrl-C; 2 the job could not be started.
 
 Automation can authenticate with an API token instead of the admin identity:
 TETHER_API_TOKEN=tapi_... tether run --hub HOST:7443 --ca hub-ca.crt ...`,
@@ -83,11 +90,11 @@ TETHER_API_TOKEN=tapi_... tether run --hub HOST:7443 --ca hub-ca.crt ...`,
 	f.StringVar(&o.script, "script", "", "run this local script file on each node (instead of a command)")
 	f.StringArrayVar(&o.uploads, "upload", nil, "copy LOCAL:REMOTE to each node before running (repeatable)")
 	f.StringArrayVar(&o.env, "env", nil, "set NAME=VALUE in the command's environment (repeatable)")
-	f.IntVar(&o.parallel, "parallel", 50, "how many nodes run at once (1..1000)")
+	f.IntVar(&o.parallel, "parallel", 50, fmt.Sprintf("how many nodes run at once (1..%d)", maxParallel))
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "per-node time limit; the remote process is killed when it expires")
 	f.StringVar(&o.maxFailures, "max-failures", "", "stop starting new runs once more than N (or P% of targets) failed; default: no limit")
 	f.DurationVar(&o.waitOnline, "wait-online", 0, "wait up to this long for offline nodes instead of skipping them")
-	f.StringVarP(&o.output, "output", "o", "text", "text (live output, summary) or json (the final job record)")
+	f.StringVarP(&o.output, "output", "o", "text", "text (live output, summary) or json (the final job record with each node's stdout and stderr, at most 64 KiB each)")
 	f.BoolVar(&o.detach, "detach", false, "print the job id and return at once; follow with 'tether jobs logs ID --follow'")
 	f.StringVar(&o.progress, "progress", "auto", "progress line: auto (on a terminal), always or never")
 	o.cf.register(cmd)
@@ -97,6 +104,9 @@ TETHER_API_TOKEN=tapi_... tether run --hub HOST:7443 --ca hub-ca.crt ...`,
 func (o *runOptions) run(ctx context.Context, args []string) error {
 	if o.output != "text" && o.output != "json" {
 		return codedError{2, fmt.Sprintf("--output %q: want text or json", o.output)}
+	}
+	if o.parallel < 1 || o.parallel > maxParallel {
+		return codedError{2, fmt.Sprintf("--parallel %d: want how many nodes run at once, 1..%d", o.parallel, maxParallel)}
 	}
 	req := api.JobCreateRequest{Selector: o.selector, Nodes: o.nodes, Parallel: o.parallel,
 		TimeoutSeconds: int(o.timeout / time.Second), MaxFailures: o.maxFailures, WaitOnlineSeconds: int(o.waitOnline / time.Second)}
@@ -195,7 +205,13 @@ func follow(ctx context.Context, c *api.Client, job api.Job, output, progress st
 	if d, err := c.GetJob(ctx, job.ID); err == nil {
 		r.setNodes(d.Nodes) // align the prefixes from the first line on
 	}
-	err := c.JobEvents(ctx, job.ID, "", r.event)
+	outputs := runOutputs{}
+	err := c.JobEvents(ctx, job.ID, "", func(ev api.JobEvent) error {
+		if output == "json" {
+			outputs.add(ev)
+		}
+		return r.event(ev)
+	})
 	r.flush()
 	cancelled := false
 	if ctx.Err() != nil {
@@ -219,7 +235,7 @@ func follow(ctx context.Context, c *api.Client, job api.Job, output, progress st
 		return codedError{exitFailed, fmt.Sprintf("read job %s: %v", job.ID, err)}
 	}
 	if output == "json" {
-		if err := printJSON(os.Stdout, detail); err != nil {
+		if err := printJSON(os.Stdout, outputs.result(detail)); err != nil {
 			return err
 		}
 	} else {
@@ -236,4 +252,84 @@ func follow(ctx context.Context, c *api.Client, job api.Job, output, progress st
 		return codedError{exitSkippedOnly, ""}
 	}
 	return nil
+}
+
+// maxRunOutput bounds each node's stdout and stderr in `-o json`.
+const maxRunOutput = 64 << 10
+
+// runOutput is one node's output as `tether run -o json` shows it.
+type runOutput struct {
+	stdout, stderr                   []byte
+	stdoutTruncated, stderrTruncated bool
+}
+
+// runOutputs collects each node's output from a job's events, bounded.
+type runOutputs map[string]*runOutput
+
+func (o runOutputs) add(ev api.JobEvent) {
+	switch ev.Type {
+	case "output":
+	case "error": // the follower fell behind: some output is missing
+		for _, n := range o {
+			n.stdoutTruncated, n.stderrTruncated = true, true
+		}
+		return
+	default:
+		return
+	}
+	n := o[ev.Node]
+	if n == nil {
+		n = &runOutput{}
+		o[ev.Node] = n
+	}
+	buf, truncated := &n.stdout, &n.stdoutTruncated
+	switch ev.Stream {
+	case "stderr":
+		buf, truncated = &n.stderr, &n.stderrTruncated
+	case "hub":
+		return // the hub's own notes are in the job record
+	case "log":
+		// Output from before this follower: both streams as one, which
+		// counts as stdout.
+	}
+	if ev.Dropped > 0 {
+		*truncated = true
+	}
+	room := maxRunOutput - len(*buf)
+	if len(ev.Data) > room {
+		*truncated = true
+		*buf = append(*buf, ev.Data[:max(room, 0)]...)
+		return
+	}
+	*buf = append(*buf, ev.Data...)
+}
+
+// runNodeResult is a node of `tether run -o json`: its run record with its
+// output.
+type runNodeResult struct {
+	api.JobNode
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+}
+
+// runResult is what `tether run -o json` prints: the job record, each node
+// with its output.
+type runResult struct {
+	api.JobDetail
+	Nodes []runNodeResult `json:"nodes"`
+}
+
+func (o runOutputs) result(d api.JobDetail) runResult {
+	out := runResult{JobDetail: d, Nodes: make([]runNodeResult, 0, len(d.Nodes))}
+	for _, n := range d.Nodes {
+		r := runNodeResult{JobNode: n}
+		if got := o[n.Node]; got != nil {
+			r.Stdout, r.Stderr = string(got.stdout), string(got.stderr)
+			r.StdoutTruncated, r.StderrTruncated = got.stdoutTruncated, got.stderrTruncated
+		}
+		out.Nodes = append(out.Nodes, r)
+	}
+	return out
 }

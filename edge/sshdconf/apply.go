@@ -2,6 +2,7 @@ package sshdconf
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -67,6 +68,13 @@ func Apply(p Paths, f Files) (changed bool, err error) {
 		return false, err
 	}
 	principals, skipped := checkPrincipals(f.Principals)
+	var anyLogin []string
+	var cat string
+	if principals != nil {
+		if anyLogin, cat, err = checkAnyLogin(f.AnyLogin); err != nil {
+			skipped = append(skipped, err)
+		}
+	}
 
 	for _, dir := range []string{p.Dir, filepath.Dir(p.DropIn)} {
 		if err := ensureDir(dir); err != nil {
@@ -100,16 +108,25 @@ func Apply(p Paths, f Files) (changed bool, err error) {
 		return changed, fmt.Errorf("sshdconf: keep host certificate: %w", err)
 	}
 
-	principalsPattern := ""
+	d := dropIn{hostCert: hostCert, userCAs: p.UserCAsPath(), revoked: p.RevokedKeysPath()}
 	if principals != nil {
 		c, err := writePrincipals(p.PrincipalsDir(), principals)
 		changed = changed || c
 		if err != nil {
 			return changed, err
 		}
-		principalsPattern = filepath.Join(p.PrincipalsDir(), "%u")
+		d.principals = filepath.Join(p.PrincipalsDir(), "%u")
+		c, err = writeFileAtomic(p.AnyLoginPath(), linesOf(anyLogin))
+		changed = changed || c
+		if err != nil {
+			return changed, fmt.Errorf("sshdconf: write any-login principals: %w", err)
+		}
+		if len(anyLogin) > 0 {
+			d.anyLoginCommand = cat + " " + quoteArg(p.AnyLoginPath())
+			d.commandUser = cmp.Or(p.PrincipalsCommandUser, DefaultPrincipalsCommandUser)
+		}
 	}
-	c, err := writeFileAtomic(p.DropIn, renderDropIn(hostCert, p.UserCAsPath(), p.RevokedKeysPath(), principalsPattern))
+	c, err := writeFileAtomic(p.DropIn, d.render())
 	changed = changed || c
 	if err != nil {
 		return changed, fmt.Errorf("sshdconf: write drop-in: %w", err)
@@ -143,6 +160,33 @@ func checkPrincipals(principals map[string][]string) (ok map[string][]string, sk
 	return ok, skipped
 }
 
+// checkAnyLogin returns the any-login principals that can be written
+// (none, with an error, if one cannot) and the cat(1) that prints them.
+func checkAnyLogin(anyLogin []string) (ok []string, cat string, err error) {
+	if len(anyLogin) == 0 {
+		return nil, "", nil
+	}
+	if i := slices.IndexFunc(anyLogin, func(pr string) bool { return pr == "" || strings.ContainsAny(pr, " \t\r\n#") }); i >= 0 {
+		return nil, "", fmt.Errorf("principals for any login skipped: principal %q is empty or has blanks or '#'", anyLogin[i])
+	}
+	for _, c := range catPaths {
+		if fi, err := os.Stat(c); err == nil && fi.Mode().IsRegular() {
+			return anyLogin, c, nil
+		}
+	}
+	return nil, "", fmt.Errorf("principals for any login skipped: no cat(1) at %s to serve them to sshd", strings.Join(catPaths, " or "))
+}
+
+// linesOf renders principals one per line, sorted, without duplicates.
+func linesOf(principals []string) []byte {
+	if len(principals) == 0 {
+		return []byte{}
+	}
+	sorted := slices.Clone(principals)
+	slices.Sort(sorted)
+	return []byte(strings.Join(slices.Compact(sorted), "\n") + "\n")
+}
+
 // marshalKeys renders keys one per line in authorized_keys format, without
 // duplicates. A certificate is reduced to its key when revoked is set.
 // Revoked keys are sorted; CA keys keep their order. No keys yield an empty
@@ -166,17 +210,32 @@ func marshalKeys(keys []ssh.PublicKey, revoked bool) []byte {
 	return []byte(strings.Join(lines, ""))
 }
 
-// renderDropIn returns the drop-in; hostCert and principals may be empty.
-func renderDropIn(hostCert, userCAs, revoked, principals string) []byte {
+// dropIn is what the drop-in says; hostCert, principals and
+// anyLoginCommand may be empty.
+type dropIn struct {
+	hostCert, userCAs, revoked string
+	principals                 string // AuthorizedPrincipalsFile pattern
+	anyLoginCommand            string // AuthorizedPrincipalsCommand, quoted
+	commandUser                string // AuthorizedPrincipalsCommandUser
+}
+
+func (d dropIn) render() []byte {
 	var b bytes.Buffer
 	b.WriteString(dropInHeader)
-	if hostCert != "" {
-		fmt.Fprintf(&b, "HostCertificate %s\n", quoteArg(hostCert))
+	if d.hostCert != "" {
+		fmt.Fprintf(&b, "HostCertificate %s\n", quoteArg(d.hostCert))
 	}
-	fmt.Fprintf(&b, "TrustedUserCAKeys %s\n", quoteArg(userCAs))
-	fmt.Fprintf(&b, "RevokedKeys %s\n", quoteArg(revoked))
-	if principals != "" {
-		fmt.Fprintf(&b, "AuthorizedPrincipalsFile %s\n", quoteArg(principals))
+	fmt.Fprintf(&b, "TrustedUserCAKeys %s\n", quoteArg(d.userCAs))
+	fmt.Fprintf(&b, "RevokedKeys %s\n", quoteArg(d.revoked))
+	if d.principals != "" {
+		fmt.Fprintf(&b, "AuthorizedPrincipalsFile %s\n", quoteArg(d.principals))
+	}
+	if d.anyLoginCommand != "" {
+		// sshd consults the command after the login's own file, for
+		// every account: roles allowing any login reach exactly the
+		// accounts sshd lets log in.
+		fmt.Fprintf(&b, "AuthorizedPrincipalsCommand %s\n", d.anyLoginCommand)
+		fmt.Fprintf(&b, "AuthorizedPrincipalsCommandUser %s\n", d.commandUser)
 	}
 	return b.Bytes()
 }

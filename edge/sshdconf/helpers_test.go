@@ -137,12 +137,15 @@ type client struct {
 }
 
 // newClient writes an operator key and a user certificate for it, signed
-// by ca for the current user, and a known_hosts that trusts hostCA for n1.
+// by ca for the current user (unless o names other principals), and a
+// known_hosts that trusts hostCA for n1.
 func (e *sshdEnv) newClient(name string, ca *testenv.Key, o testenv.CertOpts) *client {
 	e.t.Helper()
 	dir := filepath.Join(e.dir, "client-"+name)
 	key := testenv.NewKeyFile(e.t, filepath.Join(dir, "id_ed25519"))
-	o.Principals = []string{e.user}
+	if o.Principals == nil {
+		o.Principals = []string{e.user}
+	}
 	cert := testenv.SignCert(e.t, ca, key.Pub(), ssh.UserCert, o)
 	certPath := key.Path + "-cert.pub"
 	testenv.WriteFile(e.t, certPath, ssh.MarshalAuthorizedKey(cert), 0o644)

@@ -28,6 +28,8 @@ import (
 	"strings"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/internal/validate"
 )
 
 // File names inside [Paths.Dir]. The host certificate is named after the host
@@ -38,7 +40,18 @@ const (
 	// RevokedKeysFile lists the revoked public keys, one per line; it is
 	// empty (zero bytes) when nothing is revoked.
 	RevokedKeysFile = "revoked_keys"
+	// AnyLoginFile lists the certificate principals valid for every login
+	// (see [Files.AnyLogin]), one per line.
+	AnyLoginFile = "any_login_principals"
+	// DefaultPrincipalsCommandUser runs sshd's AuthorizedPrincipalsCommand
+	// unless [Paths.PrincipalsCommandUser] names another account.
+	DefaultPrincipalsCommandUser = "nobody"
 )
+
+// catPaths are where Apply looks for cat(1), the AuthorizedPrincipalsCommand
+// that prints [AnyLoginFile]: an absolute, root-owned system binary, as sshd
+// requires of the command.
+var catPaths = []string{"/usr/bin/cat", "/bin/cat"}
 
 // File modes used by [Apply].
 const (
@@ -90,6 +103,12 @@ type Paths struct {
 	// the certificate, it never adds host keys, since an explicit HostKey
 	// line would replace sshd's default key set.
 	HostKey string
+
+	// PrincipalsCommandUser is the account sshd runs the
+	// AuthorizedPrincipalsCommand as, which only reads a public file;
+	// "" means DefaultPrincipalsCommandUser. An sshd that does not run as
+	// root can only run it as its own account.
+	PrincipalsCommandUser string
 }
 
 // DefaultPaths returns the paths used on a Debian-like node.
@@ -113,6 +132,9 @@ func (p Paths) UserCAsPath() string { return filepath.Join(p.Dir, UserCAsFile) }
 // PrincipalsDir holds one AuthorizedPrincipalsFile per login.
 func (p Paths) PrincipalsDir() string { return filepath.Join(p.Dir, "principals") }
 
+// AnyLoginPath is the file the AuthorizedPrincipalsCommand prints.
+func (p Paths) AnyLoginPath() string { return filepath.Join(p.Dir, AnyLoginFile) }
+
 // RevokedKeysPath is the RevokedKeys file.
 func (p Paths) RevokedKeysPath() string { return filepath.Join(p.Dir, RevokedKeysFile) }
 
@@ -133,6 +155,11 @@ func (p Paths) Check() error {
 	}
 	if base := filepath.Base(p.HostKey); base == "." || base == string(filepath.Separator) {
 		return invalidf("Paths.HostKey %q does not name a file", p.HostKey)
+	}
+	if u := p.PrincipalsCommandUser; u != "" {
+		if err := validate.Login(u); err != nil {
+			return invalidf("Paths.PrincipalsCommandUser: %v", err)
+		}
 	}
 	return nil
 }
@@ -182,6 +209,18 @@ type Files struct {
 	// validate.Login, or a principal that is empty or has blanks or '#',
 	// leaves that login out (see Apply).
 	Principals map[string][]string
+
+	// AnyLogin are the certificate principals valid for every login on this
+	// node (roles that allow login "*"). With Principals not nil, Apply
+	// writes them to Dir/any_login_principals and, when there are any,
+	// has sshd consult that file for every account through an
+	// AuthorizedPrincipalsCommand (cat, run as Paths.PrincipalsCommandUser)
+	// after the login's own principals file. So "*" reaches exactly the
+	// accounts sshd itself lets log in (PermitRootLogin, AllowUsers,
+	// DenyUsers and a valid shell still apply), as on the embedded server,
+	// including accounts created after the push. A principal that is empty
+	// or has blanks or '#' leaves AnyLogin out (see Apply).
+	AnyLogin []string
 }
 
 // check validates f against the host public key hostPub, which is only

@@ -266,3 +266,83 @@ func TestReloadKeepsNewest(t *testing.T) {
 		t.Fatalf("Reload: gen %d -> %v, %v", before, s, err)
 	}
 }
+
+// An operator with several keys logs in with any of them, a certificate
+// over any of them works, and each key is pushed to the nodes; a removed
+// key stops all of that at the next reload.
+func TestSeveralKeys(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	first, second := f.keys["alice"].PublicKey(), newKey(t).PublicKey()
+	if err := f.st.AddOperatorKey(ctx, "alice", store.OperatorKey{PublicKey: string(gossh.MarshalAuthorizedKey(second)),
+		Fingerprint: gossh.FingerprintSHA256(second), AddedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.door.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	certOver := func(k gossh.PublicKey) *gossh.Certificate {
+		c, err := f.userCA.SignUser(k, UserCertKeyIDPrefix+"alice", []string{CertPrincipal("berlin-ops", "ops")}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, k := range []gossh.PublicKey{first, second, certOver(first), certOver(second)} {
+		if err := f.door.AuthorizeLogin("alice", k); err != nil {
+			t.Errorf("AuthorizeLogin(alice, %s) = %v", k.Type(), err)
+		}
+	}
+	keys := f.door.Snapshot().KeysFor(map[string]string{"site": "berlin"})
+	if n := len(slices.DeleteFunc(keys, func(l string) bool { return !strings.HasSuffix(l, " alice") })); n != 2 {
+		t.Errorf("KeysFor(berlin) has %d lines for alice, want 2: %q", n, keys)
+	}
+	if err := f.st.RemoveOperatorKey(ctx, "alice", gossh.FingerprintSHA256(first)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.door.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.door.AuthorizeLogin("alice", first); !errors.Is(err, ErrDenied) {
+		t.Errorf("removed key: %v, want denied", err)
+	}
+	if err := f.door.AuthorizeLogin("alice", certOver(first)); !errors.Is(err, ErrDenied) {
+		t.Errorf("certificate over the removed key: %v, want denied", err)
+	}
+	if err := f.door.AuthorizeLogin("alice", second); err != nil {
+		t.Errorf("remaining key: %v", err)
+	}
+}
+
+// A live jump goes on while the operator, the key it was opened with and a
+// role selecting the node remain, whatever the certificate's validity.
+func TestAuthorizeLiveJump(t *testing.T) {
+	f := newFixture(t)
+	alice := f.keys["alice"].PublicKey()
+	expired, err := f.userCA.SignUser(alice, UserCertKeyIDPrefix+"alice", []string{CertPrincipal("berlin-ops", "ops")}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired.ValidBefore = uint64(time.Now().Add(-time.Minute).Unix())
+	berlin := store.Node{Name: "berlin-1", Labels: map[string]string{"site": "berlin"}}
+	munich := store.Node{Name: "munich-1", Labels: map[string]string{"site": "munich"}}
+	for _, tc := range []struct {
+		name     string
+		operator string
+		key      gossh.PublicKey
+		node     store.Node
+		wantMsg  string // "" allowed
+	}{
+		{"still allowed", "alice", alice, berlin, ""},
+		{"certificate expired since", "alice", expired, berlin, ""},
+		{"role does not select the node", "alice", alice, munich, `do not select node "munich-1"`},
+		{"key of another operator", "alice", f.keys["root"].PublicKey(), berlin, "was revoked"},
+		{"no key", "alice", nil, berlin, "was revoked"},
+		{"operator gone", "mallory", alice, berlin, `operator "mallory" was removed`},
+	} {
+		err := f.door.AuthorizeLiveJump(tc.operator, tc.key, tc.node)
+		if tc.wantMsg == "" && err != nil || tc.wantMsg != "" && (!errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), tc.wantMsg)) {
+			t.Errorf("%s: AuthorizeLiveJump = %v, want %q", tc.name, err, tc.wantMsg)
+		}
+	}
+}

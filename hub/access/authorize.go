@@ -35,22 +35,24 @@ const UserCertKeyIDPrefix = "tether:operator:"
 // granted by one role never leak to nodes of another.
 func CertPrincipal(role, login string) string { return "tether:" + role + ":" + login }
 
-// Caller is who asks for a job: the admin, or an API token bound to a role.
+// Caller is who asks through the API: the admin, an API token bound to a
+// role, or an operator with the API identity `tether login` gave them.
 type Caller struct {
-	Admin bool
-	Role  string // the API token's role; unused for the admin
-	Name  string // for audit: "admin", "apitoken:ID"
+	Admin    bool
+	Role     string // the API token's role; unused for the admin
+	Operator string // the operator's name, for an operator's API identity
+	Name     string // for audit: "admin", "apitoken:ID", "operator:NAME"
 }
 
 // AuthorizeLogin decides whether key may log in to the bastion as operator:
-// the operator's registered key itself, or a user certificate from `tether
-// login` over it.
+// one of the operator's registered keys itself, or a user certificate from
+// `tether login` over one.
 func (d *Door) AuthorizeLogin(operator string, key gossh.PublicKey) error {
 	if cert, ok := key.(*gossh.Certificate); ok {
 		return d.AuthorizeCert(operator, cert)
 	}
 	o, ok := d.Snapshot().Operator(operator)
-	if !ok || !sameKey(o.Key, key) {
+	if !ok || !o.HasKey(key) {
 		return refuse(ErrDenied, "key is not registered for operator %q", operator)
 	}
 	return nil
@@ -58,8 +60,9 @@ func (d *Door) AuthorizeLogin(operator string, key gossh.PublicKey) error {
 
 // AuthorizeCert decides whether a user certificate logs in operator: a user
 // certificate signed by a trusted user CA, within its validity, issued to
-// this operator (key id), over the operator's currently registered key. A
-// removed operator's certificates stop working at once.
+// this operator (key id), over one of the operator's currently registered
+// keys. A removed operator's certificates, and those over a removed key,
+// stop working at once.
 func (d *Door) AuthorizeCert(operator string, cert *gossh.Certificate) error {
 	if cert.CertType != gossh.UserCert || cert.KeyId != UserCertKeyIDPrefix+operator {
 		return refuse(ErrDenied, "certificate was not issued to operator %q", operator)
@@ -68,7 +71,7 @@ func (d *Door) AuthorizeCert(operator string, cert *gossh.Certificate) error {
 		return refuse(ErrDenied, "certificate is not signed by the hub's user CA")
 	}
 	o, ok := d.Snapshot().Operator(operator)
-	if !ok || !sameKey(o.Key, cert.Key) {
+	if !ok || !o.HasKey(cert.Key) {
 		return refuse(ErrDenied, "certificate's key is not registered for operator %q", operator)
 	}
 	principal := ""
@@ -97,6 +100,26 @@ func (d *Door) AuthorizeJump(operator string, n store.Node) error {
 	return nil
 }
 
+// AuthorizeLiveJump decides whether a jump already under way may go on
+// after an access change: the operator must still be registered, the key
+// they authenticated with (a certificate's underlying key) still theirs,
+// and their roles must still select node n. A certificate's validity
+// window is not checked again: like sshd, a session outlives the
+// certificate that opened it, but not the withdrawal of access.
+func (d *Door) AuthorizeLiveJump(operator string, key gossh.PublicKey, n store.Node) error {
+	if cert, ok := key.(*gossh.Certificate); ok {
+		key = cert.Key
+	}
+	o, ok := d.Snapshot().Operator(operator)
+	switch {
+	case !ok:
+		return refuse(ErrDenied, "operator %q was removed", operator)
+	case key == nil || !o.HasKey(key):
+		return refuse(ErrDenied, "the key operator %q jumped with was revoked", operator)
+	}
+	return d.AuthorizeJump(operator, n)
+}
+
 // AuthorizeJob decides whether c may run jobs on node n, which run as the
 // node's provisioning login: the admin may run anywhere; an API token's
 // role must select the node and allow that login.
@@ -113,6 +136,30 @@ func (d *Door) AuthorizeJob(c Caller, n store.Node) error {
 		return refuse(ErrDenied, "role %q does not allow login %q on node %q", c.Role, login, n.Name)
 	}
 	return nil
+}
+
+// AuthorizeList decides whether c may see node n in a listing or an
+// inventory: the admin sees every node; an operator the nodes one of their
+// roles selects (those they may jump to); an API token the nodes its role
+// selects. Selection reads the hub-set labels only: labels a node reports
+// about itself never decide who sees or reaches it.
+func (d *Door) AuthorizeList(c Caller, n store.Node) error {
+	switch {
+	case c.Admin:
+		return nil
+	case c.Operator != "":
+		return d.AuthorizeJump(c.Operator, n)
+	case c.Role != "":
+		r, ok := d.Snapshot().Role(c.Role)
+		if !ok {
+			return refuse(ErrDenied, "role %q no longer exists", c.Role)
+		}
+		if !r.Selects(n.Labels) {
+			return refuse(ErrDenied, "role %q does not select node %q", c.Role, n.Name)
+		}
+		return nil
+	}
+	return refuse(ErrDenied, "no identity given")
 }
 
 // LoginGrant is what `tether login` certifies for an operator: the
@@ -145,20 +192,41 @@ func AdminKeyTag(k gossh.PublicKey) string {
 
 // AuthorizeAdmin decides whether an admin certificate issued to operator
 // over the key tagged keyTag still admits them to the admin API: the
-// operator must still be registered, with that key, holding the admin role.
+// operator must still be registered, with that key among theirs, holding
+// the admin role.
 // Certificate validity and `tether ca revoke-admin` are checked by the
 // caller, which holds the CA.
 func (d *Door) AuthorizeAdmin(operator, keyTag string) error {
-	o, ok := d.Snapshot().Operator(operator)
-	switch {
-	case !ok:
-		return refuse(ErrDenied, "operator %q is no longer registered", operator)
-	case keyTag != AdminKeyTag(o.Key):
-		return refuse(ErrDenied, "operator %q's registered key changed since this certificate was issued; run `tether login` again", operator)
-	case !slices.ContainsFunc(o.Roles, func(r roles.Compiled) bool { return r.Name == roles.BuiltinAdmin.Name }):
+	o, err := apiIdentity(d.Snapshot(), operator, keyTag)
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(o.Roles, func(r roles.Compiled) bool { return r.Name == roles.BuiltinAdmin.Name }) {
 		return refuse(ErrDenied, "operator %q no longer holds the %q role", operator, roles.BuiltinAdmin.Name)
 	}
 	return nil
+}
+
+// AuthorizeAPIIdentity decides whether an operator's API client
+// certificate, issued over the key tagged keyTag, still names them: the
+// operator must still be registered with that key. What it admits them to
+// is AuthorizeList's decision.
+func (d *Door) AuthorizeAPIIdentity(operator, keyTag string) error {
+	_, err := apiIdentity(d.Snapshot(), operator, keyTag)
+	return err
+}
+
+// apiIdentity is the operator an API client certificate over the key
+// tagged keyTag names, if they are still registered with that key.
+func apiIdentity(s *Snapshot, operator, keyTag string) (*Operator, error) {
+	o, ok := s.Operator(operator)
+	switch {
+	case !ok:
+		return nil, refuse(ErrDenied, "operator %q is no longer registered", operator)
+	case !slices.ContainsFunc(o.Keys, func(k gossh.PublicKey) bool { return AdminKeyTag(k) == keyTag }):
+		return nil, refuse(ErrDenied, "operator %q's registered key changed since this certificate was issued (that key was removed); run `tether login` again", operator)
+	}
+	return o, nil
 }
 
 // ProvisionLoginFor is the login jobs use on a node with these labels.
@@ -177,7 +245,7 @@ func (s *Snapshot) ProvisionLoginFor(labels map[string]string) string {
 // KeysFor are the operator keys a node's embedded SSH server accepts: only
 // operators whose roles select the node, each restricted to the logins
 // those roles allow (a tether-logins="a,b" key option; no option means any
-// login), sorted by operator name.
+// login), one line per key, sorted by operator name.
 func (s *Snapshot) KeysFor(labels map[string]string) []string {
 	names := make([]string, 0, len(s.operators))
 	for n := range s.operators {
@@ -191,11 +259,13 @@ func (s *Snapshot) KeysFor(labels map[string]string) []string {
 		if !ok {
 			continue
 		}
-		line := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(o.Key)))
-		if !slices.Contains(logins, roles.AnyLogin) {
-			line = fmt.Sprintf("tether-logins=%q %s", strings.Join(logins, ","), line)
+		for _, k := range o.Keys {
+			line := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(k)))
+			if !slices.Contains(logins, roles.AnyLogin) {
+				line = fmt.Sprintf("tether-logins=%q %s", strings.Join(logins, ","), line)
+			}
+			out = append(out, line+" "+name)
 		}
-		out = append(out, line+" "+name)
 	}
 	return out
 }

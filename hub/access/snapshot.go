@@ -28,8 +28,14 @@ type Snapshot struct {
 // Operator is a registered operator as decisions see it.
 type Operator struct {
 	Name  string
-	Key   gossh.PublicKey
+	Keys  []gossh.PublicKey // oldest first; never empty
 	Roles []roles.Compiled
+}
+
+// HasKey reports whether k (a plain key, not a certificate) is one of the
+// operator's registered keys.
+func (o *Operator) HasKey(k gossh.PublicKey) bool {
+	return slices.ContainsFunc(o.Keys, func(r gossh.PublicKey) bool { return sameKey(r, k) })
 }
 
 func load(ctx context.Context, st Store, gen uint64, provisionLogin string, log *slog.Logger) (*Snapshot, error) {
@@ -60,12 +66,19 @@ func load(ctx context.Context, st Store, gen uint64, provisionLogin string, log 
 	}
 	slices.SortFunc(s.roles, func(a, b roles.Compiled) int { return strings.Compare(a.Name, b.Name) })
 	for _, o := range ops {
-		k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(strings.TrimSpace(o.PublicKey)))
-		if err != nil {
-			log.Warn("operator grants nothing: unreadable key", "operator", o.Name, "err", err)
+		op := &Operator{Name: o.Name}
+		for _, sk := range o.Keys {
+			k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(strings.TrimSpace(sk.PublicKey)))
+			if err != nil {
+				log.Warn("operator key grants nothing: unreadable", "operator", o.Name, "key", sk.Fingerprint, "err", err)
+				continue
+			}
+			op.Keys = append(op.Keys, k)
+		}
+		if len(op.Keys) == 0 {
+			log.Warn("operator grants nothing: no readable key", "operator", o.Name)
 			continue
 		}
-		op := &Operator{Name: o.Name, Key: k}
 		for _, name := range o.Roles {
 			if r, ok := byName[name]; ok {
 				op.Roles = append(op.Roles, r)

@@ -48,6 +48,10 @@ type adminNameKey struct{}
 // or belong to an operator who still holds the admin role.
 func (h *handler) admin(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if auth := r.Header.Get("Authorization"); auth != "" && (r.TLS == nil || len(r.TLS.PeerCertificates) == 0) {
+			h.refuseToken(w, r, auth)
+			return
+		}
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 			writeError(w, http.StatusUnauthorized, "this endpoint needs an admin client certificate: on the hub machine run the CLI with --data-dir; elsewhere run `tether login` as an operator with the admin role, then pass --hub ADDR")
 			return

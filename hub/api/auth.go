@@ -148,3 +148,15 @@ func (h *handler) createAPIToken(w http.ResponseWriter, r *http.Request) {
 	h.audit(store.AuditEvent{Kind: "apitoken_create", Remote: r.RemoteAddr, Result: "ok", Detail: "token " + id + " role " + req.Role})
 	writeJSON(w, http.StatusCreated, APITokenCreateResponse{APIToken: apiTokenFrom(t), Token: APITokenPrefix + id + "." + secret})
 }
+
+// refuseToken answers an admin-only request made with an API token: 401
+// if the token does not authenticate, 403 if it does (it is valid, but
+// tokens may not do this).
+func (h *handler) refuseToken(w http.ResponseWriter, r *http.Request, auth string) {
+	c, err := h.tokenCaller(r.Context(), auth)
+	if err == nil {
+		err = fail(ErrRefused, "%s may run jobs and list the nodes of role %q, not %s %s: that needs the admin identity", c.Name, c.Role, r.Method, r.URL.Path)
+	}
+	h.audit(store.AuditEvent{Kind: "api_auth", Remote: r.RemoteAddr, Result: "refused", Detail: r.Method + " " + r.URL.Path + ": " + err.Error()})
+	h.writeErr(w, r, err)
+}

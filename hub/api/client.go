@@ -317,3 +317,21 @@ func (c *Client) ListOperators(ctx context.Context) ([]Operator, error) {
 func (c *Client) RemoveOperator(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/operators/"+url.PathEscape(name), nil, nil)
 }
+
+// AddOperatorKey registers one more key for an operator.
+func (c *Client) AddOperatorKey(ctx context.Context, name string, req OperatorKeyAddRequest) (Operator, error) {
+	var out Operator
+	return out, c.do(ctx, http.MethodPost, "/v1/operators/"+url.PathEscape(name)+"/keys", req, &out)
+}
+
+// RemoveOperatorKey revokes one of an operator's keys, by fingerprint
+// (SHA256:…).
+func (c *Client) RemoveOperatorKey(ctx context.Context, name, fingerprint string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/operators/"+url.PathEscape(name)+"/keys/"+url.PathEscape(fingerprint), nil, nil)
+}
+
+// EditOperator replaces an operator's roles.
+func (c *Client) EditOperator(ctx context.Context, name string, req OperatorEditRequest) (Operator, error) {
+	var out Operator
+	return out, c.do(ctx, http.MethodPatch, "/v1/operators/"+url.PathEscape(name), req, &out)
+}

@@ -44,6 +44,7 @@ type JobRerunRequest struct {
 const (
 	JobRunning     = store.JobRunning
 	JobSucceeded   = store.JobSucceeded
+	JobPartial     = store.JobPartial
 	JobFailed      = store.JobFailed
 	JobCancelled   = store.JobCancelled
 	JobInterrupted = store.JobInterrupted

@@ -62,6 +62,9 @@ type Deps struct {
 	// Admins decides which admin certificates are accepted (admin.go);
 	// nil refuses them all.
 	Admins Admins
+	// Operators decides which operators' API client certificates the node
+	// listing accepts (nodes.go); nil refuses them all.
+	Operators Operators
 	// Ready backs GET /readyz; nil answers "not ready".
 	Ready Readiness
 }
@@ -132,7 +135,8 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("POST /v1/login/challenge", h.loginChallenge)
 	mux.HandleFunc("POST /v1/login", h.login)
 	mux.HandleFunc("GET /v1/ssh/trust", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.SSHTrust) })
-	mux.HandleFunc("GET /v1/nodes", h.admin(h.listNodes))
+	mux.HandleFunc("GET /v1/nodes", h.lister(h.listNodes))
+	mux.HandleFunc("POST /v1/nodes/labels", h.admin(h.labelNodes))
 	mux.HandleFunc("DELETE /v1/nodes/{name}", h.admin(h.removeNode))
 	mux.HandleFunc("POST /v1/nodes/{name}/revoke", h.admin(h.revokeNode))
 	mux.HandleFunc("PUT /v1/roles/{name}", h.admin(h.putRole))
@@ -154,6 +158,9 @@ func NewHandler(d Deps) http.Handler {
 		func(r *http.Request, name string) store.AuditEvent {
 			return store.AuditEvent{Kind: "operator_remove", Operator: name, Remote: r.RemoteAddr, Result: "ok"}
 		})))
+	mux.HandleFunc("PATCH /v1/operators/{name}", h.admin(h.editOperator))
+	mux.HandleFunc("POST /v1/operators/{name}/keys", h.admin(h.addOperatorKey))
+	mux.HandleFunc("DELETE /v1/operators/{name}/keys/{fingerprint}", h.admin(h.removeOperatorKey))
 	mux.HandleFunc("POST /v1/ca/revoke-admin", h.admin(h.revokeAdmin))
 	mux.HandleFunc("POST /v1/apitokens", h.admin(h.createAPIToken))
 	mux.HandleFunc("GET /v1/apitokens", h.admin(listAs(h, "API tokens", d.Store.ListAPITokens, apiTokenFrom)))
@@ -222,32 +229,6 @@ func newID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func (h *handler) listNodes(w http.ResponseWriter, r *http.Request) {
-	nodes, err := h.Store.ListNodes(r.Context())
-	if err != nil {
-		h.writeErr(w, r, internal("list nodes", err))
-		return
-	}
-	members, err := h.Store.ListClusterMembers(r.Context())
-	if err != nil {
-		h.writeErr(w, r, internal("list cluster members", err))
-		return
-	}
-	cluster := make(map[string]store.ClusterMember, len(members))
-	for _, m := range members {
-		cluster[m.NodeID] = m
-	}
-	for i := range nodes {
-		// The registry is the truth about liveness; the store may lag.
-		c, ok := h.Registry.Get(nodes[i].Name)
-		nodes[i].Online = ok && c.NodeID == nodes[i].ID
-		if m, ok := cluster[nodes[i].ID]; ok {
-			nodes[i].ClusterEngine, nodes[i].ClusterState = m.Engine, m.State
-		}
-	}
-	writeJSON(w, http.StatusOK, convertAll(nodes, nodeFrom))
 }
 
 func (h *handler) removeNode(w http.ResponseWriter, r *http.Request) {
@@ -322,7 +303,7 @@ func ParseAuthorizedKey(line string) (gossh.PublicKey, error) {
 		return nil, fmt.Errorf("public key: %w (want one line like `ssh-ed25519 AAAA... comment`)", err)
 	}
 	if len(strings.TrimSpace(string(rest))) > 0 {
-		return nil, errors.New("public key: more than one key given; add one key per operator")
+		return nil, errors.New("public key: more than one key given; give one key per line (tether operator add --key F --key F2, or tether operator key add)")
 	}
 	if _, ok := key.(*gossh.Certificate); ok {
 		return nil, errors.New("public key: a certificate was given; register the plain public key")
@@ -339,38 +320,169 @@ func (h *handler) addOperator(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, fail(ErrInvalid, "operator %s", err.Error()))
 		return
 	}
-	key, err := ParseAuthorizedKey(req.PublicKey)
-	if err != nil {
-		h.writeErr(w, r, fail(ErrInvalid, "%s", err.Error()))
-		return
-	}
-	if len(req.Roles) == 0 {
-		req.Roles = []string{roles.BuiltinAll.Name}
-	}
-	known, err := h.Store.ListRoles(r.Context())
-	if err != nil {
-		h.writeErr(w, r, internal("read roles", err))
-		return
-	}
-	for _, name := range req.Roles {
-		if !slices.ContainsFunc(known, func(k store.Role) bool { return k.Name == name }) {
-			h.writeErr(w, r, fail(ErrInvalid, "no role named %q; create it with `tether role create %s --nodes SELECTOR --logins LOGINS`", name, name))
+	now := time.Now()
+	o := store.Operator{Name: req.Name, Roles: req.Roles, CreatedAt: now}
+	for _, line := range append([]string{req.PublicKey}, req.PublicKeys...) {
+		k, err := operatorKey(line, now)
+		if err != nil {
+			h.writeErr(w, r, err)
 			return
 		}
+		if slices.ContainsFunc(o.Keys, func(o store.OperatorKey) bool { return o.Fingerprint == k.Fingerprint }) {
+			h.writeErr(w, r, fail(ErrInvalid, "key %s is given twice", k.Fingerprint))
+			return
+		}
+		o.Keys = append(o.Keys, k)
 	}
-	o := store.Operator{Name: req.Name, PublicKey: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(key))),
-		Fingerprint: gossh.FingerprintSHA256(key), Roles: req.Roles, CreatedAt: time.Now()}
+	o.PublicKey, o.Fingerprint = o.Keys[0].PublicKey, o.Keys[0].Fingerprint
+	if len(o.Roles) == 0 {
+		o.Roles = []string{roles.BuiltinAll.Name}
+	}
+	if !h.checkRoles(w, r, o.Roles) {
+		return
+	}
 	if err := h.Store.AddOperator(r.Context(), o); errors.Is(err, store.ErrNameTaken) {
-		h.writeErr(w, r, fail(ErrConflict, "operator %q or key %s is already registered", o.Name, o.Fingerprint))
+		h.writeErr(w, r, fail(ErrConflict, "operator %q or one of its keys is already registered (see `tether operator list`)", o.Name))
 		return
 	} else if err != nil {
 		h.writeErr(w, r, internal("add operator "+strconv.Quote(o.Name), err))
 		return
 	}
 	h.OperatorsChanged()
-	h.audit(store.AuditEvent{Kind: "operator_add", Operator: o.Name, KeyFingerprint: o.Fingerprint, Remote: r.RemoteAddr, Result: "ok", Detail: "roles " + strings.Join(o.Roles, ",")})
-	h.Logger.Info("operator added", "operator", o.Name, "key", o.Fingerprint, "roles", o.Roles)
+	fps := make([]string, 0, len(o.Keys))
+	for _, k := range o.Keys {
+		fps = append(fps, k.Fingerprint)
+	}
+	h.audit(store.AuditEvent{Kind: "operator_add", Operator: o.Name, KeyFingerprint: strings.Join(fps, ","), Remote: r.RemoteAddr, Result: "ok", Detail: "roles " + strings.Join(o.Roles, ",")})
+	h.Logger.Info("operator added", "operator", o.Name, "keys", fps, "roles", o.Roles)
 	writeJSON(w, http.StatusCreated, operatorFrom(o))
+}
+
+// operatorKey parses one operator key for the store.
+func operatorKey(line string, at time.Time) (store.OperatorKey, error) {
+	key, err := ParseAuthorizedKey(line)
+	if err != nil {
+		return store.OperatorKey{}, fail(ErrInvalid, "%s", err.Error())
+	}
+	return store.OperatorKey{PublicKey: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(key))), Fingerprint: gossh.FingerprintSHA256(key), AddedAt: at}, nil
+}
+
+// checkRoles answers 400 unless every name is a stored role.
+func (h *handler) checkRoles(w http.ResponseWriter, r *http.Request, names []string) bool {
+	known, err := h.Store.ListRoles(r.Context())
+	if err != nil {
+		h.writeErr(w, r, internal("read roles", err))
+		return false
+	}
+	for _, name := range names {
+		if !slices.ContainsFunc(known, func(k store.Role) bool { return k.Name == name }) {
+			h.writeErr(w, r, fail(ErrInvalid, "no role named %q; create it with `tether role create %s --nodes SELECTOR --logins LOGINS`", name, name))
+			return false
+		}
+	}
+	return true
+}
+
+// operatorByName answers 404 (or 500) and false unless name is an operator.
+func (h *handler) operatorByName(w http.ResponseWriter, r *http.Request, name string) (store.Operator, bool) {
+	ops, err := h.Store.ListOperators(r.Context())
+	if err != nil {
+		h.writeErr(w, r, internal("list operators", err))
+		return store.Operator{}, false
+	}
+	i := slices.IndexFunc(ops, func(o store.Operator) bool { return o.Name == name })
+	if i < 0 {
+		h.writeErr(w, r, fail(ErrNotFound, "no operator named %q", name))
+		return store.Operator{}, false
+	}
+	return ops[i], true
+}
+
+// editOperator replaces an operator's roles. Narrowing them ends the
+// operator's live jumps to nodes the new roles no longer select.
+func (h *handler) editOperator(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var req OperatorEditRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if len(req.Roles) == 0 {
+		h.writeErr(w, r, fail(ErrInvalid, "give at least one role (--role); to take all access away, remove the operator"))
+		return
+	}
+	slices.Sort(req.Roles)
+	req.Roles = slices.Compact(req.Roles)
+	if !h.checkRoles(w, r, req.Roles) {
+		return
+	}
+	before, ok := h.operatorByName(w, r, name)
+	if !ok {
+		return
+	}
+	if err := h.Store.SetOperatorRoles(r.Context(), name, req.Roles); errors.Is(err, store.ErrNotFound) {
+		h.writeErr(w, r, fail(ErrNotFound, "no operator named %q", name))
+		return
+	} else if err != nil {
+		h.writeErr(w, r, internal("edit operator "+strconv.Quote(name), err))
+		return
+	}
+	h.OperatorsChanged()
+	h.audit(store.AuditEvent{Kind: "operator_edit", Operator: name, Remote: r.RemoteAddr, Result: "ok",
+		Detail: fmt.Sprintf("roles %s (were %s)", strings.Join(req.Roles, ","), strings.Join(before.Roles, ","))})
+	h.Logger.Info("operator roles changed", "operator", name, "roles", req.Roles, "were", before.Roles)
+	before.Roles = req.Roles
+	writeJSON(w, http.StatusOK, operatorFrom(before))
+}
+
+func (h *handler) addOperatorKey(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var req OperatorKeyAddRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	k, err := operatorKey(req.PublicKey, time.Now())
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	switch err := h.Store.AddOperatorKey(r.Context(), name, k); {
+	case errors.Is(err, store.ErrNotFound):
+		h.writeErr(w, r, fail(ErrNotFound, "no operator named %q", name))
+		return
+	case errors.Is(err, store.ErrNameTaken):
+		h.writeErr(w, r, fail(ErrConflict, "key %s is already registered (see `tether operator list`)", k.Fingerprint))
+		return
+	case err != nil:
+		h.writeErr(w, r, internal("add key to operator "+strconv.Quote(name), err))
+		return
+	}
+	h.OperatorsChanged()
+	h.audit(store.AuditEvent{Kind: "operator_key_add", Operator: name, KeyFingerprint: k.Fingerprint, Remote: r.RemoteAddr, Result: "ok", Detail: "key " + k.Fingerprint})
+	h.Logger.Info("operator key added", "operator", name, "key", k.Fingerprint)
+	if o, ok := h.operatorByName(w, r, name); ok {
+		writeJSON(w, http.StatusCreated, operatorFrom(o))
+	}
+}
+
+// removeOperatorKey revokes one key: logins and live jumps with it end,
+// and nodes refuse it.
+func (h *handler) removeOperatorKey(w http.ResponseWriter, r *http.Request) {
+	name, fp := r.PathValue("name"), r.PathValue("fingerprint")
+	switch err := h.Store.RemoveOperatorKey(r.Context(), name, fp); {
+	case errors.Is(err, store.ErrLastKey):
+		h.writeErr(w, r, fail(ErrConflict, "key %s is operator %q's only key; add another first (`tether operator key add`) or remove the operator", fp, name))
+		return
+	case errors.Is(err, store.ErrNotFound):
+		h.writeErr(w, r, fail(ErrNotFound, "operator %q has no key %s (see `tether operator list`)", name, fp))
+		return
+	case err != nil:
+		h.writeErr(w, r, internal("remove key of operator "+strconv.Quote(name), err))
+		return
+	}
+	h.OperatorsChanged()
+	h.audit(store.AuditEvent{Kind: "operator_key_remove", Operator: name, KeyFingerprint: fp, Remote: r.RemoteAddr, Result: "ok", Detail: "key " + fp + " revoked"})
+	h.Logger.Info("operator key revoked", "operator", name, "key", fp)
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // listAs serves a store listing as a JSON array of API types.

@@ -25,9 +25,22 @@ type TokenCreateResponse struct {
 
 // OperatorAddRequest is the body of POST /v1/operators.
 type OperatorAddRequest struct {
-	Name      string   `json:"name"`
-	PublicKey string   `json:"public_key"`
-	Roles     []string `json:"roles,omitempty"` // default ["all"]
+	Name      string `json:"name"`
+	PublicKey string `json:"public_key"`
+	// PublicKeys are further keys of the operator, one authorized_keys line
+	// each; any of them logs in.
+	PublicKeys []string `json:"public_keys,omitempty"`
+	Roles      []string `json:"roles,omitempty"` // default ["all"]
+}
+
+// OperatorKeyAddRequest is the body of POST /v1/operators/{name}/keys.
+type OperatorKeyAddRequest struct {
+	PublicKey string `json:"public_key"`
+}
+
+// OperatorEditRequest is the body of PATCH /v1/operators/{name}.
+type OperatorEditRequest struct {
+	Roles []string `json:"roles"` // replaces the operator's roles; at least one
 }
 
 // RolePutRequest is the body of PUT /v1/roles/{name}.
@@ -74,6 +87,11 @@ type LoginRequest struct {
 	// only to operators holding the admin role; the signature is then over
 	// hub.AdminLoginPayload, which binds it.
 	AdminCSR []byte `json:"admin_csr,omitempty"`
+	// PublicKey (authorized_keys format) names which of the operator's
+	// keys signed, so the hub checks one signature whatever the number of
+	// keys (and a login takes the same time for every name). Without it
+	// the hub tries each of the operator's keys.
+	PublicKey string `json:"public_key,omitempty"`
 }
 
 // LoginResponse carries the user certificate.
@@ -84,4 +102,8 @@ type LoginResponse struct {
 	// AdminCert is the admin client certificate chain (PEM, leaf first)
 	// for AdminCSR, if the operator holds the admin role.
 	AdminCert string `json:"admin_cert,omitempty"`
+	// APICert is, for an operator without the admin role, an API client
+	// certificate chain (PEM, leaf first) for AdminCSR that lists the
+	// nodes the operator's roles select and does nothing else.
+	APICert string `json:"api_cert,omitempty"`
 }

@@ -15,21 +15,24 @@ import (
 
 // Node is a node as the API shows it.
 type Node struct {
-	ID           string            `json:"id"`
-	Name         string            `json:"name"`
-	Labels       map[string]string `json:"labels"`
-	Hostname     string            `json:"hostname"`
-	OS           string            `json:"os"`
-	Arch         string            `json:"arch"`
-	MachineID    string            `json:"machine_id"`
-	AgentVersion string            `json:"agent_version"`
-	Transport    string            `json:"transport"` // of the live or last session: quic|tcp
-	Online       bool              `json:"online"`
-	LastSeen     time.Time         `json:"last_seen"`
-	CreatedAt    time.Time         `json:"created_at"`
-	CertSerial   string            `json:"cert_serial"`
-	CertExpires  time.Time         `json:"cert_expires"`
-	RevokedAt    time.Time         `json:"revoked_at,omitzero"` // non-zero: refused for good
+	ID     string            `json:"id"`
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels"`
+	// ReportedLabels are what the node's agent says about itself (its
+	// labels file): shown, never used to select the node for access.
+	ReportedLabels map[string]string `json:"reported_labels,omitempty"`
+	Hostname       string            `json:"hostname"`
+	OS             string            `json:"os"`
+	Arch           string            `json:"arch"`
+	MachineID      string            `json:"machine_id"`
+	AgentVersion   string            `json:"agent_version"`
+	Transport      string            `json:"transport"` // of the live or last session: quic|tcp
+	Online         bool              `json:"online"`
+	LastSeen       time.Time         `json:"last_seen"`
+	CreatedAt      time.Time         `json:"created_at"`
+	CertSerial     string            `json:"cert_serial"`
+	CertExpires    time.Time         `json:"cert_expires"`
+	RevokedAt      time.Time         `json:"revoked_at,omitzero"` // non-zero: refused for good
 	// From the node's cluster membership, if any.
 	ClusterEngine string `json:"cluster_engine,omitempty"`
 	ClusterState  string `json:"cluster_state,omitempty"`
@@ -37,7 +40,7 @@ type Node struct {
 
 func nodeFrom(n store.Node) Node {
 	return Node{
-		ID: n.ID, Name: n.Name, Labels: maps.Clone(n.Labels), Hostname: n.Hostname, OS: n.OS, Arch: n.Arch,
+		ID: n.ID, Name: n.Name, Labels: maps.Clone(n.Labels), ReportedLabels: maps.Clone(n.ReportedLabels), Hostname: n.Hostname, OS: n.OS, Arch: n.Arch,
 		MachineID: n.MachineID, AgentVersion: n.AgentVersion, Transport: n.Transport, Online: n.Online,
 		LastSeen: n.LastSeen, CreatedAt: n.CreatedAt, CertSerial: n.CertSerial, CertExpires: n.CertExpires,
 		RevokedAt: n.RevokedAt, ClusterEngine: n.ClusterEngine, ClusterState: n.ClusterState,
@@ -59,15 +62,29 @@ func tokenFrom(t store.Token) Token {
 
 // Operator is an operator as the API shows it.
 type Operator struct {
-	Name        string    `json:"name"`
-	PublicKey   string    `json:"public_key"` // authorized_keys format, one key
+	Name string `json:"name"`
+	// PublicKey and Fingerprint are the operator's first key (Keys[0]).
+	PublicKey   string        `json:"public_key"` // authorized_keys format, one key
+	Fingerprint string        `json:"fingerprint"`
+	Keys        []OperatorKey `json:"keys"` // every key of the operator, oldest first
+	Roles       []string      `json:"roles"`
+	CreatedAt   time.Time     `json:"created_at"`
+}
+
+// OperatorKey is one of an operator's SSH public keys.
+type OperatorKey struct {
+	PublicKey   string    `json:"public_key"` // authorized_keys format
 	Fingerprint string    `json:"fingerprint"`
-	Roles       []string  `json:"roles"`
-	CreatedAt   time.Time `json:"created_at"`
+	AddedAt     time.Time `json:"added_at"`
 }
 
 func operatorFrom(o store.Operator) Operator {
-	return Operator{Name: o.Name, PublicKey: o.PublicKey, Fingerprint: o.Fingerprint, Roles: slices.Clone(o.Roles), CreatedAt: o.CreatedAt}
+	out := Operator{Name: o.Name, PublicKey: o.PublicKey, Fingerprint: o.Fingerprint, Roles: slices.Clone(o.Roles), CreatedAt: o.CreatedAt,
+		Keys: make([]OperatorKey, 0, len(o.Keys))}
+	for _, k := range o.Keys {
+		out.Keys = append(out.Keys, OperatorKey(k))
+	}
+	return out
 }
 
 // Role is a role as the API shows it: a node selector and the logins it

@@ -28,7 +28,7 @@ func TestWireNames(t *testing.T) {
 		{"Token", tokenFrom(store.Token{ID: "i", SecretHash: []byte("secret"), Labels: map[string]string{}, UsesLeft: 1, ExpiresAt: at, CreatedAt: at}),
 			[]string{"id", "labels", "uses_left", "expires_at", "created_at"}},
 		{"Operator", operatorFrom(store.Operator{Name: "o", PublicKey: "ssh-ed25519 AAAA", Fingerprint: "SHA256:x", Roles: []string{"all"}, CreatedAt: at}),
-			[]string{"name", "public_key", "fingerprint", "roles", "created_at"}},
+			[]string{"name", "public_key", "fingerprint", "keys", "roles", "created_at"}},
 		{"Role", roleFrom(store.Role{Name: "r", Nodes: "*", Logins: []string{"root"}}), []string{"name", "nodes", "logins"}},
 		{"AuditEvent", auditEventFrom(store.AuditEvent{ID: 1, At: at, Kind: "k", Operator: "o", Node: "n", KeyFingerprint: "f", Remote: "r",
 			Result: "ok", Detail: "d", EndedAt: at, BytesToNode: 1, BytesFromNode: 1}),

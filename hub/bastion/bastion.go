@@ -29,15 +29,36 @@ import (
 // JumpRequest is one operator's request to reach a node.
 type JumpRequest struct {
 	Operator       string
-	KeyFingerprint string // SHA256:… of the key or certificate that authenticated
-	Remote         string // operator's address
+	Key            gossh.PublicKey // the key or certificate that authenticated
+	KeyFingerprint string          // SHA256:… of Key
+	Remote         string          // operator's address
 	Node           string
 	Header         tunnel.Header
+	// Stop ends the jump while it is live: the relay closes both sides and
+	// the jump is recorded with result "ended" ("ended: access withdrawn"
+	// when cause wraps ErrAccessWithdrawn) and cause as its error. A Dialer
+	// keeps it to end jumps whose access is withdrawn later. Safe to call
+	// at any time, more than once; calls after the first do nothing.
+	Stop func(cause error)
 }
 
-// Dialer checks a jump request and opens the stream to the node.
+// Dialer checks a jump request and opens the stream to the node. ctx is
+// the jump's own: it ends when the jump does.
 type Dialer interface {
 	Dial(ctx context.Context, req JumpRequest) (tunnel.Stream, error)
+}
+
+// ErrAccessWithdrawn is wrapped by the cause of a jump stopped because the
+// operator may no longer reach the node (operator removed, key revoked,
+// roles narrowed).
+var ErrAccessWithdrawn = errors.New("access withdrawn")
+
+// endedResult is the recorded result of a jump stopped by cause.
+func endedResult(cause error) string {
+	if errors.Is(cause, ErrAccessWithdrawn) {
+		return "ended: access withdrawn"
+	}
+	return "ended"
 }
 
 // JumpRecord is what the bastion reports for every jump attempt, for audit.
@@ -223,10 +244,20 @@ func (b *Bastion) result(r string) {
 }
 
 func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gossh.NewChannel, ctx ssh.Context) {
-	rec := JumpRecord{Start: time.Now(), JumpRequest: JumpRequest{Operator: conn.User(), Remote: conn.RemoteAddr().String()}}
+	// The jump's own context: Stop ends it with a cause, the bastion's
+	// Close with context.Canceled.
+	jctx, stop := context.WithCancelCause(b.ctx)
+	defer stop(nil)
+	rec := JumpRecord{Start: time.Now(), JumpRequest: JumpRequest{Operator: conn.User(), Remote: conn.RemoteAddr().String(), Stop: stop}}
 	key, _ := ctx.Value(ssh.ContextKeyPublicKey).(ssh.PublicKey)
 	if key != nil {
-		rec.KeyFingerprint = gossh.FingerprintSHA256(key)
+		rec.Key, rec.KeyFingerprint = key, gossh.FingerprintSHA256(key)
+	}
+	stopped := func() error {
+		if cause := context.Cause(jctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return cause
+		}
+		return nil
 	}
 	finish := func(result string, err error) {
 		b.result(result)
@@ -262,12 +293,14 @@ func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gos
 	rec.Node, rec.Header = node, hdr
 	b.wg.Add(1)
 	defer b.wg.Done()
-	st, err := b.cfg.Dialer.Dial(b.ctx, rec.JumpRequest)
+	st, err := b.cfg.Dialer.Dial(jctx, rec.JumpRequest)
 	if err != nil {
 		result := "dial_failed"
 		reason := gossh.ConnectionFailed
 		if errors.Is(err, ErrDenied) {
 			result, reason = "denied", gossh.Prohibited
+		} else if cause := stopped(); cause != nil {
+			result, reason, err = endedResult(cause), gossh.Prohibited, cause
 		}
 		finish(result, err)
 		log.Info("jump refused", "result", result, "err", err)
@@ -287,6 +320,13 @@ func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gos
 		m.StreamsActive.Inc()
 		defer m.StreamsActive.Dec()
 	}
+	// Stop closes both sides, which ends the relay at once; if it was
+	// called already, this runs now.
+	unwatch := context.AfterFunc(jctx, func() {
+		ch.Close()
+		st.Close()
+	})
+	defer unwatch()
 	counts := tunnel.Pipe(channelConn{ch}, st, func(toNode bool, n int) {
 		if m == nil {
 			return
@@ -298,6 +338,11 @@ func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gos
 		}
 	})
 	rec.BytesToNode, rec.BytesFromNode = counts.AtoB, counts.BtoA
+	if cause := stopped(); cause != nil {
+		finish(endedResult(cause), cause)
+		log.Info("jump stopped", "node", node, "reason", cause)
+		return
+	}
 	finish("ok", nil)
 	log.Info("jump ended", "node", node, "bytes_to_node", counts.AtoB, "bytes_from_node", counts.BtoA, "duration", rec.End.Sub(rec.Start).Round(time.Millisecond))
 }

@@ -237,6 +237,10 @@ func (lj *liveJob) outcome(ctx context.Context) (string, string) {
 		return store.JobCancelled, "cancelled by " + by + "; " + summary
 	case counts[store.RunOK] == total:
 		return store.JobSucceeded, summary
+	case counts[store.RunOK]+counts[store.RunSkipped] == total:
+		// Nothing failed: the skipped nodes were offline (or removed), which
+		// is not the command's failure.
+		return store.JobPartial, summary
 	case lj.tolerated >= 0 && counts[store.RunFailed] > lj.tolerated:
 		return store.JobFailed, fmt.Sprintf("stopped: more than --max-failures %s failed; %s", lj.job.Spec.MaxFailures, summary)
 	}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -15,27 +14,11 @@ import (
 // upgrade never turns them into hub admins; the rename is audited.
 func TestAdminMigrationRenamesUserRole(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "tether.db")
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, m := range migrations[:4] {
-		if _, err := db.ExecContext(ctx, m); err != nil {
-			t.Fatalf("v%d: %v", i+1, err)
-		}
-	}
-	for _, q := range []string{
-		`PRAGMA user_version = 4`,
+	path := dataDirAt(t, 4,
 		`INSERT INTO roles (name, nodes, logins) VALUES ('admin', 'site=lab', '["ubuntu"]')`,
 		`INSERT INTO operators (name, public_key, fingerprint, created_at, roles) VALUES ('bob', 'k', 'f', 1, '["ops","admin"]')`,
 		`INSERT INTO api_tokens (id, secret_hash, role, created_at) VALUES ('t1', x'00', 'admin', 1)`,
-	} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
+	)
 
 	s, err := OpenSQLite(ctx, path)
 	if err != nil {

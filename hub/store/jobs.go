@@ -14,6 +14,7 @@ import (
 const (
 	JobRunning     = "running"
 	JobSucceeded   = "succeeded"
+	JobPartial     = "partial" // no run failed, but some nodes were skipped (offline)
 	JobFailed      = "failed"
 	JobCancelled   = "cancelled"
 	JobInterrupted = "interrupted"

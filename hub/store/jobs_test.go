@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
@@ -235,31 +234,15 @@ func TestRemovedNodeNameInheritsNothing(t *testing.T) {
 func TestMigrateNamesToNodeIDs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "tether.db")
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range migrations[:4] {
-		if _, err := db.ExecContext(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// edge-3 (id-3b) joined after job j1 was created: the job's edge-3 was
 	// an earlier machine under that name.
-	for _, q := range []string{
-		"PRAGMA user_version = 4",
+	path := dataDirAt(t, 4,
 		`INSERT INTO nodes (id, name, created_at) VALUES ('id-1', 'edge-1', 1), ('id-2', 'edge-2', 1), ('id-3b', 'edge-3', 2000)`,
 		`INSERT INTO cluster_members (node, engine, desired, state, updated_at) VALUES
 			('edge-1', 'k3s', 'active', 'active', 3000), ('gone', 'k3s', 'active', 'install_in_progress', 5), ('edge-3', 'k3s', 'active', 'active', 5)`,
 		`INSERT INTO jobs (id, kind, spec, state, created_at) VALUES ('j1', 'run', '{}', 'running', 1000)`,
 		`INSERT INTO job_nodes (job_id, node, state) VALUES ('j1', 'edge-1', 'waiting'), ('j1', 'edge-2', 'ok'), ('j1', 'gone', 'failed'), ('j1', 'edge-3', 'waiting')`,
-	} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
+	)
 
 	s, err := OpenSQLite(ctx, path)
 	if err != nil {

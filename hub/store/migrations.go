@@ -1,6 +1,8 @@
 package store
 
-const schemaVersion = 6
+// schemaVersion is the version this hub migrates a database to: one
+// version per migration, so adding a migration is the only step.
+var schemaVersion = len(migrations)
 
 var migrations = []string{
 	// v1
@@ -73,7 +75,16 @@ var migrations = []string{
 	migrationAdmin,
 	// v6: cluster memberships and job runs follow the node's ID, not its name.
 	migrationNodeIDs,
+	// v7: several keys per operator (operator_keys).
+	migrationOperatorKeys,
+	// v8: labels the agent reports, kept apart from the hub-set labels.
+	migrationReportedLabels,
 }
+
+// migrationReportedLabels adds the labels a node's agent reports about
+// itself (its labels file). They live in their own column so no query that
+// decides access (the labels column) can ever read them.
+const migrationReportedLabels = `ALTER TABLE nodes ADD COLUMN reported_labels TEXT NOT NULL DEFAULT '{}';`
 
 const migrationV4 = `CREATE TABLE jobs (
 		id TEXT PRIMARY KEY,
@@ -155,3 +166,25 @@ const migrationNodeIDs = `CREATE TABLE cluster_members_by_id (
 	UPDATE job_nodes SET state = 'skipped', error = '` + NodeRemovedReason + `'
 		WHERE node_id = '' AND state IN ('pending', 'waiting');
 	CREATE INDEX job_nodes_node_id ON job_nodes (node_id);`
+
+// migrationOperatorKeys moves operators' keys into their own table, so an
+// operator can hold several (a laptop and a workstation, or an old and a
+// new key during a rotation). Every existing operator keeps its one key,
+// added when the operator was. A key's fingerprint is unique across all
+// operators, as it was, so a key names exactly one operator.
+const migrationOperatorKeys = `CREATE TABLE operators_v7 (
+		name TEXT PRIMARY KEY,
+		created_at INTEGER NOT NULL,
+		roles TEXT NOT NULL DEFAULT '["all"]'
+	);
+	INSERT INTO operators_v7 (name, created_at, roles) SELECT name, created_at, roles FROM operators;
+	CREATE TABLE operator_keys (
+		fingerprint TEXT PRIMARY KEY,
+		operator TEXT NOT NULL REFERENCES operators_v7 (name) ON DELETE CASCADE,
+		public_key TEXT NOT NULL,
+		added_at INTEGER NOT NULL
+	);
+	INSERT INTO operator_keys (fingerprint, operator, public_key, added_at) SELECT fingerprint, name, public_key, created_at FROM operators;
+	DROP TABLE operators;
+	ALTER TABLE operators_v7 RENAME TO operators;
+	CREATE INDEX operator_keys_operator ON operator_keys (operator);`

@@ -10,21 +10,27 @@ import (
 
 // Node is a registered edge node.
 type Node struct {
-	ID           string            `json:"id"`
-	Name         string            `json:"name"`
-	Labels       map[string]string `json:"labels"`
-	Hostname     string            `json:"hostname"`
-	OS           string            `json:"os"`
-	Arch         string            `json:"arch"`
-	MachineID    string            `json:"machine_id"`
-	AgentVersion string            `json:"agent_version"`
-	Transport    string            `json:"transport"` // of the live or last session: quic|tcp
-	Online       bool              `json:"online"`
-	LastSeen     time.Time         `json:"last_seen"`
-	CreatedAt    time.Time         `json:"created_at"`
-	CertSerial   string            `json:"cert_serial"`
-	CertExpires  time.Time         `json:"cert_expires"`
-	RevokedAt    time.Time         `json:"revoked_at,omitzero"` // non-zero: refused for good
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Labels are set by the hub (join token, `tether nodes label`): the
+	// only labels roles select on.
+	Labels map[string]string `json:"labels"`
+	// ReportedLabels are what the node's agent says about itself (its
+	// labels file). A compromised node can say anything, so they are shown,
+	// never used in an access decision.
+	ReportedLabels map[string]string `json:"reported_labels"`
+	Hostname       string            `json:"hostname"`
+	OS             string            `json:"os"`
+	Arch           string            `json:"arch"`
+	MachineID      string            `json:"machine_id"`
+	AgentVersion   string            `json:"agent_version"`
+	Transport      string            `json:"transport"` // of the live or last session: quic|tcp
+	Online         bool              `json:"online"`
+	LastSeen       time.Time         `json:"last_seen"`
+	CreatedAt      time.Time         `json:"created_at"`
+	CertSerial     string            `json:"cert_serial"`
+	CertExpires    time.Time         `json:"cert_expires"`
+	RevokedAt      time.Time         `json:"revoked_at,omitzero"` // non-zero: refused for good
 	// Filled by the API from the cluster members (not stored with the node).
 	ClusterEngine string `json:"cluster_engine,omitempty"`
 	ClusterState  string `json:"cluster_state,omitempty"`
@@ -99,19 +105,22 @@ func insertNode(ctx context.Context, tx *sql.Tx, n Node) error {
 	return nil
 }
 
-const nodeColumns = `id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires, revoked_at`
+const nodeColumns = `id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires, revoked_at, reported_labels`
 
 func scanNode(r scanner) (Node, error) {
 	var n Node
-	var labels string
+	var labels, reported string
 	var lastSeen, created, certExp, revoked int64
 	if err := r.Scan(&n.ID, &n.Name, &labels, &n.Hostname, &n.OS, &n.Arch, &n.MachineID, &n.AgentVersion, &n.Transport,
-		&n.Online, &lastSeen, &created, &n.CertSerial, &certExp, &revoked); err != nil {
+		&n.Online, &lastSeen, &created, &n.CertSerial, &certExp, &revoked, &reported); err != nil {
 		return Node{}, err
 	}
 	var err error
 	if n.Labels, err = decodeLabels(labels); err != nil {
 		return Node{}, fmt.Errorf("store: node %s: %w", n.ID, err)
+	}
+	if n.ReportedLabels, err = decodeLabels(reported); err != nil {
+		return Node{}, fmt.Errorf("store: node %s: reported %w", n.ID, err)
 	}
 	n.LastSeen, n.CreatedAt, n.CertExpires, n.RevokedAt = fromUnix(lastSeen), fromUnix(created), fromUnix(certExp), fromUnix(revoked)
 	return n, nil
@@ -226,6 +235,75 @@ func (s *SQLite) UpdateNodeCert(ctx context.Context, id, serial string, expires 
 	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET cert_serial = ?, cert_expires = ? WHERE id = ?`, serial, unix(expires), id)
 	if err != nil {
 		return fmt.Errorf("store: update node %s certificate: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: node %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// LabelChange is an edit of hub-set labels: Set adds or overwrites keys,
+// Remove deletes keys (absent keys are no error).
+type LabelChange struct {
+	Set    map[string]string
+	Remove []string
+}
+
+// Apply returns labels with the change applied (labels is not modified).
+func (c LabelChange) Apply(labels map[string]string) map[string]string {
+	out := make(map[string]string, len(labels)+len(c.Set))
+	for k, v := range labels {
+		out[k] = v
+	}
+	for _, k := range c.Remove {
+		delete(out, k)
+	}
+	for k, v := range c.Set {
+		out[k] = v
+	}
+	return out
+}
+
+// LabelNodes implements Store. All nodes change in one transaction: after a
+// crash either every node carries the change or none does. check, if not
+// nil, sees each node's new labels and may refuse the whole change.
+func (s *SQLite) LabelNodes(ctx context.Context, ids []string, c LabelChange, check func(Node) error) ([]Node, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("store: label nodes: %w", err)
+	}
+	defer tx.Rollback()
+	out := make([]Node, 0, len(ids))
+	for _, id := range ids {
+		n, err := scanNode(tx.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE id = ?`, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("store: node %s: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("store: label node %s: %w", id, err)
+		}
+		n.Labels = c.Apply(n.Labels)
+		if check != nil {
+			if err := check(n); err != nil {
+				return nil, err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE nodes SET labels = ? WHERE id = ?`, encodeLabels(n.Labels), id); err != nil {
+			return nil, fmt.Errorf("store: label node %s: %w", id, err)
+		}
+		out = append(out, n)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("store: label nodes: commit: %w", err)
+	}
+	return out, nil
+}
+
+// SetReportedLabels implements Store.
+func (s *SQLite) SetReportedLabels(ctx context.Context, id string, labels map[string]string) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET reported_labels = ? WHERE id = ?`, encodeLabels(labels), id)
+	if err != nil {
+		return fmt.Errorf("store: node %s reported labels: %w", id, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("store: node %s: %w", id, ErrNotFound)

@@ -57,6 +57,13 @@ type Store interface {
 	UpdateNodeCert(ctx context.Context, id, serial string, expires time.Time) error
 	// RevokeNode marks a node refused for good (its record is kept).
 	RevokeNode(ctx context.Context, id string, at time.Time) error
+	// LabelNodes applies c to the hub-set labels of the nodes with these
+	// IDs, atomically, and returns them as changed (ErrNotFound if one is
+	// gone; nothing changes then, nor when check refuses a node).
+	LabelNodes(ctx context.Context, ids []string, c LabelChange, check func(Node) error) ([]Node, error)
+	// SetReportedLabels records the labels a node's agent reported. They
+	// are kept apart from the hub-set labels and never select a node.
+	SetReportedLabels(ctx context.Context, id string, labels map[string]string) error
 
 	PutRole(ctx context.Context, r Role) error
 	ListRoles(ctx context.Context) ([]Role, error)
@@ -67,8 +74,16 @@ type Store interface {
 
 	AddOperator(ctx context.Context, o Operator) error
 	ListOperators(ctx context.Context) ([]Operator, error)
-	// RemoveOperator deletes the operator and adds its key to the revoked keys.
+	// RemoveOperator deletes the operator and adds its keys to the revoked keys.
 	RemoveOperator(ctx context.Context, name string) error
+	// AddOperatorKey registers one more key for operator name (ErrNotFound
+	// if there is none; ErrNameTaken if any operator holds the key).
+	AddOperatorKey(ctx context.Context, name string, k OperatorKey) error
+	// RemoveOperatorKey deletes one of the operator's keys and adds it to
+	// the revoked keys; the operator's only key is refused (ErrLastKey).
+	RemoveOperatorKey(ctx context.Context, name, fingerprint string) error
+	// SetOperatorRoles replaces the operator's roles.
+	SetOperatorRoles(ctx context.Context, name string, roles []string) error
 	// ListRevokedKeys returns revoked operator keys (authorized_keys format).
 	ListRevokedKeys(ctx context.Context) ([]string, error)
 

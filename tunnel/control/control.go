@@ -71,6 +71,10 @@ type Hello struct {
 	// StateDir is the agent's state directory (absolute), where the hub
 	// caches files such as a cluster engine's uninstall script.
 	StateDir string `json:"state_dir,omitempty"`
+	// Labels are what the node says about itself (its labels file). The
+	// hub checks them against its label rules, shows them apart from the
+	// labels it sets, and never selects a node by them.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // SSHTrust tells the node's SSH server what to present and whom to trust.
@@ -116,6 +120,7 @@ const (
 	maxKeyLen = 16 << 10
 	maxNotice = 1024
 	maxCaps   = 32
+	maxLabels = 64 // the hub's label rules allow fewer; this bounds the frame
 )
 
 func checkString(field, s string, max int) error {
@@ -161,6 +166,17 @@ func (m *Message) Validate() error {
 		}
 		if h.StateDir != "" && (!strings.HasPrefix(h.StateDir, "/") || path.Clean(h.StateDir) != h.StateDir) {
 			return fmt.Errorf("%w: state_dir %q is not a clean absolute path", ErrBadMessage, h.StateDir)
+		}
+		if len(h.Labels) > maxLabels {
+			return fmt.Errorf("%w: more than %d labels", ErrBadMessage, maxLabels)
+		}
+		for k, v := range h.Labels {
+			if err := checkString("label key", k, maxShort); err != nil {
+				return err
+			}
+			if err := checkString("label value", v, maxShort); err != nil {
+				return err
+			}
 		}
 	case TypeSSHTrust:
 		t := m.SSHTrust
