@@ -194,3 +194,31 @@ func TestSSHProfilesTwoHubsE2E(t *testing.T) {
 		t.Errorf("ssh changed known_hosts (learned a key):\n%s", after)
 	}
 }
+
+// TestLoginWritesSSHProfile: `tether login` leaves the hub's ssh profile
+// (ssh_config, known_hosts) next to the certificate, and plain
+// `ssh -F OUT/ssh_config USER@NODE.tether` works with it: login and ssh
+// config are one step.
+func TestLoginWritesSSHProfile(t *testing.T) {
+	h := startHub(t)
+	h.cli("operator", "add", "alice", "--key", opPub)
+	startAgent(t, h.token("--ttl", "10m"), "n1", "--ssh", "embedded")
+	out := filepath.Join(t.TempDir(), "tether")
+	login := exec.Command(filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir, "--user", "alice", "--key", opKey, "--out-dir", out)
+	login.Env = append(os.Environ(), "SSH_AUTH_SOCK=") // the key file, not a developer's agent
+	if b, err := login.CombinedOutput(); err != nil {
+		t.Fatalf("tether login: %v\n%s", err, b)
+	}
+	cfg, _ := os.ReadFile(filepath.Join(out, "ssh_config"))
+	for _, want := range []string{"# BEGIN tether profile tether", "Host tether-hub", "Host *.tether", "CertificateFile " + filepath.Join(out, "alice-cert.pub")} {
+		if !strings.Contains(string(cfg), want) {
+			t.Errorf("ssh_config from login has no %q:\n%s", want, cfg)
+		}
+	}
+	h.waitOnline("n1", "")
+	o, errOut, code := runCmd(t, 60*time.Second, "ssh", "-F", filepath.Join(out, "ssh_config"), "-o", "BatchMode=yes", "-o", "GlobalKnownHostsFile=/dev/null",
+		loginUser+"@n1.tether", "echo after-login")
+	if code != 0 || strings.TrimSpace(o) != "after-login" {
+		t.Fatalf("ssh with the profile from login: exit %d, out %q, err %q", code, o, errOut)
+	}
+}
