@@ -83,11 +83,11 @@ func localClient(dataDir string, wait time.Duration) (*api.Client, error) {
 		if err == nil || !errors.Is(err, api.ErrHubNotRunning) {
 			return c, err
 		}
-		waited := time.Since(start)
-		if waited >= wait || (waited >= hubStartGrace && !hub.Starting(dataDir)) {
+		waited, starting := time.Since(start), hub.Starting(dataDir)
+		if waited >= wait || (waited >= hubStartGrace && !starting) {
 			return nil, err
 		}
-		if !said {
+		if starting && !said {
 			fmt.Fprintf(os.Stderr, "waiting for hub at %s (up to %s)…\n", dataDir, wait)
 			said = true
 		}
