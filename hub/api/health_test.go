@@ -48,3 +48,18 @@ func TestHealthEndpoints(t *testing.T) {
 		t.Error("the embedded OpenAPI document does not describe /readyz")
 	}
 }
+
+// TestSelectorErrorsSayItOnce: a bad selector is reported as the selector
+// parser says it, without package prefixes or a repeated "selector".
+func TestSelectorErrorsSayItOnce(t *testing.T) {
+	_, err := nodeSelector("x in (")
+	msg := err.Error()
+	for _, bad := range []string{"roles: ", "store: ", "selector: "} {
+		if strings.Contains(msg, bad) {
+			t.Errorf("error %q contains %q", msg, bad)
+		}
+	}
+	if strings.Count(msg, "selector") != 1 {
+		t.Errorf("error %q names the selector %d times, want once", msg, strings.Count(msg, "selector"))
+	}
+}
