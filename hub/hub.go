@@ -156,19 +156,28 @@ type Server struct {
 	cluster    *cluster.Controller // set in Run before sessions are accepted
 	guard      *guards             // rate limits (limits.go) and refusal audits (audit.go)
 	admins     admins              // admin certificates: revocation time, local identity (admin.go)
+	dirLock    *dataDirLock        // held from New to the end of Run (datadir.go)
 }
 
 // New opens the hub's state (creating it the first time).
-func New(ctx context.Context, cfg Config) (*Server, error) {
+func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := cfg.CheckAndSetDefaults(); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("hub: data dir: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, reg: registry.New(), metrics: metrics.New(), pushKick: make(chan struct{}, 1)}
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.release()
+		}
+	}()
+	s := &Server{cfg: cfg, log: cfg.Logger, reg: registry.New(), metrics: metrics.New(), pushKick: make(chan struct{}, 1), dirLock: lock}
 	s.guard = newGuards(s.metrics.Registry)
-	var err error
 	if s.ca, err = ca.LoadOrCreate(filepath.Join(cfg.DataDir, "ca"), "Tether"); err != nil {
 		return nil, err
 	}
@@ -189,7 +198,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.userCA, err = ca.LoadOrCreateSSH(filepath.Join(cfg.DataDir, "ca"), ca.SSHUserCAFile); err != nil {
 		return nil, err
 	}
-	if s.serving, err = s.ca.IssueHubServer("hub", nil, 90*24*time.Hour); err != nil {
+	if s.serving, err = s.ca.IssueHubServer("hub", servingNames(cfg.Listen, cfg.Advertise), 90*24*time.Hour); err != nil {
 		return nil, err
 	}
 	if err := s.writeLocalAdmin(ctx); err != nil {

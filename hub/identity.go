@@ -78,8 +78,8 @@ func loadOrCreateSecret(path string) (*[32]byte, error) {
 
 // bastionNames are the host names the bastion's host certificate is valid
 // for: the SSH listen host (unless a wildcard), the advertised hosts, this
-// machine's name, the "tether-hub" alias `tether config ssh` uses, and any
-// configured extras.
+// machine's name, the "tether-hub" alias `tether config ssh` uses, and the
+// extras (the node suffix's alias, configured names).
 func bastionNames(sshListen string, advertise, extra []string) []string {
 	seen := map[string]bool{}
 	var out []string
@@ -109,8 +109,14 @@ func bastionNames(sshListen string, advertise, extra []string) []string {
 	return out
 }
 
-// BastionAlias is the host alias `tether config ssh` gives the bastion.
+// BastionAlias is the host alias `tether config ssh` gives the bastion of
+// a hub with the default node suffix; a hub with --node-suffix S is also
+// certified as S-hub (bastionAlias), so each hub's ssh profile checks its
+// own bastion by a name only that hub's host CA vouches for.
 const BastionAlias = "tether-hub"
+
+// bastionAlias is the bastion's alias for nodes named NAME.suffix.
+func bastionAlias(suffix string) string { return suffix + "-hub" }
 
 // sshTrustInfo is what GET /v1/ssh/trust publishes: CA keys and where the
 // bastion is, everything `tether config ssh` needs.
@@ -122,7 +128,7 @@ func (s *Server) sshTrustInfo(sshAddr net.Addr, advertise []string) api.SSHTrust
 			host, _, _ = net.SplitHostPort(advertise[0])
 		}
 	}
-	t := api.SSHTrust{Bastion: net.JoinHostPort(host, port), BastionAlias: BastionAlias, NodeSuffix: s.cfg.NodeSuffix}
+	t := api.SSHTrust{Bastion: net.JoinHostPort(host, port), BastionAlias: bastionAlias(s.cfg.NodeSuffix), NodeSuffix: s.cfg.NodeSuffix}
 	for _, k := range s.hostCA.TrustedKeys() {
 		t.HostCAs = append(t.HostCAs, strings.TrimSpace(string(gossh.MarshalAuthorizedKey(k))))
 	}
@@ -130,4 +136,51 @@ func (s *Server) sshTrustInfo(sshAddr net.Addr, advertise []string) api.SSHTrust
 		t.UserCAs = append(t.UserCAs, strings.TrimSpace(string(gossh.MarshalAuthorizedKey(k))))
 	}
 	return t
+}
+
+// servingNames are the names and addresses the hub's TLS serving
+// certificate carries besides pki.HubServerName, so clients that dial the
+// hub by an address it is known under (curl, Prometheus) verify it without
+// --resolve: the advertised hosts, the listen host, and for a wildcard
+// listen address this machine's loopback names, host name and interface
+// addresses.
+func servingNames(listen string, advertise []string) []string {
+	seen := map[string]bool{pki.HubServerName: true}
+	var out []string
+	add := func(h string) {
+		h = strings.TrimSuffix(strings.Trim(h, "[]"), ".")
+		if h != "" && !seen[h] {
+			seen[h] = true
+			out = append(out, h)
+		}
+	}
+	for _, a := range advertise {
+		if host, _, err := net.SplitHostPort(a); err == nil {
+			add(host)
+		} else {
+			add(a)
+		}
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return out
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		add(host)
+		return out
+	}
+	add("localhost")
+	add("127.0.0.1")
+	add("::1")
+	if h, err := os.Hostname(); err == nil {
+		add(h)
+	}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.IsGlobalUnicast() {
+				add(n.IP.String())
+			}
+		}
+	}
+	return out
 }

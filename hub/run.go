@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
@@ -49,6 +50,7 @@ func localAddr(addr net.Addr) string {
 // Run serves until ctx is cancelled, then shuts down gracefully: listeners
 // close, tunnels and operator connections end, the store is closed.
 func (s *Server) Run(ctx context.Context) error {
+	defer s.dirLock.release() // last: the store is closed before another hub may open it
 	defer s.store.Close()
 	defer s.keepLocalAdminFresh()()
 	clientCAs := s.ca.Pool()
@@ -71,12 +73,12 @@ func (s *Server) Run(ctx context.Context) error {
 		StatelessResetKey: resetKey,
 	})
 	if err != nil {
-		return fmt.Errorf("hub: %w", err)
+		return fmt.Errorf("--listen %s: %w", s.cfg.Listen, err)
 	}
 	defer ln.Close()
 	advertise := advertiseFor(ln.Addr(), s.cfg.Advertise)
 
-	hubNames := bastionNames(s.cfg.SSHListen, advertise, s.cfg.SSHNames)
+	hubNames := bastionNames(s.cfg.SSHListen, advertise, append([]string{bastionAlias(s.cfg.NodeSuffix)}, s.cfg.SSHNames...))
 	hostCert, err := s.hostCA.SignHost(s.hostKey.PublicKey(), "tether hub", hubNames, 365*24*time.Hour)
 	if err != nil {
 		return err
@@ -95,7 +97,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	sshAddr, err := b.Listen()
 	if err != nil {
-		return fmt.Errorf("hub: %w", err)
+		return fmt.Errorf("--ssh-listen %s: %w", s.cfg.SSHListen, err)
 	}
 
 	blobs, err := jobs.NewBlobs(filepath.Join(s.cfg.DataDir, "blobs"), s.cfg.MaxUploadBytes)
@@ -118,6 +120,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("hub: --engines-dir: %w", err)
 	}
 
+	var serving atomic.Bool // every listener is up and hub.json written
 	httpSrv := &http.Server{
 		Handler: s.guardAPI(api.NewHandler(api.Deps{
 			Store: s.store, Door: s.door, CA: s.ca, IssueNode: s.issueNode, NodeCA: s.nodeCA, Registry: s.reg, Metrics: s.metrics, Advertise: advertise,
@@ -130,6 +133,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Blobs:         blobs,
 			Admins:        adminService{s},
 			Operators:     operatorService{s},
+			Ready:         s.readiness(&serving),
 		})),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -142,8 +146,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := pki.WriteFileAtomic(infoPath, infoJSON, 0o644); err != nil {
 		return err
 	}
-	defer os.Remove(infoPath)
+	defer removeHubInfo(infoPath, info.PID)
 
+	serving.Store(true)
 	s.log.Info("hub listening", "tunnel_and_api", ln.Addr().String(), "ssh", sshAddr.String(),
 		"advertise", advertise, "ca_pin", "sha256:"+s.ca.Pin(), "version", Version)
 
@@ -179,6 +184,32 @@ func (s *Server) Run(ctx context.Context) error {
 		return runErr
 	}
 	return nil
+}
+
+// readiness backs /readyz: the listeners are up (serving), the CA can
+// sign, and the store answers.
+func (s *Server) readiness(serving *atomic.Bool) api.Readiness {
+	return func(ctx context.Context) error {
+		if !serving.Load() {
+			return errors.New("listeners are still starting")
+		}
+		if s.ca == nil || s.ca.Intermediate() == nil {
+			return errors.New("the CA is not loaded")
+		}
+		if _, err := s.store.ListRoles(ctx); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		return nil
+	}
+}
+
+// removeHubInfo removes hub.json at shutdown if it still names this hub.
+func removeHubInfo(path string, pid int) {
+	b, err := os.ReadFile(path)
+	var info api.HubInfo
+	if err == nil && json.Unmarshal(b, &info) == nil && info.PID == pid {
+		_ = os.Remove(path)
+	}
 }
 
 func ignoreClosed(err error) error {

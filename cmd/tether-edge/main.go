@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tether-dev/tether/edge"
 )
 
 func main() {
@@ -37,7 +39,9 @@ Typical unit file line (joins on first boot only, then just connects):
   tether-edge run --join "$JOIN" --state-dir /var/lib/tether-edge`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       edge.Version,
 	}
+	root.SetVersionTemplate("tether-edge {{.Version}}\n") // as the version command prints it
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newJoinCmd(), newRunCmd(), newStatusCmd(), newVersionCmd())
 	return root

@@ -3,14 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tether-dev/tether/hub"
 	"github.com/tether-dev/tether/hub/api"
 )
 
@@ -21,24 +24,29 @@ func defaultDataDir() string {
 	return "/var/lib/tether"
 }
 
-// clientFlags are the flags every admin command shares.
+// clientFlags are the connection flags every command that talks to the
+// hub API shares, registered in one place (register) so each command takes
+// the same set.
 type clientFlags struct {
 	dataDir  string
 	hub      string
 	identity string
 	apiToken string
 	caFile   string
+	wait     time.Duration
 }
+
+// defaultHubWait is how long a command waits for a hub that is starting
+// (the command ran right after `tether hub &`).
+const defaultHubWait = 10 * time.Second
 
 func (c *clientFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&c.dataDir, "data-dir", defaultDataDir(), "hub data dir (on the hub's machine; env TETHER_DATA_DIR)")
-	cmd.Flags().StringVar(&c.hub, "hub", "", "hub API address HOST:PORT (from another machine; after 'tether login')")
-	cmd.Flags().StringVar(&c.identity, "identity", "", "with --hub: admin identity directory (admin.crt, admin.key, ca.crt) from 'tether login' (default ~/.tether/admin)")
-}
-
-// registerToken adds the API-token flags (for commands automation may use).
-func (c *clientFlags) registerToken(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&c.caFile, "ca", "", "hub CA certificate (PEM) to verify the hub with, for --api-token (DATA_DIR/admin/ca.crt on the hub)")
+	f := cmd.Flags()
+	f.StringVar(&c.dataDir, "data-dir", defaultDataDir(), "on the hub's machine: the hub's data dir (env TETHER_DATA_DIR)")
+	f.StringVar(&c.hub, "hub", "", "from another machine: hub API address HOST:PORT (after 'tether login', or with TETHER_API_TOKEN and --ca)")
+	f.StringVar(&c.identity, "identity", "", "with --hub: admin identity directory (admin.crt, admin.key, ca.crt) from 'tether login' (default ~/.tether/admin)")
+	f.StringVar(&c.caFile, "ca", "", "with --hub and TETHER_API_TOKEN: hub CA certificate (PEM) to verify the hub with (DATA_DIR/admin/ca.crt on the hub's machine)")
+	f.DurationVar(&c.wait, "wait", defaultHubWait, "with --data-dir: how long to wait for a hub that is starting (0: do not wait)")
 	c.apiToken = os.Getenv("TETHER_API_TOKEN")
 }
 
@@ -58,7 +66,33 @@ func (c *clientFlags) client() (*api.Client, error) {
 		}
 		return api.NewClient(c.hub, c.identity)
 	}
-	return api.NewLocalClient(c.dataDir)
+	return localClient(c.dataDir, c.wait)
+}
+
+// localClient connects to the hub of dataDir, waiting up to wait for one
+// that is starting: a hub holds the data dir's lock from its first moment
+// but writes hub.json only once it serves. Without any hub process on the
+// data dir it gives up after hubStartGrace, so a mistyped --data-dir fails
+// fast.
+func localClient(dataDir string, wait time.Duration) (*api.Client, error) {
+	const hubStartGrace = 2 * time.Second
+	start := time.Now()
+	said := false
+	for {
+		c, err := api.NewLocalClient(dataDir)
+		if err == nil || !errors.Is(err, api.ErrHubNotRunning) {
+			return c, err
+		}
+		waited, starting := time.Since(start), hub.Starting(dataDir)
+		if waited >= wait || (waited >= hubStartGrace && !starting) {
+			return nil, err
+		}
+		if starting && !said {
+			fmt.Fprintf(os.Stderr, "waiting for hub at %s (up to %s)…\n", dataDir, wait)
+			said = true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // defaultAdminIdentity is where `tether login` leaves an admin's identity.

@@ -68,7 +68,6 @@ same as no flag) or --host NAME.`,
 	f.StringVar(&o.certFile, "certificate-file", "", "user certificate from 'tether login' to offer")
 	f.StringVar(&o.sshConfig, "ssh-config", "", "an ssh config from 'tether config ssh' to use (-F) instead of the jump settings above")
 	o.cf.register(cmd)
-	o.cf.registerToken(cmd)
 	return cmd
 }
 

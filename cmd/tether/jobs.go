@@ -93,7 +93,6 @@ exit_code, started_at, finished_at, error and log size.`,
 		},
 	}
 	cf.register(cmd)
-	cf.registerToken(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 	return cmd
 }
@@ -153,7 +152,6 @@ output of a running job is streamed until it ends.`,
 		},
 	}
 	cf.register(cmd)
-	cf.registerToken(cmd)
 	cmd.Flags().StringVar(&node, "node", "", "only this node's output")
 	cmd.Flags().BoolVarP(&followLive, "follow", "f", false, "stream a running job's output until it ends")
 	return cmd
@@ -190,7 +188,6 @@ new job is followed like 'tether run' (same exit status).`,
 		},
 	}
 	cf.register(cmd)
-	cf.registerToken(cmd)
 	cmd.Flags().BoolVar(&failed, "failed", false, "only the nodes that did not end ok")
 	cmd.Flags().BoolVar(&detach, "detach", false, "print the new job id and return at once")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
@@ -219,6 +216,5 @@ func newJobsCancelCmd() *cobra.Command {
 		},
 	}
 	cf.register(cmd)
-	cf.registerToken(cmd)
 	return cmd
 }

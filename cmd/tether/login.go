@@ -25,6 +25,7 @@ import (
 
 func newLoginCmd() *cobra.Command {
 	var dataDir, hubAddr, pin, operator, keyPath, outDir string
+	var profile sshProfile
 	cmd := &cobra.Command{
 		Use:   "login",
 		Short: "Get a short-lived SSH user certificate by proving your registered key",
@@ -145,6 +146,9 @@ first use is never offered.`,
 			}
 			fmt.Fprintf(os.Stderr, "certificate for %s (principals %s) valid until %s: %s\n", operator,
 				strings.Join(resp.Principals, ","), resp.ValidBefore.Local().Format(time.RFC3339), certPath)
+			if err := writeLoginProfile(cmd.Context(), c, profile, operator, keyPath, certPath, outDir); err != nil {
+				return err
+			}
 			if resp.AdminCert != "" {
 				dir, until, err := writeAdminLogin(outDir, resp.AdminCert, adminKey, hubCA)
 				if err != nil {
@@ -179,7 +183,8 @@ first use is never offered.`,
 	cmd.Flags().StringVar(&pin, "ca-pin", "", "sha256:<hex> pin of the hub CA, as in join strings")
 	cmd.Flags().StringVar(&operator, "user", "", "your operator name (default: your login name)")
 	cmd.Flags().StringVar(&keyPath, "key", filepath.Join(home, ".ssh", "id_ed25519"), "your registered private key (PATH.pub must be next to it); ssh-agent is used if it holds the key")
-	cmd.Flags().StringVar(&outDir, "out-dir", filepath.Join(home, ".tether"), "where to write USER-cert.pub (and admin/ for admins)")
+	cmd.Flags().StringVar(&outDir, "out-dir", filepath.Join(home, ".tether"), "where to write USER-cert.pub, the hub's ssh profile (ssh_config, known_hosts) and admin/ for admins")
+	profile.register(cmd)
 	return cmd
 }
 

@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tether-dev/tether/hub"
 )
 
 func main() {
@@ -59,11 +61,14 @@ every edge node to the hub, and lets operators reach any node with plain OpenSSH
   ssh -J alice@HUB:2222 root@NODE
 
 Run the hub with 'tether hub'. The other commands administer it; on the hub's
-machine they need only --data-dir, elsewhere --hub ADDR after 'tether login'
-as an operator with the admin role.`,
+machine they need only --data-dir (or TETHER_DATA_DIR; default /var/lib/tether),
+elsewhere --hub ADDR after 'tether login' as an operator with the admin role.
+Run right after 'tether hub &', they wait for the hub to start (--wait).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       hub.Version,
 	}
+	root.SetVersionTemplate("tether {{.Version}}\n") // as the version command prints it
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newHubCmd(), newTokenCmd(), newOperatorCmd(), newNodesCmd(), newRoleCmd(), newAuditCmd(), newConfigCmd(), newLoginCmd(), newCACmd(),
 		newRunCmd(), newJobsCmd(), newClusterCmd(), newAPITokenCmd(), newVersionCmd(), newInventoryCmd())

@@ -269,7 +269,7 @@ func (h *handler) resolveTargets(ctx context.Context, c caller, selector string,
 		var sel roles.Selector
 		if selector != "*" {
 			if sel, err = roles.ParseSelector(selector); err != nil {
-				return nil, fail(ErrInvalid, "selector: %s", clean(err))
+				return nil, fail(ErrInvalid, "%s", clean(err))
 			}
 		}
 		for _, n := range all {

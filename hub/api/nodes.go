@@ -65,7 +65,7 @@ func nodeSelector(s string) (func(map[string]string) bool, error) {
 	}
 	sel, err := roles.ParseSelector(s)
 	if err != nil {
-		return nil, fail(ErrInvalid, "selector %q: %s", s, clean(err))
+		return nil, fail(ErrInvalid, "%s", clean(err)) // the error names the selector
 	}
 	return sel.Matches, nil
 }

@@ -65,6 +65,8 @@ type Deps struct {
 	// Operators decides which operators' API client certificates the node
 	// listing accepts (nodes.go); nil refuses them all.
 	Operators Operators
+	// Ready backs GET /readyz; nil answers "not ready".
+	Ready Readiness
 }
 
 type handler struct{ Deps }
@@ -126,6 +128,9 @@ func NewHandler(d Deps) http.Handler {
 	}
 	h := &handler{d}
 	mux := &routeMux{ServeMux: http.NewServeMux()}
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.HandleFunc("GET /readyz", h.readyz)
+	mux.HandleFunc("GET /v1/openapi.yaml", openAPI)
 	mux.HandleFunc("POST "+control.JoinPath, h.join)
 	mux.HandleFunc("POST /v1/login/challenge", h.loginChallenge)
 	mux.HandleFunc("POST /v1/login", h.login)

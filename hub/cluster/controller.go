@@ -180,6 +180,9 @@ func (c *Controller) Deregister(ctx context.Context, node, by string) (store.Clu
 // the member is that node's ID.
 func (c *Controller) request(ctx context.Context, name string, desired machine.Desired, engine, by string) (store.ClusterMember, error) {
 	n, err := c.cfg.Store.GetNodeByName(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		err = store.ErrNotFound // the store's own wording is not for users
+	}
 	if err != nil {
 		return store.ClusterMember{}, fmt.Errorf("node %q: %w", name, err)
 	}

@@ -71,7 +71,7 @@ func (c *Client) Upload(ctx context.Context, src io.Reader, size int64, dst stri
 		}
 		f, err := s.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL)
 		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("parent directory %s does not exist; create it first or set UploadOptions.MkdirParents: %w", dir, err)
+			return fmt.Errorf("parent directory %s does not exist on the node; create it first (tether run -- mkdir -p %s): %w", dir, dir, err)
 		}
 		if err != nil {
 			return fmt.Errorf("create temporary file %s: %w", tmp, err)

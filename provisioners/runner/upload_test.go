@@ -194,8 +194,10 @@ func TestUpload(t *testing.T) {
 		t.Run("missing parent", func(t *testing.T) {
 			p := filepath.Join(dir, "a", "b", "file")
 			_, err := c.Upload(ctx, strings.NewReader("x"), 1, p, UploadOptions{})
-			if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "MkdirParents") {
-				t.Fatalf("Upload without parents: %v, want fs.ErrNotExist naming MkdirParents", err)
+			// Users read this message (tether run --upload): it says what to
+			// do, not which Go option to set.
+			if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "mkdir -p") || strings.Contains(err.Error(), "MkdirParents") {
+				t.Fatalf("Upload without parents: %v, want fs.ErrNotExist saying mkdir -p", err)
 			}
 			if _, err := c.Upload(ctx, strings.NewReader("x"), 1, p, UploadOptions{MkdirParents: true}); err != nil {
 				t.Fatalf("Upload with MkdirParents: %v", err)
