@@ -16,7 +16,7 @@ all: build
 build: ## build bin/tether and bin/tether-edge (static, stripped)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/tether ./cmd/tether-edge
 
-deps: ## install OpenSSH client/server and systemd-analyze when missing (apt-get as root)
+deps: ## install OpenSSH client/server, systemd-analyze and ansible-core when missing (apt-get as root)
 	@./scripts/ensure-deps.sh
 
 tools: $(TOOLS)/step-ca ## test tools built from the Go module proxy (step-ca for the external-CA test)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs when it is missing: OpenSSH client and
-# server, and systemd-analyze (Debian packages). As root it runs apt-get;
-# otherwise it says exactly what to install.
+# server, systemd-analyze and ansible-core (Debian packages). As root it
+# runs apt-get; otherwise it says exactly what to install.
 set -euo pipefail
 
 missing=()
@@ -10,6 +10,9 @@ command -v scp >/dev/null 2>&1 || missing+=(openssh-client)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 # systemd-analyze checks the shipped unit files (TestSystemdUnits).
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+# ansible-inventory and ansible read `tether inventory --ansible` and ping
+# nodes through the hub (TestFleetOperatorView).
+command -v ansible-inventory >/dev/null 2>&1 || missing+=(ansible-core)
 for pkg in "$@"; do
   case "$pkg" in
     iperf3|socat|ansible) command -v "$pkg" >/dev/null 2>&1 || missing+=("$pkg") ;;

@@ -61,7 +61,7 @@ func (c *clientFlags) client() (*api.Client, error) {
 		if c.identity == "" {
 			c.identity = defaultAdminIdentity()
 			if _, err := os.Stat(c.identity); err != nil {
-				return nil, fmt.Errorf("--hub: no admin identity in %s: run `tether login --hub %s --ca-pin sha256:PIN` as an operator with the admin role (or pass --identity DIR)", c.identity, c.hub)
+				return nil, fmt.Errorf("--hub: no API identity in %s: run `tether login --hub %s --ca-pin sha256:PIN --user NAME` first (every operator may list their nodes; other commands need the admin role), or pass --identity DIR", c.identity, c.hub)
 			}
 		}
 		return api.NewClient(c.hub, c.identity)

@@ -71,8 +71,14 @@ func WaitHub(ctx context.Context, p *Proc, dataDir string, timeout time.Duration
 
 // AgentArgs are the flags of `tether-edge run` for a node; join may be ""
 // (a restart from the identity in stateDir), name likewise.
+//
+// Embedded-server sessions run /bin/sh unless extra says otherwise (a later
+// --shell wins): the default, the login shell from /etc/passwd, is bash
+// for root here, and bash started over SSH reads the machine's ~/.bashrc,
+// whose tools (pyenv's rehash lock, for one) are not the test's to depend
+// on. The passwd default is covered by edge/sshserver's tests.
 func AgentArgs(join, stateDir, name string, extra ...string) []string {
-	args := []string{"run", "--state-dir", stateDir}
+	args := []string{"run", "--state-dir", stateDir, "--shell", "/bin/sh"}
 	if join != "" {
 		args = append(args, "--join", join)
 	}

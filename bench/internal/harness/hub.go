@@ -79,6 +79,12 @@ func (h *Hub) start(ctx context.Context) error {
 	return nil
 }
 
+// Stop stops the hub process running now, SIGKILL after grace. It is
+// Hub's own method, not the embedded Proc's, so that `defer hub.Stop(…)`
+// stops the process a Restart started, not the one it replaced (which
+// would leave the new hub running on the data dir).
+func (h *Hub) Stop(grace time.Duration) { h.Proc.Stop(grace) }
+
 // Restart stops the hub (SIGTERM: a graceful shutdown that closes every
 // tunnel) and starts it again on the same addresses. It returns when the new
 // hub serves; stopped is when the old one had exited.
