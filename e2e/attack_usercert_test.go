@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // TestAttackExpiredAndRevokedUserCerts: an operator's SSH user certificate
@@ -108,17 +111,25 @@ func TestAttackExpiredAndRevokedUserCerts(t *testing.T) {
 	}
 	// The hub's side: the logins, the removal, the jumps that carried
 	// the refused attempts.
+	// A jump's row is written once the node has said how the login inside
+	// it went, a moment after the client is gone: poll.
 	var logins, removed, jumps int
-	for _, e := range h.audit("--since", "1h") {
-		switch {
-		case e.Kind == "login" && e.Operator == "carol" && e.Result == "ok" && strings.HasPrefix(e.Detail, "user certificate"):
-			logins++
-		case e.Kind == "operator_remove" && e.Operator == "carol":
-			removed++
-		case e.Kind == "jump" && e.Operator == "alice" && e.Result == "ok":
-			jumps++
+	polled := time.Now()
+	_ = testenv.Poll(context.Background(), 20*time.Second, "the audit rows", func() bool {
+		logins, removed, jumps = 0, 0, 0
+		for _, e := range h.audit("--since", "1h") {
+			switch {
+			case e.Kind == "login" && e.Operator == "carol" && e.Result == "ok" && strings.HasPrefix(e.Detail, "user certificate"):
+				logins++
+			case e.Kind == "operator_remove" && e.Operator == "carol":
+				removed++
+			case e.Kind == "jump" && e.Operator == "alice" && e.Result == "ok":
+				jumps++
+			}
 		}
-	}
+		return logins == 2 && removed == 1 && jumps >= 6
+	})
+	t.Logf("audit rows complete %v after the last attempt", time.Since(polled).Round(time.Millisecond))
 	if logins != 2 || removed != 1 || jumps < 6 {
 		t.Errorf("hub audit: %d logins, %d removals, %d jumps", logins, removed, jumps)
 	}

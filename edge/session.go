@@ -103,7 +103,7 @@ func (s *session) hello() *control.Message {
 	a := s.a
 	caps := []string{control.CapTCP, control.CapHeartbeat}
 	if a.sshd != nil {
-		caps = append(caps, control.CapSSHEmbedded)
+		caps = append(caps, control.CapSSHEmbedded, control.CapSSHLoginEvents)
 	} else {
 		caps = append(caps, control.CapSSHLocal)
 	}

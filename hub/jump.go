@@ -21,6 +21,9 @@ import (
 type jumpDialer struct {
 	door *access.Door
 	live *liveJumps
+	// reportsLogins says whether the named node's agent reports the
+	// outcome of every SSH login (control.CapSSHLoginEvents).
+	reportsLogins func(node string) bool
 }
 
 func (d jumpDialer) Dial(ctx context.Context, req bastion.JumpRequest) (tunnel.Stream, error) {
@@ -29,7 +32,8 @@ func (d jumpDialer) Dial(ctx context.Context, req bastion.JumpRequest) (tunnel.S
 		// Registered before the decision: an access change that lands
 		// after the decision read the door finds this jump in the
 		// registry and ends it. It leaves the registry when the jump ends.
-		d.live.add(req.ID, liveJump{operator: req.Operator, key: req.Key, fingerprint: req.KeyFingerprint, nodeID: n.ID, node: n.Name, stop: req.Stop})
+		d.live.add(req.ID, liveJump{operator: req.Operator, key: req.Key, fingerprint: req.KeyFingerprint, nodeID: n.ID, node: n.Name, stop: req.Stop},
+			req.Header.Service == tunnel.ServiceSSH && d.reportsLogins(n.Name))
 		context.AfterFunc(ctx, func() { d.live.remove(req.ID) })
 		// Decide before saying anything about reachability: an operator
 		// outside the node's roles learns nothing of whether it is online.
@@ -64,26 +68,36 @@ type liveJump struct {
 type liveJumps struct {
 	mu    sync.Mutex // guards the following fields
 	jumps map[uint64]liveJump
-	// refusals holds, per jump that reached a node and is not yet audited,
-	// what the node reported refusing inside it.
-	refusals map[uint64]*jumpRefusal
+	// outcomes holds, per jump that reached the dialer and is not yet
+	// audited, how the SSH login inside it went as far as the node said.
+	outcomes map[uint64]*loginOutcome
 }
 
-// jumpRefusal is a login the node's embedded SSH server refused inside a
-// jump; set once, then noted is closed.
-type jumpRefusal struct {
-	noted  chan struct{}
-	detail string // guarded by liveJumps.mu until noted is closed
+// loginOutcome is what a node's embedded SSH server reported about the
+// login inside one jump.
+type loginOutcome struct {
+	nodeID, operator string // the jump's
+	// await: the node reports every connection's outcome (its hello
+	// announced CapSSHLoginEvents) and the jump is to its SSH server.
+	await  bool
+	known  chan struct{} // closed once the outcome is in
+	refuse string        // the refusal's reason; "" if it logged in or failed
 }
 
-func (l *liveJumps) add(id uint64, j liveJump) {
+// outcomeWait bounds how long a jump's audit row waits for the node's
+// outcome of its login. It normally came in long before: the node reports
+// a login as it accepts or refuses it, and a connection that never logged
+// in as soon as the hub closes the stream.
+const outcomeWait = 2 * time.Second
+
+func (l *liveJumps) add(id uint64, j liveJump, await bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.jumps == nil {
-		l.jumps, l.refusals = map[uint64]liveJump{}, map[uint64]*jumpRefusal{}
+		l.jumps, l.outcomes = map[uint64]liveJump{}, map[uint64]*loginOutcome{}
 	}
 	l.jumps[id] = j
-	l.refusals[id] = &jumpRefusal{noted: make(chan struct{})}
+	l.outcomes[id] = &loginOutcome{nodeID: j.nodeID, operator: j.operator, await: await, known: make(chan struct{})}
 }
 
 func (l *liveJumps) remove(id uint64) {
@@ -102,59 +116,80 @@ func (l *liveJumps) all() []liveJump {
 	return out
 }
 
-// noteRefusal records detail on every live jump of operator to the node
-// that has not had a refusal noted yet, and reports how many it reached.
-func (l *liveJumps) noteRefusal(nodeID, operator, detail string) int {
+// noteOutcome records a login outcome the node reported. A refusal
+// (refused != "", operator verified by the caller) marks every jump of
+// that operator to the node still waiting; an accepted or failed login
+// (refused == "") settles the node's oldest jump still waiting, since the
+// node cannot name the jump. Which jump an outcome settles only decides
+// how long a row waits; a refusal is put only on its operator's jumps.
+func (l *liveJumps) noteOutcome(nodeID, operator, refused string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := 0
-	for id, j := range l.jumps {
-		r := l.refusals[id]
-		if j.nodeID != nodeID || j.operator != operator || r == nil || r.detail != "" {
+	// The outcomes, not the live jumps: a login that failed is reported
+	// when the node sees the connection close, after the jump ended.
+	var oldest uint64
+	for id, o := range l.outcomes {
+		if o.nodeID != nodeID || isClosed(o.known) {
 			continue
 		}
-		r.detail = detail
-		close(r.noted)
-		n++
+		if refused != "" {
+			if o.operator == operator {
+				o.refuse = refused
+				close(o.known)
+			}
+			continue
+		}
+		if oldest == 0 || id < oldest {
+			oldest = id
+		}
 	}
-	return n
+	if oldest != 0 {
+		close(l.outcomes[oldest].known)
+	}
 }
 
-// takeRefusal removes and returns jump id's refusal record (nil if the
-// jump never reached the dialer).
-func (l *liveJumps) takeRefusal(id uint64) *jumpRefusal {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	r := l.refusals[id]
-	delete(l.refusals, id)
-	return r
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
-// refusalWait is how long the audit of a short jump waits for the node's
-// report of a refused login: the node sends it on the control stream as it
-// refuses, and the client's disconnect can still overtake it.
-const refusalWait = 300 * time.Millisecond
-
-// refusalOf is what the node reported refusing inside jump r, or "".
+// refusalOf is the login refusal the node reported inside jump r, or "".
+// It waits (at most outcomeWait) only for a relayed jump ("ok") whose node
+// reports every login's outcome and has not reported this one yet.
 func (l *liveJumps) refusalOf(r bastion.JumpRecord) string {
-	ref := l.takeRefusal(r.ID)
-	if ref == nil {
+	l.mu.Lock()
+	o := l.outcomes[r.ID]
+	l.mu.Unlock()
+	if o == nil {
 		return ""
 	}
-	// A refused login ends the SSH connection at once; a jump that lasted
-	// longer carried a session, and its refusal (if any) is already in.
+	// Left in place while waiting: a failed login's outcome comes in
+	// after the jump ended and must still find it.
+	defer func() {
+		l.mu.Lock()
+		delete(l.outcomes, r.ID)
+		l.mu.Unlock()
+	}()
 	wait := time.Duration(0)
-	if r.Result == "ok" && r.End.Sub(r.Start) < 10*time.Second {
-		wait = refusalWait
+	if o.await && r.Result == "ok" {
+		wait = outcomeWait
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
-	case <-ref.noted:
-		return ref.detail
+	case <-o.known:
 	case <-t.C:
 		return ""
 	}
+
+	l.mu.Lock()
+	refused := o.refuse
+	l.mu.Unlock()
+	return refused
 }
 
 // endWithdrawnJumps asks the door, which has just reloaded, about every

@@ -30,6 +30,13 @@ func (s *Server) welcome(nodeID, name string) *control.Welcome {
 	return w
 }
 
+// reportsLogins says whether node's connected agent reports the outcome of
+// every SSH login, so a jump's audit row may wait for it.
+func (s *Server) reportsLogins(node string) bool {
+	c, ok := s.reg.Get(node)
+	return ok && c.ReportsLogins
+}
+
 // sshEventAudit maps a reported event kind to the audit row's kind and
 // result.
 var sshEventAudit = map[string]struct{ kind, result string }{
@@ -44,6 +51,14 @@ var sshEventAudit = map[string]struct{ kind, result string }{
 // named only if the reported key fingerprint is one of that operator's
 // registered keys; otherwise the node's claim stays in the detail.
 func (s *Server) recordSSHEvent(conn *registry.Conn, ev *control.SSHEvent, log *slog.Logger) {
+	switch ev.Kind {
+	case "login-accepted", "login-failed":
+		// An outcome for the jump that carried the connection: the
+		// node's own log has the details, the jump row the result.
+		log.Debug("ssh login outcome from node", "kind", ev.Kind, "login", ev.Login, "key", ev.KeyFingerprint)
+		s.jumps.noteOutcome(conn.NodeID, "", "")
+		return
+	}
 	m, ok := sshEventAudit[ev.Kind]
 	if !ok {
 		m.kind, m.result = "ssh_event", ev.Kind
@@ -62,7 +77,7 @@ func (s *Server) recordSSHEvent(conn *registry.Conn, ev *control.SSHEvent, log *
 	}
 	e.Detail = detail
 	if ev.Kind == "login-refused" && e.Operator != "" {
-		s.jumps.noteRefusal(conn.NodeID, e.Operator, detail)
+		s.jumps.noteOutcome(conn.NodeID, e.Operator, detail)
 	}
 	log.Info("ssh event from node", "kind", ev.Kind, "login", ev.Login, "operator", e.Operator, "key", ev.KeyFingerprint)
 	s.auditLimited(conn.Session.RemoteAddr().String(), e)

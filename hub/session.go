@@ -119,6 +119,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	}
 	conn.HostKey = msg.Hello.HostKey
 	conn.StateDir = msg.Hello.StateDir
+	conn.ReportsLogins = slices.Contains(msg.Hello.Capabilities, control.CapSSHLoginEvents)
 	conn.Labels = node.Labels
 	if old := s.reg.Put(conn); old != nil {
 		log.Info("node reconnected; replaced its previous session", "previous_remote", old.Session.RemoteAddr().String())

@@ -15,6 +15,14 @@ const (
 	// certificate from a trusted CA) asked for a login it is not granted
 	// here. Reported once per connection, login and key.
 	EventLoginRefused EventKind = "login-refused"
+	// EventLoginAccepted: a connection authenticated (once per
+	// connection). Not an audit row of its own: it tells the hub that the
+	// jump carrying the connection logged in.
+	EventLoginAccepted EventKind = "login-accepted"
+	// EventLoginFailed: a connection ended without logging in (after any
+	// EventLoginRefused it had). Like EventLoginAccepted, an outcome for
+	// the hub's jump row, not an audit row of its own.
+	EventLoginFailed EventKind = "login-failed"
 	// EventForward: a port forwarding was set up (ssh -L: once per
 	// connection and destination; ssh -R: once per listener).
 	EventForward EventKind = "forward"

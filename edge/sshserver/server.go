@@ -262,6 +262,9 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 	s.srv.HandleConn(&streamConn{Conn: conn, state: st})
 	conn.Close()
 	st.tasks.closeAndWait()
+	if !st.authenticated.Load() {
+		s.emit(Event{Kind: EventLoginFailed, Detail: "the connection ended without logging in"})
+	}
 	st.log.Debug("connection ended")
 }
 
@@ -366,6 +369,7 @@ func (s *Server) serverConfig(ctx ssh.Context) *gossh.ServerConfig {
 			if key, ok := ctx.Value(ssh.ContextKeyPublicKey).(ssh.PublicKey); ok {
 				attrs = append(attrs, "key", keyDescription(key))
 				st.setLogin(login{user: md.User(), key: key, operator: s.operatorOf(key)})
+				s.emit(Event{Kind: EventLoginAccepted, Login: md.User(), Operator: s.operatorOf(key), KeyFingerprint: fingerprint(key)})
 			}
 			st.log.Info("authenticated", attrs...)
 		},

@@ -27,6 +27,9 @@ type Conn struct {
 	HostKey string
 	// StateDir is the agent's state directory as it reported it ("" if not).
 	StateDir string
+	// ReportsLogins: the agent's embedded SSH server reports every login's
+	// outcome (hello capability control.CapSSHLoginEvents).
+	ReportsLogins bool
 	// Labels are the node's labels when it connected: what access pushes
 	// decide on, without a store read per node.
 	Labels map[string]string

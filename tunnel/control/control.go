@@ -61,7 +61,10 @@ const HubCapSSHEvents = "ssh-events"
 type SSHEvent struct {
 	// Kind is what happened: "login-refused" (a key the node knows asked for
 	// a login its roles do not grant), "forward", "forward-refused",
-	// "access-revoked" (a live connection closed after a trust change).
+	// "access-revoked" (a live connection closed after a trust change);
+	// from an agent announcing CapSSHLoginEvents also "login-accepted" and
+	// "login-failed" (every connection's outcome, which the hub puts on the
+	// jump's row rather than auditing on its own).
 	Kind string `json:"kind"`
 	// Login is the login asked for; Operator whose key it was, if the
 	// node knows (the authorized key's comment, a certificate's key id).

@@ -35,6 +35,11 @@ const (
 	CapSSHEmbedded = "ssh-embedded"
 	// CapSSHLocal: "ssh" streams reach the node's own sshd.
 	CapSSHLocal = "ssh-local"
+	// CapSSHLoginEvents: the embedded SSH server reports the outcome of
+	// every connection's authentication (a login-accepted or login-refused
+	// SSHEvent) to a hub that takes SSH events, so the hub can put a
+	// refused login on the row of the jump that carried it.
+	CapSSHLoginEvents = "ssh-login-events"
 )
 
 // DefaultHeartbeat is the agent's heartbeat interval when a welcome names
