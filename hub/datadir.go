@@ -31,12 +31,12 @@ func lockDataDir(dir string) (*dataDirLock, error) {
 	path := filepath.Join(dir, LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("hub: lock the data dir: %w", err)
+		return nil, fmt.Errorf("lock the data dir %s: %w", dir, err)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		defer f.Close()
 		if !errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("hub: lock %s: %w", path, err)
+			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		return nil, holderError(dir, f)
 	}
