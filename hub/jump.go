@@ -158,38 +158,55 @@ func isClosed(c chan struct{}) bool {
 }
 
 // refusalOf is the login refusal the node reported inside jump r, or "".
-// It waits (at most outcomeWait) only for a relayed jump ("ok") whose node
-// reports every login's outcome and has not reported this one yet.
+// It waits (outcomeWaitFor) only for a relayed jump whose node reports
+// every login's outcome and has not reported this one yet.
 func (l *liveJumps) refusalOf(r bastion.JumpRecord) string {
-	l.mu.Lock()
-	o := l.outcomes[r.ID]
-	l.mu.Unlock()
+	o := l.outcome(r.ID)
 	if o == nil {
 		return ""
 	}
-	// Left in place while waiting: a failed login's outcome comes in
-	// after the jump ended and must still find it.
+	return l.settle(r.ID, o, outcomeWaitFor(o, r))
+}
+
+// outcomeWaitFor is how long the row of jump r may wait for o: only a
+// relayed jump ("ok") to a node that reports every login waits.
+func outcomeWaitFor(o *loginOutcome, r bastion.JumpRecord) time.Duration {
+	if o.await && r.Result == "ok" {
+		return outcomeWait
+	}
+	return 0
+}
+
+// outcome is jump id's outcome record (nil if it never reached the
+// dialer). It stays registered until settle: a failed login's outcome
+// comes in after the jump ended and must still find it.
+func (l *liveJumps) outcome(id uint64) *loginOutcome {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.outcomes[id]
+}
+
+// settle waits up to wait for o, unregisters it and returns its refusal.
+func (l *liveJumps) settle(id uint64, o *loginOutcome, wait time.Duration) string {
 	defer func() {
 		l.mu.Lock()
-		delete(l.outcomes, r.ID)
+		delete(l.outcomes, id)
 		l.mu.Unlock()
 	}()
-	wait := time.Duration(0)
-	if o.await && r.Result == "ok" {
-		wait = outcomeWait
+	if !isClosed(o.known) && wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-o.known:
+		case <-t.C:
+		}
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-o.known:
-	case <-t.C:
+	if !isClosed(o.known) {
 		return ""
 	}
-
 	l.mu.Lock()
-	refused := o.refuse
-	l.mu.Unlock()
-	return refused
+	defer l.mu.Unlock()
+	return o.refuse
 }
 
 // endWithdrawnJumps asks the door, which has just reloaded, about every

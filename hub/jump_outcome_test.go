@@ -2,15 +2,14 @@ package hub
 
 import (
 	"testing"
-	"time"
 
 	"github.com/tether-dev/tether/hub/bastion"
 )
 
 // TestJumpLoginOutcome: a refusal the node reports lands on its operator's
 // jump to that node and no other; an accepted login settles a waiting jump
-// without a refusal; a jump whose node does not report outcomes, or that
-// was never relayed, is not held back.
+// without a refusal; only a relayed jump to a node that reports outcomes
+// waits for one; a report that comes in after the jump ended still counts.
 func TestJumpLoginOutcome(t *testing.T) {
 	var l liveJumps
 	l.add(1, liveJump{operator: "bob", nodeID: "n1"}, true)
@@ -27,48 +26,44 @@ func TestJumpLoginOutcome(t *testing.T) {
 		return r
 	}
 	for _, tc := range []struct {
-		id     uint64
-		result string
-		want   string
+		id      uint64
+		result  string
+		waits   bool
+		settled bool
+		refusal string
 	}{
-		{1, "ok", `login "root": not granted`},
-		{2, "ok", ""},
-		{4, "ok", ""},     // node does not report outcomes: no wait
-		{5, "denied", ""}, // never relayed: no wait
-		{99, "ok", ""},    // never reached the dialer
+		{1, "ok", true, true, `login "root": not granted`},
+		{2, "ok", true, true, ""},
+		{3, "ok", true, false, ""},      // n1's reports are not n2's
+		{4, "ok", false, false, ""},     // node does not report outcomes
+		{5, "denied", false, false, ""}, // never relayed
 	} {
-		start := time.Now()
-		if got := l.refusalOf(rec(tc.id, tc.result)); got != tc.want {
-			t.Errorf("jump %d: refusal %q, want %q", tc.id, got, tc.want)
-		}
-		if d := time.Since(start); d >= outcomeWait {
-			t.Errorf("jump %d: its row waited %v for an outcome it needed not wait for", tc.id, d)
-		}
-	}
-	// Jump 3 (bob to n2) saw no refusal: n1's report is not n2's.
-	l.noteOutcome("n2", "", "")
-	if got := l.refusalOf(rec(3, "ok")); got != "" {
-		t.Errorf("bob's jump to n2 took n1's refusal: %q", got)
-	}
-	// A failed login is reported after the jump ended, while its row
-	// waits: the report must still find it.
-	l.add(6, liveJump{operator: "erin", nodeID: "n5"}, true)
-	got := make(chan string, 1)
-	go func() { got <- l.refusalOf(rec(6, "ok")) }()
-	for {
-		l.mu.Lock()
-		o := l.outcomes[6]
-		l.mu.Unlock()
+		o := l.outcome(tc.id)
 		if o == nil {
-			t.Fatal("jump 6's outcome left the registry before it was reported")
+			t.Fatalf("jump %d: no outcome record", tc.id)
 		}
-		l.noteOutcome("n5", "erin", "login \"x\": not granted")
-		if isClosed(o.known) {
-			break
+		if w := outcomeWaitFor(o, rec(tc.id, tc.result)); (w > 0) != tc.waits {
+			t.Errorf("jump %d (%s): waits %v, want waiting %v", tc.id, tc.result, w, tc.waits)
+		}
+		if got := isClosed(o.known); got != tc.settled {
+			t.Errorf("jump %d: settled %v, want %v", tc.id, got, tc.settled)
+		}
+		if got := l.settle(tc.id, o, 0); got != tc.refusal {
+			t.Errorf("jump %d: refusal %q, want %q", tc.id, got, tc.refusal)
 		}
 	}
-	if r := <-got; r != "login \"x\": not granted" {
-		t.Errorf("late report: refusal %q", r)
+	if l.outcome(99) != nil {
+		t.Error("a jump that never reached the dialer has an outcome record")
+	}
+
+	// The row of jump 6 starts waiting; the node's report comes in after
+	// that (a failed login is reported when the node sees the connection
+	// close) and must still find the record.
+	l.add(6, liveJump{operator: "erin", nodeID: "n5"}, true)
+	o := l.outcome(6)
+	l.noteOutcome("n5", "erin", `login "x": not granted`)
+	if got := l.settle(6, o, outcomeWait); got != `login "x": not granted` {
+		t.Errorf("late report: refusal %q", got)
 	}
 	if len(l.outcomes) != 0 {
 		t.Errorf("%d outcomes left after every jump was audited", len(l.outcomes))
