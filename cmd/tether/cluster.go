@@ -76,7 +76,7 @@ uninstall_in_progress), last_transition, last_error and last_job (see
 		func(m api.ClusterMember) string {
 			since := "-"
 			if !m.LastTransition.IsZero() {
-				since = time.Since(m.LastTransition).Round(time.Second).String() + " ago"
+				since = ago(time.Since(m.LastTransition))
 			}
 			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", m.Node, m.Engine, m.Desired, m.State, since, m.LastJob, m.LastError)
 		})
