@@ -59,7 +59,7 @@ func (s *quicSession) sessionErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil && s.conn.Context().Err() == nil {
 		return err
 	}
-	if s.conn.Context().Err() != nil {
+	if s.conn.Context().Err() != nil || isConnectionErr(err) {
 		return fmt.Errorf("%w: %w", ErrSessionClosed, err)
 	}
 	return err
@@ -129,10 +129,26 @@ func (s *quicStream) mapErr(err error) error {
 	switch {
 	case s.closed.Load():
 		return net.ErrClosed
-	case s.conn.Context().Err() != nil && !isTimeout(err):
+	case isConnectionErr(err) || (s.conn.Context().Err() != nil && !isTimeout(err)):
 		return fmt.Errorf("tunnel: stream: %w: %w", ErrSessionClosed, err)
 	}
 	return err
+}
+
+// isConnectionErr reports whether err is quic-go's report that the whole
+// connection ended. A stream learns this before the connection's context is
+// cancelled, so the type, not the context, decides.
+func isConnectionErr(err error) bool {
+	var (
+		idle      *quic.IdleTimeoutError
+		handshake *quic.HandshakeTimeoutError
+		app       *quic.ApplicationError
+		transport *quic.TransportError
+		reset     *quic.StatelessResetError
+		version   *quic.VersionNegotiationError
+	)
+	return errors.As(err, &idle) || errors.As(err, &handshake) || errors.As(err, &app) ||
+		errors.As(err, &transport) || errors.As(err, &reset) || errors.As(err, &version)
 }
 
 func (s *quicStream) CloseWrite() error {
