@@ -16,7 +16,8 @@ import (
 )
 
 // GatherFacts describes this machine: hostname, OS (from /etc/os-release),
-// architecture and machine id. Missing sources leave fields empty.
+// architecture, machine id and the management interface (the default
+// route's). Missing sources leave fields empty.
 func GatherFacts() control.Facts {
 	f := control.Facts{Arch: runtime.GOARCH}
 	f.Hostname, _ = os.Hostname()
@@ -31,7 +32,8 @@ func GatherFacts() control.Facts {
 	if b, err := os.ReadFile("/etc/machine-id"); err == nil {
 		f.MachineID = strings.TrimSpace(string(b))
 	}
-	for _, p := range []*string{&f.Hostname, &f.OS, &f.OSID, &f.OSVersion, &f.MachineID} {
+	f.Interface, f.Address, f.MAC = managementInterface()
+	for _, p := range []*string{&f.Hostname, &f.OS, &f.OSID, &f.OSVersion, &f.MachineID, &f.Interface} {
 		if len(*p) > 200 {
 			*p = (*p)[:200]
 		}

@@ -112,6 +112,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	// Stored before the node shows online, so a listing that shows it
 	// online shows what it reported.
 	s.storeReportedLabels(ctx, log, node, msg.Hello.Labels)
+	s.storeFacts(ctx, log, node, msg.Hello.Facts)
 	conn := registry.NewConn(node.ID, node.Name, sess, ctrl)
 	if err := conn.Send(&control.Message{Type: control.TypeWelcome, Welcome: s.welcome(node.ID, node.Name)}); err != nil {
 		log.Info("session ended during welcome", "err", err)
@@ -213,6 +214,17 @@ func helloError(m *control.Message, err error) error {
 		return err
 	}
 	return fmt.Errorf("first control message is %q, want hello", m.Type)
+}
+
+// storeFacts records the facts of the agent's hello, if they changed (the
+// control layer has validated their bounds).
+func (s *Server) storeFacts(ctx context.Context, log *slog.Logger, n store.Node, facts control.Facts) {
+	if facts == n.Facts {
+		return
+	}
+	if err := s.store.SetNodeFacts(ctx, n.ID, facts); err != nil && !errors.Is(err, store.ErrNotFound) {
+		log.Error("record node facts", "err", err)
+	}
 }
 
 // storeReportedLabels records the labels the agent reported in its hello,

@@ -63,7 +63,7 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) {
 	cert := chain[0]
 	n := store.Node{
 		ID: nodeID, Name: req.Name, Hostname: req.Facts.Hostname, OS: req.Facts.OS, Arch: req.Facts.Arch,
-		MachineID: req.Facts.MachineID, AgentVersion: req.AgentVersion,
+		MachineID: req.Facts.MachineID, AgentVersion: req.AgentVersion, Facts: req.Facts,
 		CertSerial: cert.SerialNumber.Text(16), CertExpires: cert.NotAfter,
 	}
 	n, err = h.Store.Join(r.Context(), tokenID, func(t store.Token) error {

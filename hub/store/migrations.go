@@ -82,6 +82,9 @@ var migrations = []string{
 	// v9: whether a role allows port forwarding (existing roles keep the
 	// default: allowed).
 	`ALTER TABLE roles ADD COLUMN forwarding INTEGER NOT NULL DEFAULT 1;`,
+	// v10: the facts of the node's latest hello (JSON), shown and used to
+	// address the node on its own network (never for access decisions).
+	`ALTER TABLE nodes ADD COLUMN facts TEXT NOT NULL DEFAULT '{}';`,
 }
 
 // migrationReportedLabels adds the labels a node's agent reports about

@@ -3,9 +3,12 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // Node is a registered edge node.
@@ -34,6 +37,10 @@ type Node struct {
 	// Filled by the API from the cluster members (not stored with the node).
 	ClusterEngine string `json:"cluster_engine,omitempty"`
 	ClusterState  string `json:"cluster_state,omitempty"`
+	// Facts are what the agent reported in its latest hello. Like
+	// ReportedLabels they are the node's word: shown and used to address
+	// it on its own network, never in an access decision.
+	Facts control.Facts `json:"facts"`
 }
 
 // Seen is the connection status update for a node.
@@ -92,10 +99,14 @@ func (s *SQLite) Join(ctx context.Context, tokenID string, check func(Token) err
 }
 
 func insertNode(ctx context.Context, tx *sql.Tx, n Node) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO nodes (id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	facts, err := json.Marshal(n.Facts)
+	if err != nil {
+		return fmt.Errorf("store: node %q facts: %w", n.Name, err)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO nodes (id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires, facts)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		n.ID, n.Name, encodeLabels(n.Labels), n.Hostname, n.OS, n.Arch, n.MachineID, n.AgentVersion, n.Transport, n.Online,
-		unix(n.LastSeen), unix(n.CreatedAt), n.CertSerial, unix(n.CertExpires))
+		unix(n.LastSeen), unix(n.CreatedAt), n.CertSerial, unix(n.CertExpires), string(facts))
 	if isUniqueViolation(err) {
 		return fmt.Errorf("store: node %q: %w", n.Name, ErrNameTaken)
 	}
@@ -105,14 +116,14 @@ func insertNode(ctx context.Context, tx *sql.Tx, n Node) error {
 	return nil
 }
 
-const nodeColumns = `id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires, revoked_at, reported_labels`
+const nodeColumns = `id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires, revoked_at, reported_labels, facts`
 
 func scanNode(r scanner) (Node, error) {
 	var n Node
-	var labels, reported string
+	var labels, reported, facts string
 	var lastSeen, created, certExp, revoked int64
 	if err := r.Scan(&n.ID, &n.Name, &labels, &n.Hostname, &n.OS, &n.Arch, &n.MachineID, &n.AgentVersion, &n.Transport,
-		&n.Online, &lastSeen, &created, &n.CertSerial, &certExp, &revoked, &reported); err != nil {
+		&n.Online, &lastSeen, &created, &n.CertSerial, &certExp, &revoked, &reported, &facts); err != nil {
 		return Node{}, err
 	}
 	var err error
@@ -121,6 +132,9 @@ func scanNode(r scanner) (Node, error) {
 	}
 	if n.ReportedLabels, err = decodeLabels(reported); err != nil {
 		return Node{}, fmt.Errorf("store: node %s: reported %w", n.ID, err)
+	}
+	if err := json.Unmarshal([]byte(facts), &n.Facts); err != nil {
+		return Node{}, fmt.Errorf("store: node %s: facts: %w", n.ID, err)
 	}
 	n.LastSeen, n.CreatedAt, n.CertExpires, n.RevokedAt = fromUnix(lastSeen), fromUnix(created), fromUnix(certExp), fromUnix(revoked)
 	return n, nil
@@ -304,6 +318,22 @@ func (s *SQLite) SetReportedLabels(ctx context.Context, id string, labels map[st
 	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET reported_labels = ? WHERE id = ?`, encodeLabels(labels), id)
 	if err != nil {
 		return fmt.Errorf("store: node %s reported labels: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: node %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// SetNodeFacts implements Store.
+func (s *SQLite) SetNodeFacts(ctx context.Context, id string, facts control.Facts) error {
+	b, err := json.Marshal(facts)
+	if err != nil {
+		return fmt.Errorf("store: node %s facts: %w", id, err)
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET facts = ? WHERE id = ?`, string(b), id)
+	if err != nil {
+		return fmt.Errorf("store: node %s facts: %w", id, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("store: node %s: %w", id, ErrNotFound)

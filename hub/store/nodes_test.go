@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // TestLabelNodes: a label change applies to every named node in one
@@ -104,5 +106,45 @@ func TestMigrateReportedLabels(t *testing.T) {
 	}
 	if n.Labels["env"] != "prod" || n.ReportedLabels == nil || len(n.ReportedLabels) != 0 {
 		t.Fatalf("after migration: labels %v, reported %v", n.Labels, n.ReportedLabels)
+	}
+}
+
+// TestNodeFacts: facts given at join are stored; a later hello's replace
+// them; a v9 database's nodes start with empty facts.
+func TestNodeFacts(t *testing.T) {
+	ctx := context.Background()
+	path := dataDirAt(t, 9, `INSERT INTO nodes (id, name, created_at) VALUES ('id-old', 'old', 1)`)
+	s, err := OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	old, err := s.GetNode(ctx, "id-old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.Facts != (control.Facts{}) {
+		t.Fatalf("migrated node facts = %+v, want empty", old.Facts)
+	}
+	joined := control.Facts{Hostname: "h", Arch: "arm64", Interface: "eth0", Address: "192.168.1.7", MAC: "02:00:00:00:00:01"}
+	if err := s.CreateToken(ctx, Token{ID: "t", SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Join(ctx, "t", accept, Node{ID: "id-1", Name: "edge-1", Facts: joined}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.GetNode(ctx, "id-1"); err != nil || n.Facts != joined {
+		t.Fatalf("after join: %+v, %v; want %+v", n.Facts, err, joined)
+	}
+	moved := joined
+	moved.Address = "10.0.0.9"
+	if err := s.SetNodeFacts(ctx, "id-1", moved); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.GetNode(ctx, "id-1"); err != nil || n.Facts != moved {
+		t.Fatalf("after hello: %+v, %v; want %+v", n.Facts, err, moved)
+	}
+	if err := s.SetNodeFacts(ctx, "nope", moved); !errors.Is(err, ErrNotFound) {
+		t.Errorf("SetNodeFacts of an unknown node: %v, want ErrNotFound", err)
 	}
 }

@@ -19,6 +19,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // Sentinel errors callers branch on.
@@ -64,6 +66,8 @@ type Store interface {
 	// SetReportedLabels records the labels a node's agent reported. They
 	// are kept apart from the hub-set labels and never select a node.
 	SetReportedLabels(ctx context.Context, id string, labels map[string]string) error
+	// SetNodeFacts records the facts of a node's latest hello.
+	SetNodeFacts(ctx context.Context, id string, facts control.Facts) error
 
 	PutRole(ctx context.Context, r Role) error
 	ListRoles(ctx context.Context) ([]Role, error)

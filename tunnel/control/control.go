@@ -19,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"path"
 	"strings"
 	"unicode/utf8"
@@ -85,6 +87,12 @@ type Facts struct {
 	OSVersion string `json:"os_version,omitempty"`
 	Arch      string `json:"arch"`
 	MachineID string `json:"machine_id,omitempty"`
+	// The management interface: the one the default route leaves by
+	// (IPv4 first, then IPv6). Address is its first global unicast address
+	// without a prefix length; empty when there is no default route.
+	Interface string `json:"interface,omitempty"`
+	Address   string `json:"address,omitempty"`
+	MAC       string `json:"mac,omitempty"`
 }
 
 // Hello is the agent's introduction on a new session.
@@ -173,6 +181,28 @@ func checkString(field, s string, max int) error {
 	return nil
 }
 
+// Validate checks the facts' bounds, and that the management address and
+// MAC parse; the hub stores them as the node's word, nothing more.
+func (f *Facts) Validate() error {
+	for field, v := range map[string]string{"hostname": f.Hostname, "os": f.OS, "os_id": f.OSID, "os_version": f.OSVersion,
+		"arch": f.Arch, "machine_id": f.MachineID, "interface": f.Interface, "address": f.Address, "mac": f.MAC} {
+		if err := checkString(field, v, maxShort); err != nil {
+			return err
+		}
+	}
+	if f.Address != "" {
+		if _, err := netip.ParseAddr(f.Address); err != nil {
+			return fmt.Errorf("%w: facts address %.64q is not an IP address", ErrBadMessage, f.Address)
+		}
+	}
+	if f.MAC != "" {
+		if _, err := net.ParseMAC(f.MAC); err != nil {
+			return fmt.Errorf("%w: facts mac %.64q is not a MAC address", ErrBadMessage, f.MAC)
+		}
+	}
+	return nil
+}
+
 // Validate checks a message's shape and bounds.
 func (m *Message) Validate() error {
 	switch m.Type {
@@ -184,11 +214,13 @@ func (m *Message) Validate() error {
 		if h.ProtocolVersion != ProtocolVersion {
 			return fmt.Errorf("%w: protocol version %d not supported (want %d): upgrade the agent or hub", ErrBadMessage, h.ProtocolVersion, ProtocolVersion)
 		}
-		for field, v := range map[string]string{"name": h.Name, "agent_version": h.AgentVersion, "hostname": h.Facts.Hostname,
-			"os": h.Facts.OS, "os_id": h.Facts.OSID, "os_version": h.Facts.OSVersion, "arch": h.Facts.Arch, "machine_id": h.Facts.MachineID} {
+		for field, v := range map[string]string{"name": h.Name, "agent_version": h.AgentVersion} {
 			if err := checkString(field, v, maxShort); err != nil {
 				return err
 			}
+		}
+		if err := h.Facts.Validate(); err != nil {
+			return err
 		}
 		if len(h.Capabilities) > maxCaps {
 			return fmt.Errorf("%w: more than %d capabilities", ErrBadMessage, maxCaps)

@@ -44,11 +44,13 @@ func (r *JoinRequest) Validate() error {
 	if len(r.CSR) == 0 || len(r.CSR) > 8<<10 {
 		return fmt.Errorf("join: csr missing or larger than 8 KiB")
 	}
-	for field, v := range map[string]string{"token": r.Token, "name": r.Name, "agent_version": r.AgentVersion, "hostname": r.Facts.Hostname,
-		"os": r.Facts.OS, "os_id": r.Facts.OSID, "os_version": r.Facts.OSVersion, "arch": r.Facts.Arch, "machine_id": r.Facts.MachineID} {
+	for field, v := range map[string]string{"token": r.Token, "name": r.Name, "agent_version": r.AgentVersion} {
 		if err := checkString(field, v, maxShort); err != nil {
 			return fmt.Errorf("join: %w", err)
 		}
+	}
+	if err := r.Facts.Validate(); err != nil {
+		return fmt.Errorf("join: %w", err)
 	}
 	return nil
 }
