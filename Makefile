@@ -6,20 +6,34 @@ BIN       := $(CURDIR)/bin
 FUZZTIME  ?= 60s
 TOOLS     := $(CURDIR)/.tools/bin
 STEP_CA_VERSION ?= v0.30.2
+# nfpm builds the .deb/.rpm; v2.44.0 is the newest whose dependencies are all
+# on the Go module proxy.
+NFPM_VERSION ?= v2.44.0
+DIST      := $(CURDIR)/dist
+# The package version: the release tag without its v (v1.2.3 -> 1.2.3, with
+# commits after it 1.2.3.4.gHASH), or 0.0.0~gitDATE.HASH before the first
+# tag (~ sorts before every release in dpkg and rpm).
+PKG_VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null) && echo "$${v\#v}" | tr - . || echo "0.0.0~git$$(git log -1 --format=%cd --date=format:%Y%m%d%H%M%S 2>/dev/null || echo 0).$$(git rev-parse --short HEAD 2>/dev/null || echo dev)")
 TEST_TIMEOUT ?= 12m
 BENCH_SIZE ?= full
 
-.PHONY: all build test vet soak demo demo-stop bench bench-quick fuzz deps tools clean
+.PHONY: all build package test vet soak demo demo-stop bench bench-quick fuzz deps tools clean
 
 all: build
 
 build: ## build bin/tether and bin/tether-edge (static, stripped)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/tether ./cmd/tether-edge
 
+package: build $(TOOLS)/nfpm ## .deb and .rpm of tether and tether-edge (units, conffiles, maintainer scripts) into dist/
+	NFPM=$(TOOLS)/nfpm ./packaging/package.sh $(BIN) $(DIST) '$(PKG_VERSION)'
+
 deps: ## install OpenSSH client/server, systemd-analyze and ansible-core when missing (apt-get as root)
 	@./scripts/ensure-deps.sh
 
-tools: $(TOOLS)/step-ca ## test tools built from the Go module proxy (step-ca for the external-CA test)
+tools: $(TOOLS)/step-ca $(TOOLS)/nfpm ## tools built from the Go module proxy (step-ca for the external-CA test, nfpm for packages)
+
+$(TOOLS)/nfpm:
+	CGO_ENABLED=0 GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 
 $(TOOLS)/step-ca:
 	@echo "building step-ca $(STEP_CA_VERSION) into $(TOOLS) (once; takes a few minutes)"
@@ -30,7 +44,7 @@ vet:
 	$(GO) vet ./...
 
 test: deps tools build vet ## everything: unit, fuzz seed corpora, end-to-end with real OpenSSH and step-ca
-	TETHER_BIN_DIR=$(BIN) TETHER_STEP_CA=$(TOOLS)/step-ca $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	TETHER_BIN_DIR=$(BIN) TETHER_STEP_CA=$(TOOLS)/step-ca TETHER_NFPM=$(TOOLS)/nfpm $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # The long fault runs of SECURITY.md: 5-minute flaps per transport, 100k
 # login and join attempts, five stall rounds.
@@ -63,4 +77,4 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 60s)
 	done
 
 clean:
-	rm -rf $(BIN) demo .tools
+	rm -rf $(BIN) $(DIST) demo .tools

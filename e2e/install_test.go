@@ -173,7 +173,7 @@ func TestSystemdUnits(t *testing.T) {
 	}
 	units, _ := filepath.Glob(filepath.Join(unitDir, "*.service"))
 	slices.Sort(units)
-	if want := []string{"tether-edge.service", "tether-hub.service"}; !slices.Equal(baseNames(units), want) {
+	if want := []string{"tether-edge.service", "tether.service"}; !slices.Equal(baseNames(units), want) {
 		t.Fatalf("units in %s: %v, want %v", unitDir, baseNames(units), want)
 	}
 	dir := t.TempDir()
@@ -197,16 +197,16 @@ func TestSystemdUnits(t *testing.T) {
 			t.Errorf("systemd-analyze verify %s: %v\n%s", filepath.Base(u), err, out)
 		}
 	}
-	out, err := exec.Command(analyze, "security", "--offline=true", "--threshold=20", filepath.Join(dir, "tether-hub.service")).CombinedOutput()
+	out, err := exec.Command(analyze, "security", "--offline=true", "--threshold=20", filepath.Join(dir, "tether.service")).CombinedOutput()
 	if err != nil {
-		t.Fatalf("systemd-analyze security tether-hub.service: %v\n%s", err, out)
+		t.Fatalf("systemd-analyze security tether.service: %v\n%s", err, out)
 	}
-	m := regexp.MustCompile(`Overall exposure level for tether-hub.service: ([0-9.]+)`).FindSubmatch(out)
+	m := regexp.MustCompile(`Overall exposure level for tether.service: ([0-9.]+)`).FindSubmatch(out)
 	if m == nil {
 		t.Fatalf("no exposure level in:\n%s", out)
 	}
 	if level, _ := strconv.ParseFloat(string(m[1]), 64); level > 2.0 {
-		t.Errorf("tether-hub.service exposure %.1f, want at most 2.0 (systemd-analyze security):\n%s", level, out)
+		t.Errorf("tether.service exposure %.1f, want at most 2.0 (systemd-analyze security):\n%s", level, out)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -30,7 +31,7 @@ func exitStatus(err error) int {
 
 func newRunCmd() *cobra.Command {
 	var cfg edge.Config
-	var join, name, transport string
+	var join, joinFile, name, transport string
 	var ports []uint
 	var manage bool
 	var sshdPidFile string
@@ -42,8 +43,10 @@ func newRunCmd() *cobra.Command {
 		Long: `Connect to the hub and serve its streams until stopped, reconnecting forever
 with capped exponential backoff and full jitter.
 
-With --join, the agent joins first only if --state-dir holds no identity yet, so
-the same command line works on every boot.
+When --state-dir holds no identity yet, the agent joins first with the join
+string from --join (or TETHER_JOIN), else from --join-file (default
+/etc/tether-edge/join, where packages and images expect it), so the same
+command line works on every boot.
 
 --ssh selects where SSH streams go: "embedded" (a built-in SSH server with
 shell, exec, PTY and sftp that accepts the operator keys the hub pushes; it
@@ -74,8 +77,17 @@ is retried.`,
 				cfg.AllowPorts = append(cfg.AllowPorts, uint16(p))
 			}
 			if _, err := edge.LoadIdentity(cfg.StateDir); errors.Is(err, edge.ErrNotJoined) {
+				if join == "" && joinFile != "" {
+					switch s, ferr := edge.ReadJoinFile(joinFile); {
+					case errors.Is(ferr, fs.ErrNotExist):
+					case ferr != nil:
+						return ferr
+					default:
+						join = s
+					}
+				}
 				if join == "" {
-					return err
+					return fmt.Errorf("%w; give the join string from `tether token create` with --join, TETHER_JOIN or in %s", err, joinFile)
 				}
 				id, err := edge.Join(cmd.Context(), edge.JoinOptions{JoinString: join, StateDir: cfg.StateDir, Name: name})
 				if err != nil {
@@ -110,6 +122,7 @@ is retried.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.StateDir, "state-dir", defaultStateDir(), "node identity directory (env TETHER_STATE_DIR)")
 	f.StringVar(&join, "join", os.Getenv("TETHER_JOIN"), "join string; used only when --state-dir has no identity yet (env TETHER_JOIN keeps it out of the process list)")
+	f.StringVar(&joinFile, "join-file", edge.DefaultJoinFile, "file holding the join string (first non-comment line), read when --state-dir has no identity yet and --join is empty; a missing file is not an error until a join string is needed")
 	f.StringVar(&name, "name", "", "node name used when joining (default: derived from the hostname)")
 	f.StringVar(&cfg.SSHTarget, "ssh", "127.0.0.1:22", `target of SSH streams: "embedded" or HOST:PORT of a local sshd`)
 	f.StringVar(&cfg.SSHShell, "shell", "", `with --ssh embedded: shell of SSH sessions (default: the agent user's login shell; /bin/sh for a nologin account, said in the log)`)
