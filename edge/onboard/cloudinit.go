@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -67,7 +68,7 @@ func ParseUserData(data []byte) (*CloudConfig, error) {
 	var cc CloudConfig
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(&cc); err != nil {
+	if err := dec.Decode(&cc); err != nil && !errors.Is(err, io.EOF) { // EOF: an empty config
 		return nil, fmt.Errorf("cloud-init: %w", err)
 	}
 	for i, f := range cc.WriteFiles {

@@ -147,6 +147,9 @@ func run(ctx context.Context, c *Config, res *Result) error {
 	if c.Mode == "" {
 		c.Mode = ModeApply
 	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
 	m := c.Machine
 	if m.FreeBytes == nil {
 		m.FreeBytes = statfsFree

@@ -142,7 +142,8 @@ func onboardedCheck(m Machine, force bool) Check {
 	case err == nil && perr == nil && !p.Done:
 		c.Status, c.Detail = Pass, fmt.Sprintf("an onboarding to %s started %s did not finish: it is finished now", p.Hub, p.Started.Format(time.RFC3339))
 	case err == nil && force:
-		c.Status, c.Detail = Warn, fmt.Sprintf("%s holds node %s (%s); --force: onboarding again with the same key", m.StateDir, id.Config.Name, id.Config.NodeID)
+		c.Status, c.Detail = Warn, fmt.Sprintf("%s holds node %s (%s)", m.StateDir, id.Config.Name, id.Config.NodeID)
+		c.Fix = "--force: onboarding again with the same key (the hub returns the same node)"
 	case err == nil:
 		c.Status, c.Detail = Fail, fmt.Sprintf("%s already holds node %s (%s)", m.StateDir, id.Config.Name, id.Config.NodeID)
 		c.Fix = "nothing to do (tether-edge status shows the agent); --force onboards again with the same key, another --state-dir makes a new node"
