@@ -97,4 +97,3 @@ func verifyIssued(certPEM, nodeCAPEM []byte, ca *x509.Certificate, key crypto.Si
 	}
 	return certs, nodeCA, nil
 }
-
