@@ -15,6 +15,7 @@ import (
 
 	"github.com/tether-dev/tether/edge"
 	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // Applier applies user-data now, as cloud-init would at boot: write_files,
@@ -50,14 +51,14 @@ func (a *Applier) target(p string) (string, error) {
 }
 
 // WriteFiles writes every write_files entry (atomically, with its mode).
-func (a *Applier) WriteFiles(cc *CloudConfig) ([]string, error) {
+func (a *Applier) WriteFiles(cc *control.UserData) ([]string, error) {
 	var written []string
 	for _, f := range cc.WriteFiles {
 		dst, err := a.target(f.Path)
 		if err != nil {
 			return written, err
 		}
-		data, _ := f.Data() // checked by ParseUserData
+		data, _ := f.Bytes() // checked by control.ParseUserData
 		mode, _ := f.Mode()
 		dirMode := os.FileMode(0o755)
 		if strings.HasPrefix(dst, a.StateDir+string(filepath.Separator)) {
@@ -81,7 +82,7 @@ func isSystemctl(argv []string) bool {
 // RunCommands runs runcmd. Supervised, systemctl commands are left to the
 // supervisor and, under a root other than "/", no command is run at all:
 // they name the real machine's paths.
-func (a *Applier) RunCommands(ctx context.Context, cc *CloudConfig) (ran, skipped []string, err error) {
+func (a *Applier) RunCommands(ctx context.Context, cc *control.UserData) (ran, skipped []string, err error) {
 	for _, argv := range cc.RunCmd {
 		line := strings.Join(argv, " ")
 		if !a.Systemd && (isSystemctl(argv) || filepath.Clean(a.Root) != "/") {

@@ -5,29 +5,33 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
-func TestParseUserData(t *testing.T) {
+// The hub's parser (control.ParseUserData) is what onboarding applies
+// through: these are the shapes it must refuse before anything is written.
+func TestUserDataShapes(t *testing.T) {
 	tests := []struct {
 		name, in, err string
 	}{
 		{"files and commands", "#cloud-config\nwrite_files:\n- path: /etc/a\n  content: x\n  permissions: '0600'\n- path: /etc/b\n  encoding: b64\n  content: aGk=\nruncmd:\n- [systemctl, enable, --now, tether-edge]\n", ""},
-		{"empty config", "#cloud-config\n", ""},
-		{"not cloud-config", "#!/bin/sh\necho hi\n", "#cloud-config"},
-		{"unknown key", "#cloud-config\npackages: [curl]\n", `"packages"`},
+		{"empty config", "#cloud-config\n", "empty"},
+		{"not cloud-config", "#!/bin/sh\necho hi\n", "first line"},
+		{"unknown key", "#cloud-config\npackages: [curl]\n", `packages`},
 		{"unknown file field", "#cloud-config\nwrite_files:\n- path: /a\n  append: true\n", "append"},
 		{"relative path", "#cloud-config\nwrite_files:\n- path: etc/a\n", "absolute"},
 		{"dotdot path", "#cloud-config\nwrite_files:\n- path: /etc/../root/a\n", "absolute and clean"},
 		{"bad permissions", "#cloud-config\nwrite_files:\n- path: /a\n  permissions: rw\n", "octal"},
 		{"bad base64", "#cloud-config\nwrite_files:\n- path: /a\n  encoding: b64\n  content: '!!'\n", "base64"},
 		{"gzip", "#cloud-config\nwrite_files:\n- path: /a\n  encoding: gz+b64\n  content: x\n", "encoding"},
-		{"shell string runcmd", "#cloud-config\nruncmd:\n- systemctl enable tether-edge\n", "cloud-init"},
-		{"empty argv", "#cloud-config\nruncmd:\n- []\n", "empty"},
-		{"not yaml", "#cloud-config\n: [\n", "cloud-init"},
+		{"shell string runcmd", "#cloud-config\nruncmd:\n- systemctl enable tether-edge\n", "user-data"},
+		{"empty argv", "#cloud-config\nruncmd:\n- []\n", "want a command"},
+		{"not yaml", "#cloud-config\n: [\n", "user-data"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseUserData([]byte(tt.in))
+			_, err := control.ParseUserData(tt.in)
 			if tt.err == "" && err != nil {
 				t.Fatalf("err %v", err)
 			}
@@ -40,7 +44,7 @@ func TestParseUserData(t *testing.T) {
 
 func TestApplierWriteFiles(t *testing.T) {
 	root, state := t.TempDir(), filepath.Join(t.TempDir(), "state")
-	cc, err := ParseUserData([]byte("#cloud-config\nwrite_files:\n- path: /etc/systemd/system/tether-edge.service\n  content: unit\n" +
+	cc, err := control.ParseUserData(("#cloud-config\nwrite_files:\n- path: /etc/systemd/system/tether-edge.service\n  content: unit\n" +
 		"- path: /var/lib/tether-edge/node.json\n  content: '{}'\n  permissions: '0600'\nruncmd:\n- [systemctl, daemon-reload]\n- [touch, /x]\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +66,7 @@ func TestApplierWriteFiles(t *testing.T) {
 		t.Fatalf("ran %v skipped %v err %v", ran, skipped, err)
 	}
 	// The key never comes from the hub.
-	cc, _ = ParseUserData([]byte("#cloud-config\nwrite_files:\n- path: /var/lib/tether-edge/node.key\n  content: k\n"))
+	cc, _ = control.ParseUserData("#cloud-config\nwrite_files:\n- path: /var/lib/tether-edge/node.key\n  content: k\n")
 	if _, err := a.WriteFiles(cc); err == nil || !strings.Contains(err.Error(), "never replaced") {
 		t.Fatalf("key overwrite: %v", err)
 	}

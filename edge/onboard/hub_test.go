@@ -165,7 +165,7 @@ func TestRunWriteOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ParseUserData(ud); err != nil {
+	if _, err := control.ParseUserData(string(ud)); err != nil {
 		t.Fatalf("seed user-data: %v", err)
 	}
 	if md, _ := os.ReadFile(filepath.Join(c.CloudInitDir, "meta-data")); !strings.Contains(string(md), "instance-id: tether-n1") {

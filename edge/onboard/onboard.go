@@ -338,7 +338,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 		key, []byte(resp.Cert), []byte(resp.NodeCA), ca.CA); err != nil {
 		return fmt.Errorf("onboard: %w", err)
 	}
-	cc, err := ParseUserData([]byte(resp.UserData))
+	cc, err := control.ParseUserData(resp.UserData)
 	if err != nil {
 		return fmt.Errorf("onboard: the hub's user-data: %w", err)
 	}
@@ -387,7 +387,7 @@ func (c *Config) trustCA(ca *CAResult, pin string) error {
 	return nil
 }
 
-func (c *Config) apply(ctx context.Context, cc *CloudConfig, res *Result) error {
+func (c *Config) apply(ctx context.Context, cc *control.UserData, res *Result) error {
 	m := c.Machine
 	a := &Applier{Root: m.Root, StateDir: m.StateDir, Systemd: m.HasSystemd(), Exe: c.Exe, Log: c.say}
 	var err error
