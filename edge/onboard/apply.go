@@ -110,6 +110,10 @@ func (a *Applier) Supervise() (pid int, started bool, err error) {
 		}
 	}
 	args := []string{"run", "--state-dir", a.StateDir}
+	if filepath.Clean(a.Root) != "/" {
+		// The labels the user-data wrote are under the root too.
+		args = append(args, "--labels-file", filepath.Join(a.Root, edge.DefaultLabelsFile))
+	}
 	args = append(args, envArgs(filepath.Join(a.Root, "/etc/tether-edge.env"))...)
 	logf, err := os.OpenFile(filepath.Join(a.StateDir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
