@@ -26,7 +26,7 @@ import (
 // anything but GET) is audited, at most a burst per source.
 func (s *Server) guardAPI(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.URL.Path == control.JoinPath {
+		if r.Method == http.MethodPost && (r.URL.Path == control.JoinPath || r.URL.Path == control.OnboardPath) {
 			s.guardJoin(next, w, r)
 			return
 		}
@@ -72,8 +72,8 @@ func (s *Server) guardJoin(next http.Handler, w http.ResponseWriter, r *http.Req
 	if failed = rec.status >= 400 && rec.status < 500; rec.status < 400 {
 		return
 	}
-	if errors.Is(outcome.Err(), api.ErrJoinRefused) {
-		return // audited by the join handler with the token id
+	if errors.Is(outcome.Err(), api.ErrJoinRefused) || errors.Is(outcome.Err(), api.ErrOnboardRefused) {
+		return // audited by the join or onboarding handler with the token or credential id
 	}
 	var e control.ErrorResponse
 	_ = json.Unmarshal(rec.body.Bytes(), &e)

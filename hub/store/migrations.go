@@ -85,6 +85,9 @@ var migrations = []string{
 	// v10: the facts of the node's latest hello (JSON), shown and used to
 	// address the node on its own network (never for access decisions).
 	`ALTER TABLE nodes ADD COLUMN facts TEXT NOT NULL DEFAULT '{}';`,
+	// v11: onboarding of machines in the field: credentials, OS profiles,
+	// and which machine each onboarded node is (onboarding.go).
+	migrationOnboarding,
 }
 
 // migrationReportedLabels adds the labels a node's agent reports about

@@ -95,6 +95,7 @@ type Store interface {
 	ClusterStore
 	APITokenStore
 	AdminStore
+	OnboardingStore
 
 	Close() error
 }

@@ -1,0 +1,419 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/tether-dev/tether/tunnel/control"
+)
+
+// onboardHub is a hub with an OS profile for the fake machines' Debian 12.
+type onboardHub struct {
+	*hub
+}
+
+func startOnboardHub(t *testing.T) onboardHub {
+	t.Helper()
+	h := onboardHub{startHub(t)}
+	h.cli("osprofile", "add", "debian-12", "--distro", "debian", "--version", "12")
+	return h
+}
+
+// credential creates an onboarding credential and returns it with the CA pin.
+func (h onboardHub) credential(args ...string) (cred, pin string) {
+	h.t.Helper()
+	var out struct {
+		Credential string `json:"credential"`
+		CAPin      string `json:"ca_pin"`
+	}
+	name := fmt.Sprintf("site-%d", time.Now().UnixNano())
+	if err := json.Unmarshal([]byte(h.cli(append([]string{"onboarding", "create", name, "-o", "json"}, args...)...)), &out); err != nil {
+		h.t.Fatal(err)
+	}
+	if out.Credential == "" || out.CAPin == "" {
+		h.t.Fatalf("onboarding create: %+v", out)
+	}
+	return out.Credential, out.CAPin
+}
+
+// machine is a fake machine: a root tree with a DMI UUID and Debian 12's
+// os-release, and no systemd (so --apply supervises the agent itself).
+type machine struct {
+	root, state, seed, credFile string
+	name                        string // the hostname here is the same for all
+}
+
+func newMachine(t *testing.T, uuid, cred string) machine {
+	t.Helper()
+	d := t.TempDir()
+	m := machine{root: filepath.Join(d, "root"), state: filepath.Join(d, "state"), seed: filepath.Join(d, "seed"), credFile: filepath.Join(d, "cred"), name: "m-" + uuid[:8]}
+	for p, c := range map[string]string{
+		"sys/class/dmi/id/product_uuid":   uuid + "\n",
+		"sys/class/dmi/id/product_serial": "SN-" + uuid[:8] + "\n",
+		"etc/os-release":                  "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nID=debian\nVERSION_ID=\"12\"\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(m.root, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(m.root, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(m.credFile, []byte(cred+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The supervised agent outlives the CLI (its own session): stop it.
+	t.Cleanup(func() { m.stopAgent() })
+	return m
+}
+
+func (m machine) stopAgent() {
+	b, err := os.ReadFile(filepath.Join(m.state, "agent.pid"))
+	if err != nil {
+		return
+	}
+	if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+func (m machine) args(h onboardHub, pin string, extra ...string) []string {
+	return append([]string{"onboard", "--hub", h.apiAddr(), "--ca-pin", "sha256:" + pin, "--credential", "@" + m.credFile,
+		"--non-interactive", "--name", m.name, "--root", m.root, "--state-dir", m.state, "--cloud-init-dir", m.seed, "--attempts", "3", "-o", "json"}, extra...)
+}
+
+type onboardResult struct {
+	NodeID     string `json:"node_id"`
+	Name       string `json:"name"`
+	Existing   bool   `json:"existing"`
+	KeyReused  bool   `json:"key_reused"`
+	Profile    string `json:"profile"`
+	MatchedBy  string `json:"matched_by"`
+	Supervised bool   `json:"supervised"`
+	AgentPID   int    `json:"agent_pid"`
+	AgentState string `json:"agent_state"`
+	UserData   string `json:"user_data_path"`
+	Error      string `json:"error"`
+	Checks     []struct {
+		Name, Status string
+	} `json:"checks"`
+	Facts []struct {
+		Name, Value, Source string
+	} `json:"facts"`
+}
+
+func onboardCmd(t *testing.T, args ...string) (onboardResult, string, int) {
+	t.Helper()
+	out, errOut, code := runCmd(t, 2*time.Minute, filepath.Join(binDir, "tether-edge"), args...)
+	var r onboardResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("tether-edge onboard -o json: %v\nstdout: %s\nstderr: %s", err, out, errOut)
+	}
+	return r, errOut, code
+}
+
+func (h onboardHub) online(name string) bool {
+	n, ok := h.nodes()[name]
+	return ok && n.Online
+}
+
+// A non-interactive --apply without systemd: the CLI starts the agent,
+// waits until it is connected, and the hub shows the node online with the
+// facts and profile.
+func TestOnboardNonInteractiveApply(t *testing.T) {
+	h := startOnboardHub(t)
+	cred, pin := h.credential("--uses", "5", "--label", "site=berlin")
+	m := newMachine(t, "4c4c4544-0042-3510-8052-b4c04f333231", cred)
+	r, errOut, code := onboardCmd(t, m.args(h, pin, "--apply", "--timeout", "60s")...)
+	if code != 0 {
+		t.Fatalf("onboard: exit %d: %s\n%s", code, r.Error, errOut)
+	}
+	if r.Existing || r.Profile != "debian-12" || r.MatchedBy != "version" || !r.Supervised || r.AgentState != "connected" || r.AgentPID == 0 {
+		t.Fatalf("result %+v", r)
+	}
+	for _, want := range []string{"CHECK", "machine uuid", "clock skew", "matches --ca-pin"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if !h.online(r.Name) {
+		t.Fatalf("node %s not online: %v", r.Name, h.nodes())
+	}
+	if l := h.nodes()[r.Name].Labels; l["site"] != "berlin" {
+		t.Fatalf("labels %v", l)
+	}
+	for _, f := range []string{"node.key", "node.crt", "ca.crt", "node.json"} {
+		fi, err := os.Stat(filepath.Join(m.state, f))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v %v", f, fi, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(m.root, "etc/systemd/system/tether-edge.service")); err != nil {
+		t.Fatalf("unit not written under the root: %v", err)
+	}
+	// Run again: onboarded already, said so, nothing done.
+	r2, errOut, code := onboardCmd(t, m.args(h, pin, "--apply")...)
+	if code == 0 || !strings.Contains(errOut, "already holds node") {
+		t.Fatalf("second run: exit %d %+v\n%s", code, r2, errOut)
+	}
+}
+
+// --write-only leaves valid cloud-init in the NoCloud seed dir and starts
+// nothing.
+func TestOnboardWriteOnly(t *testing.T) {
+	h := startOnboardHub(t)
+	cred, pin := h.credential()
+	m := newMachine(t, "5c4c4544-0042-3510-8052-b4c04f333231", cred)
+	r, errOut, code := onboardCmd(t, m.args(h, pin, "--write-only")...)
+	if code != 0 {
+		t.Fatalf("onboard: exit %d: %s\n%s", code, r.Error, errOut)
+	}
+	ud, err := os.ReadFile(filepath.Join(m.seed, "user-data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := control.ParseUserData(string(ud))
+	if err != nil {
+		t.Fatalf("user-data: %v\n%s", err, ud)
+	}
+	if len(u.WriteFiles) == 0 || len(u.RunCmd) == 0 || bytes.Contains(ud, []byte("PRIVATE KEY")) {
+		t.Fatalf("user-data %s", ud)
+	}
+	md, err := os.ReadFile(filepath.Join(m.seed, "meta-data"))
+	if err != nil || !strings.Contains(string(md), "instance-id") {
+		t.Fatalf("meta-data %q %v", md, err)
+	}
+	if _, err := os.Stat(filepath.Join(m.state, "agent.pid")); err == nil {
+		t.Fatal("--write-only started an agent")
+	}
+	if ci, err := exec.LookPath("cloud-init"); err == nil {
+		out, err := exec.Command(ci, "schema", "--config-file", filepath.Join(m.seed, "user-data")).CombinedOutput()
+		if err != nil {
+			t.Fatalf("cloud-init schema: %v\n%s", err, out)
+		}
+		t.Logf("cloud-init schema: %s", bytes.TrimSpace(out))
+	} else {
+		t.Log("cloud-init is not installed: the user-data is checked by the parser only")
+	}
+}
+
+// Killing the CLI after the hub created the node, then running it again,
+// finishes the same node: the credential has one use only, so a second
+// node could not have been made.
+func TestOnboardRetryAfterKill(t *testing.T) {
+	h := startOnboardHub(t)
+	cred, pin := h.credential("--uses", "1")
+	m := newMachine(t, "6c4c4544-0042-3510-8052-b4c04f333231", cred)
+	args := m.args(h, pin, "--apply", "--timeout", "60s")
+	cmd := exec.Command(filepath.Join(binDir, "tether-edge"), args...)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	// Killed right after the hub answered (the node exists, nothing is
+	// applied or only part of it).
+	waitFor(t, "the CLI to report the node created", 60*time.Second, func() bool {
+		return strings.Contains(stderr.String(), "created; OS profile")
+	})
+	_ = cmd.Process.Kill()
+	<-done
+	m.stopAgent() // if it got as far as starting one: the re-run must cope either way
+
+	r, errOut, code := onboardCmd(t, args...)
+	if code != 0 {
+		t.Fatalf("re-run: exit %d: %s\n%s\nfirst run:\n%s", code, r.Error, errOut, stderr.String())
+	}
+	if !r.Existing || !r.KeyReused || r.AgentState != "connected" {
+		t.Fatalf("re-run result %+v", r)
+	}
+	nodes := h.nodes()
+	if len(nodes) != 1 || !nodes[r.Name].Online {
+		t.Fatalf("nodes after the retry: %v", nodes)
+	}
+}
+
+// Refusals: each stops with the reason and sends or creates nothing more.
+func TestOnboardRefused(t *testing.T) {
+	h := startOnboardHub(t)
+	cred, pin := h.credential("--uses", "1")
+	first := newMachine(t, "7c4c4544-0042-3510-8052-b4c04f333231", cred)
+	if r, errOut, code := onboardCmd(t, first.args(h, pin, "--write-only")...); code != 0 {
+		t.Fatalf("first machine: %d %s\n%s", code, r.Error, errOut)
+	}
+
+	t.Run("wrong fingerprint", func(t *testing.T) {
+		m := newMachine(t, "8c4c4544-0042-3510-8052-b4c04f333231", cred)
+		wrong := strings.Repeat("ab", 32)
+		r, _, code := onboardCmd(t, m.args(h, wrong, "--write-only")...)
+		if code == 0 || !strings.Contains(r.Error, "sha256:"+pin) || !strings.Contains(r.Error, "sha256:"+wrong) {
+			t.Fatalf("exit %d, error %q: want both fingerprints", code, r.Error)
+		}
+		if _, err := os.Stat(filepath.Join(m.state, "node.key")); err == nil {
+			t.Fatal("a key was made for an untrusted hub")
+		}
+	})
+	t.Run("exhausted credential", func(t *testing.T) {
+		m := newMachine(t, "9c4c4544-0042-3510-8052-b4c04f333231", cred)
+		r, _, code := onboardCmd(t, m.args(h, pin, "--write-only")...)
+		if code == 0 || !strings.Contains(r.Error, "refused") || !strings.Contains(r.Error, "used") {
+			t.Fatalf("exit %d, error %q", code, r.Error)
+		}
+	})
+	t.Run("expired credential", func(t *testing.T) {
+		expiring, _ := h.credential("--ttl", "1s")
+		m := newMachine(t, "ac4c4544-0042-3510-8052-b4c04f333231", expiring)
+		// Bounded poll: the credential expires a second after it was made.
+		r := waitForState(t, "the credential to be refused as expired", 20*time.Second, func() onboardResult {
+			r, _, _ := onboardCmd(t, m.args(h, pin, "--write-only")...)
+			return r
+		}, func(r onboardResult) bool { return strings.Contains(r.Error, "expired") })
+		if !strings.Contains(r.Error, "refused") {
+			t.Fatalf("error %q", r.Error)
+		}
+	})
+	t.Run("duplicate uuid", func(t *testing.T) {
+		other, _ := h.credential("--uses", "5")
+		// A second machine whose fake root has a copy of the first's product_uuid.
+		m := newMachine(t, "7c4c4544-0042-3510-8052-b4c04f333231", other)
+		r, _, code := onboardCmd(t, m.args(h, pin, "--write-only")...)
+		if code == 0 || !strings.Contains(r.Error, "409") || !strings.Contains(r.Error, "with another key") {
+			t.Fatalf("exit %d, error %q", code, r.Error)
+		}
+	})
+	if n := len(h.nodes()); n != 1 {
+		t.Fatalf("%d nodes after the refusals, want 1", n)
+	}
+}
+
+// The interactive form, driven through a pseudo-terminal: defaults are
+// accepted (the proxy, the name, the mode), the hub, the CA confirmation
+// and the credential are typed.
+func TestOnboardInteractive(t *testing.T) {
+	h := startOnboardHub(t)
+	cred, _ := h.credential()
+	m := newMachine(t, "bc4c4544-0042-3510-8052-b4c04f333231", cred)
+	cmd := exec.Command(filepath.Join(binDir, "tether-edge"), "onboard", "--root", m.root, "--state-dir", m.state,
+		"--cloud-init-dir", m.seed, "--write-only", "--timeout", "60s")
+	cmd.Env = append(os.Environ(), "TERM=xterm-256color", "HTTPS_PROXY=", "https_proxy=", "TETHER_HUB=", "TETHER_CA_PIN=", "TETHER_ONBOARD_CREDENTIAL=")
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	var screen syncBuffer
+	go func() { _, _ = copyANSIStripped(&screen, ptmx) }()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	expect := func(what string) {
+		t.Helper()
+		waitFor(t, fmt.Sprintf("the prompt %q", what), 30*time.Second, func() bool { return screen.CountAfter(what) })
+	}
+	send := func(s string) {
+		t.Helper()
+		if _, err := ptmx.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect("HTTPS proxy")
+	send("\r") // accept the (empty) default
+	expect("Hub address")
+	send(h.apiAddr() + "\r")
+	expect("Trust this hub CA?")
+	send("y")
+	send("\r")
+	expect("Node name")
+	send(m.name + "\r")
+	expect("Site")
+	send("\r")
+	expect("Labels")
+	send("\r")
+	expect("Apply the node")
+	send("\r") // the default: --write-only given on the command line
+	expect("Onboarding credential")
+	send(cred + "\r")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("interactive onboard: %v\n%s", err, screen.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("interactive onboard did not finish:\n%s", screen.String())
+	}
+	if !strings.Contains(screen.String(), "onboarded as") {
+		t.Fatalf("no summary:\n%s", screen.String())
+	}
+	if _, err := os.Stat(filepath.Join(m.seed, "user-data")); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.nodes()) != 1 {
+		t.Fatalf("nodes %v", h.nodes())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a poller; CountAfter
+// finds a string after the last one it found, so the same prompt drawn
+// twice by the form is not taken for the next one.
+type syncBuffer struct {
+	mu  sync.Mutex
+	b   bytes.Buffer
+	off int
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) CountAfter(sub string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := strings.Index(s.b.String()[s.off:], sub)
+	if i < 0 {
+		return false
+	}
+	s.off += i + len(sub)
+	return true
+}
+
+var ansiRE = regexp.MustCompile(`\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][0-9A-Za-z]|[=>])`)
+
+// copyANSIStripped copies a terminal's output without its escape sequences.
+func copyANSIStripped(dst *syncBuffer, src *os.File) (int64, error) {
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			n += int64(k)
+			_, _ = dst.Write(ansiRE.ReplaceAll(buf[:k], nil))
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
