@@ -163,7 +163,8 @@ func TestEdgeStatusWording(t *testing.T) {
 }
 
 // TestSystemdUnits: the shipped units pass `systemd-analyze verify` (with
-// ExecStart= pointed at the built binaries), carry no inline comments
+// ExecStart= pointed at the built binaries; the agent's names a bare
+// tether-edge, which systemd finds in /usr/local/bin or /usr/bin), carry no inline comments
 // (systemd would read them as part of the value), and the hub's unit is
 // confined (`systemd-analyze security` exposure at most 2.0).
 func TestSystemdUnits(t *testing.T) {
@@ -189,7 +190,7 @@ func TestSystemdUnits(t *testing.T) {
 			}
 		}
 		local := filepath.Join(dir, filepath.Base(u))
-		if err := os.WriteFile(local, []byte(strings.ReplaceAll(string(b), "/usr/local/bin/", binDir+"/")), 0o644); err != nil {
+		if err := os.WriteFile(local, []byte(strings.NewReplacer("/usr/local/bin/", binDir+"/", "ExecStart=tether-edge ", "ExecStart="+binDir+"/tether-edge ").Replace(string(b))), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		out, err := exec.Command(analyze, "verify", local).CombinedOutput()

@@ -158,8 +158,9 @@ func TestPackageDeb(t *testing.T) {
 		}
 	}
 
-	// The units: ExecStart= at the packaged binaries, valid for systemd.
-	for unit, execLine := range map[string]string{"tether-edge.service": "ExecStart=/usr/bin/tether-edge run ", "tether.service": "ExecStart=/usr/bin/tether hub "} {
+	// The units: ExecStart= at the packaged binaries (the agent's by a bare
+	// name systemd resolves to /usr/bin/tether-edge), valid for systemd.
+	for unit, execLine := range map[string]string{"tether-edge.service": "ExecStart=tether-edge run ", "tether.service": "ExecStart=/usr/bin/tether hub "} {
 		b, err := os.ReadFile("/usr/lib/systemd/system/" + unit)
 		if err != nil {
 			t.Fatal(err)

@@ -6,8 +6,9 @@
 # BIN_DIR holds the built tether and tether-edge; FORMAT is deb and/or rpm
 # (default both); NFPM names the nfpm binary (default .tools/bin/nfpm) and
 # GOARCH the architecture (default: go env GOARCH). The units are the ones in
-# packaging/systemd/ with ExecStart= pointed at /usr/bin, where packages put
-# binaries (/usr/local/bin is the admin's). Each maintainer script is
+# packaging/systemd/ with an ExecStart= at /usr/local/bin pointed at /usr/bin,
+# where packages put binaries (/usr/local/bin is the admin's; the agent's
+# unit names a bare tether-edge, which systemd finds in either). Each maintainer script is
 # packaging/scripts/common.sh followed by the package's own script.
 set -eu
 [ $# -ge 3 ] || { echo "usage: $0 BIN_DIR OUT_DIR PKG_VERSION [deb|rpm...]" >&2; exit 2; }
