@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -120,7 +121,7 @@ then required.`,
 	f.DurationVar(&c.Timeout, "timeout", 0, "with --apply: how long to wait for the agent to connect (default 2m)")
 	f.IntVar(&c.Attempts, "attempts", 6, "tries of each network step before giving up (backoff doubles from 1s, capped at 30s)")
 	f.StringVarP(&output, "output", "o", "text", "text or json (the result on stdout; tables and progress on stderr)")
-	f.StringVar(&root, "root", "/", "the machine's root filesystem: facts are read and cloud-init files written under it (for image builds and tests)")
+	f.StringVar(&root, "root", cmp.Or(os.Getenv("TETHER_ONBOARD_ROOT"), "/"), "the machine's root filesystem: facts are read and cloud-init files written under it (for image builds and tests; env TETHER_ONBOARD_ROOT)")
 	return cmd
 }
 

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"path"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -303,8 +304,12 @@ func (r *run) onboard(c *ssh.Client, h Host, edge string) (node string, already 
 	if r.cfg.CAPin != "" {
 		args = append(args, "--ca-pin", shellQuote(r.cfg.CAPin))
 	}
-	for _, l := range h.Labels {
-		args = append(args, "--label", shellQuote(l.Key+"="+l.Value))
+	if len(h.Labels) > 0 {
+		kv := make([]string, len(h.Labels))
+		for i, l := range h.Labels {
+			kv[i] = l.Key + "=" + l.Value
+		}
+		args = append(args, "--labels", shellQuote(strings.Join(kv, ",")))
 	}
 	script := `set -e
 umask 077
@@ -313,28 +318,58 @@ trap 'rm -f "$c"' EXIT
 cat >"$c"
 ` + strings.Join(args, " ")
 	out, errOut, err := runRemote(c, script, bytes.NewReader(r.cfg.Credential))
-	if err != nil {
-		return "", false, fmt.Errorf("tether-edge onboard: %w: %s", err, lastLine(errOut))
-	}
-	return parseOnboardOutput(out)
+	return parseOnboardOutput(out, errOut, err)
 }
 
 // onboardOutput is what bulk reads of `tether-edge onboard -o json`.
 type onboardOutput struct {
-	Node    string `json:"node"`
-	Name    string `json:"name"`
-	Already bool   `json:"already_onboarded"`
+	Name     string `json:"name"`
+	Existing bool   `json:"existing"`
+	Error    string `json:"error"`
+	Checks   []struct {
+		Name   string `json:"name"`
+		Status string `json:"status"`
+		Detail string `json:"detail"`
+	} `json:"checks"`
 }
 
-func parseOnboardOutput(out []byte) (string, bool, error) {
+// onboardedCheck is the prerequisite check of tether-edge onboard that
+// fails on a machine onboarded already, and the node its detail names.
+const onboardedCheck = "not onboarded yet"
+
+var heldNode = regexp.MustCompile(`holds node (\S+) \(`)
+
+// parseOnboardOutput reads how `tether-edge onboard -o json` ended: the
+// node's name; already is a machine onboarded before (the command refuses
+// to onboard it again, which for a bulk re-run is success).
+func parseOnboardOutput(out, errOut []byte, runErr error) (node string, already bool, err error) {
 	var o onboardOutput
-	if err := json.Unmarshal(bytes.TrimSpace(out), &o); err != nil {
-		return "", false, fmt.Errorf("tether-edge onboard -o json: unreadable output (%w): %q", err, lastLine(out))
+	if jerr := json.Unmarshal(bytes.TrimSpace(out), &o); jerr != nil {
+		if runErr != nil {
+			return "", false, fmt.Errorf("tether-edge onboard: %w: %s", runErr, lastLine(errOut))
+		}
+		return "", false, fmt.Errorf("tether-edge onboard -o json: unreadable output (%w): %q", jerr, lastLine(out))
 	}
-	if o.Node == "" {
-		o.Node = o.Name
+	if runErr == nil {
+		return o.Name, false, nil
 	}
-	return o.Node, o.Already, nil
+	for _, c := range o.Checks {
+		if c.Name == onboardedCheck && c.Status == "fail" {
+			if m := heldNode.FindStringSubmatch(c.Detail); m != nil {
+				return m[1], true, nil
+			}
+		}
+	}
+	reason := o.Error
+	if reason == "" {
+		reason = lastLine(errOut)
+	}
+	for _, c := range o.Checks {
+		if c.Status == "fail" {
+			reason += "; check " + c.Name + ": " + c.Detail
+		}
+	}
+	return "", false, fmt.Errorf("tether-edge onboard: %w: %s", runErr, reason)
 }
 
 // lastLine is the last non-empty line of a command's output, which is where
