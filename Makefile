@@ -25,6 +25,7 @@ build: ## build bin/tether and bin/tether-edge (static, stripped)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/tether ./cmd/tether-edge
 
 package: build $(TOOLS)/nfpm ## .deb and .rpm of tether and tether-edge (units, conffiles, maintainer scripts) into dist/
+	rm -f $(DIST)/*.deb $(DIST)/*.rpm
 	NFPM=$(TOOLS)/nfpm ./packaging/package.sh $(BIN) $(DIST) '$(PKG_VERSION)'
 
 deps: ## install OpenSSH client/server, systemd-analyze and ansible-core when missing (apt-get as root)

@@ -272,3 +272,45 @@ func TestRunJoinFile(t *testing.T) {
 	start(t, "agent-joinfile", edgeBin, "run", "--state-dir", filepath.Join(dir, "state"), "--join-file", joinFile, "--name", "jf", "--ssh", "embedded")
 	h.waitOnline("jf", "")
 }
+
+// TestPackageRPM checks the .rpm packages with rpm's own queries (no
+// install: that needs an RPM-based system): files, modes, the conffile as
+// %config(noreplace), and the maintainer scripts. Skipped where rpm is not
+// installed (Debian package rpm).
+func TestPackageRPM(t *testing.T) {
+	if _, err := exec.LookPath("rpm"); err != nil {
+		t.Skip("rpm not installed (Debian package rpm): the .rpm is not checked")
+	}
+	dir := buildPackages(t, "0.1.0", "rpm")
+	for _, tc := range []struct {
+		pkg     string
+		files   []string // "FLAGS MODE PATH" as rpm prints them
+		scripts []string
+	}{
+		{"tether-edge", []string{"cn -rw------- /etc/tether-edge/tether-edge.env", " -rwxr-xr-x /usr/bin/tether-edge", " -rw-r--r-- /usr/lib/systemd/system/tether-edge.service"},
+			[]string{"postinstall scriptlet", "preuninstall scriptlet", "postuninstall scriptlet"}},
+		{"tether", []string{"cn -rw------- /etc/tether/tether.env", " -rwxr-xr-x /usr/bin/tether", " -rw-r--r-- /usr/lib/systemd/system/tether.service"},
+			[]string{"preinstall scriptlet", "postinstall scriptlet", "preuninstall scriptlet", "postuninstall scriptlet"}},
+	} {
+		matches, _ := filepath.Glob(filepath.Join(dir, tc.pkg+"-0.1.0-1.*.rpm"))
+		if len(matches) != 1 {
+			t.Fatalf("%s: rpm files %v", tc.pkg, matches)
+		}
+		out, err := exec.Command("rpm", "-qp", "--qf", "[%{FILEFLAGS:fflags} %{FILEMODES:perms} %{FILENAMES}\n]", matches[0]).CombinedOutput()
+		if err != nil {
+			t.Fatalf("rpm -qp %s: %v\n%s", matches[0], err, out)
+		}
+		if got := strings.Split(strings.TrimSpace(string(out)), "\n"); strings.Join(got, "\n") != strings.Join(tc.files, "\n") {
+			t.Errorf("%s files:\n%s\nwant:\n%s", tc.pkg, out, strings.Join(tc.files, "\n"))
+		}
+		scripts, err := exec.Command("rpm", "-qp", "--scripts", matches[0]).CombinedOutput()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range append(tc.scripts, "try-restart", "/run/systemd/system") {
+			if !strings.Contains(string(scripts), want) {
+				t.Errorf("%s scripts lack %q", tc.pkg, want)
+			}
+		}
+	}
+}
