@@ -116,6 +116,17 @@ type bulkResult struct {
 	Seconds     float64 `json:"seconds"`
 }
 
+// envWithoutAgent is this environment without the developer's ssh-agent.
+func envWithoutAgent() []string {
+	var env []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "SSH_AUTH_SOCK=") {
+			env = append(env, e)
+		}
+	}
+	return env
+}
+
 // runBulk runs `tether onboard bulk ARGS -o json` without the developer's
 // ssh-agent, and returns its rows by inventory line, exit status and time.
 func runBulk(t *testing.T, args ...string) (map[int]bulkResult, string, int, time.Duration) {
@@ -123,11 +134,7 @@ func runBulk(t *testing.T, args ...string) (map[int]bulkResult, string, int, tim
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "tether"), append([]string{"onboard", "bulk", "-o", "json"}, args...)...)
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "SSH_AUTH_SOCK=") {
-			cmd.Env = append(cmd.Env, e)
-		}
-	}
+	cmd.Env = envWithoutAgent()
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	start := time.Now()
@@ -236,6 +243,14 @@ func TestOnboardBulk(t *testing.T) {
 	const n = 10
 	const unknownHost, downHost = 3, 7
 	f := newBulkFleet(t, n, map[int]bool{downHost: true}, map[int]bool{unknownHost: true})
+
+	// Without the hub's pin nothing is tried: a host never guesses its hub.
+	noPin := exec.Command(filepath.Join(binDir, "tether"), "onboard", "bulk", "--inventory", f.inventory,
+		"--credential", "@"+f.credFile, "--hub", f.h.apiAddr(), "-i", opKey, "--known-hosts", f.known)
+	noPin.Env = envWithoutAgent()
+	if out, err := noPin.CombinedOutput(); noPin.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "pin are both required") {
+		t.Fatalf("bulk without --ca-pin: %v: %s", err, out)
+	}
 
 	rows, errOut, code, took := f.run(t, 20)
 	t.Logf("bulk onboarding of %d hosts (2 failing): %v", n, took.Round(10*time.Millisecond))

@@ -40,7 +40,7 @@ func newOnboardBulkCmd() *cobra.Command {
 through SSH_AUTH_SOCK, and keys given with -i), copy tether-edge to it if it
 has none, and run the non-interactive onboarding there:
 
-  tether-edge onboard --non-interactive --apply -o json --credential @TMPFILE [--hub] [--ca-pin] [--label K=V]...
+  tether-edge onboard --non-interactive --apply -o json --credential @TMPFILE --hub HUB --ca-pin PIN [--labels K=V,...]
 
 with the credential in a private temporary file it removes afterwards (the
 credential travels on the SSH channel, never on a command line). Hosts run
@@ -138,8 +138,8 @@ failed, 1 otherwise.`,
 	f.StringVar(&credential, "credential", "", "onboarding credential from `tether onboarding create`: @FILE (keeps it out of the process list) or the credential itself (required)")
 	f.IntVar(&cfg.Parallel, "parallel", bulkonboard.DefaultParallel, "hosts onboarded at the same time")
 	f.StringVar(&cfg.User, "ssh-user", bulkonboard.DefaultUser, "SSH login for hosts whose line names none")
-	f.StringVar(&cfg.Hub, "hub", "", "hub address HOST:PORT the machines dial (passed to tether-edge onboard --hub)")
-	f.StringVar(&cfg.CAPin, "ca-pin", "", "the hub CA's pin sha256:… (passed to tether-edge onboard --ca-pin)")
+	f.StringVar(&cfg.Hub, "hub", os.Getenv("TETHER_HUB"), "hub address HOST[:PORT] the machines dial, passed to tether-edge onboard --hub (required; env TETHER_HUB)")
+	f.StringVar(&cfg.CAPin, "ca-pin", os.Getenv("TETHER_CA_PIN"), "the hub CA's pin sha256:HEX (ca_pin of `tether onboarding create -o json`), passed to tether-edge onboard --ca-pin (required; env TETHER_CA_PIN)")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
 	f.StringSliceVarP(&keys, "identity-file", "i", nil, "SSH private key to log in with (repeatable; offered before ssh-agent's keys; encrypted keys: add them to ssh-agent instead)")
 	f.StringSliceVar(&knownHosts, "known-hosts", []string{filepath.Join(home, ".ssh", "known_hosts"), "/etc/ssh/ssh_known_hosts"}, "known_hosts files the hosts' keys are checked against (repeatable)")

@@ -61,8 +61,9 @@ type Config struct {
 	// It reaches each host on the SSH channel's stdin, into a 0600 file
 	// removed when the onboarding ends; it never appears on a command line.
 	Credential []byte
-	// Hub and CAPin, if set, are passed to `tether-edge onboard` (--hub,
-	// --ca-pin).
+	// Hub (HOST[:PORT]) and CAPin (the hub CA's sha256 fingerprint) are
+	// passed to `tether-edge onboard` (--hub, --ca-pin). Required: the
+	// credential carries neither, and a host must never guess its hub.
 	Hub, CAPin string
 	// Agent is the tether-edge binary copied to hosts that have none.
 	// Nil means hosts without tether-edge fail (StepCopy).
@@ -117,6 +118,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	if len(bytes.TrimSpace(cfg.Credential)) == 0 {
 		return nil, errors.New("bulkonboard: empty onboarding credential (from `tether onboarding create`)")
+	}
+	if cfg.Hub == "" || cfg.CAPin == "" {
+		return nil, errors.New("bulkonboard: the hub address and the hub CA's pin are both required (tether onboarding create -o json shows the pin as ca_pin)")
 	}
 	if cfg.User == "" {
 		cfg.User = DefaultUser
@@ -297,13 +301,8 @@ mv -f "$t" ` + p
 // onboard runs `tether-edge onboard --non-interactive --apply -o json`
 // with the credential in a private temporary file.
 func (r *run) onboard(c *ssh.Client, h Host, edge string) (node string, already bool, err error) {
-	args := []string{shellQuote(edge), "onboard", "--non-interactive", "--apply", "-o", "json", "--credential", `"@$c"`}
-	if r.cfg.Hub != "" {
-		args = append(args, "--hub", shellQuote(r.cfg.Hub))
-	}
-	if r.cfg.CAPin != "" {
-		args = append(args, "--ca-pin", shellQuote(r.cfg.CAPin))
-	}
+	args := []string{shellQuote(edge), "onboard", "--non-interactive", "--apply", "-o", "json", "--credential", `"@$c"`,
+		"--hub", shellQuote(r.cfg.Hub), "--ca-pin", shellQuote(r.cfg.CAPin)}
 	if len(h.Labels) > 0 {
 		kv := make([]string, len(h.Labels))
 		for i, l := range h.Labels {
