@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
@@ -329,6 +331,39 @@ func TestOnboardBulk(t *testing.T) {
 	}
 	if count != n {
 		t.Errorf("%d nodes on the hub, want %d (one per machine)", count, n)
+	}
+
+	// A third run as a person would type it: on a terminal, with the key
+	// in ssh-agent instead of -i, and the table: a progress bar, then
+	// nothing left to do.
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	start(t, "ssh-agent", "ssh-agent", "-D", "-a", sock)
+	waitFor(t, "ssh-agent socket", 10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil })
+	add := exec.Command("ssh-add", opKey)
+	add.Env = append(envWithoutAgent(), "SSH_AUTH_SOCK="+sock)
+	if out, err := add.CombinedOutput(); err != nil {
+		t.Fatalf("ssh-add: %v\n%s", err, out)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "tether"), "onboard", "bulk", "--inventory", f.inventory, "--credential", "@"+f.credFile,
+		"--hub", f.h.apiAddr(), "--ca-pin", "sha256:"+f.pin, "--known-hosts", f.known, "--remote-path", f.agentPath)
+	cmd.Env = append(envWithoutAgent(), "SSH_AUTH_SOCK="+sock)
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 160})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	var screen bytes.Buffer
+	drained := make(chan struct{})
+	go func() { io.Copy(&screen, ptmx); close(drained) }()
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("third run on a terminal: %v", err)
+	}
+	<-drained // the pty reports EOF (EIO) once the command and its output are gone
+	out := screen.String()
+	for _, want := range []string{"\r[" + strings.Repeat("#", 30) + "] 10/10  10 ok  0 failed", "LINE", "already-onboarded", "0 onboarded, 10 already onboarded, 0 failed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("third run's terminal lacks %q:\n%s", want, out)
+		}
 	}
 }
 
