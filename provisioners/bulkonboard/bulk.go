@@ -223,8 +223,7 @@ func (r *run) host(ctx context.Context, h Host) Result {
 		}
 	}
 	if err != nil {
-		res := failed(h, start, StepCopy, ctxErr(ctx, err))
-		return res
+		return failed(h, start, StepCopy, ctxErr(ctx, err))
 	}
 
 	node, already, err := r.onboard(c, h, edge)
