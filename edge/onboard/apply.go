@@ -114,7 +114,12 @@ func (a *Applier) Supervise() (pid int, started bool, err error) {
 		// The labels the user-data wrote are under the root too.
 		args = append(args, "--labels-file", filepath.Join(a.Root, edge.DefaultLabelsFile))
 	}
-	args = append(args, envArgs(filepath.Join(a.Root, "/etc/tether-edge.env"))...)
+	// The unit's environment files, the later winning as in systemd.
+	extra := envArgs(filepath.Join(a.Root, "/etc/tether-edge.env"))
+	if v := envArgs(filepath.Join(a.Root, "/etc/tether-edge/tether-edge.env")); v != nil {
+		extra = v
+	}
+	args = append(args, extra...)
 	logf, err := os.OpenFile(filepath.Join(a.StateDir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, false, fmt.Errorf("agent log: %w", err)
