@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/internal/validate"
 )
 
 // Defaults for zero Config fields.
@@ -124,6 +126,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	if cfg.User == "" {
 		cfg.User = DefaultUser
+	}
+	if err := validate.Login(cfg.User); err != nil {
+		return nil, fmt.Errorf("bulkonboard: SSH user: %w", err)
 	}
 	if cfg.RemotePath == "" {
 		cfg.RemotePath = DefaultRemotePath
