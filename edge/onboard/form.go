@@ -50,6 +50,9 @@ func (f *Form) Input(fl Field) (string, error) {
 	desc := fl.Description
 	for {
 		in := huh.NewInput().Title(fl.Title).Description(desc).Value(&v)
+		if fl.Syntax != nil {
+			in = in.Validate(fl.Syntax)
+		}
 		if fl.Secret {
 			in = in.EchoMode(huh.EchoModePassword)
 		}

@@ -283,6 +283,9 @@ func (s *scripted) Input(f Field) (string, error) {
 		if a := s.next(f.Title); a != "" {
 			v = a
 		}
+		if f.Syntax != nil && f.Syntax(v) != nil {
+			continue
+		}
 		if f.Check == nil || f.Check(v) == nil {
 			return v, nil
 		}

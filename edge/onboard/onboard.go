@@ -109,7 +109,10 @@ type Field struct {
 	Description string
 	Value       string
 	Secret      bool
-	Check       func(string) error
+	// Syntax checks the value's form as it is typed (nil: any); Check
+	// then validates it, possibly over the network, after it is entered.
+	Syntax func(string) error
+	Check  func(string) error
 }
 
 // input gets one value: from the person when interactive, else the
@@ -117,6 +120,11 @@ type Field struct {
 func (c *Config) input(f Field) (string, error) {
 	if c.Prompter != nil {
 		return c.Prompter.Input(f)
+	}
+	if f.Syntax != nil {
+		if err := f.Syntax(f.Value); err != nil {
+			return "", err
+		}
 	}
 	if f.Check != nil {
 		if err := f.Check(f.Value); err != nil {
@@ -178,7 +186,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 	// through the proxy: the CA fetch), the CA, then name, site, labels.
 	proxyText, err := c.input(Field{Title: "HTTPS proxy", Value: c.Proxy.HTTPS,
 		Description: "from the environment (HTTPS_PROXY); empty for a direct connection",
-		Check:       func(v string) error { p := c.Proxy; p.HTTPS = v; return p.validate() }})
+		Syntax:      func(v string) error { p := c.Proxy; p.HTTPS = v; return p.validate() }})
 	if err != nil {
 		return err
 	}
@@ -191,6 +199,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 	var ca *CAResult
 	addr, err := c.input(Field{Title: "Hub address", Value: c.Hub,
 		Description: "HOST[:PORT] of the hub's TLS port (default port 7443); reached through " + c.Proxy.String(),
+		Syntax:      func(v string) error { _, err := NormalizeHub(v); return err },
 		Check: func(v string) error {
 			a, err := NormalizeHub(v)
 			if err != nil {
@@ -221,7 +230,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 
 	name, err := c.input(Field{Title: "Node name", Value: c.Name,
 		Description: "empty: the hub derives it from the hostname (" + edge.DefaultName() + ")",
-		Check: func(v string) error {
+		Syntax: func(v string) error {
 			if v == "" {
 				return nil
 			}
@@ -231,7 +240,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 		return err
 	}
 	site, err := c.input(Field{Title: "Site", Value: c.Site, Description: "optional; becomes the label site=…",
-		Check: func(v string) error {
+		Syntax: func(v string) error {
 			if v == "" {
 				return nil
 			}
@@ -242,7 +251,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 	}
 	labelText, err := c.input(Field{Title: "Labels", Value: FormatLabels(c.Labels),
 		Description: "optional KEY=VALUE,… (the credential's labels win on conflict)",
-		Check:       func(v string) error { _, err := ParseLabels(v); return err }})
+		Syntax:      func(v string) error { _, err := ParseLabels(v); return err }})
 	if err != nil {
 		return err
 	}
@@ -295,7 +304,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 	for {
 		cred, err := c.input(Field{Title: "Onboarding credential", Value: c.Credential, Secret: true,
 			Description: "ID.SECRET from `tether onboarding create` (the hub's admin)",
-			Check:       checkCredential})
+			Syntax:      checkCredential})
 		if err != nil {
 			return err
 		}
