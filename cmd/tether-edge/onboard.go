@@ -95,9 +95,7 @@ then required.`,
 				enc.SetIndent("", "  ")
 				_ = enc.Encode(res)
 			} else if err == nil {
-				fmt.Fprintln(os.Stderr)
-				onboard.WriteFacts(os.Stderr, res.Facts)
-				fmt.Fprintf(os.Stderr, "\nonboarded as %s (node id %s)\n", res.Name, res.NodeID)
+				fmt.Fprintf(os.Stderr, "onboarded as %s (node id %s)\n", res.Name, res.NodeID)
 			}
 			return err
 		},

@@ -181,6 +181,9 @@ func run(ctx context.Context, c *Config, res *Result) error {
 	if Failed(res.Checks) {
 		return ErrPrerequisites
 	}
+	fmt.Fprintln(c.Out)
+	WriteFacts(c.Out, res.Facts) // what the hub will be told, before anything is sent
+	fmt.Fprintln(c.Out)
 
 	// 2. Inputs, each validated before the next: proxy and hub (reached
 	// through the proxy: the CA fetch), the CA, then name, site, labels.
@@ -197,7 +200,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 			c.say("%s: try %d failed (%v); again in %s", step, n, err, wait.Round(100*time.Millisecond))
 		}}
 	var ca *CAResult
-	addr, err := c.input(Field{Title: "Hub address", Value: c.Hub,
+	if _, err := c.input(Field{Title: "Hub address", Value: c.Hub,
 		Description: "HOST[:PORT] of the hub's TLS port (default port 7443); reached through " + c.Proxy.String(),
 		Syntax:      func(v string) error { _, err := NormalizeHub(v); return err },
 		Check: func(v string) error {
@@ -210,11 +213,9 @@ func run(ctx context.Context, c *Config, res *Result) error {
 				return fmt.Errorf("hub %s not reachable through %s: %w", a, c.Proxy, err)
 			}
 			return nil
-		}})
-	if err != nil {
+		}}); err != nil {
 		return err
 	}
-	_ = addr
 	res.Hub = hub.Addr
 	res.CAFingerprint = ca.Fingerprint
 	skew := SkewCheck(ca.HubTime, time.Now())
