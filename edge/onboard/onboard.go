@@ -163,7 +163,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 		m.FreeBytes = statfsFree
 	}
 	if c.Prompter == nil && c.CAPin == "" {
-		return errors.New("onboard: --ca-pin sha256:… is required with --non-interactive (the hub's CA is never trusted unseen; tether ca pin on the hub prints it)")
+		return errors.New("onboard: --ca-pin sha256:… is required with --non-interactive (the hub's CA is never trusted unseen; `tether onboarding create -o json` prints it as ca_pin)")
 	}
 	pin := ""
 	if c.CAPin != "" {
@@ -387,7 +387,7 @@ func (c *Config) trustCA(ca *CAResult, pin string) error {
 		return nil
 	}
 	ok, err := c.Prompter.Confirm("Trust this hub CA?",
-		fmt.Sprintf("subject %s\nsha256:%s\ncompare it with the fingerprint the hub's admin gave you (tether ca pin)", ca.CA.Subject, ca.Fingerprint))
+		fmt.Sprintf("subject %s\nsha256:%s\ncompare it with the fingerprint the hub's admin gave you (ca_pin of `tether onboarding create -o json`)", ca.CA.Subject, ca.Fingerprint))
 	if err != nil {
 		return err
 	}
