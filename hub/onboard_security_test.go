@@ -144,3 +144,75 @@ func TestAttackOnboardingCredentialOnlyOnboards(t *testing.T) {
 		t.Fatalf("CA endpoint: %v", err)
 	}
 }
+
+// TestOnboardingRateLimitedAndAudited: failed onboarding attempts count
+// against their source like failed joins (429 with Retry-After once the
+// burst is spent), each refusal is audited once, by the onboarding handler
+// with its reason; and the admin's changes are audited.
+func TestOnboardingRateLimitedAndAudited(t *testing.T) {
+	_, c := testHub(t)
+	ctx := context.Background()
+	created, err := c.CreateOnboarding(ctx, api.OnboardingCreateRequest{Name: "site", Uses: 1, TTLSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RevokeOnboarding(ctx, "site"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AddOSProfile(ctx, api.OSProfileAddRequest{Name: "debian-12", Distro: "debian", Version: "12"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RemoveOSProfile(ctx, "debian-12"); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := c.CreateToken(ctx, api.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, hc, csr := joinerClient(t, tok.JoinString, "m1")
+	body, _ := json.Marshal(control.OnboardRequest{Credential: created.Credential, CSR: csr, Name: "m1",
+		Machine: control.MachineFacts{UUID: "machine-0001"}})
+	limited := false
+	for range 3 * joinFailBurst {
+		resp, err := hc.Post("https://"+js.Addrs[0]+control.OnboardPath, "application/json", strings.NewReader(string(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusTooManyRequests {
+			if resp.Header.Get("Retry-After") == "" {
+				t.Fatal("429 without Retry-After")
+			}
+			limited = true
+			break
+		}
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("revoked credential: %d", resp.StatusCode)
+		}
+	}
+	if !limited {
+		t.Fatalf("%d failed onboarding attempts from one source, never 429", 3*joinFailBurst)
+	}
+	evs, err := c.ListAudit(ctx, api.AuditQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, e := range evs {
+		kinds[e.Kind]++
+		if e.Kind == "onboard" && (e.Result != "refused" || !strings.Contains(e.Detail, "reason=revoked credential "+created.ID)) {
+			t.Errorf("onboard audit %+v", e)
+		}
+		if strings.Contains(e.Detail, strings.SplitN(created.Credential, ".", 2)[1]) {
+			t.Errorf("audit carries the secret: %+v", e)
+		}
+	}
+	for _, k := range []string{"onboarding_create", "onboarding_revoke", "osprofile_add", "osprofile_remove"} {
+		if kinds[k] != 1 {
+			t.Errorf("%d %s audit events, want 1", kinds[k], k)
+		}
+	}
+	if kinds["onboard"] < joinFailBurst {
+		t.Errorf("%d onboard refusals audited, want one per refused attempt", kinds["onboard"])
+	}
+}
