@@ -188,13 +188,28 @@ func Render(text string, d Data) (string, error) {
 		return "", err
 	}
 	var out bytes.Buffer
-	if err := t.Execute(&out, d); err != nil {
+	if err := t.Execute(&limitWriter{w: &out, left: control.MaxUserData}, d); err != nil {
 		return "", fmt.Errorf("onboard: render template: %w", err)
 	}
 	if _, err := control.ParseUserData(out.String()); err != nil {
 		return "", fmt.Errorf("onboard: rendered template is not valid onboarding user-data: %w", err)
 	}
 	return out.String(), nil
+}
+
+// limitWriter fails once more than left bytes are written, so that a
+// template looping without end stops at the size user-data may have.
+type limitWriter struct {
+	w    *bytes.Buffer
+	left int
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if len(p) > l.left {
+		return 0, fmt.Errorf("output larger than %d bytes", control.MaxUserData)
+	}
+	l.left -= len(p)
+	return l.w.Write(p)
 }
 
 // Validate checks a template before it is stored: it parses, renders with

@@ -74,6 +74,7 @@ func TestValidate(t *testing.T) {
 		{"relative path", "#cloud-config\nwrite_files:\n  - path: etc/x\n    content: x\n", "must be absolute"},
 		{"bad permissions", "#cloud-config\nwrite_files:\n  - path: /etc/x\n    permissions: rw\n    content: x\n", "permissions"},
 		{"bad encoding", "#cloud-config\nwrite_files:\n  - path: /etc/x\n    encoding: gzip\n    content: x\n", "encoding"},
+		{"output without end", "#cloud-config\n{{range 100000000}}# {{$.Cert}}\n{{end}}", "larger than"},
 		{"owner is not allowed", "#cloud-config\nwrite_files:\n  - path: /etc/x\n    owner: root\n    content: x\n", "field owner not found"},
 	}
 	for _, tc := range cases {
