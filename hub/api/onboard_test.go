@@ -423,3 +423,29 @@ func TestValidateOSProfile(t *testing.T) {
 		})
 	}
 }
+
+// A body over control.MaxOnboardRequest, or one that is not the request,
+// is refused before anything is read from the store, and audited.
+func TestOnboardBodyBounded(t *testing.T) {
+	e := newOnboardEnv(t)
+	for _, tc := range []struct{ name, body, want string }{
+		{"too large", `{"credential":"` + strings.Repeat("a", control.MaxOnboardRequest) + `"}`, "too large"},
+		{"unknown field", `{"credential":"x","role":"admin"}`, "unknown field"},
+		{"not json", `hello`, "invalid request body"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := http.Post(e.srv.URL+control.OnboardPath, "application/json", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), tc.want) {
+				t.Fatalf("%d %s; want 400 containing %q", resp.StatusCode, b, tc.want)
+			}
+			if a := e.lastAudit(); !strings.Contains(a.Detail, "reason=invalid") {
+				t.Fatalf("audit %+v", a)
+			}
+		})
+	}
+}
