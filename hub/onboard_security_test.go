@@ -13,8 +13,10 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/tether-dev/tether/edge"
 	"github.com/tether-dev/tether/hub/api"
 	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
 )
 
@@ -215,4 +217,87 @@ func TestOnboardingRateLimitedAndAudited(t *testing.T) {
 	if kinds["onboard"] < joinFailBurst {
 		t.Errorf("%d onboard refusals audited, want one per refused attempt", kinds["onboard"])
 	}
+}
+
+// TestOnboardedMachineConnects: what the onboarding answer writes (its
+// user-data's files under the agent's state dir) plus the key the machine
+// made is an identity the agent loads and the hub accepts: the node
+// connects under its name.
+func TestOnboardedMachineConnects(t *testing.T) {
+	_, c := testHub(t)
+	ctx := context.Background()
+	if _, err := c.AddOSProfile(ctx, api.OSProfileAddRequest{Name: "debian-12", Distro: "debian", Version: "12"}); err != nil {
+		t.Fatal(err)
+	}
+	created, err := c.CreateOnboarding(ctx, api.OnboardingCreateRequest{Name: "site", Uses: 1, TTLSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := c.CreateToken(ctx, api.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, hc, _ := joinerClient(t, tok.JoinString, "x")
+	key, err := pki.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, err := pki.NewCSR(key, "shop-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(control.OnboardRequest{Credential: created.Credential, CSR: csr,
+		Facts: control.Facts{Hostname: "Shop-1.berlin.example", OSID: "debian", OSVersion: "12"}, Machine: control.MachineFacts{UUID: "machine-0001"}})
+	resp, err := hc.Post("https://"+js.Addrs[0]+control.OnboardPath, "application/json", strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out control.OnboardResponse
+	err = json.NewDecoder(resp.Body).Decode(&out)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || out.Name != "shop-1" {
+		t.Fatalf("onboard: %d %+v %v", resp.StatusCode, out, err)
+	}
+	ud, err := control.ParseUserData(out.UserData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Apply the state dir's files into a temporary one, as the onboarding
+	// CLI does with --state-dir; the key is the machine's own.
+	dir := t.TempDir()
+	keyPEM, err := pki.EncodeKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "node.key"), keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range ud.WriteFiles {
+		rel, ok := strings.CutPrefix(f.Path, "/var/lib/tether-edge/")
+		if !ok {
+			continue
+		}
+		data, _ := f.Bytes()
+		mode, _ := f.Mode()
+		if err := os.WriteFile(filepath.Join(dir, rel), data, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id, err := edge.LoadIdentity(dir)
+	if err != nil {
+		t.Fatalf("the agent cannot load what onboarding wrote: %v", err)
+	}
+	if id.Config.NodeID != out.NodeID || id.Config.Name != "shop-1" {
+		t.Fatalf("identity %+v", id.Config)
+	}
+	sess := dialAs(t, id, tunnel.TransportTCP)
+	ctrl, m := connectAs(t, sess, "shop-1")
+	defer ctrl.Close()
+	if m.Type == control.TypeNotice {
+		t.Fatalf("hub refused the onboarded node: %+v", m.Notice)
+	}
+	waitFor(t, "node online", func() bool {
+		nodes, err := c.ListNodes(ctx)
+		return err == nil && len(nodes) == 1 && nodes[0].Online
+	})
 }
