@@ -18,10 +18,11 @@ import (
 	"github.com/tether-dev/tether/tunnel/control"
 )
 
-// guardAPI wraps the API handler. Join requests are rate limited per source
-// (failed ones count; a source that failed too often gets 429 with
-// Retry-After until it may try again) and every failed join is audited
-// (refused tokens are audited by the join handler itself). On the other
+// guardAPI wraps the API handler. Join and onboarding requests are rate
+// limited per source, together (failed ones count; a source that failed too
+// often gets 429 with Retry-After until it may try again) and every failed
+// join is audited (refused tokens are audited by the join handler itself,
+// every failed onboarding by the onboarding handler). On the other
 // endpoints, a refused credential (401, 403) or a rejected change (4xx on
 // anything but GET) is audited, at most a burst per source.
 func (s *Server) guardAPI(next http.Handler) http.Handler {
