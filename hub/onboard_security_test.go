@@ -201,21 +201,21 @@ func TestOnboardingRateLimitedAndAudited(t *testing.T) {
 	}
 	kinds := map[string]int{}
 	for _, e := range evs {
-		kinds[e.Kind]++
-		if e.Kind == "onboard" && (e.Result != "refused" || !strings.Contains(e.Detail, "reason=revoked credential "+created.ID)) {
+		kinds[e.Kind+" "+e.Result]++
+		if e.Kind == "onboard" && e.Result == "refused" && !strings.Contains(e.Detail, "reason=revoked credential "+created.ID) {
 			t.Errorf("onboard audit %+v", e)
 		}
 		if strings.Contains(e.Detail, strings.SplitN(created.Credential, ".", 2)[1]) {
 			t.Errorf("audit carries the secret: %+v", e)
 		}
 	}
-	for _, k := range []string{"onboarding_create", "onboarding_revoke", "osprofile_add", "osprofile_remove"} {
+	for _, k := range []string{"onboarding_create ok", "onboarding_revoke ok", "osprofile_add ok", "osprofile_remove ok", "onboard rate_limited"} {
 		if kinds[k] != 1 {
-			t.Errorf("%d %s audit events, want 1", kinds[k], k)
+			t.Errorf("%d %q audit events, want 1", kinds[k], k)
 		}
 	}
-	if kinds["onboard"] < joinFailBurst {
-		t.Errorf("%d onboard refusals audited, want one per refused attempt", kinds["onboard"])
+	if kinds["onboard refused"] < joinFailBurst || kinds["join refused"]+kinds["join bad_request"] != 0 {
+		t.Errorf("audit events %v: want one onboard refusal per refused attempt, by the onboarding handler only", kinds)
 	}
 }
 
