@@ -324,7 +324,7 @@ func TestOnboardInteractive(t *testing.T) {
 	}
 	defer ptmx.Close()
 	var screen syncBuffer
-	go func() { _, _ = copyANSIStripped(&screen, ptmx) }()
+	go func() { _, _ = copyANSIStripped(&screen, ptmx, ptmx) }()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
@@ -408,14 +408,23 @@ func (s *syncBuffer) CountAfter(sub string) bool {
 
 var ansiRE = regexp.MustCompile(`\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][0-9A-Za-z]|[=>])`)
 
-// copyANSIStripped copies a terminal's output without its escape sequences.
-func copyANSIStripped(dst *syncBuffer, src *os.File) (int64, error) {
+// copyANSIStripped copies a terminal's output without its escape sequences,
+// and answers the queries a terminal answers (background color, cursor
+// position) as a real one does: the form's library asks at start-up and
+// waits up to 5 s for the answer otherwise.
+func copyANSIStripped(dst *syncBuffer, src, term *os.File) (int64, error) {
 	buf := make([]byte, 32<<10)
 	var n int64
 	for {
 		k, err := src.Read(buf)
 		if k > 0 {
 			n += int64(k)
+			if bytes.Contains(buf[:k], []byte("\x1b]11;?")) {
+				_, _ = term.Write([]byte("\x1b]11;rgb:0000/0000/0000\x1b\\"))
+			}
+			if bytes.Contains(buf[:k], []byte("\x1b[6n")) {
+				_, _ = term.Write([]byte("\x1b[1;1R"))
+			}
 			_, _ = dst.Write(ansiRE.ReplaceAll(buf[:k], nil))
 		}
 		if err != nil {
