@@ -96,16 +96,14 @@ then required.`,
 				enc.SetIndent("", "  ")
 				_ = enc.Encode(res)
 			} else if err == nil {
-				fmt.Fprintln(os.Stderr)
-				onboard.WriteFacts(os.Stderr, res.Facts)
-				fmt.Fprintf(os.Stderr, "\nonboarded as %s (node id %s)\n", res.Name, res.NodeID)
+				fmt.Fprintf(os.Stderr, "onboarded as %s (node id %s)\n", res.Name, res.NodeID)
 			}
 			return err
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&c.Hub, "hub", os.Getenv("TETHER_HUB"), "hub address HOST[:PORT] (default port 7443; env TETHER_HUB)")
-	f.StringVar(&c.CAPin, "ca-pin", os.Getenv("TETHER_CA_PIN"), "the hub CA's fingerprint sha256:HEX (tether ca pin on the hub); required with --non-interactive (env TETHER_CA_PIN)")
+	f.StringVar(&c.CAPin, "ca-pin", os.Getenv("TETHER_CA_PIN"), "the hub CA's fingerprint sha256:HEX (ca_pin in `tether onboarding create -o json` on the hub); required with --non-interactive (env TETHER_CA_PIN)")
 	f.StringVar(&cred, "credential", "", "onboarding credential: @FILE or the value (default: env TETHER_ONBOARD_CREDENTIAL, which keeps it out of the process list)")
 	f.StringVar(&c.Name, "name", "", "node name (default: the hub derives it from the hostname)")
 	f.StringVar(&c.Site, "site", "", "site, sent as the label site=…")

@@ -25,7 +25,7 @@ func newOSProfileAddCmd() *cobra.Command {
 		Long: `Add an OS profile. A machine being onboarded gets the profile whose --distro
 and --version are its /etc/os-release ID and VERSION_ID; failing that, one whose
 --family is its ID or one of its ID_LIKE words (a profile of its own distro
-first, then by name).
+first, newest version first; then by name).
 
   tether osprofile add debian-12 --distro debian --version 12 --family debian
 

@@ -1,10 +1,13 @@
 package onboard
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tether-dev/tether/tunnel/control"
 )
@@ -93,5 +96,46 @@ func TestParseLabels(t *testing.T) {
 		if _, err := ParseLabels(in); err == nil {
 			t.Errorf("ParseLabels(%q) accepted", in)
 		}
+	}
+}
+
+func TestWaitConnected(t *testing.T) {
+	self := os.Getpid()
+	tests := []struct {
+		name, status string
+		ok           bool
+		err          string
+	}{
+		{"connected, live agent", `{"state":"connected","pid":` + strconv.Itoa(self) + `}`, true, ""},
+		{"refused", `{"state":"refused","last_error":"node revoked","pid":` + strconv.Itoa(self) + `}`, false, "node revoked"},
+		{"stale connected of a dead agent", `{"state":"connected","pid":2147483646}`, false, "within the timeout"},
+		{"no status yet", ``, false, "within the timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tt.status != "" {
+				if err := os.WriteFile(filepath.Join(dir, "status.json"), []byte(tt.status), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			defer cancel()
+			_, err := WaitConnected(ctx, dir, 0)
+			if tt.ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.err)) {
+				t.Fatalf("err %v, want ok=%v %q", err, tt.ok, tt.err)
+			}
+		})
+	}
+}
+
+func TestEnvArgs(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "env")
+	os.WriteFile(p, []byte("TETHER_JOIN=x\nTETHER_EDGE_ARGS=\"--ssh embedded --allow-port 80\"\n"), 0o600)
+	if got := strings.Join(envArgs(p), " "); got != "--ssh embedded --allow-port 80" {
+		t.Fatalf("%q", got)
+	}
+	if envArgs(filepath.Join(t.TempDir(), "missing")) != nil {
+		t.Fatal("args from a missing file")
 	}
 }

@@ -133,18 +133,28 @@ func TestLocalChecks(t *testing.T) {
 		joined bool
 		force  bool
 		want   map[string]CheckStatus
+		setup  func(t *testing.T, state string)
 	}{
 		{"all good", 0, map[string]string{productUUIDPath: "4c4c4544-0042-3510-8052-b4c04f333231", productSerialPath: "S1", "/run/systemd/system/.k": ""}, big, false, false,
-			map[string]CheckStatus{"running as root": Pass, "systemd": Pass, "machine uuid": Pass, "serial number": Pass, "free disk": Pass, "not onboarded yet": Pass}},
+			map[string]CheckStatus{"running as root": Pass, "systemd": Pass, "machine uuid": Pass, "serial number": Pass, "free disk": Pass, "not onboarded yet": Pass}, nil},
 		{"not root, no systemd, no serial", 1000, map[string]string{productUUIDPath: "4c4c4544-0042-3510-8052-b4c04f333231"}, big, false, false,
-			map[string]CheckStatus{"running as root": Fail, "systemd": Warn, "serial number": Warn}},
+			map[string]CheckStatus{"running as root": Fail, "systemd": Warn, "serial number": Warn}, nil},
 		{"machine-id only", 0, map[string]string{machineIDPath: "0123456789abcdef0123456789abcdef"}, big, false, false,
-			map[string]CheckStatus{"machine uuid": Warn}},
-		{"no uuid at all", 0, nil, big, false, false, map[string]CheckStatus{"machine uuid": Fail}},
-		{"disk full", 0, nil, func(string) (uint64, error) { return 1 << 20, nil }, false, false, map[string]CheckStatus{"free disk": Fail}},
-		{"disk unreadable", 0, nil, func(string) (uint64, error) { return 0, errors.New("EIO") }, false, false, map[string]CheckStatus{"free disk": Warn}},
-		{"onboarded already", 0, nil, big, true, false, map[string]CheckStatus{"not onboarded yet": Fail}},
-		{"onboarded, --force", 0, nil, big, true, true, map[string]CheckStatus{"not onboarded yet": Warn}},
+			map[string]CheckStatus{"machine uuid": Warn}, nil},
+		{"no uuid at all", 0, nil, big, false, false, map[string]CheckStatus{"machine uuid": Fail}, nil},
+		{"disk full", 0, nil, func(string) (uint64, error) { return 1 << 20, nil }, false, false, map[string]CheckStatus{"free disk": Fail}, nil},
+		{"disk unreadable", 0, nil, func(string) (uint64, error) { return 0, errors.New("EIO") }, false, false, map[string]CheckStatus{"free disk": Warn}, nil},
+		{"onboarded already", 0, nil, big, true, false, map[string]CheckStatus{"not onboarded yet": Fail}, nil},
+		{"onboarded, --force", 0, nil, big, true, true, map[string]CheckStatus{"not onboarded yet": Warn}, nil},
+		{"damaged identity", 0, nil, big, false, false, map[string]CheckStatus{"not onboarded yet": Fail}, func(t *testing.T, state string) {
+			write(t, state, "node.json", "{")
+		}},
+		{"unfinished onboarding, damaged identity: resumed", 0, nil, big, false, false, map[string]CheckStatus{"not onboarded yet": Pass}, func(t *testing.T, state string) {
+			write(t, state, "node.json", "{")
+			if err := writeProgress(state, progress{Hub: "hub:7443", Started: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -160,6 +170,9 @@ func TestLocalChecks(t *testing.T) {
 				if _, err := Run(t.Context(), c); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if tt.setup != nil {
+				tt.setup(t, state)
 			}
 			m := Machine{Root: root, StateDir: state, EUID: tt.euid, FreeBytes: tt.free}
 			got := LocalChecks(m, GatherFacts(root), tt.force)

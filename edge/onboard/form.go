@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/charmbracelet/huh"
 )
@@ -25,9 +26,36 @@ type Form struct {
 	Accessible bool
 }
 
+// ErrInputEnded means the input closed (ctrl+d, a pipe that ended) while a
+// question was open.
+var ErrInputEnded = errors.New("onboard: the input ended before every question was answered; use --non-interactive with flags for scripts")
+
+// eofWatch notes that its reader ended: the accessible prompts answer the
+// default at end of input and cannot say so themselves.
+type eofWatch struct {
+	r   io.Reader
+	eof bool
+}
+
+func (e *eofWatch) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		e.eof = true
+	}
+	return n, err
+}
+
 func (f *Form) run(fields ...huh.Field) error {
 	form := huh.NewForm(huh.NewGroup(fields...)).WithAccessible(f.Accessible).WithShowHelp(true)
-	if f.In != nil {
+	var watch *eofWatch
+	if f.Accessible {
+		in := f.In
+		if in == nil {
+			in = os.Stdin
+		}
+		watch = &eofWatch{r: in}
+		form = form.WithInput(watch)
+	} else if f.In != nil {
 		form = form.WithInput(f.In)
 	}
 	if f.Out != nil {
@@ -41,6 +69,9 @@ func (f *Form) run(fields ...huh.Field) error {
 	if errors.Is(err, huh.ErrUserAborted) {
 		return ErrAborted
 	}
+	if err == nil && watch != nil && watch.eof {
+		return ErrInputEnded
+	}
 	return err
 }
 
@@ -50,6 +81,9 @@ func (f *Form) Input(fl Field) (string, error) {
 	desc := fl.Description
 	for {
 		in := huh.NewInput().Title(fl.Title).Description(desc).Value(&v)
+		if fl.Syntax != nil {
+			in = in.Validate(fl.Syntax)
+		}
 		if fl.Secret {
 			in = in.EchoMode(huh.EchoModePassword)
 		}

@@ -110,7 +110,7 @@ func ParsePin(pin string) (string, error) {
 	h = strings.TrimPrefix(h, "sha256:")
 	h = strings.ReplaceAll(h, ":", "")
 	if b, err := hex.DecodeString(h); err != nil || len(b) != sha256.Size {
-		return "", fmt.Errorf("--ca-pin %q: want sha256:<64 hex digits> (tether ca pin on the hub, or the ca= part of a join string)", pin)
+		return "", fmt.Errorf("--ca-pin %q: want sha256:<64 hex digits> (ca_pin of `tether onboarding create -o json` on the hub, or the ca= part of a join string)", pin)
 	}
 	return h, nil
 }
@@ -203,7 +203,7 @@ func (h *Hub) FetchCA(ctx context.Context) (*CAResult, error) {
 func CheckPin(ca *CAResult, pin string) error {
 	if ca.Fingerprint != pin {
 		return fmt.Errorf("%w: the hub serves sha256:%s, the pin is sha256:%s; "+
-			"this is another hub or someone in between; check the address and take the pin from the hub's admin (tether ca pin)",
+			"this is another hub or someone in between; check the address and take the pin from the hub's admin (ca_pin of `tether onboarding create -o json`)",
 			ErrFingerprintMismatch, ca.Fingerprint, pin)
 	}
 	return nil

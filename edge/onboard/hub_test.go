@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -283,6 +285,9 @@ func (s *scripted) Input(f Field) (string, error) {
 		if a := s.next(f.Title); a != "" {
 			v = a
 		}
+		if f.Syntax != nil && f.Syntax(v) != nil {
+			continue
+		}
 		if f.Check == nil || f.Check(v) == nil {
 			return v, nil
 		}
@@ -371,4 +376,68 @@ func x509ParseCSR(der []byte) ([]byte, error) {
 		return nil, err
 	}
 	return csr.RawSubjectPublicKeyInfo, nil
+}
+
+// The hub is reached through the proxy the form shows: a CONNECT proxy
+// that alone knows where "hub.example" is.
+func TestRunThroughProxy(t *testing.T) {
+	h := newFakeHub(t)
+	var mu sync.Mutex
+	connects := 0
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect || !strings.HasPrefix(r.Host, "hub.example:") {
+			http.Error(w, "want CONNECT hub.example", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		connects++
+		mu.Unlock()
+		up, err := net.Dial("tcp", h.addr())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			up.Close()
+			return
+		}
+		go func() { io.Copy(up, conn); up.Close() }()
+		io.Copy(conn, up)
+		conn.Close()
+	}))
+	t.Cleanup(proxy.Close)
+	_, port, _ := net.SplitHostPort(h.addr())
+	c := testConfig(t, h, fakeRoot(t, "eeeeeeee-2222-3333-4444-555555555555"))
+	c.Hub = "hub.example:" + port
+	// The fake hub's certificate names 127.0.0.1; the pinned TLS check is
+	// on the CA and the hub's fixed server name, not the address.
+	c.Proxy = Proxy{HTTPS: proxy.URL}
+	res, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatalf("through the proxy: %v %+v", err, res)
+	}
+	if connects < 2 || res.Proxy.HTTPS != proxy.URL {
+		t.Fatalf("%d CONNECTs, result proxy %+v", connects, res.Proxy)
+	}
+	c2 := testConfig(t, h, fakeRoot(t, "ffffffff-2222-3333-4444-555555555555"))
+	c2.Hub, c2.Proxy = "hub.example:"+port, Proxy{HTTPS: "http://127.0.0.1:1"}
+	if _, err := Run(context.Background(), c2); err == nil || !strings.Contains(err.Error(), "not reachable through https_proxy=http://127.0.0.1:1") {
+		t.Fatalf("dead proxy: %v", err)
+	}
+}
+
+func TestProxyFromEnv(t *testing.T) {
+	env := map[string]string{"https_proxy": "http://p:3128", "NO_PROXY": "10.0.0.0/8"}
+	p := ProxyFromEnv(func(k string) string { return env[k] })
+	if p.HTTPS != "http://p:3128" || p.NoProxy != "10.0.0.0/8" || !strings.Contains(p.String(), "https_proxy=http://p:3128") {
+		t.Fatalf("%+v", p)
+	}
+	if (Proxy{}).String() != "none (direct)" {
+		t.Fatal((Proxy{}).String())
+	}
+	if err := (Proxy{HTTPS: "p:3128"}).validate(); err == nil {
+		t.Fatal("a proxy without scheme accepted")
+	}
 }

@@ -109,7 +109,10 @@ type Field struct {
 	Description string
 	Value       string
 	Secret      bool
-	Check       func(string) error
+	// Syntax checks the value's form as it is typed (nil: any); Check
+	// then validates it, possibly over the network, after it is entered.
+	Syntax func(string) error
+	Check  func(string) error
 }
 
 // input gets one value: from the person when interactive, else the
@@ -117,6 +120,11 @@ type Field struct {
 func (c *Config) input(f Field) (string, error) {
 	if c.Prompter != nil {
 		return c.Prompter.Input(f)
+	}
+	if f.Syntax != nil {
+		if err := f.Syntax(f.Value); err != nil {
+			return "", err
+		}
 	}
 	if f.Check != nil {
 		if err := f.Check(f.Value); err != nil {
@@ -155,7 +163,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 		m.FreeBytes = statfsFree
 	}
 	if c.Prompter == nil && c.CAPin == "" {
-		return errors.New("onboard: --ca-pin sha256:… is required with --non-interactive (the hub's CA is never trusted unseen; tether ca pin on the hub prints it)")
+		return errors.New("onboard: --ca-pin sha256:… is required with --non-interactive (the hub's CA is never trusted unseen; `tether onboarding create -o json` prints it as ca_pin)")
 	}
 	pin := ""
 	if c.CAPin != "" {
@@ -173,12 +181,15 @@ func run(ctx context.Context, c *Config, res *Result) error {
 	if Failed(res.Checks) {
 		return ErrPrerequisites
 	}
+	fmt.Fprintln(c.Out)
+	WriteFacts(c.Out, res.Facts) // what the hub will be told, before anything is sent
+	fmt.Fprintln(c.Out)
 
 	// 2. Inputs, each validated before the next: proxy and hub (reached
 	// through the proxy: the CA fetch), the CA, then name, site, labels.
 	proxyText, err := c.input(Field{Title: "HTTPS proxy", Value: c.Proxy.HTTPS,
 		Description: "from the environment (HTTPS_PROXY); empty for a direct connection",
-		Check:       func(v string) error { p := c.Proxy; p.HTTPS = v; return p.validate() }})
+		Syntax:      func(v string) error { p := c.Proxy; p.HTTPS = v; return p.validate() }})
 	if err != nil {
 		return err
 	}
@@ -189,8 +200,9 @@ func run(ctx context.Context, c *Config, res *Result) error {
 			c.say("%s: try %d failed (%v); again in %s", step, n, err, wait.Round(100*time.Millisecond))
 		}}
 	var ca *CAResult
-	addr, err := c.input(Field{Title: "Hub address", Value: c.Hub,
+	if _, err := c.input(Field{Title: "Hub address", Value: c.Hub,
 		Description: "HOST[:PORT] of the hub's TLS port (default port 7443); reached through " + c.Proxy.String(),
+		Syntax:      func(v string) error { _, err := NormalizeHub(v); return err },
 		Check: func(v string) error {
 			a, err := NormalizeHub(v)
 			if err != nil {
@@ -201,11 +213,9 @@ func run(ctx context.Context, c *Config, res *Result) error {
 				return fmt.Errorf("hub %s not reachable through %s: %w", a, c.Proxy, err)
 			}
 			return nil
-		}})
-	if err != nil {
+		}}); err != nil {
 		return err
 	}
-	_ = addr
 	res.Hub = hub.Addr
 	res.CAFingerprint = ca.Fingerprint
 	skew := SkewCheck(ca.HubTime, time.Now())
@@ -221,7 +231,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 
 	name, err := c.input(Field{Title: "Node name", Value: c.Name,
 		Description: "empty: the hub derives it from the hostname (" + edge.DefaultName() + ")",
-		Check: func(v string) error {
+		Syntax: func(v string) error {
 			if v == "" {
 				return nil
 			}
@@ -231,7 +241,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 		return err
 	}
 	site, err := c.input(Field{Title: "Site", Value: c.Site, Description: "optional; becomes the label site=…",
-		Check: func(v string) error {
+		Syntax: func(v string) error {
 			if v == "" {
 				return nil
 			}
@@ -242,7 +252,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 	}
 	labelText, err := c.input(Field{Title: "Labels", Value: FormatLabels(c.Labels),
 		Description: "optional KEY=VALUE,… (the credential's labels win on conflict)",
-		Check:       func(v string) error { _, err := ParseLabels(v); return err }})
+		Syntax:      func(v string) error { _, err := ParseLabels(v); return err }})
 	if err != nil {
 		return err
 	}
@@ -295,7 +305,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 	for {
 		cred, err := c.input(Field{Title: "Onboarding credential", Value: c.Credential, Secret: true,
 			Description: "ID.SECRET from `tether onboarding create` (the hub's admin)",
-			Check:       checkCredential})
+			Syntax:      checkCredential})
 		if err != nil {
 			return err
 		}
@@ -377,7 +387,7 @@ func (c *Config) trustCA(ca *CAResult, pin string) error {
 		return nil
 	}
 	ok, err := c.Prompter.Confirm("Trust this hub CA?",
-		fmt.Sprintf("subject %s\nsha256:%s\ncompare it with the fingerprint the hub's admin gave you (tether ca pin)", ca.CA.Subject, ca.Fingerprint))
+		fmt.Sprintf("subject %s\nsha256:%s\ncompare it with the fingerprint the hub's admin gave you (ca_pin of `tether onboarding create -o json`)", ca.CA.Subject, ca.Fingerprint))
 	if err != nil {
 		return err
 	}

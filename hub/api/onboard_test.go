@@ -341,3 +341,111 @@ func TestOnboardCA(t *testing.T) {
 		t.Fatalf("%d %v %s", resp.StatusCode, err, b)
 	}
 }
+
+// Concurrent requests of one machine (a CLI retrying while its first
+// request is still under way) make one node and spend one use.
+func TestOnboardConcurrentRetries(t *testing.T) {
+	e := newOnboardEnv(t)
+	e.profile(store.OSProfile{Name: "debian-12", Distro: "debian", Version: "12"})
+	cred := e.credential("c", 10, time.Hour, nil)
+	m := newMachine(t, "machine-concurrent")
+	const n = 8
+	type result struct {
+		status int
+		resp   control.OnboardResponse
+		body   string
+	}
+	results := make(chan result, n)
+	for range n {
+		go func() {
+			b, _ := json.Marshal(m.request(cred, "c1"))
+			resp, err := http.Post(e.srv.URL+control.OnboardPath, "application/json", bytes.NewReader(b))
+			if err != nil {
+				results <- result{body: err.Error()}
+				return
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			var out control.OnboardResponse
+			_ = json.Unmarshal(body, &out)
+			results <- result{resp.StatusCode, out, string(body)}
+		}()
+	}
+	ids, created := map[string]bool{}, 0
+	for range n {
+		r := <-results
+		if r.status != http.StatusOK {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		ids[r.resp.NodeID] = true
+		if !r.resp.Existing {
+			created++
+		}
+	}
+	if len(ids) != 1 || created != 1 || e.usesLeft(cred) != 9 {
+		t.Fatalf("%d node ids, %d created, %d uses left; want 1, 1, 9", len(ids), created, e.usesLeft(cred))
+	}
+}
+
+// TestValidateOSProfile: a profile is refused, naming what is wrong,
+// before it is stored; a template with it.
+func TestValidateOSProfile(t *testing.T) {
+	good := OSProfileAddRequest{Name: "debian-12", Distro: "debian", Version: "12", Family: "debian"}
+	with := func(f func(*OSProfileAddRequest)) OSProfileAddRequest { r := good; f(&r); return r }
+	for _, tc := range []struct {
+		name string
+		req  OSProfileAddRequest
+		want string
+	}{
+		{"ok", good, ""},
+		{"ok with a template", with(func(r *OSProfileAddRequest) { r.CloudInit = "#cloud-config\nruncmd:\n  - [true]\n" }), ""},
+		{"bad name", with(func(r *OSProfileAddRequest) { r.Name = "Debian 12" }), "invalid name"},
+		{"no distro", with(func(r *OSProfileAddRequest) { r.Distro = "" }), "--distro is required"},
+		{"no version", with(func(r *OSProfileAddRequest) { r.Version = "" }), "--version is required"},
+		{"odd version", with(func(r *OSProfileAddRequest) { r.Version = "12 bookworm" }), "want what os-release says"},
+		{"template does not parse", with(func(r *OSProfileAddRequest) { r.CloudInit = "#cloud-config\n{{ if }}" }), "template:"},
+		{"template names no such field", with(func(r *OSProfileAddRequest) { r.CloudInit = "#cloud-config\n# {{.Password}}\n" }), "can't evaluate field Password"},
+		{"not cloud-config", with(func(r *OSProfileAddRequest) { r.CloudInit = "#!/bin/sh\ncurl x | sh\n" }), `first line must be "#cloud-config"`},
+		{"not YAML", with(func(r *OSProfileAddRequest) { r.CloudInit = "#cloud-config\nwrite_files: [\n" }), "user-data"},
+		{"another module", with(func(r *OSProfileAddRequest) { r.CloudInit = "#cloud-config\nusers: [{name: x}]\n" }), "field users not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := validateOSProfile(tc.req)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || statusOf(err) != http.StatusBadRequest {
+				t.Fatalf("got %v (status %d), want 400 containing %q", err, statusOf(err), tc.want)
+			}
+		})
+	}
+}
+
+// A body over control.MaxOnboardRequest, or one that is not the request,
+// is refused before anything is read from the store, and audited.
+func TestOnboardBodyBounded(t *testing.T) {
+	e := newOnboardEnv(t)
+	for _, tc := range []struct{ name, body, want string }{
+		{"too large", `{"credential":"` + strings.Repeat("a", control.MaxOnboardRequest) + `"}`, "too large"},
+		{"unknown field", `{"credential":"x","role":"admin"}`, "unknown field"},
+		{"not json", `hello`, "invalid request body"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := http.Post(e.srv.URL+control.OnboardPath, "application/json", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), tc.want) {
+				t.Fatalf("%d %s; want 400 containing %q", resp.StatusCode, b, tc.want)
+			}
+			if a := e.lastAudit(); !strings.Contains(a.Detail, "reason=invalid") {
+				t.Fatalf("audit %+v", a)
+			}
+		})
+	}
+}

@@ -51,7 +51,7 @@ const (
 // version (VERSION_ID) whose ID_LIKE is idLike: the profile with that
 // distro and version; else one whose family is the machine's distro or
 // one of the ID_LIKE words (a profile of the machine's own distro first,
-// then by name). The error lists the profiles that exist.
+// its newest version first; then by name). The error lists the profiles that exist.
 func Match(profiles []store.OSProfile, distro, version, idLike string) (store.OSProfile, string, error) {
 	for _, p := range profiles {
 		if p.Distro == distro && p.Version == version && distro != "" {
@@ -72,6 +72,11 @@ func Match(profiles []store.OSProfile, distro, version, idLike string) (store.OS
 			}
 			return 1
 		}
+		if a.Distro == distro && b.Distro == distro {
+			if c := compareVersions(b.Version, a.Version); c != 0 {
+				return c // the newest release of the machine's own distro
+			}
+		}
 		return strings.Compare(a.Name, b.Name)
 	})
 	if len(fits) > 0 {
@@ -91,6 +96,26 @@ func Match(profiles []store.OSProfile, distro, version, idLike string) (store.OS
 	}
 	return store.OSProfile{}, "", fmt.Errorf("%w: %q version %q (ID_LIKE %q) matches no profile by distro and version, nor by family; %s. Add one with `tether osprofile add NAME --distro %s --version %s`",
 		ErrNoProfile, distro, version, idLike, list, orDash(distro), orDash(version))
+}
+
+// compareVersions compares dotted versions part by part, numerically where
+// both parts are numbers ("9" < "10", "22.04" < "24.04").
+func compareVersions(a, b string) int {
+	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(pa) && i < len(pb); i++ {
+		na, errA := strconv.Atoi(pa[i])
+		nb, errB := strconv.Atoi(pb[i])
+		var c int
+		if errA == nil && errB == nil {
+			c = na - nb
+		} else {
+			c = strings.Compare(pa[i], pb[i])
+		}
+		if c != 0 {
+			return c
+		}
+	}
+	return len(pa) - len(pb)
 }
 
 func orDash(s string) string {
@@ -163,13 +188,28 @@ func Render(text string, d Data) (string, error) {
 		return "", err
 	}
 	var out bytes.Buffer
-	if err := t.Execute(&out, d); err != nil {
+	if err := t.Execute(&limitWriter{w: &out, left: control.MaxUserData}, d); err != nil {
 		return "", fmt.Errorf("onboard: render template: %w", err)
 	}
 	if _, err := control.ParseUserData(out.String()); err != nil {
 		return "", fmt.Errorf("onboard: rendered template is not valid onboarding user-data: %w", err)
 	}
 	return out.String(), nil
+}
+
+// limitWriter fails once more than left bytes are written, so that a
+// template looping without end stops at the size user-data may have.
+type limitWriter struct {
+	w    *bytes.Buffer
+	left int
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if len(p) > l.left {
+		return 0, fmt.Errorf("output larger than %d bytes", control.MaxUserData)
+	}
+	l.left -= len(p)
+	return l.w.Write(p)
 }
 
 // Validate checks a template before it is stored: it parses, renders with
