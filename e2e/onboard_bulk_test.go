@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -157,6 +158,22 @@ func runBulk(t *testing.T, args ...string) (map[int]bulkResult, string, int, tim
 		byLine[r.Line] = r
 	}
 	return byLine, e.String(), code, took
+}
+
+// failedRows are the rows that did not end onboarded, for messages.
+func failedRows(rows map[int]bulkResult) []bulkResult {
+	var out []bulkResult
+	for _, r := range rows {
+		if r.Status == "failed" {
+			// A supervised agent that died: its log says why.
+			if m := regexp.MustCompile(`see (\S+agent\.log)`).FindStringSubmatch(r.Error); m != nil {
+				b, _ := os.ReadFile(m[1])
+				r.Error += "\n---- agent.log ----\n" + string(b)
+			}
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // bulkFleet is a hub, an onboarding credential, n fake machines behind
@@ -379,7 +396,7 @@ func TestOnboardBulkScale(t *testing.T) {
 	rows, errOut, code, took := f.run(t, 20)
 	t.Logf("bulk onboarding of %d hosts, --parallel 20: %v", n, took.Round(10*time.Millisecond))
 	if code != 0 || len(rows) != n {
-		t.Fatalf("exit %d, %d rows\n%s", code, len(rows), errOut)
+		t.Fatalf("exit %d, %d rows\n%s\nfailed: %v", code, len(rows), errOut, failedRows(rows))
 	}
 	f.checkOnline(t, f.hosts)
 	_, _, code, took = f.run(t, 20)

@@ -144,9 +144,10 @@ func (a *Applier) Supervise() (pid int, started bool, err error) {
 }
 
 // agentAlive reports whether pid is a running tether-edge agent (not a
-// recycled pid of something else, not a zombie).
+// recycled pid of something else, not a zombie): for a pid read from
+// agent.pid, which may be long gone.
 func agentAlive(pid int) bool {
-	if pid <= 0 || syscall.Kill(pid, 0) != nil {
+	if !processRunning(pid) {
 		return false
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
@@ -154,7 +155,17 @@ func agentAlive(pid int) bool {
 		return false
 	}
 	argv := strings.Split(string(b), "\x00")
-	if len(argv) < 2 || !strings.Contains(filepath.Base(argv[0]), "tether-edge") || argv[1] != "run" {
+	return len(argv) >= 2 && strings.Contains(filepath.Base(argv[0]), "tether-edge") && argv[1] == "run"
+}
+
+// processRunning reports whether pid exists and is not a zombie. It is how
+// WaitConnected watches the agent Supervise has just started: that
+// process's /proc/PID/cmdline can still be empty for a moment after Start
+// returns (the kernel closes the close-on-exec pipe Start waits on before
+// it sets up the new program's arguments), which agentAlive would take for
+// an exited agent.
+func processRunning(pid int) bool {
+	if pid <= 0 || syscall.Kill(pid, 0) != nil {
 		return false
 	}
 	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -203,7 +214,7 @@ func WaitConnected(ctx context.Context, stateDir string, pid int) (edge.Status, 
 				}
 			}
 		}
-		if pid != 0 && !agentAlive(pid) {
+		if pid != 0 && !processRunning(pid) {
 			return st, fmt.Errorf("%w: the agent (pid %d) exited; see %s", ErrAgentFailed, pid, filepath.Join(stateDir, "agent.log"))
 		}
 		select {
