@@ -147,4 +147,3 @@ func TestKubeOneClusters(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
