@@ -29,10 +29,10 @@ type Live interface {
 	// Bastion is the hub's SSH endpoint and exactly what it presents (its
 	// host certificate's wire form).
 	Bastion() (Bastion, error)
-	// HostKey is the wire form of what node nodeID's SSH server presents
-	// now (its hub-signed host certificate); ok is false while the node
-	// is not connected or reported no host key.
-	HostKey(nodeID string) (key []byte, ok bool)
+	// HostKey is the wire form of what node n's SSH server presents now
+	// (its hub-signed host certificate); ok is false while the node is not
+	// connected or reported no host key.
+	HostKey(n store.Node) (key []byte, ok bool)
 }
 
 // SignFunc signs a user certificate (the hub's user CA).
@@ -340,7 +340,7 @@ func (s *Service) Manifest(ctx context.Context, name string, o ManifestOptions) 
 	}
 	keys := map[string][]byte{}
 	for _, m := range c.Members {
-		if k, ok := s.cfg.Live.HostKey(m.NodeID); ok {
+		if k, ok := s.cfg.Live.HostKey(m.Node); ok {
 			keys[m.NodeID] = k
 		}
 	}
