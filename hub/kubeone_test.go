@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	gossh "golang.org/x/crypto/ssh"
 	"go.yaml.in/yaml/v3"
+	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/edge"
 	"github.com/tether-dev/tether/hub/api"
