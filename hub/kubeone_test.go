@@ -347,3 +347,86 @@ func TestKubeOneKeyFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestKubeOneAPI: the KubeOne endpoints answer with the right status and a
+// message that names the problem, are for admins only, are audited, and
+// status shows each member's tunnel.
+func TestKubeOneAPI(t *testing.T) {
+	s, c := testHub(t)
+	ctx := context.Background()
+	startAgents(t, s, c, "n1", "n2", "n3")
+	joinNode(t, c, "off") // registered, never connected
+	joinNode(t, c, "rev")
+	if _, err := c.RevokeNode(ctx, "rev"); err != nil {
+		t.Fatal(err)
+	}
+	spec := func(cp ...string) kubeone.Spec { return kubeone.Spec{Name: "k", ControlPlane: cp, Kubernetes: "1.30.5"} }
+	cl, err := c.CreateKubeOne(ctx, spec("n1", "n2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cl.Warnings) != 1 || !strings.Contains(cl.Warnings[0], "2 control-plane nodes") {
+		t.Errorf("warnings %q, want the even control plane's", cl.Warnings)
+	}
+	for _, tc := range []struct {
+		name   string
+		call   func() error
+		status int
+		says   string
+	}{
+		{"name taken", func() error { _, err := c.CreateKubeOne(ctx, spec("n3")); return err }, 409, `a KubeOne cluster named "k" exists`},
+		{"member elsewhere", func() error { s := spec("n2"); s.Name = "j"; _, err := c.CreateKubeOne(ctx, s); return err }, 400, `node "n2" is already a member of KubeOne cluster "k"`},
+		{"unknown node", func() error { s := spec("nope"); s.Name = "j"; _, err := c.CreateKubeOne(ctx, s); return err }, 400, `no node named "nope"`},
+		{"revoked node", func() error { s := spec("rev"); s.Name = "j"; _, err := c.CreateKubeOne(ctx, s); return err }, 400, `node "rev" is revoked`},
+		{"bad version", func() error { s := spec("n3"); s.Name, s.Kubernetes = "j", "1.20.1"; _, err := c.CreateKubeOne(ctx, s); return err }, 400, "KubeOne installs Kubernetes 1.29 to 1.33"},
+		{"no such cluster", func() error { _, err := c.KubeOneStatus(ctx, "nope"); return err }, 404, `no KubeOne cluster named "nope"`},
+		{"bad bastion", func() error { _, err := c.KubeOneManifest(ctx, "k", "a b:1"); return err }, 400, "want HOST or HOST:PORT"},
+		{"member offline", func() error {
+			if _, err := c.SetKubeOneMembers(ctx, "k", api.KubeOneMembersRequest{ControlPlane: []string{"n1"}, Workers: []string{"off"}}); err != nil {
+				return err
+			}
+			_, err := c.KubeOneManifest(ctx, "k", "")
+			return err
+		}, 409, `member "off" is not connected`},
+	} {
+		err := tc.call()
+		wantStatus(t, tc.name, err, tc.status)
+		if !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %q does not say %q", tc.name, err, tc.says)
+		}
+	}
+
+	st, err := c.KubeOneStatus(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.MembersUp != 1 || len(st.Members) != 2 || !st.Members[0].Online || st.Members[0].Transport != "tcp" || st.Members[1].Online || st.Members[1].Role != "worker" {
+		t.Errorf("status %+v", st)
+	}
+	m, err := c.KubeOneManifest(ctx, "k", "hub.example.net:2022")
+	if err == nil || !strings.Contains(err.Error(), "off") {
+		t.Fatalf("manifest with an offline member: %v, %q", err, m)
+	}
+	if _, err := c.SetKubeOneMembers(ctx, "k", api.KubeOneMembersRequest{ControlPlane: []string{"n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err = c.KubeOneManifest(ctx, "k", "hub.example.net:2022"); err != nil || !strings.Contains(m, "bastion: hub.example.net\n") || !strings.Contains(m, "bastionPort: 2022\n") {
+		t.Errorf("manifest with --bastion: %v\n%s", err, m)
+	}
+
+	// Admins only: an operator's API identity is refused.
+	aliceKey := addOperator(t, c, "alice", "all")
+	alice := operatorClient(t, s, "alice", aliceKey)
+	_, err = alice.ListKubeOne(ctx)
+	wantStatus(t, "operator lists KubeOne clusters", err, 403)
+	_, err = alice.KubeOneManifest(ctx, "k", "")
+	wantStatus(t, "operator reads a manifest", err, 403)
+
+	if _, err := c.DeleteKubeOne(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"kubeone_create", "kubeone_members", "kubeone_delete"} {
+		waitAudit(t, c, kind, func(e api.AuditEvent) bool { return e.Kind == kind && e.Result == "ok" && strings.Contains(e.Detail, "cluster k") })
+	}
+	waitAudit(t, c, "refused create", func(e api.AuditEvent) bool { return e.Kind == "kubeone_create" && e.Result == "refused" })
+}

@@ -14,7 +14,9 @@ import (
 // names the problem and the rule, and an even control plane passes with a
 // warning.
 func TestSpecCheck(t *testing.T) {
-	ok := func() Spec { return Spec{Name: "edge1", ControlPlane: []string{"n1", "n2", "n3"}, Workers: []string{"n4"}, Kubernetes: "1.30.5"} }
+	ok := func() Spec {
+		return Spec{Name: "edge1", ControlPlane: []string{"n1", "n2", "n3"}, Workers: []string{"n4"}, Kubernetes: "1.30.5"}
+	}
 	cases := []struct {
 		name    string
 		change  func(*Spec)

@@ -162,12 +162,12 @@ func marshalOrdered(doc map[string]any) ([]byte, error) {
 
 func host(in RenderInput, m store.KubeOneMember) (map[string]any, error) {
 	name := m.Node.Name
-	if m.Node.Facts.Address == "" {
-		return nil, fmt.Errorf("%w: member %q has not reported its address (its agent reports it in every hello: connect it once with a current agent)", ErrConflict, name)
-	}
 	key := in.HostKeys[m.NodeID]
 	if len(key) == 0 {
 		return nil, fmt.Errorf("%w: member %q is not connected, so the host key it presents is not known; the manifest pins every host key, so connect it and try again", ErrConflict, name)
+	}
+	if m.Node.Facts.Address == "" {
+		return nil, fmt.Errorf("%w: member %q has not reported its address (its agent reports it in every hello: connect it once with a current agent)", ErrConflict, name)
 	}
 	h := map[string]any{
 		"publicAddress":        name,
