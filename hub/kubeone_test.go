@@ -360,7 +360,9 @@ func TestKubeOneAPI(t *testing.T) {
 	if _, err := c.RevokeNode(ctx, "rev"); err != nil {
 		t.Fatal(err)
 	}
-	spec := func(cp ...string) kubeone.Spec { return kubeone.Spec{Name: "k", ControlPlane: cp, Kubernetes: "1.30.5"} }
+	spec := func(cp ...string) kubeone.Spec {
+		return kubeone.Spec{Name: "k", ControlPlane: cp, Kubernetes: "1.30.5"}
+	}
 	cl, err := c.CreateKubeOne(ctx, spec("n1", "n2"))
 	if err != nil {
 		t.Fatal(err)
@@ -378,7 +380,12 @@ func TestKubeOneAPI(t *testing.T) {
 		{"member elsewhere", func() error { s := spec("n2"); s.Name = "j"; _, err := c.CreateKubeOne(ctx, s); return err }, 400, `node "n2" is already a member of KubeOne cluster "k"`},
 		{"unknown node", func() error { s := spec("nope"); s.Name = "j"; _, err := c.CreateKubeOne(ctx, s); return err }, 400, `no node named "nope"`},
 		{"revoked node", func() error { s := spec("rev"); s.Name = "j"; _, err := c.CreateKubeOne(ctx, s); return err }, 400, `node "rev" is revoked`},
-		{"bad version", func() error { s := spec("n3"); s.Name, s.Kubernetes = "j", "1.20.1"; _, err := c.CreateKubeOne(ctx, s); return err }, 400, "KubeOne installs Kubernetes 1.29 to 1.33"},
+		{"bad version", func() error {
+			s := spec("n3")
+			s.Name, s.Kubernetes = "j", "1.20.1"
+			_, err := c.CreateKubeOne(ctx, s)
+			return err
+		}, 400, "KubeOne installs Kubernetes 1.29 to 1.33"},
 		{"no such cluster", func() error { _, err := c.KubeOneStatus(ctx, "nope"); return err }, 404, `no KubeOne cluster named "nope"`},
 		{"bad bastion", func() error { _, err := c.KubeOneManifest(ctx, "k", "a b:1"); return err }, 400, "want HOST or HOST:PORT"},
 		{"member offline", func() error {
@@ -426,7 +433,9 @@ func TestKubeOneAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, kind := range []string{"kubeone_create", "kubeone_members", "kubeone_delete"} {
-		waitAudit(t, c, kind, func(e api.AuditEvent) bool { return e.Kind == kind && e.Result == "ok" && strings.Contains(e.Detail, "cluster k") })
+		waitAudit(t, c, kind, func(e api.AuditEvent) bool {
+			return e.Kind == kind && e.Result == "ok" && strings.Contains(e.Detail, "cluster k")
+		})
 	}
 	waitAudit(t, c, "refused create", func(e api.AuditEvent) bool { return e.Kind == "kubeone_create" && e.Result == "refused" })
 }
