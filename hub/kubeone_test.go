@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -409,6 +410,9 @@ func TestKubeOneAPI(t *testing.T) {
 	if st.MembersUp != 1 || len(st.Members) != 2 || !st.Members[0].Online || st.Members[0].Transport != "tcp" || st.Members[1].Online || st.Members[1].Role != "worker" {
 		t.Errorf("status %+v", st)
 	}
+	if got := kubeoneMembersMetric(t, s, "k"); got != "control-plane/up=1 worker/down=1" {
+		t.Errorf("tether_kubeone_members: %s", got)
+	}
 	m, err := c.KubeOneManifest(ctx, "k", "hub.example.net:2022")
 	if err == nil || !strings.Contains(err.Error(), "off") {
 		t.Fatalf("manifest with an offline member: %v, %q", err, m)
@@ -510,4 +514,31 @@ func TestKubeOneManagedSSHD(t *testing.T) {
 		err := kc.viaOperator(t, s, op, "m1")
 		return err != nil && !strings.HasPrefix(err.Error(), "partly")
 	})
+}
+
+// kubeoneMembersMetric is cluster's non-zero tether_kubeone_members
+// series as "role/tunnel=N", sorted.
+func kubeoneMembersMetric(t *testing.T, s *Server, cluster string) string {
+	t.Helper()
+	mfs, err := s.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, mf := range mfs {
+		if mf.GetName() != "tether_kubeone_members" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["cluster"] == cluster && m.GetGauge().GetValue() > 0 {
+				out = append(out, fmt.Sprintf("%s/%s=%g", l["role"], l["tunnel"], m.GetGauge().GetValue()))
+			}
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
 }

@@ -126,6 +126,10 @@ func (s *Server) Run(ctx context.Context) error {
 		SignUser: s.userCA.SignUser, AccessChanged: s.accessChanged, Logger: s.log.With("component", "kubeone")}); err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
+	if err := s.metrics.Registry.Register(s.kubeone.Collector()); err != nil {
+		return fmt.Errorf("hub: KubeOne metrics: %w", err)
+	}
+	defer s.metrics.Registry.Unregister(s.kubeone.Collector())
 
 	var serving atomic.Bool // every listener is up and hub.json written
 	httpSrv := &http.Server{
