@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -65,6 +66,12 @@ func (c *Config) CheckAndSetDefaults() error {
 	if c.Store == nil || c.DataDir == "" || c.Live == nil || c.SignUser == nil {
 		return errors.New("kubeone: Store, DataDir, Live and SignUser are required")
 	}
+	// The manifest names the key files; kubeone may run in any directory.
+	abs, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return fmt.Errorf("kubeone: data dir: %w", err)
+	}
+	c.DataDir = abs
 	if c.CertTTL <= 0 {
 		c.CertTTL = 24 * time.Hour
 	}
