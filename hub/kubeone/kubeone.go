@@ -25,12 +25,27 @@
 //     [Service.List] return [Cluster] views; [Service.Load] returns the
 //     stored record with its members and their nodes.
 //   - [Service.Manifest] renders a cluster's manifest with the host keys
-//     presented right now, and re-issues the cluster's certificate (file
-//     [CertPath]); [Render] is the pure function under it.
-//   - [PrivateKeyPath] and [CertPath] name the cluster's key files.
+//     presented right now (so call it right before running kubeone; see
+//     the note on pinning in manifest.go), and re-issues the cluster's
+//     user certificate first written to [Service.CertPath];
+//     [ManifestOptions] name another bastion address or other key/cert
+//     file paths (copies in a job's private directory). [Render] is the
+//     pure function under it.
+//   - [Service.PrivateKeyPath] and [Service.CertPath] (absolute), or
+//     [PrivateKeyPath] and [CertPath] for a given data dir, name the
+//     cluster's key files.
 //   - [Service.Status] is the cluster's members with their tunnels; its
 //     LastApply comes from the store ([store.KubeOneStore.SetKubeOneStatus]),
 //     its Kube from [Config.KubeHealth].
+//   - [Service.Collector] exports tether_kubeone_clusters and
+//     tether_kubeone_members.
+//
+// KubeOne with this manifest: it dials the bastion as the cluster's
+// bastion user, authenticating with the certificate (sshCertFile; with a
+// certificate set KubeOne offers nothing else, to the bastion too), then
+// each node through a direct-tcpip channel. KubeOne's default
+// sshAgentSocket is env:SSH_AUTH_SOCK: a job running it should unset
+// SSH_AUTH_SOCK so that no other key is offered.
 package kubeone
 
 import (

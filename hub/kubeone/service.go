@@ -1,6 +1,7 @@
 package kubeone
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -318,6 +319,13 @@ func (s *Service) Delete(ctx context.Context, name string) (Cluster, error) {
 	return View(c), nil
 }
 
+// PrivateKeyPath is the cluster's private key file (absolute).
+func (s *Service) PrivateKeyPath(cluster string) string { return PrivateKeyPath(s.cfg.DataDir, cluster) }
+
+// CertPath is the cluster's certificate file (absolute), re-issued by
+// every Manifest.
+func (s *Service) CertPath(cluster string) string { return CertPath(s.cfg.DataDir, cluster) }
+
 // ManifestOptions adjust a rendered manifest.
 type ManifestOptions struct {
 	// BastionHost, if set, replaces the bastion's host name in the
@@ -325,6 +333,10 @@ type ManifestOptions struct {
 	// key pinned stays the bastion's.
 	BastionHost string
 	BastionPort int
+	// KeyFile and CertFile, if set, are what sshPrivateKeyFile and
+	// sshCertFile name instead of the files in the data dir (a job that
+	// copies both into a private directory of its own).
+	KeyFile, CertFile string
 }
 
 // Manifest renders the cluster's manifest with the host keys presented
@@ -351,7 +363,7 @@ func (s *Service) Manifest(ctx context.Context, name string, o ManifestOptions) 
 			keys[m.NodeID] = k
 		}
 	}
-	in := RenderInput{Cluster: c, Bastion: b, HostKeys: keys, KeyFile: PrivateKeyPath(s.cfg.DataDir, name), CertFile: CertPath(s.cfg.DataDir, name)}
+	in := RenderInput{Cluster: c, Bastion: b, HostKeys: keys, KeyFile: cmp.Or(o.KeyFile, s.PrivateKeyPath(name)), CertFile: cmp.Or(o.CertFile, s.CertPath(name))}
 	out, err := Render(in)
 	if err != nil {
 		return nil, err
