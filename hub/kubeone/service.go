@@ -320,7 +320,9 @@ func (s *Service) Delete(ctx context.Context, name string) (Cluster, error) {
 }
 
 // PrivateKeyPath is the cluster's private key file (absolute).
-func (s *Service) PrivateKeyPath(cluster string) string { return PrivateKeyPath(s.cfg.DataDir, cluster) }
+func (s *Service) PrivateKeyPath(cluster string) string {
+	return PrivateKeyPath(s.cfg.DataDir, cluster)
+}
 
 // CertPath is the cluster's certificate file (absolute), re-issued by
 // every Manifest.
