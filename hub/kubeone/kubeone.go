@@ -41,10 +41,11 @@
 //     tether_kubeone_members.
 //
 // KubeOne with this manifest: it dials the bastion as the cluster's
-// bastion user, authenticating with the certificate (sshCertFile; with a
-// certificate set KubeOne offers nothing else, to the bastion too), then
-// each node through a direct-tcpip channel. KubeOne's default
-// sshAgentSocket is env:SSH_AUTH_SOCK: a job running it should unset
+// bastion user, authenticating with the certificate (sshCertFile: with a
+// certificate KubeOne offers it instead of the plain key, to the bastion
+// too, which accepts either), then each node through a direct-tcpip
+// channel. KubeOne's default sshAgentSocket is env:SSH_AUTH_SOCK, whose
+// keys it offers after the certificate: a job running it should unset
 // SSH_AUTH_SOCK so that no other key is offered.
 package kubeone
 
