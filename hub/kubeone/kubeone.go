@@ -256,10 +256,12 @@ func checkJSONable(v any, path string) error {
 }
 
 // ResolveMembers turns member names into members by node ID, checking
-// each against the registered nodes (by name) and the other clusters'
+// each against the registered nodes (by name), the other clusters'
 // members (memberOf: node ID → cluster name; cluster's own members are
-// free to stay). Every problem is reported, not only the first.
-func ResolveMembers(cluster string, controlPlane, workers []string, byName map[string]store.Node, memberOf map[string]string) ([]store.KubeOneMember, error) {
+// free to stay) and the nodes with a Kubernetes engine of the cluster
+// state machine (engineOf: node ID → engine; two Kubernetes on one node
+// break both). Every problem is reported, not only the first.
+func ResolveMembers(cluster string, controlPlane, workers []string, byName map[string]store.Node, memberOf, engineOf map[string]string) ([]store.KubeOneMember, error) {
 	var errs []error
 	var out []store.KubeOneMember
 	add := func(names []string, role string) {
@@ -272,6 +274,8 @@ func ResolveMembers(cluster string, controlPlane, workers []string, byName map[s
 				errs = append(errs, invalidf("node %q is revoked: it can never be a cluster member", name))
 			case memberOf[n.ID] != "" && memberOf[n.ID] != cluster:
 				errs = append(errs, invalidf("node %q is already a member of KubeOne cluster %q (a node is in one cluster at most)", name, memberOf[n.ID]))
+			case engineOf[n.ID] != "":
+				errs = append(errs, invalidf("node %q has the %s engine of `tether cluster` (see `tether cluster status`): deregister it first", name, engineOf[n.ID]))
 			default:
 				out = append(out, store.KubeOneMember{NodeID: n.ID, Role: role, Node: n})
 			}

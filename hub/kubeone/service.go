@@ -18,12 +18,14 @@ import (
 
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/store"
+	machine "github.com/tether-dev/tether/provisioners/cluster"
 )
 
 // Store is the part of the hub's store the service uses.
 type Store interface {
 	store.KubeOneStore
 	ListNodes(ctx context.Context) ([]store.Node, error)
+	ListClusterMembers(ctx context.Context) ([]store.ClusterMember, error)
 }
 
 // Live is what only the running hub knows.
@@ -174,7 +176,17 @@ func (s *Service) members(ctx context.Context, cluster string, controlPlane, wor
 			memberOf[m.NodeID] = c.Name
 		}
 	}
-	return ResolveMembers(cluster, controlPlane, workers, byName, memberOf)
+	engines, err := s.cfg.Store.ListClusterMembers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	engineOf := map[string]string{}
+	for _, m := range engines {
+		if m.Desired != string(machine.DesiredInactive) || m.State != string(machine.StateInactive) {
+			engineOf[m.NodeID] = m.Engine
+		}
+	}
+	return ResolveMembers(cluster, controlPlane, workers, byName, memberOf, engineOf)
 }
 
 // Create makes a cluster: checks spec, makes its key pair, stores it, and
