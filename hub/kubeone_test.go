@@ -253,6 +253,17 @@ func TestKubeOneIdentityReachesItsMembersOnly(t *testing.T) {
 	if err := a.viaOperator(t, s, op, "n1"); err != nil {
 		t.Fatalf("member n1 via an operator's jump: %v", err)
 	}
+	// Another login on a member is the node's refusal, audited in the
+	// identity's name.
+	other := a
+	other.login = "not-" + login
+	other.signer = a.plain
+	if err := other.reach("n1"); err == nil {
+		t.Fatalf("n1 let cluster a's key in as %s", other.login)
+	}
+	waitAudit(t, c, "the refused login of a's key", func(e api.AuditEvent) bool {
+		return e.Kind == "login_refused" && e.Node == "n1" && e.Operator == "kubeone-a"
+	})
 	for _, tc := range []struct {
 		id   kubeoneClient
 		who  string
