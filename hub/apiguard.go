@@ -18,15 +18,16 @@ import (
 	"github.com/tether-dev/tether/tunnel/control"
 )
 
-// guardAPI wraps the API handler. Join requests are rate limited per source
-// (failed ones count; a source that failed too often gets 429 with
-// Retry-After until it may try again) and every failed join is audited
-// (refused tokens are audited by the join handler itself). On the other
+// guardAPI wraps the API handler. Join and onboarding requests are rate
+// limited per source, together (failed ones count; a source that failed too
+// often gets 429 with Retry-After until it may try again) and every failed
+// join is audited (refused tokens are audited by the join handler itself,
+// every failed onboarding by the onboarding handler). On the other
 // endpoints, a refused credential (401, 403) or a rejected change (4xx on
 // anything but GET) is audited, at most a burst per source.
 func (s *Server) guardAPI(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.URL.Path == control.JoinPath {
+		if r.Method == http.MethodPost && (r.URL.Path == control.JoinPath || r.URL.Path == control.OnboardPath) {
 			s.guardJoin(next, w, r)
 			return
 		}
@@ -49,9 +50,13 @@ func (s *Server) guardJoin(next http.Handler, w http.ResponseWriter, r *http.Req
 	attempt, retry := s.guard.join.Begin(src)
 	if attempt == nil {
 		s.guard.rateLimited.WithLabelValues("join").Inc()
-		msg := fmt.Sprintf("join refused: too many failed join attempts from %s; try again in %s", src, retry.Round(time.Second))
+		what, attempts := "join", "join"
+		if r.URL.Path == control.OnboardPath {
+			what, attempts = "onboard", "onboarding or join"
+		}
+		msg := fmt.Sprintf("%s refused: too many failed %s attempts from %s; try again in %s", what, attempts, src, retry.Round(time.Second))
 		if rf := s.guard.join.Refused(src); rf.Report {
-			s.audit(store.AuditEvent{At: time.Now(), Kind: "join", Remote: r.RemoteAddr, Result: "rate_limited", Detail: withSuppressed(msg, rf.Suppressed)})
+			s.audit(store.AuditEvent{At: time.Now(), Kind: what, Remote: r.RemoteAddr, Result: "rate_limited", Detail: withSuppressed(msg, rf.Suppressed)})
 			s.log.Warn("join attempts rate limited", "remote", r.RemoteAddr, "retry_in", retry)
 		}
 		w.Header().Set("Retry-After", strconv.Itoa(int(retry.Round(time.Second)/time.Second)))
@@ -72,8 +77,8 @@ func (s *Server) guardJoin(next http.Handler, w http.ResponseWriter, r *http.Req
 	if failed = rec.status >= 400 && rec.status < 500; rec.status < 400 {
 		return
 	}
-	if errors.Is(outcome.Err(), api.ErrJoinRefused) {
-		return // audited by the join handler with the token id
+	if errors.Is(outcome.Err(), api.ErrJoinRefused) || errors.Is(outcome.Err(), api.ErrOnboardRefused) {
+		return // audited by the join or onboarding handler with the token or credential id
 	}
 	var e control.ErrorResponse
 	_ = json.Unmarshal(rec.body.Bytes(), &e)

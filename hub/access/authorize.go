@@ -41,7 +41,29 @@ type Caller struct {
 	Admin    bool
 	Role     string // the API token's role; unused for the admin
 	Operator string // the operator's name, for an operator's API identity
-	Name     string // for audit: "admin", "apitoken:ID", "operator:NAME"
+	Name     string // for audit: "admin", "apitoken:ID", "operator:NAME", "onboarding:ID"
+	// Onboarding is set for an onboarding credential: it carries
+	// RoleOnboarder and nothing else (see AuthorizeOnboard).
+	Onboarding bool
+}
+
+// RoleOnboarder is the built-in permission of onboarding credentials
+// (`tether onboarding create --role onboarder`): create one node per
+// machine through the onboarding endpoint, and nothing else. It is not a
+// stored role: it selects no node, so it lists, jumps to and runs jobs on
+// none, and no API token or operator can hold it.
+const RoleOnboarder = "onboarder"
+
+// AuthorizeOnboard decides whether c may create a node for a machine: only
+// an onboarding credential carrying RoleOnboarder may. That it is one node
+// per machine is the store's (the machine binding); everything else an
+// onboarding caller asks is denied below, since it has no role the
+// snapshot knows, no operator name and is not the admin.
+func (d *Door) AuthorizeOnboard(c Caller) error {
+	if !c.Onboarding || c.Role != RoleOnboarder || c.Admin || c.Operator != "" {
+		return refuse(ErrDenied, "%s may not onboard machines: only an onboarding credential (`tether onboarding create --role %s`) may", c.Name, RoleOnboarder)
+	}
+	return nil
 }
 
 // KubeOne clusters' identities. Each cluster has one SSH key (made by the
@@ -207,6 +229,9 @@ func (d *Door) AuthorizeLiveJump(operator string, key gossh.PublicKey, n store.N
 // node's provisioning login: the admin may run anywhere; an API token's
 // role must select the node and allow that login.
 func (d *Door) AuthorizeJob(c Caller, n store.Node) error {
+	if c.Onboarding {
+		return refuse(ErrDenied, "%s is an onboarding credential: it may only onboard machines", c.Name)
+	}
 	if c.Admin {
 		return nil
 	}
@@ -228,6 +253,8 @@ func (d *Door) AuthorizeJob(c Caller, n store.Node) error {
 // about itself never decide who sees or reaches it.
 func (d *Door) AuthorizeList(c Caller, n store.Node) error {
 	switch {
+	case c.Onboarding:
+		return refuse(ErrDenied, "%s is an onboarding credential: it may only onboard machines", c.Name)
 	case c.Admin:
 		return nil
 	case c.Operator != "":

@@ -35,6 +35,8 @@ func FuzzRequestBodies(f *testing.F) {
 		`{"role":"ops","ttl_seconds":86400}`,
 		`{"name":"edge1","control_plane":["n1","n2","n3"],"workers":["n4"],"kubernetes":"1.30.5","cni":"canal","manifest_extra":"features: {}"}`,
 		`{"control_plane":["n1"],"workers":["n1"]}`,
+		`{"name":"berlin","role":"onboarder","uses":50,"ttl_seconds":604800,"labels":{"site":"berlin"}}`,
+		`{"name":"debian-12","distro":"debian","version":"12","family":"debian","cloud_init":"#cloud-config\nruncmd:\n  - [true]\n"}`,
 		`{"name":"x"} trailing`, `[1,2,3]`, `{"uses":1e999}`, `{"unknown":1}`, `null`, ``, "\x00",
 	}
 	for i, s := range seeds {
@@ -57,6 +59,8 @@ func FuzzRequestBodies(f *testing.F) {
 		func() any { return new(APITokenCreateRequest) },
 		func() any { return new(kubeone.Spec) },
 		func() any { return new(KubeOneMembersRequest) },
+		func() any { return new(OnboardingCreateRequest) },
+		func() any { return new(OSProfileAddRequest) },
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, body []byte) {
 		v := types[int(kind)%len(types)]()
@@ -81,6 +85,8 @@ func FuzzRequestBodies(f *testing.F) {
 			if sel, err := roles.ParseSelector(r.Nodes); err == nil {
 				_ = sel.Matches(map[string]string{"site": "lab"})
 			}
+		case *OSProfileAddRequest:
+			_ = validateOSProfile(*r)
 		case *JobCreateRequest:
 			spec := store.JobSpec{Command: r.Command, Script: r.Script, ScriptName: r.ScriptName, Uploads: storeUploads(r.Uploads), Env: r.Env,
 				Parallel: r.Parallel, TimeoutSeconds: r.TimeoutSeconds, MaxFailures: r.MaxFailures, Selector: r.Selector}

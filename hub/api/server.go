@@ -136,6 +136,17 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("GET /readyz", h.readyz)
 	mux.HandleFunc("GET /v1/openapi.yaml", openAPI)
 	mux.HandleFunc("POST "+control.JoinPath, h.join)
+	mux.HandleFunc("POST "+control.OnboardPath, h.onboard)
+	mux.HandleFunc("GET "+control.OnboardCAPath, h.onboardCA)
+	mux.HandleFunc("POST /v1/onboarding", h.admin(h.createOnboarding))
+	mux.HandleFunc("GET /v1/onboarding", h.admin(listAs(h, "onboarding credentials", d.Store.ListOnboardingCredentials, credentialFrom)))
+	mux.HandleFunc("POST /v1/onboarding/{name}/revoke", h.admin(h.revokeOnboarding))
+	mux.HandleFunc("POST /v1/osprofiles", h.admin(h.addOSProfile))
+	mux.HandleFunc("GET /v1/osprofiles", h.admin(listAs(h, "OS profiles", d.Store.ListOSProfiles, osProfileFrom)))
+	mux.HandleFunc("DELETE /v1/osprofiles/{name}", h.admin(h.deleteBy("name", "OS profile named", d.Store.DeleteOSProfile, false,
+		func(r *http.Request, name string) store.AuditEvent {
+			return store.AuditEvent{Kind: "osprofile_remove", Remote: r.RemoteAddr, Result: "ok", Detail: name}
+		})))
 	mux.HandleFunc("POST /v1/login/challenge", h.loginChallenge)
 	mux.HandleFunc("POST /v1/login", h.login)
 	mux.HandleFunc("GET /v1/ssh/trust", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.SSHTrust) })
@@ -580,6 +591,10 @@ func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	role := roles.Role{Name: r.PathValue("name"), Nodes: req.Nodes, Logins: req.Logins, NoForwarding: req.Forwarding != nil && !*req.Forwarding}
+	if role.Name == access.RoleOnboarder {
+		h.writeErr(w, r, fail(ErrInvalid, "role name %q is the built-in permission of onboarding credentials; choose another name", role.Name))
+		return
+	}
 	if err := role.Validate(); err != nil {
 		h.writeErr(w, r, fail(ErrInvalid, "%s", clean(err)))
 		return

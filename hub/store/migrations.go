@@ -87,6 +87,9 @@ var migrations = []string{
 	`ALTER TABLE nodes ADD COLUMN facts TEXT NOT NULL DEFAULT '{}';`,
 	// v11: KubeOne clusters and their members (kubeone.go).
 	migrationKubeOne,
+	// v12: onboarding of machines in the field: credentials, OS profiles,
+	// and which machine each onboarded node is (onboarding.go).
+	migrationOnboarding,
 }
 
 // migrationReportedLabels adds the labels a node's agent reports about

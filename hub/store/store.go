@@ -96,6 +96,7 @@ type Store interface {
 	KubeOneStore
 	APITokenStore
 	AdminStore
+	OnboardingStore
 
 	Close() error
 }
