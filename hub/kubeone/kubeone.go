@@ -87,13 +87,14 @@ const (
 	StatusCreated = "created"
 )
 
-// Supported Kubernetes versions. Each KubeOne release supports three
-// Kubernetes minors (KubeOne 1.9: 1.29–1.31, 1.10: 1.30–1.32, 1.11:
-// 1.31–1.33); the hub accepts what some current KubeOne release can
-// install, and the KubeOne binary that runs refuses what it cannot do.
+// Supported Kubernetes versions, from KubeOne's published compatibility
+// tables: 1.10 installs 1.30–1.32, 1.11 1.31–1.33, 1.12 1.32–1.34, 1.13
+// 1.33–1.35 (1.29 is end-of-life and no longer supported). The hub accepts
+// what some supported KubeOne release can install; the KubeOne binary that
+// runs refuses what it itself cannot do.
 const (
-	MinKubernetesMinor = 29
-	MaxKubernetesMinor = 33
+	MinKubernetesMinor = 30
+	MaxKubernetesMinor = 35
 )
 
 // CNIs the generated manifest can name (--cni), as KubeOne's
