@@ -396,7 +396,7 @@ func TestKubeOneAPI(t *testing.T) {
 			s.Name, s.Kubernetes = "j", "1.20.1"
 			_, err := c.CreateKubeOne(ctx, s)
 			return err
-		}, 400, "KubeOne installs Kubernetes 1.29 to 1.33"},
+		}, 400, "KubeOne installs Kubernetes 1.30 to 1.35"},
 		{"no such cluster", func() error { _, err := c.KubeOneStatus(ctx, "nope"); return err }, 404, `no KubeOne cluster named "nope"`},
 		{"bad bastion", func() error { _, err := c.KubeOneManifest(ctx, "k", "a b:1"); return err }, 400, "want HOST or HOST:PORT"},
 		{"member offline", func() error {
