@@ -3,6 +3,8 @@ package hub
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/base64"
 	"fmt"
 	"net"
@@ -398,6 +400,18 @@ func TestKubeOneAPI(t *testing.T) {
 			return err
 		}, 400, "KubeOne installs Kubernetes 1.30 to 1.35"},
 		{"no such cluster", func() error { _, err := c.KubeOneStatus(ctx, "nope"); return err }, 404, `no KubeOne cluster named "nope"`},
+		{"operator in the identities' names", func() error {
+			pub, _, err := ed25519.GenerateKey(rand.Reader)
+			if err != nil {
+				return err
+			}
+			sshPub, err := gossh.NewPublicKey(pub)
+			if err != nil {
+				return err
+			}
+			_, err = c.AddOperator(ctx, api.OperatorAddRequest{Name: "kubeone-k", PublicKey: string(gossh.MarshalAuthorizedKey(sshPub))})
+			return err
+		}, 400, `names starting with "kubeone-" belong to KubeOne clusters' identities`},
 		{"bad bastion", func() error { _, err := c.KubeOneManifest(ctx, "k", "a b:1"); return err }, 400, "want HOST or HOST:PORT"},
 		{"member offline", func() error {
 			if _, err := c.SetKubeOneMembers(ctx, "k", api.KubeOneMembersRequest{ControlPlane: []string{"n1"}, Workers: []string{"off"}}); err != nil {

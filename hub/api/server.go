@@ -336,6 +336,12 @@ func (h *handler) addOperator(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, fail(ErrInvalid, "operator %s", err.Error()))
 		return
 	}
+	if strings.HasPrefix(req.Name, access.KubeOneUserPrefix) {
+		// The bastion users of KubeOne clusters' identities: an operator
+		// of that name would share their audit trail.
+		h.writeErr(w, r, fail(ErrInvalid, "operator name %q: names starting with %q belong to KubeOne clusters' identities; choose another", req.Name, access.KubeOneUserPrefix))
+		return
+	}
 	now := time.Now()
 	o := store.Operator{Name: req.Name, Roles: req.Roles, CreatedAt: now}
 	for _, line := range append([]string{req.PublicKey}, req.PublicKeys...) {
