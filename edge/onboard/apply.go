@@ -75,6 +75,56 @@ func (a *Applier) WriteFiles(cc *control.UserData) ([]string, error) {
 	return written, nil
 }
 
+// EnsureBinary installs this binary where a unit the user-data wrote
+// starts the agent (ExecStart=/usr/local/bin/tether-edge …) when nothing
+// is there yet: a person who copied tether-edge to the machine by hand and
+// ran it from their home directory gets a unit that starts. An existing
+// binary (a package's) is left alone.
+func (a *Applier) EnsureBinary(cc *control.UserData) (string, error) {
+	for _, f := range cc.WriteFiles {
+		if !strings.HasSuffix(f.Path, ".service") {
+			continue
+		}
+		data, _ := f.Bytes()
+		bin := execStartBinary(string(data))
+		if bin == "" || !strings.Contains(filepath.Base(bin), "tether-edge") {
+			continue
+		}
+		dst := filepath.Join(a.Root, bin)
+		if _, err := os.Stat(dst); err == nil {
+			return "", nil
+		}
+		self, err := os.ReadFile(a.Exe)
+		if err != nil {
+			return "", fmt.Errorf("install the agent binary for %s: %w", f.Path, err)
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return "", fmt.Errorf("install the agent binary: %w", err)
+		}
+		if err := pki.WriteFileAtomic(dst, self, 0o755); err != nil {
+			return "", fmt.Errorf("install the agent binary: %w", err)
+		}
+		return dst, nil
+	}
+	return "", nil
+}
+
+// execStartBinary is the program of a unit's ExecStart= (its prefixes
+// such as "-" or "@" dropped); "" when there is none.
+func execStartBinary(unit string) string {
+	for _, line := range strings.Split(unit, "\n") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "ExecStart=")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(strings.TrimLeft(v, "-@:+!"))
+		if len(f) > 0 && filepath.IsAbs(f[0]) {
+			return f[0]
+		}
+	}
+	return ""
+}
+
 func isSystemctl(argv []string) bool {
 	return filepath.Base(argv[0]) == "systemctl"
 }

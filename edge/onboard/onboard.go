@@ -404,6 +404,16 @@ func (c *Config) apply(ctx context.Context, cc *control.UserData, res *Result) e
 	if res.Written, err = a.WriteFiles(cc); err != nil {
 		return err
 	}
+	if a.Systemd {
+		bin, err := a.EnsureBinary(cc)
+		if err != nil {
+			return err
+		}
+		if bin != "" {
+			c.say("installed this tether-edge as %s, where the unit starts it", bin)
+			res.Written = append(res.Written, bin)
+		}
+	}
 	if res.Ran, res.Skipped, err = a.RunCommands(ctx, cc); err != nil {
 		return err
 	}
