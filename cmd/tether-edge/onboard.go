@@ -35,7 +35,9 @@ confirmation (or checks --ca-pin); collects hardware and OS facts, each with
 its source; makes the node key here (the hub only sees a CSR) and receives
 the node's certificate and cloud-init user-data.
 
---write-only writes that user-data and meta-data to the NoCloud seed dir,
+The form asks whether to apply it now or at the next boot, unless --apply
+or --write-only is given. --write-only writes that user-data and meta-data
+to the NoCloud seed dir,
 applied by cloud-init at the next boot. --apply (the default) applies it now:
 its files, then its commands (systemctl enable --now tether-edge), and waits
 until the agent is connected. Without systemd (containers, tests) it starts
@@ -61,6 +63,7 @@ then required.`,
 			if writeOnly {
 				c.Mode = onboard.ModeWriteOnly
 			}
+			c.AskMode = !apply && !writeOnly
 			if output != "" && output != "json" && output != "text" {
 				return fmt.Errorf("-o %q: want json or text", output)
 			}

@@ -50,7 +50,10 @@ type Config struct {
 	Site       string
 	Labels     map[string]string
 	Mode       Mode
-	Force      bool
+	// AskMode has the form ask for the mode (Mode preselected); false
+	// when the command line chose it.
+	AskMode bool
+	Force   bool
 
 	Machine      Machine
 	CloudInitDir string        // NoCloud seed dir for ModeWriteOnly
@@ -263,7 +266,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 		}
 		labels["site"] = site
 	}
-	if c.Prompter != nil {
+	if c.Prompter != nil && c.AskMode {
 		mode, err := c.Prompter.Choose("Apply the node's cloud-init", [][2]string{
 			{string(ModeApply), "now: write its files, start the agent and wait until it is connected"},
 			{string(ModeWriteOnly), "at the next boot: write it to " + c.CloudInitDir},
