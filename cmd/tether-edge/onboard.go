@@ -37,8 +37,8 @@ the node's certificate and cloud-init user-data.
 
 The form asks whether to apply it now or at the next boot, unless --apply
 or --write-only is given. --write-only writes that user-data and meta-data
-to the NoCloud seed dir,
-applied by cloud-init at the next boot. --apply (the default) applies it now:
+to the NoCloud seed dir, applied by cloud-init at the next boot. --apply
+(the default) applies it now:
 its files, then its commands (systemctl enable --now tether-edge), and waits
 until the agent is connected. Without systemd (containers, tests) it starts
 and supervises 'tether-edge run' itself instead of running systemctl (pid in
@@ -49,9 +49,9 @@ Every network step is retried with backoff. The key is kept in --state-dir
 before the hub is asked, so re-running after any failure (a timeout, a crash,
 ctrl+c) finishes the same node instead of making a second one.
 
-Without a terminal, or with --non-interactive, every input comes from flags
-and the environment, with the same checks and the same result; --ca-pin is
-then required.`,
+With --non-interactive (required without a terminal) every input comes from
+flags and the environment, with the same checks and the same result; --ca-pin
+is then required.`,
 		Example: `  tether-edge onboard
   tether-edge onboard --hub hub.example:7443 --ca-pin sha256:… --credential @/root/cred \
       --non-interactive --apply -o json`,
