@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/tether-dev/tether/internal/testenv"
 
 	"github.com/tether-dev/tether/tunnel/control"
 )
@@ -324,15 +327,17 @@ func TestOnboardInteractive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ptmx.Close()
-	var screen syncBuffer
-	go func() { _, _ = copyANSIStripped(&screen, ptmx, ptmx) }()
+	var screen terminal
+	go screen.serve(ptmx)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 
 	expect := func(what string) {
 		t.Helper()
-		waitFor(t, fmt.Sprintf("the prompt %q", what), 30*time.Second, func() bool { return screen.CountAfter(what) })
+		if err := testenv.Poll(context.Background(), 30*time.Second, fmt.Sprintf("the prompt %q", what), func() bool { return screen.CountAfter(what) }); err != nil {
+			t.Fatalf("%v; the terminal shows:\n%s\nraw tail: %q", err, screen.String(), screen.rawTail(400))
+		}
 	}
 	send := func(s string) {
 		t.Helper()
@@ -345,8 +350,7 @@ func TestOnboardInteractive(t *testing.T) {
 	expect("Hub address")
 	send(h.apiAddr() + "\r")
 	expect("Trust this hub CA?")
-	send("y")
-	send("\r")
+	send("y") // accepts and submits: no enter
 	expect("Node name")
 	send(m.name + "\r")
 	expect("Site")
@@ -372,13 +376,77 @@ func TestOnboardInteractive(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a poller; CountAfter
-// finds a string after the last one it found, so the same prompt drawn
-// twice by the form is not taken for the next one.
-type syncBuffer struct {
+// terminal is what a test sees of a pseudo-terminal: its raw output, read
+// as text without escape sequences (over the whole output, so a sequence
+// split between two reads is still removed). CountAfter finds a string
+// after the last one it found, so the same prompt drawn twice by the form
+// is not taken for the next one.
+type terminal struct {
 	mu  sync.Mutex
-	b   bytes.Buffer
+	raw []byte
 	off int
+}
+
+func (s *terminal) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return string(ansiRE.ReplaceAll(s.raw, nil))
+}
+
+func (s *terminal) rawTail(n int) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.raw[max(0, len(s.raw)-n):]
+}
+
+func (s *terminal) CountAfter(sub string) bool {
+	text := s.String()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.off > len(text) {
+		s.off = len(text)
+	}
+	i := strings.Index(text[s.off:], sub)
+	if i < 0 {
+		return false
+	}
+	s.off += i + len(sub)
+	return true
+}
+
+var ansiRE = regexp.MustCompile(`\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][0-9A-Za-z]|[=>])`)
+
+// serve reads the terminal's output until it closes, and answers the
+// queries a terminal answers (background color, cursor position) as a
+// real one does: the form's library asks at start-up and waits up to 5 s
+// for the answer otherwise.
+func (s *terminal) serve(pt *os.File) {
+	buf := make([]byte, 32<<10)
+	answered := map[string]int{}
+	answers := map[string]string{"\x1b]11;?": "\x1b]11;rgb:0000/0000/0000\x1b\\", "\x1b[6n": "\x1b[1;1R"}
+	for {
+		k, err := pt.Read(buf)
+		if k > 0 {
+			s.mu.Lock()
+			s.raw = append(s.raw, buf[:k]...)
+			raw := s.raw
+			s.mu.Unlock()
+			for q, a := range answers {
+				for n := bytes.Count(raw, []byte(q)); answered[q] < n; answered[q]++ {
+					_, _ = pt.Write([]byte(a))
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a poller.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
@@ -391,42 +459,4 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-func (s *syncBuffer) CountAfter(sub string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	i := strings.Index(s.b.String()[s.off:], sub)
-	if i < 0 {
-		return false
-	}
-	s.off += i + len(sub)
-	return true
-}
-
-var ansiRE = regexp.MustCompile(`\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][0-9A-Za-z]|[=>])`)
-
-// copyANSIStripped copies a terminal's output without its escape sequences,
-// and answers the queries a terminal answers (background color, cursor
-// position) as a real one does: the form's library asks at start-up and
-// waits up to 5 s for the answer otherwise.
-func copyANSIStripped(dst *syncBuffer, src, term *os.File) (int64, error) {
-	buf := make([]byte, 32<<10)
-	var n int64
-	for {
-		k, err := src.Read(buf)
-		if k > 0 {
-			n += int64(k)
-			if bytes.Contains(buf[:k], []byte("\x1b]11;?")) {
-				_, _ = term.Write([]byte("\x1b]11;rgb:0000/0000/0000\x1b\\"))
-			}
-			if bytes.Contains(buf[:k], []byte("\x1b[6n")) {
-				_, _ = term.Write([]byte("\x1b[1;1R"))
-			}
-			_, _ = dst.Write(ansiRE.ReplaceAll(buf[:k], nil))
-		}
-		if err != nil {
-			return n, err
-		}
-	}
 }
