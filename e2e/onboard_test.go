@@ -423,7 +423,10 @@ var ansiRE = regexp.MustCompile(`\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|
 func (s *terminal) serve(pt *os.File) {
 	buf := make([]byte, 32<<10)
 	answered := map[string]int{}
-	answers := map[string]string{"\x1b]11;?": "\x1b]11;rgb:0000/0000/0000\x1b\\", "\x1b[6n": "\x1b[1;1R"}
+	// In the order a terminal answers them: termenv asks for the
+	// background, then the cursor position, and stops reading at the
+	// latter's answer (an OSC answer after it would be read as typing).
+	answers := [][2]string{{"\x1b]11;?", "\x1b]11;rgb:0000/0000/0000\x1b\\"}, {"\x1b[6n", "\x1b[1;1R"}}
 	for {
 		k, err := pt.Read(buf)
 		if k > 0 {
@@ -431,9 +434,10 @@ func (s *terminal) serve(pt *os.File) {
 			s.raw = append(s.raw, buf[:k]...)
 			raw := s.raw
 			s.mu.Unlock()
-			for q, a := range answers {
+			for _, qa := range answers {
+				q := qa[0]
 				for n := bytes.Count(raw, []byte(q)); answered[q] < n; answered[q]++ {
-					_, _ = pt.Write([]byte(a))
+					_, _ = pt.Write([]byte(qa[1]))
 				}
 			}
 		}
