@@ -149,7 +149,7 @@ func TestOnboardNonInteractiveApply(t *testing.T) {
 	h := startOnboardHub(t)
 	cred, pin := h.credential("--uses", "5", "--label", "site=berlin")
 	m := newMachine(t, "4c4c4544-0042-3510-8052-b4c04f333231", cred)
-	r, errOut, code := onboardCmd(t, m.args(h, pin, "--apply", "--timeout", "60s")...)
+	r, errOut, code := onboardCmd(t, m.args(h, pin, "--apply", "--timeout", "60s", "--site", "shop-7", "--labels", "rack=r1")...)
 	if code != 0 {
 		t.Fatalf("onboard: exit %d: %s\n%s", code, r.Error, errOut)
 	}
@@ -164,8 +164,20 @@ func TestOnboardNonInteractiveApply(t *testing.T) {
 	if !h.online(r.Name) {
 		t.Fatalf("node %s not online: %v", r.Name, h.nodes())
 	}
-	if l := h.nodes()[r.Name].Labels; l["site"] != "berlin" {
+	// The credential's labels are the hub's; those asked for on site are
+	// the machine's word, reported by its agent from its labels file.
+	if l := h.nodes()[r.Name].Labels; l["site"] != "berlin" || l["rack"] != "" {
 		t.Fatalf("labels %v", l)
+	}
+	var listed []struct {
+		Name     string            `json:"name"`
+		Reported map[string]string `json:"reported_labels"`
+	}
+	if err := json.Unmarshal([]byte(h.cli("nodes", "-o", "json")), &listed); err != nil || len(listed) != 1 {
+		t.Fatalf("nodes: %v %v", listed, err)
+	}
+	if rep := listed[0].Reported; rep["site"] != "shop-7" || rep["rack"] != "r1" {
+		t.Fatalf("reported labels %v", rep)
 	}
 	for _, f := range []string{"node.key", "node.crt", "ca.crt", "node.json"} {
 		fi, err := os.Stat(filepath.Join(m.state, f))

@@ -243,7 +243,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 	if err != nil {
 		return err
 	}
-	site, err := c.input(Field{Title: "Site", Value: c.Site, Description: "optional; becomes the label site=…",
+	site, err := c.input(Field{Title: "Site", Value: c.Site, Description: "optional; reported as the label site=… (the node's own word)",
 		Syntax: func(v string) error {
 			if v == "" {
 				return nil
@@ -254,7 +254,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 		return err
 	}
 	labelText, err := c.input(Field{Title: "Labels", Value: FormatLabels(c.Labels),
-		Description: "optional KEY=VALUE,… (the credential's labels win on conflict)",
+		Description: "optional KEY=VALUE,… this machine reports (its labels file); roles select on the credential's labels only",
 		Syntax:      func(v string) error { _, err := ParseLabels(v); return err }})
 	if err != nil {
 		return err
