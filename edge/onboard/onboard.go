@@ -408,6 +408,9 @@ func (c *Config) apply(ctx context.Context, cc *control.UserData, res *Result) e
 		return err
 	}
 	if a.Systemd {
+		if filepath.Clean(m.StateDir) != AgentStateDir {
+			c.say("warning: the unit runs the agent with --state-dir %s, not %s: add --state-dir %s to TETHER_EDGE_ARGS in /etc/tether-edge.env", AgentStateDir, m.StateDir, m.StateDir)
+		}
 		bin, err := a.EnsureBinary(cc)
 		if err != nil {
 			return err
