@@ -18,6 +18,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/tether-dev/tether/edge/onboard"
 	"github.com/tether-dev/tether/internal/testenv"
 
 	"github.com/tether-dev/tether/tunnel/control"
@@ -92,14 +93,44 @@ func newMachine(t *testing.T, uuid, cred string) machine {
 	return m
 }
 
+// agentsOn counts the running `tether-edge run --state-dir dir` processes.
+func agentsOn(dir string) int {
+	n := 0
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if _, rest, _ := strings.Cut(string(st), ") "); strings.HasPrefix(rest, "Z") {
+			continue
+		}
+		if argv := strings.Split(string(b), "\x00"); len(argv) > 3 && strings.HasSuffix(argv[0], "tether-edge") &&
+			argv[1] == "run" && argv[2] == "--state-dir" && argv[3] == dir {
+			n++
+		}
+	}
+	return n
+}
+
+// stopAgent kills the agent onboarding started for this machine: the one
+// its pid file names, and any other `tether-edge run` on its state dir.
 func (m machine) stopAgent() {
-	b, err := os.ReadFile(filepath.Join(m.state, "agent.pid"))
-	if err != nil {
-		return
+	if b, err := os.ReadFile(filepath.Join(m.state, "agent.pid")); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
-	if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
+	// Bounded: a killed agent is gone (or a zombie, which AgentFor skips)
+	// at once.
+	_ = testenv.Poll(context.Background(), 10*time.Second, "the agent to exit", func() bool {
+		pid := onboard.AgentFor(m.state)
+		if pid != 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		return pid == 0
+	})
 }
 
 func (m machine) args(h onboardHub, pin string, extra ...string) []string {
@@ -269,6 +300,10 @@ func TestOnboardRetryAfterKill(t *testing.T) {
 	nodes := h.nodes()
 	if len(nodes) != 1 || !nodes[r.Name].Online {
 		t.Fatalf("nodes after the retry: %v", nodes)
+	}
+	// One agent: the one a killed run may have started is found, not doubled.
+	if n := agentsOn(m.state); n != 1 {
+		t.Fatalf("%d agents run on %s, want 1", n, m.state)
 	}
 }
 

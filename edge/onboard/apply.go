@@ -159,6 +159,12 @@ func (a *Applier) Supervise() (pid int, started bool, err error) {
 			return p, false, nil
 		}
 	}
+	// A run killed between starting the agent and writing its pid left an
+	// agent no pid file names: find it by its state dir.
+	if p := AgentFor(a.StateDir); p != 0 {
+		_ = pki.WriteFileAtomic(pidPath, []byte(strconv.Itoa(p)+"\n"), 0o600)
+		return p, false, nil
+	}
 	args := []string{"run", "--state-dir", a.StateDir}
 	if filepath.Clean(a.Root) != "/" {
 		// The labels the user-data wrote are under the root too.
@@ -186,6 +192,29 @@ func (a *Applier) Supervise() (pid int, started bool, err error) {
 		a.Log("started the agent (pid %d): %s %s; log %s", pid, a.Exe, strings.Join(args, " "), filepath.Join(a.StateDir, "agent.log"))
 	}
 	return pid, true, nil
+}
+
+// AgentFor returns the pid of a running `tether-edge run` whose
+// --state-dir is dir, or 0.
+func AgentFor(dir string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !agentAlive(pid) {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		argv := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		for i, arg := range argv {
+			if (arg == "--state-dir" && i+1 < len(argv) && argv[i+1] == dir) || arg == "--state-dir="+dir {
+				return pid
+			}
+		}
+	}
+	return 0
 }
 
 // agentAlive reports whether pid is a running tether-edge agent (not a
