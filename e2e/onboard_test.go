@@ -465,14 +465,11 @@ var ansiRE = regexp.MustCompile(`\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|
 
 // serve reads the terminal's output until it closes, and answers the
 // queries a terminal answers (background color, cursor position) as a
-// real one does: the form's library asks at start-up and waits up to 5 s
-// for the answer otherwise.
+// real one does, so the form is driven as on a real terminal; the form
+// does not wait for the answers (TestEdgeCLILeavesTerminalAlone).
 func (s *terminal) serve(pt *os.File) {
 	buf := make([]byte, 32<<10)
 	answered := map[string]int{}
-	// In the order a terminal answers them: termenv asks for the
-	// background, then the cursor position, and stops reading at the
-	// latter's answer (an OSC answer after it would be read as typing).
 	answers := [][2]string{{"\x1b]11;?", "\x1b]11;rgb:0000/0000/0000\x1b\\"}, {"\x1b[6n", "\x1b[1;1R"}}
 	for {
 		k, err := pt.Read(buf)
@@ -510,4 +507,54 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// The agent binary leaves the terminal alone outside the interactive
+// form: started on a terminal that never answers (a serial console, some
+// multiplexers), a command writes no terminal query (background color
+// OSC 11, cursor position DSR) and does not wait for an answer. The form
+// library's package initialisation once asked at every start.
+func TestEdgeCLILeavesTerminalAlone(t *testing.T) {
+	empty := t.TempDir()
+	for _, args := range [][]string{{"--version"}, {"status", "--state-dir", empty}} {
+		t.Run(strings.Join(args[:1], " "), func(t *testing.T) {
+			cmd := exec.Command(filepath.Join(binDir, "tether-edge"), args...)
+			cmd.Env = append(os.Environ(), "TERM=xterm-256color")
+			ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ptmx.Close()
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
+			// Read everything and never answer; the read ends when the
+			// command has exited and closed its side of the terminal.
+			out := make(chan []byte, 1)
+			go func() {
+				var b bytes.Buffer
+				_, _ = b.ReadFrom(ptmx)
+				out <- b.Bytes()
+			}()
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			var raw []byte
+			select {
+			case <-done:
+				select {
+				case raw = <-out:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the terminal's output did not end after the command exited")
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatal("tether-edge did not finish on a terminal that does not answer")
+			}
+			for _, q := range []string{"\x1b]", "\x1b[6n", "\x1b[?"} {
+				if bytes.Contains(raw, []byte(q)) {
+					t.Errorf("tether-edge %s wrote the terminal sequence %q: %q", strings.Join(args, " "), q, raw)
+				}
+			}
+			if !bytes.Contains(raw, []byte("tether-edge")) {
+				t.Errorf("tether-edge %s printed nothing recognisable: %q", strings.Join(args, " "), raw)
+			}
+		})
+	}
 }
