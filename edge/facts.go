@@ -41,6 +41,10 @@ func GatherFacts() control.Facts {
 	return f
 }
 
+// ReadOSRelease reads os-release(5) at path (a missing file is an empty
+// map); onboarding reads it under another root in its tests.
+func ReadOSRelease(path string) map[string]string { return readOSRelease(path) }
+
 // readOSRelease parses os-release(5): KEY=value lines, values optionally quoted.
 func readOSRelease(path string) map[string]string {
 	out := map[string]string{}

@@ -110,30 +110,9 @@ func Enroll(ctx context.Context, o JoinOptions) (*Identity, error) {
 		case <-time.After(wait):
 		}
 	}
-	certs, err := pki.ParseCerts([]byte(resp.Cert))
+	certs, nodeCA, err := verifyIssued([]byte(resp.Cert), []byte(resp.NodeCA), ca, key)
 	if err != nil {
-		return nil, fmt.Errorf("join: hub sent a bad certificate: %w", err)
-	}
-	// Node certificates chain to the hub's CA, or to the external CA the
-	// hub delegates to (told over this pinned, authenticated channel).
-	nodeCA := ca
-	if resp.NodeCA != "" {
-		ncs, err := pki.ParseCerts([]byte(resp.NodeCA))
-		if err != nil {
-			return nil, fmt.Errorf("join: hub sent a bad node CA: %w", err)
-		}
-		nodeCA = ncs[0]
-	}
-	// The certificate must be for our key and chain to the pinned CA.
-	inter := x509.NewCertPool()
-	for _, c := range certs[1:] {
-		inter.AddCert(c)
-	}
-	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: poolOf(nodeCA), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-		return nil, fmt.Errorf("join: issued certificate does not verify against the node CA: %w", err)
-	}
-	if !samePublicKey(certs[0].PublicKey, key.Public()) {
-		return nil, errors.New("join: issued certificate is not for this node's key")
+		return nil, fmt.Errorf("join: %w", err)
 	}
 	hubs := resp.Hubs
 	if len(hubs) == 0 {

@@ -1,0 +1,99 @@
+package edge
+
+import (
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tether-dev/tether/pki"
+)
+
+// PendingKey returns the node key kept in dir, making and persisting one
+// first when there is none. Onboarding keeps its key in the state dir before
+// it asks the hub for anything: a retry after a timeout or a crash sends a
+// CSR for the same key, which is how the hub tells the same machine asking
+// again from a second machine with the same UUID. The file has the layout
+// and mode Join gives it (dir 0700, key 0600, written atomically).
+func PendingKey(dir string) (key crypto.Signer, reused bool, err error) {
+	path := filepath.Join(dir, keyFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		key, err := pki.ParseKey(b)
+		if err != nil {
+			return nil, false, fmt.Errorf("node key %s: %w (move it away to start over with a new key)", path, err)
+		}
+		return key, true, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, false, fmt.Errorf("node key: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, false, fmt.Errorf("state dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, false, fmt.Errorf("state dir: %w", err)
+	}
+	if key, err = pki.GenerateKey(); err != nil {
+		return nil, false, err
+	}
+	pemKey, err := pki.EncodeKey(key)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := pki.WriteFileAtomic(path, pemKey, 0o600); err != nil {
+		return nil, false, err
+	}
+	return key, false, nil
+}
+
+// AdoptIdentity stores an identity the hub issued for key (by onboarding,
+// not by a join string) in dir, with Join's layout. The certificate must be
+// for key and chain to the node CA (nodeCAPEM, or ca when empty) exactly as
+// Join requires; ca is the hub CA the caller verified by its fingerprint.
+func AdoptIdentity(dir string, cfg NodeConfig, key crypto.Signer, certPEM, nodeCAPEM []byte, ca *x509.Certificate) (*Identity, error) {
+	certs, nodeCA, err := verifyIssued(certPEM, nodeCAPEM, ca, key)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.JoinedAt.IsZero() {
+		cfg.JoinedAt = time.Now().UTC()
+	}
+	if err := saveIdentity(dir, cfg, key, certs, ca, nodeCA); err != nil {
+		return nil, fmt.Errorf("save identity: %w", err)
+	}
+	return LoadIdentity(dir)
+}
+
+// verifyIssued checks a certificate chain the hub issued: it is for key and
+// verifies, for client auth, against the node CA (nodeCAPEM, else ca).
+func verifyIssued(certPEM, nodeCAPEM []byte, ca *x509.Certificate, key crypto.Signer) ([]*x509.Certificate, *x509.Certificate, error) {
+	certs, err := pki.ParseCerts(certPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hub sent a bad certificate: %w", err)
+	}
+	// Node certificates chain to the hub's CA, or to the external CA the
+	// hub delegates to (told over the pinned, authenticated channel).
+	nodeCA := ca
+	if len(nodeCAPEM) > 0 {
+		ncs, err := pki.ParseCerts(nodeCAPEM)
+		if err != nil {
+			return nil, nil, fmt.Errorf("hub sent a bad node CA: %w", err)
+		}
+		nodeCA = ncs[0]
+	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: poolOf(nodeCA), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return nil, nil, fmt.Errorf("issued certificate does not verify against the node CA: %w", err)
+	}
+	if !samePublicKey(certs[0].PublicKey, key.Public()) {
+		return nil, nil, errors.New("issued certificate is not for this node's key")
+	}
+	return certs, nodeCA, nil
+}
