@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,6 +17,9 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/tether-dev/tether/edge/onboard"
+	"github.com/tether-dev/tether/internal/testenv"
 
 	"github.com/tether-dev/tether/tunnel/control"
 )
@@ -89,14 +93,44 @@ func newMachine(t *testing.T, uuid, cred string) machine {
 	return m
 }
 
+// agentsOn counts the running `tether-edge run --state-dir dir` processes.
+func agentsOn(dir string) int {
+	n := 0
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if _, rest, _ := strings.Cut(string(st), ") "); strings.HasPrefix(rest, "Z") {
+			continue
+		}
+		if argv := strings.Split(string(b), "\x00"); len(argv) > 3 && strings.HasSuffix(argv[0], "tether-edge") &&
+			argv[1] == "run" && argv[2] == "--state-dir" && argv[3] == dir {
+			n++
+		}
+	}
+	return n
+}
+
+// stopAgent kills the agent onboarding started for this machine: the one
+// its pid file names, and any other `tether-edge run` on its state dir.
 func (m machine) stopAgent() {
-	b, err := os.ReadFile(filepath.Join(m.state, "agent.pid"))
-	if err != nil {
-		return
+	if b, err := os.ReadFile(filepath.Join(m.state, "agent.pid")); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
-	if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
+	// Bounded: a killed agent is gone (or a zombie, which AgentFor skips)
+	// at once.
+	_ = testenv.Poll(context.Background(), 10*time.Second, "the agent to exit", func() bool {
+		pid := onboard.AgentFor(m.state)
+		if pid != 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		return pid == 0
+	})
 }
 
 func (m machine) args(h onboardHub, pin string, extra ...string) []string {
@@ -146,7 +180,7 @@ func TestOnboardNonInteractiveApply(t *testing.T) {
 	h := startOnboardHub(t)
 	cred, pin := h.credential("--uses", "5", "--label", "site=berlin")
 	m := newMachine(t, "4c4c4544-0042-3510-8052-b4c04f333231", cred)
-	r, errOut, code := onboardCmd(t, m.args(h, pin, "--apply", "--timeout", "60s")...)
+	r, errOut, code := onboardCmd(t, m.args(h, pin, "--apply", "--timeout", "60s", "--site", "shop-7", "--labels", "rack=r1")...)
 	if code != 0 {
 		t.Fatalf("onboard: exit %d: %s\n%s", code, r.Error, errOut)
 	}
@@ -161,8 +195,20 @@ func TestOnboardNonInteractiveApply(t *testing.T) {
 	if !h.online(r.Name) {
 		t.Fatalf("node %s not online: %v", r.Name, h.nodes())
 	}
-	if l := h.nodes()[r.Name].Labels; l["site"] != "berlin" {
+	// The credential's labels are the hub's; those asked for on site are
+	// the machine's word, reported by its agent from its labels file.
+	if l := h.nodes()[r.Name].Labels; l["site"] != "berlin" || l["rack"] != "" {
 		t.Fatalf("labels %v", l)
+	}
+	var listed []struct {
+		Name     string            `json:"name"`
+		Reported map[string]string `json:"reported_labels"`
+	}
+	if err := json.Unmarshal([]byte(h.cli("nodes", "-o", "json")), &listed); err != nil || len(listed) != 1 {
+		t.Fatalf("nodes: %v %v", listed, err)
+	}
+	if rep := listed[0].Reported; rep["site"] != "shop-7" || rep["rack"] != "r1" {
+		t.Fatalf("reported labels %v", rep)
 	}
 	for _, f := range []string{"node.key", "node.crt", "ca.crt", "node.json"} {
 		fi, err := os.Stat(filepath.Join(m.state, f))
@@ -255,6 +301,10 @@ func TestOnboardRetryAfterKill(t *testing.T) {
 	if len(nodes) != 1 || !nodes[r.Name].Online {
 		t.Fatalf("nodes after the retry: %v", nodes)
 	}
+	// One agent: the one a killed run may have started is found, not doubled.
+	if n := agentsOn(m.state); n != 1 {
+		t.Fatalf("%d agents run on %s, want 1", n, m.state)
+	}
 }
 
 // Refusals: each stops with the reason and sends or creates nothing more.
@@ -309,29 +359,32 @@ func TestOnboardRefused(t *testing.T) {
 }
 
 // The interactive form, driven through a pseudo-terminal: defaults are
-// accepted (the proxy, the name, the mode), the hub, the CA confirmation
-// and the credential are typed.
+// accepted (the proxy, site, labels, the mode: apply now), the hub, the CA
+// confirmation, the name and the credential are typed; the agent it starts
+// (supervised: no systemd here) connects.
 func TestOnboardInteractive(t *testing.T) {
 	h := startOnboardHub(t)
 	cred, _ := h.credential()
 	m := newMachine(t, "bc4c4544-0042-3510-8052-b4c04f333231", cred)
 	cmd := exec.Command(filepath.Join(binDir, "tether-edge"), "onboard", "--root", m.root, "--state-dir", m.state,
-		"--cloud-init-dir", m.seed, "--write-only", "--timeout", "60s")
+		"--cloud-init-dir", m.seed, "--timeout", "60s")
 	cmd.Env = append(os.Environ(), "TERM=xterm-256color", "HTTPS_PROXY=", "https_proxy=", "TETHER_HUB=", "TETHER_CA_PIN=", "TETHER_ONBOARD_CREDENTIAL=")
 	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ptmx.Close()
-	var screen syncBuffer
-	go func() { _, _ = copyANSIStripped(&screen, ptmx, ptmx) }()
+	var screen terminal
+	go screen.serve(ptmx)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 
 	expect := func(what string) {
 		t.Helper()
-		waitFor(t, fmt.Sprintf("the prompt %q", what), 30*time.Second, func() bool { return screen.CountAfter(what) })
+		if err := testenv.Poll(context.Background(), 30*time.Second, fmt.Sprintf("the prompt %q", what), func() bool { return screen.CountAfter(what) }); err != nil {
+			t.Fatalf("%v; the terminal shows:\n%s\nraw tail: %q", err, screen.String(), screen.rawTail(400))
+		}
 	}
 	send := func(s string) {
 		t.Helper()
@@ -344,8 +397,7 @@ func TestOnboardInteractive(t *testing.T) {
 	expect("Hub address")
 	send(h.apiAddr() + "\r")
 	expect("Trust this hub CA?")
-	send("y")
-	send("\r")
+	send("y") // accepts and submits: no enter
 	expect("Node name")
 	send(m.name + "\r")
 	expect("Site")
@@ -353,7 +405,7 @@ func TestOnboardInteractive(t *testing.T) {
 	expect("Labels")
 	send("\r")
 	expect("Apply the node")
-	send("\r") // the default: --write-only given on the command line
+	send("\r") // the default: apply now
 	expect("Onboarding credential")
 	send(cred + "\r")
 	select {
@@ -366,21 +418,83 @@ func TestOnboardInteractive(t *testing.T) {
 	}
 	// The exit can come before the last output is read from the terminal.
 	waitFor(t, "the summary", 10*time.Second, func() bool { return strings.Contains(screen.String(), "onboarded as") })
-	if _, err := os.Stat(filepath.Join(m.seed, "user-data")); err != nil {
-		t.Fatal(err)
-	}
-	if len(h.nodes()) != 1 {
-		t.Fatalf("nodes %v", h.nodes())
+	if !strings.Contains(screen.String(), "the agent is connected") || !h.online(m.name) {
+		t.Fatalf("node %s not online: %v\n%s", m.name, h.nodes(), screen.String())
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a poller; CountAfter
-// finds a string after the last one it found, so the same prompt drawn
-// twice by the form is not taken for the next one.
-type syncBuffer struct {
+// terminal is what a test sees of a pseudo-terminal: its raw output, read
+// as text without escape sequences (over the whole output, so a sequence
+// split between two reads is still removed). CountAfter finds a string
+// after the last one it found, so the same prompt drawn twice by the form
+// is not taken for the next one.
+type terminal struct {
 	mu  sync.Mutex
-	b   bytes.Buffer
+	raw []byte
 	off int
+}
+
+func (s *terminal) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return string(ansiRE.ReplaceAll(s.raw, nil))
+}
+
+func (s *terminal) rawTail(n int) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.raw[max(0, len(s.raw)-n):]
+}
+
+func (s *terminal) CountAfter(sub string) bool {
+	text := s.String()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.off > len(text) {
+		s.off = len(text)
+	}
+	i := strings.Index(text[s.off:], sub)
+	if i < 0 {
+		return false
+	}
+	s.off += i + len(sub)
+	return true
+}
+
+var ansiRE = regexp.MustCompile(`\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][0-9A-Za-z]|[=>])`)
+
+// serve reads the terminal's output until it closes, and answers the
+// queries a terminal answers (background color, cursor position) as a
+// real one does, so the form is driven as on a real terminal; the form
+// does not wait for the answers (TestEdgeCLILeavesTerminalAlone).
+func (s *terminal) serve(pt *os.File) {
+	buf := make([]byte, 32<<10)
+	answered := map[string]int{}
+	answers := [][2]string{{"\x1b]11;?", "\x1b]11;rgb:0000/0000/0000\x1b\\"}, {"\x1b[6n", "\x1b[1;1R"}}
+	for {
+		k, err := pt.Read(buf)
+		if k > 0 {
+			s.mu.Lock()
+			s.raw = append(s.raw, buf[:k]...)
+			raw := s.raw
+			s.mu.Unlock()
+			for _, qa := range answers {
+				q := qa[0]
+				for n := bytes.Count(raw, []byte(q)); answered[q] < n; answered[q]++ {
+					_, _ = pt.Write([]byte(qa[1]))
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a poller.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
@@ -395,40 +509,52 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func (s *syncBuffer) CountAfter(sub string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	i := strings.Index(s.b.String()[s.off:], sub)
-	if i < 0 {
-		return false
-	}
-	s.off += i + len(sub)
-	return true
-}
-
-var ansiRE = regexp.MustCompile(`\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][0-9A-Za-z]|[=>])`)
-
-// copyANSIStripped copies a terminal's output without its escape sequences,
-// and answers the queries a terminal answers (background color, cursor
-// position) as a real one does: the form's library asks at start-up and
-// waits up to 5 s for the answer otherwise.
-func copyANSIStripped(dst *syncBuffer, src, term *os.File) (int64, error) {
-	buf := make([]byte, 32<<10)
-	var n int64
-	for {
-		k, err := src.Read(buf)
-		if k > 0 {
-			n += int64(k)
-			if bytes.Contains(buf[:k], []byte("\x1b]11;?")) {
-				_, _ = term.Write([]byte("\x1b]11;rgb:0000/0000/0000\x1b\\"))
+// The agent binary leaves the terminal alone outside the interactive
+// form: started on a terminal that never answers (a serial console, some
+// multiplexers), a command writes no terminal query (background color
+// OSC 11, cursor position DSR) and does not wait for an answer. The form
+// library's package initialisation once asked at every start.
+func TestEdgeCLILeavesTerminalAlone(t *testing.T) {
+	empty := t.TempDir()
+	for _, args := range [][]string{{"--version"}, {"status", "--state-dir", empty}} {
+		t.Run(strings.Join(args[:1], " "), func(t *testing.T) {
+			cmd := exec.Command(filepath.Join(binDir, "tether-edge"), args...)
+			cmd.Env = append(os.Environ(), "TERM=xterm-256color")
+			ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
+			if err != nil {
+				t.Fatal(err)
 			}
-			if bytes.Contains(buf[:k], []byte("\x1b[6n")) {
-				_, _ = term.Write([]byte("\x1b[1;1R"))
+			defer ptmx.Close()
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
+			// Read everything and never answer; the read ends when the
+			// command has exited and closed its side of the terminal.
+			out := make(chan []byte, 1)
+			go func() {
+				var b bytes.Buffer
+				_, _ = b.ReadFrom(ptmx)
+				out <- b.Bytes()
+			}()
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			var raw []byte
+			select {
+			case <-done:
+				select {
+				case raw = <-out:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the terminal's output did not end after the command exited")
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatal("tether-edge did not finish on a terminal that does not answer")
 			}
-			_, _ = dst.Write(ansiRE.ReplaceAll(buf[:k], nil))
-		}
-		if err != nil {
-			return n, err
-		}
+			for _, q := range []string{"\x1b]", "\x1b[6n", "\x1b[?"} {
+				if bytes.Contains(raw, []byte(q)) {
+					t.Errorf("tether-edge %s wrote the terminal sequence %q: %q", strings.Join(args, " "), q, raw)
+				}
+			}
+			if !bytes.Contains(raw, []byte("tether-edge")) {
+				t.Errorf("tether-edge %s printed nothing recognisable: %q", strings.Join(args, " "), raw)
+			}
+		})
 	}
 }

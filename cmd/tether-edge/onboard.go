@@ -36,8 +36,10 @@ confirmation (or checks --ca-pin); collects hardware and OS facts, each with
 its source; makes the node key here (the hub only sees a CSR) and receives
 the node's certificate and cloud-init user-data.
 
---write-only writes that user-data and meta-data to the NoCloud seed dir,
-applied by cloud-init at the next boot. --apply (the default) applies it now:
+The form asks whether to apply it now or at the next boot, unless --apply
+or --write-only is given. --write-only writes that user-data and meta-data
+to the NoCloud seed dir, applied by cloud-init at the next boot. --apply
+(the default) applies it now:
 its files, then its commands (systemctl enable --now tether-edge), and waits
 until the agent is connected. Without systemd (containers, tests) it starts
 and supervises 'tether-edge run' itself instead of running systemctl (pid in
@@ -48,9 +50,9 @@ Every network step is retried with backoff. The key is kept in --state-dir
 before the hub is asked, so re-running after any failure (a timeout, a crash,
 ctrl+c) finishes the same node instead of making a second one.
 
-Without a terminal, or with --non-interactive, every input comes from flags
-and the environment, with the same checks and the same result; --ca-pin is
-then required.`,
+With --non-interactive (required without a terminal) every input comes from
+flags and the environment, with the same checks and the same result; --ca-pin
+is then required.`,
 		Example: `  tether-edge onboard
   tether-edge onboard --hub hub.example:7443 --ca-pin sha256:… --credential @/root/cred \
       --non-interactive --apply -o json`,
@@ -62,6 +64,7 @@ then required.`,
 			if writeOnly {
 				c.Mode = onboard.ModeWriteOnly
 			}
+			c.AskMode = !apply && !writeOnly
 			if output != "" && output != "json" && output != "text" {
 				return fmt.Errorf("-o %q: want json or text", output)
 			}
@@ -106,8 +109,8 @@ then required.`,
 	f.StringVar(&c.CAPin, "ca-pin", os.Getenv("TETHER_CA_PIN"), "the hub CA's fingerprint sha256:HEX (ca_pin in `tether onboarding create -o json` on the hub); required with --non-interactive (env TETHER_CA_PIN)")
 	f.StringVar(&cred, "credential", "", "onboarding credential: @FILE or the value (default: env TETHER_ONBOARD_CREDENTIAL, which keeps it out of the process list)")
 	f.StringVar(&c.Name, "name", "", "node name (default: the hub derives it from the hostname)")
-	f.StringVar(&c.Site, "site", "", "site, sent as the label site=…")
-	f.StringVar(&labels, "labels", "", "labels KEY=VALUE,… requested for the node (the credential's labels win)")
+	f.StringVar(&c.Site, "site", "", "site, sent as the label site=… (a reported label: the node's own word, written to its labels file)")
+	f.StringVar(&labels, "labels", "", "labels KEY=VALUE,… this machine reports (its labels file; never selected on: the hub's labels are the credential's)")
 	f.StringVar(&c.Proxy.HTTPS, "https-proxy", "", "proxy to the hub (default: HTTPS_PROXY from the environment)")
 	f.BoolVar(&apply, "apply", false, "apply the cloud-init now and wait until the agent is connected (the default)")
 	f.BoolVar(&writeOnly, "write-only", false, "only write the cloud-init to --cloud-init-dir, for the next boot")

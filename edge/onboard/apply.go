@@ -75,6 +75,56 @@ func (a *Applier) WriteFiles(cc *control.UserData) ([]string, error) {
 	return written, nil
 }
 
+// EnsureBinary installs this binary where a unit the user-data wrote
+// starts the agent (ExecStart=/usr/local/bin/tether-edge …) when nothing
+// is there yet: a person who copied tether-edge to the machine by hand and
+// ran it from their home directory gets a unit that starts. An existing
+// binary (a package's) is left alone.
+func (a *Applier) EnsureBinary(cc *control.UserData) (string, error) {
+	for _, f := range cc.WriteFiles {
+		if !strings.HasSuffix(f.Path, ".service") {
+			continue
+		}
+		data, _ := f.Bytes()
+		bin := execStartBinary(string(data))
+		if bin == "" || !strings.Contains(filepath.Base(bin), "tether-edge") {
+			continue
+		}
+		dst := filepath.Join(a.Root, bin)
+		if _, err := os.Stat(dst); err == nil {
+			return "", nil
+		}
+		self, err := os.ReadFile(a.Exe)
+		if err != nil {
+			return "", fmt.Errorf("install the agent binary for %s: %w", f.Path, err)
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return "", fmt.Errorf("install the agent binary: %w", err)
+		}
+		if err := pki.WriteFileAtomic(dst, self, 0o755); err != nil {
+			return "", fmt.Errorf("install the agent binary: %w", err)
+		}
+		return dst, nil
+	}
+	return "", nil
+}
+
+// execStartBinary is the program of a unit's ExecStart= (its prefixes
+// such as "-" or "@" dropped); "" when there is none.
+func execStartBinary(unit string) string {
+	for _, line := range strings.Split(unit, "\n") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "ExecStart=")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(strings.TrimLeft(v, "-@:+!"))
+		if len(f) > 0 && filepath.IsAbs(f[0]) {
+			return f[0]
+		}
+	}
+	return ""
+}
+
 func isSystemctl(argv []string) bool {
 	return filepath.Base(argv[0]) == "systemctl"
 }
@@ -109,6 +159,12 @@ func (a *Applier) Supervise() (pid int, started bool, err error) {
 			return p, false, nil
 		}
 	}
+	// A run killed between starting the agent and writing its pid left an
+	// agent no pid file names: find it by its state dir.
+	if p := AgentFor(a.StateDir); p != 0 {
+		_ = pki.WriteFileAtomic(pidPath, []byte(strconv.Itoa(p)+"\n"), 0o600)
+		return p, false, nil
+	}
 	args := []string{"run", "--state-dir", a.StateDir}
 	if filepath.Clean(a.Root) != "/" {
 		// The labels the user-data wrote are under the root too.
@@ -141,6 +197,29 @@ func (a *Applier) Supervise() (pid int, started bool, err error) {
 		a.Log("started the agent (pid %d): %s %s; log %s", pid, a.Exe, strings.Join(args, " "), filepath.Join(a.StateDir, "agent.log"))
 	}
 	return pid, true, nil
+}
+
+// AgentFor returns the pid of a running `tether-edge run` whose
+// --state-dir is dir, or 0.
+func AgentFor(dir string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !agentAlive(pid) {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		argv := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		for i, arg := range argv {
+			if (arg == "--state-dir" && i+1 < len(argv) && argv[i+1] == dir) || arg == "--state-dir="+dir {
+				return pid
+			}
+		}
+	}
+	return 0
 }
 
 // agentAlive reports whether pid is a running tether-edge agent (not a

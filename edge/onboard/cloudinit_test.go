@@ -139,3 +139,30 @@ func TestEnvArgs(t *testing.T) {
 		t.Fatal("args from a missing file")
 	}
 }
+
+func TestEnsureBinary(t *testing.T) {
+	root := t.TempDir()
+	exe := filepath.Join(t.TempDir(), "tether-edge")
+	os.WriteFile(exe, []byte("binary"), 0o700)
+	cc, err := control.ParseUserData("#cloud-config\nwrite_files:\n- path: /etc/systemd/system/tether-edge.service\n  content: |\n" +
+		"    [Service]\n    ExecStart=/usr/local/bin/tether-edge run --state-dir /var/lib/tether-edge $TETHER_EDGE_ARGS\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Applier{Root: root, Exe: exe}
+	got, err := a.EnsureBinary(cc)
+	want := filepath.Join(root, "usr/local/bin/tether-edge")
+	if err != nil || got != want {
+		t.Fatalf("EnsureBinary = %q, %v", got, err)
+	}
+	if fi, err := os.Stat(want); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("installed binary %v %v", fi, err)
+	}
+	// There now: left alone.
+	if got, err := a.EnsureBinary(cc); err != nil || got != "" {
+		t.Fatalf("second EnsureBinary = %q, %v", got, err)
+	}
+	if b := execStartBinary("ExecStart=-/usr/bin/tether-edge run\n"); b != "/usr/bin/tether-edge" {
+		t.Fatalf("prefix: %q", b)
+	}
+}

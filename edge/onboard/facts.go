@@ -2,6 +2,7 @@ package onboard
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -98,9 +99,14 @@ func GatherFacts(root string) Facts {
 		m.MemoryBytes = parseMemTotal(r)
 		r.Close()
 	}
-	add("memory", countString64(m.MemoryBytes), meminfoPath+" MemTotal (bytes)")
-	m.SecureBoot = secureBoot(root)
-	add("secure boot", m.SecureBoot, secureBootPath)
+	mem := countString64(m.MemoryBytes)
+	if mem != "" {
+		mem = fmt.Sprintf("%s (%.1f GiB)", mem, float64(m.MemoryBytes)/(1<<30))
+	}
+	add("memory", mem, meminfoPath+" MemTotal (bytes)")
+	var sbSource string
+	m.SecureBoot, sbSource = secureBoot(root)
+	add("secure boot", m.SecureBoot, sbSource)
 	m.DiskEncrypted = rootEncrypted(root)
 	add("root on dm-crypt", m.DiskEncrypted, mountsPath+" + "+sysBlockPath+"/dm-*/dm/uuid")
 
@@ -236,24 +242,25 @@ func parseMemTotal(r io.Reader) int64 {
 
 // secureBoot reads the EFI SecureBoot variable: "enabled" or "disabled";
 // "disabled" also when the machine booted without EFI (no Secure Boot
-// possible); "" when EFI is there but the variable cannot be read.
-func secureBoot(root string) string {
+// possible, and the source says so); "" when EFI is there but the variable
+// cannot be read.
+func secureBoot(root string) (value, source string) {
 	b, err := os.ReadFile(filepath.Join(root, secureBootPath))
 	if err == nil && len(b) == 5 {
 		switch b[4] {
 		case 1:
-			return "enabled"
+			return "enabled", secureBootPath
 		case 0:
-			return "disabled"
+			return "disabled", secureBootPath
 		}
-		return ""
+		return "", secureBootPath
 	}
 	if _, err := os.Stat(filepath.Join(root, efiPath)); os.IsNotExist(err) {
 		if _, err := os.Stat(filepath.Join(root, "/sys/firmware")); err == nil {
-			return "disabled" // legacy BIOS boot: there is no Secure Boot
+			return "disabled", efiPath + " absent (BIOS boot: no Secure Boot)"
 		}
 	}
-	return ""
+	return "", secureBootPath
 }
 
 // rootEncrypted says whether / is on dm-crypt: "yes", "no", or "" when the

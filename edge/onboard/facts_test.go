@@ -81,6 +81,9 @@ func TestGatherFacts(t *testing.T) {
 			if f.Machine.DiskEncrypted != "no" || f.Machine.SecureBoot != "disabled" {
 				t.Errorf("encrypted %q secure boot %q", f.Machine.DiskEncrypted, f.Machine.SecureBoot)
 			}
+			if !hasFact(f, "secure boot", "BIOS boot") {
+				t.Errorf("secure boot's source does not say why: %+v", f.Shown)
+			}
 		}},
 	}
 	for _, tt := range tests {

@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/charmbracelet/huh"
+	huh "charm.land/huh/v2"
 )
 
 // ErrAborted means the person left the form (ctrl+c, esc).

@@ -130,9 +130,11 @@ func (e *RefusedError) Error() string {
 	return fmt.Sprintf("onboard: the hub refused (%d %s): %s", e.Status, http.StatusText(e.Status), e.Reason)
 }
 
-// Credential reports whether the refusal is about the credential.
+// Credential reports whether the refusal is about the credential (another
+// one could be accepted), not about the machine (a revoked node).
 func (e *RefusedError) Credential() bool {
-	return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
+	return e.Status == http.StatusUnauthorized ||
+		(e.Status == http.StatusForbidden && strings.Contains(strings.ToLower(e.Reason), "credential"))
 }
 
 // Hub talks to a hub's onboarding endpoints.

@@ -312,7 +312,7 @@ func TestInteractiveSameAsFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	inter := testConfig(t, h, fakeRoot(t, "cccccccc-2222-3333-4444-555555555555"))
-	inter.Hub, inter.CAPin, inter.Credential = "", "", ""
+	inter.Hub, inter.CAPin, inter.Credential, inter.AskMode = "", "", "", true
 	// proxy (default), hub (typo, then right), CA yes, name, site, labels,
 	// mode (default), credential (refused, then right).
 	inter.Prompter = &scripted{answers: []string{"", "127.0.0.1:1", h.addr(), "y", "shop-1", "berlin", "rack=r1", "write-only", "cred.wrong", "cred.secret"}}

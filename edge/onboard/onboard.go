@@ -50,7 +50,10 @@ type Config struct {
 	Site       string
 	Labels     map[string]string
 	Mode       Mode
-	Force      bool
+	// AskMode has the form ask for the mode (Mode preselected); false
+	// when the command line chose it.
+	AskMode bool
+	Force   bool
 
 	Machine      Machine
 	CloudInitDir string        // NoCloud seed dir for ModeWriteOnly
@@ -240,7 +243,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 	if err != nil {
 		return err
 	}
-	site, err := c.input(Field{Title: "Site", Value: c.Site, Description: "optional; becomes the label site=…",
+	site, err := c.input(Field{Title: "Site", Value: c.Site, Description: "optional; reported as the label site=… (the node's own word)",
 		Syntax: func(v string) error {
 			if v == "" {
 				return nil
@@ -251,7 +254,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 		return err
 	}
 	labelText, err := c.input(Field{Title: "Labels", Value: FormatLabels(c.Labels),
-		Description: "optional KEY=VALUE,… (the credential's labels win on conflict)",
+		Description: "optional KEY=VALUE,… this machine reports (its labels file); roles select on the credential's labels only",
 		Syntax:      func(v string) error { _, err := ParseLabels(v); return err }})
 	if err != nil {
 		return err
@@ -263,7 +266,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 		}
 		labels["site"] = site
 	}
-	if c.Prompter != nil {
+	if c.Prompter != nil && c.AskMode {
 		mode, err := c.Prompter.Choose("Apply the node's cloud-init", [][2]string{
 			{string(ModeApply), "now: write its files, start the agent and wait until it is connected"},
 			{string(ModeWriteOnly), "at the next boot: write it to " + c.CloudInitDir},
@@ -403,6 +406,19 @@ func (c *Config) apply(ctx context.Context, cc *control.UserData, res *Result) e
 	var err error
 	if res.Written, err = a.WriteFiles(cc); err != nil {
 		return err
+	}
+	if a.Systemd {
+		if filepath.Clean(m.StateDir) != AgentStateDir {
+			c.say("warning: the unit runs the agent with --state-dir %s, not %s: add --state-dir %s to TETHER_EDGE_ARGS in /etc/tether-edge.env", AgentStateDir, m.StateDir, m.StateDir)
+		}
+		bin, err := a.EnsureBinary(cc)
+		if err != nil {
+			return err
+		}
+		if bin != "" {
+			c.say("installed this tether-edge as %s, where the unit starts it", bin)
+			res.Written = append(res.Written, bin)
+		}
 	}
 	if res.Ran, res.Skipped, err = a.RunCommands(ctx, cc); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -153,14 +154,11 @@ func (h *handler) onboard(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	labels := map[string]string{}
-	for k, v := range o.Labels {
-		labels[k] = v
-	}
-	for k, v := range cred.Labels { // the credential's labels win
-		labels[k] = v
-	}
-	n := store.Node{ID: newID(), Name: o.name, Labels: labels, Hostname: o.Facts.Hostname, OS: o.Facts.OS, Arch: o.Facts.Arch,
+	// Only the credential's labels are the hub's: roles select on them.
+	// Labels asked for on site are the machine's word (whoever holds the
+	// credential could otherwise label a node into a role's selection), so
+	// they go to the node's labels file and come back as reported labels.
+	n := store.Node{ID: newID(), Name: o.name, Labels: maps.Clone(cred.Labels), Hostname: o.Facts.Hostname, OS: o.Facts.OS, Arch: o.Facts.Arch,
 		MachineID: o.Facts.MachineID, AgentVersion: o.AgentVersion, Facts: o.Facts}
 	if prev != nil {
 		n = *prev
@@ -251,7 +249,7 @@ func (h *handler) issueOnboarded(ctx context.Context, o *onboardReq, n store.Nod
 	d := onboard.Data{
 		NodeID: n.ID, Name: n.Name, Hubs: h.Advertise, Profile: p.Name, MatchedBy: matchedBy,
 		StateDir: onboard.StateDir, Cert: resp.Cert, CA: resp.CA, NodeCA: resp.NodeCA, NodeConfig: string(cfg) + "\n",
-		Labels: n.Labels, LabelsFile: onboard.LabelsFile(n.Labels), LabelsPath: onboard.LabelsPath,
+		Labels: n.Labels, LabelsFile: onboard.LabelsFile(o.Labels), LabelsPath: onboard.LabelsPath,
 		Unit: packaging.EdgeUnit, UnitPath: onboard.UnitPath,
 		Facts: o.Facts, Machine: o.Machine,
 	}

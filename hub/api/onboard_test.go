@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -158,8 +159,8 @@ func TestOnboardCreatesNodeWithUserData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Labels["site"] != "berlin" || n.Labels["rack"] != "r1" {
-		t.Fatalf("labels %v: want the credential's site over the requested one, and rack", n.Labels)
+	if !maps.Equal(n.Labels, map[string]string{"site": "berlin"}) {
+		t.Fatalf("labels %v: want only the credential's (labels asked for on site are the node's word)", n.Labels)
 	}
 	if e.usesLeft(cred) != 1 {
 		t.Fatalf("uses left %d, want 1", e.usesLeft(cred))
@@ -175,7 +176,7 @@ func TestOnboardCreatesNodeWithUserData(t *testing.T) {
 	}
 	if files["/var/lib/tether-edge/node.crt"] != resp.Cert || files["/var/lib/tether-edge/ca.crt"] != resp.CA ||
 		!strings.Contains(files["/etc/systemd/system/tether-edge.service"], "ExecStart=") ||
-		!strings.Contains(files["/etc/tether/labels"], "site=berlin") {
+		!strings.Contains(files["/etc/tether/labels"], "site=paris") || !strings.Contains(files["/etc/tether/labels"], "rack=r1") {
 		t.Fatalf("user-data files %v", files)
 	}
 	if last := ud.WriteFiles[len(ud.WriteFiles)-1]; last.Path != "/var/lib/tether-edge/node.json" {

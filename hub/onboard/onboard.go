@@ -141,7 +141,7 @@ type Data struct {
 	NodeCA     string            // PEM, the root node certificates chain to (StateDir/node_ca.crt)
 	NodeConfig string            // JSON, the agent's node.json (StateDir/node.json)
 	Labels     map[string]string // the node's labels on the hub
-	LabelsFile string            // Labels as KEY=VALUE lines (LabelsPath)
+	LabelsFile string            // the labels asked for on site, KEY=VALUE lines (LabelsPath): the node's own word, reported back, never selected on
 	LabelsPath string            // LabelsPath
 	Unit       string            // the agent's systemd unit (packaging.EdgeUnit)
 	UnitPath   string            // UnitPath

@@ -16,7 +16,7 @@ import (
 
 // migrationOnboardingVersion is the schema version that adds the
 // onboarding tables (renumbered with the list at merge).
-const migrationOnboardingVersion = 11
+const migrationOnboardingVersion = 12
 
 func openTestStore(t *testing.T) (*SQLite, string) {
 	t.Helper()
