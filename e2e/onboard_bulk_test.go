@@ -236,21 +236,39 @@ func (f *bulkFleet) run(t *testing.T, parallel int) (map[int]bulkResult, string,
 }
 
 // checkOnline: every host in want is a node online on the hub, named
-// after the machine, with the inventory's and the credential's labels.
+// after the machine, with the credential's label (the hub's) and the
+// inventory's rack label as a reported label (the machine's word, from the
+// labels file onboarding wrote).
 func (f *bulkFleet) checkOnline(t *testing.T, want []*bulkHost) {
 	t.Helper()
-	nodes := f.h.nodes()
-	for _, h := range want {
-		n, ok := nodes[h.hostname]
-		if !ok || !n.Online {
-			t.Errorf("%s: node %q not online on the hub (%v)", h.addr(), h.hostname, ok)
-			continue
-		}
-		if n.Labels["fleet"] != "bulk" || n.Labels["rack"] == "" {
-			t.Errorf("node %s labels %v, want fleet=bulk and rack=…", h.hostname, n.Labels)
-		}
+	type listed struct {
+		Name     string            `json:"name"`
+		Online   bool              `json:"online"`
+		Labels   map[string]string `json:"labels"`
+		Reported map[string]string `json:"reported_labels"`
 	}
+	waitForState(t, "the onboarded nodes online with their labels", 30*time.Second, func() []string {
+		var list []listed
+		if err := json.Unmarshal([]byte(f.h.cli("nodes", "-o", "json")), &list); err != nil {
+			t.Fatal(err)
+		}
+		nodes := map[string]listed{}
+		for _, n := range list {
+			nodes[n.Name] = n
+		}
+		var missing []string
+		for _, h := range want {
+			n := nodes[h.hostname]
+			if !n.Online || n.Labels["fleet"] != "bulk" || n.Reported["rack"] != fmt.Sprintf("r%d", f.index(h)%4) {
+				missing = append(missing, fmt.Sprintf("%s: %+v", h.hostname, n))
+			}
+		}
+		return missing
+	}, func(missing []string) bool { return len(missing) == 0 })
 }
+
+// index is h's position in the fleet.
+func (f *bulkFleet) index(h *bulkHost) int { return f.lineOf[h] - 3 }
 
 // TestOnboardBulk: `tether onboard bulk` over ten machines in parallel,
 // two of which fail: one whose host key is not in known_hosts (no trust on

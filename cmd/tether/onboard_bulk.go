@@ -54,7 +54,9 @@ first use: a host whose key is not there fails, saying the key's
 fingerprint, and the others go on.
 
 The inventory has one machine per line, [USER@]HOST[:PORT] followed by
-optional node labels KEY=VALUE; # starts a comment:
+optional labels KEY=VALUE that the machine reports (onboarding writes them to
+its labels file; the hub's own labels come from the credential); # starts a
+comment:
 
   # Berlin shops
   root@10.0.0.7 site=berlin

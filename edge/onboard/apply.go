@@ -76,8 +76,9 @@ func (a *Applier) WriteFiles(cc *control.UserData) ([]string, error) {
 }
 
 // EnsureBinary installs this binary where a unit the user-data wrote
-// starts the agent (ExecStart=/usr/local/bin/tether-edge …) when nothing
-// is there yet: a person who copied tether-edge to the machine by hand and
+// starts the agent (ExecStart=/usr/local/bin/tether-edge …, or a bare
+// tether-edge found nowhere in systemd's search path: then it goes to
+// /usr/local/bin) when nothing is there yet: a person who copied tether-edge to the machine by hand and
 // ran it from their home directory gets a unit that starts. An existing
 // binary (a package's) is left alone.
 func (a *Applier) EnsureBinary(cc *control.UserData) (string, error) {
@@ -89,6 +90,16 @@ func (a *Applier) EnsureBinary(cc *control.UserData) (string, error) {
 		bin := execStartBinary(string(data))
 		if bin == "" || !strings.Contains(filepath.Base(bin), "tether-edge") {
 			continue
+		}
+		if !filepath.IsAbs(bin) {
+			// A bare name, as in the shipped unit: systemd looks it up in
+			// its fixed search path; a package's /usr/bin copy counts.
+			for _, dir := range unitSearchPath {
+				if _, err := os.Stat(filepath.Join(a.Root, dir, bin)); err == nil {
+					return "", nil
+				}
+			}
+			bin = filepath.Join("/usr/local/bin", bin)
 		}
 		dst := filepath.Join(a.Root, bin)
 		if _, err := os.Stat(dst); err == nil {
@@ -109,8 +120,13 @@ func (a *Applier) EnsureBinary(cc *control.UserData) (string, error) {
 	return "", nil
 }
 
+// unitSearchPath is where systemd (239 and later) finds an ExecStart=
+// program given by a bare name.
+var unitSearchPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
 // execStartBinary is the program of a unit's ExecStart= (its prefixes
-// such as "-" or "@" dropped); "" when there is none.
+// such as "-" or "@" dropped): an absolute path or a bare name; "" when
+// there is none.
 func execStartBinary(unit string) string {
 	for _, line := range strings.Split(unit, "\n") {
 		v, ok := strings.CutPrefix(strings.TrimSpace(line), "ExecStart=")
@@ -118,7 +134,7 @@ func execStartBinary(unit string) string {
 			continue
 		}
 		f := strings.Fields(strings.TrimLeft(v, "-@:+!"))
-		if len(f) > 0 && filepath.IsAbs(f[0]) {
+		if len(f) > 0 && (filepath.IsAbs(f[0]) || !strings.Contains(f[0], "/")) {
 			return f[0]
 		}
 	}

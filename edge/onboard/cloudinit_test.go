@@ -165,4 +165,22 @@ func TestEnsureBinary(t *testing.T) {
 	if b := execStartBinary("ExecStart=-/usr/bin/tether-edge run\n"); b != "/usr/bin/tether-edge" {
 		t.Fatalf("prefix: %q", b)
 	}
+
+	// The shipped unit names a bare tether-edge: a package's /usr/bin copy
+	// is used; without one, this binary goes to /usr/local/bin.
+	bare, err := control.ParseUserData("#cloud-config\nwrite_files:\n- path: /etc/systemd/system/tether-edge.service\n  content: |\n" +
+		"    [Service]\n    ExecStart=tether-edge run --state-dir /var/lib/tether-edge\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgRoot := t.TempDir()
+	os.MkdirAll(filepath.Join(pkgRoot, "usr/bin"), 0o755)
+	os.WriteFile(filepath.Join(pkgRoot, "usr/bin/tether-edge"), []byte("package"), 0o755)
+	if got, err := (&Applier{Root: pkgRoot, Exe: exe}).EnsureBinary(bare); err != nil || got != "" {
+		t.Fatalf("bare name with a package's binary: %q, %v", got, err)
+	}
+	emptyRoot := t.TempDir()
+	if got, err := (&Applier{Root: emptyRoot, Exe: exe}).EnsureBinary(bare); err != nil || got != filepath.Join(emptyRoot, "usr/local/bin/tether-edge") {
+		t.Fatalf("bare name with no binary: %q, %v", got, err)
+	}
 }

@@ -27,12 +27,14 @@ type Host struct {
 	Host string
 	// Port is the SSH port (22 when the line names none).
 	Port int
-	// Labels are the node labels the machine is onboarded with, in the
-	// order the line gives them.
+	// Labels are asked for at onboarding (tether-edge onboard --labels),
+	// in the order the line gives them: the machine's reported labels,
+	// written to its labels file. The hub's labels come from the
+	// credential.
 	Labels []Label
 }
 
-// Label is one key=value node label.
+// Label is one KEY=VALUE label.
 type Label struct{ Key, Value string }
 
 // Addr is HOST:PORT for dialing and for known_hosts.
