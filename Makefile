@@ -28,7 +28,7 @@ package: build $(TOOLS)/nfpm ## .deb and .rpm of tether and tether-edge (units, 
 	rm -f $(DIST)/*.deb $(DIST)/*.rpm
 	NFPM=$(TOOLS)/nfpm ./packaging/package.sh $(BIN) $(DIST) '$(PKG_VERSION)'
 
-deps: ## install OpenSSH client/server, systemd-analyze and ansible-core when missing (apt-get as root)
+deps: ## install OpenSSH client/server, systemd-analyze, ansible-core, rpm and cloud-init when missing (apt-get as root)
 	@./scripts/ensure-deps.sh
 
 tools: $(TOOLS)/step-ca $(TOOLS)/nfpm ## tools built from the Go module proxy (step-ca for the external-CA test, nfpm for packages)

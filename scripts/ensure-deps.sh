@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs when it is missing: OpenSSH client and
-# server, systemd-analyze and ansible-core (Debian packages). As root it
+# server, systemd-analyze, ansible-core, rpm and cloud-init (Debian packages). As root it
 # runs apt-get; otherwise it says exactly what to install.
 set -euo pipefail
 
@@ -13,6 +13,10 @@ command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 # ansible-inventory and ansible read `tether inventory --ansible` and ping
 # nodes through the hub (TestFleetOperatorView).
 command -v ansible-inventory >/dev/null 2>&1 || missing+=(ansible-core)
+# rpm queries the built .rpm packages (TestPackageRPM); cloud-init checks
+# onboarding's user-data against its schema (`cloud-init schema`).
+command -v rpm >/dev/null 2>&1 || missing+=(rpm)
+command -v cloud-init >/dev/null 2>&1 || missing+=(cloud-init)
 for pkg in "$@"; do
   case "$pkg" in
     iperf3|socat|ansible) command -v "$pkg" >/dev/null 2>&1 || missing+=("$pkg") ;;
