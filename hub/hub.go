@@ -38,6 +38,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/cluster"
+	"github.com/tether-dev/tether/hub/kubeone"
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/stepca"
@@ -154,6 +155,7 @@ type Server struct {
 	jumps      liveJumps     // bastion jumps under way (jump.go)
 	sessions   sync.WaitGroup
 	cluster    *cluster.Controller // set in Run before sessions are accepted
+	kubeone    *kubeone.Service    // set in Run before the API serves
 	guard      *guards             // rate limits (limits.go) and refusal audits (audit.go)
 	admins     admins              // admin certificates: revocation time, local identity (admin.go)
 	dirLock    *dataDirLock        // held from New to the end of Run (datadir.go)

@@ -37,7 +37,7 @@ func (d jumpDialer) Dial(ctx context.Context, req bastion.JumpRequest) (tunnel.S
 		context.AfterFunc(ctx, func() { d.live.remove(req.ID) })
 		// Decide before saying anything about reachability: an operator
 		// outside the node's roles learns nothing of whether it is online.
-		if aerr := d.door.AuthorizeJump(req.Operator, n); aerr != nil {
+		if aerr := d.door.AuthorizeJumpAs(req.Operator, req.Key, n); aerr != nil {
 			err = aerr
 		}
 	}

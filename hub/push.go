@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -114,6 +115,25 @@ func accessFor(snap *access.Snapshot, labels map[string]string) nodeAccess {
 	return a
 }
 
+// withKubeOne adds what node nodeID accepts as a member of a KubeOne
+// cluster (the cluster's key and certificate principal, for the cluster's
+// login). It depends on the node, not its labels, so it is never memoized;
+// a's shared slices and map are copied, not changed.
+func (a nodeAccess) withKubeOne(snap *access.Snapshot, nodeID string) nodeAccess {
+	login, principal, ok := snap.KubeOnePrincipalFor(nodeID)
+	if !ok {
+		return a
+	}
+	a.keys = append(slices.Clone(a.keys), snap.KubeOneKeysFor(nodeID)...)
+	p := maps.Clone(a.principals)
+	if p == nil {
+		p = map[string][]string{}
+	}
+	p[login] = append(slices.Clone(p[login]), principal)
+	a.principals = p
+	return a
+}
+
 func (m *pushMemo) get(snap *access.Snapshot, labels map[string]string) nodeAccess {
 	if m == nil || m.snap != snap {
 		return accessFor(snap, labels)
@@ -153,7 +173,7 @@ func (s *Server) pushAccess(c *registry.Conn, force bool, memo *pushMemo) bool {
 	c.PushMu.Lock()
 	defer c.PushMu.Unlock()
 	snap := s.door.Snapshot()
-	a := memo.get(snap, c.Labels)
+	a := memo.get(snap, c.Labels).withKubeOne(snap, c.NodeID)
 	log := s.log.With("node", c.Name)
 	sentAny := false
 	send := func(kind string, m *control.Message, last *[32]byte) {

@@ -21,6 +21,7 @@ import (
 	"github.com/tether-dev/tether/hub/bastion"
 	"github.com/tether-dev/tether/hub/cluster"
 	"github.com/tether-dev/tether/hub/jobs"
+	"github.com/tether-dev/tether/hub/kubeone"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 )
@@ -120,6 +121,12 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("hub: --engines-dir: %w", err)
 	}
 
+	if s.kubeone, err = kubeone.New(kubeone.Config{Store: s.store, DataDir: s.cfg.DataDir,
+		Live:     kubeoneLive{s: s, bastionAddr: localAddr(sshAddr), bastionKey: certSigner.PublicKey()},
+		SignUser: s.userCA.SignUser, AccessChanged: s.accessChanged, Logger: s.log.With("component", "kubeone")}); err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+
 	var serving atomic.Bool // every listener is up and hub.json written
 	httpSrv := &http.Server{
 		Handler: s.guardAPI(api.NewHandler(api.Deps{
@@ -130,6 +137,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Login:         loginService{s},
 			Jobs:          engine,
 			Cluster:       s.cluster,
+			KubeOne:       s.kubeone,
 			Blobs:         blobs,
 			Admins:        adminService{s},
 			Operators:     operatorService{s},

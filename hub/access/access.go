@@ -8,7 +8,7 @@
 // routes, and no caller learns about them).
 //
 // Decisions read an immutable Snapshot of operators, roles (selectors parsed
-// once per change) and revoked keys. Reload rebuilds it when any of them
+// once per change), revoked keys and the KubeOne clusters' identities. Reload rebuilds it when any of them
 // changes, so a decision costs neither a store read nor a selector parse.
 package access
 
@@ -100,6 +100,7 @@ type Store interface {
 	ListOperators(ctx context.Context) ([]store.Operator, error)
 	ListRoles(ctx context.Context) ([]store.Role, error)
 	ListRevokedKeys(ctx context.Context) ([]string, error)
+	ListKubeOneClusters(ctx context.Context) ([]store.KubeOneCluster, error)
 }
 
 // Config is what the door works with.
@@ -152,9 +153,9 @@ func New(ctx context.Context, cfg Config) (*Door, error) {
 // Snapshot is the access state decisions are made on now.
 func (d *Door) Snapshot() *Snapshot { return d.snap.Load() }
 
-// Reload rebuilds the snapshot from the store (three reads, whatever the
+// Reload rebuilds the snapshot from the store (a few reads, whatever the
 // number of nodes) and makes it current. Call it after any change of
-// operators, roles or revoked keys.
+// operators, roles, revoked keys or KubeOne clusters.
 func (d *Door) Reload(ctx context.Context) (*Snapshot, error) {
 	s, err := load(ctx, d.cfg.Store, d.gen.Add(1), d.cfg.ProvisionLogin, d.cfg.Logger)
 	if err != nil {

@@ -44,10 +44,76 @@ type Caller struct {
 	Name     string // for audit: "admin", "apitoken:ID", "operator:NAME"
 }
 
+// KubeOne clusters' identities. Each cluster has one SSH key (made by the
+// hub, private half in its data dir). It logs in to the bastion as the
+// cluster's bastion user, plain or as the cluster's user certificate, and
+// may jump to the cluster's members only; on a member it is accepted for
+// the cluster's login only: as an authorized key on the embedded SSH
+// server, as a certificate principal on embedded and managed sshd alike.
+// Nothing else accepts it: no role selects it, no other node is sent it.
+const (
+	// KubeOneUserPrefix starts a cluster's bastion user.
+	KubeOneUserPrefix = "kubeone-"
+	// KubeOneCertKeyIDPrefix starts the key id of a cluster's user
+	// certificate; the rest is the cluster's ID.
+	KubeOneCertKeyIDPrefix = "tether:kubeone:"
+)
+
+// KubeOneBastionUser is the bastion user of cluster's identity.
+func KubeOneBastionUser(cluster string) string { return KubeOneUserPrefix + cluster }
+
+// KubeOnePrincipal is the user-certificate principal a cluster's members
+// accept for the cluster's login. It names the cluster's ID, not its name,
+// so a certificate of a deleted cluster grants nothing to a new cluster of
+// the same name.
+func KubeOnePrincipal(clusterID, login string) string {
+	return KubeOneCertKeyIDPrefix + clusterID + ":" + login
+}
+
+// kubeOneIdentity is the cluster identity user authenticates as with key
+// (the cluster's key, or a certificate over it), if it is one.
+func (s *Snapshot) kubeOneIdentity(user string, key gossh.PublicKey) (*KubeOneIdentity, bool) {
+	id, ok := s.kubeone[user]
+	if !ok || key == nil {
+		return nil, false
+	}
+	if cert, isCert := key.(*gossh.Certificate); isCert {
+		key = cert.Key
+	}
+	if !sameKey(id.Key, key) {
+		return nil, false
+	}
+	return id, true
+}
+
+// authorizeKubeOneCert decides whether a certificate logs in as cluster
+// identity id: issued by the hub for this cluster (key id and principal),
+// signed by a trusted user CA, within its validity.
+func (d *Door) authorizeKubeOneCert(id *KubeOneIdentity, cert *gossh.Certificate) error {
+	principal := KubeOnePrincipal(id.ID, id.Login)
+	if cert.CertType != gossh.UserCert || cert.KeyId != KubeOneCertKeyIDPrefix+id.ID || !slices.Contains(cert.ValidPrincipals, principal) {
+		return refuse(ErrDenied, "certificate was not issued to KubeOne cluster %q", id.Cluster)
+	}
+	if !slices.ContainsFunc(d.cfg.UserCAs(), func(k gossh.PublicKey) bool { return sameKey(k, cert.SignatureKey) }) {
+		return refuse(ErrDenied, "certificate is not signed by the hub's user CA")
+	}
+	if err := (&gossh.CertChecker{}).CheckCert(principal, cert); err != nil {
+		return refuse(ErrDenied, "certificate refused: %v", err)
+	}
+	return nil
+}
+
 // AuthorizeLogin decides whether key may log in to the bastion as operator:
 // one of the operator's registered keys itself, or a user certificate from
-// `tether login` over one.
+// `tether login` over one. A KubeOne cluster's key (or its certificate)
+// logs in as the cluster's bastion user.
 func (d *Door) AuthorizeLogin(operator string, key gossh.PublicKey) error {
+	if id, ok := d.Snapshot().kubeOneIdentity(operator, key); ok {
+		if cert, isCert := key.(*gossh.Certificate); isCert {
+			return d.authorizeKubeOneCert(id, cert)
+		}
+		return nil
+	}
 	if cert, ok := key.(*gossh.Certificate); ok {
 		return d.AuthorizeCert(operator, cert)
 	}
@@ -100,6 +166,19 @@ func (d *Door) AuthorizeJump(operator string, n store.Node) error {
 	return nil
 }
 
+// AuthorizeJumpAs decides whether user, logged in to the bastion with key,
+// may open a stream to node n: a KubeOne cluster's identity only to the
+// cluster's members, an operator as AuthorizeJump decides.
+func (d *Door) AuthorizeJumpAs(user string, key gossh.PublicKey, n store.Node) error {
+	if id, ok := d.Snapshot().kubeOneIdentity(user, key); ok {
+		if !id.Members[n.ID] {
+			return refuse(ErrDenied, "node %q is not a member of KubeOne cluster %q", n.Name, id.Cluster)
+		}
+		return nil
+	}
+	return d.AuthorizeJump(user, n)
+}
+
 // AuthorizeLiveJump decides whether a jump already under way may go on
 // after an access change: the operator must still be registered, the key
 // they authenticated with (a certificate's underlying key) still theirs,
@@ -107,6 +186,10 @@ func (d *Door) AuthorizeJump(operator string, n store.Node) error {
 // window is not checked again: like sshd, a session outlives the
 // certificate that opened it, but not the withdrawal of access.
 func (d *Door) AuthorizeLiveJump(operator string, key gossh.PublicKey, n store.Node) error {
+	if _, ok := d.Snapshot().kubeOneIdentity(operator, key); ok {
+		// A member that left, or a deleted cluster, ends the jump.
+		return d.AuthorizeJumpAs(operator, key, n)
+	}
 	if cert, ok := key.(*gossh.Certificate); ok {
 		key = cert.Key
 	}
@@ -278,6 +361,29 @@ func (s *Snapshot) KeysFor(labels map[string]string) []string {
 		}
 	}
 	return out
+}
+
+// KubeOneKeysFor are the authorized-keys lines of the KubeOne cluster node
+// nodeID is a member of (none if it is in none): the cluster's key, for the
+// cluster's login only. Port forwarding stays allowed: KubeOne reaches the
+// node's own kube-apiserver and etcd through the node's SSH connection.
+func (s *Snapshot) KubeOneKeysFor(nodeID string) []string {
+	id, ok := s.kubeoneByNode[nodeID]
+	if !ok {
+		return nil
+	}
+	line := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(id.Key)))
+	return []string{fmt.Sprintf("tether-logins=%q %s %s", id.Login, line, KubeOneBastionUser(id.Cluster))}
+}
+
+// KubeOnePrincipalFor is the certificate principal node nodeID accepts for
+// login as a member of its KubeOne cluster (ok false if it is in none).
+func (s *Snapshot) KubeOnePrincipalFor(nodeID string) (login, principal string, ok bool) {
+	id, ok := s.kubeoneByNode[nodeID]
+	if !ok {
+		return "", "", false
+	}
+	return id.Login, KubeOnePrincipal(id.ID, id.Login), true
 }
 
 // PrincipalsFor are the user-certificate principals a node with these labels

@@ -23,6 +23,21 @@ type Snapshot struct {
 	roles          []roles.Compiled // sorted by name
 	revoked        []string         // authorized_keys lines
 	provisionLogin string
+	// kubeone are the KubeOne clusters' SSH identities by bastion user;
+	// kubeoneByNode the identity each member node ID belongs to.
+	kubeone       map[string]*KubeOneIdentity
+	kubeoneByNode map[string]*KubeOneIdentity
+}
+
+// KubeOneIdentity is a KubeOne cluster's SSH identity as decisions see it:
+// one key, valid at the bastion as the cluster's bastion user and on the
+// cluster's members as its login, nowhere else.
+type KubeOneIdentity struct {
+	Cluster string // the cluster's name
+	ID      string // the cluster's ID (random per creation)
+	Login   string // the login KubeOne uses on the members
+	Key     gossh.PublicKey
+	Members map[string]bool // node IDs
 }
 
 // Operator is a registered operator as decisions see it.
@@ -51,7 +66,25 @@ func load(ctx context.Context, st Store, gen uint64, provisionLogin string, log 
 	if err != nil {
 		return nil, err
 	}
-	s := &Snapshot{Generation: gen, operators: make(map[string]*Operator, len(ops)), revoked: revoked, provisionLogin: provisionLogin}
+	clusters, err := st.ListKubeOneClusters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &Snapshot{Generation: gen, operators: make(map[string]*Operator, len(ops)), revoked: revoked, provisionLogin: provisionLogin,
+		kubeone: make(map[string]*KubeOneIdentity, len(clusters)), kubeoneByNode: map[string]*KubeOneIdentity{}}
+	for _, c := range clusters {
+		k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(c.PublicKey))
+		if err != nil {
+			log.Warn("KubeOne cluster key grants nothing: unreadable", "cluster", c.Name, "err", err)
+			continue
+		}
+		id := &KubeOneIdentity{Cluster: c.Name, ID: c.ID, Login: c.Login, Key: k, Members: make(map[string]bool, len(c.Members))}
+		for _, m := range c.Members {
+			id.Members[m.NodeID] = true
+			s.kubeoneByNode[m.NodeID] = id
+		}
+		s.kubeone[KubeOneBastionUser(c.Name)] = id
+	}
 	byName := make(map[string]roles.Compiled, len(rs))
 	for _, r := range rs {
 		c, err := roles.Compile(roles.Role(r))

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/jobs"
+	"github.com/tether-dev/tether/hub/kubeone"
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/roles"
@@ -59,6 +60,9 @@ type Deps struct {
 	Blobs *jobs.Blobs
 	// Cluster serves the cluster endpoints; nil disables them.
 	Cluster Cluster
+	// KubeOne serves the KubeOne cluster endpoints (kubeone.go); nil
+	// disables them.
+	KubeOne *kubeone.Service
 	// Admins decides which admin certificates are accepted (admin.go);
 	// nil refuses them all.
 	Admins Admins
@@ -179,6 +183,7 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("GET /v1/cluster", h.admin(h.clusterStatus))
 	mux.HandleFunc("PUT /v1/cluster/{node}", h.admin(h.clusterRegister))
 	mux.HandleFunc("DELETE /v1/cluster/{node}", h.admin(h.clusterDeregister))
+	h.kubeoneRoutes(mux)
 	if d.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
 	}

@@ -85,6 +85,8 @@ var migrations = []string{
 	// v10: the facts of the node's latest hello (JSON), shown and used to
 	// address the node on its own network (never for access decisions).
 	`ALTER TABLE nodes ADD COLUMN facts TEXT NOT NULL DEFAULT '{}';`,
+	// v11: KubeOne clusters and their members (kubeone.go).
+	migrationKubeOne,
 }
 
 // migrationReportedLabels adds the labels a node's agent reports about
@@ -194,3 +196,31 @@ const migrationOperatorKeys = `CREATE TABLE operators_v7 (
 	DROP TABLE operators;
 	ALTER TABLE operators_v7 RENAME TO operators;
 	CREATE INDEX operator_keys_operator ON operator_keys (operator);`
+
+// migrationKubeOne adds KubeOne clusters: one row per cluster, one per
+// member.
+// A member row is keyed by its node's ID, so a node is in at most one
+// KubeOne cluster, and it goes with its node (ON DELETE CASCADE) or its
+// cluster.
+const migrationKubeOne = `CREATE TABLE kubeone_clusters (
+		name TEXT PRIMARY KEY,
+		id TEXT NOT NULL UNIQUE,
+		kubernetes TEXT NOT NULL,
+		login TEXT NOT NULL,
+		cni TEXT NOT NULL,
+		extra TEXT NOT NULL DEFAULT '{}',
+		public_key TEXT NOT NULL,
+		status TEXT NOT NULL,
+		last_apply_job TEXT NOT NULL DEFAULT '',
+		last_apply_result TEXT NOT NULL DEFAULT '',
+		last_apply_at INTEGER NOT NULL DEFAULT 0,
+		created_at INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL
+	);
+	CREATE TABLE kubeone_members (
+		node_id TEXT PRIMARY KEY REFERENCES nodes (id) ON DELETE CASCADE,
+		cluster TEXT NOT NULL REFERENCES kubeone_clusters (name) ON DELETE CASCADE,
+		role TEXT NOT NULL,
+		position INTEGER NOT NULL
+	);
+	CREATE INDEX kubeone_members_cluster ON kubeone_members (cluster);`

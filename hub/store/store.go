@@ -7,7 +7,7 @@
 // implementation (sqlite.go: open and encoding helpers; migrations.go: the
 // schema) keeps one file per table group, each beside its record type:
 // nodes.go, tokens.go, operators.go, roles.go, audit.go, apitokens.go,
-// admin.go (hub-wide settings), jobs.go, cluster.go.
+// admin.go (hub-wide settings), jobs.go, cluster.go, kubeone.go.
 //
 // What outlives a connection and belongs to a node (its cluster membership,
 // its runs in jobs) is keyed by the node's ID, never by its name: a name is
@@ -93,6 +93,7 @@ type Store interface {
 
 	JobStore
 	ClusterStore
+	KubeOneStore
 	APITokenStore
 	AdminStore
 

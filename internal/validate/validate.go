@@ -94,6 +94,11 @@ func Login(s string) error {
 // be mistaken for an IP address or a numeric ID.
 func NodeName(s string) error { return dnsLabel("name", s, false) }
 
+// ClusterName checks a KubeOne cluster's name: a DNS label, as a node
+// name (KubeOne wants a DNS name; the hub makes a bastion user and a
+// directory of it).
+func ClusterName(s string) error { return dnsLabel("cluster name", s, false) }
+
 // RoleName checks a role name: a DNS label; unlike a node name it may be
 // all digits, since it is never a host name.
 func RoleName(s string) error { return dnsLabel("role name", s, true) }
