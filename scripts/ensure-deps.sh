@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs when it is missing: OpenSSH client and
-# server, systemd-analyze and ansible-core (Debian packages). As root it
+# server, systemd-analyze, ansible-core and sudo (Debian packages). As root it
 # runs apt-get; otherwise it says exactly what to install.
 set -euo pipefail
 
@@ -13,6 +13,9 @@ command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 # ansible-inventory and ansible read `tether inventory --ansible` and ping
 # nodes through the hub (TestFleetOperatorView).
 command -v ansible-inventory >/dev/null 2>&1 || missing+=(ansible-core)
+# KubeOne runs its commands with sudo; so does the stand-in kubeone of the
+# KubeOne tests (TestKubeOne*), and the hub fetching a cluster's kubeconfig.
+command -v sudo >/dev/null 2>&1 || missing+=(sudo)
 for pkg in "$@"; do
   case "$pkg" in
     iperf3|socat|ansible) command -v "$pkg" >/dev/null 2>&1 || missing+=("$pkg") ;;
