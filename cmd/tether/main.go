@@ -71,7 +71,7 @@ Run right after 'tether hub &', they wait for the hub to start (--wait).`,
 	root.SetVersionTemplate("tether {{.Version}}\n") // as the version command prints it
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newHubCmd(), newTokenCmd(), newOperatorCmd(), newNodesCmd(), newRoleCmd(), newAuditCmd(), newConfigCmd(), newLoginCmd(), newCACmd(),
-		newRunCmd(), newJobsCmd(), newClusterCmd(), newAPITokenCmd(), newVersionCmd(), newInventoryCmd())
+		newRunCmd(), newJobsCmd(), newClusterCmd(), newKubeOneCmd(), newAPITokenCmd(), newVersionCmd(), newInventoryCmd())
 	return root
 }
 

@@ -1,10 +1,12 @@
 package kubeone
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 
 	"go.yaml.in/yaml/v3"
 
@@ -118,21 +120,54 @@ func Render(in RenderInput) ([]byte, error) {
 		}
 		merge(doc, extra)
 	}
-	b, err := yaml.Marshal(doc)
+	b, err := marshalOrdered(doc)
 	if err != nil {
 		return nil, fmt.Errorf("kubeone: render %s: %w", c.Name, err)
 	}
 	return b, nil
 }
 
+// topLevel is the order of the manifest's first fields, as KubeOne's
+// examples write them; other fields (from the extra ones) follow sorted.
+var topLevel = []string{"apiVersion", "kind", "name", "versions", "cloudProvider", "apiEndpoint", "clusterNetwork", "controlPlane", "staticWorkers"}
+
+// marshalOrdered writes doc as YAML (two-space indent), its top-level
+// fields in topLevel order; nested mappings are sorted by key.
+func marshalOrdered(doc map[string]any) ([]byte, error) {
+	root := &yaml.Node{Kind: yaml.MappingNode}
+	keys := slices.DeleteFunc(sortedKeys(doc), func(k string) bool { return slices.Contains(topLevel, k) })
+	for _, k := range slices.Concat(topLevel, keys) {
+		v, ok := doc[k]
+		if !ok {
+			continue
+		}
+		var kn, vn yaml.Node
+		kn.SetString(k)
+		if err := vn.Encode(v); err != nil {
+			return nil, err
+		}
+		root.Content = append(root.Content, &kn, &vn)
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(root); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
 func host(in RenderInput, m store.KubeOneMember) (map[string]any, error) {
 	name := m.Node.Name
-	if m.Node.Facts.Address == "" {
-		return nil, fmt.Errorf("%w: member %q has not reported its address (its agent reports it in every hello: connect it once with a current agent)", ErrConflict, name)
-	}
 	key := in.HostKeys[m.NodeID]
 	if len(key) == 0 {
 		return nil, fmt.Errorf("%w: member %q is not connected, so the host key it presents is not known; the manifest pins every host key, so connect it and try again", ErrConflict, name)
+	}
+	if m.Node.Facts.Address == "" {
+		return nil, fmt.Errorf("%w: member %q has not reported its address (its agent reports it in every hello: connect it once with a current agent)", ErrConflict, name)
 	}
 	h := map[string]any{
 		"publicAddress":        name,
