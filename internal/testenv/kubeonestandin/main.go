@@ -23,8 +23,10 @@
 //   - apply only: from each control-plane node's SSH connection it opens a
 //     direct-tcpip channel to the node's own 127.0.0.1:6443 (kube-apiserver;
 //     the port is KUBEONE_STANDIN_APISERVER_PORT when set, so tests need no
-//     privileged or shared port) and GETs /readyz over it, as KubeOne's
-//     tunnelled HTTP transport does; it waits for the answer (KubeOne waits
+//     privileged or shared port) and GETs https://…/readyz over it, as
+//     KubeOne's tunnelled HTTP transport does (KubeOne verifies the API
+//     server against the cluster CA it generated; the stand-in installs no
+//     CA, so it does not verify); it waits for the answer (KubeOne waits
 //     for the API server), which lets a test hold an apply running;
 //   - it exits 0 when every host succeeded, 1 otherwise; 2 for bad usage.
 //
@@ -38,6 +40,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -409,11 +412,14 @@ func osID(osRelease string) string {
 // channel of the node's SSH connection.
 func readyz(ctx context.Context, c *ssh.Client, port int) (string, error) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
-		return c.Dial("tcp", addr)
-	}}
+	tr := &http.Transport{
+		DialContext: func(context.Context, string, string) (net.Conn, error) {
+			return c.Dial("tcp", addr)
+		},
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // see the package doc
+	}
 	defer tr.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/readyz", nil)
 	if err != nil {
 		return "", err
 	}
