@@ -237,10 +237,11 @@ func parseStandin(t *testing.T, out string) standinRun {
 	return r
 }
 
-// jobLog is the job's output (its one run's).
-func (h *hub) jobLog(id string) string {
+// jobLog is the output of a KubeOne job so far: its one run, named after
+// the cluster, as the hub stored it.
+func (h *hub) jobLog(id, cluster string) string {
 	h.t.Helper()
-	return h.cli("jobs", "logs", id)
+	return h.cli("jobs", "logs", id, "--node", cluster)
 }
 
 func gone(path string) bool {
@@ -461,9 +462,9 @@ func TestKubeOneWaitsForMembers(t *testing.T) {
 	waitFor(t, "the auto apply to finish", time.Minute, func() bool { return h.job(id).State != "running" })
 	j := h.job(id)
 	if j.State != "succeeded" {
-		t.Fatalf("auto apply: %+v\n%s", j, h.jobLog(id))
+		t.Fatalf("auto apply: %+v\n%s", j, h.jobLog(id, "site"))
 	}
-	run := parseStandin(t, h.jobLog(id))
+	run := parseStandin(t, h.jobLog(id, "site"))
 	if len(run.setup) != 3 || !run.readyz["wa"] {
 		t.Fatalf("auto apply reached %v (readyz %v)", run.setup, run.readyz)
 	}
@@ -544,7 +545,7 @@ func waitForRunning(t *testing.T, h *hub, id string) standinRun {
 	t.Helper()
 	var log string
 	waitFor(t, "kubeone of job "+id+" to wait for the API servers", 30*time.Second, func() bool {
-		log = h.jobLog(id)
+		log = h.jobLog(id, "hold")
 		return strings.Count(log, "operating system:") == 3 && h.job(id).State == "running"
 	})
 	return parseStandin(t, log)
