@@ -593,6 +593,26 @@ func TestKubeOneKeyScope(t *testing.T) {
 		})
 	}
 
+	// The cluster's key forwards to the member's own loopback (what KubeOne
+	// needs) and nowhere else.
+	err := nodeSession(t, h, keyA, "sa2", func(c *gossh.Client) {
+		conn, err := c.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", api.port))
+		if err != nil {
+			t.Errorf("cluster ca's key to sa2's loopback: %v", err)
+		} else {
+			conn.Close()
+		}
+		if conn, err := c.Dial("tcp", "192.0.2.1:6443"); err == nil {
+			conn.Close()
+			t.Error("cluster ca's key forwarded from sa2 to another host")
+		} else if !strings.Contains(err.Error(), "not the node's loopback") {
+			t.Errorf("forwarding off the node: %v, want a refusal naming the loopback", err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	// KubeOne with ca's key and a manifest naming cb's node fails closed.
 	manifestB := h.mustKubeOne("manifest", "cb")
 	manifestB = strings.ReplaceAll(manifestB, "bastionUser: kubeone-cb", "bastionUser: kubeone-ca")
@@ -667,6 +687,13 @@ func bastionJump(t *testing.T, h *hub, user string, signer gossh.Signer, node st
 // anywhere) and logs in to the node with signer: the node's own decision.
 func nodeLogin(t *testing.T, h *hub, signer gossh.Signer, node string) error {
 	t.Helper()
+	return nodeSession(t, h, signer, node, nil)
+}
+
+// nodeSession is nodeLogin that, once logged in, hands the node's client
+// to use.
+func nodeSession(t *testing.T, h *hub, signer gossh.Signer, node string, use func(*gossh.Client)) error {
+	t.Helper()
 	op := readSigner(t, opKey)
 	c, err := gossh.Dial("tcp", h.sshAddr(), &gossh.ClientConfig{User: "alice", Auth: []gossh.AuthMethod{gossh.PublicKeys(op)},
 		HostKeyCallback: gossh.FixedHostKey(h.hostPublicKey()), HostKeyAlgorithms: []string{gossh.KeyAlgoED25519}, Timeout: 10 * time.Second})
@@ -690,6 +717,10 @@ func nodeLogin(t *testing.T, h *hub, signer gossh.Signer, node string) error {
 	if err != nil {
 		return err
 	}
-	gossh.NewClient(cc, chans, reqs).Close()
+	client := gossh.NewClient(cc, chans, reqs)
+	defer client.Close()
+	if use != nil {
+		use(client)
+	}
 	return nil
 }
