@@ -106,7 +106,7 @@ type kubeoneMetrics struct {
 	running     prometheus.Gauge
 }
 
-func newKubeoneMetrics(r prometheus.Registerer) kubeoneMetrics {
+func newKubeoneMetrics() kubeoneMetrics {
 	m := kubeoneMetrics{
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_kubeone_runs_total", Help: "KubeOne runs (apply, reset) the hub finished, by action and result (succeeded, failed, cancelled, interrupted).",
@@ -125,10 +125,22 @@ func newKubeoneMetrics(r prometheus.Registerer) kubeoneMetrics {
 			Name: "tether_kubeone_runs_running", Help: "KubeOne processes the hub runs now.",
 		}),
 	}
-	if r != nil {
-		r.MustRegister(m.runs, m.runDuration, m.apiChecks, m.proxyConns, m.running)
-	}
 	return m
+}
+
+func (m kubeoneMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.runs, m.runDuration, m.apiChecks, m.proxyConns, m.running}
+}
+
+// unregister takes the runs' metrics off the hub's registry (Run registers
+// them anew).
+func (r *kubeoneRuns) unregister() {
+	if r.s.metrics == nil {
+		return
+	}
+	for _, c := range r.metrics.collectors() {
+		r.s.metrics.Registry.Unregister(c)
+	}
 }
 
 // newKubeoneRuns prepares the runs of a hub serving until ctx ends; attach
@@ -146,11 +158,15 @@ func newKubeoneRuns(ctx context.Context, s *Server) (*kubeoneRuns, error) {
 	if err != nil {
 		return nil, err
 	}
-	var reg prometheus.Registerer
+	m := newKubeoneMetrics()
 	if s.metrics != nil {
-		reg = s.metrics.Registry
+		for _, c := range m.collectors() {
+			if err := s.metrics.Registry.Register(c); err != nil {
+				return nil, fmt.Errorf("hub: KubeOne run metrics: %w", err)
+			}
+		}
 	}
-	return &kubeoneRuns{s: s, hubCtx: ctx, runner: runner, log: log, metrics: newKubeoneMetrics(reg),
+	return &kubeoneRuns{s: s, hubCtx: ctx, runner: runner, log: log, metrics: m,
 		active: map[string]string{}, conns: map[string]*kubeConn{}, cas: map[string]*x509.CertPool{}}, nil
 }
 

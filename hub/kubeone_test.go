@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/edge"
+	"github.com/tether-dev/tether/edge/sshdconf"
 	"github.com/tether-dev/tether/hub/api"
 	"github.com/tether-dev/tether/hub/kubeone"
 	"github.com/tether-dev/tether/internal/testenv"
@@ -54,8 +56,13 @@ func startAgents(t *testing.T, s *Server, c *api.Client, names ...string) {
 		}
 		return err == nil && online == len(names)
 	})
-	// A machine without a default route reports no address; the
-	// manifest needs one per member.
+	ensureAddresses(t, s)
+}
+
+// ensureAddresses gives every node an address: a machine without a
+// default route reports none, and the manifest needs one per member.
+func ensureAddresses(t *testing.T, s *Server) {
+	t.Helper()
 	nodes, _ := s.store.ListNodes(context.Background())
 	for _, n := range nodes {
 		if n.Facts.Address == "" {
@@ -78,7 +85,8 @@ type kubeoneClient struct {
 	bastionAddr, bastionUser, login string
 	bastionKey                      []byte
 	hostKeys                        map[string][]byte
-	signer                          gossh.Signer
+	signer                          gossh.Signer // the certificate, as KubeOne with sshCertFile
+	plain                           gossh.Signer // the key alone
 }
 
 func pinned(want []byte) gossh.HostKeyCallback {
@@ -113,12 +121,12 @@ func parseManifest(t *testing.T, manifest string) kubeoneClient {
 		kc.bastionKey = dec("bastionHostPublicKey")
 		kc.bastionAddr = net.JoinHostPort(h["bastion"].(string), strconv.Itoa(h["bastionPort"].(int)))
 		kc.bastionUser, kc.login = h["bastionUser"].(string), h["sshUsername"].(string)
-		kc.signer = certSigner(t, h["sshPrivateKeyFile"].(string), h["sshCertFile"].(string))
+		kc.signer, kc.plain = certSigner(t, h["sshPrivateKeyFile"].(string), h["sshCertFile"].(string))
 	}
 	return kc
 }
 
-func certSigner(t *testing.T, keyFile, certFile string) gossh.Signer {
+func certSigner(t *testing.T, keyFile, certFile string) (withCert, plain gossh.Signer) {
 	t.Helper()
 	kb, err := os.ReadFile(keyFile)
 	if err != nil {
@@ -140,7 +148,7 @@ func certSigner(t *testing.T, keyFile, certFile string) gossh.Signer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return signer
+	return signer, key
 }
 
 // reach logs in to node through the bastion as KubeOne would; nil if the
@@ -181,7 +189,7 @@ func (kc kubeoneClient) viaOperator(t *testing.T, s *Server, op gossh.Signer, no
 	defer bc.Close()
 	var refused []string
 	// The certificate, then the plain key, each on a jump of its own.
-	for what, auth := range map[string]gossh.Signer{"certificate": kc.signer, "key": plainOf(kc.signer)} {
+	for what, auth := range map[string]gossh.Signer{"certificate": kc.signer, "key": kc.plain} {
 		conn, err := bc.Dial("tcp", net.JoinHostPort(node, "22"))
 		if err != nil {
 			return fmt.Errorf("jump: %w", err)
@@ -202,14 +210,6 @@ func (kc kubeoneClient) viaOperator(t *testing.T, s *Server, op gossh.Signer, no
 		return fmt.Errorf("partly: node refused the cluster's %s", refused[0])
 	}
 	return nil
-}
-
-// plainOf is the plain key under a certificate signer.
-func plainOf(s gossh.Signer) gossh.Signer {
-	if cs, ok := s.(interface{ Signer() gossh.Signer }); ok {
-		return cs.Signer()
-	}
-	return s
 }
 
 // TestKubeOneIdentityReachesItsMembersOnly: a KubeOne cluster's identity,
@@ -253,6 +253,17 @@ func TestKubeOneIdentityReachesItsMembersOnly(t *testing.T) {
 	if err := a.viaOperator(t, s, op, "n1"); err != nil {
 		t.Fatalf("member n1 via an operator's jump: %v", err)
 	}
+	// Another login on a member is the node's refusal, audited in the
+	// identity's name.
+	other := a
+	other.login = "not-" + login
+	other.signer = a.plain
+	if err := other.reach("n1"); err == nil {
+		t.Fatalf("n1 let cluster a's key in as %s", other.login)
+	}
+	waitAudit(t, c, "the refused login of a's key", func(e api.AuditEvent) bool {
+		return e.Kind == "login_refused" && e.Node == "n1" && e.Operator == "kubeone-a"
+	})
 	for _, tc := range []struct {
 		id   kubeoneClient
 		who  string
@@ -410,6 +421,9 @@ func TestKubeOneAPI(t *testing.T) {
 	if st.MembersUp != 1 || len(st.Members) != 2 || !st.Members[0].Online || st.Members[0].Transport != "tcp" || st.Members[1].Online || st.Members[1].Role != "worker" {
 		t.Errorf("status %+v", st)
 	}
+	if got := kubeoneMembersMetric(t, s, "k"); got != "control-plane/up=1 worker/down=1" {
+		t.Errorf("tether_kubeone_members: %s", got)
+	}
 	m, err := c.KubeOneManifest(ctx, "k", "hub.example.net:2022")
 	if err == nil || !strings.Contains(err.Error(), "off") {
 		t.Fatalf("manifest with an offline member: %v, %q", err, m)
@@ -438,4 +452,104 @@ func TestKubeOneAPI(t *testing.T) {
 		})
 	}
 	waitAudit(t, c, "refused create", func(e api.AuditEvent) bool { return e.Kind == "kubeone_create" && e.Result == "refused" })
+}
+
+// TestKubeOneManagedSSHD: on a node whose agent manages a real OpenSSH
+// sshd (no authorized_keys at all: operators come in by certificate
+// only), the cluster's certificate logs in for the cluster's login, sshd
+// presents exactly the host certificate the manifest pins (what KubeOne's
+// byte comparison needs), and after the cluster is deleted sshd refuses
+// the certificate.
+func TestKubeOneManagedSSHD(t *testing.T) {
+	s, c := testHub(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "sshd_config.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sshd := testenv.StartSSHD(t, testenv.SSHDConfig{Dir: dir, Include: filepath.Join(dir, "sshd_config.d", "*.conf")})
+
+	tok, err := c.CreateToken(ctx, api.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "m1")
+	if _, err := edge.Join(ctx, edge.JoinOptions{JoinString: tok.JoinString, StateDir: state, Name: "m1"}); err != nil {
+		t.Fatal(err)
+	}
+	mgr := &edge.SSHDManager{Paths: sshdconf.Paths{Dir: filepath.Join(dir, "tether"), DropIn: filepath.Join(dir, "sshd_config.d", "50-tether.conf"),
+		HostKey: sshd.HostKey.Path}, SSHDConfig: sshd.Config, Reload: sshdconf.PidFileReloader(sshd.PidFile)}
+	if err := mgr.Check(); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithCancel(ctx)
+	a, err := edge.New(edge.Config{StateDir: state, SSHTarget: sshd.Addr, SSHDHostKey: sshd.HostKey.Path, ManageSSHD: mgr, Transport: tunnel.TransportTCP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(actx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "m1 online", func() bool {
+		n, err := s.store.GetNodeByName(ctx, "m1")
+		return err == nil && n.Online
+	})
+	ensureAddresses(t, s)
+
+	if _, err := c.CreateKubeOne(ctx, kubeone.Spec{Name: "m", ControlPlane: []string{"m1"}, Kubernetes: "1.32.1", Login: testenv.LoginName()}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.KubeOneManifest(ctx, "m", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := parseManifest(t, m)
+	// sshd presents the certificate once the agent installed it and
+	// reloaded sshd, and accepts the principal once the push landed.
+	var last error
+	waitFor(t, "the cluster's certificate to log in to m1's sshd", func() bool { last = kc.reach("m1"); return last == nil })
+	if k, err := gossh.ParsePublicKey(kc.hostKeys["m1"]); err != nil {
+		t.Fatal(err)
+	} else if cert, ok := k.(*gossh.Certificate); !ok || cert.CertType != gossh.HostCert {
+		t.Errorf("m1's pinned host key is a %s, not a host certificate", k.Type())
+	}
+	op := newOperator(t, c)
+	if err := kc.viaOperator(t, s, op, "m1"); err == nil || err.Error() != "partly: node refused the cluster's key" {
+		t.Errorf("m1's sshd (no authorized_keys) via an operator's jump: %v, want the certificate accepted and the plain key refused", err)
+	}
+
+	if _, err := c.DeleteKubeOne(ctx, "m"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "m1's sshd to refuse a deleted cluster's certificate", func() bool {
+		err := kc.viaOperator(t, s, op, "m1")
+		return err != nil && !strings.HasPrefix(err.Error(), "partly")
+	})
+}
+
+// kubeoneMembersMetric is cluster's non-zero tether_kubeone_members
+// series as "role/tunnel=N", sorted.
+func kubeoneMembersMetric(t *testing.T, s *Server, cluster string) string {
+	t.Helper()
+	mfs, err := s.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, mf := range mfs {
+		if mf.GetName() != "tether_kubeone_members" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["cluster"] == cluster && m.GetGauge().GetValue() > 0 {
+				out = append(out, fmt.Sprintf("%s/%s=%g", l["role"], l["tunnel"], m.GetGauge().GetValue()))
+			}
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
 }

@@ -49,7 +49,8 @@ var sshEventAudit = map[string]struct{ kind, result string }{
 // recordSSHEvent audits one report of conn's embedded SSH server, within
 // the per-source audit limit (a node cannot flood the log). The operator is
 // named only if the reported key fingerprint is one of that operator's
-// registered keys; otherwise the node's claim stays in the detail.
+// registered keys (or the key of the KubeOne cluster identity of that
+// name); otherwise the node's claim stays in the detail.
 func (s *Server) recordSSHEvent(conn *registry.Conn, ev *control.SSHEvent, log *slog.Logger) {
 	switch ev.Kind {
 	case "login-accepted", "login-failed":
@@ -68,10 +69,13 @@ func (s *Server) recordSSHEvent(conn *registry.Conn, ev *control.SSHEvent, log *
 	if ev.Login != "" {
 		detail = fmt.Sprintf("login %q: %s", ev.Login, detail)
 	}
-	if o, ok := s.door.Snapshot().Operator(ev.Operator); ok && slices.ContainsFunc(o.Keys, func(k gossh.PublicKey) bool {
+	snap := s.door.Snapshot()
+	if o, ok := snap.Operator(ev.Operator); ok && slices.ContainsFunc(o.Keys, func(k gossh.PublicKey) bool {
 		return gossh.FingerprintSHA256(k) == ev.KeyFingerprint
 	}) {
 		e.Operator = o.Name
+	} else if k, ok := snap.KubeOneKey(ev.Operator); ok && gossh.FingerprintSHA256(k) == ev.KeyFingerprint {
+		e.Operator = ev.Operator // a KubeOne cluster's identity
 	} else if ev.Operator != "" {
 		detail += fmt.Sprintf(" (node reports operator %q)", ev.Operator)
 	}

@@ -113,6 +113,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer kruns.unregister()
 	engine := jobs.New(ctx, jobs.Config{Store: s.store, Connect: prov.connect, Online: s.online, Blobs: blobs,
 		Metrics: s.metrics, Logger: s.log.With("component", "jobs"), Audit: s.audit, Local: kruns.kinds()})
 	defer engine.Close()
@@ -133,6 +134,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	kruns.attach(s.kubeone, engine)
 	kruns.recover(ctx)
+	if err := s.metrics.Registry.Register(s.kubeone.Collector()); err != nil {
+		return fmt.Errorf("hub: KubeOne metrics: %w", err)
+	}
+	defer s.metrics.Registry.Unregister(s.kubeone.Collector())
 
 	var serving atomic.Bool // every listener is up and hub.json written
 	httpSrv := &http.Server{

@@ -376,6 +376,16 @@ func (s *Snapshot) KubeOneKeysFor(nodeID string) []string {
 	return []string{fmt.Sprintf("tether-logins=%q %s %s", id.Login, line, KubeOneBastionUser(id.Cluster))}
 }
 
+// KubeOneKey is the key of the KubeOne cluster identity whose bastion user
+// is user, for naming it in what nodes report (ok false if there is none).
+func (s *Snapshot) KubeOneKey(user string) (gossh.PublicKey, bool) {
+	id, ok := s.kubeone[user]
+	if !ok {
+		return nil, false
+	}
+	return id.Key, true
+}
+
 // KubeOnePrincipalFor is the certificate principal node nodeID accepts for
 // login as a member of its KubeOne cluster (ok false if it is in none).
 func (s *Snapshot) KubeOnePrincipalFor(nodeID string) (login, principal string, ok bool) {

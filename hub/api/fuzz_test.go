@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tether-dev/tether/hub/jobs"
+	"github.com/tether-dev/tether/hub/kubeone"
 	"github.com/tether-dev/tether/hub/roles"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki"
@@ -32,6 +33,8 @@ func FuzzRequestBodies(f *testing.F) {
 		`{"only_failed":true}`,
 		`{"engine":"k3s"}`,
 		`{"role":"ops","ttl_seconds":86400}`,
+		`{"name":"edge1","control_plane":["n1","n2","n3"],"workers":["n4"],"kubernetes":"1.30.5","cni":"canal","manifest_extra":"features: {}"}`,
+		`{"control_plane":["n1"],"workers":["n1"]}`,
 		`{"name":"x"} trailing`, `[1,2,3]`, `{"uses":1e999}`, `{"unknown":1}`, `null`, ``, "\x00",
 	}
 	for i, s := range seeds {
@@ -52,6 +55,8 @@ func FuzzRequestBodies(f *testing.F) {
 		func() any { return new(JobRerunRequest) },
 		func() any { return new(ClusterRegisterRequest) },
 		func() any { return new(APITokenCreateRequest) },
+		func() any { return new(kubeone.Spec) },
+		func() any { return new(KubeOneMembersRequest) },
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, body []byte) {
 		v := types[int(kind)%len(types)]()
@@ -81,6 +86,10 @@ func FuzzRequestBodies(f *testing.F) {
 				Parallel: r.Parallel, TimeoutSeconds: r.TimeoutSeconds, MaxFailures: r.MaxFailures, Selector: r.Selector}
 			_ = jobs.Validate(&spec, blobs)
 			_, _ = jobs.ParseMaxFailures(r.MaxFailures)
+		case *kubeone.Spec:
+			_, _ = r.Check()
+		case *KubeOneMembersRequest:
+			_, _ = kubeone.CheckMembers(r.ControlPlane, r.Workers)
 		}
 	})
 }

@@ -49,15 +49,16 @@ func (h *handler) kubeoneEnabled(w http.ResponseWriter) bool {
 	return true
 }
 
-// kubeoneErr maps the service's kinds of failure to the API's.
+// kubeoneErr maps the service's kinds of failure to the API's, the
+// message without the package prefixes.
 func kubeoneErr(step string, err error) error {
-	switch {
-	case errors.Is(err, kubeone.ErrInvalid):
-		return fail(ErrInvalid, "%s", clean(err))
-	case errors.Is(err, kubeone.ErrNotFound):
-		return fail(ErrNotFound, "%s", strings.TrimPrefix(err.Error(), kubeone.ErrNotFound.Error()+": "))
-	case errors.Is(err, kubeone.ErrConflict):
-		return fail(ErrConflict, "%s", strings.TrimPrefix(err.Error(), kubeone.ErrConflict.Error()+": "))
+	for _, k := range []struct{ service, api error }{
+		{kubeone.ErrInvalid, ErrInvalid}, {kubeone.ErrNotFound, ErrNotFound}, {kubeone.ErrConflict, ErrConflict},
+	} {
+		if errors.Is(err, k.service) {
+			msg := strings.TrimPrefix(err.Error(), k.service.Error()+": ")
+			return fail(k.api, "%s", clean(errors.New(msg)))
+		}
 	}
 	return internal(step, err)
 }

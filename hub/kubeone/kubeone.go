@@ -25,12 +25,28 @@
 //     [Service.List] return [Cluster] views; [Service.Load] returns the
 //     stored record with its members and their nodes.
 //   - [Service.Manifest] renders a cluster's manifest with the host keys
-//     presented right now, and re-issues the cluster's certificate (file
-//     [CertPath]); [Render] is the pure function under it.
-//   - [PrivateKeyPath] and [CertPath] name the cluster's key files.
+//     presented right now (so call it right before running kubeone; see
+//     the note on pinning in manifest.go), and re-issues the cluster's
+//     user certificate first written to [Service.CertPath];
+//     [ManifestOptions] name another bastion address or other key/cert
+//     file paths (copies in a job's private directory). [Render] is the
+//     pure function under it.
+//   - [Service.PrivateKeyPath] and [Service.CertPath] (absolute), or
+//     [PrivateKeyPath] and [CertPath] for a given data dir, name the
+//     cluster's key files.
 //   - [Service.Status] is the cluster's members with their tunnels; its
 //     LastApply comes from the store ([store.KubeOneStore.SetKubeOneStatus]),
 //     its Kube from [Config.KubeHealth].
+//   - [Service.Collector] exports tether_kubeone_clusters and
+//     tether_kubeone_members.
+//
+// KubeOne with this manifest: it dials the bastion as the cluster's
+// bastion user, authenticating with the certificate (sshCertFile: with a
+// certificate KubeOne offers it instead of the plain key, to the bastion
+// too, which accepts either), then each node through a direct-tcpip
+// channel. KubeOne's default sshAgentSocket is env:SSH_AUTH_SOCK, whose
+// keys it offers after the certificate: a job running it should unset
+// SSH_AUTH_SOCK so that no other key is offered.
 package kubeone
 
 import (
@@ -240,10 +256,12 @@ func checkJSONable(v any, path string) error {
 }
 
 // ResolveMembers turns member names into members by node ID, checking
-// each against the registered nodes (by name) and the other clusters'
+// each against the registered nodes (by name), the other clusters'
 // members (memberOf: node ID → cluster name; cluster's own members are
-// free to stay). Every problem is reported, not only the first.
-func ResolveMembers(cluster string, controlPlane, workers []string, byName map[string]store.Node, memberOf map[string]string) ([]store.KubeOneMember, error) {
+// free to stay) and the nodes with a Kubernetes engine of the cluster
+// state machine (engineOf: node ID → engine; two Kubernetes on one node
+// break both). Every problem is reported, not only the first.
+func ResolveMembers(cluster string, controlPlane, workers []string, byName map[string]store.Node, memberOf, engineOf map[string]string) ([]store.KubeOneMember, error) {
 	var errs []error
 	var out []store.KubeOneMember
 	add := func(names []string, role string) {
@@ -256,6 +274,8 @@ func ResolveMembers(cluster string, controlPlane, workers []string, byName map[s
 				errs = append(errs, invalidf("node %q is revoked: it can never be a cluster member", name))
 			case memberOf[n.ID] != "" && memberOf[n.ID] != cluster:
 				errs = append(errs, invalidf("node %q is already a member of KubeOne cluster %q (a node is in one cluster at most)", name, memberOf[n.ID]))
+			case engineOf[n.ID] != "":
+				errs = append(errs, invalidf("node %q has the %s engine of `tether cluster` (see `tether cluster status`): deregister it first", name, engineOf[n.ID]))
 			default:
 				out = append(out, store.KubeOneMember{NodeID: n.ID, Role: role, Node: n})
 			}

@@ -76,8 +76,8 @@ func TestSpecCheck(t *testing.T) {
 	}
 }
 
-// TestResolveMembers: unknown and revoked nodes and nodes of another
-// cluster are refused, all of them in one answer; the cluster's own
+// TestResolveMembers: unknown and revoked nodes, nodes of another cluster
+// and nodes with an engine of the cluster state machine are refused, all of them in one answer; the cluster's own
 // members may stay.
 func TestResolveMembers(t *testing.T) {
 	byName := map[string]store.Node{
@@ -85,8 +85,10 @@ func TestResolveMembers(t *testing.T) {
 		"n2":   {ID: "2", Name: "n2"},
 		"gone": {ID: "3", Name: "gone", RevokedAt: time.Unix(1, 0)},
 		"b1":   {ID: "4", Name: "b1"},
+		"k3s":  {ID: "5", Name: "k3s"},
 	}
 	memberOf := map[string]string{"4": "b", "2": "a"}
+	engineOf := map[string]string{"5": "k3s"}
 	cases := []struct {
 		name    string
 		cluster string
@@ -99,11 +101,12 @@ func TestResolveMembers(t *testing.T) {
 		{"revoked", "a", []string{"gone"}, nil, []string{`node "gone" is revoked`}, nil},
 		{"other cluster", "a", []string{"b1"}, nil, []string{`node "b1" is already a member of KubeOne cluster "b"`}, nil},
 		{"own member elsewhere", "c", []string{"n2"}, nil, []string{`already a member of KubeOne cluster "a"`}, nil},
+		{"engine of the cluster state machine", "a", []string{"k3s"}, nil, []string{`node "k3s" has the k3s engine of ` + "`tether cluster`"}, nil},
 		{"all at once", "a", []string{"nope", "gone"}, []string{"b1"}, []string{"nope", "gone", "b1"}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ResolveMembers(tc.cluster, tc.cp, tc.w, byName, memberOf)
+			got, err := ResolveMembers(tc.cluster, tc.cp, tc.w, byName, memberOf, engineOf)
 			if len(tc.errs) > 0 {
 				if !errors.Is(err, ErrInvalid) {
 					t.Fatalf("got %v, want ErrInvalid", err)

@@ -1,6 +1,7 @@
 package kubeone
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -16,12 +18,14 @@ import (
 
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/store"
+	machine "github.com/tether-dev/tether/provisioners/cluster"
 )
 
 // Store is the part of the hub's store the service uses.
 type Store interface {
 	store.KubeOneStore
 	ListNodes(ctx context.Context) ([]store.Node, error)
+	ListClusterMembers(ctx context.Context) ([]store.ClusterMember, error)
 }
 
 // Live is what only the running hub knows.
@@ -65,6 +69,12 @@ func (c *Config) CheckAndSetDefaults() error {
 	if c.Store == nil || c.DataDir == "" || c.Live == nil || c.SignUser == nil {
 		return errors.New("kubeone: Store, DataDir, Live and SignUser are required")
 	}
+	// The manifest names the key files; kubeone may run in any directory.
+	abs, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return fmt.Errorf("kubeone: data dir: %w", err)
+	}
+	c.DataDir = abs
 	if c.CertTTL <= 0 {
 		c.CertTTL = 24 * time.Hour
 	}
@@ -166,7 +176,17 @@ func (s *Service) members(ctx context.Context, cluster string, controlPlane, wor
 			memberOf[m.NodeID] = c.Name
 		}
 	}
-	return ResolveMembers(cluster, controlPlane, workers, byName, memberOf)
+	engines, err := s.cfg.Store.ListClusterMembers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	engineOf := map[string]string{}
+	for _, m := range engines {
+		if m.Desired != string(machine.DesiredInactive) || m.State != string(machine.StateInactive) {
+			engineOf[m.NodeID] = m.Engine
+		}
+	}
+	return ResolveMembers(cluster, controlPlane, workers, byName, memberOf, engineOf)
 }
 
 // Create makes a cluster: checks spec, makes its key pair, stores it, and
@@ -311,6 +331,15 @@ func (s *Service) Delete(ctx context.Context, name string) (Cluster, error) {
 	return View(c), nil
 }
 
+// PrivateKeyPath is the cluster's private key file (absolute).
+func (s *Service) PrivateKeyPath(cluster string) string {
+	return PrivateKeyPath(s.cfg.DataDir, cluster)
+}
+
+// CertPath is the cluster's certificate file (absolute), re-issued by
+// every Manifest.
+func (s *Service) CertPath(cluster string) string { return CertPath(s.cfg.DataDir, cluster) }
+
 // ManifestOptions adjust a rendered manifest.
 type ManifestOptions struct {
 	// BastionHost, if set, replaces the bastion's host name in the
@@ -318,6 +347,10 @@ type ManifestOptions struct {
 	// key pinned stays the bastion's.
 	BastionHost string
 	BastionPort int
+	// KeyFile and CertFile, if set, are what sshPrivateKeyFile and
+	// sshCertFile name instead of the files in the data dir (a job that
+	// copies both into a private directory of its own).
+	KeyFile, CertFile string
 }
 
 // Manifest renders the cluster's manifest with the host keys presented
@@ -344,7 +377,7 @@ func (s *Service) Manifest(ctx context.Context, name string, o ManifestOptions) 
 			keys[m.NodeID] = k
 		}
 	}
-	in := RenderInput{Cluster: c, Bastion: b, HostKeys: keys, KeyFile: PrivateKeyPath(s.cfg.DataDir, name), CertFile: CertPath(s.cfg.DataDir, name)}
+	in := RenderInput{Cluster: c, Bastion: b, HostKeys: keys, KeyFile: cmp.Or(o.KeyFile, s.PrivateKeyPath(name)), CertFile: cmp.Or(o.CertFile, s.CertPath(name))}
 	out, err := Render(in)
 	if err != nil {
 		return nil, err
