@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/kubeone"
@@ -361,8 +362,50 @@ func TestKubeOneApply(t *testing.T) {
 		}
 		via = append(via, parseStandin(t, out).setup["ks"])
 	}
-	t.Logf("KubeOne SSH set-up to the managed-sshd node: through the hub (bastion + QUIC tunnel) median %s %v; direct to its sshd median %s %v",
-		median(via), via, median(direct), direct)
+	solo := measureThroughHub(t, h, "edge1", "ks", 5)
+	t.Logf("KubeOne SSH set-up to the managed-sshd node: through the hub (bastion + QUIC tunnel) median %s %v with the 3 other hosts at once, %s %v alone; direct to its sshd median %s %v",
+		median(via), via, median(solo), solo, median(direct), direct)
+}
+
+// measureThroughHub runs the stand-in n times with the cluster's manifest
+// cut down to one host, through the hub, and returns its SSH set-up times.
+func measureThroughHub(t *testing.T, h *hub, cluster, host string, n int) []time.Duration {
+	t.Helper()
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(h.mustKubeOne("manifest", cluster)), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var keep []any
+	for _, group := range []string{"controlPlane", "staticWorkers"} {
+		g, _ := doc[group].(map[string]any)
+		hosts, _ := g["hosts"].([]any)
+		for _, hst := range hosts {
+			if hst.(map[string]any)["publicAddress"] == host {
+				keep = append(keep, hst)
+			}
+		}
+	}
+	if len(keep) != 1 {
+		t.Fatalf("manifest of %s has no host %s", cluster, host)
+	}
+	doc["controlPlane"] = map[string]any{"hosts": keep}
+	delete(doc, "staticWorkers")
+	b, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(t.TempDir(), "solo.yaml")
+	os.WriteFile(manifest, b, 0o600)
+	standin := testenv.KubeOneStandIn(t)
+	var out []time.Duration
+	for range n {
+		o, errOut, code := runCmd(t, time.Minute, standin, "reset", "--manifest", manifest, "--auto-approve")
+		if code != 0 {
+			t.Fatalf("stand-in kubeone through the hub to %s: exit %d\n%s\n%s", host, code, o, errOut)
+		}
+		out = append(out, parseStandin(t, o).setup[host])
+	}
+	return out
 }
 
 // measureDirect runs the stand-in n times against sd directly (no bastion,

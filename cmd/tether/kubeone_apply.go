@@ -44,7 +44,7 @@ The job is an ordinary hub job: 'tether jobs show|logs|cancel ID'. A hub
 restart during a run marks it interrupted; run it again.
 
 Exit status: 0 kubeone succeeded; 1 it failed, was cancelled or interrupted;
-3 it never started (--auto and the members stayed offline until --timeout);
+3 it never started (--auto and the members stayed offline for --timeout);
 2 the run could not be started.`,
 		Example: "  tether kubeone " + action + " edge1\n  tether kubeone apply edge1 --auto --detach",
 		Args:    cobra.ExactArgs(1),
@@ -84,7 +84,7 @@ Exit status: 0 kubeone succeeded; 1 it failed, was cancelled or interrupted;
 	// --follow is what happens without --detach; accepted so that the
 	// documented `tether kubeone apply NAME --follow` reads as it does.
 	f.Bool("follow", true, "follow the run's output until it ends (the default; see --detach)")
-	f.DurationVar(&timeout, "timeout", time.Hour, "bound of the run (with --auto, the wait for the members included)")
+	f.DurationVar(&timeout, "timeout", time.Hour, "bound of the run; with --auto also of the wait for the members before it")
 	f.StringVarP(&output, "output", "o", "text", "text (live output, summary) or json (the final job record with the output)")
 	f.StringVar(&progress, "progress", "never", "progress line: auto (on a terminal), always or never")
 	cf.register(cmd)
