@@ -580,6 +580,26 @@ func TestKubeOneCancelAndRestart(t *testing.T) {
 	if st := h.kubeoneStatus("hold"); st.LastApply.Result != "succeeded" || st.Kube == nil || !st.Kube.Ready {
 		t.Fatalf("status after the rerun: %+v %+v", st.LastApply, st.Kube)
 	}
+	// A KubeOne job is run again with `tether kubeone apply` (a fresh
+	// manifest), not replayed.
+	if _, errOut, code := runCmd(t, time.Minute, filepath.Join(binDir, "tether"), "jobs", "rerun", id, "--data-dir", h.dataDir); code == 0 ||
+		!strings.Contains(errOut, "tether kubeone apply") {
+		t.Fatalf("jobs rerun of a KubeOne job: exit %d: %s", code, errOut)
+	}
+
+	// reset: the same run, kubeone reset; no API server probe.
+	before := api.readyz.Load()
+	out, errOut, code = h.kubeone(2*time.Minute, "reset", "hold")
+	if code != 0 {
+		t.Fatalf("reset: exit %d\n%s\n%s", code, out, errOut)
+	}
+	run = parseStandin(t, out)
+	if len(run.setup) != 3 || len(run.readyz) != 0 || api.readyz.Load() != before || !strings.Contains(out, "INFO reset cluster") {
+		t.Fatalf("reset reached %v, probed %v:\n%s", run.setup, run.readyz, out)
+	}
+	if st := h.kubeoneStatus("hold"); st.Status != "reset" || st.LastApply.Result != "succeeded" || st.Kube != nil {
+		t.Fatalf("status after reset: %s %+v %+v", st.Status, st.LastApply, st.Kube)
+	}
 }
 
 // waitForRunning waits until the stand-in of job id has started and
