@@ -87,15 +87,20 @@ type kubeoneRuns struct {
 	mu     sync.Mutex        // guards the fields below
 	active map[string]string // cluster ID -> its live job
 	conns  map[string]*kubeConn
-	cas    map[string]*x509.CertPool // cluster ID -> its API server CA (from admin.conf)
+	// retired are replaced connections still carrying API server
+	// connections; reapIdle closes them once they carry none.
+	retired []*kubeConn
+	cas     map[string]*x509.CertPool // cluster ID -> its API server CA (from admin.conf)
 }
 
 // kubeConn is a cached SSH connection to a cluster's control-plane member
 // with the cluster's identity.
 type kubeConn struct {
-	nodeID   string
-	client   *gossh.Client
+	nodeID string
+	client *gossh.Client
+	// guarded by kubeoneRuns.mu:
 	lastUsed time.Time
+	channels int // API server connections open through it (proxy, /readyz)
 }
 
 type kubeoneMetrics struct {
@@ -369,7 +374,7 @@ func (r *kubeoneRuns) finish(c store.KubeOneCluster, j store.Job, action k1.Acti
 
 // conn returns an SSH connection, with the cluster's identity, to the
 // first control-plane member whose tunnel is up (cached while it works).
-func (r *kubeoneRuns) conn(ctx context.Context, c store.KubeOneCluster) (*gossh.Client, string, error) {
+func (r *kubeoneRuns) conn(ctx context.Context, c store.KubeOneCluster) (*kubeConn, string, error) {
 	var target *store.KubeOneMember
 	for i, m := range c.Members {
 		if m.Role == store.KubeOneControlPlane && r.s.online(m.NodeID) == "" {
@@ -381,11 +386,10 @@ func (r *kubeoneRuns) conn(ctx context.Context, c store.KubeOneCluster) (*gossh.
 		return nil, "", fmt.Errorf("%w: no control-plane member of cluster %q is connected", kubeone.ErrConflict, c.Name)
 	}
 	r.mu.Lock()
-	kc := r.conns[c.ID]
-	if kc != nil && kc.nodeID == target.NodeID {
+	if kc := r.conns[c.ID]; kc != nil && kc.nodeID == target.NodeID {
 		kc.lastUsed = time.Now()
 		r.mu.Unlock()
-		return kc.client, target.Node.Name, nil
+		return kc, target.Node.Name, nil
 	}
 	r.mu.Unlock()
 	client, err := r.dial(ctx, c, *target)
@@ -393,22 +397,32 @@ func (r *kubeoneRuns) conn(ctx context.Context, c store.KubeOneCluster) (*gossh.
 		return nil, "", err
 	}
 	r.mu.Lock()
-	if old := r.conns[c.ID]; old != nil {
-		old.client.Close()
+	defer r.mu.Unlock()
+	if kc := r.conns[c.ID]; kc != nil {
+		if kc.nodeID == target.NodeID {
+			// Another caller connected meanwhile: share that one.
+			client.Close()
+			kc.lastUsed = time.Now()
+			return kc, target.Node.Name, nil
+		}
+		// The cached member is no longer the first connected one: new
+		// callers go to target; the old connection closes when its last
+		// API server connection does.
+		r.retireLocked(kc)
 	}
-	r.conns[c.ID] = &kubeConn{nodeID: target.NodeID, client: client, lastUsed: time.Now()}
-	r.mu.Unlock()
+	kc := &kubeConn{nodeID: target.NodeID, client: client, lastUsed: time.Now()}
+	r.conns[c.ID] = kc
 	go func() {
 		// Drop the cached connection when it breaks (the member's tunnel
 		// closed, the member left the cluster and lost the key).
 		_ = client.Wait()
 		r.mu.Lock()
-		if kc := r.conns[c.ID]; kc != nil && kc.client == client {
+		if r.conns[c.ID] == kc {
 			delete(r.conns, c.ID)
 		}
 		r.mu.Unlock()
 	}()
-	return client, target.Node.Name, nil
+	return kc, target.Node.Name, nil
 }
 
 // dial opens the SSH connection to member m through its tunnel, verifying
@@ -455,6 +469,16 @@ func certHostKeyAlgorithms() []string {
 		gossh.CertAlgoRSASHA512v01, gossh.CertAlgoRSASHA256v01}
 }
 
+// retireLocked closes kc now if nothing uses it, else once nothing does;
+// r.mu is held.
+func (r *kubeoneRuns) retireLocked(kc *kubeConn) {
+	if kc.channels == 0 {
+		kc.client.Close()
+		return
+	}
+	r.retired = append(r.retired, kc)
+}
+
 // forget drops the cluster's cached connection and API server CA.
 func (r *kubeoneRuns) forget(clusterID string) {
 	r.mu.Lock()
@@ -479,16 +503,29 @@ func (r *kubeoneRuns) reapIdle(ctx context.Context) {
 				kc.client.Close()
 				delete(r.conns, id)
 			}
+			for _, kc := range r.retired {
+				kc.client.Close()
+			}
+			r.retired = nil
 			r.mu.Unlock()
 			return
 		case <-t.C:
 			r.mu.Lock()
 			for id, kc := range r.conns {
-				if time.Since(kc.lastUsed) > kubeConnIdle {
+				if kc.channels == 0 && time.Since(kc.lastUsed) > kubeConnIdle {
 					kc.client.Close()
 					delete(r.conns, id)
 				}
 			}
+			live := r.retired[:0]
+			for _, kc := range r.retired {
+				if kc.channels == 0 {
+					kc.client.Close()
+				} else {
+					live = append(live, kc)
+				}
+			}
+			r.retired = live
 			r.mu.Unlock()
 		}
 	}
@@ -502,11 +539,11 @@ func (r *kubeoneRuns) Kubeconfig(ctx context.Context, name string) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
-	client, node, err := r.conn(ctx, c)
+	kc, node, err := r.conn(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	sess, err := client.NewSession()
+	sess, err := kc.client.NewSession()
 	if err != nil {
 		r.forget(c.ID)
 		return nil, fmt.Errorf("kubeone: %s: session: %w", node, err)
@@ -590,13 +627,21 @@ func (r *kubeoneRuns) DialAPIServer(ctx context.Context, name string) (net.Conn,
 func (r *kubeoneRuns) dialAPI(ctx context.Context, c store.KubeOneCluster) (net.Conn, error) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(r.s.cfg.KubeAPIServerPort))
 	for attempt := 0; ; attempt++ {
-		client, node, err := r.conn(ctx, c)
+		kc, node, err := r.conn(ctx, c)
 		if err != nil {
 			return nil, err
 		}
-		conn, err := client.DialContext(ctx, "tcp", addr)
+		conn, err := kc.client.DialContext(ctx, "tcp", addr)
 		if err == nil {
-			return conn, nil
+			r.mu.Lock()
+			kc.channels++
+			r.mu.Unlock()
+			return &apiConn{Conn: conn, release: func() {
+				r.mu.Lock()
+				kc.channels--
+				kc.lastUsed = time.Now()
+				r.mu.Unlock()
+			}}, nil
 		}
 		var open *gossh.OpenChannelError
 		if errors.As(err, &open) || attempt > 0 {
@@ -682,4 +727,26 @@ func (r *kubeoneRuns) readyz(ctx context.Context, c store.KubeOneCluster) (bool,
 		return false, fmt.Sprintf("%s: %s", resp.Status, detail)
 	}
 	return true, detail
+}
+
+// apiConn is a connection to an API server through a cached SSH
+// connection, which stays open while any such connection is.
+type apiConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *apiConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// CloseWrite half-closes the channel (the proxy's client finished sending).
+func (c *apiConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
