@@ -336,7 +336,9 @@ func (r *kubeoneRuns) Run(ctx context.Context, j store.Job, clusterID string, st
 	fmt.Fprintf(stdout, "[tether] kubeone %s for cluster %s (%d members) with %s; bastion: this hub\n", action, c.Name, len(c.Members), bin)
 	r.metrics.running.Inc()
 	res, err := r.runner.Run(ctx, action, k1.Secrets{PrivateKey: key, Certificate: cert},
-		func(p k1.Paths) ([]byte, error) { return r.svc.RenderFor(c, p.PrivateKey, p.Certificate) }, stdout, stderr)
+		func(p k1.Paths) ([]byte, error) {
+			return r.svc.Manifest(ctx, c.Name, kubeone.ManifestOptions{KeyFile: p.PrivateKey, CertFile: p.Certificate})
+		}, stdout, stderr)
 	r.metrics.running.Dec()
 	r.metrics.runDuration.WithLabelValues(string(action)).Observe(res.Duration.Seconds())
 	switch {

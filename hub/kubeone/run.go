@@ -46,23 +46,6 @@ func (s *Service) RunSecrets(c store.KubeOneCluster) (key, cert []byte, err erro
 	return key, gossh.MarshalAuthorizedKey(crt), nil
 }
 
-// RenderFor renders the cluster's manifest, with the host keys presented
-// now, for a run whose copies of the key and certificate are at keyFile
-// and certFile.
-func (s *Service) RenderFor(c store.KubeOneCluster, keyFile, certFile string) ([]byte, error) {
-	b, err := s.cfg.Live.Bastion()
-	if err != nil {
-		return nil, err
-	}
-	keys := map[string][]byte{}
-	for _, m := range c.Members {
-		if k, ok := s.cfg.Live.HostKey(m.Node); ok {
-			keys[m.NodeID] = k
-		}
-	}
-	return Render(RenderInput{Cluster: c, Bastion: b, HostKeys: keys, KeyFile: keyFile, CertFile: certFile})
-}
-
 // Signer is the cluster's identity for the hub's own SSH connections to
 // its members: its key with a fresh certificate (managed-sshd members
 // accept the cluster by certificate only).
