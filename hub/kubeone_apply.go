@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -318,6 +320,12 @@ func (r *kubeoneRuns) Run(ctx context.Context, j store.Job, clusterID string, st
 	if reason := r.membersReady(c); reason != "" {
 		return -1, errors.New(reason)
 	}
+	// The manifest pins the host certificate the hub issued each member
+	// at its connect; a member that just (re)connected may still present
+	// its previous one (or none) for a moment. KubeOne would fail on it.
+	if err := r.waitPinsPresented(ctx, c); err != nil {
+		return -1, err
+	}
 	running, done := kubeoneApplying, kubeoneInstalled
 	failed := kubeoneApplyFailed
 	if action == k1.Reset {
@@ -355,6 +363,81 @@ func (r *kubeoneRuns) Run(ctx context.Context, j store.Job, clusterID string, st
 		r.forget(c.ID)
 	}
 	return res.ExitCode, err
+}
+
+// pinWait bounds how long a run waits for members to present the host
+// certificates the hub issued them.
+const pinWait = 15 * time.Second
+
+// waitPinsPresented waits until every member presents, to a client
+// negotiating as KubeOne does, exactly the host key the manifest will pin.
+func (r *kubeoneRuns) waitPinsPresented(ctx context.Context, c store.KubeOneCluster) error {
+	ctx, cancel := context.WithTimeout(ctx, pinWait)
+	defer cancel()
+	for {
+		var mu sync.Mutex
+		var differ []string
+		var wg sync.WaitGroup
+		for _, m := range c.Members {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				want, ok := (kubeoneLive{s: r.s}).HostKey(m.Node)
+				got, err := r.presentedHostKey(ctx, m.NodeID)
+				if ok && err == nil && bytes.Equal(got, want) {
+					return
+				}
+				why := "presents another host key than the one the hub issued it"
+				if err != nil {
+					why = err.Error()
+				}
+				mu.Lock()
+				differ = append(differ, m.Node.Name+": "+why)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		if len(differ) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			sort.Strings(differ)
+			return fmt.Errorf("not starting kubeone: members do not present the host keys the manifest would pin: %s", strings.Join(differ, "; "))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// errProbed ends a probe's handshake once the host key is seen.
+var errProbed = errors.New("host key probed")
+
+// presentedHostKey is the wire form of the host key the member's SSH
+// server presents to a client with x/crypto's default host key
+// algorithms, as KubeOne's (certificates first). The handshake stops
+// there: no authentication is attempted.
+func (r *kubeoneRuns) presentedHostKey(ctx context.Context, nodeID string) ([]byte, error) {
+	n, route, err := r.s.door.Resolve(ctx, access.ByID(nodeID))
+	if err != nil {
+		return nil, err
+	}
+	raw, err := route.Dial(ctx, tunnel.Header{Service: tunnel.ServiceSSH})
+	if err != nil {
+		return nil, fmt.Errorf("open ssh stream: %w", err)
+	}
+	defer raw.Close()
+	stop := context.AfterFunc(ctx, func() { raw.Close() })
+	defer stop()
+	var got []byte
+	_, _, _, err = gossh.NewClientConn(raw, n.Name, &gossh.ClientConfig{User: "tether-probe", Timeout: 10 * time.Second,
+		HostKeyCallback: func(_ string, _ net.Addr, key gossh.PublicKey) error {
+			got = key.Marshal()
+			return errProbed
+		}})
+	if got == nil {
+		return nil, fmt.Errorf("ssh handshake: %w", err)
+	}
+	return got, nil
 }
 
 // finish records the end of a run on the cluster (if it still exists) and
