@@ -787,3 +787,29 @@ func nodeSession(t *testing.T, h *hub, signer gossh.Signer, node string, use fun
 	}
 	return nil
 }
+
+// TestKubeOneManagedSSHDWithoutForwarding: an agent managing an sshd that
+// refuses port forwarding warns at start, and an apply over that node
+// fails where KubeOne would (its channel to the node's API server is
+// refused), not silently.
+func TestKubeOneManagedSSHDWithoutForwarding(t *testing.T) {
+	api := startAPIServer(t)
+	h := kubeoneHub(t, api)
+	sd := startSSHD(t, "AllowTcpForwarding no")
+	agent, _ := startAgent(t, h.token(), "nofwd", sd.managedArgs()...)
+	if err := agent.WaitLog("the local sshd refuses port forwarding", 1, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(agent.Log(), "AllowTcpForwarding no") {
+		t.Errorf("the warning does not name the setting:\n%s", agent.Log())
+	}
+	h.waitOnline("nofwd", "")
+	h.mustKubeOne("create", "nf", "--control-plane", "nofwd", "--kubernetes", "1.30.5", "--login", loginUser)
+	out, errOut, code := h.kubeone(2*time.Minute, "apply", "nf")
+	if code != 1 || !strings.Contains(out+errOut, "kube-apiserver 127.0.0.1:") || !strings.Contains(out, "[nofwd] hostname: ") {
+		t.Fatalf("apply over a node refusing forwarding: exit %d, want 1 after reaching it and failing on its API server\n%s\n%s", code, out, errOut)
+	}
+	if st := h.kubeoneStatus("nf"); st.Status != "apply_failed" || st.LastApply == nil || st.LastApply.Result != "failed" {
+		t.Fatalf("status: %s %+v", st.Status, st.LastApply)
+	}
+}
