@@ -164,13 +164,29 @@ users:
 	return p
 }
 
+var (
+	standinOnce sync.Once
+	standinPath string
+	standinErr  error
+)
+
+// kubeoneStandIn is the stand-in kubeone, built once per test run.
+func kubeoneStandIn(t *testing.T) string {
+	t.Helper()
+	standinOnce.Do(func() { standinPath, standinErr = testenv.BuildKubeOneStandIn(scratch) })
+	if standinErr != nil {
+		t.Fatal(standinErr)
+	}
+	return standinPath
+}
+
 // kubeoneHub is a hub that runs the stand-in kubeone against api.
 func kubeoneHub(t *testing.T, api *apiServer) *hub {
 	t.Helper()
 	if _, err := exec.LookPath("sudo"); err != nil {
 		t.Fatalf("sudo not found: KubeOne (and the stand-in) run commands with sudo; install it (make deps)")
 	}
-	standin := testenv.KubeOneStandIn(t)
+	standin := kubeoneStandIn(t)
 	// The hub passes its environment to kubeone: the stand-in finds the
 	// test's API server port there.
 	t.Setenv(testenv.KubeOneStandInEnv, strconv.Itoa(api.port))
@@ -396,7 +412,7 @@ func measureThroughHub(t *testing.T, h *hub, cluster, host string, n int) []time
 	}
 	manifest := filepath.Join(t.TempDir(), "solo.yaml")
 	os.WriteFile(manifest, b, 0o600)
-	standin := testenv.KubeOneStandIn(t)
+	standin := kubeoneStandIn(t)
 	var out []time.Duration
 	for range n {
 		o, errOut, code := runCmd(t, time.Minute, standin, "reset", "--manifest", manifest, "--auto-approve")
@@ -412,7 +428,7 @@ func measureThroughHub(t *testing.T, h *hub, cluster, host string, n int) []time
 // the operator key sd authorizes) and returns its SSH set-up times.
 func measureDirect(t *testing.T, sd *sshd, n int) []time.Duration {
 	t.Helper()
-	standin := testenv.KubeOneStandIn(t)
+	standin := kubeoneStandIn(t)
 	manifest := filepath.Join(t.TempDir(), "direct.yaml")
 	os.WriteFile(manifest, []byte(fmt.Sprintf(`apiVersion: kubeone.k8c.io/v1beta2
 kind: KubeOneCluster
@@ -683,7 +699,7 @@ func TestKubeOneKeyScope(t *testing.T) {
 	manifestB = strings.ReplaceAll(manifestB, kubeone.CertPath(h.dataDir, "cb"), kubeone.CertPath(h.dataDir, "ca"))
 	path := filepath.Join(t.TempDir(), "cross.yaml")
 	os.WriteFile(path, []byte(manifestB), 0o600)
-	if out, errOut, code := runCmd(t, time.Minute, testenv.KubeOneStandIn(t), "apply", "--manifest", path, "--auto-approve"); code == 0 {
+	if out, errOut, code := runCmd(t, time.Minute, kubeoneStandIn(t), "apply", "--manifest", path, "--auto-approve"); code == 0 {
 		t.Fatalf("kubeone with cluster ca's key reached cluster cb's node:\n%s\n%s", out, errOut)
 	}
 

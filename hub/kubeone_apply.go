@@ -321,8 +321,9 @@ func (r *kubeoneRuns) Run(ctx context.Context, j store.Job, clusterID string, st
 		return -1, errors.New(reason)
 	}
 	// The manifest pins the host certificate the hub issued each member
-	// at its connect; a member that just (re)connected may still present
-	// its previous one (or none) for a moment. KubeOne would fail on it.
+	// at its connect, and the members were sent the cluster's key when it
+	// was created or they joined it; a member installs both a moment after
+	// the hub sent them. KubeOne would fail on one that has not yet.
 	if err := r.waitPinsPresented(ctx, c); err != nil {
 		return -1, err
 	}
@@ -365,79 +366,84 @@ func (r *kubeoneRuns) Run(ctx context.Context, j store.Job, clusterID string, st
 	return res.ExitCode, err
 }
 
-// pinWait bounds how long a run waits for members to present the host
-// certificates the hub issued them.
+// pinWait bounds how long a run waits for its members to be ready for
+// KubeOne's connections.
 const pinWait = 15 * time.Second
 
-// waitPinsPresented waits until every member presents, to a client
-// negotiating as KubeOne does, exactly the host key the manifest will pin.
+// waitPinsPresented waits until every member does what KubeOne's
+// connection will need: present, to a client negotiating host keys as
+// KubeOne does, exactly the host key the manifest pins, and accept the
+// cluster's certificate for its login. Both are pushed to a node when it
+// connects and when the cluster changes, and the node installs them a
+// moment later (a managed sshd reloads).
 func (r *kubeoneRuns) waitPinsPresented(ctx context.Context, c store.KubeOneCluster) error {
+	signer, err := r.svc.Signer(c)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, pinWait)
 	defer cancel()
 	for {
 		var mu sync.Mutex
-		var differ []string
+		var notReady []string
 		var wg sync.WaitGroup
 		for _, m := range c.Members {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				want, ok := (kubeoneLive{s: r.s}).HostKey(m.Node)
-				got, err := r.presentedHostKey(ctx, m.NodeID)
-				if ok && err == nil && bytes.Equal(got, want) {
-					return
+				if err := r.checkMember(ctx, c, m, signer); err != nil {
+					mu.Lock()
+					notReady = append(notReady, m.Node.Name+": "+err.Error())
+					mu.Unlock()
 				}
-				why := "presents another host key than the one the hub issued it"
-				if err != nil {
-					why = err.Error()
-				}
-				mu.Lock()
-				differ = append(differ, m.Node.Name+": "+why)
-				mu.Unlock()
 			}()
 		}
 		wg.Wait()
-		if len(differ) == 0 {
+		if len(notReady) == 0 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			sort.Strings(differ)
-			return fmt.Errorf("not starting kubeone: members do not present the host keys the manifest would pin: %s", strings.Join(differ, "; "))
+			sort.Strings(notReady)
+			return fmt.Errorf("not starting kubeone: members not ready for its connections after %s: %s", pinWait, strings.Join(notReady, "; "))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
 
-// errProbed ends a probe's handshake once the host key is seen.
-var errProbed = errors.New("host key probed")
-
-// presentedHostKey is the wire form of the host key the member's SSH
-// server presents to a client with x/crypto's default host key
-// algorithms, as KubeOne's (certificates first). The handshake stops
-// there: no authentication is attempted.
-func (r *kubeoneRuns) presentedHostKey(ctx context.Context, nodeID string) ([]byte, error) {
-	n, route, err := r.s.door.Resolve(ctx, access.ByID(nodeID))
+// checkMember logs in to member m as KubeOne will: the cluster's login
+// and certificate, x/crypto's default host key algorithms (certificates
+// first), the host key compared byte for byte with the one the manifest
+// pins.
+func (r *kubeoneRuns) checkMember(ctx context.Context, c store.KubeOneCluster, m store.KubeOneMember, signer gossh.Signer) error {
+	want, ok := (kubeoneLive{s: r.s}).HostKey(m.Node)
+	if !ok {
+		return errors.New("its SSH host key is not known")
+	}
+	n, route, err := r.s.door.Resolve(ctx, access.ByID(m.NodeID))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	raw, err := route.Dial(ctx, tunnel.Header{Service: tunnel.ServiceSSH})
 	if err != nil {
-		return nil, fmt.Errorf("open ssh stream: %w", err)
+		return fmt.Errorf("open ssh stream: %w", err)
 	}
 	defer raw.Close()
 	stop := context.AfterFunc(ctx, func() { raw.Close() })
 	defer stop()
-	var got []byte
-	_, _, _, err = gossh.NewClientConn(raw, n.Name, &gossh.ClientConfig{User: "tether-probe", Timeout: 10 * time.Second,
+	cc, chans, reqs, err := gossh.NewClientConn(raw, n.Name, &gossh.ClientConfig{User: c.Login, Timeout: 10 * time.Second,
+		Auth: []gossh.AuthMethod{gossh.PublicKeys(signer)},
 		HostKeyCallback: func(_ string, _ net.Addr, key gossh.PublicKey) error {
-			got = key.Marshal()
-			return errProbed
+			if !bytes.Equal(key.Marshal(), want) {
+				return errors.New("it presents another host key than the one the hub issued it")
+			}
+			return nil
 		}})
-	if got == nil {
-		return nil, fmt.Errorf("ssh handshake: %w", err)
+	if err != nil {
+		return err
 	}
-	return got, nil
+	gossh.NewClient(cc, chans, reqs).Close()
+	return nil
 }
 
 // finish records the end of a run on the cluster (if it still exists) and
