@@ -261,7 +261,7 @@ func (r *kubeoneRuns) Start(ctx context.Context, name string, req api.KubeOneRun
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if id := r.active[c.ID]; id != "" && r.engine.Running(id) {
-		return store.Job{}, fmt.Errorf("%w: a KubeOne run (job %s) is under way for cluster %q; follow it with `tether jobs follow %s` or stop it with `tether jobs cancel %s`",
+		return store.Job{}, fmt.Errorf("%w: a KubeOne run (job %s) is under way for cluster %q; follow it with `tether jobs logs %s --follow` or stop it with `tether jobs cancel %s`",
 			kubeone.ErrConflict, id, c.Name, id, id)
 	}
 	if !req.Auto {
