@@ -26,6 +26,7 @@ var (
 	opKey     string // operator private key path
 	opPub     string // operator public key path
 	loginUser string
+	scratch   string // the run's temporary directory, removed at its end
 )
 
 func TestMain(m *testing.M) {
@@ -54,6 +55,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
+	scratch = tmp
 	if binDir, err = testenv.BinDir(tmp); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1

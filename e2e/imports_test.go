@@ -27,6 +27,7 @@ func TestImportRules(t *testing.T) {
 		{mod + "pki", []string{mod + "tunnel", mod + "hub", mod + "edge"}},
 		{mod + "provisioners/runner", []string{mod + "hub", mod + "edge"}},
 		{mod + "provisioners/cluster", []string{mod + "hub", mod + "edge"}},
+		{mod + "provisioners/kubeone", []string{mod + "hub", mod + "edge"}},
 	}
 	for _, r := range rules {
 		for _, d := range deps(r.pkg) {

@@ -47,6 +47,16 @@ func (m *SSHDManager) Check() error {
 	return nil
 }
 
+// CheckForwarding reports whether the sshd refuses local port forwarding
+// for everyone (sshdconf.ErrNoLocalForwarding): KubeOne, run by the hub for
+// a cluster this node is a member of, reaches the node's kube-apiserver and
+// etcd on the node's loopback through its SSH connection, and fails there.
+// The agent logs it as a warning at start: nodes outside KubeOne clusters
+// do not need forwarding.
+func (m *SSHDManager) CheckForwarding(ctx context.Context) error {
+	return sshdconf.CheckLocalForwarding(ctx, m.SSHDConfig, "")
+}
+
 // principalsCommandUser is who sshd runs the any-login principals command
 // as: "nobody" for the usual root sshd; an sshd that is not root (so the
 // agent managing it is not either) can only run it as itself.

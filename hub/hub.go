@@ -76,7 +76,17 @@ type Config struct {
 	// EnginesDir holds extra or overriding cluster engines (directories of
 	// install.sh + uninstall.sh); "" means the built-in ones only.
 	EnginesDir string
-	Logger     *slog.Logger
+	// KubeOne is the kubeone binary `tether kubeone apply|reset` runs (a
+	// path, or a name looked up on PATH at each run); default "kubeone".
+	KubeOne string
+	// KubeOneAdminConf is where kubeadm writes the cluster-admin kubeconfig
+	// on control-plane nodes (`tether kubeone kubeconfig` reads it);
+	// default /etc/kubernetes/admin.conf.
+	KubeOneAdminConf string
+	// KubeAPIServerPort is kube-apiserver's port on control-plane nodes
+	// (status /readyz, `tether kubeone proxy`); default 6443.
+	KubeAPIServerPort int
+	Logger            *slog.Logger
 }
 
 // CheckAndSetDefaults validates c and fills defaults.
@@ -107,6 +117,15 @@ func (c *Config) CheckAndSetDefaults() error {
 	}
 	if err := validate.Login(c.ProvisionLogin); err != nil {
 		return fmt.Errorf("hub: --provision-login: %w", err)
+	}
+	if c.KubeOneAdminConf == "" {
+		c.KubeOneAdminConf = DefaultKubeOneAdminConf
+	}
+	if c.KubeAPIServerPort == 0 {
+		c.KubeAPIServerPort = DefaultKubeAPIServerPort
+	}
+	if c.KubeAPIServerPort < 1 || c.KubeAPIServerPort > 65535 {
+		return fmt.Errorf("hub: --kube-apiserver-port %d: want 1..65535", c.KubeAPIServerPort)
 	}
 	if c.MaxUploadBytes == 0 {
 		c.MaxUploadBytes = 1 << 30

@@ -109,8 +109,13 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	kruns, err := newKubeoneRuns(ctx, s)
+	if err != nil {
+		return err
+	}
+	defer kruns.unregister()
 	engine := jobs.New(ctx, jobs.Config{Store: s.store, Connect: prov.connect, Online: s.online, Blobs: blobs,
-		Metrics: s.metrics, Logger: s.log.With("component", "jobs"), Audit: s.audit})
+		Metrics: s.metrics, Logger: s.log.With("component", "jobs"), Audit: s.audit, Local: kruns.kinds()})
 	defer engine.Close()
 	if _, err := engine.Recover(ctx); err != nil {
 		return fmt.Errorf("hub: %w", err)
@@ -123,9 +128,12 @@ func (s *Server) Run(ctx context.Context) error {
 
 	if s.kubeone, err = kubeone.New(kubeone.Config{Store: s.store, DataDir: s.cfg.DataDir,
 		Live:     kubeoneLive{s: s, bastionAddr: localAddr(sshAddr), bastionKey: certSigner.PublicKey()},
-		SignUser: s.userCA.SignUser, AccessChanged: s.accessChanged, Logger: s.log.With("component", "kubeone")}); err != nil {
+		SignUser: s.userCA.SignUser, AccessChanged: s.accessChanged, Logger: s.log.With("component", "kubeone"),
+		KubeHealth: kruns.KubeHealth}); err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
+	kruns.attach(s.kubeone, engine)
+	kruns.recover(ctx)
 	if err := s.metrics.Registry.Register(s.kubeone.Collector()); err != nil {
 		return fmt.Errorf("hub: KubeOne metrics: %w", err)
 	}
@@ -142,6 +150,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Jobs:          engine,
 			Cluster:       s.cluster,
 			KubeOne:       s.kubeone,
+			KubeOneRuns:   kruns,
 			Blobs:         blobs,
 			Admins:        adminService{s},
 			Operators:     operatorService{s},
@@ -165,9 +174,10 @@ func (s *Server) Run(ctx context.Context) error {
 		"advertise", advertise, "ca_pin", "sha256:"+s.ca.Pin(), "version", Version)
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 5)
-	wg.Add(5)
+	errc := make(chan error, 6)
+	wg.Add(6)
 	go func() { defer wg.Done(); s.runPusher(ctx); errc <- nil }()
+	go func() { defer wg.Done(); kruns.reapIdle(ctx); errc <- nil }()
 	go func() { defer wg.Done(); errc <- s.cluster.Run(ctx) }()
 	go func() { defer wg.Done(); errc <- ignoreClosed(httpSrv.Serve(ln.HTTPListener())) }()
 	go func() { defer wg.Done(); errc <- b.Serve() }()

@@ -110,6 +110,9 @@ is retried.`,
 				if err := mgr.Check(); err != nil {
 					return err
 				}
+				if err := mgr.CheckForwarding(cmd.Context()); err != nil {
+					log.Warn("the local sshd refuses port forwarding: `tether kubeone apply` fails on this node until it allows local forwarding", "err", err)
+				}
 				cfg.ManageSSHD = mgr
 			}
 			a, err := edge.New(cfg)

@@ -69,6 +69,9 @@ use with --data-dir. Keep it private (it is created 0700).`,
 	f.StringVar(&cfg.ProvisionLogin, "provision-login", "root", "login the hub's jobs (tether run, cluster installs) use on nodes; a node label provision-login=NAME overrides it")
 	f.Int64Var(&cfg.MaxUploadBytes, "max-upload-bytes", 1<<30, "largest file tether run --upload accepts")
 	f.StringVar(&cfg.EnginesDir, "engines-dir", "", "directory of extra cluster engines (ENGINE/install.sh, ENGINE/uninstall.sh, optional ENGINE/engine.yaml); built-in: k3s, rke2")
+	f.StringVar(&cfg.KubeOne, "kubeone", "kubeone", "the kubeone binary `tether kubeone apply|reset` runs: a path, or a name looked up on PATH at each run")
+	f.StringVar(&cfg.KubeOneAdminConf, "kubeone-admin-conf", hub.DefaultKubeOneAdminConf, "where kubeadm writes the admin kubeconfig on control-plane nodes (`tether kubeone kubeconfig` reads it with sudo)")
+	f.IntVar(&cfg.KubeAPIServerPort, "kube-apiserver-port", hub.DefaultKubeAPIServerPort, "kube-apiserver's port on control-plane nodes' loopback (KubeOne cluster health, `tether kubeone proxy`)")
 	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
 	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead")
 	return cmd

@@ -469,6 +469,10 @@ func (h *handler) rerunJob(w http.ResponseWriter, r *http.Request, c caller) {
 	if !ok || !h.jobsEnabled(w) {
 		return
 	}
+	if strings.HasPrefix(old.Kind, "kubeone_") {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("job %s is a %s job; run it again with `tether kubeone %s CLUSTER` (it renders the manifest with the host keys of now)", old.ID, old.Kind, strings.TrimPrefix(old.Kind, "kubeone_")))
+		return
+	}
 	if old.Kind != "run" {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("job %s is a %s job, driven by the cluster state machine; use `tether cluster register|deregister` instead", old.ID, old.Kind))
 		return

@@ -63,6 +63,9 @@ type Deps struct {
 	// KubeOne serves the KubeOne cluster endpoints (kubeone.go); nil
 	// disables them.
 	KubeOne *kubeone.Service
+	// KubeOneRuns runs KubeOne and reaches clusters' API servers
+	// (kubeone_apply.go); nil disables those endpoints.
+	KubeOneRuns KubeOneRuns
 	// Admins decides which admin certificates are accepted (admin.go);
 	// nil refuses them all.
 	Admins Admins
@@ -195,6 +198,7 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("PUT /v1/cluster/{node}", h.admin(h.clusterRegister))
 	mux.HandleFunc("DELETE /v1/cluster/{node}", h.admin(h.clusterDeregister))
 	h.kubeoneRoutes(mux)
+	h.kubeoneApplyRoutes(mux)
 	if d.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
 	}

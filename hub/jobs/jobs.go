@@ -68,10 +68,28 @@ type Conn interface {
 // now: a run belongs to the node ID it was started for.
 type Connector func(ctx context.Context, nodeID string) (Conn, error)
 
+// Local does the work of a job kind on the hub itself instead of on each
+// node over SSH: a KubeOne apply is one process on the hub that reaches the
+// nodes through the bastion. A job of such a kind has one run per target
+// it works on (a cluster), whose NodeRef.ID is that target's ID; the engine
+// persists, streams, cancels and interrupts it like any other run.
+type Local interface {
+	// Ready reports "" when the run for target may start, else why not
+	// (Config.Online's contract: the run waits while the spec's
+	// wait-online allows, and is skipped with this reason after).
+	Ready(job store.Job, target string) string
+	// Run does the work, streaming its output. An error means it did not
+	// run to completion (the context ended, it could not start).
+	Run(ctx context.Context, job store.Job, target string, stdout, stderr io.Writer) (exitCode int, err error)
+}
+
 // Config is what the engine works with.
 type Config struct {
 	Store   store.JobStore
 	Connect Connector
+	// Local lists the job kinds whose runs the hub does itself (see
+	// Local), by kind; the others run on their nodes through Connect.
+	Local map[string]Local
 	// Online reports whether the node with this ID has a live tunnel; ""
 	// means online, else a reason it is not (e.g. "offline (last seen 3m
 	// ago)").

@@ -297,9 +297,13 @@ func (lj *liveJob) runNode(ctx context.Context, r *nodeRun) {
 		lj.finish(r, store.RunSkipped, nil, store.NodeRemovedReason)
 		return
 	}
-	if reason := e.cfg.Online(r.NodeID); reason != "" {
+	local := e.cfg.Local[lj.job.Kind]
+	if reason := lj.ready(r); reason != "" {
 		if spec.WaitOnlineSecs <= 0 {
-			lj.finish(r, store.RunSkipped, nil, reason+"; pass --wait-online to wait for it")
+			if local == nil {
+				reason += "; pass --wait-online to wait for it"
+			}
+			lj.finish(r, store.RunSkipped, nil, reason)
 			return
 		}
 		lj.update(r, func() { r.State = store.RunWaiting })
@@ -313,7 +317,7 @@ func (lj *liveJob) runNode(ctx context.Context, r *nodeRun) {
 				lj.finish(r, state, nil, msg)
 				return
 			}
-			lj.finish(r, store.RunSkipped, nil, fmt.Sprintf("still %s after waiting %ds", e.cfg.Online(r.NodeID), spec.WaitOnlineSecs))
+			lj.finish(r, store.RunSkipped, nil, fmt.Sprintf("still %s after waiting %ds", lj.ready(r), spec.WaitOnlineSecs))
 			return
 		}
 	}
@@ -335,7 +339,13 @@ func (lj *liveJob) runNode(ctx context.Context, r *nodeRun) {
 	timeout := time.Duration(spec.TimeoutSeconds) * time.Second
 	nctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	stdout, stderr := &nodeWriter{lj: lj, r: r, stream: "stdout"}, &nodeWriter{lj: lj, r: r, stream: "stderr"}
 
+	if local != nil {
+		code, err := local.Run(nctx, lj.job, r.NodeID, stdout, stderr)
+		lj.ended(ctx, nctx, r, code, err, timeout)
+		return
+	}
 	dialStart := time.Now()
 	conn, err := e.cfg.Connect(nctx, r.NodeID)
 	if m := e.cfg.Metrics; m != nil {
@@ -367,9 +377,15 @@ func (lj *liveJob) runNode(ctx context.Context, r *nodeRun) {
 	if spec.Script == "" {
 		cmd.Script = nil
 	}
-	code, err := conn.Run(nctx, cmd, &nodeWriter{lj: lj, r: r, stream: "stdout"}, &nodeWriter{lj: lj, r: r, stream: "stderr"})
+	code, err := conn.Run(nctx, cmd, stdout, stderr)
+	lj.ended(ctx, nctx, r, code, err, timeout)
+}
+
+// ended records how a run's command ended: its exit code, or why it did
+// not complete.
+func (lj *liveJob) ended(jobCtx, nodeCtx context.Context, r *nodeRun, code int, err error, timeout time.Duration) {
 	if err != nil {
-		lj.fail(ctx, nctx, r, nil, err, timeout)
+		lj.fail(jobCtx, nodeCtx, r, nil, err, timeout)
 		return
 	}
 	if code != 0 {
@@ -377,6 +393,15 @@ func (lj *liveJob) runNode(ctx context.Context, r *nodeRun) {
 		return
 	}
 	lj.finish(r, store.RunOK, &code, "")
+}
+
+// ready reports "" when r may start: its node is online, or for a local
+// kind what the kind says.
+func (lj *liveJob) ready(r *nodeRun) string {
+	if l := lj.e.cfg.Local[lj.job.Kind]; l != nil {
+		return l.Ready(lj.job, r.NodeID)
+	}
+	return lj.e.cfg.Online(r.NodeID)
 }
 
 // fail records why a run did not complete: the job was cancelled, the
@@ -438,9 +463,9 @@ func (lj *liveJob) waitOnline(ctx context.Context, r *nodeRun, d time.Duration) 
 		case <-r.removed:
 			return false
 		case <-deadline.C:
-			return lj.e.cfg.Online(r.NodeID) == ""
+			return lj.ready(r) == ""
 		case <-tick.C:
-			if lj.e.cfg.Online(r.NodeID) == "" {
+			if lj.ready(r) == "" {
 				return true
 			}
 		}
