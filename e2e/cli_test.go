@@ -99,7 +99,7 @@ func TestCLIWaitsForStartingHub(t *testing.T) {
 	testenv.WriteFile(t, filepath.Join(dataDir, "hub.lock"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
 
 	cli := exec.Command(filepath.Join(binDir, "tether"), "nodes", "--data-dir", dataDir, "--wait", "60s")
-	var stderr lockedBuffer
+	var stderr testenv.SyncBuffer
 	var stdout strings.Builder
 	cli.Stdout, cli.Stderr = &stdout, &stderr
 	if err := cli.Start(); err != nil {

@@ -9,12 +9,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tether-dev/tether/internal/faultproxy"
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // Helpers for the fault and attack tests (fault_*_test.go, attack_*_test.go).
@@ -103,28 +103,10 @@ func logCount(text, msg, node string) int {
 	return len(re.FindAllStringIndex(text, -1))
 }
 
-// lockedBuffer is a bytes.Buffer safe for a process writing and a test reading.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // session is a long-running `ssh -J` command.
 type session struct {
 	cmd      *exec.Cmd
-	out, err lockedBuffer
+	out, err testenv.SyncBuffer
 	done     chan struct{}
 	exitCode int
 	ended    time.Time

@@ -274,7 +274,7 @@ func TestOnboardRetryAfterKill(t *testing.T) {
 	m := newMachine(t, "6c4c4544-0042-3510-8052-b4c04f333231", cred)
 	args := m.args(h, pin, "--apply", "--timeout", "60s")
 	cmd := exec.Command(filepath.Join(binDir, "tether-edge"), args...)
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -489,24 +489,6 @@ func (s *terminal) serve(pt *os.File) {
 			return
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a poller.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // The agent binary leaves the terminal alone outside the interactive

@@ -1,17 +1,17 @@
 package kubeone
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // fakeKubeOne writes an executable shell script standing in for kubeone.
@@ -22,24 +22,6 @@ func fakeKubeOne(t *testing.T, body string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// syncBuffer is a bytes.Buffer safe for the output copier and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func manifestFor(p Paths) ([]byte, error) {
@@ -75,7 +57,7 @@ func TestRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var out, errOut syncBuffer
+			var out, errOut testenv.SyncBuffer
 			res, err := r.Run(context.Background(), tc.action, tc.secrets, manifestFor, &out, &errOut)
 			if err != nil {
 				t.Fatalf("Run: %v", err)
