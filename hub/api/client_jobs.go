@@ -77,12 +77,18 @@ func (c *Client) RerunJob(ctx context.Context, id string, failed bool) (Job, err
 
 // NodeLog returns a node's stored log of a job.
 func (c *Client) NodeLog(ctx context.Context, id, node string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/jobs/"+url.PathEscape(id)+"/nodes/"+url.PathEscape(node)+"/log", nil)
+	return c.getBytes(ctx, c.stream, "/v1/jobs/"+url.PathEscape(id)+"/nodes/"+url.PathEscape(node)+"/log")
+}
+
+// getBytes GETs path and returns its body (at most 4 MiB) as it is, for
+// answers that are files rather than JSON.
+func (c *Client) getBytes(ctx context.Context, via *http.Client, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
 	if err != nil {
 		return nil, err
 	}
 	c.authorize(req)
-	resp, err := c.stream.Do(req)
+	resp, err := via.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("hub API %s: %w", c.base, err)
 	}

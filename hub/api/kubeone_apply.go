@@ -158,24 +158,7 @@ func (c *Client) KubeOneRun(ctx context.Context, cluster, action string, req Kub
 // KubeOneKubeconfig fetches the cluster's admin kubeconfig as kubeadm
 // wrote it.
 func (c *Client) KubeOneKubeconfig(ctx context.Context, cluster string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/kubeone/"+url.PathEscape(cluster)+"/kubeconfig", nil)
-	if err != nil {
-		return nil, err
-	}
-	c.authorize(req)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("hub API %s: %w", c.base, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, apiError(resp, b)
-	}
-	return b, nil
+	return c.getBytes(ctx, c.http, "/v1/kubeone/"+url.PathEscape(cluster)+"/kubeconfig")
 }
 
 // KubeOneProxy serves the cluster's kube-apiserver on ln until ctx ends:
