@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 type jobNodeJSON struct {
@@ -75,11 +77,6 @@ func (h *hub) runJSON(timeout time.Duration, args ...string) (jobJSON, int) {
 // that the same test running elsewhere on the machine is not counted.
 func sleepMarker(base int) string {
 	return fmt.Sprintf("%d.%07d", base+int(time.Now().UnixNano()%1000), os.Getpid())
-}
-
-func processAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || err == syscall.EPERM
 }
 
 // TestJobs fans out to 22 agents (21 with the embedded SSH server, one in
@@ -219,7 +216,7 @@ stat -c %a "$DEST" > "$OUT/$TETHER_NODE.mode"
 			if err != nil {
 				t.Fatalf("%s: pid file %q", node, b)
 			}
-			waitFor(t, node+": remote sleep killed", 10*time.Second, func() bool { return !processAlive(pid) })
+			waitFor(t, node+": remote sleep killed", 10*time.Second, func() bool { return !testenv.ProcessAlive(pid) })
 			t.Logf("%s: timed out and killed in %s", node, time.Since(start).Round(time.Millisecond))
 		}
 	})

@@ -316,7 +316,7 @@ func TestKubeOneApply(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Join(h.dataDir, "kubeone-runs")); len(entries) != 0 {
 		t.Errorf("run directories left: %v", entries)
 	}
-	if processAlive(run.pid) {
+	if testenv.ProcessAlive(run.pid) {
 		t.Errorf("kubeone (pid %d) still runs after its job", run.pid)
 	}
 
@@ -561,7 +561,7 @@ func TestKubeOneCancelAndRestart(t *testing.T) {
 	if j.State != "cancelled" || j.Nodes[0].State != "cancelled" {
 		t.Fatalf("cancelled apply: %+v", j)
 	}
-	waitFor(t, "kubeone killed", 10*time.Second, func() bool { return !processAlive(run.pid) })
+	waitFor(t, "kubeone killed", 10*time.Second, func() bool { return !testenv.ProcessAlive(run.pid) })
 	if !gone(filepath.Dir(run.manifest)) {
 		t.Fatalf("the cancelled run's directory %s is still there", filepath.Dir(run.manifest))
 	}
@@ -572,7 +572,7 @@ func TestKubeOneCancelAndRestart(t *testing.T) {
 	id = strings.TrimSpace(h.mustKubeOne("apply", "hold", "--detach"))
 	run = waitForRunning(t, h, id)
 	h.p.Stop(syscall.SIGKILL, stopWait)
-	waitFor(t, "kubeone to die with its hub", 10*time.Second, func() bool { return !processAlive(run.pid) })
+	waitFor(t, "kubeone to die with its hub", 10*time.Second, func() bool { return !testenv.ProcessAlive(run.pid) })
 	api.release()
 	h.start()
 	if j := h.job(id); j.State != "interrupted" || j.Nodes[0].State != "interrupted" {

@@ -247,7 +247,7 @@ func TestTrustChangeEndsSessions(t *testing.T) {
 			if err := waitExit(t, cmd); err == nil {
 				t.Fatal("ssh exited 0 after its access was revoked")
 			}
-			waitProcessGone(t, pid)
+			testenv.WaitProcessGone(t, pid, 10*time.Second)
 			if ev, ok := events.find(EventAccessRevoked); !ok || ev.Operator != "alice" || ev.Login != "operator" {
 				t.Errorf("access-revoked event %+v, %v", ev, ok)
 			}

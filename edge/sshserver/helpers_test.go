@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -201,26 +200,6 @@ func (e *testEnv) startSleeper() (*exec.Cmd, int) {
 	}
 	e.t.Fatalf("remote command did not start; ssh stderr: %s", stderr.String())
 	return nil, 0
-}
-
-// waitProcessGone waits until pid no longer runs: it does not exist, or it
-// is a zombie (a killed grandchild is reaped by init, which may take a while
-// in a container).
-func waitProcessGone(t *testing.T, pid int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			return
-		}
-		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			if i := bytes.LastIndexByte(stat, ')'); i > 0 && bytes.HasPrefix(stat[i:], []byte(") Z")) {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("process %d still running", pid)
 }
 
 // waitExit waits for a started client command to end, with a timeout.

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 func TestExecOutputAndStatus(t *testing.T) {
@@ -153,7 +155,7 @@ func TestPTYJobControlJobsKilled(t *testing.T) {
 	}
 	var pid int
 	fmt.Sscan(string(data), &pid)
-	waitProcessGone(t, pid)
+	testenv.WaitProcessGone(t, pid, 10*time.Second)
 }
 
 func TestShellWithoutPTY(t *testing.T) {
@@ -268,7 +270,7 @@ func TestClientDisconnectKillsProcess(t *testing.T) {
 	cmd, pid := e.startSleeper()
 	cmd.Process.Kill()
 	waitExit(t, cmd)
-	waitProcessGone(t, pid)
+	testenv.WaitProcessGone(t, pid, 10*time.Second)
 }
 
 func TestChannelCloseKillsProcess(t *testing.T) {
@@ -289,7 +291,7 @@ func TestChannelCloseKillsProcess(t *testing.T) {
 	// Closing the channel while the connection stays up (as a multiplexing
 	// client does) ends the session too.
 	sess.Close()
-	waitProcessGone(t, pid)
+	testenv.WaitProcessGone(t, pid, 10*time.Second)
 	// The connection is still usable.
 	sess2, err := c.NewSession()
 	if err != nil {
@@ -325,7 +327,7 @@ func TestBackgroundJobsKilledWhenSessionEnds(t *testing.T) {
 	}
 	var pid int
 	fmt.Sscan(string(data), &pid)
-	waitProcessGone(t, pid)
+	testenv.WaitProcessGone(t, pid, 10*time.Second)
 }
 
 // What the user detached outlives the session, as with sshd: nohup ignores
@@ -351,7 +353,7 @@ func TestDetachedProcessesSurviveSession(t *testing.T) {
 			pid := readPid(t, pidFile)
 			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
 			if !tc.survives {
-				waitProcessGone(t, pid)
+				testenv.WaitProcessGone(t, pid, 10*time.Second)
 				return
 			}
 			// The session is over once ssh returned: its hangup was sent
@@ -377,7 +379,7 @@ func TestKillOnEndRequest(t *testing.T) {
 	if err := sess.Run(fmt.Sprintf("nohup sleep 300 >/dev/null 2>&1 </dev/null & echo $! > %s", pidFile)); err != nil {
 		t.Fatal(err)
 	}
-	waitProcessGone(t, readPid(t, pidFile))
+	testenv.WaitProcessGone(t, readPid(t, pidFile), 10*time.Second)
 }
 
 func readPid(t *testing.T, path string) int {
@@ -410,7 +412,7 @@ func TestCloseEndsSessions(t *testing.T) {
 	if err := waitExit(t, cmd); err == nil {
 		t.Error("ssh exited 0 after the server closed")
 	}
-	waitProcessGone(t, pid)
+	testenv.WaitProcessGone(t, pid, 10*time.Second)
 
 	// A closed server refuses new connections.
 	if r := e.ssh(testHost, "true"); r.code != 255 {

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -148,13 +147,9 @@ func TestRunStop(t *testing.T) {
 		t.Errorf("exit code %d, want -1 (killed)", res.res.ExitCode)
 	}
 	for _, pid := range got {
-		// The leader is reaped by Wait; the child, orphaned, by init.
-		for i := 0; syscall.Kill(pid, 0) == nil; i++ {
-			if i > 200 {
-				t.Fatalf("process %d survived the stop", pid)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		// The leader is reaped by Wait; the child, orphaned, is dead once
+		// killed even while init has yet to reap it.
+		testenv.WaitProcessGone(t, pid, 10*time.Second)
 	}
 }
 

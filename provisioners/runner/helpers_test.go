@@ -310,20 +310,6 @@ func waitPids(t *testing.T, path string, n int) []int {
 	return nil
 }
 
-// alive reports whether pid runs: exists and is not a zombie (killed
-// orphans are reaped by init, which may take a while in a container).
-func alive(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	return i < 0 || !bytes.HasPrefix(stat[i:], []byte(") Z"))
-}
-
 // waitGone waits until none of pids runs.
 func waitGone(t *testing.T, pids []int, within time.Duration) {
 	t.Helper()
@@ -331,7 +317,7 @@ func waitGone(t *testing.T, pids []int, within time.Duration) {
 	for {
 		var left []int
 		for _, p := range pids {
-			if alive(p) {
+			if testenv.ProcessAlive(p) {
 				left = append(left, p)
 			}
 		}
@@ -364,7 +350,7 @@ func processesWithEnv(kv string) []int {
 			continue
 		}
 		for _, v := range bytes.Split(env, []byte{0}) {
-			if string(v) == kv && alive(pid) {
+			if string(v) == kv && testenv.ProcessAlive(pid) {
 				pids = append(pids, pid)
 				break
 			}
