@@ -112,6 +112,9 @@ type Hello struct {
 	// hub checks them against its label rules, shows them apart from the
 	// labels it sets, and never selects a node by them.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Upgrade says how the hub runs the node-side updater (with
+	// CapUpgrade); nil from an agent without one.
+	Upgrade *UpgradeSupport `json:"upgrade,omitempty"`
 }
 
 // SSHTrust tells the node's SSH server what to present and whom to trust.
@@ -155,8 +158,10 @@ type Message struct {
 	Notice         string    `json:"notice,omitempty"`
 	SSHTrust       *SSHTrust `json:"ssh_trust,omitempty"`
 	SSHEvent       *SSHEvent `json:"ssh_event,omitempty"`
-	CSR            []byte    `json:"csr,omitempty"`  // renew: DER certificate request
-	Cert           string    `json:"cert,omitempty"` // renewed: PEM chain, leaf first
+	// UpgradeStates: the node's upgrade records (TypeUpgradeState).
+	UpgradeStates []NodeUpgradeState `json:"upgrade_states,omitempty"`
+	CSR           []byte             `json:"csr,omitempty"`  // renew: DER certificate request
+	Cert          string             `json:"cert,omitempty"` // renewed: PEM chain, leaf first
 	// Fatal marks a notice after which the agent must not reconnect with
 	// this identity (the node was removed, or the identity is wrong).
 	Fatal bool `json:"fatal,omitempty"`
@@ -238,6 +243,9 @@ func (m *Message) Validate() error {
 		}
 		if h.StateDir != "" && (!strings.HasPrefix(h.StateDir, "/") || path.Clean(h.StateDir) != h.StateDir) {
 			return fmt.Errorf("%w: state_dir %q is not a clean absolute path", ErrBadMessage, h.StateDir)
+		}
+		if err := h.Upgrade.validate(); err != nil {
+			return err
 		}
 		if len(h.Labels) > maxLabels {
 			return fmt.Errorf("%w: more than %d labels", ErrBadMessage, maxLabels)
@@ -333,6 +341,10 @@ func (m *Message) Validate() error {
 	case TypeRenewed:
 		if m.Cert == "" || len(m.Cert) > 64<<10 {
 			return fmt.Errorf("%w: renewed needs a certificate of at most 64 KiB", ErrBadMessage)
+		}
+	case TypeUpgradeState:
+		if err := validateUpgradeStates(m.UpgradeStates); err != nil {
+			return err
 		}
 	case TypeHeartbeat:
 	case TypeAuthorizedKeys:
