@@ -600,7 +600,7 @@ func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	role := roles.Role{Name: r.PathValue("name"), Nodes: req.Nodes, Logins: req.Logins, NoForwarding: req.Forwarding != nil && !*req.Forwarding}
+	role := roles.Role{Name: r.PathValue("name"), Nodes: req.Nodes, Logins: req.Logins, NoForwarding: req.Forwarding != nil && !*req.Forwarding, Confirm: req.Confirm}
 	if role.Name == access.RoleOnboarder {
 		h.writeErr(w, r, fail(ErrInvalid, "role name %q is the built-in permission of onboarding credentials; choose another name", role.Name))
 		return
@@ -614,7 +614,7 @@ func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.OperatorsChanged()
-	h.audit(store.AuditEvent{Kind: "role_put", Remote: r.RemoteAddr, Result: "ok", Detail: fmt.Sprintf("%s: nodes %q logins %s forwarding %t", role.Name, role.Nodes, strings.Join(role.Logins, ","), !role.NoForwarding)})
+	h.audit(store.AuditEvent{Kind: "role_put", Remote: r.RemoteAddr, Result: "ok", Detail: fmt.Sprintf("%s: nodes %q logins %s forwarding %t confirm %t", role.Name, role.Nodes, strings.Join(role.Logins, ","), !role.NoForwarding, role.Confirm)})
 	writeJSON(w, http.StatusOK, roleFrom(store.Role(role)))
 }
 
