@@ -455,7 +455,9 @@ func TestDowngradeAndSkip(t *testing.T) {
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "--allow-downgrade") {
 		t.Fatalf("create: %v, want a refused downgrade", err)
 	}
-	r.drv.answer = func(Target, control.UpgradeOffer, string) (control.UpgradeStep, string) { return control.StepSucceeded, "" }
+	r.drv.answer = func(Target, control.UpgradeOffer, string) (control.UpgradeStep, string) {
+		return control.StepSucceeded, ""
+	}
 	r.create("down", store.UpgradeSpec{AllowDowngrade: true})
 	r.waitState("down", store.UpgradeDone)
 
