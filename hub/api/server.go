@@ -60,6 +60,8 @@ type Deps struct {
 	Blobs *jobs.Blobs
 	// Cluster serves the cluster endpoints; nil disables them.
 	Cluster Cluster
+	// Upgrades serves the upgrade endpoints (upgrades.go); nil disables them.
+	Upgrades Upgrades
 	// KubeOne serves the KubeOne cluster endpoints (kubeone.go); nil
 	// disables them.
 	KubeOne *kubeone.Service
@@ -194,6 +196,13 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("GET /v1/jobs/{id}/nodes/{node}/log", h.automation(h.nodeLog))
 	mux.HandleFunc("POST /v1/jobs/{id}/cancel", h.automation(h.cancelJob))
 	mux.HandleFunc("POST /v1/jobs/{id}/rerun", h.automation(h.rerunJob))
+	mux.HandleFunc("POST /v1/upgrades", h.automation(h.createUpgrade))
+	mux.HandleFunc("GET /v1/upgrades", h.lister(h.listUpgrades))
+	mux.HandleFunc("GET /v1/upgrades/{name}", h.lister(h.getUpgrade))
+	mux.HandleFunc("POST /v1/upgrades/{name}/pause", h.automation(h.upgradeAction("pause", Upgrades.Pause)))
+	mux.HandleFunc("POST /v1/upgrades/{name}/resume", h.automation(h.upgradeAction("resume", Upgrades.Resume)))
+	mux.HandleFunc("POST /v1/upgrades/{name}/cancel", h.automation(h.upgradeAction("cancel", Upgrades.Cancel)))
+	mux.HandleFunc("POST /v1/upgrades/{name}/confirm", h.lister(h.confirmUpgrade))
 	mux.HandleFunc("GET /v1/cluster", h.admin(h.clusterStatus))
 	mux.HandleFunc("PUT /v1/cluster/{node}", h.admin(h.clusterRegister))
 	mux.HandleFunc("DELETE /v1/cluster/{node}", h.admin(h.clusterDeregister))
