@@ -448,6 +448,11 @@ func (c *Controller) recordLocked(ctx context.Context, u store.Upgrade, n *store
 	return nil
 }
 
+// stepRank orders the steps along the state machine.
+var stepRank = map[control.UpgradeStep]int{control.StepPending: 0, control.StepAwaitingConfirmation: 1, control.StepDownloading: 2,
+	control.StepVerifying: 3, control.StepInstalling: 4, control.StepHealthCheck: 5, control.StepSucceeded: 6, control.StepFailed: 6,
+	control.StepRolledBack: 6, control.StepSkipped: 6, control.StepCancelled: 6}
+
 // nodeState is the hub's record as the state machine's type.
 func nodeState(u store.Upgrade, n store.UpgradeNode) control.NodeUpgradeState {
 	return control.NodeUpgradeState{Name: u.Name, Kind: u.Kind, Digest: u.Digest, FromVersion: n.FromVersion, ToVersion: u.Version,
@@ -460,6 +465,12 @@ func nodeState(u store.Upgrade, n store.UpgradeNode) control.NodeUpgradeState {
 // node's history.
 func (c *Controller) adoptLocked(ctx context.Context, u store.Upgrade, n *store.UpgradeNode, rep control.NodeUpgradeState) error {
 	if n.Step.Terminal() || (rep.Step == n.Step && rep.Reason == n.Reason && (rep.ConfirmedBy == "" || rep.ConfirmedBy == n.ConfirmedBy)) {
+		return nil
+	}
+	// Reports and a drive's answers can cross: an older record of the
+	// node never moves the hub's view back (by the machine's order, not
+	// by clocks, which the hub and node need not share).
+	if stepRank[rep.Step] < stepRank[n.Step] {
 		return nil
 	}
 	st := nodeState(u, *n)
@@ -542,7 +553,7 @@ func (c *Controller) Connected(ctx context.Context, nodeID, version string) {
 		return
 	}
 	for _, n := range recs {
-		if n.Step != control.StepHealthCheck {
+		if n.Step != control.StepHealthCheck && n.Step != control.StepInstalling {
 			continue
 		}
 		u, err := c.cfg.Store.GetUpgrade(ctx, n.Upgrade)

@@ -44,11 +44,15 @@ func (c *Controller) reconcile(ctx context.Context, u store.Upgrade) error {
 	now := c.cfg.Now()
 	health := time.Duration(u.Spec.HealthTimeoutSeconds)*time.Second + c.cfg.HealthMargin
 
-	// Time limits: a node silent in health_check, an offline node past the
-	// deadline.
+	// Time limits: a node silent in installing or health_check, an
+	// offline node past the deadline.
+	install := time.Duration(u.Spec.TimeoutSeconds)*time.Second + health
 	for i := range nodes {
 		n := &nodes[i]
 		switch {
+		case n.Step == control.StepInstalling && !c.inflight[key(u.Name, n.NodeID)] && now.Sub(n.UpdatedAt) > install:
+			err = c.moveLocked(ctx, u, n, control.StepFailed, fmt.Sprintf("no report from the node for %s after its install began: it did not come back on %s, nor report a rollback",
+				install, u.Version))
 		case n.Step == control.StepHealthCheck && !c.inflight[key(u.Name, n.NodeID)] && now.Sub(n.UpdatedAt) > health:
 			err = c.moveLocked(ctx, u, n, control.StepFailed, fmt.Sprintf("no report from the node within the health timeout (%ds) and %s: it did not come back on %s, nor report a rollback",
 				u.Spec.HealthTimeoutSeconds, c.cfg.HealthMargin, u.Version))
@@ -111,7 +115,7 @@ func (c *Controller) reconcile(ctx context.Context, u store.Upgrade) error {
 	}
 	busy := 0
 	for _, n := range nodes {
-		if c.inflight[key(u.Name, n.NodeID)] || n.Step == control.StepHealthCheck {
+		if c.inflight[key(u.Name, n.NodeID)] || n.Step == control.StepHealthCheck || n.Step == control.StepInstalling {
 			busy++
 		}
 	}
@@ -121,9 +125,11 @@ func (c *Controller) reconcile(ctx context.Context, u store.Upgrade) error {
 		if busy+len(start) >= limit || n.Batch > batch || c.inflight[key(u.Name, n.NodeID)] {
 			continue
 		}
-		// Pending: first contact. Confirmed on the hub: apply. Cut short
-		// by a hub restart mid-drive: again (the node's record decides).
-		redrive := n.Step == control.StepDownloading || n.Step == control.StepVerifying || n.Step == control.StepInstalling
+		// Pending: first contact. Confirmed on the hub: apply. Confirmed
+		// on the node (it reported downloading), or cut short by a hub
+		// restart before the install: again (the node's record decides).
+		// An install under way is the node's: its reports move it on.
+		redrive := n.Step == control.StepDownloading || n.Step == control.StepVerifying
 		if n.Step != control.StepPending && !(n.Step == control.StepAwaitingConfirmation && n.ConfirmedBy != "") && !redrive {
 			continue
 		}

@@ -229,7 +229,7 @@ func (n Node) Drive(ctx context.Context, o control.UpgradeOffer, files []control
 		return st, 0, nil // the node had this upgrade already: its word stands
 	}
 	var sent int64
-	if st.Step == control.StepPending || st.Step == control.StepAwaitingConfirmation {
+	if st.Step == control.StepPending || st.Step == control.StepAwaitingConfirmation || st.Step == control.StepDownloading {
 		if sent, err = n.Push(ctx, o.Name, files, open); err != nil {
 			return st, sent, err
 		}
