@@ -105,6 +105,12 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	arts, unregisterArts, err := s.newArtifacts(blobs)
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	defer unregisterArts()
+	_ = arts // the upgrade controller pins and fetches with it
 	prov, err := newProvisioner(s)
 	if err != nil {
 		return err
@@ -173,6 +179,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("hub listening", "tunnel_and_api", ln.Addr().String(), "ssh", sshAddr.String(),
 		"advertise", advertise, "ca_pin", "sha256:"+s.ca.Pin(), "version", Version)
 
+	defer s.startBlobGC(ctx, blobs)()
 	var wg sync.WaitGroup
 	errc := make(chan error, 6)
 	wg.Add(6)

@@ -219,6 +219,9 @@ func (c *Client) classify(err error, r Reference, what string) error {
 		return err
 	case errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &certErr):
 		return fmt.Errorf("%w: %s: %v (give the registry's CA with --registry-ca FILE; verification cannot be turned off)", ErrTLS, r.Registry, err)
+	case errors.Is(err, auth.ErrBasicCredentialNotFound):
+		return fmt.Errorf("%w: %s %s of %s: the registry wants credentials and there are none for it (%s; put them in a docker-style config.json given with --registry-auth FILE)",
+			ErrUnauthorized, what, r.Repository, r.Registry, c.credFrom)
 	case errors.As(err, &resp) && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden):
 		return fmt.Errorf("%w: %s %s of %s: HTTP %d with %s (check the user and password for %s in --registry-auth FILE, a docker-style config.json)",
 			ErrUnauthorized, what, r.Repository, r.Registry, resp.StatusCode, c.credFrom, r.Registry)

@@ -270,3 +270,23 @@ func (c *Client) pushFile(ctx context.Context, repo *remote.Repository, r Refere
 	}
 	return nil
 }
+
+// Tag points ref's tag at the artifact with digest d in the same
+// repository (a release promoted, or a tag moved).
+func (c *Client) Tag(ctx context.Context, ref, d string) error {
+	r, repo, err := c.pushTarget(ref)
+	if err != nil {
+		return err
+	}
+	if !control.ValidDigest(d) {
+		return fmt.Errorf("%w: digest %.80q is not sha256:<64 hex>", ErrBadReference, d)
+	}
+	desc, err := repo.Resolve(ctx, d)
+	if err != nil {
+		return c.classify(err, r, "resolve "+d+" in")
+	}
+	if err := repo.Tag(ctx, desc, r.Tag); err != nil {
+		return c.classify(err, r, "tag")
+	}
+	return nil
+}
