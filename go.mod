@@ -7,7 +7,10 @@ require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/creack/pty v1.1.24
 	github.com/gliderlabs/ssh v0.3.8
+	github.com/google/go-containerregistry v0.22.1
 	github.com/hashicorp/yamux v0.1.2
+	github.com/opencontainers/go-digest v1.0.0
+	github.com/opencontainers/image-spec v1.1.1
 	github.com/pkg/sftp v1.13.12
 	github.com/prometheus/client_golang v1.25.0
 	github.com/quic-go/quic-go v0.65.0
@@ -23,6 +26,7 @@ require (
 	golang.org/x/term v0.47.0
 	golang.org/x/time v0.16.0
 	modernc.org/sqlite v1.61.1
+	oras.land/oras-go/v2 v2.7.0
 )
 
 require (

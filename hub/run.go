@@ -106,6 +106,11 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	arts, unregisterArts, err := s.newArtifacts(blobs)
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	defer unregisterArts()
 	prov, err := newProvisioner(s)
 	if err != nil {
 		return err
@@ -115,11 +120,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	defer kruns.unregister()
-	source, err := s.upgradeSource(blobs)
-	if err != nil {
-		return fmt.Errorf("hub: %w", err)
-	}
-	s.upgrades = upgrade.New(upgrade.Config{Store: s.store, Source: source, Driver: upgradeDriver{connect: prov.connect, blobs: blobs},
+	s.upgrades = upgrade.New(upgrade.Config{Store: s.store, Source: artifactSource{arts}, Driver: upgradeDriver{connect: prov.connect, blobs: blobs},
 		Target: s.upgradeTarget, Audit: s.audit, Logger: s.log.With("component", "upgrade")})
 	for _, c := range s.upgrades.Collectors() {
 		if err := s.metrics.Registry.Register(c); err != nil {
@@ -133,6 +134,7 @@ func (s *Server) Run(ctx context.Context) error {
 		Metrics: s.metrics, Logger: s.log.With("component", "jobs"), Audit: s.audit, Local: local})
 	defer engine.Close()
 	s.upgrades.Attach(engine)
+	s.addBlobReferencer(s.upgrades.Referenced)
 	if _, err := engine.Recover(ctx); err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
@@ -190,6 +192,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("hub listening", "tunnel_and_api", ln.Addr().String(), "ssh", sshAddr.String(),
 		"advertise", advertise, "ca_pin", "sha256:"+s.ca.Pin(), "version", Version)
 
+	defer s.startBlobGC(ctx, blobs)()
 	var wg sync.WaitGroup
 	errc := make(chan error, 7)
 	wg.Add(7)

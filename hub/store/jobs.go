@@ -170,6 +170,8 @@ type JobStore interface {
 	// InterruptJobs marks every running job, and its live per-node runs,
 	// interrupted (called at hub start: no job survives a restart).
 	InterruptJobs(ctx context.Context, at time.Time) (jobs int, err error)
+	// JobBlobDigests lists the blobs every stored job uploads (blob GC).
+	JobBlobDigests(ctx context.Context) ([]string, error)
 }
 
 // CreateJob implements JobStore.

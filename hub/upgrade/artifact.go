@@ -15,12 +15,12 @@ import (
 // hub/artifacts.Pinned, so the hub converts one into the other): stored in
 // the upgrade, it is all the rollout needs later except the blobs.
 type Artifact struct {
-	Reference string
-	Digest    string
-	Kind      control.UpgradeKind
-	Version   string
-	Index     []byte
-	Manifests map[string][]byte
+	Reference string              `json:"reference"`
+	Digest    string              `json:"digest"`
+	Kind      control.UpgradeKind `json:"kind"`
+	Version   string              `json:"version"`
+	Index     []byte              `json:"index,omitempty"`
+	Manifests map[string][]byte   `json:"manifests"`
 }
 
 // ErrDigestMismatch is a blob (or document) that does not hash to its
