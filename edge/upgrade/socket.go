@@ -95,15 +95,19 @@ func peerUID(c *net.UnixConn) (uint32, error) {
 func (n *Node) serveConn(c *net.UnixConn, onChange func([]State)) {
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	enc := json.NewEncoder(c)
+	// The request is read before the peer is checked, so that a refused
+	// client reads the refusal instead of a broken pipe; it is bounded and
+	// nothing of it is acted on.
+	var req SocketRequest
+	derr := json.NewDecoder(io.LimitReader(c, 4096)).Decode(&req)
 	uid, err := peerUID(c)
 	if err != nil || uid != 0 {
 		n.log().Warn("confirm socket: refused a non-root peer", "uid", uid, "err", err)
 		_ = enc.Encode(SocketReply{Error: fmt.Sprintf("%s (asked by uid %d): run `sudo tether-edge confirm`", ErrNotRoot, uid)})
 		return
 	}
-	var req SocketRequest
-	if err := json.NewDecoder(io.LimitReader(c, 4096)).Decode(&req); err != nil {
-		_ = enc.Encode(SocketReply{Error: "bad request: " + err.Error()})
+	if derr != nil {
+		_ = enc.Encode(SocketReply{Error: "bad request: " + derr.Error()})
 		return
 	}
 	var rep SocketReply
