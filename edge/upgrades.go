@@ -7,6 +7,7 @@ package edge
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"sync"
 
@@ -26,7 +27,9 @@ type upgradeReports struct {
 // upgradeSupport is the hello's Upgrade for this agent (nil without the updater).
 func (a *Agent) upgradeSupport() *control.UpgradeSupport {
 	u := a.cfg.Upgrade
-	if u == nil || u.Exe == "" {
+	// The hub refuses a hello whose Exe is not a clean absolute path: an
+	// agent that cannot name itself so connects without the updater.
+	if u == nil || !filepath.IsAbs(u.Exe) || filepath.Clean(u.Exe) != u.Exe || len(u.Exe) > 256 {
 		return nil
 	}
 	return &control.UpgradeSupport{Exe: u.Exe, Previous: u.PreviousVersion()}
