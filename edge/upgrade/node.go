@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -66,8 +67,23 @@ func (n *Node) Offer(o control.UpgradeOffer) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Kind == control.UpgradeAgent && !safeVersionDir(o.Version) {
-		return nil, fmt.Errorf("upgrade offer: version %q cannot name an install directory", o.Version)
+	if o.Kind == control.UpgradeAgent {
+		if !safeVersionDir(o.Version) {
+			return nil, fmt.Errorf("upgrade offer: version %q cannot name an install directory", o.Version)
+		}
+		// The manifest must be the index's for this node's platform: a
+		// binary for another one would only crash-loop.
+		ix, err := control.ParseArtifactIndex(o.Index)
+		if err != nil {
+			return nil, err
+		}
+		d, err := ix.ForPlatform(runtime.GOOS, runtime.GOARCH)
+		if err != nil {
+			return nil, fmt.Errorf("upgrade offer: %w", err)
+		}
+		if d.Digest != control.DigestOf(o.Manifest) {
+			return nil, fmt.Errorf("upgrade offer: the manifest is not the index's for %s/%s (want %s, got %s)", runtime.GOOS, runtime.GOARCH, d.Digest, control.DigestOf(o.Manifest))
+		}
 	}
 	if err := os.MkdirAll(n.recordDir(o.Name), 0o700); err != nil {
 		return nil, err

@@ -84,6 +84,15 @@ func TestOfferOtherDigest(t *testing.T) {
 	if err != nil || s.Step != control.StepDownloading || s.Digest != control.DigestOf(testenv.AgentOffer(t, "x", "v1.1.0", []byte("b")).Index) {
 		t.Fatalf("after cancel: %+v, %v", s, err)
 	}
+	other := testenv.AgentOffer(t, "edge3", "v1.1.0", []byte("a"))
+	var ix control.OCIIndex
+	_ = json.Unmarshal(other.Index, &ix)
+	ix.Manifests[0].Platform.Architecture = "other-arch"
+	other.Index, _ = json.Marshal(ix)
+	other.Digest = control.DigestOf(other.Index)
+	if _, err := n.Offer(other); err == nil || !strings.Contains(err.Error(), "no agent for") {
+		t.Fatalf("offer for another platform: %v", err)
+	}
 	bad := testenv.AgentOffer(t, "edge2", "v1.1.0", []byte("a"))
 	bad.Digest = control.DigestOf([]byte("other"))
 	if _, err := n.Offer(bad); err == nil || !strings.Contains(err.Error(), "digest mismatch") {
