@@ -91,6 +91,23 @@ func (d upgradeDriver) Drive(ctx context.Context, t upgrade.Target, offer contro
 	}, confirmedBy, log)
 }
 
+func (d upgradeDriver) Status(ctx context.Context, t upgrade.Target, name string) (control.NodeUpgradeState, error) {
+	c, err := d.connect(ctx, t.NodeID)
+	if err != nil {
+		return control.NodeUpgradeState{}, fmt.Errorf("connect: %w", err)
+	}
+	defer c.Close()
+	n := nodeupgrade.Node{Conn: upgradeConn{c}, Exe: t.Exe, StateDir: t.StateDir}
+	l, err := n.Status(ctx, name, io.Discard)
+	if err != nil {
+		return control.NodeUpgradeState{}, err
+	}
+	if len(l) != 1 {
+		return control.NodeUpgradeState{}, fmt.Errorf("upgrade status %s: %d records", name, len(l))
+	}
+	return l[0], nil
+}
+
 // upgradeConn adapts the jobs' SSH connection to provisioners/upgrade.
 type upgradeConn struct{ c jobs.Conn }
 

@@ -37,6 +37,13 @@ func (n *Node) Apply(ctx context.Context, name, confirmedBy string) (*State, err
 	if err != nil {
 		return nil, err
 	}
+	if s.Kind == control.UpgradeBundle && (s.Step == control.StepInstalling || s.Step == control.StepHealthCheck) {
+		// This process holds the record's lock, so no apply runs the
+		// bundle's scripts: the one that did was killed (the hub's
+		// connection ended mid-install). Its outcome is unknown; say so
+		// rather than run the scripts a second time.
+		return s, n.fail(s, fmt.Sprintf("interrupted in %s (the apply running it was killed, e.g. the hub's connection ended); the script's outcome is unknown", s.Step))
+	}
 	var o control.UpgradeOffer
 	if s.Step == control.StepAwaitingConfirmation {
 		if confirmedBy == "" {

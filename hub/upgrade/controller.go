@@ -59,6 +59,8 @@ type Driver interface {
 	// It returns the node's state after apply and the bytes pushed. The
 	// node's output (a bundle's scripts) goes to log.
 	Drive(ctx context.Context, t Target, offer control.UpgradeOffer, files []control.UpgradeFile, confirmedBy string, log io.Writer) (control.NodeUpgradeState, int64, error)
+	// Status reads the node's record of the upgrade.
+	Status(ctx context.Context, t Target, name string) (control.NodeUpgradeState, error)
 }
 
 // Jobs starts jobs (the hub's job engine).
@@ -83,6 +85,10 @@ type Config struct {
 	// HealthMargin is added to an upgrade's health timeout before a node
 	// silent in health_check is failed. Default 30 s.
 	HealthMargin time.Duration
+	// PollEvery is how often the record of a node installing with no
+	// drive under way is read from the node (an install the node runs on
+	// after the hub that started it stopped). Default 5 s.
+	PollEvery time.Duration
 	Now          func() time.Time
 }
 
@@ -96,6 +102,7 @@ type Controller struct {
 	mu       sync.Mutex // guards the following, and every read-modify-write of a node record
 	jobs     Jobs
 	inflight map[string]bool // upgrade "/" node ID: a drive is running
+	polled   map[string]time.Time // upgrade "/" node ID: last status read (or one under way: zero)
 	ctx      context.Context // Run's: owner of the job waiters
 	wg       sync.WaitGroup
 }
@@ -111,13 +118,16 @@ func New(cfg Config) *Controller {
 	if cfg.HealthMargin <= 0 {
 		cfg.HealthMargin = 30 * time.Second
 	}
+	if cfg.PollEvery <= 0 {
+		cfg.PollEvery = 5 * time.Second
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.Audit == nil {
 		cfg.Audit = func(store.AuditEvent) {}
 	}
-	c := &Controller{cfg: cfg, wake: make(chan struct{}, 1), inflight: map[string]bool{}}
+	c := &Controller{cfg: cfg, wake: make(chan struct{}, 1), inflight: map[string]bool{}, polled: map[string]time.Time{}}
 	c.metrics = newMetrics(c)
 	return c
 }

@@ -90,6 +90,10 @@ type fakeDriver struct {
 	versions map[string]string
 }
 
+func (d *fakeDriver) Status(_ context.Context, t Target, name string) (control.NodeUpgradeState, error) {
+	return control.NodeUpgradeState{}, errors.New("no status in this fake")
+}
+
 func (d *fakeDriver) Drive(ctx context.Context, t Target, offer control.UpgradeOffer, files []control.UpgradeFile, confirmedBy string, log io.Writer) (control.NodeUpgradeState, int64, error) {
 	d.mu.Lock()
 	d.drives[t.Name]++

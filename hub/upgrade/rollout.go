@@ -113,9 +113,12 @@ func (c *Controller) reconcile(ctx context.Context, u store.Upgrade) error {
 	if limit <= 0 {
 		limit = size
 	}
+	c.pollLocked(u, nodes, now)
 	busy := 0
 	for _, n := range nodes {
-		if c.inflight[key(u.Name, n.NodeID)] || n.Step == control.StepHealthCheck || n.Step == control.StepInstalling {
+		// An agent installing or in its health check is down or about to
+		// be; a bundle's install is within its drive.
+		if c.inflight[key(u.Name, n.NodeID)] || (u.Kind == control.UpgradeAgent && (n.Step == control.StepHealthCheck || n.Step == control.StepInstalling)) {
 			busy++
 		}
 	}
@@ -129,7 +132,8 @@ func (c *Controller) reconcile(ctx context.Context, u store.Upgrade) error {
 		// on the node (it reported downloading), or cut short by a hub
 		// restart before the install: again (the node's record decides).
 		// An install under way is the node's: its reports move it on.
-		redrive := n.Step == control.StepDownloading || n.Step == control.StepVerifying
+		redrive := n.Step == control.StepDownloading || n.Step == control.StepVerifying ||
+			(u.Kind == control.UpgradeBundle && (n.Step == control.StepInstalling || n.Step == control.StepHealthCheck))
 		if n.Step != control.StepPending && !(n.Step == control.StepAwaitingConfirmation && n.ConfirmedBy != "") && !redrive {
 			continue
 		}
@@ -310,6 +314,56 @@ func (c *Controller) startLocked(ctx context.Context, u store.Upgrade, nodes []*
 		}
 	}
 	return nil
+}
+
+// pollLocked reads, from the node, the record of every node installing
+// an agent with no drive under way, at most every PollEvery: the node's
+// updater runs on outside any drive and its outcome is reported at the
+// agent's next connection, or read here. (A bundle's install runs within
+// its drive; one a hub stop cut short is driven again, and the node fails
+// it as interrupted.)
+func (c *Controller) pollLocked(u store.Upgrade, nodes []store.UpgradeNode, now time.Time) {
+	for _, n := range nodes {
+		k := key(u.Name, n.NodeID)
+		last, seen := c.polled[k]
+		if u.Kind != control.UpgradeAgent || (n.Step != control.StepInstalling && n.Step != control.StepHealthCheck) || c.inflight[k] || (seen && (last.IsZero() || now.Sub(last) < c.cfg.PollEvery)) {
+			continue
+		}
+		if !seen {
+			c.polled[k] = now // the first look waits one period: the drive just ended
+			continue
+		}
+		t, why := c.cfg.Target(n.NodeID)
+		if why != "" || c.ctx == nil {
+			continue
+		}
+		c.polled[k] = time.Time{}
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
+			defer cancel()
+			st, err := c.cfg.Driver.Status(ctx, t, u.Name)
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.polled[k] = c.cfg.Now()
+			if err != nil {
+				c.cfg.Logger.Debug("upgrade status not read", "upgrade", u.Name, "node", n.Node, "err", err)
+				return
+			}
+			if st.Digest != u.Digest {
+				return
+			}
+			cur, err := c.nodeLocked(ctx, u.Name, n.NodeID)
+			if err == nil && !c.inflight[k] {
+				err = c.adoptLocked(ctx, u, &cur, st)
+			}
+			if err != nil {
+				c.cfg.Logger.Warn("upgrade status not recorded", "upgrade", u.Name, "node", n.Node, "err", err)
+			}
+			c.Wake()
+		}()
+	}
 }
 
 // Local is the job engine's Local for JobKind: the drives of the
