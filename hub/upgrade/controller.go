@@ -89,7 +89,7 @@ type Config struct {
 	// drive under way is read from the node (an install the node runs on
 	// after the hub that started it stopped). Default 5 s.
 	PollEvery time.Duration
-	Now          func() time.Time
+	Now       func() time.Time
 }
 
 // Controller rolls upgrades out. Run owns its loop; the job engine owns
@@ -101,9 +101,9 @@ type Controller struct {
 
 	mu       sync.Mutex // guards the following, and every read-modify-write of a node record
 	jobs     Jobs
-	inflight map[string]bool // upgrade "/" node ID: a drive is running
+	inflight map[string]bool      // upgrade "/" node ID: a drive is running
 	polled   map[string]time.Time // upgrade "/" node ID: last status read (or one under way: zero)
-	ctx      context.Context // Run's: owner of the job waiters
+	ctx      context.Context      // Run's: owner of the job waiters
 	wg       sync.WaitGroup
 }
 
