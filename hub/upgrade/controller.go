@@ -258,8 +258,12 @@ func (c *Controller) Create(ctx context.Context, req CreateRequest) (store.Upgra
 	slices.SortFunc(targets, func(a, b store.Node) int { return strings.Compare(a.Name, b.Name) })
 	nodes := make([]store.UpgradeNode, len(targets))
 	for i, n := range targets {
+		from := ""
+		if a.Kind == control.UpgradeAgent {
+			from = n.AgentVersion
+		}
 		nodes[i] = store.UpgradeNode{NodeID: n.ID, Node: n.Name, Batch: batchOf(i, s.Canary, batch), Step: control.StepPending,
-			FromVersion: n.AgentVersion, History: []control.UpgradeTransition{{Step: control.StepPending, At: now}}, UpdatedAt: now}
+			FromVersion: from, History: []control.UpgradeTransition{{Step: control.StepPending, At: now}}, UpdatedAt: now}
 	}
 	if err := c.cfg.Store.CreateUpgrade(ctx, u, nodes); err != nil {
 		if errors.Is(err, store.ErrNameTaken) {

@@ -416,7 +416,11 @@ func (c *Controller) drive(ctx context.Context, j store.Job, nodeID string, stdo
 	if why != "" {
 		return -1, fmt.Errorf("node %s: %s", n.Node, why)
 	}
-	offer := control.UpgradeOffer{Name: u.Name, Kind: u.Kind, Version: u.Version, FromVersion: t.Version, Digest: u.Digest,
+	from := ""
+	if u.Kind == control.UpgradeAgent {
+		from = t.Version // a bundle's version on the node is the node's to know
+	}
+	offer := control.UpgradeOffer{Name: u.Name, Kind: u.Kind, Version: u.Version, FromVersion: from, Digest: u.Digest,
 		RequireConfirmation: u.Spec.RequireConfirmation, AllowDowngrade: u.Spec.AllowDowngrade, HealthTimeoutSeconds: u.Spec.HealthTimeoutSeconds}
 	var files []control.UpgradeFile
 	offer.Index, offer.Manifest, files, err = a.forPlatform(t.OS, t.Arch)
@@ -424,7 +428,7 @@ func (c *Controller) drive(ctx context.Context, j store.Job, nodeID string, stdo
 		c.fail(ctx, u, nodeID, fmt.Sprintf("no artifact for the node's platform %s/%s: %v", t.OS, t.Arch, err))
 		return 1, nil
 	}
-	fmt.Fprintf(stdout, "upgrade %s: %s %s -> %s (%s), %d files\n", u.Name, u.Kind, t.Version, u.Version, u.Digest, len(files))
+	fmt.Fprintf(stdout, "upgrade %s: %s %s (%s), %d files\n", u.Name, u.Kind, u.Version, u.Digest, len(files))
 	st, pushed, err := c.cfg.Driver.Drive(ctx, t, offer, files, n.ConfirmedBy, stderr)
 	c.metrics.pushed(pushed)
 	if err != nil {
