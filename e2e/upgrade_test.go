@@ -169,6 +169,16 @@ func TestUpgradeRollout(t *testing.T) {
 	if d.State != api.UpgradeHalted || !strings.Contains(d.Reason, "more than the failure tolerance") {
 		t.Fatalf("bad bundle: %s %q", d.State, d.Reason)
 	}
+	// Drives under way when it halted finish.
+	d = waitForState(t, "every node of motd-2 to end", 60*time.Second, func() api.UpgradeDetail { return upgradeShow(h, "motd-2") },
+		func(d api.UpgradeDetail) bool {
+			for _, n := range d.Nodes {
+				if !n.Step.Terminal() {
+					return false
+				}
+			}
+			return true
+		})
 	failed := 0
 	for _, n := range d.Nodes {
 		switch n.Step {
@@ -182,8 +192,8 @@ func TestUpgradeRollout(t *testing.T) {
 			t.Errorf("%s: %s %q", n.Node, n.Step, n.Reason)
 		}
 	}
-	if failed != 5 {
-		t.Errorf("%d failed, want the first batch of 5", failed)
+	if failed < 3 || failed > 5 {
+		t.Errorf("%d failed, want 3 (the tolerance exceeded) to 5 (the first batch)", failed)
 	}
 	if out := h.cli("upgrade", "show", "motd-2"); !strings.Contains(out, "install.sh exited with status 3") {
 		t.Errorf("show does not give the reasons:\n%s", out)
@@ -421,7 +431,9 @@ func TestUpgradeHubKilled(t *testing.T) {
 	lines, starts := markerLines(t, marker), markerLines(t, started)
 	sort.Strings(lines)
 	sort.Strings(starts)
-	if len(slicesCompact(starts)) != len(starts) || len(starts) != 6 || len(lines) != ok {
+	// An interrupted install's script may have finished after the apply
+	// running it was killed: its outcome is unknown, not absent.
+	if len(slicesCompact(starts)) != len(starts) || len(starts) != 6 || len(lines) < ok || len(lines) > ok+interrupted {
 		t.Errorf("%d succeeded, %d interrupted; installs started %v, finished %v", ok, interrupted, starts, lines)
 	}
 	if interrupted == 0 {

@@ -94,7 +94,7 @@ func (d *fakeDriver) Status(_ context.Context, t Target, name string) (control.N
 	return control.NodeUpgradeState{}, errors.New("no status in this fake")
 }
 
-func (d *fakeDriver) Drive(ctx context.Context, t Target, offer control.UpgradeOffer, files []control.UpgradeFile, confirmedBy string, log io.Writer) (control.NodeUpgradeState, int64, error) {
+func (d *fakeDriver) Drive(ctx context.Context, t Target, offer control.UpgradeOffer, files []control.UpgradeFile, confirmedBy string, log io.Writer, _ func(control.NodeUpgradeState)) (control.NodeUpgradeState, int64, error) {
 	d.mu.Lock()
 	d.drives[t.Name]++
 	d.order = append(d.order, t.Name)
