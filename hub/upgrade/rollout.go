@@ -290,15 +290,18 @@ func (c *Controller) startLocked(ctx context.Context, u store.Upgrade, nodes []*
 		}
 		return err
 	}
+	for _, r := range refs {
+		c.jobOf[key(u.Name, r.ID)] = j.ID
+	}
 	// A run the engine skips never reaches drive: the job's end frees its
-	// nodes in any case.
+	// nodes in any case (those a later job has not taken since).
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		_, _ = c.jobs.Wait(c.ctx, j.ID)
 		c.mu.Lock()
 		for _, r := range refs {
-			delete(c.inflight, key(u.Name, r.ID))
+			c.endDriveLocked(key(u.Name, r.ID), j.ID)
 		}
 		c.mu.Unlock()
 		c.Wake()
@@ -366,6 +369,15 @@ func (c *Controller) pollLocked(u store.Upgrade, nodes []store.UpgradeNode, now 
 	}
 }
 
+// endDriveLocked frees node k from the drive of job id, unless a later
+// job drives it now; c.mu held.
+func (c *Controller) endDriveLocked(k, id string) {
+	if c.jobOf[k] == id {
+		delete(c.jobOf, k)
+		delete(c.inflight, k)
+	}
+}
+
 // Local is the job engine's Local for JobKind: the drives of the
 // controller's nodes.
 func (c *Controller) Local() jobs.Local { return drives{c} }
@@ -393,12 +405,11 @@ func (c *Controller) drive(ctx context.Context, j store.Job, nodeID string, stdo
 	name := j.Spec.Upgrade.Name
 	defer func() {
 		c.mu.Lock()
-		delete(c.inflight, key(name, nodeID))
+		c.endDriveLocked(key(name, nodeID), j.ID)
 		c.mu.Unlock()
 		c.Wake()
 	}()
 	c.mu.Lock()
-	c.inflight[key(name, nodeID)] = true // a drive the hub restarted with
 	u, err := c.cfg.Store.GetUpgrade(ctx, name)
 	var n store.UpgradeNode
 	if err == nil {
