@@ -300,3 +300,32 @@ func TestApplyAgentNeedsManager(t *testing.T) {
 		t.Fatal("stage left")
 	}
 }
+
+// A bundle whose apply was cut short (hub connection lost, apply killed)
+// fails as interrupted when the hub drives it again.
+func TestApplyInterruptedBundle(t *testing.T) {
+	n := newNode(t, "v1")
+	install := []byte("true\n")
+	o := testenv.BundleOffer(t, "b", "7", map[string][]byte{"install.sh": install})
+	if _, err := n.Offer(o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.update("b", func(s *State) error {
+		for _, st := range []control.UpgradeStep{control.StepVerifying, control.StepInstalling} {
+			if err := n.move(s, st, ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := n.Offer(o)
+	if err != nil || again.Step != control.StepInstalling {
+		t.Fatalf("offer again: %+v %v", again, err)
+	}
+	s, err := n.Apply(context.Background(), "b", "")
+	if err != nil || s.Step != control.StepFailed || s.Reason != "interrupted in installing (the node restarted or the apply was killed); the script's outcome is unknown" {
+		t.Fatalf("%s %q %v", s.Step, s.Reason, err)
+	}
+}
