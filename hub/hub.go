@@ -44,6 +44,7 @@ import (
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/stepca"
 	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/hub/upgrade"
 	"github.com/tether-dev/tether/internal/validate"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
@@ -181,6 +182,7 @@ type Server struct {
 	jumps      liveJumps     // bastion jumps under way (jump.go)
 	sessions   sync.WaitGroup
 	cluster    *cluster.Controller // set in Run before sessions are accepted
+	upgrades   *upgrade.Controller // set in Run before sessions are accepted
 	kubeone    *kubeone.Service    // set in Run before the API serves
 	guard      *guards             // rate limits (limits.go) and refusal audits (audit.go)
 	admins     admins              // admin certificates: revocation time, local identity (admin.go)

@@ -62,6 +62,13 @@ type JobSpec struct {
 	Role           string            `json:"role,omitempty"`         // role of an API-token creator (jobs it may see)
 	RerunOf        string            `json:"rerun_of,omitempty"`     // job id this one re-runs
 	Cluster        *ClusterStep      `json:"cluster,omitempty"`      // set for cluster install/uninstall jobs
+	Upgrade        *UpgradeRun       `json:"upgrade,omitempty"`      // set for the upgrade jobs of a rollout
+}
+
+// UpgradeRun is the work of an upgrade job: drive its nodes through one
+// over-the-air upgrade (see hub/upgrade).
+type UpgradeRun struct {
+	Name string `json:"name"`
 }
 
 // ClusterStep is the cluster work of a cluster job (see provisioners/cluster).
