@@ -292,3 +292,17 @@ func copyFile(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 }
+
+func TestUnitOfCgroup(t *testing.T) {
+	for in, want := range map[string]string{
+		"0::/system.slice/tether-edge.service\n":                               "tether-edge.service",
+		"12:pids:/x\n1:name=systemd:/system.slice/tether-edge.service\n0::/\n": "tether-edge.service",
+		"0::/user.slice/user-0.slice/session-3.scope\n":                        "",
+		"0::/system.slice/tether-edge.service/extra.service\n":                 "extra.service",
+		"": "",
+	} {
+		if got := unitOfCgroup(in); got != want {
+			t.Errorf("unitOfCgroup(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

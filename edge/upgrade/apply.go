@@ -93,7 +93,11 @@ func (n *Node) Apply(ctx context.Context, name, confirmedBy string) (*State, err
 			n.runBundle(ctx, s, &o)
 			return s, nil
 		}
-		return s, n.installAgent(s, &o)
+		err = n.installAgent(s, &o)
+		if s.Step == control.StepFailed {
+			n.removeFiles(name)
+		}
+		return s, err
 	}
 	return s, nil
 }

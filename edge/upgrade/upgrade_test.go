@@ -275,3 +275,28 @@ func FuzzDecodeState(f *testing.F) {
 		}
 	})
 }
+
+// An agent upgrade needs something that can restart the agent: without
+// one it fails with the reason, and nothing is switched or left staged.
+func TestApplyAgentNeedsManager(t *testing.T) {
+	n := newNode(t, "v1.0.0")
+	bin := []byte("#!/bin/sh\n")
+	o := testenv.AgentOffer(t, "edge", "v1.1.0", bin)
+	if _, err := n.Offer(o); err != nil {
+		t.Fatal(err)
+	}
+	testenv.UploadUpgradeFiles(t, n.Dir, "edge", bin)
+	if err := n.SetManager(Manager{Kind: ManagerSupervisor, PID: 999999999}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := n.Apply(context.Background(), "edge", "")
+	if err != nil || s.Step != control.StepFailed || s.Reason != "the agent's supervisor (pid 999999999) is not running" {
+		t.Fatalf("%s %q, %v", s.Step, s.Reason, err)
+	}
+	if n.CurrentExe() != "" {
+		t.Fatal("switched")
+	}
+	if _, err := os.Stat(n.stageDir("edge")); err == nil {
+		t.Fatal("stage left")
+	}
+}
