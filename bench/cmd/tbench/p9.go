@@ -187,7 +187,7 @@ func runP9(ctx context.Context, b *bench) error {
 		Value: fmt.Sprintf("%.1f s", wall.Seconds()),
 		Comment: fmt.Sprintf("%s; hub CPU %.1f s (%.1f ms per node); registry served %s of blobs in %d GETs = %s (the hub read %s with the manifests); pushed to nodes %s (%.2f× the binary per node)",
 			final, hubCPU.Seconds(), hubCPU.Seconds()*1000/float64(n), mib(regBytes), regBlobs, onceOrNot(regBytes, binSize),
-			kib(int64(hubRead)), mib(int64(pushedToNodes)), pushedToNodes/float64(binSize)/float64(n)),
+			mib(int64(hubRead)), mib(int64(pushedToNodes)), pushedToNodes/float64(binSize)/float64(n)),
 		Target: "registry bytes = one artifact", Met: harness.YesNo(regBytes == binSize)}
 	if scpErr != nil {
 		b.report.Note("P9 reference (scp through an OpenSSH bastion) failed: %v", scpErr)
@@ -206,8 +206,6 @@ func onceOrNot(got, artifact int64) string {
 	}
 	return fmt.Sprintf("%.2f artifacts", float64(got)/float64(artifact))
 }
-
-func kib(n int64) string { return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10)) }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
