@@ -125,7 +125,9 @@ func runP9(ctx context.Context, b *bench) error {
 	s, err := sim.Start(ctx, sim.Config{Fleet: fleet, Count: n, Transport: tunnel.TransportQUIC, PerSocket: 1000,
 		SSHTarget: edge.SSHEmbedded, SSHHostKey: hostKey, IPBase: 50, Ramp: 2000,
 		BackoffMin: simBackoffMin, BackoffMax: simBackoffMax, Logger: b.agentLog(),
-		Configure: func(i int, c *edge.Config) { c.StateDir, c.Upgrade = nodes[i].Dir, nodes[i] }})
+		// A plain POSIX shell on the nodes, as in P6: a login shell's start-up
+		// (pyenv rehash in ~/.bashrc) would be measured, and can stall on its locks.
+		Configure: func(i int, c *edge.Config) { c.StateDir, c.Upgrade, c.SSHShell = nodes[i].Dir, nodes[i], "/bin/sh" }})
 	if err != nil {
 		return err
 	}
@@ -219,10 +221,13 @@ func sumMetric(m map[string]float64, name string) float64 {
 	return t
 }
 
-// simManager is the nodes' service manager: an updater's restart
-// (SIGUSR1, which does not say which node) restarts every agent whose
-// install now points at the new version; nodes whose upgrade succeeded get
-// their install dir removed so 1,000 copies of the binary do not pile up.
+// simManager is the nodes' service manager. An updater's restart is a
+// SIGUSR1 to its supervisor, which does not say which node: every signal
+// restarts the agents whose upgrade record reached health_check (the
+// updater moves it there, then asks for the restart) and that were not
+// restarted yet, as a real supervisor restarts only when asked. Nodes whose
+// upgrade succeeded get their install dir removed, so 1,000 copies of the
+// binary do not pile up on the bench machine's disk.
 type simManager struct {
 	s         *sim.Sim
 	nodes     []*upgrade.Node
@@ -237,20 +242,24 @@ func newSimManager(s *sim.Sim, nodes []*upgrade.Node, to, name string) *simManag
 }
 
 func (m *simManager) run(ctx context.Context, usr1 <-chan os.Signal) {
-	t := time.NewTicker(500 * time.Millisecond)
+	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {
+		restart := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-usr1:
+			restart = true
 		case <-t.C:
 		}
 		for i, nd := range m.nodes {
-			if !m.restarted[i] && nd.InstalledVersion() == m.to {
-				m.restarted[i] = true
-				m.restarts.Add(1)
-				_ = m.s.Restart(i)
+			if restart && !m.restarted[i] && nd.InstalledVersion() == m.to {
+				if st, err := nd.Load(m.name); err == nil && st.Step == control.StepHealthCheck {
+					m.restarted[i] = true
+					m.restarts.Add(1)
+					_ = m.s.Restart(i)
+				}
 			}
 			if m.restarted[i] && !m.cleaned[i] {
 				if st, err := nd.Load(m.name); err == nil && st.Step == control.StepSucceeded {
