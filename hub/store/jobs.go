@@ -406,7 +406,7 @@ func (s *SQLite) InterruptJobs(ctx context.Context, at time.Time) (int, error) {
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, `UPDATE job_nodes SET state = ?, error = 'the hub stopped while this run was live; rerun with `+"`tether jobs rerun`"+`',
-		finished_at = CASE WHEN started_at = 0 THEN 0 ELSE ? END
+		finished_at = CASE WHEN started_at = 0 THEN 0 ELSE CAST(? AS BIGINT) END
 		WHERE state IN (?,?,?) AND job_id IN (SELECT id FROM jobs WHERE state = ?)`,
 		RunInterrupted, unix(at), RunPending, RunWaiting, RunRunning, JobRunning); err != nil {
 		return 0, fmt.Errorf("store: interrupt job nodes: %w", err)
