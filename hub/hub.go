@@ -57,6 +57,7 @@ var Version = "dev"
 // Config configures a hub.
 type Config struct {
 	DataDir     string         // state: CA, database, host key, admin identity
+	Store       string         // state's database (store.Open): "" for DataDir/tether.db, "sqlite:PATH", or a postgres:// URL replicas share
 	Listen      string         // tunnel + API address (UDP and TCP), default :7443
 	SSHListen   string         // bastion address, default :2222
 	Advertise   []string       // addresses agents dial (put into join strings); default: Listen's address if it is not a wildcard
@@ -101,6 +102,9 @@ type Config struct {
 func (c *Config) CheckAndSetDefaults() error {
 	if c.DataDir == "" {
 		return errors.New("hub: DataDir is required (--data-dir)")
+	}
+	if err := store.CheckSpec(c.Store); err != nil {
+		return fmt.Errorf("hub: %w", err)
 	}
 	if c.Listen == "" {
 		c.Listen = ":7443"
@@ -235,9 +239,10 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := s.writeLocalAdmin(ctx); err != nil {
 		return nil, err
 	}
-	if s.store, err = store.OpenSQLite(ctx, filepath.Join(cfg.DataDir, "tether.db")); err != nil {
+	if s.store, err = store.Open(ctx, cfg.Store, cfg.DataDir); err != nil {
 		return nil, err
 	}
+	s.log.Info("store open", "store", store.Describe(cfg.Store, cfg.DataDir))
 	if err := s.store.MarkAllOffline(ctx); err != nil {
 		s.store.Close()
 		return nil, err

@@ -45,21 +45,51 @@ func (s *DB) Close() error { return s.db.Close() }
 
 // Open opens the store named by spec, as `tether hub --store` takes it:
 // "" or "sqlite" for tether.db in dataDir, "sqlite:PATH", or a PostgreSQL
-// URL ("postgres://" or "postgresql://").
+// URL ("postgres://" or "postgresql://"; see PostgresConfig).
 func Open(ctx context.Context, spec, dataDir string) (*DB, error) {
+	kind, loc, err := parseSpec(spec, dataDir)
+	if err != nil {
+		return nil, err
+	}
+	if kind == "postgres" {
+		return OpenPostgres(ctx, loc)
+	}
+	return OpenSQLite(ctx, loc)
+}
+
+// CheckSpec validates a --store value without opening anything.
+func CheckSpec(spec string) error {
+	kind, loc, err := parseSpec(spec, ".")
+	if err == nil && kind == "postgres" {
+		_, err = PostgresConfig(loc)
+	}
+	return err
+}
+
+// Describe is spec fit for a log line: the SQLite file, or the URL
+// without its password.
+func Describe(spec, dataDir string) string {
+	kind, loc, err := parseSpec(spec, dataDir)
+	if err != nil || kind == "postgres" {
+		return redactSpec(spec)
+	}
+	return "sqlite:" + loc
+}
+
+func parseSpec(spec, dataDir string) (kind, loc string, err error) {
 	switch {
 	case spec == "" || spec == "sqlite":
-		return OpenSQLite(ctx, filepath.Join(dataDir, "tether.db"))
+		return "sqlite", filepath.Join(dataDir, "tether.db"), nil
 	case strings.HasPrefix(spec, "sqlite:"):
 		path := strings.TrimPrefix(spec, "sqlite:")
 		if path == "" {
-			return nil, fmt.Errorf("store: --store sqlite: needs a path (sqlite:/var/lib/tether/tether.db)")
+			return "", "", fmt.Errorf("store: --store sqlite: needs a path (sqlite:/var/lib/tether/tether.db)")
 		}
-		return OpenSQLite(ctx, path)
+		return "sqlite", path, nil
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		return OpenPostgres(ctx, spec)
+		return "postgres", spec, nil
 	}
-	return nil, fmt.Errorf("store: --store %q: want sqlite:PATH or postgres://USER@HOST/DB?sslmode=verify-full", redactSpec(spec))
+	return "", "", fmt.Errorf("store: --store %q: want sqlite:PATH or postgres://USER@HOST/DB?sslmode=verify-full", redactSpec(spec))
 }
 
 // rebind turns the `?` placeholders of q into PostgreSQL's `$1, $2, …`,
