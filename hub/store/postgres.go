@@ -59,7 +59,14 @@ var sslModes = map[string]bool{"disable": true, "require": true, "verify-ca": tr
 // never hold the password.
 func PostgresConfig(dsn string) (*pgx.ConnConfig, error) {
 	u, err := url.Parse(dsn)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its message repeats the URL, password included
+		}
+		return nil, fmt.Errorf("store: --store %s: not a valid URL: %v", redactSpec(dsn), err)
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
 		return nil, fmt.Errorf("store: --store %s is not a postgres:// URL (postgres://USER@HOST/DB?sslmode=verify-full)", redactSpec(dsn))
 	}
 	mode := u.Query().Get("sslmode")
