@@ -372,7 +372,7 @@ func TestRebind(t *testing.T) {
 // placeholder it replaced.
 func FuzzRebind(f *testing.F) {
 	f.Add(`SELECT ? FROM t WHERE a = '?' AND b = ?`) // quoted placeholder stays
-	f.Add(`-- ?` + "\n" + `?/* ? */"?"`)            // comments and identifiers
+	f.Add(`-- ?` + "\n" + `?/* ? */"?"`)             // comments and identifiers
 	f.Add(`'unterminated ?`)                         // literal to the end
 	f.Fuzz(func(t *testing.T, q string) {
 		out := rebind(q)

@@ -310,7 +310,9 @@ func Main(m interface{ Run() int }) int {
 	return code
 }
 
-type skipper interface{ Skipf(format string, args ...any) }
+type skipper interface {
+	Skipf(format string, args ...any)
+}
 
 // DSN returns the URL of a fresh database on the shared server for t. The
 // test is skipped (with the reason) only where PostgreSQL is not
