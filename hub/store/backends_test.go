@@ -16,13 +16,13 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // store there, as often as a test reopens it.
 type backend struct {
 	name   string
-	newLoc func(t *testing.T) string
+	newLoc func(t testing.TB) string
 	open   func(ctx context.Context, loc string) (*DB, error)
 }
 
 var backends = []backend{
-	{"sqlite", func(t *testing.T) string { return filepath.Join(t.TempDir(), "tether.db") }, OpenSQLite},
-	{"postgres", func(t *testing.T) string { return pgtest.DSN(t) }, OpenPostgres},
+	{"sqlite", func(t testing.TB) string { return filepath.Join(t.TempDir(), "tether.db") }, OpenSQLite},
+	{"postgres", func(t testing.TB) string { return pgtest.DSN(t) }, OpenPostgres},
 }
 
 // forEachBackend runs f as a subtest per backend; openTest opens a fresh

@@ -175,11 +175,15 @@ func (s *Server) startLocked() error {
 	if s.cred != nil {
 		os.Chown(logf.Name(), int(s.cred.Uid), int(s.cred.Gid))
 	}
-	cmd := s.command(filepath.Join(s.bin, "postgres"), "-D", filepath.Join(s.Dir, "data"),
+	args := []string{"-D", filepath.Join(s.Dir, "data"),
 		"-p", strconv.Itoa(s.Port), "-k", s.Dir, "-c", "listen_addresses=127.0.0.1",
-		// A test cluster trades durability for speed.
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=300", "-c", "shared_buffers=32MB")
+		"-c", "max_connections=300", "-c", "shared_buffers=32MB"}
+	// A test cluster trades durability for speed, unless a benchmark wants
+	// the figures of a durable server (TETHER_PG_DURABLE=1).
+	if os.Getenv("TETHER_PG_DURABLE") == "" {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	cmd := s.command(filepath.Join(s.bin, "postgres"), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
