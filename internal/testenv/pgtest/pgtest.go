@@ -86,6 +86,7 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	sweepStale()
 	dir, err := os.MkdirTemp("", "tether-pg-")
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
@@ -115,6 +116,27 @@ func Start() (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// sweepStale removes the directories of clusters whose test process died
+// without cleaning up (a panic, a kill): their server died with it
+// (Pdeathsig), its files stayed.
+func sweepStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "tether-pg-*"))
+	for _, d := range dirs {
+		fi, err := os.Stat(d)
+		if err != nil || time.Since(fi.ModTime()) < time.Minute {
+			continue // maybe another process's cluster starting
+		}
+		b, err := os.ReadFile(filepath.Join(d, "data", "postmaster.pid"))
+		if err == nil {
+			pid, _ := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+			if pid > 0 && syscall.Kill(pid, 0) == nil {
+				continue // its server is running
+			}
+		}
+		os.RemoveAll(d)
+	}
 }
 
 func serverUser() (*syscall.Credential, error) {
