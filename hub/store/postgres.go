@@ -147,6 +147,9 @@ func OpenPostgres(ctx context.Context, dsn string) (*DB, error) {
 	s := &DB{db: db, d: postgresDialect}
 	if err := s.migratePostgres(ctx); err != nil {
 		db.Close()
+		if errors.Is(err, ErrUnavailable) {
+			return nil, fmt.Errorf("store: %w", err) // it names the server
+		}
 		return nil, fmt.Errorf("store: PostgreSQL database %s at %s: %w", cfg.Database, where, err)
 	}
 	return s, nil
