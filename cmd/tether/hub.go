@@ -56,7 +56,7 @@ use with --data-dir. Keep it private (it is created 0700).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "hub state directory")
-	f.StringVar(&cfg.Store, "store", "", `where the hub's state lives: "sqlite:PATH", or "postgres://USER@HOST/DB?sslmode=verify-full" shared by several hub replicas (default: DATA_DIR/tether.db); put a password in ~/.pgpass or PGPASSWORD, not in the URL`)
+	f.StringVar(&cfg.Store, "store", "", `where the hub's state lives: a SQLite file (PATH or sqlite:PATH), or "postgres://USER@HOST/DB?sslmode=verify-full" shared by several hub replicas (default: DATA_DIR/tether.db); put a password in ~/.pgpass or PGPASSWORD, not in the URL`)
 	f.StringVar(&cfg.Listen, "listen", ":7443", "tunnel + API address (UDP and TCP, same port)")
 	f.StringVar(&cfg.SSHListen, "ssh-listen", ":2222", "SSH bastion address for operators")
 	f.StringSliceVar(&cfg.Advertise, "advertise", nil, "HOST:PORT agents should dial, put into join strings (repeatable; default: the --listen address, or this host's name if it is a wildcard)")

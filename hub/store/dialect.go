@@ -44,8 +44,9 @@ func (s *DB) Backend() string { return s.d.name }
 func (s *DB) Close() error { return s.db.Close() }
 
 // Open opens the store named by spec, as `tether hub --store` takes it:
-// "" or "sqlite" for tether.db in dataDir, "sqlite:PATH", or a PostgreSQL
-// URL ("postgres://" or "postgresql://"; see PostgresConfig).
+// "" or "sqlite" for tether.db in dataDir, "sqlite:PATH" or a bare PATH for
+// another SQLite file, or a PostgreSQL URL ("postgres://" or
+// "postgresql://"; see PostgresConfig).
 func Open(ctx context.Context, spec, dataDir string) (*DB, error) {
 	kind, loc, err := parseSpec(spec, dataDir)
 	if err != nil {
@@ -88,8 +89,11 @@ func parseSpec(spec, dataDir string) (kind, loc string, err error) {
 		return "sqlite", path, nil
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
 		return "postgres", spec, nil
+	case !strings.Contains(spec, "://"):
+		// A bare path is a SQLite file, as sqlite:PATH.
+		return "sqlite", spec, nil
 	}
-	return "", "", fmt.Errorf("store: --store %q: want sqlite:PATH or postgres://USER@HOST/DB?sslmode=verify-full", redactSpec(spec))
+	return "", "", fmt.Errorf("store: --store %q: want a SQLite file (PATH or sqlite:PATH) or postgres://USER@HOST/DB?sslmode=verify-full", redactSpec(spec))
 }
 
 // rebind turns the `?` placeholders of q into PostgreSQL's `$1, $2, …`,

@@ -335,12 +335,12 @@ func TestPostgresConfig(t *testing.T) {
 			}
 		})
 	}
-	for _, spec := range []string{"", "sqlite", "sqlite:/x/tether.db", "postgres://u@h/d?sslmode=require"} {
+	for _, spec := range []string{"", "sqlite", "sqlite:/x/tether.db", "/shared/tether.db", "postgres://u@h/d?sslmode=require"} {
 		if err := CheckSpec(spec); err != nil {
 			t.Errorf("CheckSpec(%q): %v", spec, err)
 		}
 	}
-	for _, spec := range []string{"sqlite:", "mysql://x", "/var/lib/tether.db", "postgres://u:s3cret@h/d"} {
+	for _, spec := range []string{"sqlite:", "mysql://x", "mysql://u:s3cret@h/d", "postgres://u:s3cret@h/d"} {
 		if err := CheckSpec(spec); err == nil || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("CheckSpec(%q) = %v, want an error without the password", spec, err)
 		}
