@@ -45,11 +45,26 @@ func sqliteSchema(t *testing.T, s *DB) map[string]map[string]column {
 			var name, typ string
 			var notNull bool
 			rows.Scan(&name, &typ, &notNull)
-			out[tb][name] = column{Type: strings.ToLower(typ), NotNull: notNull}
+			out[tb][name] = column{Type: sqliteAffinity(typ), NotNull: notNull}
 		}
 		rows.Close()
 	}
 	return out
+}
+
+// sqliteAffinity is SQLite's type affinity of a declared column type
+// (INTEGER, BIGINT → integer; TEXT → text; BLOB → blob).
+func sqliteAffinity(declared string) string {
+	d := strings.ToUpper(declared)
+	switch {
+	case strings.Contains(d, "INT"):
+		return "integer"
+	case strings.Contains(d, "CHAR"), strings.Contains(d, "CLOB"), strings.Contains(d, "TEXT"):
+		return "text"
+	case strings.Contains(d, "BLOB"), d == "":
+		return "blob"
+	}
+	return "other:" + strings.ToLower(declared)
 }
 
 func postgresSchema(t *testing.T, s *DB) map[string]map[string]column {
