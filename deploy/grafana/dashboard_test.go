@@ -211,6 +211,20 @@ func TestCheckQuery(t *testing.T) {
 	}
 }
 
+// TestCheckQueryOneErrorPerMistake: a misspelled metric under an
+// aggregation is one error, not one more for each label its (unknown) series
+// would have.
+func TestCheckQueryOneErrorPerMistake(t *testing.T) {
+	ex, err := ParseExposition(strings.NewReader(scrape))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := CheckQuery(`sum by (transport) (tether_node_connected) / on (transport) tether_node_connected`, "{{transport}}", nil, ex)
+	if len(errs) != 2 { // one per selector
+		t.Fatalf("%d errors, want 2: %v", len(errs), errors.Join(errs...))
+	}
+}
+
 // TestCheckQueriesVariables: query variables are checked like panel
 // queries, and a panel's error names the panel.
 func TestCheckQueriesVariables(t *testing.T) {

@@ -165,18 +165,22 @@ func (c *checker) walk(e parser.Expr) {
 		case *parser.Call:
 			c.call(n)
 		case *parser.AggregateExpr:
-			avail := c.labelsIn(n.Expr)
+			avail, complete := c.labelsIn(n.Expr)
 			for _, l := range n.Grouping {
+				if !complete {
+					break // a missing series is reported already; its labels are unknown
+				}
 				if !avail[l] {
 					c.fail("%s %s (%s): no series under it has label %q (they have: %s)", n.Op, clause(n.Without, "without", "by"), strings.Join(n.Grouping, ", "), l, setString(avail))
 				}
 			}
 		case *parser.BinaryExpr:
 			if vm := n.VectorMatching; vm != nil {
-				avail := c.labelsIn(n.LHS)
-				maps.Copy(avail, c.labelsIn(n.RHS))
+				avail, lok := c.labelsIn(n.LHS)
+				rhs, rok := c.labelsIn(n.RHS)
+				maps.Copy(avail, rhs)
 				for _, l := range append(slices.Clone(vm.MatchingLabels), vm.Include...) {
-					if !avail[l] {
+					if lok && rok && !avail[l] {
 						c.fail("%s: matching on label %q, which neither side has", n.Op, l)
 					}
 				}
@@ -269,9 +273,10 @@ func unparen(e parser.Expr) parser.Expr {
 }
 
 // labelsIn is every label of every series e selects, target labels and
-// labels made by label_replace and label_join included.
-func (c *checker) labelsIn(e parser.Expr) map[string]bool {
-	out := map[string]bool{}
+// labels made by label_replace and label_join included; complete is false
+// if e selects a series that is not exported.
+func (c *checker) labelsIn(e parser.Expr) (out map[string]bool, complete bool) {
+	out, complete = map[string]bool{}, true
 	for _, l := range TargetLabels {
 		out[l] = true
 	}
@@ -280,6 +285,8 @@ func (c *checker) labelsIn(e parser.Expr) map[string]bool {
 		case *parser.VectorSelector:
 			if s, ok := c.ex.Lookup(seriesName(n)); ok {
 				maps.Copy(out, s.Labels)
+			} else {
+				complete = false
 			}
 		case *parser.Call:
 			if dst := madeLabel(n); dst != "" {
@@ -288,7 +295,7 @@ func (c *checker) labelsIn(e parser.Expr) map[string]bool {
 		}
 		return nil
 	})
-	return out
+	return out, complete
 }
 
 // madeLabel is the label a label_replace or label_join call writes.
