@@ -11,7 +11,6 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 )
 
@@ -23,13 +22,13 @@ const File = "tether-hub.json"
 //go:embed tether-hub.json
 var DashboardJSON []byte
 
-// DatasourceVar is the dashboard variable every panel and query takes its
-// Prometheus from; DatasourceInput is the import input that fills its
-// initial value when the dashboard is imported through Grafana's UI.
-const (
-	DatasourceVar   = "datasource"
-	DatasourceInput = "DS_PROMETHEUS"
-)
+// DatasourceVar is the dashboard variable (of type datasource) every panel
+// and query takes its Prometheus from. A variable rather than an import
+// input (__inputs): Grafana resolves inputs only in its import dialog, so a
+// dashboard loaded by file provisioning would look for a data source
+// literally called ${DS_PROMETHEUS}; a variable works both ways, starts on
+// the default Prometheus and can be switched on the dashboard.
+const DatasourceVar = "DS_PROMETHEUS"
 
 // gridWidth is Grafana's fixed number of grid columns.
 const gridWidth = 24
@@ -44,7 +43,8 @@ type Dashboard struct {
 }
 
 // Input is an import input (`__inputs`): Grafana's import dialog asks for
-// it and substitutes ${NAME} in the dashboard.
+// it and substitutes ${NAME} in the dashboard. This dashboard has none (see
+// DatasourceVar).
 type Input struct {
 	Name     string `json:"name"`
 	Type     string `json:"type"`
@@ -79,7 +79,7 @@ func (v Variable) QueryText() string {
 }
 
 // Datasource names a data source by type and uid (here always the
-// ${datasource} variable).
+// ${DS_PROMETHEUS} variable).
 type Datasource struct {
 	Type string `json:"type"`
 	UID  string `json:"uid"`
@@ -157,8 +157,8 @@ func (d *Dashboard) Variable(name string) (Variable, bool) {
 // CheckLayout returns every way the dashboard would import badly or draw
 // wrongly: duplicate or missing panel ids, panels off the grid or on top of
 // each other, a panel without a unit or a query, a panel or query that does
-// not take its data source from the ${datasource} variable, and a missing
-// datasource variable or import input. A collapsed row's panels are laid
+// not take its data source from the ${DS_PROMETHEUS} variable, a missing
+// datasource variable, and an import input. A collapsed row's panels are laid
 // out as if the row were open (as Grafana does on expanding it).
 func (d *Dashboard) CheckLayout() []error {
 	var errs []error
@@ -166,13 +166,16 @@ func (d *Dashboard) CheckLayout() []error {
 	if d.UID == "" || d.Title == "" {
 		bad("dashboard: uid and title must be set (uid %q, title %q)", d.UID, d.Title)
 	}
-	if !slices.ContainsFunc(d.Inputs, func(in Input) bool {
-		return in.Name == DatasourceInput && in.Type == "datasource" && in.PluginID == "prometheus"
-	}) {
-		bad("dashboard: no __inputs entry %s of type datasource, plugin prometheus: the import dialog would not ask for a Prometheus", DatasourceInput)
+	for _, in := range d.Inputs {
+		bad("dashboard: import input %q: Grafana's import dialog would replace ${%s} with a fixed data source, and file provisioning would not resolve it at all; use the %s variable", in.Name, in.Name, DatasourceVar)
 	}
 	if v, ok := d.Variable(DatasourceVar); !ok || v.Type != "datasource" || v.QueryText() != "prometheus" {
 		bad("dashboard: no variable %q of type datasource over prometheus (got %+v)", DatasourceVar, v)
+	}
+	for _, v := range d.Templating.List {
+		if v.Type == "query" && !isVarDatasource(v.Datasource) {
+			bad("variable %q: datasource %+v is not the ${%s} variable", v.Name, v.Datasource, DatasourceVar)
+		}
 	}
 	seen := map[int]string{}
 	var placed []Panel

@@ -11,7 +11,7 @@ import (
 
 // TestDashboardLayout: the committed dashboard is valid JSON, its panel ids
 // are unique, its panels sit on the grid without overlapping, and each has
-// a unit, a query and the ${datasource} variable.
+// a unit, a query and the ${DS_PROMETHEUS} variable.
 func TestDashboardLayout(t *testing.T) {
 	onDisk, err := os.ReadFile(File)
 	if err != nil {
@@ -81,18 +81,23 @@ func TestCheckLayoutFinds(t *testing.T) {
 		}, "no unit"},
 		{"fixed datasource", func(d map[string]any) {
 			panel(d, 3)["datasource"] = map[string]any{"type": "prometheus", "uid": "P1809F7CD0C75ACF3"}
-		}, "is not the ${datasource} variable"},
+		}, "is not the ${DS_PROMETHEUS} variable"},
 		{"query with a fixed datasource", func(d map[string]any) {
 			panel(d, 3)["targets"].([]any)[0].(map[string]any)["datasource"] = map[string]any{"type": "prometheus", "uid": "abc"}
 		}, "query A: datasource"},
+		{"variable with a fixed datasource", func(d map[string]any) {
+			d["templating"].(map[string]any)["list"].([]any)[1].(map[string]any)["datasource"] = map[string]any{"type": "prometheus", "uid": "abc"}
+		}, `variable "job": datasource`},
 		{"no query", func(d map[string]any) { panel(d, 3)["targets"] = []any{} }, "no query"},
 		{"empty expression", func(d map[string]any) {
 			panel(d, 3)["targets"].([]any)[0].(map[string]any)["expr"] = " "
 		}, "has no expression"},
-		{"no import input", func(d map[string]any) { d["__inputs"] = []any{} }, "no __inputs entry DS_PROMETHEUS"},
+		{"import input", func(d map[string]any) {
+			d["__inputs"] = []any{map[string]any{"name": "DS_PROMETHEUS", "type": "datasource", "pluginId": "prometheus"}}
+		}, `import input "DS_PROMETHEUS"`},
 		{"no datasource variable", func(d map[string]any) {
 			d["templating"].(map[string]any)["list"].([]any)[0].(map[string]any)["name"] = "ds"
-		}, `no variable "datasource"`},
+		}, `no variable "DS_PROMETHEUS"`},
 		{"collapsed row's panel overlapping", func(d map[string]any) {
 			row := panel(d, 0)
 			row["collapsed"] = true
@@ -163,7 +168,7 @@ func TestCheckQuery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vars := []string{"job", "instance", "datasource"}
+	vars := []string{"job", "instance", DatasourceVar}
 	const sel = `{job=~"$job",instance=~"$instance"}`
 	cases := []struct {
 		name, expr, legend string
