@@ -3,10 +3,15 @@ package e2e
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -98,6 +103,110 @@ func TestGrafanaDashboard(t *testing.T) {
 		t.Fatalf("%v: the dashboard's queries do not match the hub's /metrics:\n%v\nexported: %s",
 			err, errors.Join(errs...), strings.Join(ex.Names(), " "))
 	}
+
+	t.Run("prometheus", func(t *testing.T) { promScrapesReadme(t, h, d) })
+}
+
+// promScrapesReadme runs real Prometheus (the Debian package) with the
+// README's scrape configuration against the hub, and evaluates every panel
+// query and the Job variable through its HTTP API: the README's snippet
+// must scrape (https, the hub's CA, no credential), and each query must
+// evaluate and, unless it draws upgrades, return series.
+func promScrapesReadme(t *testing.T, h *hub, d *grafana.Dashboard) {
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Skip("prometheus not installed (Debian package prometheus; make deps installs it): the README's scrape configuration is not run")
+	}
+	cfg := readmePromConfig(t)
+	for old, repl := range map[string]string{
+		"/etc/prometheus/tether-ca.crt": filepath.Join(h.dataDir, "ca", "ca.crt"),
+		"hub.example:7443":              h.apiAddr(),
+	} {
+		if !strings.Contains(cfg, old) {
+			t.Fatalf("the README's scrape configuration no longer has %q; update this test:\n%s", old, cfg)
+		}
+		cfg = strings.ReplaceAll(cfg, old, repl)
+	}
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "prometheus.yml")
+	testenv.WriteFile(t, cfgPath, []byte("global:\n  scrape_interval: 1s\n"+cfg), 0o600)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	start(t, "prometheus", bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr)
+
+	api := func(path string, params url.Values, v any) error {
+		resp, err := http.Get("http://" + addr + path + "?" + params.Encode())
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var r struct {
+			Status, Error string
+			Data          json.RawMessage
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			return fmt.Errorf("%s: %s: %w", path, resp.Status, err)
+		}
+		if r.Status != "success" {
+			return fmt.Errorf("%s %v: %s", path, params, r.Error)
+		}
+		return json.Unmarshal(r.Data, v)
+	}
+	// Three scrapes: enough samples for rate() over a minute.
+	var health string
+	if err := testenv.Poll(t.Context(), 30*time.Second, "Prometheus to scrape the hub three times", func() bool {
+		var targets struct {
+			ActiveTargets []struct{ Health, LastError string } `json:"activeTargets"`
+		}
+		if api("/api/v1/targets", nil, &targets) == nil && len(targets.ActiveTargets) == 1 {
+			health = targets.ActiveTargets[0].Health + " " + targets.ActiveTargets[0].LastError
+		}
+		var v struct{ Result []struct{ Value [2]any } }
+		return api("/api/v1/query", url.Values{"query": {`count_over_time(up{job="tether"}[1m]) >= 3 and up == 1`}}, &v) == nil && len(v.Result) == 1
+	}); err != nil {
+		t.Fatalf("%v; the target: %s", err, health)
+	}
+
+	var jobs []string
+	if err := api("/api/v1/label/job/values", url.Values{"match[]": {"tether_nodes_connected"}}, &jobs); err != nil || !slices.Contains(jobs, "tether") {
+		t.Errorf("the Job variable's values: %v, %v; want tether among them", jobs, err)
+	}
+	vars := strings.NewReplacer("$job", "tether", "$instance", ".+", "$__rate_interval", "1m")
+	for _, p := range d.AllPanels() {
+		for _, tg := range p.Targets {
+			var v struct{ Result []json.RawMessage }
+			q := vars.Replace(tg.Expr)
+			if err := api("/api/v1/query", url.Values{"query": {q}}, &v); err != nil {
+				t.Errorf("panel %q query %s: %v", p.Title, tg.RefID, err)
+			} else if len(v.Result) == 0 && !strings.Contains(q, "tether_upgrade_") {
+				t.Errorf("panel %q query %s: no series for %s", p.Title, tg.RefID, q)
+			}
+		}
+	}
+}
+
+// readmePromConfig is the first yaml block after "**Prometheus.**" in the
+// README's "Metrics and dashboards" section.
+func readmePromConfig(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n### Metrics and dashboards\n")
+	if !ok {
+		t.Fatal(`README.md has no "### Metrics and dashboards" heading`)
+	}
+	_, section, ok = strings.Cut(section, "**Prometheus.**")
+	if !ok {
+		t.Fatal(`README.md "Metrics and dashboards" has no **Prometheus.** paragraph`)
+	}
+	_, block, ok := strings.Cut(section, "\n```yaml\n")
+	if !ok {
+		t.Fatal("README.md: no yaml block after **Prometheus.**")
+	}
+	block, _, _ = strings.Cut(block, "\n```\n")
+	return block + "\n"
 }
 
 // notExportedYet are the families the dashboard's Upgrades row draws,
