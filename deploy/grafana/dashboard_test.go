@@ -305,3 +305,30 @@ func TestParseExposition(t *testing.T) {
 		t.Error("a broken scrape parsed")
 	}
 }
+
+// FuzzCheckQuery: no expression or legend makes the checker panic, whatever
+// the parser accepts.
+func FuzzCheckQuery(f *testing.F) {
+	ex, err := ParseExposition(strings.NewReader(scrape))
+	if err != nil {
+		f.Fatal(err)
+	}
+	// Seeds: the shapes the dashboard uses, and the corners of outLabels
+	// (vector matching, count_values, label_replace, subqueries, scalars).
+	for _, s := range []string{
+		`histogram_quantile(0.9, sum by (le, transport) (rate(tether_tunnel_handshake_duration_seconds_bucket{job=~"$job"}[$__rate_interval])))`,
+		`sum by (result) (rate(tether_joins_total[5m]))`,
+		`tether_nodes_connected * on (instance) group_right (transport) tether_streams_active`,
+		`count_values("v", tether_nodes_connected)`,
+		`label_join(tether_nodes_connected, "x", ",", "transport")`,
+		`max_over_time(rate(tether_joins_total[1m])[5m:1m])`,
+		`-scalar(tether_streams_active) + 1`,
+		`topk(3, tether_nodes_connected) or absent(up)`,
+		`{__name__=~"tether_.*"}`,
+	} {
+		f.Add(s, "{{transport}}")
+	}
+	f.Fuzz(func(t *testing.T, expr, legend string) {
+		CheckQuery(expr, legend, []string{"job", "instance"}, ex)
+	})
+}
