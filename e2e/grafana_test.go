@@ -167,9 +167,12 @@ func promScrapesReadme(t *testing.T, h *hub, d *grafana.Dashboard) {
 		t.Fatalf("%v; the target: %s", err, health)
 	}
 
-	var jobs []string
+	var jobs, hubs []string
 	if err := api("/api/v1/label/job/values", url.Values{"match[]": {"tether_nodes_connected"}}, &jobs); err != nil || !slices.Contains(jobs, "tether") {
 		t.Errorf("the Job variable's values: %v, %v; want tether among them", jobs, err)
+	}
+	if err := api("/api/v1/label/instance/values", url.Values{"match[]": {`tether_nodes_connected{job=~"tether"}`}}, &hubs); err != nil || !slices.Contains(hubs, h.apiAddr()) {
+		t.Errorf("the Hub variable's values: %v, %v; want %s among them", hubs, err, h.apiAddr())
 	}
 	vars := strings.NewReplacer("$job", "tether", "$instance", ".+", "$__rate_interval", "1m")
 	for _, p := range d.AllPanels() {
