@@ -133,7 +133,8 @@ func (c *Config) CheckAndSetDefaults() error {
 
 // Door answers who may reach which node, and how.
 type Door struct {
-	cfg  Config
+	cfg    Config
+	remote atomic.Pointer[Remote] // set once replicas serve peers (SetRemote)
 	snap atomic.Pointer[Snapshot]
 	gen  atomic.Uint64
 }
