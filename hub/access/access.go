@@ -135,8 +135,8 @@ func (c *Config) CheckAndSetDefaults() error {
 type Door struct {
 	cfg    Config
 	remote atomic.Pointer[Remote] // set once replicas serve peers (SetRemote)
-	snap atomic.Pointer[Snapshot]
-	gen  atomic.Uint64
+	snap   atomic.Pointer[Snapshot]
+	gen    atomic.Uint64
 }
 
 // New builds a door and loads its first snapshot.
