@@ -70,7 +70,7 @@ func startReplicas(t *testing.T, db string, n int) []*hub {
 	hubs := make([]*hub, n)
 	for i := range hubs {
 		h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: freePort(t), sshPort: freePort(t),
-			extraArgs: []string{"--store", db, "--replica-id", fmt.Sprintf("r%d", i+1),
+			extraArgs: []string{"--store", db, "--replica-id", fmt.Sprintf("r%d", i+1), "--replica-lease", "3s",
 				"--peer-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t))}}
 		hubs[i] = h
 		h.p = start(t, fmt.Sprintf("hub-r%d", i+1), filepath.Join(binDir, "tether"), append([]string{"hub"},
@@ -186,6 +186,26 @@ func TestReplicas(t *testing.T) {
 			t.Fatalf("ssh -J r1 to n5 (on restarted r2): exit %d, out %q, err %s", code, out, errOut)
 		}
 	})
+
+	t.Run("a killed replica's leases end", func(t *testing.T) { testReplicaKilled(t, hubs, clients) })
+}
+
+// A replica killed outright loses its presence when its lease ends: the
+// others show it expired and its node offline, and a jump to that node
+// entering elsewhere is refused as offline instead of hanging.
+func testReplicaKilled(t *testing.T, hubs []*hub, clients []*sshClient) {
+	hubs[2].p.Stop(syscall.SIGKILL, stopWait)
+	waitForState(t, "r3 expired and n3 offline at r1", 30*time.Second, func() bool {
+		return hubs[0].replicas()["r3"].Health == "expired" && !hubs[0].nodes()["n3"].Online
+	}, func(ok bool) bool { return ok })
+	_, errOut, code := clients[0].run(time.Minute, "n3", "true")
+	if code == 0 || !strings.Contains(errOut, "offline") {
+		t.Fatalf("ssh -J r1 to n3 (its replica killed): exit %d, stderr %s; want refused as offline", code, errOut)
+	}
+	// The other replicas keep serving each other's nodes.
+	if out, errOut, code := clients[1].run(time.Minute, "n1", "echo", "still"); code != 0 || strings.TrimSpace(out) != "still" {
+		t.Fatalf("ssh -J r2 to n1 after r3 died: exit %d, out %q, err %s", code, out, errOut)
+	}
 }
 
 func grepLines(s, sub string) string {

@@ -174,6 +174,9 @@ func (c *Config) CheckAndSetDefaults() error {
 			return fmt.Errorf("hub: address %q: bad port", addr)
 		}
 	}
+	if c.LeaseTTL < 0 || c.LeaseTTL > 0 && c.LeaseTTL < time.Second {
+		return fmt.Errorf("hub: --replica-lease %s: want at least 1s", c.LeaseTTL)
+	}
 	if c.Tunnel != nil {
 		if err := c.Tunnel.Validate(); err != nil {
 			return fmt.Errorf("hub: %w", err)

@@ -79,6 +79,7 @@ use with --data-dir. Keep it private (it is created 0700).`,
 	f.StringVar(&cfg.PeerListen, "peer-listen", "", "run as one of several hub replicas sharing --store: serve peer links on ADDR (UDP and TCP), take the shared identity from the store, forward streams to the replica holding a node")
 	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "with --peer-listen: HOST:PORT other replicas dial (default: the --peer-listen address, or this host's name if it is a wildcard)")
 	f.StringVar(&cfg.ReplicaID, "replica-id", "", "with --peer-listen: this replica's ID, a DNS label (default: the one kept in DATA_DIR/replica-id, made on the first start)")
+	f.DurationVar(&cfg.LeaseTTL, "replica-lease", 15*time.Second, "with --peer-listen: a replica that stops heartbeating (every third of this) stops counting as the holder of its nodes' tunnels after this long")
 	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
 	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead")
 	return cmd
