@@ -42,6 +42,7 @@ import (
 	"github.com/tether-dev/tether/hub/kubeone"
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/replica"
 	"github.com/tether-dev/tether/hub/stepca"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/hub/upgrade"
@@ -57,7 +58,6 @@ var Version = "dev"
 // Config configures a hub.
 type Config struct {
 	DataDir     string         // state: CA, database, host key, admin identity
-	Store       string         // state's database (store.Open): "" for DataDir/tether.db, "sqlite:PATH", or a postgres:// URL replicas share
 	Listen      string         // tunnel + API address (UDP and TCP), default :7443
 	SSHListen   string         // bastion address, default :2222
 	Advertise   []string       // addresses agents dial (put into join strings); default: Listen's address if it is not a wildcard
@@ -95,7 +95,27 @@ type Config struct {
 	// RegistryAuth is a docker-style config.json with registry credentials;
 	// "" means $DOCKER_CONFIG/config.json or ~/.docker/config.json if present.
 	RegistryAuth string
-	Logger       *slog.Logger
+	// Store is where the durable state lives (store.Open): "" for
+	// DATA_DIR/tether.db, a SQLite file (PATH or sqlite:PATH), or a
+	// postgres:// URL. Hub replicas share one store.
+	Store string
+	// PeerListen, if set, makes this hub a replica of the hubs sharing its
+	// store: it takes the shared identity from the store, records which
+	// node tunnels it holds, and serves and dials peer links on this
+	// address (UDP and TCP) to forward streams to the replica holding a
+	// node (replicas.go).
+	PeerListen string
+	// PeerAdvertise is the HOST:PORT other replicas dial for PeerListen;
+	// default PeerListen's address, with this machine's name for a
+	// wildcard host.
+	PeerAdvertise string
+	// ReplicaID names this replica; default the ID kept in
+	// DATA_DIR/replica-id (made on the first start).
+	ReplicaID string
+	// LeaseTTL is how long a replica's presence outlives its last
+	// heartbeat; default replica.DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	Logger   *slog.Logger
 }
 
 // CheckAndSetDefaults validates c and fills defaults.
@@ -158,6 +178,9 @@ func (c *Config) CheckAndSetDefaults() error {
 			return fmt.Errorf("hub: address %q: bad port", addr)
 		}
 	}
+	if c.LeaseTTL < 0 || c.LeaseTTL > 0 && c.LeaseTTL < time.Second {
+		return fmt.Errorf("hub: --replica-lease %s: want at least 1s", c.LeaseTTL)
+	}
 	if c.Tunnel != nil {
 		if err := c.Tunnel.Validate(); err != nil {
 			return fmt.Errorf("hub: %w", err)
@@ -192,6 +215,8 @@ type Server struct {
 	admins     admins              // admin certificates: revocation time, local identity (admin.go)
 	dirLock    *dataDirLock        // held from New to the end of Run (datadir.go)
 	blobRefs   blobRefs            // what blob GC keeps besides jobs' uploads (blobs.go)
+	replicaID  string              // with Config.PeerListen (replicas.go)
+	peers      *replica.Peers      // set in Run before sessions are accepted, with Config.PeerListen
 }
 
 // New opens the hub's state (creating it the first time).
@@ -213,10 +238,29 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}()
 	s := &Server{cfg: cfg, log: cfg.Logger, reg: registry.New(), metrics: metrics.New(), pushKick: make(chan struct{}, 1), dirLock: lock}
 	s.guard = newGuards(s.metrics.Registry)
+	if s.store, err = store.Open(ctx, cfg.Store, cfg.DataDir); err != nil {
+		return nil, err
+	}
+	s.log.Info("store open", "store", store.Describe(cfg.Store, cfg.DataDir))
+	defer func() {
+		if err != nil {
+			s.store.Close()
+		}
+	}()
+	if cfg.PeerListen != "" {
+		if s.replicaID, err = replicaID(cfg.DataDir, cfg.ReplicaID); err != nil {
+			return nil, err
+		}
+		// Before anything is loaded: every replica presents the one
+		// identity the store holds.
+		if err := replica.ShareIdentity(ctx, s.store, cfg.DataDir, identityFiles, createIdentity); err != nil {
+			return nil, err
+		}
+	}
 	if s.ca, err = ca.LoadOrCreate(filepath.Join(cfg.DataDir, "ca"), "Tether"); err != nil {
 		return nil, err
 	}
-	if s.hostKey, err = loadOrCreateHostKey(filepath.Join(cfg.DataDir, "ssh_host_ed25519_key")); err != nil {
+	if s.hostKey, err = loadOrCreateHostKey(filepath.Join(cfg.DataDir, hostKeyFile)); err != nil {
 		return nil, err
 	}
 	s.issueNode, s.nodeCA = s.ownCAIssue, s.ca.Certificate()
@@ -239,21 +283,18 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := s.writeLocalAdmin(ctx); err != nil {
 		return nil, err
 	}
-	if s.store, err = store.Open(ctx, cfg.Store, cfg.DataDir); err != nil {
-		return nil, err
-	}
-	s.log.Info("store open", "store", store.Describe(cfg.Store, cfg.DataDir))
-	if err := s.store.MarkAllOffline(ctx); err != nil {
-		s.store.Close()
-		return nil, err
+	// A replica's restart says nothing of the nodes other replicas hold:
+	// presence, not this flag, tells them apart.
+	if cfg.PeerListen == "" {
+		if err := s.store.MarkAllOffline(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if s.door, err = access.New(ctx, access.Config{Store: s.store, Registry: s.reg, UserCAs: s.userCA.TrustedKeys,
 		ProvisionLogin: cfg.ProvisionLogin, Metrics: s.metrics, Logger: s.log.With("component", "access")}); err != nil {
-		s.store.Close()
 		return nil, err
 	}
 	if err := s.startAdmins(ctx); err != nil {
-		s.store.Close()
 		return nil, err
 	}
 	return s, nil

@@ -93,6 +93,9 @@ var migrations = []string{
 	// v13: over-the-air upgrades, each node's place in one, and the role
 	// permission to confirm them (upgrades.go).
 	migrationUpgrades,
+	// v14: hub replicas sharing the store: replicas, presence, shared
+	// secrets (replicas.go).
+	migrationReplicas,
 }
 
 // migrationReportedLabels adds the labels a node's agent reports about

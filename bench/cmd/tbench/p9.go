@@ -160,7 +160,7 @@ func runP9(ctx context.Context, b *bench) error {
 		"--failure-tolerance", "10%"); err != nil {
 		return fmt.Errorf("P9: tether upgrade create: %w", err)
 	}
-	final, err := waitRollout(ctx, hub, "p9", n, time.Duration(n)*500*time.Millisecond+5*time.Minute)
+	final, err := waitRollout(ctx, hub, "p9", n, time.Duration(n)*1500*time.Millisecond+5*time.Minute)
 	wall := time.Since(start)
 	if err != nil {
 		return err
