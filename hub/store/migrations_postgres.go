@@ -87,6 +87,8 @@ var pgMigrations = []string{
 	pgTypes(migrationOnboarding),
 	// v13: over-the-air upgrades.
 	pgTypes(migrationUpgrades),
+	// v14: hub replicas: replicas, presence, shared secrets.
+	pgTypes(migrationReplicas),
 }
 
 var (

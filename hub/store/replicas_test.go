@@ -10,12 +10,13 @@ import (
 	"time"
 )
 
-// The replica tests take a ReplicaStore so every backend runs them; each
-// backend's test opens its store and calls replicaStoreTests.
-func TestReplicaStoreSQLite(t *testing.T) {
-	for name, f := range replicaStoreTests {
-		t.Run(name, func(t *testing.T) { f(t, openTest(t)) })
-	}
+// The replica tests take a ReplicaStore and run on every backend.
+func TestReplicaStore(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, openTest func(t *testing.T) *DB) {
+		for name, f := range replicaStoreTests {
+			t.Run(name, func(t *testing.T) { f(t, openTest(t)) })
+		}
+	})
 }
 
 var replicaStoreTests = map[string]func(*testing.T, ReplicaStore){
