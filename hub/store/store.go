@@ -98,6 +98,8 @@ type Store interface {
 	AdminStore
 	OnboardingStore
 	UpgradeStore
+	LeaseStore
+	ChangeStore
 
 	Close() error
 }
