@@ -32,6 +32,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,7 +41,9 @@ import (
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/cluster"
 	"github.com/tether-dev/tether/hub/kubeone"
+	"github.com/tether-dev/tether/hub/leader"
 	"github.com/tether-dev/tether/hub/metrics"
+	"github.com/tether-dev/tether/hub/notify"
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/stepca"
 	"github.com/tether-dev/tether/hub/store"
@@ -94,7 +97,19 @@ type Config struct {
 	// RegistryAuth is a docker-style config.json with registry credentials;
 	// "" means $DOCKER_CONFIG/config.json or ~/.docker/config.json if present.
 	RegistryAuth string
-	Logger       *slog.Logger
+	// Store is where the hub's state lives: "" is the SQLite file in
+	// DataDir; a path (or sqlite:PATH) is a SQLite file several hub
+	// replicas on this one machine may share.
+	Store string
+	// ReplicaID names this hub among replicas sharing a store; "" reads
+	// (or makes) DataDir/replica.id.
+	ReplicaID string
+	// LeaderTTL is the life of the leader and replica leases without
+	// renewal (default leader.DefaultTTL): when a replica dies, its role
+	// as leader moves within 4/3 of it, and its jobs are marked
+	// interrupted within 5/3 of it.
+	LeaderTTL time.Duration
+	Logger    *slog.Logger
 }
 
 // CheckAndSetDefaults validates c and fills defaults.
@@ -147,6 +162,17 @@ func (c *Config) CheckAndSetDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.LeaderTTL == 0 {
+		c.LeaderTTL = leader.DefaultTTL
+	}
+	if c.LeaderTTL < time.Second || c.LeaderTTL > 10*time.Minute {
+		return fmt.Errorf("hub: --leader-ttl %s: want 1s..10m", c.LeaderTTL)
+	}
+	if c.ReplicaID != "" {
+		if err := pki.ValidateName(c.ReplicaID); err != nil {
+			return fmt.Errorf("hub: replica ID: %w", err)
+		}
+	}
 	for _, addr := range append([]string{c.Listen, c.SSHListen}, c.Advertise...) {
 		if _, port, err := net.SplitHostPort(addr); err != nil {
 			return fmt.Errorf("hub: address %q: %w (want HOST:PORT)", addr, err)
@@ -188,6 +214,10 @@ type Server struct {
 	admins     admins              // admin certificates: revocation time, local identity (admin.go)
 	dirLock    *dataDirLock        // held from New to the end of Run (datadir.go)
 	blobRefs   blobRefs            // what blob GC keeps besides jobs' uploads (blobs.go)
+	replicaID  string              // this hub among replicas on one store (singletons.go)
+	feed       *notify.Feed        // changes to and from the other replicas; set in Run
+	nudger     notify.Nudger       // wakes the other replicas' feeds; nil on SQLite
+	repl       *replication        // leases, feed and leadership; set in Run
 }
 
 // New opens the hub's state (creating it the first time).
@@ -235,7 +265,16 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := s.writeLocalAdmin(ctx); err != nil {
 		return nil, err
 	}
-	if s.store, err = store.OpenSQLite(ctx, filepath.Join(cfg.DataDir, "tether.db")); err != nil {
+	if s.replicaID = cfg.ReplicaID; s.replicaID == "" {
+		if s.replicaID, err = loadOrCreateReplicaID(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	dbPath := filepath.Join(cfg.DataDir, "tether.db")
+	if cfg.Store != "" {
+		dbPath = strings.TrimPrefix(cfg.Store, "sqlite:")
+	}
+	if s.store, err = store.OpenSQLite(ctx, dbPath); err != nil {
 		return nil, err
 	}
 	if err := s.store.MarkAllOffline(ctx); err != nil {

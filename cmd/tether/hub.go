@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tether-dev/tether/hub"
+	"github.com/tether-dev/tether/hub/leader"
 	"github.com/tether-dev/tether/hub/stepca"
 	"github.com/tether-dev/tether/tunnel"
 )
@@ -74,6 +75,8 @@ use with --data-dir. Keep it private (it is created 0700).`,
 	f.IntVar(&cfg.KubeAPIServerPort, "kube-apiserver-port", hub.DefaultKubeAPIServerPort, "kube-apiserver's port on control-plane nodes' loopback (KubeOne cluster health, `tether kubeone proxy`)")
 	f.StringVar(&cfg.RegistryCA, "registry-ca", "", "PEM file of extra CA certificates for OCI registries holding upgrade artifacts (system roots otherwise; TLS verification cannot be turned off)")
 	f.StringVar(&cfg.RegistryAuth, "registry-auth", "", "docker-style config.json with registry credentials (default: $DOCKER_CONFIG/config.json or ~/.docker/config.json when present)")
+	f.StringVar(&cfg.Store, "store", "", "the hub's database: default DATA_DIR/tether.db; a SQLite file path (sqlite:PATH) that several hubs on this machine share as replicas")
+	f.DurationVar(&cfg.LeaderTTL, "leader-ttl", leader.DefaultTTL, "with several hub replicas: life of the leader and replica leases; a dead leader's singletons move within 4/3 of it")
 	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
 	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead")
 	return cmd

@@ -32,8 +32,8 @@ const (
 
 // Lease is a named, expiring claim in the store: the leadership of the
 // fleet's singletons ("leader"), or a replica's liveness ("replica/ID").
-// Epoch grows by one each time the lease changes holder, never on a
-// renewal: it is the fencing token of the holder's term.
+// Epoch grows by one with each acquisition, never on a renewal: it is the
+// fencing token of the holder's term.
 type Lease struct {
 	Name    string    `json:"name"`
 	Holder  string    `json:"holder"`
@@ -68,8 +68,8 @@ func FenceFrom(ctx context.Context) (Fence, bool) {
 // the hub's clock, on a shared database the database's.
 type LeaseStore interface {
 	// AcquireLease gives lease name to holder until now+ttl if it is free,
-	// expired, or holder's already (then it is a renewal and keeps its
-	// epoch); a new holder gets epoch+1. Another live holder: ErrLeaseHeld.
+	// expired, or holder's already (a restarted replica), with the next
+	// epoch: a term starts. Another live holder: ErrLeaseHeld.
 	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error)
 	// RenewLease extends l to now+ttl if l.Holder still has it at l.Epoch
 	// and it has not expired; ErrLeaseLost otherwise.
@@ -102,12 +102,9 @@ func (s *SQLite) AcquireLease(ctx context.Context, name, holder string, ttl time
 	case cur.Holder != holder && cur.Expires.After(now):
 		return cur, fmt.Errorf("%w: %s holds %s until %s", ErrLeaseHeld, cur.Holder, name, cur.Expires.Format(time.RFC3339Nano))
 	}
-	next := Lease{Name: name, Holder: holder, Epoch: cur.Epoch, Expires: now.Add(ttl).UTC()}
-	if cur.Holder != holder || !cur.Expires.After(now) {
-		// A lapsed term is over even for its own holder: whatever it
-		// fenced may have been overtaken meanwhile.
-		next.Epoch++
-	}
+	// Every acquisition starts a term, even by the same holder (a
+	// restarted replica): the previous process's fence is over.
+	next := Lease{Name: name, Holder: holder, Epoch: cur.Epoch + 1, Expires: now.Add(ttl).UTC()}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO leases (name, holder, epoch, expires_at) VALUES (?,?,?,?)
 		ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at`,
 		name, holder, next.Epoch, unix(next.Expires)); err != nil {

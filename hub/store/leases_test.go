@@ -29,11 +29,15 @@ func TestLeaseAcquireRenewTakeover(t *testing.T) {
 	if _, err := s.AcquireLease(ctx, LeaderLease, "r-b", time.Hour); !errors.Is(err, ErrLeaseHeld) {
 		t.Fatalf("acquire of a held lease: %v, want ErrLeaseHeld", err)
 	}
+	// The same holder again (a restarted replica): a new term.
 	again, err := s.AcquireLease(ctx, LeaderLease, "r-a", time.Hour)
-	if err != nil || again.Epoch != 1 {
-		t.Fatalf("holder's re-acquire = %+v, %v; want the same epoch 1", again, err)
+	if err != nil || again.Epoch != 2 {
+		t.Fatalf("holder's re-acquire = %+v, %v; want epoch 2", again, err)
 	}
-	if a, err = s.RenewLease(ctx, a, time.Hour); err != nil || a.Epoch != 1 {
+	if _, err := s.RenewLease(ctx, a, time.Hour); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("renew of the previous term: %v, want ErrLeaseLost", err)
+	}
+	if a, err = s.RenewLease(ctx, again, time.Hour); err != nil || a.Epoch != 2 {
 		t.Fatalf("renew = %+v, %v", a, err)
 	}
 	// Released: the successor need not wait, and gets a new epoch.
@@ -41,8 +45,8 @@ func TestLeaseAcquireRenewTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, err := s.AcquireLease(ctx, LeaderLease, "r-b", time.Hour)
-	if err != nil || b.Epoch != 2 {
-		t.Fatalf("acquire after release = %+v, %v; want r-b at epoch 2", b, err)
+	if err != nil || b.Epoch != 3 {
+		t.Fatalf("acquire after release = %+v, %v; want r-b at epoch 3", b, err)
 	}
 	if _, err := s.RenewLease(ctx, a, time.Hour); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("renew by the deposed holder: %v, want ErrLeaseLost", err)
