@@ -21,7 +21,7 @@ import (
 
 // haLeaderTTL is the replicas' --leader-ttl in these tests: leadership
 // moves within 4/3 of it after the leader dies.
-const haLeaderTTL = 2 * time.Second
+const haLeaderTTL = 3 * time.Second
 
 // replicaSet is n `tether hub` replicas on one store, with one identity.
 type replicaSet struct {
@@ -227,15 +227,24 @@ func TestReplicasKilledLeaderFailover(t *testing.T) {
 	others := rs.hubs[1:]
 	connectedBefore := others[0].p.LogCount("node connected") + others[1].p.LogCount("node connected")
 
+	ls := rs.leaders()
 	killed := time.Now()
 	a.p.Stop(syscall.SIGKILL, time.Minute)
 
-	b := rs.waitLeader(10*haLeaderTTL, a)
+	leader := rs.waitLeader(10*haLeaderTTL, a)
 	moved := time.Since(killed)
-	t.Logf("leadership moved to %s %s after kill -9 of the leader (lease TTL %s)", filepath.Base(b.dataDir), moved.Round(time.Millisecond), haLeaderTTL)
-	if bound := haLeaderTTL + haLeaderTTL/3 + time.Second; moved > bound {
-		t.Errorf("leadership moved after %s, want within %s", moved, bound)
+	if len(ls) == 1 && ls[0] == a {
+		t.Logf("leadership moved to %s %s after kill -9 of the leader (lease TTL %s)", filepath.Base(leader.dataDir), moved.Round(time.Millisecond), haLeaderTTL)
+		if bound := haLeaderTTL + haLeaderTTL/3 + time.Second; moved > bound {
+			t.Errorf("leadership moved after %s, want within %s", moved, bound)
+		}
+	} else {
+		// A leader that could not renew in time under load steps down
+		// before its lease can expire; the move is then not measured here.
+		t.Logf("replica A no longer led at the kill (leaders %d); %s leads", len(ls), filepath.Base(leader.dataDir))
 	}
+	// The agents' join string names A, then B, then C: B holds them now.
+	b := rs.hubs[1]
 	waitFor(t, "the agents back on the other replicas", 2*time.Minute, func() bool {
 		return others[0].p.LogCount("node connected")+others[1].p.LogCount("node connected") >= connectedBefore+n
 	})
@@ -246,7 +255,7 @@ func TestReplicasKilledLeaderFailover(t *testing.T) {
 	}
 	waitFor(t, "the live jump to end with its replica", 30*time.Second, live.Exited)
 
-	j := waitForState(t, "the job interrupted by the new leader", 30*time.Second, func() jobJSON { return b.job(id) },
+	j := waitForState(t, "the job interrupted by the new leader", 30*time.Second, func() jobJSON { return leader.job(id) },
 		func(j jobJSON) bool { return j.State == "interrupted" })
 	t.Logf("job read interrupted %s after the kill: %s", time.Since(killed).Round(time.Millisecond), j.Error)
 	if j.Counts["interrupted"] != n {
