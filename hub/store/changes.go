@@ -51,13 +51,9 @@ type ChangeStore interface {
 
 // RecordChange implements ChangeStore.
 func (s *SQLite) RecordChange(ctx context.Context, c Change) (int64, error) {
-	res, err := s.db.ExecContext(ctx, `INSERT INTO changes (kind, subject, origin, at) VALUES (?,?,?,?)`,
-		c.Kind, c.Subject, c.Origin, unix(time.Now()))
-	if err != nil {
-		return 0, fmt.Errorf("store: record change %s: %w", c.Kind, err)
-	}
-	seq, err := res.LastInsertId()
-	if err != nil {
+	var seq int64
+	if err := s.db.QueryRowContext(ctx, `INSERT INTO changes (kind, subject, origin, at) VALUES (?,?,?,?) RETURNING seq`,
+		c.Kind, c.Subject, c.Origin, unix(time.Now())).Scan(&seq); err != nil {
 		return 0, fmt.Errorf("store: record change %s: %w", c.Kind, err)
 	}
 	if seq%100 == 0 {

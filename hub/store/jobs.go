@@ -435,7 +435,7 @@ func (s *SQLite) InterruptJobsOf(ctx context.Context, owners []string, at time.T
 // lease is taken is never taken for an orphan.
 func (s *SQLite) InterruptOrphanedJobs(ctx context.Context, at time.Time) (int, error) {
 	return s.interruptJobs(ctx, at, "interrupted: the hub replica running it stopped", `owner != '' AND owner NOT IN
-		(SELECT holder FROM leases WHERE name = ? || holder AND expires_at > ?)`, ReplicaLeasePrefix, unix(at))
+		(SELECT holder FROM leases WHERE name = '`+ReplicaLeasePrefix+`' || holder AND expires_at > ?)`, unix(at))
 }
 
 // interruptJobs marks the running jobs that match where (a condition on

@@ -105,10 +105,17 @@ func (s *SQLite) AcquireLease(ctx context.Context, name, holder string, ttl time
 	// Every acquisition starts a term, even by the same holder (a
 	// restarted replica): the previous process's fence is over.
 	next := Lease{Name: name, Holder: holder, Epoch: cur.Epoch + 1, Expires: now.Add(ttl).UTC()}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO leases (name, holder, epoch, expires_at) VALUES (?,?,?,?)
-		ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at`,
-		name, holder, next.Epoch, unix(next.Expires)); err != nil {
+	// Compare-and-swap on the epoch read: of two replicas that both saw
+	// the lease free, the second one's write changes nothing.
+	res, err := tx.ExecContext(ctx, `INSERT INTO leases (name, holder, epoch, expires_at) VALUES (?,?,?,?)
+		ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at
+		WHERE leases.epoch = ?`,
+		name, holder, next.Epoch, unix(next.Expires), cur.Epoch)
+	if err != nil {
 		return Lease{}, fmt.Errorf("store: acquire lease %s: %w", name, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return cur, fmt.Errorf("%w: another replica took %s at the same time", ErrLeaseHeld, name)
 	}
 	if err := tx.Commit(); err != nil {
 		return Lease{}, fmt.Errorf("store: acquire lease %s: %w", name, err)
