@@ -265,6 +265,7 @@ func (s *Server) revokeAdmin(ctx context.Context, by, remote string) (time.Time,
 		return time.Time{}, err
 	}
 	s.admins.validFrom.Store(vf.UnixMilli())
+	s.publish(store.ChangeAdminRevoked, "")
 	s.audit(store.AuditEvent{At: time.Now(), Kind: "admin_revoke", Operator: by, Remote: remote, Result: "ok",
 		Detail: "admin certificates issued before " + vf.UTC().Format(time.RFC3339) + " are refused"})
 	s.log.Warn("admin certificates revoked", "valid_from", vf, "by", by, "remote", remote)

@@ -40,7 +40,9 @@ import (
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/cluster"
 	"github.com/tether-dev/tether/hub/kubeone"
+	"github.com/tether-dev/tether/hub/leader"
 	"github.com/tether-dev/tether/hub/metrics"
+	"github.com/tether-dev/tether/hub/notify"
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/replica"
 	"github.com/tether-dev/tether/hub/stepca"
@@ -109,13 +111,18 @@ type Config struct {
 	// default PeerListen's address, with this machine's name for a
 	// wildcard host.
 	PeerAdvertise string
-	// ReplicaID names this replica; default the ID kept in
-	// DATA_DIR/replica-id (made on the first start).
+	// ReplicaID names this hub among replicas sharing a store; default
+	// the ID kept in DATA_DIR/replica-id (made on the first start).
 	ReplicaID string
 	// LeaseTTL is how long a replica's presence outlives its last
 	// heartbeat; default replica.DefaultLeaseTTL.
 	LeaseTTL time.Duration
-	Logger   *slog.Logger
+	// LeaderTTL is the life of the leader and replica leases without
+	// renewal (default leader.DefaultTTL): when a replica dies, its role
+	// as leader moves within 4/3 of it, and its jobs are marked
+	// interrupted within 5/3 of it.
+	LeaderTTL time.Duration
+	Logger    *slog.Logger
 }
 
 // CheckAndSetDefaults validates c and fills defaults.
@@ -171,6 +178,17 @@ func (c *Config) CheckAndSetDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.LeaderTTL == 0 {
+		c.LeaderTTL = leader.DefaultTTL
+	}
+	if c.LeaderTTL < time.Second || c.LeaderTTL > 10*time.Minute {
+		return fmt.Errorf("hub: --leader-ttl %s: want 1s..10m", c.LeaderTTL)
+	}
+	if c.ReplicaID != "" {
+		if err := pki.ValidateName(c.ReplicaID); err != nil {
+			return fmt.Errorf("hub: replica ID: %w", err)
+		}
+	}
 	for _, addr := range append([]string{c.Listen, c.SSHListen}, c.Advertise...) {
 		if _, port, err := net.SplitHostPort(addr); err != nil {
 			return fmt.Errorf("hub: address %q: %w (want HOST:PORT)", addr, err)
@@ -215,8 +233,11 @@ type Server struct {
 	admins     admins              // admin certificates: revocation time, local identity (admin.go)
 	dirLock    *dataDirLock        // held from New to the end of Run (datadir.go)
 	blobRefs   blobRefs            // what blob GC keeps besides jobs' uploads (blobs.go)
-	replicaID  string              // with Config.PeerListen (replicas.go)
+	replicaID  string              // this hub among replicas on one store (replicas.go, singletons.go)
 	peers      *replica.Peers      // set in Run before sessions are accepted, with Config.PeerListen
+	feed       *notify.Feed        // changes to and from the other replicas; set in Run
+	nudger     notify.Nudger       // wakes the other replicas' feeds; nil on SQLite
+	repl       *replication        // leases, feed and leadership; set in Run
 }
 
 // New opens the hub's state (creating it the first time).
@@ -242,15 +263,22 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s.log.Info("store open", "store", store.Describe(cfg.Store, cfg.DataDir))
+	if db, ok := s.store.(*store.DB); ok && db.Backend() == "postgres" {
+		// LISTEN/NOTIFY nudges the other replicas' change feeds at once;
+		// their periodic re-read stays the truth.
+		s.nudger = notify.NewPGNudger(cfg.Store, func(ctx context.Context, _ string) error { return db.Notify(ctx, notify.Channel) })
+	}
 	defer func() {
 		if err != nil {
 			s.store.Close()
 		}
 	}()
+	// Every hub has a replica ID (the singletons' leases name it); a
+	// replica also shares the hub identity.
+	if s.replicaID, err = replicaID(cfg.DataDir, cfg.ReplicaID); err != nil {
+		return nil, err
+	}
 	if cfg.PeerListen != "" {
-		if s.replicaID, err = replicaID(cfg.DataDir, cfg.ReplicaID); err != nil {
-			return nil, err
-		}
 		// Before anything is loaded: every replica presents the one
 		// identity the store holds.
 		if err := replica.ShareIdentity(ctx, s.store, cfg.DataDir, identityFiles, createIdentity); err != nil {

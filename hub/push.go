@@ -16,6 +16,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel/control"
 )
 
@@ -29,12 +30,21 @@ const pushWorkers = 64
 // every decision from now on uses it), live jumps it no longer allows are
 // ended, then the pusher brings every connected node up to date in the
 // background.
+//
+// The other hub replicas sharing the store do the same when the change
+// feed brings them the change (singletons.go).
 func (s *Server) accessChanged() {
-	if _, err := s.door.Reload(context.Background()); err != nil {
+	s.applyAccessChange(context.Background())
+	s.publish(store.ChangeAccess, "")
+}
+
+// applyAccessChange is accessChanged's work on this replica's live state.
+func (s *Server) applyAccessChange(ctx context.Context) {
+	if _, err := s.door.Reload(ctx); err != nil {
 		s.log.Error("access change not applied", "err", err)
 		return
 	}
-	s.endWithdrawnJumps(context.Background())
+	s.endWithdrawnJumps(ctx)
 	select {
 	case s.pushKick <- struct{}{}:
 	default: // a round is already due; it will read the newest snapshot

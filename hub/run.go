@@ -132,7 +132,7 @@ func (s *Server) Run(ctx context.Context) error {
 	local := kruns.kinds()
 	local[upgrade.JobKind] = s.upgrades.Local()
 	engine := jobs.New(ctx, jobs.Config{Store: s.store, Connect: prov.connect, Online: s.online, Blobs: blobs,
-		Metrics: s.metrics, Logger: s.log.With("component", "jobs"), Audit: s.audit, Local: local})
+		Metrics: s.metrics, Logger: s.log.With("component", "jobs"), Audit: s.audit, Local: local, Owner: s.replicaID})
 	defer engine.Close()
 	s.upgrades.Attach(engine)
 	s.addBlobReferencer(s.upgrades.Referenced)
@@ -152,7 +152,13 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("hub: %w", err)
 	}
 	kruns.attach(s.kubeone, engine)
-	kruns.recover(ctx)
+	// The singletons (controllers, KubeOne recovery, the sweep of a dead
+	// replica's jobs) run in the leader's terms (singletons.go).
+	stopReplication, err := s.startReplication(ctx, func(ctx context.Context) { s.lead(ctx, kruns) })
+	if err != nil {
+		return err
+	}
+	defer stopReplication()
 	if err := s.metrics.Registry.Register(s.kubeone.Collector()); err != nil {
 		return fmt.Errorf("hub: KubeOne metrics: %w", err)
 	}
@@ -167,7 +173,8 @@ func (s *Server) Run(ctx context.Context) error {
 			ReservedNames: hubNames,
 			Login:         loginService{s},
 			Jobs:          engine,
-			Cluster:       s.cluster,
+			Cluster:       clusterAPI{s.cluster, s},
+			NodeRevoked:   s.nodeRevoked,
 			Upgrades:      s.upgrades,
 			KubeOne:       s.kubeone,
 			KubeOneRuns:   kruns,
@@ -205,12 +212,10 @@ func (s *Server) Run(ctx context.Context) error {
 
 	defer s.startBlobGC(ctx, blobs)()
 	var wg sync.WaitGroup
-	errc := make(chan error, 7)
-	wg.Add(7)
+	errc := make(chan error, 5)
+	wg.Add(5)
 	go func() { defer wg.Done(); s.runPusher(ctx); errc <- nil }()
 	go func() { defer wg.Done(); kruns.reapIdle(ctx); errc <- nil }()
-	go func() { defer wg.Done(); errc <- s.cluster.Run(ctx) }()
-	go func() { defer wg.Done(); errc <- s.upgrades.Run(ctx) }()
 	go func() { defer wg.Done(); errc <- ignoreClosed(httpSrv.Serve(ln.HTTPListener())) }()
 	go func() { defer wg.Done(); errc <- b.Serve() }()
 	go func() { defer wg.Done(); errc <- s.acceptSessions(ctx, ln) }()

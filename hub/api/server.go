@@ -55,6 +55,10 @@ type Deps struct {
 	// OperatorsChanged is called after an operator is added or removed so
 	// the hub can push new authorized keys to the nodes.
 	OperatorsChanged func()
+	// NodeRevoked, if set, is called after a node is revoked, with its
+	// ID, so the hub replica that holds its tunnel closes it; nil closes
+	// the tunnel if this hub holds it.
+	NodeRevoked func(nodeID string)
 	// Jobs and Blobs serve the job endpoints; nil disables them.
 	Jobs  *jobs.Engine
 	Blobs *jobs.Blobs
@@ -597,7 +601,9 @@ func (h *handler) revokeNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Durable first, then the live session: a reconnect is refused from now on.
-	if c, ok := h.Registry.Get(name); ok && c.NodeID == n.ID {
+	if h.NodeRevoked != nil {
+		h.NodeRevoked(n.ID)
+	} else if c, ok := h.Registry.Get(name); ok && c.NodeID == n.ID {
 		go c.CloseWithNotice("this node was revoked on the hub; re-join with a new join string", true)
 	}
 	h.audit(store.AuditEvent{Kind: "revoke", Node: name, Remote: r.RemoteAddr, Result: "ok", Detail: "node id " + n.ID})

@@ -73,6 +73,9 @@ type Controller struct {
 	ctx     context.Context
 	wg      sync.WaitGroup
 	started chan struct{}
+	// startedOnce closes started at the first Run.
+	startedOnce sync.Once
+	rescan      chan struct{}
 }
 
 type worker struct {
@@ -97,11 +100,14 @@ func New(cfg Config) *Controller {
 	if cfg.StateDir == nil {
 		cfg.StateDir = func(string) string { return "" }
 	}
-	return &Controller{cfg: cfg, workers: map[string]*worker{}, started: make(chan struct{})}
+	return &Controller{cfg: cfg, workers: map[string]*worker{}, started: make(chan struct{}), rescan: make(chan struct{}, 1)}
 }
 
 // Run resumes every stored member (a node left mid-install by a hub crash
-// finishes its install) and serves until ctx ends.
+// finishes its install) and serves until ctx ends. On hub replicas only the
+// leader runs it, once per term: members requested on another replica are
+// picked up by Rescan (the change feed) or the next Recheck, and a term
+// that ends leaves no worker behind for the next.
 func (c *Controller) Run(ctx context.Context) error {
 	members, err := c.cfg.Store.ListClusterMembers(ctx)
 	if err != nil {
@@ -109,15 +115,48 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	c.ctx = ctx
+	c.workers = map[string]*worker{} // requests seen while not running start below
 	for _, m := range members {
 		c.startLocked(m.NodeID)
 	}
 	c.mu.Unlock()
-	close(c.started)
+	c.startedOnce.Do(func() { close(c.started) })
 	c.refreshGauge(ctx)
-	<-ctx.Done()
-	c.wg.Wait()
-	return nil
+	t := time.NewTicker(c.cfg.Recheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			c.wg.Wait()
+			c.mu.Lock()
+			c.ctx, c.workers = nil, map[string]*worker{}
+			c.mu.Unlock()
+			return nil
+		case <-t.C:
+		case <-c.rescan:
+		}
+		members, err := c.cfg.Store.ListClusterMembers(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.cfg.Logger.Warn("cluster members not re-read", "err", err)
+			}
+			continue
+		}
+		c.mu.Lock()
+		for _, m := range members {
+			c.startLocked(m.NodeID)
+		}
+		c.mu.Unlock()
+	}
+}
+
+// Rescan makes Run look for members it does not drive yet now (one was
+// registered on another hub replica).
+func (c *Controller) Rescan() {
+	select {
+	case c.rescan <- struct{}{}:
+	default:
+	}
 }
 
 // startLocked starts the worker of the node with this ID if it has none;

@@ -148,3 +148,78 @@ func TestRecycledNameInheritsNoMembership(t *testing.T) {
 		t.Fatalf("members = %+v, %v", all, err)
 	}
 }
+
+// On hub replicas only the leader runs the controller, once per term: a
+// member registered on another replica (whose controller never runs) is
+// driven by the leader's, also after the leader's term ended and a new
+// one began in the same process.
+func TestMembersRegisteredElsewhereAreDrivenByTheLeader(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := t.TempDir()
+	st, err := store.OpenSQLite(ctx, filepath.Join(dir, "tether.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	blobs, err := jobs.NewBlobs(filepath.Join(dir, "blobs"), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	installs := map[string]int{} // node ID
+	eng := jobs.New(ctx, jobs.Config{Store: st, Blobs: blobs, FlushInterval: 10 * time.Millisecond, PollInterval: 10 * time.Millisecond,
+		Connect: func(_ context.Context, id string) (jobs.Conn, error) {
+			mu.Lock()
+			installs[id]++
+			mu.Unlock()
+			return fakeConn{}, nil
+		},
+	})
+	defer eng.Close()
+	installed := func(id string) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return installs[id] > 0
+		}
+	}
+	for _, id := range []string{"n1", "n2"} {
+		if err := st.CreateToken(ctx, store.Token{ID: "t-" + id, SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Join(ctx, "t-"+id, func(store.Token) error { return nil }, store.Node{ID: id, Name: "edge-" + id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	follower := New(Config{Store: st, Jobs: eng, Blobs: blobs, Recheck: time.Hour})
+	leader := New(Config{Store: st, Jobs: eng, Blobs: blobs, Recheck: time.Hour})
+	term := func() (stop func()) {
+		tctx, tcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- leader.Run(tctx) }()
+		return func() {
+			tcancel()
+			if err := <-done; err != nil {
+				t.Errorf("term ended with %v", err)
+			}
+		}
+	}
+
+	stop := term()
+	if _, err := follower.Register(ctx, "edge-n1", "k3s", "test"); err != nil {
+		t.Fatal(err)
+	}
+	leader.Rescan() // the change feed's nudge
+	waitFor(t, "the leader to install n1, registered on another replica", installed("n1"))
+	stop()
+
+	// A new term in the same process: nothing left from the last one
+	// keeps it from driving a member registered meanwhile.
+	if _, err := follower.Register(ctx, "edge-n2", "k3s", "test"); err != nil {
+		t.Fatal(err)
+	}
+	stop = term()
+	defer stop()
+	waitFor(t, "the leader's next term to install n2", installed("n2"))
+}

@@ -99,6 +99,11 @@ type Config struct {
 	Logger  *slog.Logger
 	// Audit records job decisions (start, finish, cancel); may be nil.
 	Audit func(store.AuditEvent)
+	// Owner is the hub replica this engine runs in: its jobs are stored
+	// with it, so that when the replica dies the leader marks exactly its
+	// jobs interrupted (store.InterruptOrphanedJobs). "" on a hub that has
+	// no replica ID.
+	Owner string
 	// FlushInterval is how often per-node progress is written to the store
 	// (final states are always written before the job is marked done).
 	FlushInterval time.Duration
@@ -137,9 +142,19 @@ func New(ctx context.Context, cfg Config) *Engine {
 }
 
 // Recover marks jobs a previous hub process left running as interrupted;
-// call it once at start, before Start.
+// call it once at start, before Start. With an Owner, only that replica's
+// jobs (and those from before replicas) are: the other replicas' jobs are
+// live, and a dead replica's are the leader's to sweep up.
 func (e *Engine) Recover(ctx context.Context) (int, error) {
-	n, err := e.cfg.Store.InterruptJobs(ctx, time.Now())
+	var (
+		n   int
+		err error
+	)
+	if e.cfg.Owner == "" {
+		n, err = e.cfg.Store.InterruptJobs(ctx, time.Now())
+	} else {
+		n, err = e.cfg.Store.InterruptJobsOf(ctx, []string{e.cfg.Owner, ""}, time.Now())
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -312,7 +327,7 @@ func (e *Engine) Start(ctx context.Context, j store.Job, nodes []store.NodeRef) 
 	if j.ID == "" {
 		j.ID = NewID()
 	}
-	j.State, j.CreatedAt = store.JobRunning, time.Now().UTC()
+	j.State, j.CreatedAt, j.Owner = store.JobRunning, time.Now().UTC(), e.cfg.Owner
 	e.mu.Lock()
 	closed := e.closed
 	e.mu.Unlock()

@@ -38,7 +38,7 @@ type ClusterStore interface {
 
 // PutClusterMember implements ClusterStore.
 func (s *SQLite) PutClusterMember(ctx context.Context, m ClusterMember) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO cluster_members (node_id, engine, desired, state, engine_digest, last_transition, last_error, last_job, updated_at)
+	_, err := s.fencedExec(ctx, `INSERT INTO cluster_members (node_id, engine, desired, state, engine_digest, last_transition, last_error, last_job, updated_at)
 		VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (node_id) DO UPDATE SET engine = excluded.engine, desired = excluded.desired, state = excluded.state,
 		engine_digest = excluded.engine_digest, last_transition = excluded.last_transition, last_error = excluded.last_error,
 		last_job = excluded.last_job, updated_at = excluded.updated_at`,

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -102,6 +103,9 @@ type Job struct {
 	Error      string    `json:"error,omitempty"`
 	CreatedAt  time.Time `json:"created_at"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// Owner is the hub replica that runs the job ("" on a single hub
+	// before replicas); set by the job engine.
+	Owner string `json:"owner,omitempty"`
 	// Counts by per-node state (filled by GetJob and ListJobs).
 	Counts map[string]int `json:"counts"`
 	Total  int            `json:"total"`
@@ -170,6 +174,14 @@ type JobStore interface {
 	// InterruptJobs marks every running job, and its live per-node runs,
 	// interrupted (called at hub start: no job survives a restart).
 	InterruptJobs(ctx context.Context, at time.Time) (jobs int, err error)
+	// InterruptJobsOf does the same to the running jobs of these owners
+	// (replica IDs; "" is a job from before replicas): a replica at start
+	// interrupts its own.
+	InterruptJobsOf(ctx context.Context, owners []string, at time.Time) (jobs int, err error)
+	// InterruptOrphanedJobs does the same to the running jobs whose owner
+	// replica's lease (ReplicaLeasePrefix+owner) has expired: the leader
+	// sweeps up after a replica that died. Fenced by ctx.
+	InterruptOrphanedJobs(ctx context.Context, at time.Time) (jobs int, err error)
 	// JobBlobDigests lists the blobs every stored job uploads (blob GC).
 	JobBlobDigests(ctx context.Context) ([]string, error)
 }
@@ -185,8 +197,11 @@ func (s *SQLite) CreateJob(ctx context.Context, j Job, nodes []NodeRef) error {
 		return fmt.Errorf("store: create job: %w", err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO jobs (id, kind, spec, created_by, role, state, created_at) VALUES (?,?,?,?,?,?,?)`,
-		j.ID, j.Kind, string(spec), j.CreatedBy, j.Spec.Role, j.State, unix(j.CreatedAt)); err != nil {
+	if err := s.checkFence(ctx, tx); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO jobs (id, kind, spec, created_by, role, state, created_at, owner) VALUES (?,?,?,?,?,?,?,?)`,
+		j.ID, j.Kind, string(spec), j.CreatedBy, j.Spec.Role, j.State, unix(j.CreatedAt), j.Owner); err != nil {
 		return fmt.Errorf("store: create job %s: %w", j.ID, err)
 	}
 	stmt, err := tx.PrepareContext(ctx, `INSERT INTO job_nodes (job_id, node_id, node, state) VALUES (?,?,?,?)`)
@@ -254,13 +269,13 @@ func nonNilBytes(b []byte) []byte {
 	return b
 }
 
-const jobColumns = `id, kind, spec, created_by, state, error, created_at, finished_at`
+const jobColumns = `id, kind, spec, created_by, state, error, created_at, finished_at, owner`
 
 func scanJob(r scanner) (Job, error) {
 	var j Job
 	var spec string
 	var created, finished int64
-	if err := r.Scan(&j.ID, &j.Kind, &spec, &j.CreatedBy, &j.State, &j.Error, &created, &finished); err != nil {
+	if err := r.Scan(&j.ID, &j.Kind, &spec, &j.CreatedBy, &j.State, &j.Error, &created, &finished, &j.Owner); err != nil {
 		return Job{}, err
 	}
 	if err := json.Unmarshal([]byte(spec), &j.Spec); err != nil {
@@ -400,22 +415,50 @@ func (s *SQLite) GetJobNode(ctx context.Context, jobID, node string) (JobNode, e
 
 // InterruptJobs implements JobStore.
 func (s *SQLite) InterruptJobs(ctx context.Context, at time.Time) (int, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("store: interrupt jobs: %w", err)
+	return s.interruptJobs(ctx, at, "interrupted by a hub restart", "1 = 1")
+}
+
+// InterruptJobsOf implements JobStore.
+func (s *SQLite) InterruptJobsOf(ctx context.Context, owners []string, at time.Time) (int, error) {
+	if len(owners) == 0 {
+		return 0, nil
 	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `UPDATE job_nodes SET state = ?, error = 'the hub stopped while this run was live; rerun with `+"`tether jobs rerun`"+`',
+	args := make([]any, len(owners))
+	for i, o := range owners {
+		args[i] = o
+	}
+	return s.interruptJobs(ctx, at, "interrupted by a hub restart", "owner IN (?"+strings.Repeat(",?", len(owners)-1)+")", args...)
+}
+
+// InterruptOrphanedJobs implements JobStore. Which replicas are alive is
+// read in the same statement, so a job a replica starts right after its
+// lease is taken is never taken for an orphan.
+func (s *SQLite) InterruptOrphanedJobs(ctx context.Context, at time.Time) (int, error) {
+	return s.interruptJobs(ctx, at, "interrupted: the hub replica running it stopped", `owner != '' AND owner NOT IN
+		(SELECT holder FROM leases WHERE name = '`+ReplicaLeasePrefix+`' || holder AND expires_at > ?)`, unix(at))
+}
+
+// interruptJobs marks the running jobs that match where (a condition on
+// jobs' columns) and their live runs interrupted, fenced by ctx.
+func (s *SQLite) interruptJobs(ctx context.Context, at time.Time, why, where string, args ...any) (int, error) {
+	var n int64
+	err := s.fencedTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE job_nodes SET state = ?, error = 'the hub stopped while this run was live; rerun with `+"`tether jobs rerun`"+`',
 		finished_at = CASE WHEN started_at = 0 THEN 0 ELSE CAST(? AS BIGINT) END
-		WHERE state IN (?,?,?) AND job_id IN (SELECT id FROM jobs WHERE state = ?)`,
-		RunInterrupted, unix(at), RunPending, RunWaiting, RunRunning, JobRunning); err != nil {
-		return 0, fmt.Errorf("store: interrupt job nodes: %w", err)
-	}
-	res, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, error = 'interrupted by a hub restart', finished_at = ? WHERE state = ?`,
-		JobInterrupted, unix(at), JobRunning)
+		WHERE state IN (?,?,?) AND job_id IN (SELECT id FROM jobs WHERE state = ? AND `+where+`)`,
+			append([]any{RunInterrupted, unix(at), RunPending, RunWaiting, RunRunning, JobRunning}, args...)...); err != nil {
+			return fmt.Errorf("store: interrupt job nodes: %w", err)
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, error = ?, finished_at = ? WHERE state = ? AND `+where,
+			append([]any{JobInterrupted, why, unix(at), JobRunning}, args...)...)
+		if err != nil {
+			return fmt.Errorf("store: interrupt jobs: %w", err)
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
 	if err != nil {
-		return 0, fmt.Errorf("store: interrupt jobs: %w", err)
+		return 0, err
 	}
-	n, _ := res.RowsAffected()
-	return int(n), tx.Commit()
+	return int(n), nil
 }

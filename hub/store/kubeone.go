@@ -256,7 +256,7 @@ func (s *SQLite) SetKubeOneStatus(ctx context.Context, name, status string, appl
 		q = `UPDATE kubeone_clusters SET status = ?, updated_at = ?, last_apply_job = ?, last_apply_result = ?, last_apply_at = ? WHERE name = ?`
 		args = []any{status, unix(at), apply.Job, apply.Result, unix(apply.At), name}
 	}
-	res, err := s.db.ExecContext(ctx, q, args...)
+	res, err := s.fencedExec(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("store: KubeOne cluster %s: status: %w", name, err)
 	}

@@ -96,6 +96,9 @@ var migrations = []string{
 	// v14: hub replicas sharing the store: replicas, presence, shared
 	// secrets (replicas.go).
 	migrationReplicas,
+	// v15: hub replicas: leases (singleton leadership with its fencing
+	// epoch, replica liveness), the change feed, each job's owner replica.
+	migrationSingletons,
 }
 
 // migrationReportedLabels adds the labels a node's agent reports about
@@ -270,3 +273,23 @@ const migrationUpgrades = `CREATE TABLE upgrades (
 	);
 	CREATE INDEX upgrade_nodes_node_id ON upgrade_nodes (node_id);
 	ALTER TABLE roles ADD COLUMN confirm INTEGER NOT NULL DEFAULT 0;`
+
+// migrationSingletons adds what several hub replicas on one database
+// coordinate with: named leases whose epoch fences a holder's writes, the
+// change feed that carries access changes to every replica's live state,
+// and the replica that runs each job (so a dead replica's jobs, and only
+// those, are marked interrupted).
+const migrationSingletons = `CREATE TABLE leases (
+		name TEXT PRIMARY KEY,
+		holder TEXT NOT NULL,
+		epoch INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL
+	);
+	CREATE TABLE changes (
+		seq INTEGER PRIMARY KEY AUTOINCREMENT,
+		kind TEXT NOT NULL,
+		subject TEXT NOT NULL DEFAULT '',
+		origin TEXT NOT NULL DEFAULT '',
+		at INTEGER NOT NULL
+	);
+	ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';`

@@ -99,6 +99,8 @@ type Store interface {
 	OnboardingStore
 	UpgradeStore
 	ReplicaStore
+	LeaseStore
+	ChangeStore
 
 	Close() error
 }

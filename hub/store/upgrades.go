@@ -231,7 +231,7 @@ func (s *SQLite) SetUpgradeFetched(ctx context.Context, name string) error {
 }
 
 func (s *SQLite) updateUpgrade(ctx context.Context, name, q string, args ...any) error {
-	res, err := s.db.ExecContext(ctx, q, args...)
+	res, err := s.fencedExec(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("store: upgrade %q: %w", name, err)
 	}
@@ -243,6 +243,9 @@ func (s *SQLite) updateUpgrade(ctx context.Context, name, q string, args ...any)
 
 // PutUpgradeNode implements UpgradeStore.
 func (s *SQLite) PutUpgradeNode(ctx context.Context, n UpgradeNode) error {
+	if _, ok := FenceFrom(ctx); ok {
+		return s.fencedTx(ctx, func(tx *sql.Tx) error { return putUpgradeNode(ctx, tx, n, false) })
+	}
 	return putUpgradeNode(ctx, s.db, n, false)
 }
 

@@ -1,0 +1,295 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/internal/testenv"
+)
+
+// High availability of hub replicas sharing one store: live sessions follow
+// access changes made on another replica, the singletons' leadership moves
+// when its holder dies, a dead replica's agents and jobs are taken over.
+
+// haLeaderTTL is the replicas' --leader-ttl in these tests: leadership
+// moves within 4/3 of it after the leader dies.
+const haLeaderTTL = 3 * time.Second
+
+// replicaSet is n `tether hub` replicas on one store, with one identity.
+type replicaSet struct {
+	t    *testing.T
+	hubs []*hub
+}
+
+// startReplicas starts n replicas sharing one SQLite file (several hubs on
+// one machine share it safely). Replica i advertises itself first and then
+// the others, so a join string made on replica i sends agents to i and,
+// when i is gone, to the next.
+func startReplicas(t *testing.T, n int, extra ...string) *replicaSet {
+	t.Helper()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "shared.db")
+	rs := &replicaSet{t: t}
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = freePort(t)
+	}
+	for i := range n {
+		args := []string{"--store", db, "--leader-ttl", haLeaderTTL.String()}
+		for k := range n {
+			args = append(args, "--advertise", fmt.Sprintf("127.0.0.1:%d", ports[(i+k)%n]))
+		}
+		h := &hub{t: t, dataDir: filepath.Join(dir, fmt.Sprintf("replica-%c", 'a'+i)), apiPort: ports[i], sshPort: freePort(t),
+			extraArgs: append(args, extra...)}
+		if i > 0 {
+			shareIdentity(t, rs.hubs[0].dataDir, h.dataDir)
+		}
+		h.start()
+		rs.hubs = append(rs.hubs, h)
+	}
+	return rs
+}
+
+// shareIdentity gives a replica the first one's CA and host keys (the
+// shared secret directory way): agents, known_hosts and join pins then do
+// not care which replica they reach.
+func shareIdentity(t *testing.T, from, to string) {
+	t.Helper()
+	for _, p := range []string{"ca", "ssh_host_ed25519_key", "quic_reset.key"} {
+		src := filepath.Join(from, p)
+		fi, err := os.Stat(src)
+		if err != nil {
+			continue
+		}
+		if fi.IsDir() {
+			if err := os.CopyFS(filepath.Join(to, p), os.DirFS(src)); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(to, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WriteFile(t, filepath.Join(to, p), b, 0o600)
+	}
+}
+
+// leaders returns the replicas whose logs say they lead now.
+func (rs *replicaSet) leaders() []*hub {
+	var out []*hub
+	for _, h := range rs.hubs {
+		if !h.p.Exited() && h.p.LogCount("leading the fleet's singletons") > h.p.LogCount("no longer leading") {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// waitLeader waits until exactly one live replica other than not leads.
+func (rs *replicaSet) waitLeader(timeout time.Duration, not *hub) *hub {
+	rs.t.Helper()
+	var l *hub
+	waitFor(rs.t, "one replica to lead", timeout, func() bool {
+		ls := rs.leaders()
+		if len(ls) != 1 || ls[0] == not {
+			return false
+		}
+		l = ls[0]
+		return true
+	})
+	return l
+}
+
+// TestReplicasRevocationCutsSessionElsewhere: an operator added at replica
+// A jumps through replica C to a node whose tunnel C holds; revoking the
+// key they jumped with at replica A ends that session within a second, and
+// the jump's audit row (written by C) says why.
+func TestReplicasRevocationCutsSessionElsewhere(t *testing.T) {
+	t.Parallel()
+	rs := startReplicas(t, 3)
+	a, c := rs.hubs[0], rs.hubs[2]
+	dir := t.TempDir()
+	a.cli("role", "create", "lab", "--nodes", "site=lab", "--logins", loginUser)
+	keys := []*testenv.Key{testenv.NewKeyFile(t, filepath.Join(dir, "k0")), testenv.NewKeyFile(t, filepath.Join(dir, "k1"))}
+	authorized := append(gossh.MarshalAuthorizedKey(keys[0].Pub()), gossh.MarshalAuthorizedKey(keys[1].Pub())...)
+	sd := testenv.StartSSHD(t, testenv.SSHDConfig{Dir: filepath.Join(dir, "sshd"), AuthorizedKeys: authorized})
+	startAgent(t, c.token("--label", "site=lab"), "ha1", "--ssh", sd.Addr)
+	waitFor(t, "ha1 connected to replica C", 30*time.Second, func() bool { return c.connects("ha1") > 0 })
+	a.cli("operator", "add", "hop", "--key", keys[0].Path+".pub", "--key", keys[1].Path+".pub", "--role", "lab")
+
+	cl := newSSHClientAs(t, c, "hop", keys[0].Path)
+	cl.trust("ha1.tether", sd.HostKey.Pub())
+	// The operator added at A reaches C's door through the change feed;
+	// until then C refuses the login, and ssh exits without "started".
+	var s *proc
+	waitFor(t, "hop's jump through replica C", 30*time.Second, func() bool {
+		if s != nil && !s.Exited() {
+			return strings.Contains(s.Log(), "started")
+		}
+		s = start(t, "ssh-loop", "ssh", append(cl.jumpArgs("ha1", "-T"), "echo started; i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo finished")...)
+		return false
+	})
+	waitFor(t, "hop's loop to start", 30*time.Second, func() bool { return strings.Contains(s.Log(), "started") })
+
+	begin := time.Now()
+	a.cli("operator", "key", "rm", "hop", gossh.FingerprintSHA256(keys[0].Pub()))
+	entered := time.Now()
+	waitFor(t, "the jump held at C to end after the revocation at A", 10*time.Second, s.Exited)
+	took := time.Since(entered)
+	t.Logf("revocation at A -> session at C cut: %s after the command returned (%s after it started)",
+		took.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
+	if strings.Contains(s.Log(), "finished") {
+		t.Fatalf("the loop ran to its end: %s", s.Log())
+	}
+	if took > time.Second {
+		t.Errorf("the session at replica C ended %s after the revocation at replica A; want within 1s", took)
+	}
+	// The audit row comes from C, whichever replica is asked.
+	waitFor(t, "the withdrawn jump's audit row", 10*time.Second, func() bool {
+		for _, e := range a.audit("--operator", "hop") {
+			if e.Kind == "jump" && e.Result == "ended: access withdrawn" && e.Node == "ha1" && strings.Contains(e.Detail, "was revoked") {
+				return true
+			}
+		}
+		return false
+	})
+	// The other key still jumps through C.
+	other := newSSHClientAs(t, c, "hop", keys[1].Path)
+	other.trust("ha1.tether", sd.HostKey.Pub())
+	if out, errOut, code := other.run(30*time.Second, "ha1", "echo other-key"); code != 0 || strings.TrimSpace(out) != "other-key" {
+		t.Fatalf("jump with the operator's remaining key: exit %d %q %q", code, out, errOut)
+	}
+}
+
+// TestReplicasKilledLeaderFailover: agents and a fan-out job are on
+// replica A, which leads; kill -9 of A during jumps and the job moves the
+// leadership to another replica, the agents reconnect to the next replica
+// in their join string within their backoff cap, the job reads
+// interrupted (swept by the new leader) and its rerun on another replica
+// completes; no audit row of the finished jumps is lost.
+func TestReplicasKilledLeaderFailover(t *testing.T) {
+	n := 100
+	if testing.Short() {
+		n = 10
+	}
+	rs := startReplicas(t, 3)
+	a := rs.hubs[0]
+	if l := rs.waitLeader(30*time.Second, nil); l != a {
+		// The first replica started first and leads; the others campaign.
+		t.Fatalf("replica %s leads, want the first one", l.dataDir)
+	}
+	join := a.token("--uses", fmt.Sprint(n))
+	const backoffMax = 2 * time.Second
+	for i := range n {
+		startAgent(t, join, fmt.Sprintf("ha%03d", i), "--ssh", "embedded", "--transport", "tcp")
+	}
+	began := time.Now()
+	waitFor(t, fmt.Sprintf("%d agents on replica A", n), 3*time.Minute, func() bool {
+		return a.p.LogCount("node connected") >= n
+	})
+	t.Logf("%d agents on replica A %s after start", n, time.Since(began).Round(time.Millisecond))
+
+	// Jumps through A, finished before the kill: their audit rows must
+	// survive it.
+	cl := newSSHClient(t, a)
+	a.cli("operator", "add", "alice", "--key", opPub)
+	for i := range 3 {
+		node := fmt.Sprintf("ha%03d", i)
+		if out, errOut, code := cl.run(30*time.Second, node, "echo", node); code != 0 || strings.TrimSpace(out) != node {
+			t.Fatalf("jump to %s: exit %d %q %q", node, code, out, errOut)
+		}
+	}
+	// A jump live at the kill.
+	live := start(t, "ssh-live", "ssh", append(cl.jumpArgs("ha003", "-T"), "echo started; sleep 60")...)
+	waitFor(t, "the live jump", 30*time.Second, func() bool { return strings.Contains(live.Log(), "started") })
+
+	gate := filepath.Join(t.TempDir(), "gate")
+	out, errOut, code := a.run(time.Minute, "--detach", "-l", "*", "--parallel", fmt.Sprint(n), "--",
+		fmt.Sprintf(`i=0; while [ ! -f %s ] && [ $i -lt 240 ]; do sleep 0.25; i=$((i+1)); done`, gate))
+	if code != 0 {
+		t.Fatalf("run: %d %s", code, errOut)
+	}
+	id := strings.TrimSpace(out)
+	waitForState(t, "every run of the fan-out running", 2*time.Minute, func() map[string]int { return a.job(id).Counts },
+		func(c map[string]int) bool { return c["running"] == n })
+	others := rs.hubs[1:]
+	connectedBefore := others[0].p.LogCount("node connected") + others[1].p.LogCount("node connected")
+
+	ls := rs.leaders()
+	killed := time.Now()
+	a.p.Stop(syscall.SIGKILL, time.Minute)
+
+	// Both clocks run from the kill; one poll watches both.
+	var (
+		leader        *hub
+		moved, back   time.Duration
+		othersConnect = func() int { return others[0].p.LogCount("node connected") + others[1].p.LogCount("node connected") }
+	)
+	waitFor(t, "a new leader and the agents back on the other replicas", 2*time.Minute, func() bool {
+		if ls := rs.leaders(); leader == nil && len(ls) == 1 && ls[0] != a {
+			leader, moved = ls[0], time.Since(killed)
+		}
+		if back == 0 && othersConnect() >= connectedBefore+n {
+			back = time.Since(killed)
+		}
+		return leader != nil && back != 0
+	})
+	if len(ls) == 1 && ls[0] == a {
+		t.Logf("leadership moved to %s %s after kill -9 of the leader (lease TTL %s)", filepath.Base(leader.dataDir), moved.Round(time.Millisecond), haLeaderTTL)
+		if bound := haLeaderTTL + haLeaderTTL/3 + time.Second; moved > bound {
+			t.Errorf("leadership moved after %s, want within %s", moved, bound)
+		}
+	} else {
+		// A leader that could not renew in time under load steps down
+		// before its lease can expire; the move is then not measured here.
+		t.Logf("replica A no longer led at the kill (leaders %d); %s leads", len(ls), filepath.Base(leader.dataDir))
+	}
+	// The agents' join string names A, then B, then C: B holds them now.
+	b := rs.hubs[1]
+	t.Logf("%d agents back on the other replicas %s after the kill (backoff cap %s)", n, back.Round(time.Millisecond), backoffMax)
+	if bound := backoffMax + 5*time.Second; back > bound {
+		t.Errorf("agents took %s to come back, want within their backoff cap plus start-up (%s)", back, bound)
+	}
+	waitFor(t, "the live jump to end with its replica", 30*time.Second, live.Exited)
+
+	j := waitForState(t, "the job interrupted by the new leader", 30*time.Second, func() jobJSON { return leader.job(id) },
+		func(j jobJSON) bool { return j.State == "interrupted" })
+	t.Logf("job read interrupted %s after the kill: %s", time.Since(killed).Round(time.Millisecond), j.Error)
+	if j.Counts["interrupted"] != n {
+		t.Fatalf("runs after the kill: %+v, want %d interrupted", j.Counts, n)
+	}
+	testenv.WriteFile(t, gate, nil, 0o644)
+	out, errOut, code = runCmd(t, 3*time.Minute, filepath.Join(binDir, "tether"), "jobs", "rerun", id, "-o", "json", "--progress", "never", "--data-dir", b.dataDir)
+	var rerun jobJSON
+	if err := json.Unmarshal([]byte(out), &rerun); err != nil || code != 0 {
+		t.Fatalf("rerun on replica %s: exit %d (%v): %s\n%s", filepath.Base(b.dataDir), code, err, errOut, out)
+	}
+	if rerun.Counts["ok"] != n {
+		t.Fatalf("rerun: %+v, not ok: %+v", rerun.Counts, notOK(rerun))
+	}
+
+	// Nothing written before the kill is lost: the three jumps' rows.
+	got := map[string]bool{}
+	for _, e := range b.audit("--operator", "alice") {
+		if e.Kind == "jump" && e.Result == "ok" {
+			got[e.Node] = true
+		}
+	}
+	for i := range 3 {
+		if node := fmt.Sprintf("ha%03d", i); !got[node] {
+			t.Errorf("audit row of the jump to %s lost", node)
+		}
+	}
+}
