@@ -29,11 +29,11 @@ type replicaSet struct {
 	hubs []*hub
 }
 
-// startReplicas starts n replicas sharing one SQLite file (several hubs on
+// startReplicaSet starts n replicas sharing one SQLite file (several hubs on
 // one machine share it safely). Replica i advertises itself first and then
 // the others, so a join string made on replica i sends agents to i and,
 // when i is gone, to the next.
-func startReplicas(t *testing.T, n int, extra ...string) *replicaSet {
+func startReplicaSet(t *testing.T, n int, extra ...string) *replicaSet {
 	t.Helper()
 	dir := t.TempDir()
 	db := filepath.Join(dir, "shared.db")
@@ -118,7 +118,7 @@ func (rs *replicaSet) waitLeader(timeout time.Duration, not *hub) *hub {
 // the jump's audit row (written by C) says why.
 func TestReplicasRevocationCutsSessionElsewhere(t *testing.T) {
 	t.Parallel()
-	rs := startReplicas(t, 3)
+	rs := startReplicaSet(t, 3)
 	a, c := rs.hubs[0], rs.hubs[2]
 	dir := t.TempDir()
 	a.cli("role", "create", "lab", "--nodes", "site=lab", "--logins", loginUser)
@@ -184,7 +184,7 @@ func TestReplicasKilledLeaderFailover(t *testing.T) {
 	if testing.Short() {
 		n = 10
 	}
-	rs := startReplicas(t, 3)
+	rs := startReplicaSet(t, 3)
 	a := rs.hubs[0]
 	if l := rs.waitLeader(30*time.Second, nil); l != a {
 		// The first replica started first and leads; the others campaign.
