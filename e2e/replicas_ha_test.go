@@ -13,6 +13,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/internal/testenv"
+	"github.com/tether-dev/tether/internal/testenv/pgtest"
 )
 
 // High availability of hub replicas sharing one store: live sessions follow
@@ -29,14 +30,35 @@ type replicaSet struct {
 	hubs []*hub
 }
 
-// startReplicaSet starts n replicas sharing one SQLite file (several hubs on
-// one machine share it safely). Replica i advertises itself first and then
+// haStores are the shared stores the HA tests run on: a SQLite file (several
+// hubs on one machine share it safely) and a PostgreSQL database.
+var haStores = []struct {
+	name string
+	db   func(t *testing.T) string
+}{
+	{"sqlite", func(t *testing.T) string { return filepath.Join(t.TempDir(), "shared.db") }},
+	{"postgres", func(t *testing.T) string {
+		dsn, err := pgtest.Own(t).CreateDB("ha")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dsn
+	}},
+}
+
+// forEachHAStore runs f as a subtest on each of haStores.
+func forEachHAStore(t *testing.T, f func(t *testing.T, db string)) {
+	for _, st := range haStores {
+		t.Run(st.name, func(t *testing.T) { f(t, st.db(t)) })
+	}
+}
+
+// startReplicaSet starts n replicas sharing the store db. Replica i advertises itself first and then
 // the others, so a join string made on replica i sends agents to i and,
 // when i is gone, to the next.
-func startReplicaSet(t *testing.T, n int, extra ...string) *replicaSet {
+func startReplicaSet(t *testing.T, db string, n int, extra ...string) *replicaSet {
 	t.Helper()
 	dir := t.TempDir()
-	db := filepath.Join(dir, "shared.db")
 	rs := &replicaSet{t: t}
 	ports := make([]int, n)
 	for i := range ports {
@@ -118,7 +140,11 @@ func (rs *replicaSet) waitLeader(timeout time.Duration, not *hub) *hub {
 // the jump's audit row (written by C) says why.
 func TestReplicasRevocationCutsSessionElsewhere(t *testing.T) {
 	t.Parallel()
-	rs := startReplicaSet(t, 3)
+	forEachHAStore(t, testReplicasRevocationCutsSessionElsewhere)
+}
+
+func testReplicasRevocationCutsSessionElsewhere(t *testing.T, db string) {
+	rs := startReplicaSet(t, db, 3)
 	a, c := rs.hubs[0], rs.hubs[2]
 	dir := t.TempDir()
 	a.cli("role", "create", "lab", "--nodes", "site=lab", "--logins", loginUser)
@@ -180,11 +206,15 @@ func TestReplicasRevocationCutsSessionElsewhere(t *testing.T) {
 // interrupted (swept by the new leader) and its rerun on another replica
 // completes; no audit row of the finished jumps is lost.
 func TestReplicasKilledLeaderFailover(t *testing.T) {
+	forEachHAStore(t, testReplicasKilledLeaderFailover)
+}
+
+func testReplicasKilledLeaderFailover(t *testing.T, db string) {
 	n := 100
 	if testing.Short() {
 		n = 10
 	}
-	rs := startReplicaSet(t, 3)
+	rs := startReplicaSet(t, db, 3)
 	a := rs.hubs[0]
 	if l := rs.waitLeader(30*time.Second, nil); l != a {
 		// The first replica started first and leads; the others campaign.
