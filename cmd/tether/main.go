@@ -73,6 +73,7 @@ Run right after 'tether hub &', they wait for the hub to start (--wait).`,
 	root.AddCommand(newHubCmd(), newTokenCmd(), newOperatorCmd(), newNodesCmd(), newRoleCmd(), newAuditCmd(), newConfigCmd(), newLoginCmd(), newCACmd(),
 		newRunCmd(), newJobsCmd(), newClusterCmd(), newKubeOneCmd(), newAPITokenCmd(), newVersionCmd(), newInventoryCmd(),
 		newOnboardingCmd(), newOSProfileCmd(), newOnboardCmd())
+	root.AddCommand(newUICmd())
 	return root
 }
 
