@@ -148,7 +148,7 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ui: embedded assets: %w", err)
 	}
-	c := &Console{cfg: cfg, static: http.StripPrefix("/ui/", http.FileServer(http.FS(sub))), mux: http.NewServeMux()}
+	c := &Console{cfg: cfg, static: http.StripPrefix("/ui/assets/", http.FileServer(http.FS(sub))), mux: http.NewServeMux()}
 	c.fleet = newFleet(cfg)
 	c.mux.HandleFunc("POST /v1/console/codes", c.createCode)
 	c.mux.HandleFunc("GET /ui/signin", c.signin)
