@@ -86,7 +86,7 @@ func artifacts(t *testing.T) string {
 func screenshot(t *testing.T, ctx context.Context, dir, name string) {
 	t.Helper()
 	var png []byte
-	if err := chromedp.Run(ctx, chromedp.FullScreenshot(&png, 90)); err != nil {
+	if err := chromedp.Run(ctx, chromedp.FullScreenshot(&png, 100)); err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
 	path := filepath.Join(dir, name+".png")
