@@ -30,12 +30,15 @@ const (
 const SiteLabel = "site"
 
 // fleet serves the paged, filtered node list. It filters a cached copy of
-// the store's nodes (at most FleetCacheTTL old; refreshed by the first
-// request that finds it older, while concurrent requests use the old one)
-// joined with the registry's live sessions, which are always current: a
-// node going offline shows at once, a relabel within FleetCacheTTL.
+// the store's nodes joined with the registry's live sessions, which are
+// always current: a node going offline shows at once, a relabel or a new
+// node within FleetCacheTTL. A request that finds the copy older than that
+// is answered from it while one background read of the store replaces it,
+// so no request waits for a 100k-row read but the very first.
 type fleet struct {
 	cfg Config
+
+	load sync.Mutex // serializes first loads
 
 	mu         sync.Mutex // guards the following fields
 	nodes      []store.Node
@@ -45,54 +48,65 @@ type fleet struct {
 
 func newFleet(cfg Config) *fleet { return &fleet{cfg: cfg} }
 
-// list returns the cached nodes, refreshing them if they are old.
+// fleetRefreshTimeout bounds a background re-read of the store.
+const fleetRefreshTimeout = time.Minute
+
+// list returns the cached nodes, starting a refresh if they are old.
 func (f *fleet) list(ctx context.Context) ([]store.Node, error) {
 	f.mu.Lock()
-	nodes, age := f.nodes, time.Since(f.fetched)
-	mine := (nodes == nil || age > f.cfg.FleetCacheTTL) && !f.refreshing
-	if mine {
-		f.refreshing = true
-	}
-	f.mu.Unlock()
-	if !mine && nodes != nil {
+	if nodes := f.nodes; nodes != nil {
+		if time.Since(f.fetched) > f.cfg.FleetCacheTTL && !f.refreshing {
+			f.refreshing = true
+			// Owned by the fleet, bounded by one store read.
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), fleetRefreshTimeout)
+				defer cancel()
+				fresh, err := f.cfg.Store.ListNodes(ctx)
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				f.refreshing = false
+				if err != nil {
+					f.cfg.Logger.Warn("fleet view: re-read of the nodes failed; showing the previous list", "err", err)
+					return
+				}
+				f.set(fresh)
+			}()
+		}
+		f.mu.Unlock()
 		return nodes, nil
 	}
-	if !mine {
-		// The first load is under way in another request: wait for it.
-		for {
-			time.Sleep(10 * time.Millisecond)
-			f.mu.Lock()
-			nodes, busy := f.nodes, f.refreshing
-			f.mu.Unlock()
-			if nodes != nil || !busy {
-				return f.list(ctx)
-			}
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-		}
+	f.mu.Unlock()
+	f.load.Lock()
+	defer f.load.Unlock()
+	f.mu.Lock()
+	nodes := f.nodes
+	f.mu.Unlock()
+	if nodes != nil {
+		return nodes, nil // loaded while this request waited
 	}
 	fresh, err := f.cfg.Store.ListNodes(ctx)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.refreshing = false
 	if err != nil {
-		if nodes != nil {
-			return nodes, nil // the last good list; the next request tries again
-		}
 		return nil, err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.set(fresh)
+	return f.nodes, nil
+}
+
+// set installs a fresh list; f.mu is held.
+func (f *fleet) set(fresh []store.Node) {
 	if fresh == nil {
 		fresh = []store.Node{}
 	}
 	f.nodes, f.fetched = fresh, time.Now()
-	return fresh, nil
 }
 
-// invalidate makes the next request re-read the store.
+// invalidate drops the cached list: the next request re-reads the store
+// (the benchmark's cold load).
 func (f *fleet) invalidate() {
 	f.mu.Lock()
-	f.fetched = time.Time{}
+	f.nodes = nil
 	f.mu.Unlock()
 }
 
@@ -203,14 +217,29 @@ func ParseFleetQuery(r *http.Request) (FleetQuery, error) {
 
 var stateRank = map[string]int{StateOffline: 0, StateStale: 1, StateOnline: 2, StateRevoked: 3}
 
-var sorters = map[string]func(a, b *FleetNode) int{
-	"name":      func(a, b *FleetNode) int { return 0 },
-	"state":     func(a, b *FleetNode) int { return cmp.Compare(stateRank[a.State], stateRank[b.State]) },
-	"site":      func(a, b *FleetNode) int { return cmp.Compare(a.Site, b.Site) },
-	"version":   func(a, b *FleetNode) int { return cmp.Compare(a.AgentVersion, b.AgentVersion) },
-	"os":        func(a, b *FleetNode) int { return cmp.Compare(a.OS, b.OS) },
-	"transport": func(a, b *FleetNode) int { return cmp.Compare(a.Transport, b.Transport) },
-	"last_seen": func(a, b *FleetNode) int { return a.LastSeen.Compare(b.LastSeen) },
+// hit is a node that passed the filters; rows are built for one page only.
+type hit struct {
+	n     *store.Node
+	state string
+	conn  *registry.Conn
+}
+
+var sorters = map[string]func(a, b *hit) int{
+	"name":      func(a, b *hit) int { return 0 },
+	"state":     func(a, b *hit) int { return cmp.Compare(stateRank[a.state], stateRank[b.state]) },
+	"site":      func(a, b *hit) int { return cmp.Compare(a.n.Labels[SiteLabel], b.n.Labels[SiteLabel]) },
+	"version":   func(a, b *hit) int { return cmp.Compare(a.n.AgentVersion, b.n.AgentVersion) },
+	"os":        func(a, b *hit) int { return cmp.Compare(a.n.OS, b.n.OS) },
+	"transport": func(a, b *hit) int { return cmp.Compare(a.n.Transport, b.n.Transport) },
+	"last_seen": func(a, b *hit) int { return a.lastSeen().Compare(b.lastSeen()) },
+}
+
+// lastSeen is now for a node with a live session.
+func (h *hit) lastSeen() time.Time {
+	if h.conn != nil {
+		return time.Now()
+	}
+	return h.n.LastSeen
 }
 
 // Page filters, counts, sorts and pages the fleet for the caller: only the
@@ -232,8 +261,8 @@ func (f *fleet) Page(ctx context.Context, sees func(*store.Node) bool, q FleetQu
 	conns := live(f.cfg.Registry)
 	now := time.Now()
 	out := FleetPage{Counts: map[string]int{StateOnline: 0, StateStale: 0, StateOffline: 0, StateRevoked: 0},
-		Versions: map[string]int{}, OSes: map[string]int{}, Offset: q.Offset}
-	rows := make([]FleetNode, 0, 64)
+		Versions: map[string]int{}, OSes: map[string]int{}, Offset: q.Offset, Nodes: []FleetNode{}}
+	hits := make([]hit, 0, 1024)
 	for i := range nodes {
 		n := &nodes[i]
 		if !sees(n) {
@@ -251,7 +280,7 @@ func (f *fleet) Page(ctx context.Context, sees func(*store.Node) bool, q FleetQu
 		if q.OS != "" && n.OS != q.OS {
 			continue
 		}
-		if q.Search != "" && !strings.Contains(strings.ToLower(n.Name), q.Search) && !strings.Contains(strings.ToLower(n.Hostname), q.Search) {
+		if q.Search != "" && !containsFold(n.Name, q.Search) && !containsFold(n.Hostname, q.Search) {
 			continue
 		}
 		state, c := stateOf(n, conns, f.cfg.StaleAfter, now)
@@ -260,34 +289,64 @@ func (f *fleet) Page(ctx context.Context, sees func(*store.Node) bool, q FleetQu
 		}
 		out.Matched++
 		out.Counts[state]++
-		row := FleetNode{ID: n.ID, Name: n.Name, State: state, Site: n.Labels[SiteLabel], Labels: n.Labels,
-			AgentVersion: n.AgentVersion, OS: n.OS, Arch: n.Arch, Transport: n.Transport, LastSeen: n.LastSeen}
-		if c != nil {
-			row.Transport, row.LastSeen = c.Session.Transport().String(), now
-		}
-		rows = append(rows, row)
+		hits = append(hits, hit{n: n, state: state, conn: c})
 	}
-	by, desc := sorters["name"], false
-	if q.Sort != "" {
-		by, desc = sorters[strings.TrimPrefix(q.Sort, "-")], strings.HasPrefix(q.Sort, "-")
+	key := strings.TrimPrefix(q.Sort, "-")
+	desc := strings.HasPrefix(q.Sort, "-")
+	if key == "" {
+		key = "name"
 	}
-	slices.SortFunc(rows, func(a, b FleetNode) int {
+	by := sorters[key]
+	order := func(a, b hit) int {
 		c := by(&a, &b)
+		if c == 0 {
+			c = cmp.Compare(a.n.Name, b.n.Name)
+		}
 		if desc {
 			c = -c
 		}
-		if c == 0 {
-			c = cmp.Compare(a.Name, b.Name)
-		}
 		return c
-	})
-	if q.Offset < len(rows) {
-		rows = rows[q.Offset:min(len(rows), q.Offset+q.Limit)]
-	} else {
-		rows = rows[:0]
 	}
-	out.Nodes = rows
+	// The store lists nodes by name: the default order needs no sort.
+	if !slices.IsSortedFunc(hits, order) {
+		slices.SortFunc(hits, order)
+	}
+	if q.Offset < len(hits) {
+		hits = hits[q.Offset:min(len(hits), q.Offset+q.Limit)]
+	} else {
+		hits = nil
+	}
+	for _, h := range hits {
+		n := h.n
+		row := FleetNode{ID: n.ID, Name: n.Name, State: h.state, Site: n.Labels[SiteLabel], Labels: n.Labels,
+			AgentVersion: n.AgentVersion, OS: n.OS, Arch: n.Arch, Transport: n.Transport, LastSeen: n.LastSeen}
+		if h.conn != nil {
+			row.Transport, row.LastSeen = h.conn.Session.Transport().String(), now
+		}
+		out.Nodes = append(out.Nodes, row)
+	}
 	return out, nil
+}
+
+// containsFold reports whether s contains lower (already lower case),
+// ignoring case, without allocating for ASCII names.
+func containsFold(s, lower string) bool {
+	for i := 0; i+len(lower) <= len(s); i++ {
+		j := 0
+		for ; j < len(lower); j++ {
+			c := s[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != lower[j] {
+				break
+			}
+		}
+		if j == len(lower) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Console) sees(s *signedIn) func(*store.Node) bool {
