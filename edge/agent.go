@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/edge/sshserver"
+	"github.com/tether-dev/tether/edge/upgrade"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
 )
@@ -70,6 +71,11 @@ type Config struct {
 	// (so it must not block). The agent simulator in bench/ times the key
 	// pushes of an access change this way.
 	OnControl func(*control.Message)
+	// Upgrade, if set, is the node-side updater on StateDir: the agent
+	// announces it (control.CapUpgrade), marks its own upgrade healthy when
+	// the hub welcomes it, serves the confirm socket and reports the
+	// node's upgrade records.
+	Upgrade *upgrade.Node
 }
 
 // CheckAndSetDefaults validates c and fills defaults.
@@ -126,11 +132,12 @@ type Agent struct {
 	id   *Identity
 	// tickets holds the hub's TLS session tickets; replaced on renewal so
 	// that the next session presents the new certificate.
-	tickets tls.ClientSessionCache
-	log     *slog.Logger
-	sshd    *sshserver.Server // nil unless SSHTarget is embedded
-	allow   map[uint16]bool
-	events  *sshEvents // the embedded server's reports for the hub's audit
+	tickets  tls.ClientSessionCache
+	log      *slog.Logger
+	sshd     *sshserver.Server // nil unless SSHTarget is embedded
+	allow    map[uint16]bool
+	events   *sshEvents // the embedded server's reports for the hub's audit
+	upgrades upgradeReports
 
 	mu     sync.Mutex // guards the following fields
 	state  State      // changed only by setState
@@ -204,6 +211,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		ectx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		wg.Go(func() { a.sendSSHEvents(ectx) })
+		defer wg.Wait()
+		defer cancel()
+	}
+	if a.cfg.Upgrade != nil {
+		uctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { a.serveUpgrades(uctx) })
 		defer wg.Wait()
 		defer cancel()
 	}

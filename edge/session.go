@@ -72,6 +72,7 @@ func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 	}
 	s.log.Info("connected to hub")
 	defer a.hubSession(s, welcome)()
+	defer a.upgradeSession(s, welcome)()
 	a.setState(StateConnected, transition{hub: s.hub, transport: s.tun.Transport().String()})
 	return true, s.serve(ctx, control.AgentLiveness(a.cfg.Tunnel, welcome))
 }
@@ -102,6 +103,10 @@ func (a *Agent) dial(ctx context.Context) (*session, error) {
 func (s *session) hello() *control.Message {
 	a := s.a
 	caps := []string{control.CapTCP, control.CapHeartbeat}
+	up := a.upgradeSupport()
+	if up != nil {
+		caps = append(caps, control.CapUpgrade)
+	}
 	if a.sshd != nil {
 		caps = append(caps, control.CapSSHEmbedded, control.CapSSHLoginEvents)
 	} else {
@@ -116,6 +121,7 @@ func (s *session) hello() *control.Message {
 		HostKey:         a.hostKeyLine(s.log),
 		StateDir:        absStateDir(a.cfg.StateDir),
 		Labels:          a.reportedLabels(s.log),
+		Upgrade:         up,
 	}}
 }
 

@@ -75,6 +75,8 @@ func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunn
 			}
 		case control.TypeSSHEvent:
 			s.recordSSHEvent(conn, msg.SSHEvent, log)
+		case control.TypeUpgradeState:
+			s.recordUpgradeStates(ctx, conn, msg.UpgradeStates, log)
 		case control.TypeRenew:
 			if err := s.renewNodeCert(ctx, conn, msg.CSR, log); err != nil {
 				log.Warn("certificate renewal refused", "err", err)

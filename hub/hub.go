@@ -18,6 +18,7 @@
 //	tlsverify.go  tunnel client certificates, verified so refusals are audited
 //	audit.go      writing audit events, bounded per source for refusals
 //	repeat.go     timers instead of goroutines for per-session periodic work
+//	blobs.go      the registry client for upgrade artifacts, blob garbage collection
 package hub
 
 import (
@@ -43,6 +44,7 @@ import (
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/stepca"
 	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/hub/upgrade"
 	"github.com/tether-dev/tether/internal/validate"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
@@ -86,7 +88,13 @@ type Config struct {
 	// KubeAPIServerPort is kube-apiserver's port on control-plane nodes
 	// (status /readyz, `tether kubeone proxy`); default 6443.
 	KubeAPIServerPort int
-	Logger            *slog.Logger
+	// RegistryCA is a PEM file of extra roots for OCI registries (upgrade
+	// artifacts); the system roots otherwise. TLS is always verified.
+	RegistryCA string
+	// RegistryAuth is a docker-style config.json with registry credentials;
+	// "" means $DOCKER_CONFIG/config.json or ~/.docker/config.json if present.
+	RegistryAuth string
+	Logger       *slog.Logger
 }
 
 // CheckAndSetDefaults validates c and fills defaults.
@@ -174,10 +182,12 @@ type Server struct {
 	jumps      liveJumps     // bastion jumps under way (jump.go)
 	sessions   sync.WaitGroup
 	cluster    *cluster.Controller // set in Run before sessions are accepted
+	upgrades   *upgrade.Controller // set in Run before sessions are accepted
 	kubeone    *kubeone.Service    // set in Run before the API serves
 	guard      *guards             // rate limits (limits.go) and refusal audits (audit.go)
 	admins     admins              // admin certificates: revocation time, local identity (admin.go)
 	dirLock    *dataDirLock        // held from New to the end of Run (datadir.go)
+	blobRefs   blobRefs            // what blob GC keeps besides jobs' uploads (blobs.go)
 }
 
 // New opens the hub's state (creating it the first time).

@@ -27,6 +27,9 @@ import (
 func (s *Server) welcome(nodeID, name string) *control.Welcome {
 	w := s.liveness().Welcome(nodeID, name)
 	w.Capabilities = []string{control.HubCapSSHEvents}
+	if s.upgrades != nil {
+		w.Capabilities = append(w.Capabilities, control.HubCapUpgrades)
+	}
 	return w
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/tether-dev/tether/hub/cluster"
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/kubeone"
+	"github.com/tether-dev/tether/hub/upgrade"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 )
@@ -105,6 +106,11 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	arts, unregisterArts, err := s.newArtifacts(blobs)
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	defer unregisterArts()
 	prov, err := newProvisioner(s)
 	if err != nil {
 		return err
@@ -114,9 +120,21 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	defer kruns.unregister()
+	s.upgrades = upgrade.New(upgrade.Config{Store: s.store, Source: artifactSource{arts}, Driver: upgradeDriver{connect: prov.connect, blobs: blobs},
+		Target: s.upgradeTarget, Audit: s.audit, Logger: s.log.With("component", "upgrade")})
+	for _, c := range s.upgrades.Collectors() {
+		if err := s.metrics.Registry.Register(c); err != nil {
+			return fmt.Errorf("hub: upgrade metrics: %w", err)
+		}
+		defer s.metrics.Registry.Unregister(c)
+	}
+	local := kruns.kinds()
+	local[upgrade.JobKind] = s.upgrades.Local()
 	engine := jobs.New(ctx, jobs.Config{Store: s.store, Connect: prov.connect, Online: s.online, Blobs: blobs,
-		Metrics: s.metrics, Logger: s.log.With("component", "jobs"), Audit: s.audit, Local: kruns.kinds()})
+		Metrics: s.metrics, Logger: s.log.With("component", "jobs"), Audit: s.audit, Local: local})
 	defer engine.Close()
+	s.upgrades.Attach(engine)
+	s.addBlobReferencer(s.upgrades.Referenced)
 	if _, err := engine.Recover(ctx); err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
@@ -149,6 +167,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Login:         loginService{s},
 			Jobs:          engine,
 			Cluster:       s.cluster,
+			Upgrades:      s.upgrades,
 			KubeOne:       s.kubeone,
 			KubeOneRuns:   kruns,
 			Blobs:         blobs,
@@ -177,12 +196,14 @@ func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("hub listening", "tunnel_and_api", ln.Addr().String(), "ssh", sshAddr.String(),
 		"advertise", advertise, "ca_pin", "sha256:"+s.ca.Pin(), "version", Version)
 
+	defer s.startBlobGC(ctx, blobs)()
 	var wg sync.WaitGroup
-	errc := make(chan error, 6)
-	wg.Add(6)
+	errc := make(chan error, 7)
+	wg.Add(7)
 	go func() { defer wg.Done(); s.runPusher(ctx); errc <- nil }()
 	go func() { defer wg.Done(); kruns.reapIdle(ctx); errc <- nil }()
 	go func() { defer wg.Done(); errc <- s.cluster.Run(ctx) }()
+	go func() { defer wg.Done(); errc <- s.upgrades.Run(ctx) }()
 	go func() { defer wg.Done(); errc <- ignoreClosed(httpSrv.Serve(ln.HTTPListener())) }()
 	go func() { defer wg.Done(); errc <- b.Serve() }()
 	go func() { defer wg.Done(); errc <- s.acceptSessions(ctx, ln) }()

@@ -120,6 +120,10 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	}
 	conn.HostKey = msg.Hello.HostKey
 	conn.StateDir = msg.Hello.StateDir
+	if slices.Contains(msg.Hello.Capabilities, control.CapUpgrade) {
+		conn.Upgrade = msg.Hello.Upgrade
+	}
+	conn.AgentVersion, conn.Arch = msg.Hello.AgentVersion, msg.Hello.Facts.Arch
 	conn.ReportsLogins = slices.Contains(msg.Hello.Capabilities, control.CapSSHLoginEvents)
 	conn.Labels = node.Labels
 	if old := s.reg.Put(conn); old != nil {
@@ -150,6 +154,11 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	s.markSeen(ctx, log, node.ID, store.Seen{Online: true, Transport: transport, AgentVersion: msg.Hello.AgentVersion, At: time.Now()})
 	if s.cluster != nil {
 		s.cluster.Wake(node.ID) // a cluster step may be waiting for this node
+	}
+	if s.upgrades != nil {
+		// A node back on an upgrade's target version has passed its health
+		// check; one back at all may be next in a rollout.
+		s.upgrades.Connected(ctx, node.ID, msg.Hello.AgentVersion)
 	}
 	log.Info("node connected", "agent_version", msg.Hello.AgentVersion)
 

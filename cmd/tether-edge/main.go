@@ -43,7 +43,7 @@ Typical unit file line (joins on first boot only, then just connects):
 	}
 	root.SetVersionTemplate("tether-edge {{.Version}}\n") // as the version command prints it
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newJoinCmd(), newRunCmd(), newStatusCmd(), newVersionCmd(), newOnboardCmd())
+	root.AddCommand(newJoinCmd(), newRunCmd(), newStatusCmd(), newVersionCmd(), newOnboardCmd(), newUpgradeCmd(), newConfirmCmd())
 	return root
 }
 

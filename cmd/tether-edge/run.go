@@ -4,12 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tether-dev/tether/edge"
 	"github.com/tether-dev/tether/edge/sshdconf"
+	"github.com/tether-dev/tether/edge/upgrade"
 	"github.com/tether-dev/tether/tunnel"
 )
 
@@ -23,6 +29,10 @@ const exitRefused = 77
 
 // exitStatus is the process exit status for an error a command returned.
 func exitStatus(err error) int {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.code
+	}
 	if edge.Refused(err) {
 		return exitRefused
 	}
@@ -33,7 +43,7 @@ func newRunCmd() *cobra.Command {
 	var cfg edge.Config
 	var join, joinFile, name, transport string
 	var ports []uint
-	var manage bool
+	var manage, supervise bool
 	var sshdPidFile string
 	mgr := &edge.SSHDManager{Paths: sshdconf.DefaultPaths()}
 	tc := tunnel.DefaultConfig()
@@ -58,13 +68,31 @@ When the hub refuses this node for good (it was revoked or removed on the hub,
 or its certificate expired while it was offline), the agent says how to bring
 it back and exits with status 77 instead of 1, so that a supervisor stops
 restarting it (systemd: RestartPreventExitStatus=77). Every other failure
-is retried.`,
+is retried.
+
+Upgrades: this command is also the launcher of installed agent versions.
+When an over-the-air upgrade has installed one (STATE_DIR/agent/current), it
+runs that version with the same arguments (exec), after the launcher's
+checks: an upgrade interrupted mid-switch, a new version that keeps exiting
+(3 times in a row) or that missed its health check while no updater ran is
+switched back to the previous version first. The unit file needs no change.
+
+--supervise keeps a small parent process that runs the agent as its child,
+starts it again 1s after it exits, and restarts it when the updater asks
+(SIGUSR1): the service manager for machines without systemd. The supervisor
+is never replaced while it runs (its child runs the installed version).`,
 		Example: `  tether-edge run --join "$JOIN" --state-dir ./n1 --name n1 --ssh embedded
   tether-edge run --join "$JOIN" --state-dir ./n2 --name n2 --ssh 127.0.0.1:22 --transport tcp`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger()
 			if err != nil {
+				return err
+			}
+			if supervise {
+				return runSupervisor(cmd, cfg.StateDir)
+			}
+			if cfg.Upgrade, err = launch(cfg.StateDir, log); err != nil {
 				return err
 			}
 			if cfg.Transport, err = tunnel.ParseTransport(transport); err != nil {
@@ -137,9 +165,83 @@ is retried.`,
 	f.StringVar(&sshdPidFile, "sshd-pid-file", "", "with --manage-sshd: reload sshd by SIGHUP to this pid file's process (default: systemctl reload ssh)")
 	f.StringVar(&cfg.LabelsFile, "labels-file", edge.DefaultLabelsFile, "KEY=VALUE lines this node reports as its labels at every connect (shown by the hub as reported labels, never used for access)")
 	f.UintSliceVar(&ports, "allow-port", nil, "local TCP port the hub may open streams to (repeatable)")
+	f.BoolVar(&supervise, "supervise", false, "run the agent as a supervised child: restarted when it exits or an upgrade asks (for machines without systemd)")
 	f.StringVar(&transport, "transport", "auto", "auto (race QUIC and TCP), quic, or tcp")
 	f.DurationVar(&cfg.BackoffMax, "backoff-max", 0, "cap of the reconnect backoff (default 30s)")
 	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
 	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead")
 	return cmd
+}
+
+// runSupervisor is `run --supervise`: this process stays the supervisor,
+// its child is `run` with the same arguments but --supervise.
+func runSupervisor(cmd *cobra.Command, stateDir string) error {
+	n, err := upgradeNode(stateDir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(n.Dir, 0o700); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	args := slices.DeleteFunc(slices.Clone(os.Args[1:]), func(a string) bool {
+		return a == "--supervise" || strings.HasPrefix(a, "--supervise=")
+	})
+	code, err := upgrade.Supervise(cmd.Context(), n, self, args, []int{exitRefused})
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return &statusError{code: code, msg: fmt.Sprintf("the agent exited with status %d", code)}
+	}
+	return nil
+}
+
+// launch is the launcher's part of `run`: on its first start (not in an
+// installed version it exec'd) it records the service manager, settles
+// agent upgrades under way (upgrade.Node.Launch) and execs the installed
+// version if that is not this executable. It returns the updater the
+// agent announces.
+func launch(stateDir string, log *slog.Logger) (*upgrade.Node, error) {
+	n, err := upgradeNode(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	if os.Getenv(envLauncher) != "" {
+		return n, nil // exec'd by the launcher, which did all this
+	}
+	if _, err := os.Stat(n.Dir); err != nil {
+		return n, nil // not joined yet: nothing installed, nothing to record
+	}
+	if os.Getenv(upgrade.EnvSupervisor) == "" {
+		m := upgrade.Manager{Kind: upgrade.ManagerNone}
+		if u := upgrade.SystemdUnit(); u != "" {
+			m = upgrade.Manager{Kind: upgrade.ManagerSystemd, Unit: u}
+		}
+		if err := n.SetManager(m); err != nil {
+			log.Warn("cannot record the service manager: agent upgrades will fail", "err", err)
+		}
+	}
+	target, changed := n.Launch()
+	for _, s := range changed {
+		log.Warn("agent upgrade settled at start", "upgrade", s.Name, "step", s.Step, "reason", s.Reason)
+	}
+	if target == "" || sameFile(target, n.Exe) {
+		return n, nil
+	}
+	log.Info("running the installed agent version", "exe", target)
+	env := append(os.Environ(), envLauncher+"="+n.Exe)
+	if err := syscall.Exec(target, append([]string{target}, os.Args[1:]...), env); err != nil {
+		return nil, fmt.Errorf("run the installed agent %s: %w (remove %s to run this executable)", target, err, filepath.Join(n.Dir, "agent", "current"))
+	}
+	return n, nil
+}
+
+func sameFile(a, b string) bool {
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }

@@ -72,6 +72,8 @@ use with --data-dir. Keep it private (it is created 0700).`,
 	f.StringVar(&cfg.KubeOne, "kubeone", "kubeone", "the kubeone binary `tether kubeone apply|reset` runs: a path, or a name looked up on PATH at each run")
 	f.StringVar(&cfg.KubeOneAdminConf, "kubeone-admin-conf", hub.DefaultKubeOneAdminConf, "where kubeadm writes the admin kubeconfig on control-plane nodes (`tether kubeone kubeconfig` reads it with sudo)")
 	f.IntVar(&cfg.KubeAPIServerPort, "kube-apiserver-port", hub.DefaultKubeAPIServerPort, "kube-apiserver's port on control-plane nodes' loopback (KubeOne cluster health, `tether kubeone proxy`)")
+	f.StringVar(&cfg.RegistryCA, "registry-ca", "", "PEM file of extra CA certificates for OCI registries holding upgrade artifacts (system roots otherwise; TLS verification cannot be turned off)")
+	f.StringVar(&cfg.RegistryAuth, "registry-auth", "", "docker-style config.json with registry credentials (default: $DOCKER_CONFIG/config.json or ~/.docker/config.json when present)")
 	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
 	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead")
 	return cmd

@@ -27,7 +27,11 @@ Port forwarding on nodes with the embedded SSH server (ssh -L to the node's
 loopback, ssh -R listening on it; never to or on other addresses) is allowed
 by default, since a login that may run a shell can forward ports anyway;
 --forwarding=false refuses it to the role's logins. An operator may forward
-on a node if any of their roles that selects it allows forwarding.`,
+on a node if any of their roles that selects it allows forwarding.
+
+--confirm lets the role confirm over-the-air upgrades waiting for a person on
+the nodes it selects ('tether upgrade confirm NAME --node N'); no role may by
+default, and the admin always may.`,
 	}
 	cmd.AddCommand(newRoleCreateCmd(), newRoleListCmd(), newRoleRmCmd())
 	return cmd
@@ -37,12 +41,13 @@ func newRoleCreateCmd() *cobra.Command {
 	var cf clientFlags
 	var nodes string
 	var logins []string
-	var forwarding bool
+	var forwarding, confirm bool
 	cmd := &cobra.Command{
 		Use:   "create NAME --nodes SELECTOR --logins LOGIN[,LOGIN]",
 		Short: "Create or replace a role",
 		Example: `  tether role create fleet-ops --nodes 'site=lab,env!=prod' --logins root,ubuntu
-  tether role create auditors --nodes '*' --logins audit --forwarding=false`,
+  tether role create auditors --nodes '*' --logins audit --forwarding=false
+  tether role create berlin-lead --nodes site=berlin --logins audit --confirm`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
@@ -50,11 +55,11 @@ func newRoleCreateCmd() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			r, err := c.PutRole(cmd.Context(), args[0], api.RolePutRequest{Nodes: nodes, Logins: logins, Forwarding: &forwarding})
+			r, err := c.PutRole(cmd.Context(), args[0], api.RolePutRequest{Nodes: nodes, Logins: logins, Forwarding: &forwarding, Confirm: confirm})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "role %s: nodes %q, logins %s, forwarding %s\n", r.Name, r.Nodes, strings.Join(r.Logins, ","), yesNo(r.Forwarding))
+			fmt.Fprintf(os.Stderr, "role %s: nodes %q, logins %s, forwarding %s, confirm upgrades %s\n", r.Name, r.Nodes, strings.Join(r.Logins, ","), yesNo(r.Forwarding), yesNo(r.Confirm))
 			return nil
 		},
 	}
@@ -62,6 +67,7 @@ func newRoleCreateCmd() *cobra.Command {
 	cmd.Flags().StringVar(&nodes, "nodes", "", "node label selector (required; \"*\" for all nodes)")
 	cmd.Flags().StringSliceVar(&logins, "logins", nil, "SSH logins allowed on those nodes (required)")
 	cmd.Flags().BoolVar(&forwarding, "forwarding", true, "allow port forwarding (ssh -L/-R on the nodes' loopback, embedded SSH server)")
+	cmd.Flags().BoolVar(&confirm, "confirm", false, "allow confirming over-the-air upgrades waiting on those nodes (`tether upgrade confirm`)")
 	_ = cmd.MarkFlagRequired("nodes")
 	_ = cmd.MarkFlagRequired("logins")
 	return cmd
@@ -69,9 +75,9 @@ func newRoleCreateCmd() *cobra.Command {
 
 func newRoleListCmd() *cobra.Command {
 	return listCommand(&cobra.Command{Use: "list", Short: "List roles"},
-		(*api.Client).ListRoles, "NAME\tNODES\tLOGINS\tFORWARDING",
+		(*api.Client).ListRoles, "NAME\tNODES\tLOGINS\tFORWARDING\tCONFIRM",
 		func(r api.Role) string {
-			return fmt.Sprintf("%s\t%s\t%s\t%s", r.Name, r.Nodes, strings.Join(r.Logins, ","), yesNo(r.Forwarding))
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", r.Name, r.Nodes, strings.Join(r.Logins, ","), yesNo(r.Forwarding), yesNo(r.Confirm))
 		})
 }
 

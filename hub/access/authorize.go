@@ -246,6 +246,50 @@ func (d *Door) AuthorizeJob(c Caller, n store.Node) error {
 	return nil
 }
 
+// AuthorizeConfirm decides whether c may confirm an upgrade waiting for a
+// person on node n: the admin may; an API token's role, or one of an
+// operator's roles, must select the node and carry the confirm permission.
+// Reaching the node is not enough: saying yes to new software on a machine
+// in the field is its own grant.
+func (d *Door) AuthorizeConfirm(c Caller, n store.Node) error {
+	switch {
+	case c.Onboarding:
+		return refuse(ErrDenied, "%s is an onboarding credential: it may only onboard machines", c.Name)
+	case c.Admin:
+		return nil
+	case c.Operator != "":
+		o, ok := d.Snapshot().Operator(c.Operator)
+		if !ok {
+			return refuse(ErrDenied, "no operator named %q", c.Operator)
+		}
+		if slices.ContainsFunc(o.Roles, func(r roles.Compiled) bool { return r.Confirm && r.Selects(n.Labels) }) {
+			return nil
+		}
+		return refuse(ErrDenied, "no role of operator %q selects node %q with the confirm permission", c.Operator, n.Name)
+	case c.Role != "":
+		r, ok := d.Snapshot().Role(c.Role)
+		if !ok {
+			return refuse(ErrDenied, "role %q no longer exists", c.Role)
+		}
+		if !r.Confirm || !r.Selects(n.Labels) {
+			return refuse(ErrDenied, "role %q may not confirm upgrades on node %q (it needs `tether role create --confirm` and to select the node)", c.Role, n.Name)
+		}
+		return nil
+	}
+	return refuse(ErrDenied, "no identity given")
+}
+
+// AuthorizeUpgrade decides whether c may roll out an upgrade to node n:
+// an upgrade replaces software as root, so only the admin may (jobs run as
+// the node's provisioning login, which a role can grant; an upgrade has no
+// login to scope it by).
+func (d *Door) AuthorizeUpgrade(c Caller, n store.Node) error {
+	if c.Admin {
+		return nil
+	}
+	return refuse(ErrDenied, "%s may not upgrade node %q: rolling out upgrades is for the hub admin", c.Name, n.Name)
+}
+
 // AuthorizeList decides whether c may see node n in a listing or an
 // inventory: the admin sees every node; an operator the nodes one of their
 // roles selects (those they may jump to); an API token the nodes its role

@@ -253,6 +253,16 @@ func (h *handler) putBlob(w http.ResponseWriter, r *http.Request, c caller) {
 // jobs on (sorted by name). The job is bound to those nodes' IDs from here
 // on. Revoked nodes are never targets.
 func (h *handler) resolveTargets(ctx context.Context, c caller, selector string, names []string) ([]store.NodeRef, error) {
+	targets, err := h.selectNodes(ctx, selector, names)
+	if err != nil {
+		return nil, err
+	}
+	return h.authorizeTargets(c, targets)
+}
+
+// selectNodes finds the nodes a selector or a list of names targets
+// (revoked nodes never); the caller authorizes them.
+func (h *handler) selectNodes(ctx context.Context, selector string, names []string) ([]store.Node, error) {
 	if (selector == "") == (len(names) == 0) {
 		return nil, fail(ErrInvalid, "give the target nodes as names (--nodes n1,n2) or as a label selector (-l site=lab, or -l '*' for all), not both")
 	}
@@ -302,7 +312,7 @@ func (h *handler) resolveTargets(ctx context.Context, c caller, selector string,
 			return nil, fail(ErrInvalid, "no such node: %s (see `tether nodes`)", strings.Join(unknown, ", "))
 		}
 	}
-	return h.authorizeTargets(c, targets)
+	return targets, nil
 }
 
 // rerunTargets are the nodes of a rerun: the same node IDs as the runs

@@ -60,6 +60,8 @@ type Deps struct {
 	Blobs *jobs.Blobs
 	// Cluster serves the cluster endpoints; nil disables them.
 	Cluster Cluster
+	// Upgrades serves the upgrade endpoints (upgrades.go); nil disables them.
+	Upgrades Upgrades
 	// KubeOne serves the KubeOne cluster endpoints (kubeone.go); nil
 	// disables them.
 	KubeOne *kubeone.Service
@@ -194,6 +196,13 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("GET /v1/jobs/{id}/nodes/{node}/log", h.automation(h.nodeLog))
 	mux.HandleFunc("POST /v1/jobs/{id}/cancel", h.automation(h.cancelJob))
 	mux.HandleFunc("POST /v1/jobs/{id}/rerun", h.automation(h.rerunJob))
+	mux.HandleFunc("POST /v1/upgrades", h.automation(h.createUpgrade))
+	mux.HandleFunc("GET /v1/upgrades", h.lister(h.listUpgrades))
+	mux.HandleFunc("GET /v1/upgrades/{name}", h.lister(h.getUpgrade))
+	mux.HandleFunc("POST /v1/upgrades/{name}/pause", h.automation(h.upgradeAction("pause", Upgrades.Pause)))
+	mux.HandleFunc("POST /v1/upgrades/{name}/resume", h.automation(h.upgradeAction("resume", Upgrades.Resume)))
+	mux.HandleFunc("POST /v1/upgrades/{name}/cancel", h.automation(h.upgradeAction("cancel", Upgrades.Cancel)))
+	mux.HandleFunc("POST /v1/upgrades/{name}/confirm", h.lister(h.confirmUpgrade))
 	mux.HandleFunc("GET /v1/cluster", h.admin(h.clusterStatus))
 	mux.HandleFunc("PUT /v1/cluster/{node}", h.admin(h.clusterRegister))
 	mux.HandleFunc("DELETE /v1/cluster/{node}", h.admin(h.clusterDeregister))
@@ -600,7 +609,7 @@ func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	role := roles.Role{Name: r.PathValue("name"), Nodes: req.Nodes, Logins: req.Logins, NoForwarding: req.Forwarding != nil && !*req.Forwarding}
+	role := roles.Role{Name: r.PathValue("name"), Nodes: req.Nodes, Logins: req.Logins, NoForwarding: req.Forwarding != nil && !*req.Forwarding, Confirm: req.Confirm}
 	if role.Name == access.RoleOnboarder {
 		h.writeErr(w, r, fail(ErrInvalid, "role name %q is the built-in permission of onboarding credentials; choose another name", role.Name))
 		return
@@ -614,7 +623,7 @@ func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.OperatorsChanged()
-	h.audit(store.AuditEvent{Kind: "role_put", Remote: r.RemoteAddr, Result: "ok", Detail: fmt.Sprintf("%s: nodes %q logins %s forwarding %t", role.Name, role.Nodes, strings.Join(role.Logins, ","), !role.NoForwarding)})
+	h.audit(store.AuditEvent{Kind: "role_put", Remote: r.RemoteAddr, Result: "ok", Detail: fmt.Sprintf("%s: nodes %q logins %s forwarding %t confirm %t", role.Name, role.Nodes, strings.Join(role.Logins, ","), !role.NoForwarding, role.Confirm)})
 	writeJSON(w, http.StatusOK, roleFrom(store.Role(role)))
 }
 

@@ -50,6 +50,9 @@ type RolePutRequest struct {
 	// Forwarding allows port forwarding (ssh -L/-R on the nodes' loopback)
 	// to the role's logins; absent means allowed.
 	Forwarding *bool `json:"forwarding,omitempty"`
+	// Confirm lets the role confirm upgrades waiting on the nodes it
+	// selects (default: not).
+	Confirm bool `json:"confirm,omitempty"`
 }
 
 // SSHTrust answers GET /v1/ssh/trust (no authentication: public keys only).

@@ -94,10 +94,11 @@ type Role struct {
 	Nodes      string   `json:"nodes"`
 	Logins     []string `json:"logins"`
 	Forwarding bool     `json:"forwarding"` // port forwarding allowed
+	Confirm    bool     `json:"confirm"`    // may confirm upgrades waiting on its nodes
 }
 
 func roleFrom(r store.Role) Role {
-	return Role{Name: r.Name, Nodes: r.Nodes, Logins: slices.Clone(r.Logins), Forwarding: !r.NoForwarding}
+	return Role{Name: r.Name, Nodes: r.Nodes, Logins: slices.Clone(r.Logins), Forwarding: !r.NoForwarding, Confirm: r.Confirm}
 }
 
 // AuditEvent is an audit log entry as the API shows it.

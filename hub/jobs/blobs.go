@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 )
 
 // ErrBlobNotFound is returned for a digest the hub does not hold.
@@ -17,9 +20,14 @@ var ErrBlobNotFound = errors.New("blob not found")
 // ErrBlobTooLarge is returned when an upload exceeds the size limit.
 var ErrBlobTooLarge = errors.New("blob too large")
 
-// Blobs is a content-addressed file store for job uploads and engine
-// scripts: files are named by their SHA-256, so a job spec that names a
-// digest always gets the same bytes, including on a rerun.
+// ErrBlobDigestMismatch is returned when content does not hash to the
+// digest it was announced with; nothing is stored then.
+var ErrBlobDigestMismatch = errors.New("blob digest mismatch")
+
+// Blobs is a content-addressed file store for job uploads, engine scripts
+// and upgrade artifacts fetched from registries: files are named by their
+// SHA-256, so a job spec or an upgrade that names a digest always gets the
+// same bytes, including on a rerun. GC removes what nothing references.
 type Blobs struct {
 	dir     string
 	maxSize int64
@@ -53,7 +61,7 @@ func (b *Blobs) Put(r io.Reader, want string) (digest string, size int64, err er
 	if want != "" && !ValidDigest(want) {
 		return "", 0, fmt.Errorf("jobs: digest %q is not a hex SHA-256", want)
 	}
-	tmp, err := os.CreateTemp(b.dir, ".upload-*")
+	tmp, err := os.CreateTemp(b.dir, tempPrefix+"*")
 	if err != nil {
 		return "", 0, fmt.Errorf("jobs: store blob: %w", err)
 	}
@@ -69,7 +77,7 @@ func (b *Blobs) Put(r io.Reader, want string) (digest string, size int64, err er
 	}
 	digest = hex.EncodeToString(h.Sum(nil))
 	if want != "" && want != digest {
-		return "", 0, fmt.Errorf("jobs: upload hashes to sha256:%s, not the announced sha256:%s (corrupted in transit?)", digest, want)
+		return "", 0, fmt.Errorf("jobs: %w: upload hashes to sha256:%s, not the announced sha256:%s (corrupted in transit?)", ErrBlobDigestMismatch, digest, want)
 	}
 	if err := tmp.Sync(); err != nil {
 		return "", 0, fmt.Errorf("jobs: store blob: %w", err)
@@ -122,4 +130,78 @@ func (b *Blobs) Has(digest string) bool {
 	}
 	_, err := os.Stat(filepath.Join(b.dir, digest))
 	return err == nil
+}
+
+// tempPrefix names uploads in progress (renamed to their digest when done).
+const tempPrefix = ".upload-"
+
+// GCStats is what one GC pass did.
+type GCStats struct {
+	Kept         int   // blobs referenced or younger than the minimum age
+	Removed      int   // blobs and abandoned temporary files removed
+	BytesRemoved int64 // their size
+}
+
+// GC removes the blobs keep does not name that are older than minAge, and
+// temporary files abandoned longer than minAge (a crash mid-upload). keep's
+// keys are hex digests, with or without "sha256:". The age protects a blob
+// between its upload and the job or upgrade that will name it: Put always
+// writes a new file, so a blob stored again is young again.
+func (b *Blobs) GC(keep map[string]bool, minAge time.Duration) (GCStats, error) {
+	norm := make(map[string]bool, len(keep))
+	for k := range keep {
+		norm[strings.TrimPrefix(k, "sha256:")] = true
+	}
+	entries, err := os.ReadDir(b.dir)
+	if err != nil {
+		return GCStats{}, fmt.Errorf("jobs: blob gc: %w", err)
+	}
+	var st GCStats
+	cutoff := time.Now().Add(-minAge)
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || !(ValidDigest(name) || strings.HasPrefix(name, tempPrefix)) {
+			continue // not ours
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		if norm[name] || info.ModTime().After(cutoff) {
+			st.Kept++
+			continue
+		}
+		if err := os.Remove(filepath.Join(b.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		st.Removed++
+		st.BytesRemoved += info.Size()
+	}
+	if len(errs) > 0 {
+		return st, fmt.Errorf("jobs: blob gc: %w", errors.Join(errs...))
+	}
+	return st, nil
+}
+
+// BlobReferencer returns digests (hex, with or without "sha256:") that must
+// stay in the blob store: those of jobs, of upgrades, ….
+type BlobReferencer func(ctx context.Context) ([]string, error)
+
+// CollectGarbage runs one GC pass keeping what every referencer names. A
+// referencer that fails stops the pass: a blob must never go because its
+// owner could not be asked.
+func (b *Blobs) CollectGarbage(ctx context.Context, minAge time.Duration, refs ...BlobReferencer) (GCStats, error) {
+	keep := map[string]bool{}
+	for _, r := range refs {
+		ds, err := r(ctx)
+		if err != nil {
+			return GCStats{}, fmt.Errorf("jobs: blob gc: listing referenced blobs: %w", err)
+		}
+		for _, d := range ds {
+			keep[d] = true
+		}
+	}
+	return b.GC(keep, minAge)
 }

@@ -28,6 +28,12 @@ type Conn struct {
 	HostKey string
 	// StateDir is the agent's state directory as it reported it ("" if not).
 	StateDir string
+	// Upgrade is how the hub runs the agent's node-side updater (hello
+	// capability control.CapUpgrade); nil for an agent without one.
+	// AgentVersion and Arch are the hello's, for the upgrade controller.
+	Upgrade      *control.UpgradeSupport
+	AgentVersion string
+	Arch         string
 	// ReportsLogins: the agent's embedded SSH server reports every login's
 	// outcome (hello capability control.CapSSHLoginEvents).
 	ReportsLogins bool

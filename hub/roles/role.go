@@ -57,6 +57,11 @@ type Role struct {
 	// client on the node), so refusing it is a policy signal, not a wall;
 	// `tether role create --forwarding=false` sets it.
 	NoForwarding bool `json:"no_forwarding,omitempty"`
+	// Confirm lets the role's holders confirm over-the-air upgrades that
+	// wait for a person on the nodes the role selects (`tether upgrade
+	// confirm`). The zero value does not: saying yes to new software on a
+	// machine in the field is its own decision, apart from reaching it.
+	Confirm bool `json:"confirm,omitempty"`
 }
 
 // Validate checks the name, the selector and the logins, and names the first

@@ -29,7 +29,7 @@ func TestAdminMigrationRenamesUserRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(roles); got != "[{admin * [*] false} {admin-legacy site=lab [ubuntu] false} {all * [*] false}]" {
+	if got := fmt.Sprint(roles); got != "[{admin * [*] false false} {admin-legacy site=lab [ubuntu] false false} {all * [*] false false}]" {
 		t.Fatalf("roles after upgrade: %s", got)
 	}
 	ops, _ := s.ListOperators(ctx)

@@ -62,6 +62,13 @@ type JobSpec struct {
 	Role           string            `json:"role,omitempty"`         // role of an API-token creator (jobs it may see)
 	RerunOf        string            `json:"rerun_of,omitempty"`     // job id this one re-runs
 	Cluster        *ClusterStep      `json:"cluster,omitempty"`      // set for cluster install/uninstall jobs
+	Upgrade        *UpgradeRun       `json:"upgrade,omitempty"`      // set for the upgrade jobs of a rollout
+}
+
+// UpgradeRun is the work of an upgrade job: drive its nodes through one
+// over-the-air upgrade (see hub/upgrade).
+type UpgradeRun struct {
+	Name string `json:"name"`
 }
 
 // ClusterStep is the cluster work of a cluster job (see provisioners/cluster).
@@ -163,6 +170,8 @@ type JobStore interface {
 	// InterruptJobs marks every running job, and its live per-node runs,
 	// interrupted (called at hub start: no job survives a restart).
 	InterruptJobs(ctx context.Context, at time.Time) (jobs int, err error)
+	// JobBlobDigests lists the blobs every stored job uploads (blob GC).
+	JobBlobDigests(ctx context.Context) ([]string, error)
 }
 
 // CreateJob implements JobStore.

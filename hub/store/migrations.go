@@ -90,7 +90,10 @@ var migrations = []string{
 	// v12: onboarding of machines in the field: credentials, OS profiles,
 	// and which machine each onboarded node is (onboarding.go).
 	migrationOnboarding,
-	// v13: the web console's one-time sign-in codes and sessions
+	// v13: over-the-air upgrades, each node's place in one, and the role
+	// permission to confirm them (upgrades.go).
+	migrationUpgrades,
+	// v14: the web console's one-time sign-in codes and sessions
 	// (console.go), so sessions outlive a hub restart.
 	migrationConsole,
 }
@@ -252,3 +255,40 @@ const migrationKubeOne = `CREATE TABLE kubeone_clusters (
 		position INTEGER NOT NULL
 	);
 	CREATE INDEX kubeone_members_cluster ON kubeone_members (cluster);`
+
+// migrationUpgrades adds over-the-air upgrades: one row per rollout (the
+// artifact pinned by digest at creation: a row without one cannot exist),
+// one per target node (its step in the per-node state machine with each
+// step's time and reason), and the roles' `confirm` permission.
+const migrationUpgrades = `CREATE TABLE upgrades (
+		name TEXT PRIMARY KEY,
+		kind TEXT NOT NULL,
+		reference TEXT NOT NULL,
+		digest TEXT NOT NULL CHECK (length(digest) = 71 AND substr(digest, 1, 7) = 'sha256:'),
+		version TEXT NOT NULL,
+		pinned TEXT NOT NULL,
+		spec TEXT NOT NULL,
+		state TEXT NOT NULL,
+		reason TEXT NOT NULL DEFAULT '',
+		fetched INTEGER NOT NULL DEFAULT 0,
+		created_by TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL
+	);
+	CREATE TABLE upgrade_nodes (
+		upgrade TEXT NOT NULL REFERENCES upgrades (name) ON DELETE CASCADE,
+		node_id TEXT NOT NULL,
+		node TEXT NOT NULL,
+		batch INTEGER NOT NULL,
+		step TEXT NOT NULL,
+		reason TEXT NOT NULL DEFAULT '',
+		from_version TEXT NOT NULL DEFAULT '',
+		confirmed_by TEXT NOT NULL DEFAULT '',
+		history TEXT NOT NULL DEFAULT '[]',
+		job_id TEXT NOT NULL DEFAULT '',
+		started_at INTEGER NOT NULL DEFAULT 0,
+		updated_at INTEGER NOT NULL,
+		PRIMARY KEY (upgrade, node_id)
+	);
+	CREATE INDEX upgrade_nodes_node_id ON upgrade_nodes (node_id);
+	ALTER TABLE roles ADD COLUMN confirm INTEGER NOT NULL DEFAULT 0;`

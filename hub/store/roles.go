@@ -13,14 +13,17 @@ type Role struct {
 	Logins []string `json:"logins"`
 	// NoForwarding: the role refuses port forwarding (see hub/roles).
 	NoForwarding bool `json:"no_forwarding,omitempty"`
+	// Confirm: the role may confirm upgrades waiting on the nodes it
+	// selects (see hub/roles).
+	Confirm bool `json:"confirm,omitempty"`
 }
 
 // PutRole implements Store.
 func (s *SQLite) PutRole(ctx context.Context, r Role) error {
 	logins, _ := json.Marshal(r.Logins)
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO roles (name, nodes, logins, forwarding) VALUES (?,?,?,?)
-		ON CONFLICT (name) DO UPDATE SET nodes = excluded.nodes, logins = excluded.logins, forwarding = excluded.forwarding`,
-		r.Name, r.Nodes, string(logins), !r.NoForwarding); err != nil {
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO roles (name, nodes, logins, forwarding, confirm) VALUES (?,?,?,?,?)
+		ON CONFLICT (name) DO UPDATE SET nodes = excluded.nodes, logins = excluded.logins, forwarding = excluded.forwarding, confirm = excluded.confirm`,
+		r.Name, r.Nodes, string(logins), !r.NoForwarding, r.Confirm); err != nil {
 		return fmt.Errorf("store: put role %q: %w", r.Name, err)
 	}
 	return nil
@@ -28,7 +31,7 @@ func (s *SQLite) PutRole(ctx context.Context, r Role) error {
 
 // ListRoles implements Store.
 func (s *SQLite) ListRoles(ctx context.Context) ([]Role, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, nodes, logins, forwarding FROM roles ORDER BY name`)
+	rows, err := s.db.QueryContext(ctx, `SELECT name, nodes, logins, forwarding, confirm FROM roles ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list roles: %w", err)
 	}
@@ -38,7 +41,7 @@ func (s *SQLite) ListRoles(ctx context.Context) ([]Role, error) {
 		var r Role
 		var logins string
 		var forwarding bool
-		if err := rows.Scan(&r.Name, &r.Nodes, &logins, &forwarding); err != nil {
+		if err := rows.Scan(&r.Name, &r.Nodes, &logins, &forwarding, &r.Confirm); err != nil {
 			return nil, err
 		}
 		r.NoForwarding = !forwarding

@@ -97,6 +97,7 @@ type Store interface {
 	APITokenStore
 	AdminStore
 	OnboardingStore
+	UpgradeStore
 	ConsoleStore
 
 	Close() error

@@ -48,6 +48,10 @@ type Config struct {
 	// OnAgent, if set, is called with every agent once it exists (the P6
 	// harness reaches the embedded SSH servers this way).
 	OnAgent func(i int, a *edge.Agent)
+	// Configure, if set, adjusts agent i's configuration before the agent
+	// is created (P9 gives each agent a state dir and the node-side
+	// updater).
+	Configure func(i int, c *edge.Config)
 }
 
 // Sim is a running set of agents.
@@ -59,12 +63,22 @@ type Sim struct {
 	agents  []agentState
 	pushes  pushWatch
 	start   time.Time
+	ctx     context.Context // the agents' parent
+	runs    []agentRun
 
 	connected atomic.Int64
 	attempts  atomic.Int64 // dial attempts that failed
 	drops     atomic.Int64 // sessions that ended
 	started   atomic.Int64 // agents whose Run has begun
 	exited    atomic.Int64 // agents whose Run returned (refused, rejoin needed)
+}
+
+// agentRun is one agent's current Run, so it can be restarted alone.
+type agentRun struct {
+	mu     sync.Mutex // guards the following fields
+	cfg    edge.Config
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 type agentState struct {
@@ -106,7 +120,7 @@ func Start(ctx context.Context, cfg Config) (*Sim, error) {
 	if cfg.SSHTarget == "" {
 		cfg.SSHTarget = "127.0.0.1:1"
 	}
-	s := &Sim{cfg: cfg, agents: make([]agentState, cfg.Count), start: time.Now()}
+	s := &Sim{cfg: cfg, agents: make([]agentState, cfg.Count), start: time.Now(), runs: make([]agentRun, cfg.Count)}
 	s.pushes.agents = make([]agentPushes, cfg.Count)
 	agents := make([]*edge.Agent, cfg.Count)
 	for i := range cfg.Count {
@@ -134,17 +148,22 @@ func Start(ctx context.Context, cfg Config) (*Sim, error) {
 		} else {
 			ec.SourceIP = IPFor(cfg.IPBase, i)
 		}
+		if cfg.Configure != nil {
+			cfg.Configure(i, &ec)
+		}
 		a, err := edge.New(ec)
 		if err != nil {
 			s.closeSockets()
 			return nil, fmt.Errorf("sim: agent %s: %w", id.Config.Name, err)
 		}
 		agents[i] = a
+		s.runs[i].cfg = ec
 		if cfg.OnAgent != nil {
 			cfg.OnAgent(i, a)
 		}
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
+	s.ctx = ctx
 	s.wg.Go(func() {
 		var tick *time.Ticker
 		batch := cfg.Count
@@ -156,14 +175,11 @@ func Start(ctx context.Context, cfg Config) (*Sim, error) {
 		}
 		for i := 0; i < cfg.Count; {
 			for end := min(cfg.Count, i+batch); i < end; i++ {
-				a := agents[i]
 				s.started.Add(1)
-				s.wg.Go(func() {
-					if err := a.Run(ctx); err != nil {
-						cfg.Logger.Warn("simulated agent stopped", "err", err)
-					}
-					s.exited.Add(1)
-				})
+				r := &s.runs[i]
+				r.mu.Lock()
+				s.runLocked(r, agents[i])
+				r.mu.Unlock()
 			}
 			if tick != nil && i < cfg.Count {
 				select {
@@ -212,6 +228,48 @@ func (s *Sim) onStatus(i int) func(edge.Status) {
 			}
 		}
 	}
+}
+
+// runLocked starts a's Run as agent r's current run.
+func (s *Sim) runLocked(r *agentRun, a *edge.Agent) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	done := make(chan struct{})
+	r.cancel, r.done = cancel, done
+	s.wg.Go(func() {
+		defer close(done)
+		err := a.Run(ctx)
+		if err != nil {
+			s.cfg.Logger.Warn("simulated agent stopped", "err", err)
+		}
+		// A stop or a restart is not an agent giving up.
+		if ctx.Err() == nil {
+			s.exited.Add(1)
+		}
+	})
+}
+
+// Restart stops agent i (its session ends as a process exit would end it)
+// and starts a new agent with the same configuration: what a service
+// manager's restart is to a real agent. An agent not started yet is left
+// to start.
+func (s *Sim) Restart(i int) error {
+	if i < 0 || i >= len(s.runs) {
+		return fmt.Errorf("sim: no agent %d", i)
+	}
+	r := &s.runs[i]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cancel == nil || s.ctx.Err() != nil {
+		return nil
+	}
+	r.cancel()
+	<-r.done
+	a, err := edge.New(r.cfg)
+	if err != nil {
+		return fmt.Errorf("sim: restart agent %d: %w", i, err)
+	}
+	s.runLocked(r, a)
+	return nil
 }
 
 // Connected is how many agents have a live session.

@@ -1,0 +1,247 @@
+package upgrade
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/tether-dev/tether/tunnel/control"
+)
+
+// DefaultScriptTimeout bounds each bundle script unless Node.ScriptTimeout says otherwise.
+const DefaultScriptTimeout = 30 * time.Minute
+
+// Apply moves an upgrade on as far as the node can take it now:
+// confirmation (confirmedBy, when it waits for one), verification of every
+// received file against the manifest's digests, then the install: a
+// bundle's scripts run to the end here; an agent upgrade is handed to the
+// updater (`upgrade watch`, started outside this process), and Apply
+// returns in installing. On an upgrade that is past verification, or has
+// ended, Apply returns the record as it is.
+func (n *Node) Apply(ctx context.Context, name, confirmedBy string) (*State, error) {
+	l, err := n.lock(name, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	s, err := n.Load(name)
+	if err != nil {
+		return nil, err
+	}
+	if s.Kind == control.UpgradeBundle && (s.Step == control.StepInstalling || s.Step == control.StepHealthCheck) {
+		// This process holds the record's lock, so no apply runs the
+		// bundle's scripts: the one that did was killed (the hub's
+		// connection ended mid-install). Its outcome is unknown; say so
+		// rather than run the scripts a second time.
+		return s, n.fail(s, fmt.Sprintf("interrupted in %s (the apply running it was killed, e.g. the hub's connection ended); the script's outcome is unknown", s.Step))
+	}
+	var o control.UpgradeOffer
+	if s.Step == control.StepAwaitingConfirmation {
+		if confirmedBy == "" {
+			return s, fmt.Errorf("%w: upgrade %s waits for confirmation: confirm it on the hub (`tether upgrade confirm`) or on the node (`tether-edge confirm %s`)", ErrRefused, name, name)
+		}
+		s.ConfirmedBy = confirmedBy
+		if err := n.move(s, control.StepDownloading, "confirmed by "+confirmedBy); err != nil {
+			return s, err
+		}
+	}
+	if s.Step == control.StepDownloading || s.Step == control.StepVerifying {
+		if err := readJSON(filepath.Join(n.recordDir(name), "offer.json"), &o); err != nil {
+			return s, fmt.Errorf("upgrade %s: read its offer: %w", name, err)
+		}
+	}
+	if s.Step == control.StepDownloading {
+		m, err := o.Verify()
+		if err != nil {
+			return s, n.fail(s, err.Error())
+		}
+		for _, f := range m.Files() {
+			p := filepath.Join(control.UpgradeIncomingDir(n.Dir, name), control.DigestHex(f.Digest))
+			if _, err := os.Stat(p); err != nil {
+				return s, fmt.Errorf("upgrade %s: file %s (%s) not received yet: upload it to %s", name, f.Name, f.Digest, p)
+			}
+		}
+		if err := n.move(s, control.StepVerifying, ""); err != nil {
+			return s, err
+		}
+	}
+	if s.Step == control.StepVerifying {
+		m, err := o.Verify()
+		if err != nil {
+			return s, n.fail(s, err.Error())
+		}
+		if reason, err := n.stage(name, m.Files()); err != nil {
+			return s, err
+		} else if reason != "" {
+			n.removeFiles(name)
+			return s, n.fail(s, reason)
+		}
+		os.RemoveAll(control.UpgradeIncomingDir(n.Dir, name))
+		if err := n.move(s, control.StepInstalling, ""); err != nil {
+			return s, err
+		}
+		if s.Kind == control.UpgradeBundle {
+			n.runBundle(ctx, s, &o)
+			return s, nil
+		}
+		return s, n.installAgent(s, &o)
+	}
+	return s, nil
+}
+
+// fail moves s to failed(reason); the returned error is nil when that
+// worked (the failure is in the record, not an error of the verb).
+func (n *Node) fail(s *State, reason string) error {
+	return n.move(s, control.StepFailed, reason)
+}
+
+// stage copies each received file into the stage dir, hashing what it
+// copies: the copy that matched its digest is the one that runs or is
+// installed, so a file changed after the check cannot be. A mismatch
+// returns its reason ("digest mismatch (want …, got …)").
+func (n *Node) stage(name string, files []control.UpgradeFile) (reason string, err error) {
+	dir := n.stageDir(name)
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	for _, f := range files {
+		src := filepath.Join(control.UpgradeIncomingDir(n.Dir, name), control.DigestHex(f.Digest))
+		got, err := copyHashed(src, filepath.Join(dir, f.Name), 0o755)
+		if err != nil {
+			return "", fmt.Errorf("upgrade %s: stage %s: %w", name, f.Name, err)
+		}
+		if got != f.Digest {
+			return fmt.Sprintf("digest mismatch (want %s, got %s)", f.Digest, got), nil
+		}
+	}
+	syncDir(dir)
+	return "", nil
+}
+
+// copyHashed copies src to dst (fsynced) and returns the copy's digest.
+func copyHashed(src, dst string, mode fs.FileMode) (string, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	_, err = io.Copy(io.MultiWriter(out, h), io.LimitReader(in, control.MaxArtifactFile+1))
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// runBundle runs the staged install script, then the health script if
+// there is one; a failing health script runs the rollback script if there
+// is one. Every script's output goes to Stderr.
+func (n *Node) runBundle(ctx context.Context, s *State, o *control.UpgradeOffer) {
+	dir := n.stageDir(s.Name)
+	has := func(f string) bool { _, err := os.Stat(filepath.Join(dir, f)); return err == nil }
+	if err := n.script(ctx, s, o, control.BundleInstall); err != nil {
+		_ = n.fail(s, err.Error())
+		return
+	}
+	if !has(control.BundleHealth) {
+		_ = n.move(s, control.StepSucceeded, "")
+		return
+	}
+	if err := n.move(s, control.StepHealthCheck, ""); err != nil {
+		return
+	}
+	herr := n.script(ctx, s, o, control.BundleHealth)
+	if herr == nil {
+		_ = n.move(s, control.StepSucceeded, "")
+		return
+	}
+	if !has(control.BundleRollback) {
+		_ = n.fail(s, herr.Error()+" (the bundle has no "+control.BundleRollback+")")
+		return
+	}
+	if rerr := n.script(ctx, s, o, control.BundleRollback); rerr != nil {
+		_ = n.fail(s, herr.Error()+"; "+rerr.Error())
+		return
+	}
+	_ = n.move(s, control.StepRolledBack, herr.Error()+"; "+control.BundleRollback+" ran")
+}
+
+// script runs one bundle script with /bin/sh in the stage dir, in its own
+// process group (killed whole at the timeout).
+func (n *Node) script(ctx context.Context, s *State, o *control.UpgradeOffer, file string) error {
+	timeout := n.ScriptTimeout
+	if timeout <= 0 {
+		timeout = DefaultScriptTimeout
+	}
+	if file == control.BundleHealth && o.HealthTimeoutSeconds > 0 {
+		timeout = time.Duration(o.HealthTimeoutSeconds) * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	dir := n.stageDir(s.Name)
+	cmd := exec.CommandContext(ctx, "/bin/sh", filepath.Join(dir, file))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "TETHER_UPGRADE_NAME="+s.Name, "TETHER_UPGRADE_VERSION="+s.ToVersion,
+		"TETHER_UPGRADE_FROM_VERSION="+s.FromVersion, "TETHER_UPGRADE_DIR="+dir)
+	cmd.Stdout, cmd.Stderr = n.stderr(), n.stderr()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	fmt.Fprintf(n.stderr(), "tether-edge: upgrade %s: running %s\n", s.Name, file)
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("%s timed out after %s", file, timeout)
+	case errors.As(err, &ee) && ee.ExitCode() >= 0:
+		return fmt.Errorf("%s exited with status %d", file, ee.ExitCode())
+	default:
+		return fmt.Errorf("%s: %v", file, err)
+	}
+}
+
+// RecoverBundles fails bundle upgrades a power cut or a kill interrupted
+// in installing or health_check (no process holds their lock): whether the
+// script finished is unknown, so the node says so instead of guessing.
+func (n *Node) RecoverBundles() []State {
+	all, _ := n.List()
+	var changed []State
+	for _, s := range all {
+		if s.Kind != control.UpgradeBundle || (s.Step != control.StepInstalling && s.Step != control.StepHealthCheck) {
+			continue
+		}
+		l, err := n.lock(s.Name, 0)
+		if err != nil {
+			continue
+		}
+		if cur, err := n.Load(s.Name); err == nil && cur.Step == s.Step {
+			if n.fail(cur, fmt.Sprintf("interrupted in %s (the node restarted or the updater was killed); the script's outcome is unknown", s.Step)) == nil {
+				changed = append(changed, *cur)
+			}
+		}
+		l.Close()
+	}
+	return changed
+}

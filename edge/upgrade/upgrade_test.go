@@ -1,0 +1,277 @@
+package upgrade
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tether-dev/tether/internal/testenv"
+	"github.com/tether-dev/tether/tunnel/control"
+)
+
+func newNode(t *testing.T, version string) *Node {
+	t.Helper()
+	return &Node{Dir: t.TempDir(), Version: version, Exe: "/bin/true", Log: testenv.Logger(t)}
+}
+
+func TestOffer(t *testing.T) {
+	bin := []byte("new agent")
+	cases := []struct {
+		name     string
+		running  string
+		offer    func(t *testing.T) control.UpgradeOffer
+		step     control.UpgradeStep
+		reason   string
+		notFresh bool // offered twice: the second is compared
+	}{
+		{"agent upgrade", "v1.0.0", func(t *testing.T) control.UpgradeOffer { return testenv.AgentOffer(t, "edge-1.1", "v1.1.0", bin) }, control.StepDownloading, "", false},
+		{"already there", "v1.1.0", func(t *testing.T) control.UpgradeOffer { return testenv.AgentOffer(t, "edge-1.1", "v1.1.0", bin) }, control.StepSkipped, "already at v1.1.0", false},
+		{"downgrade refused", "v1.2.0", func(t *testing.T) control.UpgradeOffer { return testenv.AgentOffer(t, "edge-1.1", "v1.1.0", bin) }, control.StepFailed, "downgrade from v1.2.0 to v1.1.0 refused", false},
+		{"downgrade allowed", "v1.2.0", func(t *testing.T) control.UpgradeOffer {
+			o := testenv.AgentOffer(t, "edge-1.1", "v1.1.0", bin)
+			o.AllowDowngrade = true
+			return o
+		}, control.StepDownloading, "", false},
+		{"confirmation", "v1.0.0", func(t *testing.T) control.UpgradeOffer {
+			o := testenv.AgentOffer(t, "edge-1.1", "v1.1.0", bin)
+			o.RequireConfirmation = true
+			return o
+		}, control.StepAwaitingConfirmation, "", false},
+		{"bundle", "v1.0.0", func(t *testing.T) control.UpgradeOffer {
+			return testenv.BundleOffer(t, "patch-42", "42", map[string][]byte{"install.sh": []byte("true")})
+		}, control.StepDownloading, "", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n := newNode(t, c.running)
+			o := c.offer(t)
+			s, err := n.Offer(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Step != c.step || !strings.Contains(s.Reason, c.reason) {
+				t.Fatalf("step %s (%q), want %s (%q)", s.Step, s.Reason, c.step, c.reason)
+			}
+			again, err := n.Offer(o)
+			if err != nil || again.Step != s.Step || len(again.History) != len(s.History) {
+				t.Fatalf("the same offer again: %+v, %v; want the record as it was", again, err)
+			}
+			loaded, err := n.Load(o.Name)
+			if err != nil || loaded.Step != c.step {
+				t.Fatalf("persisted: %+v, %v", loaded, err)
+			}
+		})
+	}
+}
+
+func TestOfferOtherDigest(t *testing.T) {
+	n := newNode(t, "v1.0.0")
+	if _, err := n.Offer(testenv.AgentOffer(t, "edge", "v1.1.0", []byte("a"))); err != nil {
+		t.Fatal(err)
+	}
+	_, err := n.Offer(testenv.AgentOffer(t, "edge", "v1.1.0", []byte("b")))
+	if err == nil || !strings.Contains(err.Error(), "a different digest") {
+		t.Fatalf("another digest under a running name: %v, want refused", err)
+	}
+	if _, err := n.Cancel("edge"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := n.Offer(testenv.AgentOffer(t, "edge", "v1.1.0", []byte("b")))
+	if err != nil || s.Step != control.StepDownloading || s.Digest != control.DigestOf(testenv.AgentOffer(t, "x", "v1.1.0", []byte("b")).Index) {
+		t.Fatalf("after cancel: %+v, %v", s, err)
+	}
+	other := testenv.AgentOffer(t, "edge3", "v1.1.0", []byte("a"))
+	var ix control.OCIIndex
+	_ = json.Unmarshal(other.Index, &ix)
+	ix.Manifests[0].Platform.Architecture = "other-arch"
+	other.Index, _ = json.Marshal(ix)
+	other.Digest = control.DigestOf(other.Index)
+	if _, err := n.Offer(other); err == nil || !strings.Contains(err.Error(), "no agent for") {
+		t.Fatalf("offer for another platform: %v", err)
+	}
+	bad := testenv.AgentOffer(t, "edge2", "v1.1.0", []byte("a"))
+	bad.Digest = control.DigestOf([]byte("other"))
+	if _, err := n.Offer(bad); err == nil || !strings.Contains(err.Error(), "digest mismatch") {
+		t.Fatalf("offer whose index is not the pinned digest: %v", err)
+	}
+}
+
+func TestCompareVersions(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{
+		{"v1.4.0", "v1.4.0", 0}, {"v1.4.0", "v1.10.0", -1}, {"1.4.1", "v1.4.0", 1}, {"v1.4.0-rc1", "v1.4.0", -1},
+		{"v1.4", "v1.4.0", 0}, {"dev", "v1.0.0", 0}, {"v2.0.0+build5", "v1.9.9", 1}, {"e6a0b55-dirty", "v1.0.0", 0},
+	} {
+		if got := CompareVersions(c.a, c.b); got != c.want {
+			t.Errorf("CompareVersions(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+}
+
+// A file that does not hash to its manifest digest fails the upgrade with
+// the exact reason, runs nothing, and leaves nothing of it on disk.
+func TestApplyDigestMismatch(t *testing.T) {
+	for _, kind := range []string{"bundle", "agent"} {
+		t.Run(kind, func(t *testing.T) {
+			n := newNode(t, "v1.0.0")
+			marker := filepath.Join(t.TempDir(), "ran")
+			good := []byte("touch " + marker + "\n")
+			var o control.UpgradeOffer
+			if kind == "bundle" {
+				o = testenv.BundleOffer(t, "patch", "1", map[string][]byte{"install.sh": good})
+			} else {
+				o = testenv.AgentOffer(t, "edge", "v1.1.0", good)
+			}
+			if _, err := n.Offer(o); err != nil {
+				t.Fatal(err)
+			}
+			testenv.UploadUpgradeFiles(t, n.Dir, o.Name, good)
+			p := filepath.Join(control.UpgradeIncomingDir(n.Dir, o.Name), control.DigestHex(control.DigestOf(good)))
+			evil := []byte("echo pwned > " + marker + "\n")
+			if err := os.WriteFile(p, evil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s, err := n.Apply(context.Background(), o.Name, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "digest mismatch (want " + control.DigestOf(good) + ", got " + control.DigestOf(evil) + ")"
+			if s.Step != control.StepFailed || s.Reason != want {
+				t.Fatalf("%s %q, want failed %q", s.Step, s.Reason, want)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Fatal("the tampered file ran")
+			}
+			for _, d := range []string{control.UpgradeIncomingDir(n.Dir, o.Name), n.stageDir(o.Name), filepath.Join(n.agentDir(), "versions", "v1.1.0")} {
+				if _, err := os.Stat(d); err == nil {
+					t.Errorf("%s left on disk", d)
+				}
+			}
+		})
+	}
+}
+
+func TestApplyBundle(t *testing.T) {
+	cases := []struct {
+		name    string
+		files   map[string]string
+		step    control.UpgradeStep
+		reason  string
+		ran     []string // markers the scripts leave
+		timeout time.Duration
+	}{
+		{"install only", map[string]string{"install.sh": `touch installed; cat "$TETHER_UPGRADE_DIR/payload.txt" >&2`}, control.StepSucceeded, "", []string{"installed"}, 0},
+		{"install fails", map[string]string{"install.sh": "exit 4", "rollback.sh": "touch rolled"}, control.StepFailed, "install.sh exited with status 4", nil, 0},
+		{"health ok", map[string]string{"install.sh": "touch installed", "health.sh": "test -f $OUT/installed"}, control.StepSucceeded, "", []string{"installed"}, 0},
+		{"health fails, rollback", map[string]string{"install.sh": "touch installed", "health.sh": "exit 2", "rollback.sh": "touch rolled"},
+			control.StepRolledBack, "health.sh exited with status 2; rollback.sh ran", []string{"installed", "rolled"}, 0},
+		{"health fails, no rollback", map[string]string{"install.sh": "true", "health.sh": "exit 2"}, control.StepFailed, "health.sh exited with status 2 (the bundle has no rollback.sh)", nil, 0},
+		{"rollback fails", map[string]string{"install.sh": "true", "health.sh": "exit 2", "rollback.sh": "exit 5"}, control.StepFailed, "health.sh exited with status 2; rollback.sh exited with status 5", nil, 0},
+		{"install times out", map[string]string{"install.sh": "sleep 60"}, control.StepFailed, "install.sh timed out after 300ms", nil, 300 * time.Millisecond},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out := t.TempDir()
+			t.Setenv("OUT", out)
+			n := newNode(t, "v1")
+			var stderr strings.Builder
+			n.Stderr, n.ScriptTimeout = &stderr, c.timeout
+			files := map[string][]byte{"payload.txt": []byte("payload here")}
+			for f, body := range c.files {
+				files[f] = []byte("cd \"$OUT\"\n" + body + "\n")
+			}
+			o := testenv.BundleOffer(t, "b", "7", files)
+			if _, err := n.Offer(o); err != nil {
+				t.Fatal(err)
+			}
+			var up [][]byte
+			for _, b := range files {
+				up = append(up, b)
+			}
+			testenv.UploadUpgradeFiles(t, n.Dir, "b", up...)
+			s, err := n.Apply(context.Background(), "b", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Step != c.step || s.Reason != c.reason {
+				t.Fatalf("%s %q, want %s %q\n%s", s.Step, s.Reason, c.step, c.reason, stderr.String())
+			}
+			for _, m := range c.ran {
+				if _, err := os.Stat(filepath.Join(out, m)); err != nil {
+					t.Errorf("marker %s: %v", m, err)
+				}
+			}
+			if c.name == "install only" && !strings.Contains(stderr.String(), "payload here") {
+				t.Errorf("script output not on stderr: %q", stderr.String())
+			}
+		})
+	}
+}
+
+func TestApplyNeedsConfirmation(t *testing.T) {
+	n := newNode(t, "v1")
+	install := []byte("true\n")
+	o := testenv.BundleOffer(t, "b", "7", map[string][]byte{"install.sh": install})
+	o.RequireConfirmation = true
+	if _, err := n.Offer(o); err != nil {
+		t.Fatal(err)
+	}
+	testenv.UploadUpgradeFiles(t, n.Dir, "b", install)
+	if _, err := n.Apply(context.Background(), "b", ""); err == nil || !strings.Contains(err.Error(), "waits for confirmation") {
+		t.Fatalf("apply without confirmation: %v", err)
+	}
+	s, err := n.Apply(context.Background(), "b", "alice")
+	if err != nil || s.Step != control.StepSucceeded || s.ConfirmedBy != "alice" {
+		t.Fatalf("%+v, %v", s, err)
+	}
+}
+
+func TestRecoverBundles(t *testing.T) {
+	n := newNode(t, "v1")
+	s := &State{Name: "b", Kind: control.UpgradeBundle, Digest: control.DigestOf(nil), ToVersion: "1", Step: control.StepPending}
+	for _, st := range []control.UpgradeStep{control.StepDownloading, control.StepVerifying, control.StepInstalling} {
+		if err := s.Move(st, "", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(n.recordDir("b"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.save(s); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.RecoverBundles(); len(got) != 1 || got[0].Step != control.StepFailed || !strings.Contains(got[0].Reason, "interrupted in installing") {
+		t.Fatalf("%+v", got)
+	}
+}
+
+func FuzzDecodeState(f *testing.F) {
+	s := State{Name: "edge-1.4", Kind: control.UpgradeAgent, Digest: control.DigestOf(nil), ToVersion: "v1.4.0", Step: control.StepPending}
+	_ = s.Move(control.StepDownloading, "", time.Unix(0, 0))
+	b, _ := json.Marshal(s)
+	f.Add(b)
+	f.Add([]byte(`{"name":"x","kind":"bundle","digest":"sha256:","step":"nope"}`))
+	f.Add([]byte(`{}{}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := DecodeState(b, "")
+		if err != nil {
+			return
+		}
+		if err := s.Validate(); err != nil {
+			t.Fatalf("decoded a record that does not validate: %v", err)
+		}
+		again, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeState(again, s.Name); err != nil {
+			t.Fatalf("re-encoded record rejected: %v", err)
+		}
+	})
+}
