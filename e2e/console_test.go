@@ -365,3 +365,60 @@ func TestConsoleOutsideRole(t *testing.T) {
 		t.Fatalf("after `tether operator rm bob` his session answers %v, want 401", st)
 	}
 }
+
+// TestConsoleUpgrades (item 4): an admin follows a rollout that needs
+// confirmation in the console: per-batch progress and each node's step,
+// pause and resume, and the Confirm button of each node awaiting
+// confirmation; the rollout finishes and the confirmations are audited
+// with the console operator's name.
+func TestConsoleUpgrades(t *testing.T) {
+	chromiumPath(t)
+	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
+	h := otaHub(t, reg)
+	startUpFleet(t, h, "cu", 2)
+	dir := t.TempDir()
+	p := writeScript(t, dir, "install.sh", "echo ok >> "+filepath.Join(dir, "ran")+"\n")
+	if _, err := reg.PushBundle(context.Background(), reg.Ref("patches/cu:1"), "1", map[string]string{"install.sh": p}); err != nil {
+		t.Fatal(err)
+	}
+	h.cli("upgrade", "create", "cu-1", "--artifact", reg.Ref("patches/cu:1"), "--nodes", "cu-00,cu-01", "--batch", "1", "--require-confirmation")
+	h.cli("operator", "add", "alice", "--key", opPub, "--role", "admin")
+	f := &consoleFleet{h: h}
+	link, _ := f.signInLink(t, "alice", opKey)
+	ctx := browser(t)
+	shots := artifacts(t)
+	base := "https://" + h.apiAddr()
+
+	must(t, ctx, "sign in", chromedp.Navigate(link))
+	waitJS(t, ctx, "fleet", `!!document.querySelector('#fleet-table tr[data-node="cu-00"]')`, 20*time.Second)
+	must(t, ctx, "upgrades page", chromedp.Navigate(base+"/ui/upgrades"))
+	waitJS(t, ctx, "cu-1 listed", `!!document.querySelector('#upgrades-table tr[data-upgrade="cu-1"]')`, 10*time.Second)
+	screenshot(t, ctx, shots, "1-upgrades")
+	must(t, ctx, "open cu-1", chromedp.Click(`#upgrades-table tr[data-upgrade="cu-1"] a`))
+	waitJS(t, ctx, "cu-00 awaiting confirmation in batch 0, cu-01 waiting in batch 1",
+		`!!document.querySelector('.batch[data-batch="0"] tr[data-node="cu-00"][data-step="awaiting_confirmation"] button.confirm') &&
+		 !!document.querySelector('.batch[data-batch="1"] tr[data-node="cu-01"]')`, 60*time.Second)
+	screenshot(t, ctx, shots, "2-rollout-awaiting")
+
+	must(t, ctx, "pause", chromedp.Click("#rollout-pause"))
+	waitJS(t, ctx, "paused", `document.querySelector('h1 .state')?.textContent === 'paused' && !document.querySelector('#rollout-resume').disabled`, 10*time.Second)
+	must(t, ctx, "resume", chromedp.Click("#rollout-resume"))
+	waitJS(t, ctx, "running again", `document.querySelector('h1 .state')?.textContent === 'running'`, 10*time.Second)
+
+	for _, node := range []string{"cu-00", "cu-01"} {
+		sel := `tr[data-node="` + node + `"]`
+		waitJS(t, ctx, node+" awaiting confirmation", `!!document.querySelector('`+sel+` button.confirm')`, 60*time.Second)
+		must(t, ctx, "confirm "+node, chromedp.Click(sel+` button.confirm`))
+		waitJS(t, ctx, node+" succeeded, confirmed by alice", `(() => { const r = document.querySelector('`+sel+`');
+			return r?.dataset.step === 'succeeded' && r.innerText.includes('alice') })()`, 90*time.Second)
+	}
+	waitJS(t, ctx, "the rollout done", `document.querySelector('h1 .state')?.textContent === 'done'`, 30*time.Second)
+	screenshot(t, ctx, shots, "3-rollout-done")
+	n := evalJS[float64](t, ctx, `fetch('/ui/api/v1/audit?kind=upgrade_confirm').then(r => r.json()).then(l => l.filter(e => e.result === 'ok' && (e.operator || '').includes('alice')).length)`)
+	if n < 2 {
+		t.Fatalf("%v confirmations by alice audited, want 2", n)
+	}
+	// The node page shows its upgrade history.
+	must(t, ctx, "cu-00's page", chromedp.Navigate(base+"/ui/nodes/cu-00"))
+	waitJS(t, ctx, "upgrade history", `document.querySelector('#node-upgrades')?.innerText.includes('cu-1') && document.querySelector('#node-upgrades')?.innerText.includes('succeeded')`, 15*time.Second)
+}

@@ -222,7 +222,7 @@ func (c *consoleShell) Close() error {
 // endpoints to signed-in browsers through apiHandler too.
 func (s *Server) withConsole(apiHandler http.Handler) (http.Handler, error) {
 	console, err := ui.New(ui.Config{Store: s.store, Door: s.door, Registry: s.reg, Hub: consoleHub{s}, API: apiHandler,
-		StaleAfter: 3 * s.liveness().Every, Audit: s.audit, Logger: s.log.With("component", "console")})
+		StaleAfter: 3 * s.liveness().Every, Audit: s.audit, Logger: s.log.With("component", "console"), Upgrades: s.upgrades != nil})
 	if err != nil {
 		return nil, err
 	}

@@ -90,8 +90,8 @@
     else if ((m = p.match(/^\/ui\/jobs\/([^/]+)$/))) { section = 'jobs'; jobPage(main, decodeURIComponent(m[1])); }
     else if (p === '/ui/jobs') { section = 'jobs'; jobsPage(main); }
     else if (p === '/ui/audit') { section = 'audit'; auditPage(main); }
-    else if (p === '/ui/upgrades' && me.upgrades && window.TetherUpgrades) { section = 'upgrades'; window.TetherUpgrades.page(main, ctx); }
-    else if ((m = p.match(/^\/ui\/upgrades\/([^/]+)$/)) && me.upgrades && window.TetherUpgrades) { section = 'upgrades'; window.TetherUpgrades.rollout(main, ctx, decodeURIComponent(m[1])); }
+    else if (p === '/ui/upgrades' && me.upgrades) { section = 'upgrades'; upgradesPage(main); }
+    else if ((m = p.match(/^\/ui\/upgrades\/([^/]+)$/)) && me.upgrades) { section = 'upgrades'; rolloutPage(main, decodeURIComponent(m[1])); }
     else fleetPage(main);
     document.querySelectorAll('#nav a').forEach(a => a.classList.toggle('active', a.dataset.nav === section));
   }
@@ -207,6 +207,11 @@
       term.append(el('div', { class: 'row' }, 'login', login, open, msg), box);
     }
 
+    if (me.upgrades) {
+      const upBox = el('div', { id: 'node-upgrades' }, el('p', { class: 'muted', text: 'loading…' }));
+      main.append(el('h2', { text: 'Upgrades' }), upBox);
+      nodeUpgrades(upBox, n.name);
+    }
     if (me.admin) {
       const jobsBox = el('div', { id: 'node-jobs' }, el('p', { class: 'muted', text: 'loading…' }));
       const auditBox = el('div', { id: 'node-audit' }, el('p', { class: 'muted', text: 'loading…' }));
@@ -369,6 +374,89 @@
     } catch (e) { if (e.name !== 'AbortError') status.textContent = 'log stream ended: ' + e.message; }
   }
 
+  // --- upgrades ---------------------------------------------------------
+
+  async function nodeUpgrades(box, node) {
+    try {
+      const ups = await api('GET', '/v1/upgrades');
+      const rows = [];
+      for (const u of ups.slice(0, 25)) {
+        const d = await api('GET', '/v1/upgrades/' + encodeURIComponent(u.name));
+        const un = (d.nodes || []).find(x => x.node === node);
+        if (un) rows.push(el('tr', {}, el('td', {}, el('a', { href: '/ui/upgrades/' + encodeURIComponent(u.name), text: u.name })),
+          el('td', { text: (u.version || '') + ' ' + u.kind }), el('td', {}, stateBadge(un.step)), el('td', { text: un.from_version || '' }),
+          el('td', { text: un.reason || '' }), el('td', { text: when(un.updated_at) })));
+      }
+      box.replaceChildren(rows.length ? el('table', {}, el('tr', {}, ['upgrade', 'to', 'step here', 'from', 'reason', 'updated'].map(h => el('th', { text: h }))), rows)
+        : el('p', { class: 'muted', text: 'No upgrade has targeted this node.' }));
+    } catch (e) { showError(box, e); }
+  }
+
+  async function upgradesPage(main) {
+    main.append(el('h1', { text: 'Upgrades' }));
+    const box = el('div', { id: 'upgrades' });
+    main.append(box);
+    const load = async () => {
+      try {
+        const ups = await api('GET', '/v1/upgrades');
+        box.replaceChildren(ups.length === 0 ? el('p', { class: 'muted', text: 'No upgrade yet: create one with tether upgrade create.' }) :
+          el('table', { id: 'upgrades-table' }, el('tr', {}, ['upgrade', 'artifact', 'state', 'progress', 'by', 'created'].map(h => el('th', { text: h }))),
+            ups.map(u => el('tr', { 'data-upgrade': u.name, 'data-state': u.state },
+              el('td', {}, el('a', { href: '/ui/upgrades/' + encodeURIComponent(u.name), text: u.name })),
+              el('td', { text: u.kind + ' ' + (u.version || '') + ' ' + u.reference }), el('td', {}, stateBadge(u.state)),
+              el('td', { text: stepSummary(u.counts, u.total) }), el('td', { text: u.created_by }), el('td', { text: when(u.created_at) })))));
+      } catch (e) { showError(box, e); }
+    };
+    load();
+    const t = setInterval(load, 3000);
+    cleanup.push(() => clearInterval(t));
+  }
+
+  function stepSummary(counts, total) {
+    const done = (counts || {}).succeeded || 0;
+    return done + '/' + total + ' succeeded' + Object.entries(counts || {}).filter(([k]) => k !== 'succeeded').map(([k, v]) => ', ' + v + ' ' + k.replace(/_/g, ' ')).join('');
+  }
+
+  async function rolloutPage(main, name) {
+    main.append(el('p', {}, el('a', { href: '/ui/upgrades', text: '← upgrades' })));
+    const head = el('div'), err = el('div'), body = el('div', { id: 'rollout' });
+    main.append(head, err, body);
+    const act = async (path, payload) => {
+      err.replaceChildren();
+      try { await api('POST', '/v1/upgrades/' + encodeURIComponent(name) + '/' + path, payload); load(); } catch (e) { showError(err, e); }
+    };
+    const load = async () => {
+      let d;
+      try { d = await api('GET', '/v1/upgrades/' + encodeURIComponent(name)); } catch (e) { showError(err, e); return; }
+      head.replaceChildren(...[el('h1', {}, 'Upgrade ' + d.name + ' ', stateBadge(d.state)),
+        d.reason ? el('p', { class: 'error', id: 'rollout-reason', text: d.reason }) : null,
+        el('dl', { class: 'grid' }, el('dt', { text: 'artifact' }), el('dd', { text: d.kind + ' ' + (d.version || '') + ' · ' + d.reference }),
+          el('dt', { text: 'digest' }), el('dd', { text: d.digest }), el('dt', { text: 'progress' }), el('dd', { id: 'rollout-progress', text: stepSummary(d.counts, d.total) }),
+          el('dt', { text: 'created' }), el('dd', { text: when(d.created_at) + ' by ' + d.created_by })),
+        me.admin ? el('div', { class: 'row' },
+          el('button', { id: 'rollout-pause', disabled: d.state !== 'running', onclick: () => act('pause', {}) }, 'Pause'),
+          el('button', { id: 'rollout-resume', disabled: d.state !== 'paused', onclick: () => act('resume', {}) }, 'Resume')) : null].filter(Boolean));
+      const batches = {};
+      for (const n of d.nodes || []) (batches[n.batch] = batches[n.batch] || []).push(n);
+      body.replaceChildren(...Object.keys(batches).sort((a, b) => a - b).map(b => {
+        const nodes = batches[b];
+        const ok = nodes.filter(n => n.step === 'succeeded').length;
+        return el('section', { class: 'batch', 'data-batch': b },
+          el('h2', {}, 'Batch ' + b + ' ', el('span', { class: 'muted', text: ok + '/' + nodes.length + ' succeeded' })),
+          el('table', {}, el('tr', {}, ['node', 'step', 'reason', 'from', 'confirmed by', 'updated', ''].map(h => el('th', { text: h }))),
+            nodes.map(n => el('tr', { 'data-node': n.node, 'data-step': n.step },
+              el('td', {}, el('a', { href: '/ui/nodes/' + encodeURIComponent(n.node), text: n.node })), el('td', {}, stateBadge(n.step)),
+              el('td', { text: n.reason || '' }), el('td', { text: n.from_version || '' }), el('td', { text: n.confirmed_by || '' }),
+              el('td', { text: when(n.updated_at) }),
+              el('td', {}, n.step === 'awaiting_confirmation' ? el('button', { class: 'primary confirm', 'data-node': n.node,
+                onclick: () => act('confirm', { node: n.node }) }, 'Confirm') : null)))));
+      }));
+    };
+    load();
+    const t = setInterval(load, 2000);
+    cleanup.push(() => clearInterval(t));
+  }
+
   // --- audit ------------------------------------------------------------
 
   function auditTable(evs) {
@@ -404,10 +492,6 @@
   }
 
   // --- start ------------------------------------------------------------
-
-  // What an extra page (upgrades.js) may use.
-  const ctx = { el, api, stateBadge, when, ago, showError, go, onCleanup: f => cleanup.push(f), me: () => me };
-  window.TetherConsole = ctx;
 
   document.getElementById('signout').addEventListener('click', async () => {
     try { await call('POST', '/ui/signout'); } catch (e) { /* signed out either way */ }
