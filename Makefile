@@ -46,7 +46,7 @@ ui-assets: ## rebuild the console's vendored xterm.js (needs Debian node-xterm $
 	cp /usr/share/doc/node-xterm/copyright $(UI_VENDOR)/xterm.COPYRIGHT
 	cd $(UI_VENDOR) && sha256sum xterm.js xterm.css > SHA256SUMS
 
-deps: ## install OpenSSH client/server, systemd-analyze, ansible-core, rpm and cloud-init when missing (apt-get as root)
+deps: ## install OpenSSH client/server, systemd-analyze, ansible-core, rpm, cloud-init and chromium when missing (apt-get as root)
 	@./scripts/ensure-deps.sh
 
 tools: $(TOOLS)/step-ca $(TOOLS)/nfpm ## tools built from the Go module proxy (step-ca for the external-CA test, nfpm for packages)

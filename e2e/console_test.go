@@ -359,8 +359,11 @@ func TestConsoleOutsideRole(t *testing.T) {
 		t.Fatalf("the API lists bob %v, want dev-1 dev-2", names)
 	}
 
-	// Removing bob ends his console session at its next request.
+	// Removing bob ends his open terminal within the re-check interval,
+	// and his console session at its next request.
 	h.cli("operator", "rm", "bob")
+	waitJS(t, ctx, "the terminal closed: access withdrawn", `document.querySelector('#terminal-status')?.textContent.includes('access withdrawn')`, 15*time.Second)
+	screenshot(t, ctx, shots, "3-terminal-withdrawn")
 	if st := evalJS[float64](t, ctx, `fetch('/ui/api/me').then(r => r.status)`); st != 401 {
 		t.Fatalf("after `tether operator rm bob` his session answers %v, want 401", st)
 	}

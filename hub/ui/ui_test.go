@@ -361,3 +361,25 @@ func TestFleetPage(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseFleetQuery: whatever the query string, the parse answers an
+// error or a query within bounds, and never panics.
+func FuzzParseFleetQuery(f *testing.F) {
+	for _, s := range []string{"", "q=a&state=online,stale&label=site%3Db&sort=-last_seen&offset=5&limit=500", "limit=0", "state=,", "sort=-", "offset=99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		r := httptest.NewRequest("GET", "/ui/api/fleet", nil)
+		r.URL.RawQuery = raw
+		q, err := ParseFleetQuery(r)
+		if err != nil {
+			return
+		}
+		if q.Limit < 1 || q.Limit > 500 || q.Offset < 0 {
+			t.Fatalf("%q: limit %d offset %d", raw, q.Limit, q.Offset)
+		}
+		if _, ok := sorters[strings.TrimPrefix(q.Sort, "-")]; q.Sort != "" && !ok {
+			t.Fatalf("%q: sort %q", raw, q.Sort)
+		}
+	})
+}
