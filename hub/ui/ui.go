@@ -185,7 +185,6 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
-	h.Set("Strict-Transport-Security", "max-age=31536000")
 	if !strings.HasPrefix(r.URL.Path, "/ui/assets/") {
 		h.Set("Cache-Control", "no-store")
 	}
