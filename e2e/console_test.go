@@ -168,7 +168,8 @@ func (f *consoleFleet) signInLink(t *testing.T, operator, key string) (link stri
 
 // TestConsoleAdmin: an operator holding the admin role and dev-ops signs in
 // with a one-time link (reused: refused), sees the fleet, filters it,
-// watches a node go offline live, runs a job and follows its log, opens a
+// watches a node go offline live, runs a job and follows its log, reruns
+// its failed node and cancels another job, opens a
 // terminal (a command, Ctrl-C, a resize), searches the audit log, and
 // signs out; a state-changing request without the CSRF token is refused,
 // and the session cookie is HttpOnly, Secure and SameSite=Strict.
@@ -238,6 +239,19 @@ func TestConsoleAdmin(t *testing.T) {
 		waitJS(t, ctx, "the job's log followed to its end", `document.querySelector('#job-log')?.textContent.includes('[dev-1] job-42-done')`, 30*time.Second)
 		waitJS(t, ctx, "dev-1 ok, dev-2 skipped (offline)", `document.querySelector('#job-nodes tr[data-node="dev-1"]')?.dataset.state === 'ok' && document.querySelector('#job-nodes tr[data-node="dev-2"]')?.dataset.state === 'skipped'`, 15*time.Second)
 		screenshot(t, ctx, shots, "5-job")
+		// Rerun the failed: a new job of dev-2 alone (still offline: skipped).
+		first := evalJS[string](t, ctx, `location.pathname`)
+		must(t, ctx, "rerun failed", chromedp.Click("#job-rerun-failed"))
+		waitJS(t, ctx, "the rerun's page: dev-2 only", `location.pathname !== '`+first+`' && (() => {
+			const rows = [...document.querySelectorAll('#job-nodes tr[data-node]')].map(r => r.dataset.node);
+			return rows.join() === 'dev-2' })()`, 15*time.Second)
+		// Cancel a running job.
+		must(t, ctx, "a long job", chromedp.Navigate(base+"/ui/jobs"), chromedp.WaitVisible("#job-run"),
+			chromedp.SendKeys("#job-selector", "env=dev"), chromedp.SendKeys("#job-command", "echo long-start; sleep 60"),
+			chromedp.Click("#job-run"))
+		waitJS(t, ctx, "running on dev-1", `document.querySelector('#job-log')?.textContent.includes('long-start') && !document.querySelector('#job-cancel').disabled`, 20*time.Second)
+		must(t, ctx, "cancel", chromedp.Click("#job-cancel"))
+		waitJS(t, ctx, "cancelled", `document.querySelector('h1 .state')?.textContent === 'cancelled' && document.querySelector('#job-nodes tr[data-node="dev-1"]')?.dataset.state === 'cancelled'`, 20*time.Second)
 	})
 
 	t.Run("item6_terminal", func(t *testing.T) {
@@ -250,8 +264,16 @@ func TestConsoleAdmin(t *testing.T) {
 		typeIn("echo term-$((6*7))\r")
 		waitJS(t, ctx, "command output in the terminal", `window.tetherTerminalText().includes('term-42')`, 15*time.Second)
 		// Ctrl-C interrupts a running command (the pty turns it into SIGINT).
-		typeIn("sleep 60; echo not-$((1+1))-interrupted\r")
-		must(t, ctx, "Ctrl-C", chromedp.Evaluate(`window.tetherTerminal._core.handler('\x03')`, nil))
+		typeIn("echo sl''eeping; sleep 60; echo not-$((1+1))-interrupted\r")
+		waitJS(t, ctx, "the sleep running", `window.tetherTerminalText().includes('\nsleeping')`, 10*time.Second)
+		// Ctrl-C (as xterm.js sends it: byte 3), until the shell prompts
+		// again: one that lands between the echo and the sleep's start
+		// interrupts nothing, as at a real keyboard.
+		waitJS(t, ctx, "Ctrl-C interrupts the sleep", `(() => {
+			window.tetherTerminal._core.handler('\x03');
+			const after = window.tetherTerminalText().split('\nsleeping')[1] || '';
+			return after.includes('^C') && /[#$] *$/.test(after.trimEnd() + ' ');
+		})()`, 10*time.Second)
 		typeIn("echo after-$((40+2))-ctrlc\r")
 		waitJS(t, ctx, "the shell answers after Ctrl-C", `window.tetherTerminalText().includes('after-42-ctrlc') && !window.tetherTerminalText().includes('not-2-interrupted')`, 10*time.Second)
 		// A resize reaches the node's pty.
