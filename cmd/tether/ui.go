@@ -28,8 +28,9 @@ local admin, who sees everything but has no terminal (no roles, no logins).
 Removing the operator, revoking their key or 'tether ca revoke-admin' ends
 the session at its next request.
 
-The hub's TLS certificate is signed by the hub's own CA: import DATA_DIR/ca
-(ca.crt) into the browser, or accept it once for this hub.`,
+The hub's TLS certificate is signed by the hub's own CA: import
+DATA_DIR/admin/ca.crt (or the ca.crt 'tether login' wrote) into the browser,
+or accept the certificate once for this hub.`,
 		Example: `  tether ui --hub hub.example.com:7443          # as an operator, after tether login
   tether ui --no-browser                          # on the hub machine: print the link only`,
 		Args: cobra.NoArgs,

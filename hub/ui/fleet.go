@@ -3,6 +3,7 @@ package ui
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -452,17 +453,20 @@ func (c *Console) fleetEvents(w http.ResponseWriter, r *http.Request, s *signedI
 func (c *Console) liveFingerprint() uint64 {
 	now := time.Now()
 	var sum uint64
+	var b [9]byte
 	for _, conn := range c.cfg.Registry.All() {
 		h := fnv.New64a()
 		h.Write([]byte(conn.NodeID))
-		fmt.Fprint(h, conn.Connected.UnixNano())
+		binary.LittleEndian.PutUint64(b[:8], uint64(conn.Connected.UnixNano()))
 		heard := conn.Connected
 		if v := conn.Heard.Load(); v != 0 {
 			heard = time.Unix(0, v)
 		}
+		b[8] = 0
 		if now.Sub(heard) > c.cfg.StaleAfter {
-			h.Write([]byte{1})
+			b[8] = 1
 		}
+		h.Write(b[:])
 		sum += h.Sum64()
 	}
 	return sum
