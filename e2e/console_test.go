@@ -2,16 +2,20 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	_ "modernc.org/sqlite" // the store's SQLite driver, to fill a hub's database
 
 	"github.com/tether-dev/tether/internal/testenv"
 )
@@ -446,4 +450,85 @@ func TestConsoleUpgrades(t *testing.T) {
 	// The node page shows its upgrade history.
 	must(t, ctx, "cu-00's page", chromedp.Navigate(base+"/ui/nodes/cu-00"))
 	waitJS(t, ctx, "upgrade history", `document.querySelector('#node-upgrades')?.innerText.includes('cu-1') && document.querySelector('#node-upgrades')?.innerText.includes('succeeded')`, 15*time.Second)
+}
+
+// TestConsoleScale measures the fleet view in Chromium against a real hub
+// holding 10k and 100k nodes (rows written into its store while it is
+// stopped): the page load from opening the sign-in link to the first page
+// of the table drawn, and a label filter and a name search from the input
+// to the table redrawn. Set TETHER_CONSOLE_SCALE=1 (bench/RESULTS.md).
+func TestConsoleScale(t *testing.T) {
+	if os.Getenv("TETHER_CONSOLE_SCALE") == "" {
+		t.Skip("set TETHER_CONSOLE_SCALE=1 to measure the console at 10k and 100k nodes")
+	}
+	chromiumPath(t)
+	for _, n := range []int{10_000, 100_000} {
+		t.Run(fmt.Sprintf("%dk", n/1000), func(t *testing.T) {
+			h := startHub(t)
+			h.cli("operator", "add", "alice", "--key", opPub, "--role", "admin")
+			h.p.Stop(syscall.SIGTERM, stopWait)
+			fillStore(t, filepath.Join(h.dataDir, "tether.db"), n)
+			h.start()
+			f := &consoleFleet{h: h}
+			link, _ := f.signInLink(t, "alice", opKey)
+			ctx := browser(t)
+			must(t, ctx, "open the link", chromedp.Navigate(link))
+			waitJS(t, ctx, "the first page", `document.querySelectorAll('#fleet-table tbody tr').length === 50`, 60*time.Second)
+			load := evalJS[float64](t, ctx, `window.tetherFleetRendered`)
+			// A second load: the hub's node list is cached now.
+			must(t, ctx, "reload", chromedp.Reload())
+			waitJS(t, ctx, "the first page again", `document.querySelectorAll('#fleet-table tbody tr').length === 50`, 60*time.Second)
+			warm := evalJS[float64](t, ctx, `window.tetherFleetRendered`)
+			timed := func(setup, done string) float64 {
+				return evalJS[float64](t, ctx, `(() => { const t0 = performance.now(); `+setup+`;
+					return new Promise(res => { const check = () => (window.tetherFleetRendered > t0 && (`+done+`)) ? res(window.tetherFleetRendered - t0) : setTimeout(check, 2); check(); }); })()`)
+			}
+			filter := timed(`const l = document.querySelector('#label-filter'); l.value = 'site=s42,env=dev'; l.dispatchEvent(new Event('change'))`,
+				`[...document.querySelectorAll('#fleet-table tbody tr')].every(r => r.innerText.includes('site=s42'))`)
+			search := timed(`const l = document.querySelector('#label-filter'); l.value = ''; l.dispatchEvent(new Event('change'));
+				const s = document.querySelector('#search'); s.value = 'node-0012'; s.dispatchEvent(new Event('input'))`,
+				`document.querySelector('#fleet-table tbody tr')?.dataset.node.startsWith('node-0012')`)
+			// The search box waits 200 ms after the last keystroke.
+			t.Logf("console at %d nodes: page load %.0f ms (first, store read), %.0f ms (cached); label filter %.0f ms; search %.0f ms (+ the 200 ms typing pause)",
+				n, load, warm, filter, search-200)
+		})
+	}
+}
+
+// fillStore writes n offline nodes straight into a stopped hub's database
+// (sites s0..s99, env dev or prod, three agent versions, two OSes).
+func fillStore(t *testing.T, path string, n int) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmt, err := tx.Prepare(`INSERT INTO nodes (id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires, facts)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
+	for i := range n {
+		env := "dev"
+		if i%4 == 0 {
+			env = "prod"
+		}
+		osName := "Debian GNU/Linux 12 (bookworm)"
+		if i%3 == 0 {
+			osName = "Ubuntu 24.04 LTS"
+		}
+		if _, err := stmt.Exec(fmt.Sprintf("id%08d", i), fmt.Sprintf("node-%06d", i), fmt.Sprintf(`{"env":%q,"site":"s%d"}`, env, i%100),
+			fmt.Sprintf("host-%06d", i), osName, "amd64", "", fmt.Sprintf("v1.%d.0", i%3), "quic", 0, now-int64(i)*1000, now, "", 0, "{}"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -155,6 +155,7 @@
           el('button', { id: 'prev', disabled: f.offset === 0, onclick: () => { f.offset = Math.max(0, f.offset - f.limit); load(); } }, '‹ prev'),
           el('span', { class: 'muted', text: page.matched ? (f.offset + 1) + '–' + last + ' of ' + page.matched : 'no node matches' }),
           el('button', { id: 'next', disabled: last >= page.matched, onclick: () => { f.offset += f.limit; load(); } }, 'next ›')));
+      window.tetherFleetRendered = performance.now(); // for the scale test's timings
     }
     load();
     const es = new EventSource('/ui/api/fleet/events');
