@@ -215,6 +215,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer cancel()
 	}
 	if a.cfg.Upgrade != nil {
+		a.recoverUpgrades()
 		uctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		wg.Go(func() { a.serveUpgrades(uctx) })

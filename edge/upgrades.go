@@ -84,14 +84,17 @@ func (a *Agent) reportUpgrades(states []upgrade.State) {
 	}
 }
 
-// serveUpgrades runs beside the agent until ctx ends: bundle upgrades a
-// restart interrupted are failed, and the confirm socket is served.
-func (a *Agent) serveUpgrades(ctx context.Context) {
-	u := a.cfg.Upgrade
-	for _, st := range u.RecoverBundles() {
+// recoverUpgrades fails the bundle upgrades a restart interrupted; it runs
+// before the first connection, whose welcome then reports them.
+func (a *Agent) recoverUpgrades() {
+	for _, st := range a.cfg.Upgrade.RecoverBundles() {
 		a.log.Warn("bundle upgrade interrupted", "upgrade", st.Name, "reason", st.Reason)
 	}
-	if err := u.ServeConfirm(ctx, a.reportUpgrades); err != nil {
+}
+
+// serveUpgrades serves the confirm socket beside the agent until ctx ends.
+func (a *Agent) serveUpgrades(ctx context.Context) {
+	if err := a.cfg.Upgrade.ServeConfirm(ctx, a.reportUpgrades); err != nil {
 		a.log.Error("upgrade confirm socket stopped: `tether-edge confirm` cannot reach this agent", "err", err)
 	}
 }

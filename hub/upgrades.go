@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/hub/upgrade"
+	"github.com/tether-dev/tether/provisioners/runner"
 	nodeupgrade "github.com/tether-dev/tether/provisioners/upgrade"
 	"github.com/tether-dev/tether/tunnel/control"
 )
@@ -75,20 +77,24 @@ type upgradeDriver struct {
 	blobs   *jobs.Blobs
 }
 
-func (d upgradeDriver) Drive(ctx context.Context, t upgrade.Target, offer control.UpgradeOffer, files []control.UpgradeFile, confirmedBy string, log io.Writer) (control.NodeUpgradeState, int64, error) {
+func (d upgradeDriver) Drive(ctx context.Context, t upgrade.Target, offer control.UpgradeOffer, files []control.UpgradeFile, confirmedBy string, log io.Writer, offered func(control.NodeUpgradeState)) (control.NodeUpgradeState, int64, error) {
 	c, err := d.connect(ctx, t.NodeID)
 	if err != nil {
 		return control.NodeUpgradeState{}, 0, fmt.Errorf("connect: %w", err)
 	}
 	defer c.Close()
 	n := nodeupgrade.Node{Conn: upgradeConn{c}, Exe: t.Exe, StateDir: t.StateDir}
-	return n.Drive(ctx, offer, files, func(h string) (io.ReadCloser, int64, error) {
+	st, sent, err := n.Drive(ctx, offer, files, func(h string) (io.ReadCloser, int64, error) {
 		f, size, err := d.blobs.Open(h)
 		if err != nil {
 			return nil, 0, err
 		}
 		return f, size, nil
-	}, confirmedBy, log)
+	}, confirmedBy, log, offered)
+	if errors.Is(err, runner.ErrConnLost) {
+		err = fmt.Errorf("%w: %w", upgrade.ErrConnLost, err)
+	}
+	return st, sent, err
 }
 
 func (d upgradeDriver) Status(ctx context.Context, t upgrade.Target, name string) (control.NodeUpgradeState, error) {

@@ -545,7 +545,13 @@ func SystemdUnit() string {
 	if err != nil {
 		return ""
 	}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+	return unitOfCgroup(string(b))
+}
+
+// unitOfCgroup is the .service unit a /proc/PID/cgroup names (the
+// unified hierarchy's line, or cgroup v1's name=systemd one), "" if none.
+func unitOfCgroup(cgroup string) string {
+	for _, line := range strings.Split(strings.TrimSpace(cgroup), "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) == 3 && (parts[0] == "0" || strings.Contains(parts[1], "systemd")) {
 			if u := filepath.Base(parts[2]); strings.HasSuffix(u, ".service") {

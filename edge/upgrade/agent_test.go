@@ -292,3 +292,85 @@ func copyFile(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 }
+
+func TestUnitOfCgroup(t *testing.T) {
+	for in, want := range map[string]string{
+		"0::/system.slice/tether-edge.service\n":                               "tether-edge.service",
+		"12:pids:/x\n1:name=systemd:/system.slice/tether-edge.service\n0::/\n": "tether-edge.service",
+		"0::/user.slice/user-0.slice/session-3.scope\n":                        "",
+		"0::/system.slice/tether-edge.service/extra.service\n":                 "extra.service",
+		"": "",
+	} {
+		if got := unitOfCgroup(in); got != want {
+			t.Errorf("unitOfCgroup(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// fakeSupervisor is a process that counts the restarts the updater asks
+// for (SIGUSR1) in a file.
+func fakeSupervisor(t *testing.T, n *Node) (count func() int) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "usr1")
+	cmd := exec.Command("/bin/sh", "-c", `trap 'echo x >> "$F"' USR1; echo ready >> "$F.ready"; while :; do sleep 0.05; done`)
+	cmd.Env = append(os.Environ(), "F="+f)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	testenv.WaitFor(t, "the fake supervisor", 10*time.Second, func() bool { _, err := os.Stat(f + ".ready"); return err == nil })
+	if err := n.SetManager(Manager{Kind: ManagerSupervisor, PID: cmd.Process.Pid}); err != nil {
+		t.Fatal(err)
+	}
+	return func() int {
+		b, _ := os.ReadFile(f)
+		return strings.Count(string(b), "x")
+	}
+}
+
+func TestWatch(t *testing.T) {
+	t.Run("no health: rolled back and restarted", func(t *testing.T) {
+		n := agentAt(t, control.StepInstalling, "v1.0.0", &switchRecord{Previous: "v1.0.0", To: "v1.1.0", TimeoutSeconds: 1})
+		restarts := fakeSupervisor(t, n)
+		if err := n.Watch(context.Background(), "edge"); err != nil {
+			t.Fatal(err)
+		}
+		s, _ := n.Load("edge")
+		if s.Step != control.StepRolledBack || s.Reason != "new version v1.1.0 did not reconnect within 1s; back on v1.0.0" {
+			t.Fatalf("%s %q", s.Step, s.Reason)
+		}
+		if n.InstalledVersion() != "v1.0.0" || n.PreviousVersion() != "v1.0.0" {
+			t.Fatalf("current %s previous %s", n.InstalledVersion(), n.PreviousVersion())
+		}
+		testenv.WaitFor(t, "two restarts (to the new version and back)", 10*time.Second, func() bool { return restarts() == 2 })
+	})
+	t.Run("healthy: succeeded, old versions pruned", func(t *testing.T) {
+		n := agentAt(t, control.StepInstalling, "v1.0.0", &switchRecord{Previous: "v1.0.0", To: "v1.1.0", TimeoutSeconds: 3600})
+		restarts := fakeSupervisor(t, n)
+		done := make(chan error, 1)
+		go func() { done <- n.Watch(context.Background(), "edge") }()
+		testenv.WaitFor(t, "the restart on the new version", 10*time.Second, func() bool { return restarts() == 1 })
+		if n.InstalledVersion() != "v1.1.0" || n.PreviousVersion() != "v1.0.0" {
+			t.Fatalf("current %s previous %s", n.InstalledVersion(), n.PreviousVersion())
+		}
+		if got := n.MarkHealthy("v1.1.0"); len(got) != 1 {
+			t.Fatalf("marked %d", len(got))
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(n.agentDir(), "versions", "v0.9.0")); err == nil {
+			t.Fatal("v0.9.0 kept beside current and previous")
+		}
+	})
+	t.Run("a second updater leaves", func(t *testing.T) {
+		n := agentAt(t, control.StepInstalling, "v1.0.0", &switchRecord{Previous: "v1.0.0", To: "v1.1.0"})
+		holdWatcher(t, n)
+		if err := n.Watch(context.Background(), "edge"); err != nil {
+			t.Fatal(err)
+		}
+		if s, _ := n.Load("edge"); s.Step != control.StepInstalling || n.InstalledVersion() != "v1.0.0" {
+			t.Fatalf("the second updater acted: %s on %s", s.Step, n.InstalledVersion())
+		}
+	})
+}

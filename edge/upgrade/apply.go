@@ -38,11 +38,9 @@ func (n *Node) Apply(ctx context.Context, name, confirmedBy string) (*State, err
 		return nil, err
 	}
 	if s.Kind == control.UpgradeBundle && (s.Step == control.StepInstalling || s.Step == control.StepHealthCheck) {
-		// This process holds the record's lock, so no apply runs the
-		// bundle's scripts: the one that did was killed (the hub's
-		// connection ended mid-install). Its outcome is unknown; say so
-		// rather than run the scripts a second time.
-		return s, n.fail(s, fmt.Sprintf("interrupted in %s (the apply running it was killed, e.g. the hub's connection ended); the script's outcome is unknown", s.Step))
+		// This apply holds the lock, so no other runs the scripts: the
+		// one that did was cut short (its SSH session ended, a kill).
+		return s, n.fail(s, interrupted(s.Step))
 	}
 	var o control.UpgradeOffer
 	if s.Step == control.StepAwaitingConfirmation {
@@ -93,7 +91,11 @@ func (n *Node) Apply(ctx context.Context, name, confirmedBy string) (*State, err
 			n.runBundle(ctx, s, &o)
 			return s, nil
 		}
-		return s, n.installAgent(s, &o)
+		err = n.installAgent(s, &o)
+		if s.Step == control.StepFailed {
+			n.removeFiles(name)
+		}
+		return s, err
 	}
 	return s, nil
 }
@@ -237,11 +239,16 @@ func (n *Node) RecoverBundles() []State {
 			continue
 		}
 		if cur, err := n.Load(s.Name); err == nil && cur.Step == s.Step {
-			if n.fail(cur, fmt.Sprintf("interrupted in %s (the node restarted or the updater was killed); the script's outcome is unknown", s.Step)) == nil {
+			if n.fail(cur, interrupted(s.Step)) == nil {
 				changed = append(changed, *cur)
 			}
 		}
 		l.Close()
 	}
 	return changed
+}
+
+// interrupted is the reason a bundle cut short in step fails with.
+func interrupted(step control.UpgradeStep) string {
+	return fmt.Sprintf("interrupted in %s (the node restarted or the apply was killed); the script's outcome is unknown", step)
 }

@@ -129,6 +129,10 @@ func (n *Node) Offer(o control.UpgradeOffer) (*State, error) {
 		err = s.Move(control.StepSkipped, "already at "+o.Version, n.now())
 	case o.Kind == control.UpgradeAgent && !o.AllowDowngrade && CompareVersions(o.Version, running) < 0:
 		err = s.Move(control.StepFailed, fmt.Sprintf("downgrade from %s to %s refused (the upgrade must allow downgrades)", running, o.Version), n.now())
+	case o.Kind == control.UpgradeAgent && n.Manager().check() != nil:
+		// Said before the hub sends the files: nothing could restart the
+		// agent on the new version.
+		err = s.Move(control.StepFailed, n.Manager().check().Error(), n.now())
 	case o.RequireConfirmation:
 		err = s.Move(control.StepAwaitingConfirmation, "", n.now())
 	default:

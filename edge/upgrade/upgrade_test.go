@@ -13,9 +13,15 @@ import (
 	"github.com/tether-dev/tether/tunnel/control"
 )
 
+// newNode is a node whose agent runs under a service manager the tests
+// never ask to restart (those that do install a fake one).
 func newNode(t *testing.T, version string) *Node {
 	t.Helper()
-	return &Node{Dir: t.TempDir(), Version: version, Exe: "/bin/true", Log: testenv.Logger(t)}
+	n := &Node{Dir: t.TempDir(), Version: version, Exe: "/bin/true", Log: testenv.Logger(t)}
+	if err := n.SetManager(Manager{Kind: ManagerSystemd, Unit: "tether-edge-test-never-restarted.service"}); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func TestOffer(t *testing.T) {
@@ -41,6 +47,8 @@ func TestOffer(t *testing.T) {
 			o.RequireConfirmation = true
 			return o
 		}, control.StepAwaitingConfirmation, "", false},
+		{"no service manager", "", func(t *testing.T) control.UpgradeOffer { return testenv.AgentOffer(t, "edge-1.1", "v1.1.0", bin) },
+			control.StepFailed, "the agent runs under no service manager that can restart it", false},
 		{"bundle", "v1.0.0", func(t *testing.T) control.UpgradeOffer {
 			return testenv.BundleOffer(t, "patch-42", "42", map[string][]byte{"install.sh": []byte("true")})
 		}, control.StepDownloading, "", true},
@@ -48,6 +56,12 @@ func TestOffer(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			n := newNode(t, c.running)
+			if c.running == "" {
+				n.Version = "v1.0.0"
+				if err := n.SetManager(Manager{Kind: ManagerNone}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			o := c.offer(t)
 			s, err := n.Offer(o)
 			if err != nil {
@@ -274,4 +288,58 @@ func FuzzDecodeState(f *testing.F) {
 			t.Fatalf("re-encoded record rejected: %v", err)
 		}
 	})
+}
+
+// An agent upgrade needs something that can restart the agent: without
+// one it fails with the reason, and nothing is switched or left staged.
+func TestApplyAgentNeedsManager(t *testing.T) {
+	n := newNode(t, "v1.0.0")
+	bin := []byte("#!/bin/sh\n")
+	o := testenv.AgentOffer(t, "edge", "v1.1.0", bin)
+	if _, err := n.Offer(o); err != nil {
+		t.Fatal(err)
+	}
+	testenv.UploadUpgradeFiles(t, n.Dir, "edge", bin)
+	if err := n.SetManager(Manager{Kind: ManagerSupervisor, PID: 999999999}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := n.Apply(context.Background(), "edge", "")
+	if err != nil || s.Step != control.StepFailed || s.Reason != "the agent's supervisor (pid 999999999) is not running" {
+		t.Fatalf("%s %q, %v", s.Step, s.Reason, err)
+	}
+	if n.CurrentExe() != "" {
+		t.Fatal("switched")
+	}
+	if _, err := os.Stat(n.stageDir("edge")); err == nil {
+		t.Fatal("stage left")
+	}
+}
+
+// A bundle whose apply was cut short (hub connection lost, apply killed)
+// fails as interrupted when the hub drives it again.
+func TestApplyInterruptedBundle(t *testing.T) {
+	n := newNode(t, "v1")
+	install := []byte("true\n")
+	o := testenv.BundleOffer(t, "b", "7", map[string][]byte{"install.sh": install})
+	if _, err := n.Offer(o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.update("b", func(s *State) error {
+		for _, st := range []control.UpgradeStep{control.StepVerifying, control.StepInstalling} {
+			if err := n.move(s, st, ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := n.Offer(o)
+	if err != nil || again.Step != control.StepInstalling {
+		t.Fatalf("offer again: %+v %v", again, err)
+	}
+	s, err := n.Apply(context.Background(), "b", "")
+	if err != nil || s.Step != control.StepFailed || s.Reason != "interrupted in installing (the node restarted or the apply was killed); the script's outcome is unknown" {
+		t.Fatalf("%s %q %v", s.Step, s.Reason, err)
+	}
 }

@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -90,6 +91,9 @@ type Client struct {
 	credFrom string // where credentials come from, for messages
 	fetched  atomic.Int64
 	bytes    prometheus.Counter
+
+	mu       sync.Mutex               // guards inflight
+	inflight map[string]chan struct{} // blob digest -> closed when its fetch ended
 }
 
 // New makes a client; it reads the CA and credentials files now, so a bad
@@ -114,7 +118,7 @@ func New(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("artifacts: --registry-ca %s: no PEM certificate in it", cfg.CAFile)
 		}
 	}
-	c := &Client{cfg: cfg, cache: auth.NewCache(),
+	c := &Client{cfg: cfg, cache: auth.NewCache(), inflight: map[string]chan struct{}{},
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_upgrade_registry_bytes_total",
 			Help: "Bytes read from OCI registries (manifests and blobs) for upgrades."})}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -415,15 +419,42 @@ func (c *Client) Fetch(ctx context.Context, p Pinned, platforms []string) error 
 				continue
 			}
 			seen[l.Digest] = true
-			if c.cfg.Blobs.Has(control.DigestHex(l.Digest)) {
-				continue
-			}
-			if err := c.fetchBlob(ctx, repo, r, l); err != nil {
+			if err := c.fetchOnce(ctx, repo, r, l); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// fetchOnce fetches a blob the store does not hold, once however many
+// rollouts ask for it at the same time: the others wait for the first and
+// then find it stored (or try themselves if it failed).
+func (c *Client) fetchOnce(ctx context.Context, repo *remote.Repository, r Reference, l control.OCIDescriptor) error {
+	for {
+		if c.cfg.Blobs.Has(control.DigestHex(l.Digest)) {
+			return nil
+		}
+		c.mu.Lock()
+		wait, busy := c.inflight[l.Digest]
+		if !busy {
+			done := make(chan struct{})
+			c.inflight[l.Digest] = done
+			c.mu.Unlock()
+			err := c.fetchBlob(ctx, repo, r, l)
+			c.mu.Lock()
+			delete(c.inflight, l.Digest)
+			c.mu.Unlock()
+			close(done)
+			return err
+		}
+		c.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func (c *Client) fetchBlob(ctx context.Context, repo *remote.Repository, r Reference, l control.OCIDescriptor) error {

@@ -343,3 +343,34 @@ func TestPushRefusesInvalid(t *testing.T) {
 		t.Errorf("the registry got %d requests for refused pushes", n)
 	}
 }
+
+// Rollouts that fetch the same artifact at the same time still cost the
+// registry one copy.
+func TestFetchConcurrentOnce(t *testing.T) {
+	ctx := context.Background()
+	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
+	ref := reg.Ref("patches/app:1")
+	pushBundle(t, reg, ref, "1", strings.Repeat("x", 1<<20))
+	c, _ := hubClient(t, reg, "")
+	p, err := c.Resolve(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, files, _ := p.ForPlatform("", "")
+	var want int64
+	for _, f := range files {
+		want += f.Size
+	}
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() { errs <- c.Fetch(ctx, p, nil) }()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := reg.BlobBytesServed(); got != want {
+		t.Fatalf("8 concurrent fetches: registry served %d blob bytes, want %d", got, want)
+	}
+}

@@ -38,7 +38,14 @@ const JobKind = "upgrade"
 var (
 	ErrInvalid  = errors.New("upgrade: invalid request")
 	ErrConflict = errors.New("upgrade: conflict")
+	// ErrConnLost (from a Driver): the connection to the node ended
+	// during a drive.
+	ErrConnLost = errors.New("upgrade: connection to the node lost")
 )
+
+// maxLost is how many drives of a node may lose their connection in a
+// row before the node is failed.
+const maxLost = 3
 
 // Target is how the hub reaches one node's updater (Hello.Upgrade) and
 // what it runs.
@@ -57,8 +64,11 @@ type Driver interface {
 	// Drive offers the upgrade, pushes files (reading them from the hub's
 	// blob store) and applies it, confirmed by confirmedBy when not empty.
 	// It returns the node's state after apply and the bytes pushed. The
-	// node's output (a bundle's scripts) goes to log.
-	Drive(ctx context.Context, t Target, offer control.UpgradeOffer, files []control.UpgradeFile, confirmedBy string, log io.Writer) (control.NodeUpgradeState, int64, error)
+	// node's output (a bundle's scripts) goes to log; offered is told the
+	// node's answer to the offer. An error wrapping ErrConnLost means the
+	// connection ended mid-way (an agent upgrade restarts the agent, and
+	// an embedded SSH server with it): the node's record decides.
+	Drive(ctx context.Context, t Target, offer control.UpgradeOffer, files []control.UpgradeFile, confirmedBy string, log io.Writer, offered func(control.NodeUpgradeState)) (control.NodeUpgradeState, int64, error)
 	// Status reads the node's record of the upgrade.
 	Status(ctx context.Context, t Target, name string) (control.NodeUpgradeState, error)
 }
@@ -102,7 +112,9 @@ type Controller struct {
 	mu       sync.Mutex // guards the following, and every read-modify-write of a node record
 	jobs     Jobs
 	inflight map[string]bool      // upgrade "/" node ID: a drive is running
+	jobOf    map[string]string    // upgrade "/" node ID: the job of that drive (only it ends it)
 	polled   map[string]time.Time // upgrade "/" node ID: last status read (or one under way: zero)
+	lost     map[string]int       // upgrade "/" node ID: drives in a row that lost the connection
 	ctx      context.Context      // Run's: owner of the job waiters
 	wg       sync.WaitGroup
 }
@@ -127,7 +139,7 @@ func New(cfg Config) *Controller {
 	if cfg.Audit == nil {
 		cfg.Audit = func(store.AuditEvent) {}
 	}
-	c := &Controller{cfg: cfg, wake: make(chan struct{}, 1), inflight: map[string]bool{}, polled: map[string]time.Time{}}
+	c := &Controller{cfg: cfg, wake: make(chan struct{}, 1), inflight: map[string]bool{}, jobOf: map[string]string{}, polled: map[string]time.Time{}, lost: map[string]int{}}
 	c.metrics = newMetrics(c)
 	return c
 }

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/internal/testenv"
@@ -94,7 +97,7 @@ func (d *fakeDriver) Status(_ context.Context, t Target, name string) (control.N
 	return control.NodeUpgradeState{}, errors.New("no status in this fake")
 }
 
-func (d *fakeDriver) Drive(ctx context.Context, t Target, offer control.UpgradeOffer, files []control.UpgradeFile, confirmedBy string, log io.Writer) (control.NodeUpgradeState, int64, error) {
+func (d *fakeDriver) Drive(ctx context.Context, t Target, offer control.UpgradeOffer, files []control.UpgradeFile, confirmedBy string, log io.Writer, _ func(control.NodeUpgradeState)) (control.NodeUpgradeState, int64, error) {
 	d.mu.Lock()
 	d.drives[t.Name]++
 	d.order = append(d.order, t.Name)
@@ -572,6 +575,64 @@ func TestBatchSize(t *testing.T) {
 		got, err := BatchSize(tc.in, tc.n)
 		if (err != nil) != tc.err || got != tc.want {
 			t.Errorf("BatchSize(%q, %d) = %d, %v", tc.in, tc.n, got, err)
+		}
+	}
+}
+
+// item 9: the rollout's metrics: rollouts by state, live nodes by step,
+// step durations, bytes pushed.
+func TestMetrics(t *testing.T) {
+	r := newRig(t, bundleArtifact(t, "2"), 3)
+	r.drv.answer = func(t Target, _ control.UpgradeOffer, _ string) (control.UpgradeStep, string) {
+		if t.Name == "n02" {
+			return control.StepAwaitingConfirmation, ""
+		}
+		return control.StepSucceeded, ""
+	}
+	r.create("m", store.UpgradeSpec{RequireConfirmation: true})
+	r.waitStep("m", "n02", control.StepAwaitingConfirmation)
+	r.waitStep("m", "n00", control.StepSucceeded)
+	r.waitStep("m", "n01", control.StepSucceeded)
+	reg := prometheus.NewRegistry()
+	for _, c := range r.c.Collectors() {
+		reg.MustRegister(c)
+	}
+	want := `
+# HELP tether_upgrade_bytes_pushed_total Artifact bytes the hub pushed to nodes through their tunnels.
+# TYPE tether_upgrade_bytes_pushed_total counter
+tether_upgrade_bytes_pushed_total 300
+`
+	if err := promtestutil.GatherAndCompare(reg, strings.NewReader(want), "tether_upgrade_bytes_pushed_total"); err != nil {
+		t.Error(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			labels := ""
+			for _, l := range m.GetLabel() {
+				labels += l.GetName() + "=" + l.GetValue() + ","
+			}
+			switch {
+			case m.GetGauge() != nil:
+				got[mf.GetName()+"{"+labels+"}"] = m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				got[mf.GetName()+"{"+labels+"}"] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	for k, v := range map[string]float64{
+		"tether_upgrade_rollouts{state=running,}":                                       1,
+		"tether_upgrade_nodes{step=succeeded,upgrade=m,}":                               2,
+		"tether_upgrade_nodes{step=awaiting_confirmation,upgrade=m,}":                   1,
+		"tether_upgrade_step_duration_seconds{kind=bundle,step=pending,}":               3,
+		"tether_upgrade_step_duration_seconds{kind=bundle,step=awaiting_confirmation,}": 0,
+	} {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
 		}
 	}
 }

@@ -290,15 +290,18 @@ func (c *Controller) startLocked(ctx context.Context, u store.Upgrade, nodes []*
 		}
 		return err
 	}
+	for _, r := range refs {
+		c.jobOf[key(u.Name, r.ID)] = j.ID
+	}
 	// A run the engine skips never reaches drive: the job's end frees its
-	// nodes in any case.
+	// nodes in any case (those a later job has not taken since).
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		_, _ = c.jobs.Wait(c.ctx, j.ID)
 		c.mu.Lock()
 		for _, r := range refs {
-			delete(c.inflight, key(u.Name, r.ID))
+			c.endDriveLocked(key(u.Name, r.ID), j.ID)
 		}
 		c.mu.Unlock()
 		c.Wake()
@@ -366,6 +369,15 @@ func (c *Controller) pollLocked(u store.Upgrade, nodes []store.UpgradeNode, now 
 	}
 }
 
+// endDriveLocked frees node k from the drive of job id, unless a later
+// job drives it now; c.mu held.
+func (c *Controller) endDriveLocked(k, id string) {
+	if c.jobOf[k] == id {
+		delete(c.jobOf, k)
+		delete(c.inflight, k)
+	}
+}
+
 // Local is the job engine's Local for JobKind: the drives of the
 // controller's nodes.
 func (c *Controller) Local() jobs.Local { return drives{c} }
@@ -393,12 +405,11 @@ func (c *Controller) drive(ctx context.Context, j store.Job, nodeID string, stdo
 	name := j.Spec.Upgrade.Name
 	defer func() {
 		c.mu.Lock()
-		delete(c.inflight, key(name, nodeID))
+		c.endDriveLocked(key(name, nodeID), j.ID)
 		c.mu.Unlock()
 		c.Wake()
 	}()
 	c.mu.Lock()
-	c.inflight[key(name, nodeID)] = true // a drive the hub restarted with
 	u, err := c.cfg.Store.GetUpgrade(ctx, name)
 	var n store.UpgradeNode
 	if err == nil {
@@ -407,6 +418,15 @@ func (c *Controller) drive(ctx context.Context, j store.Job, nodeID string, stdo
 	c.mu.Unlock()
 	if err != nil {
 		return -1, err
+	}
+	if store.UpgradeFinal(u.State) {
+		// Halted or cancelled between the job's start and this run.
+		c.mu.Lock()
+		if n.Step == control.StepPending {
+			err = c.moveLocked(ctx, u, &n, control.StepCancelled, "not reached: the rollout is "+u.State)
+		}
+		c.mu.Unlock()
+		return 0, err
 	}
 	a, err := unmarshalArtifact(u.Pinned)
 	if err != nil {
@@ -429,15 +449,46 @@ func (c *Controller) drive(ctx context.Context, j store.Job, nodeID string, stdo
 		return 1, nil
 	}
 	fmt.Fprintf(stdout, "upgrade %s: %s %s (%s), %d files\n", u.Name, u.Kind, u.Version, u.Digest, len(files))
-	st, pushed, err := c.cfg.Driver.Drive(ctx, t, offer, files, n.ConfirmedBy, stderr)
+	adopt := func(st control.NodeUpgradeState) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		cur, err := c.nodeLocked(ctx, name, nodeID)
+		if err == nil {
+			err = c.adoptLocked(ctx, u, &cur, st)
+		}
+		if err != nil {
+			c.cfg.Logger.Warn("upgrade node not recorded", "upgrade", u.Name, "node", n.Node, "err", err)
+		}
+	}
+	st, pushed, err := c.cfg.Driver.Drive(ctx, t, offer, files, n.ConfirmedBy, stderr, adopt)
 	c.metrics.pushed(pushed)
+	k := key(name, nodeID)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
 			return -1, err // the hub is stopping: the next one re-drives the node
 		}
+		c.mu.Lock()
+		c.lost[k]++
+		lost := c.lost[k]
+		c.mu.Unlock()
+		if errors.Is(err, ErrConnLost) && lost < maxLost {
+			// The node's record says what happened. An agent upgrade's
+			// apply restarts the agent (and an embedded SSH server with
+			// it): the node reports when it is back, or is read. A bundle
+			// is driven again: the node fails an install cut short.
+			fmt.Fprintf(stdout, "connection lost (%v); the node's record decides\n", err)
+			if u.Kind == control.UpgradeAgent && offer.Digest != "" {
+				adopt(control.NodeUpgradeState{Name: u.Name, Kind: u.Kind, Digest: u.Digest, ToVersion: u.Version, Step: control.StepInstalling,
+					Reason: "the connection ended during apply (the agent restarts); waiting for the node's report", UpdatedAt: c.cfg.Now().UTC()})
+			}
+			return 0, nil
+		}
 		c.fail(ctx, u, nodeID, err.Error())
 		return 1, nil
 	}
+	c.mu.Lock()
+	delete(c.lost, k)
+	c.mu.Unlock()
 	c.mu.Lock()
 	n, err = c.nodeLocked(ctx, name, nodeID)
 	if err == nil {

@@ -219,11 +219,15 @@ func (n Node) Cancel(ctx context.Context, name string, log io.Writer) (control.N
 // node's answer at any step that ends or pauses its upgrade is returned
 // as is (failed with its reason, awaiting_confirmation); the files are
 // pushed before apply even when the node waits for a person, so a
-// confirmation on the node can go on without the hub.
-func (n Node) Drive(ctx context.Context, o control.UpgradeOffer, files []control.UpgradeFile, open Blobs, confirmedBy string, log io.Writer) (control.NodeUpgradeState, int64, error) {
+// confirmation on the node can go on without the hub. offered, when not
+// nil, is told the node's answer to the offer before the files go.
+func (n Node) Drive(ctx context.Context, o control.UpgradeOffer, files []control.UpgradeFile, open Blobs, confirmedBy string, log io.Writer, offered func(control.NodeUpgradeState)) (control.NodeUpgradeState, int64, error) {
 	st, err := n.Offer(ctx, o, log)
 	if err != nil {
 		return st, 0, err
+	}
+	if offered != nil {
+		offered(st)
 	}
 	if st.Step.Terminal() || st.Step == control.StepHealthCheck {
 		return st, 0, nil // the node had this upgrade already: its word stands

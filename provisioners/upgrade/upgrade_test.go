@@ -100,7 +100,7 @@ func TestDrive(t *testing.T) {
 			}
 			n := Node{Conn: c, Exe: "/usr/local/bin/tether-edge", StateDir: "/var/lib/tether-edge"}
 			var log bytes.Buffer
-			st, sent, err := n.Drive(context.Background(), control.UpgradeOffer{Name: "u1", Kind: control.UpgradeBundle, Digest: "sha256:" + strings.Repeat("a", 64)}, files, open, tc.by, &log)
+			st, sent, err := n.Drive(context.Background(), control.UpgradeOffer{Name: "u1", Kind: control.UpgradeBundle, Digest: "sha256:" + strings.Repeat("a", 64)}, files, open, tc.by, &log, nil)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err %v, want %q", err, tc.wantErr)
@@ -161,7 +161,7 @@ func FuzzAnswer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ans string) {
 		c := &fakeConn{answers: map[string]string{"offer": ans, "apply": ans}, codes: map[string]int{}, uploads: map[string][]byte{}}
 		n := Node{Conn: c, Exe: "/bin/e", StateDir: "/s"}
-		st, _, err := n.Drive(context.Background(), control.UpgradeOffer{Name: "u1"}, nil, nil, "", io.Discard)
+		st, _, err := n.Drive(context.Background(), control.UpgradeOffer{Name: "u1"}, nil, nil, "", io.Discard, nil)
 		if err == nil {
 			if verr := st.Validate(); verr != nil {
 				t.Fatalf("accepted an invalid state: %v", verr)
