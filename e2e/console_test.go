@@ -399,7 +399,8 @@ func TestConsoleOutsideRole(t *testing.T) {
 // confirmation in the console: per-batch progress and each node's step,
 // pause and resume, and the Confirm button of each node awaiting
 // confirmation; the rollout finishes and the confirmations are audited
-// with the console operator's name.
+// with the console operator's name. A bad bundle's rollout shows each
+// node's failure reason and the halt; a node's page its upgrade history.
 func TestConsoleUpgrades(t *testing.T) {
 	chromiumPath(t)
 	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
@@ -447,9 +448,22 @@ func TestConsoleUpgrades(t *testing.T) {
 	if n < 2 {
 		t.Fatalf("%v confirmations by alice audited, want 2", n)
 	}
+	// A bad bundle: each node's failure reason and the rollout's halt.
+	bad := writeScript(t, dir, "bad.sh", "echo \"broken on purpose\" >&2\nexit 3\n")
+	if _, err := reg.PushBundle(context.Background(), reg.Ref("patches/cu:2"), "2", map[string]string{"install.sh": bad}); err != nil {
+		t.Fatal(err)
+	}
+	h.cli("upgrade", "create", "cu-2", "--artifact", reg.Ref("patches/cu:2"), "--nodes", "cu-00,cu-01")
+	must(t, ctx, "cu-2's page", chromedp.Navigate(base+"/ui/upgrades/cu-2"))
+	waitJS(t, ctx, "failure reasons shown", `(() => { const rows = [...document.querySelectorAll('#rollout tr[data-node]')];
+		return rows.length === 2 && rows.every(r => r.dataset.step === 'failed' && r.innerText.includes('install.sh exited with status 3')) })()`, 60*time.Second)
+	waitJS(t, ctx, "the rollout halted with its reason", `document.querySelector('h1 .state')?.textContent === 'halted' && !!document.querySelector('#rollout-reason')?.textContent`, 30*time.Second)
+	screenshot(t, ctx, shots, "4-rollout-failed")
 	// The node page shows its upgrade history.
 	must(t, ctx, "cu-00's page", chromedp.Navigate(base+"/ui/nodes/cu-00"))
-	waitJS(t, ctx, "upgrade history", `document.querySelector('#node-upgrades')?.innerText.includes('cu-1') && document.querySelector('#node-upgrades')?.innerText.includes('succeeded')`, 15*time.Second)
+	waitJS(t, ctx, "upgrade history", `(() => { const t = document.querySelector('#node-upgrades')?.innerText || '';
+		return t.includes('cu-1') && t.includes('succeeded') && t.includes('cu-2') && t.includes('failed') })()`, 15*time.Second)
+	screenshot(t, ctx, shots, "5-node-upgrade-history")
 }
 
 // TestConsoleScale measures the fleet view in Chromium against a real hub

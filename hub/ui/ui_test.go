@@ -383,3 +383,38 @@ func FuzzParseFleetQuery(f *testing.F) {
 		}
 	})
 }
+
+func TestStateOf(t *testing.T) {
+	now := time.Now()
+	conn := func(id string, connected time.Time, heard time.Time) *registry.Conn {
+		c := registry.NewConn(id, "n1", nil, nil)
+		c.Connected = connected
+		if !heard.IsZero() {
+			c.Heard.Store(heard.UnixNano())
+		}
+		return c
+	}
+	for _, tt := range []struct {
+		name string
+		node store.Node
+		conn *registry.Conn
+		want string
+	}{
+		{"no session", store.Node{ID: "a", Name: "n1"}, nil, StateOffline},
+		{"heard lately", store.Node{ID: "a", Name: "n1"}, conn("a", now.Add(-time.Hour), now.Add(-10*time.Second)), StateOnline},
+		{"connected lately, not heard yet", store.Node{ID: "a", Name: "n1"}, conn("a", now.Add(-5*time.Second), time.Time{}), StateOnline},
+		{"silent too long", store.Node{ID: "a", Name: "n1"}, conn("a", now.Add(-time.Hour), now.Add(-2*time.Minute)), StateStale},
+		{"a namesake's session", store.Node{ID: "a", Name: "n1"}, conn("b", now, now), StateOffline},
+		{"revoked", store.Node{ID: "a", Name: "n1", RevokedAt: now}, conn("a", now, now), StateRevoked},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			conns := map[string]*registry.Conn{}
+			if tt.conn != nil {
+				conns["n1"] = tt.conn
+			}
+			if got, _ := stateOf(&tt.node, conns, 45*time.Second, now); got != tt.want {
+				t.Fatalf("%s, want %s", got, tt.want)
+			}
+		})
+	}
+}
