@@ -221,8 +221,15 @@ func (c *consoleShell) Close() error {
 // refusals) and apiHandler on every other; the console serves the API's
 // endpoints to signed-in browsers through apiHandler too.
 func (s *Server) withConsole(apiHandler http.Handler) (http.Handler, error) {
+	// Stale: two heartbeats missed, before the hub gives the session up
+	// (live.Deadline) and the node turns offline.
+	live := s.liveness()
+	staleAfter := 2 * live.Every
+	if staleAfter >= live.Deadline {
+		staleAfter = live.Deadline * 3 / 4
+	}
 	console, err := ui.New(ui.Config{Store: s.store, Door: s.door, Registry: s.reg, Hub: consoleHub{s}, API: apiHandler,
-		StaleAfter: 3 * s.liveness().Every, Audit: s.audit, Logger: s.log.With("component", "console"), Upgrades: s.upgrades != nil})
+		StaleAfter: staleAfter, Audit: s.audit, Logger: s.log.With("component", "console"), Upgrades: s.upgrades != nil})
 	if err != nil {
 		return nil, err
 	}
