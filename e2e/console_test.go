@@ -139,7 +139,9 @@ type consoleFleet struct {
 
 func startConsoleFleet(t *testing.T) *consoleFleet {
 	t.Helper()
-	h := startHub(t)
+	// Heartbeats every second: a silent agent shows stale after 2 s, long
+	// before the hub gives its session up (14.5 s).
+	h := startHubIn(t, "", 0, "--keepalive", "1s")
 	dev := h.token("--uses", "2", "--label", "env=dev", "--label", "site=berlin")
 	prod := h.token("--uses", "1", "--label", "env=prod", "--label", "site=paris")
 	f := &consoleFleet{h: h, agents: map[string]*proc{}}
@@ -172,7 +174,7 @@ func (f *consoleFleet) signInLink(t *testing.T, operator, key string) (link stri
 
 // TestConsoleAdmin: an operator holding the admin role and dev-ops signs in
 // with a one-time link (reused: refused), sees the fleet, filters it,
-// watches a node go offline live, runs a job and follows its log, reruns
+// watches a node go offline and another stale live, runs a job and follows its log, reruns
 // its failed node and cancels another job, opens a
 // terminal (a command, Ctrl-C, a resize), searches the audit log, and
 // signs out; a state-changing request without the CSRF token is refused,
@@ -233,6 +235,19 @@ func TestConsoleAdmin(t *testing.T) {
 		f.agents["dev-2"].Kill()
 		waitJS(t, ctx, "dev-2 offline without a reload", `window.__noReload === true && document.querySelector('#fleet-table tr[data-node="dev-2"]')?.dataset.state === 'offline' && document.querySelector('#count-offline b').textContent === '1'`, 20*time.Second)
 		screenshot(t, ctx, shots, "4-fleet-dev2-offline")
+		// An agent that falls silent (stopped) turns stale, then back.
+		must(t, ctx, "clear the search", chromedp.Evaluate(`(() => { const s = document.querySelector('#search'); s.value = ''; s.dispatchEvent(new Event('input')) })()`, nil))
+		pid := f.agents["prod-1"].PID()
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+		waitJS(t, ctx, "prod-1 stale without a reload", `window.__noReload === true && document.querySelector('#fleet-table tr[data-node="prod-1"]')?.dataset.state === 'stale' && document.querySelector('#count-stale b').textContent === '1'`, 12*time.Second)
+		screenshot(t, ctx, shots, "4b-fleet-prod1-stale")
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		waitJS(t, ctx, "prod-1 online again", `document.querySelector('#fleet-table tr[data-node="prod-1"]')?.dataset.state === 'online'`, 30*time.Second)
 	})
 
 	t.Run("item3_run_job_follow_log", func(t *testing.T) {
@@ -270,14 +285,11 @@ func TestConsoleAdmin(t *testing.T) {
 		// Ctrl-C interrupts a running command (the pty turns it into SIGINT).
 		typeIn("echo sl''eeping; sleep 60; echo not-$((1+1))-interrupted\r")
 		waitJS(t, ctx, "the sleep running", `window.tetherTerminalText().includes('\nsleeping')`, 10*time.Second)
-		// Ctrl-C (as xterm.js sends it: byte 3), until the shell prompts
-		// again: one that lands between the echo and the sleep's start
-		// interrupts nothing, as at a real keyboard.
-		waitJS(t, ctx, "Ctrl-C interrupts the sleep", `(() => {
-			window.tetherTerminal._core.handler('\x03');
-			const after = window.tetherTerminalText().split('\nsleeping')[1] || '';
-			return after.includes('^C') && /[#$] *$/.test(after.trimEnd() + ' ');
-		})()`, 10*time.Second)
+		// Ctrl-C, as xterm.js sends it (byte 3), once the sleep runs; then
+		// the shell prompts again.
+		must(t, ctx, "Ctrl-C", chromedp.Evaluate(`window.tetherTerminal._core.handler('\x03')`, nil))
+		waitJS(t, ctx, "a prompt after ^C", `(() => { const after = window.tetherTerminalText().split('\nsleeping')[1] || '';
+			return after.includes('^C') && /[#$]$/.test(after.trimEnd()) })()`, 10*time.Second)
 		typeIn("echo after-$((40+2))-ctrlc\r")
 		waitJS(t, ctx, "the shell answers after Ctrl-C", `window.tetherTerminalText().includes('after-42-ctrlc') && !window.tetherTerminalText().includes('not-2-interrupted')`, 10*time.Second)
 		// A resize reaches the node's pty.
