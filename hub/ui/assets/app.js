@@ -169,9 +169,10 @@
   // --- node -------------------------------------------------------------
 
   async function nodePage(main, name) {
-    main.append(el('p', {}, el('a', { href: '/ui/', text: '← fleet' })));
+    const errBox = el('div');
+    main.append(el('p', {}, el('a', { href: '/ui/', text: '← fleet' })), errBox);
     let n;
-    try { n = await api('GET', '/fleet/nodes/' + encodeURIComponent(name)); } catch (e) { showError(main, e); return; }
+    try { n = await api('GET', '/fleet/nodes/' + encodeURIComponent(name)); } catch (e) { showError(errBox, e); return; }
     const facts = n.facts || {};
     const dl = el('dl', { class: 'grid', id: 'node-facts' });
     const add = (k, v) => dl.append(el('dt', { text: k }), el('dd', {}, v));
