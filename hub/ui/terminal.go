@@ -104,6 +104,11 @@ func (c *Console) terminal(w http.ResponseWriter, r *http.Request, s *signedIn) 
 		return
 	}
 	defer sh.Close()
+	// A row at the start too: a terminal the hub's end cuts short is on
+	// record all the same.
+	started := rec
+	started.Result = "started"
+	c.cfg.Audit(started)
 	c.cfg.Logger.Info("console terminal opened", "operator", rec.Operator, "node", node, "login", login)
 
 	var toNode, fromNode atomic.Int64
