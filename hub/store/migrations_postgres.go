@@ -87,9 +87,11 @@ var pgMigrations = []string{
 	pgTypes(migrationOnboarding),
 	// v13: over-the-air upgrades.
 	pgTypes(migrationUpgrades),
-	// v14: hub replicas: replicas, presence, shared secrets.
+	// v14: the web console's sign-in codes and sessions.
+	pgTypes(migrationConsole),
+	// v15: hub replicas: replicas, presence, shared secrets.
 	pgTypes(migrationReplicas),
-	// v15: leases, the change feed, each job's owner replica (as
+	// v16: leases, the change feed, each job's owner replica (as
 	// migrationSingletons, with an identity column for the feed).
 	`CREATE TABLE leases (
 		name TEXT PRIMARY KEY,

@@ -101,6 +101,7 @@ type Store interface {
 	ReplicaStore
 	LeaseStore
 	ChangeStore
+	ConsoleStore
 
 	Close() error
 }
