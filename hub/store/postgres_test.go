@@ -261,6 +261,26 @@ func TestPostgresRestart(t *testing.T) {
 	if _, err := s.Join(ctx, "a", accept, Node{ID: "2", Name: "n2"}); err != nil {
 		t.Fatalf("join after the restart: %v", err)
 	}
+
+	// A quick restart, with connections used a moment before: the pool
+	// does not ping them before reuse, and each holds the server's
+	// goodbye. No call may fail for it.
+	for round := range 3 {
+		for range 8 {
+			wg.Add(1)
+			go func() { defer wg.Done(); s.ListNodes(ctx) }()
+		}
+		wg.Wait()
+		srv.StopServer()
+		if err := srv.StartServer(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 8 {
+			if _, err := s.ListNodes(ctx); err != nil {
+				t.Fatalf("quick restart %d, call %d: %v", round, i, err)
+			}
+		}
+	}
 }
 
 // Many joins racing for a token's last uses (as agents joining through
