@@ -32,7 +32,7 @@ func testAgentArtifact(t testing.TB, version string) (index, manifest []byte) {
 func testBundleManifest(t testing.TB, files ...string) []byte {
 	t.Helper()
 	m := OCIManifest{SchemaVersion: 2, MediaType: MediaTypeOCIManifest, ArtifactType: ArtifactTypeBundle,
-		Config: OCIDescriptor{MediaType: MediaTypeOCIEmpty, Digest: DigestOf([]byte("{}")), Size: 2},
+		Config:      OCIDescriptor{MediaType: MediaTypeOCIEmpty, Digest: DigestOf([]byte("{}")), Size: 2},
 		Annotations: map[string]string{AnnotationVersion: "42"}}
 	for _, f := range files {
 		m.Layers = append(m.Layers, OCIDescriptor{MediaType: MediaTypeBundleFile, Digest: DigestOf([]byte(f)), Size: int64(len(f)),
@@ -223,4 +223,26 @@ func FuzzNodeUpgradeState(f *testing.F) {
 			t.Fatalf("validated %+v", s)
 		}
 	})
+}
+
+func TestCompareVersions(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{
+		{"v1.4.0", "v1.4.0", 0}, {"v1.4.0", "v1.10.0", -1}, {"1.4.1", "v1.4.0", 1}, {"v1.4.0-rc1", "v1.4.0", -1},
+		{"v1.4", "v1.4.0", 0}, {"dev", "v1.0.0", 0}, {"1.0", "1.0.0-rc.1", 1}, {"v2.0.0+build5", "v1.9.9", 1}, {"e6a0b55-dirty", "v1.0.0", 0},
+	} {
+		if got, _ := CompareVersions(c.a, c.b); got != c.want {
+			t.Errorf("CompareVersions(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+}
+
+func TestCompareVersionsNotVersions(t *testing.T) {
+	for _, pair := range [][2]string{{"dev", "v1"}, {"v1", "e6a0b55-dirty"}, {"", "v1"}, {"v1..2", "v1"}} {
+		if _, ok := CompareVersions(pair[0], pair[1]); ok {
+			t.Errorf("CompareVersions(%q, %q) ordered a non-version", pair[0], pair[1])
+		}
+	}
 }
