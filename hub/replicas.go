@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,11 +15,13 @@ import (
 
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/replica"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
 	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // ReplicaIDFile is the data-dir file that keeps a replica's generated ID
@@ -118,13 +121,49 @@ func (s *Server) holdForPeer(ctx context.Context, nodeID string, h tunnel.Header
 	return r.Dial(ctx, h)
 }
 
+// sessionInfo is what other replicas need of a node's live session here
+// (presence's Session): what its agent's hello said for the jobs, cluster
+// and upgrade code that runs on whichever replica.
+type sessionInfo struct {
+	StateDir     string                  `json:"state_dir,omitempty"`
+	AgentVersion string                  `json:"agent_version,omitempty"`
+	Arch         string                  `json:"arch,omitempty"`
+	Upgrade      *control.UpgradeSupport `json:"upgrade,omitempty"`
+}
+
+func sessionInfoOf(c *registry.Conn) sessionInfo {
+	return sessionInfo{StateDir: c.StateDir, AgentVersion: c.AgentVersion, Arch: c.Arch, Upgrade: c.Upgrade}
+}
+
+// liveSession is node nodeID's session as this replica's registry has it,
+// or as the replica holding it recorded it.
+func (s *Server) liveSession(nodeID string) (sessionInfo, bool) {
+	n, err := s.store.GetNode(context.Background(), nodeID)
+	if err != nil {
+		return sessionInfo{}, false
+	}
+	if c, ok := s.reg.Get(n.Name); ok && c.NodeID == nodeID {
+		return sessionInfoOf(c), true
+	}
+	if s.peers == nil {
+		return sessionInfo{}, false
+	}
+	p, ok := s.peers.Held(context.Background(), nodeID)
+	var info sessionInfo
+	if !ok || json.Unmarshal(p.Session, &info) != nil {
+		return sessionInfo{}, false
+	}
+	return info, true
+}
+
 // nodeConnected and nodeDisconnected record presence (no-ops on a single
 // hub).
-func (s *Server) nodeConnected(ctx context.Context, nodeID string) store.Presence {
+func (s *Server) nodeConnected(ctx context.Context, c *registry.Conn) store.Presence {
 	if s.peers == nil {
 		return store.Presence{}
 	}
-	return s.peers.Connected(ctx, nodeID)
+	b, _ := json.Marshal(sessionInfoOf(c))
+	return s.peers.Connected(ctx, c.NodeID, b)
 }
 
 func (s *Server) nodeDisconnected(p store.Presence) {

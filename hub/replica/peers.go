@@ -269,11 +269,12 @@ func (p *Peers) linkIDsLocked() []string {
 	return ids
 }
 
-// Connected records that this replica holds node nodeID's tunnel now. The
-// returned claim goes back to Disconnected when the tunnel ends. A store
-// failure is logged: the node is then reachable through this replica only.
-func (p *Peers) Connected(ctx context.Context, nodeID string) store.Presence {
-	pr, err := p.cfg.Store.ClaimPresence(ctx, nodeID, p.cfg.ID, time.Now().Add(p.cfg.LeaseTTL))
+// Connected records that this replica holds node nodeID's tunnel now, with
+// what other replicas need to know of the session. The returned claim goes
+// back to Disconnected when the tunnel ends. A store failure is logged: the
+// node is then reachable through this replica only.
+func (p *Peers) Connected(ctx context.Context, nodeID string, session []byte) store.Presence {
+	pr, err := p.cfg.Store.ClaimPresence(ctx, store.Presence{NodeID: nodeID, ReplicaID: p.cfg.ID, LeaseUntil: time.Now().Add(p.cfg.LeaseTTL), Session: session})
 	if err != nil {
 		p.log.Warn("replica: record presence; other replicas cannot reach this node until it reconnects", "node_id", nodeID, "err", err)
 		return store.Presence{}
@@ -296,6 +297,16 @@ func (p *Peers) Disconnected(pr store.Presence) {
 	case err != nil:
 		p.log.Warn("replica: release presence; it expires with its lease", "node_id", pr.NodeID, "err", err)
 	}
+}
+
+// Held returns the live claim of another replica on node nodeID (ok false
+// if none: the node is here, or nowhere).
+func (p *Peers) Held(ctx context.Context, nodeID string) (store.Presence, bool) {
+	pr, err := p.cfg.Store.GetPresence(ctx, nodeID)
+	if err != nil || !pr.Live(time.Now()) || pr.ReplicaID == p.cfg.ID {
+		return store.Presence{}, false
+	}
+	return pr, true
 }
 
 // Route implements access.Remote: the route to a node through the live

@@ -216,7 +216,7 @@ func TestPeerRouteForwards(t *testing.T) {
 	if r, ok, err := a.p.Route(ctx, "n1"); err != nil || ok {
 		t.Fatalf("route before any presence: %v, %v, %v", r, ok, err)
 	}
-	claim := b.p.Connected(ctx, "n1")
+	claim := b.p.Connected(ctx, "n1", nil)
 	if r, ok, _ := b.p.Route(ctx, "n1"); ok {
 		t.Fatalf("the holder routed its own node through a peer: %v", r)
 	}
@@ -252,7 +252,7 @@ func TestPeerRouteForwards(t *testing.T) {
 		t.Errorf("a's links: %v, want [b]", links)
 	}
 	// The holder refuses a node it does not hold; the error says why.
-	b.p.Connected(ctx, "n2")
+	b.p.Connected(ctx, "n2", nil)
 	r2, ok, _ := a.p.Route(ctx, "n2")
 	if !ok {
 		t.Fatal("no route to n2")
@@ -276,7 +276,7 @@ func TestPresenceExpiresWithLease(t *testing.T) {
 	if err := st.HeartbeatReplica(ctx, store.Replica{ID: "dead", PeerAddr: "127.0.0.1:1", LeaseUntil: past}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.ClaimPresence(ctx, "n1", "dead", past); err != nil {
+	if _, err := st.ClaimPresence(ctx, store.Presence{NodeID: "n1", ReplicaID: "dead", LeaseUntil: past}); err != nil {
 		t.Fatal(err)
 	}
 	a := startReplica(t, st, testCA(t), "a", echoHold(t))
@@ -369,7 +369,7 @@ func TestMalformedPeerRequestClosesStream(t *testing.T) {
 	if got := testutil.ToFloat64(b.p.m.streams.WithLabelValues("in", "malformed")); got != 4 {
 		t.Errorf("malformed requests counted: %v, want 4", got)
 	}
-	b.p.Connected(ctx, "n1")
+	b.p.Connected(ctx, "n1", nil)
 	r, ok, err := a.p.Route(ctx, "n1")
 	if !ok || err != nil {
 		t.Fatalf("route: %v %v", ok, err)

@@ -30,10 +30,11 @@ type ReplicaStore interface {
 	// DeleteReplica forgets a replica and releases its presence rows.
 	DeleteReplica(ctx context.Context, id string) error
 
-	// ClaimPresence records that replicaID now holds nodeID's tunnel until
-	// leaseUntil, with an epoch one above any the node had: the latest
-	// claim wins, whichever replica made the earlier one.
-	ClaimPresence(ctx context.Context, nodeID, replicaID string, leaseUntil time.Time) (Presence, error)
+	// ClaimPresence records that p.ReplicaID now holds p.NodeID's tunnel
+	// until p.LeaseUntil, with p.Session, and an epoch one above any the
+	// node had (p.Epoch is ignored): the latest claim wins, whichever
+	// replica made the earlier one.
+	ClaimPresence(ctx context.Context, p Presence) (Presence, error)
 	// ReleasePresence ends p's claim when the tunnel closes. It returns
 	// ErrStale, and changes nothing, if the node was claimed again since
 	// (another epoch or replica).
@@ -78,6 +79,10 @@ type Presence struct {
 	// an earlier connection (a late disconnect) is told apart and refused.
 	Epoch      int64
 	LeaseUntil time.Time
+	// Session is what the holder knows of the node's live session that
+	// other replicas need (its agent's hello: state dir, updater), as the
+	// hub encodes it; opaque to the store.
+	Session []byte
 }
 
 // Live reports whether p names a replica whose lease runs at now.
@@ -102,7 +107,8 @@ const migrationReplicas = `CREATE TABLE replicas (
 		node_id TEXT PRIMARY KEY,
 		replica_id TEXT NOT NULL DEFAULT '',
 		epoch BIGINT NOT NULL DEFAULT 0,
-		lease_until BIGINT NOT NULL DEFAULT 0
+		lease_until BIGINT NOT NULL DEFAULT 0,
+		session TEXT NOT NULL DEFAULT ''
 	);
 	CREATE INDEX presence_replica ON presence (replica_id);
 	CREATE TABLE secrets (
@@ -175,7 +181,7 @@ func (s *SQLite) DeleteReplica(ctx context.Context, id string) error {
 		return fmt.Errorf("store: delete replica %s: %w", id, err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `UPDATE presence SET replica_id = '', lease_until = 0 WHERE replica_id = ?`, id); err != nil {
+	if _, err := tx.ExecContext(ctx, `UPDATE presence SET replica_id = '', lease_until = 0, session = '' WHERE replica_id = ?`, id); err != nil {
 		return fmt.Errorf("store: release presence of replica %s: %w", id, err)
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM replicas WHERE id = ?`, id); err != nil {
@@ -185,13 +191,13 @@ func (s *SQLite) DeleteReplica(ctx context.Context, id string) error {
 }
 
 // ClaimPresence implements ReplicaStore.
-func (s *SQLite) ClaimPresence(ctx context.Context, nodeID, replicaID string, leaseUntil time.Time) (Presence, error) {
-	p := Presence{NodeID: nodeID, ReplicaID: replicaID, LeaseUntil: leaseUntil}
-	err := s.db.QueryRowContext(ctx, `INSERT INTO presence (node_id, replica_id, epoch, lease_until) VALUES (?, ?, 1, ?)
-		ON CONFLICT (node_id) DO UPDATE SET replica_id = excluded.replica_id, epoch = presence.epoch + 1, lease_until = excluded.lease_until
-		RETURNING epoch`, nodeID, replicaID, unix(leaseUntil)).Scan(&p.Epoch)
+func (s *SQLite) ClaimPresence(ctx context.Context, p Presence) (Presence, error) {
+	err := s.db.QueryRowContext(ctx, `INSERT INTO presence (node_id, replica_id, epoch, lease_until, session) VALUES (?, ?, 1, ?, ?)
+		ON CONFLICT (node_id) DO UPDATE SET replica_id = excluded.replica_id, epoch = presence.epoch + 1,
+			lease_until = excluded.lease_until, session = excluded.session
+		RETURNING epoch`, p.NodeID, p.ReplicaID, unix(p.LeaseUntil), string(p.Session)).Scan(&p.Epoch)
 	if err != nil {
-		return Presence{}, fmt.Errorf("store: claim presence of node %s for replica %s: %w", nodeID, replicaID, err)
+		return Presence{}, fmt.Errorf("store: claim presence of node %s for replica %s: %w", p.NodeID, p.ReplicaID, err)
 	}
 	return p, nil
 }
@@ -199,7 +205,7 @@ func (s *SQLite) ClaimPresence(ctx context.Context, nodeID, replicaID string, le
 // ReleasePresence implements ReplicaStore. The row stays (with its epoch),
 // so the next claim's epoch is still higher than any before.
 func (s *SQLite) ReleasePresence(ctx context.Context, p Presence) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE presence SET replica_id = '', lease_until = 0 WHERE node_id = ? AND replica_id = ? AND epoch = ?`,
+	res, err := s.db.ExecContext(ctx, `UPDATE presence SET replica_id = '', lease_until = 0, session = '' WHERE node_id = ? AND replica_id = ? AND epoch = ?`,
 		p.NodeID, p.ReplicaID, p.Epoch)
 	if err != nil {
 		return fmt.Errorf("store: release presence of node %s: %w", p.NodeID, err)
@@ -213,8 +219,11 @@ func (s *SQLite) ReleasePresence(ctx context.Context, p Presence) error {
 // GetPresence implements ReplicaStore.
 func (s *SQLite) GetPresence(ctx context.Context, nodeID string) (Presence, error) {
 	p := Presence{NodeID: nodeID}
-	var lease int64
-	err := s.db.QueryRowContext(ctx, `SELECT replica_id, epoch, lease_until FROM presence WHERE node_id = ?`, nodeID).Scan(&p.ReplicaID, &p.Epoch, &lease)
+	var (
+		lease   int64
+		session string
+	)
+	err := s.db.QueryRowContext(ctx, `SELECT replica_id, epoch, lease_until, session FROM presence WHERE node_id = ?`, nodeID).Scan(&p.ReplicaID, &p.Epoch, &lease, &session)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Presence{}, fmt.Errorf("store: presence of node %s: %w", nodeID, ErrNotFound)
 	}
@@ -222,6 +231,9 @@ func (s *SQLite) GetPresence(ctx context.Context, nodeID string) (Presence, erro
 		return Presence{}, fmt.Errorf("store: presence of node %s: %w", nodeID, err)
 	}
 	p.LeaseUntil = fromUnix(lease)
+	if session != "" {
+		p.Session = []byte(session)
+	}
 	return p, nil
 }
 

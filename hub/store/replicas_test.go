@@ -31,11 +31,11 @@ var replicaStoreTests = map[string]func(*testing.T, ReplicaStore){
 func testPresenceEpochs(t *testing.T, s ReplicaStore) {
 	ctx := context.Background()
 	lease := time.Now().Add(time.Minute)
-	a1, err := s.ClaimPresence(ctx, "n1", "a", lease)
+	a1, err := s.ClaimPresence(ctx, Presence{NodeID: "n1", ReplicaID: "a", LeaseUntil: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b2, err := s.ClaimPresence(ctx, "n1", "b", lease)
+	b2, err := s.ClaimPresence(ctx, Presence{NodeID: "n1", ReplicaID: "b", LeaseUntil: lease, Session: []byte(`{"state_dir":"/b"}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,11 +46,11 @@ func testPresenceEpochs(t *testing.T, s ReplicaStore) {
 		t.Fatalf("late release of replica a's claim: %v, want ErrStale", err)
 	}
 	p, err := s.GetPresence(ctx, "n1")
-	if err != nil || p.ReplicaID != "b" || p.Epoch != b2.Epoch || !p.Live(time.Now()) {
+	if err != nil || p.ReplicaID != "b" || p.Epoch != b2.Epoch || !p.Live(time.Now()) || string(p.Session) != `{"state_dir":"/b"}` {
 		t.Fatalf("after the stale release: %+v, %v; want replica b's claim", p, err)
 	}
 	// The same replica reconnecting: the earlier session's end is stale too.
-	b3, err := s.ClaimPresence(ctx, "n1", "b", lease)
+	b3, err := s.ClaimPresence(ctx, Presence{NodeID: "n1", ReplicaID: "b", LeaseUntil: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,11 +60,11 @@ func testPresenceEpochs(t *testing.T, s ReplicaStore) {
 	if err := s.ReleasePresence(ctx, b3); err != nil {
 		t.Fatalf("release of the current claim: %v", err)
 	}
-	if p, err := s.GetPresence(ctx, "n1"); err != nil || p.Live(time.Now()) || p.Epoch != b3.Epoch {
+	if p, err := s.GetPresence(ctx, "n1"); err != nil || p.Live(time.Now()) || p.Epoch != b3.Epoch || p.Session != nil {
 		t.Fatalf("after release: %+v, %v; want a released claim keeping epoch %d", p, err, b3.Epoch)
 	}
 	// Epochs keep growing after a release, so an old release stays stale.
-	a4, err := s.ClaimPresence(ctx, "n1", "a", lease)
+	a4, err := s.ClaimPresence(ctx, Presence{NodeID: "n1", ReplicaID: "a", LeaseUntil: lease})
 	if err != nil || a4.Epoch <= b3.Epoch {
 		t.Fatalf("claim after release: %+v, %v; want epoch above %d", a4, err, b3.Epoch)
 	}
@@ -81,10 +81,10 @@ func testPresenceEpochs(t *testing.T, s ReplicaStore) {
 func testPresenceLeases(t *testing.T, s ReplicaStore) {
 	ctx := context.Background()
 	now := time.Now().Truncate(time.Millisecond)
-	if _, err := s.ClaimPresence(ctx, "n1", "a", now.Add(time.Second)); err != nil {
+	if _, err := s.ClaimPresence(ctx, Presence{NodeID: "n1", ReplicaID: "a", LeaseUntil: now.Add(time.Second)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ClaimPresence(ctx, "n2", "b", now.Add(time.Second)); err != nil {
+	if _, err := s.ClaimPresence(ctx, Presence{NodeID: "n2", ReplicaID: "b", LeaseUntil: now.Add(time.Second)}); err != nil {
 		t.Fatal(err)
 	}
 	later := now.Add(time.Hour)
