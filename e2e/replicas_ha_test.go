@@ -171,6 +171,34 @@ func TestReplicasRevocationCutsSessionElsewhere(t *testing.T) {
 	if out, errOut, code := other.run(30*time.Second, "ha1", "echo other-key"); code != 0 || strings.TrimSpace(out) != "other-key" {
 		t.Fatalf("jump with the operator's remaining key: exit %d %q %q", code, out, errOut)
 	}
+
+	// A node revoked at A loses its tunnel held at C: the agent is told
+	// and stops.
+	agent, _ := startAgent(t, c.token(), "ha2", "--ssh", "embedded")
+	waitFor(t, "ha2 connected to replica C", 30*time.Second, func() bool { return c.connects("ha2") > 0 })
+	a.cli("nodes", "revoke", "ha2")
+	revoked := time.Now()
+	waitFor(t, "the agent of the node revoked at A to stop", 20*time.Second, agent.Exited)
+	t.Logf("node revoked at A -> its tunnel at C closed and the agent stopped %s later", time.Since(revoked).Round(time.Millisecond))
+	if !strings.Contains(agent.Log(), "revoked") {
+		t.Fatalf("agent log does not say it was revoked:\n%s", agent.Tail(2000))
+	}
+
+	// Admin certificates revoked at A are refused at C; C's own local
+	// admin identity is made anew, so the CLI on C's machine works on.
+	stale := filepath.Join(t.TempDir(), "stale")
+	if err := os.CopyFS(stale, os.DirFS(c.dataDir)); err != nil {
+		t.Fatal(err)
+	}
+	a.cli("ca", "revoke-admin")
+	waitFor(t, "C to refuse an admin certificate issued before the revocation at A", 10*time.Second, func() bool {
+		_, _, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "nodes", "--data-dir", stale)
+		return code != 0
+	})
+	waitFor(t, "C's CLI to work after the admin revocation at A", 30*time.Second, func() bool {
+		_, _, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "nodes", "--data-dir", c.dataDir)
+		return code == 0
+	})
 }
 
 // TestReplicasKilledLeaderFailover: agents and a fan-out job are on

@@ -171,6 +171,10 @@ func (r *replication) apply(ctx context.Context, cs []store.Change) {
 		case store.ChangeAdminRevoked:
 			if vf, err := s.store.AdminValidFrom(ctx); err == nil && !vf.IsZero() {
 				s.admins.validFrom.Store(vf.UnixMilli())
+				// This replica's own local admin identity is revoked too.
+				if err := s.refreshLocalAdmin(ctx); err != nil {
+					s.log.Error("local admin identity after a revocation on another replica", "err", err)
+				}
 			} else if err != nil {
 				s.log.Error("admin revocation from another replica not applied", "err", err)
 			}
