@@ -17,7 +17,7 @@ PKG_VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null) &
 TEST_TIMEOUT ?= 12m
 BENCH_SIZE ?= full
 
-.PHONY: all build package test vet soak demo demo-stop bench bench-quick fuzz deps tools clean
+.PHONY: all build package test vet soak demo demo-stop bench bench-quick fuzz deps tools clean ui-assets
 
 all: build
 
@@ -28,7 +28,25 @@ package: build $(TOOLS)/nfpm ## .deb and .rpm of tether and tether-edge (units, 
 	rm -f $(DIST)/*.deb $(DIST)/*.rpm
 	NFPM=$(TOOLS)/nfpm ./packaging/package.sh $(BIN) $(DIST) '$(PKG_VERSION)'
 
-deps: ## install OpenSSH client/server, systemd-analyze, ansible-core, rpm and cloud-init when missing (apt-get as root)
+# The web console's terminal: xterm.js 3.8.1 and its fit add-on from the
+# Debian package node-xterm, bundled for the browser by esbuild (a Go
+# module, run from the Go module proxy at a pinned version). The output in
+# hub/ui/assets/vendor/ is committed and embedded, so `go build` and `make`
+# need neither; this target re-creates it byte for byte (SHA256SUMS there;
+# TestVendoredAssets holds the embedded files to it).
+XTERM_DEB_VERSION ?= 3.8.1+~cs0.9.0-1+deb12u1
+ESBUILD_VERSION   ?= v0.25.12
+UI_VENDOR         := hub/ui/assets/vendor
+ui-assets: ## rebuild the console's vendored xterm.js (needs Debian node-xterm $(XTERM_DEB_VERSION) and the Go module proxy)
+	@test "$$(dpkg-query -W -f='$${Version}' node-xterm 2>/dev/null)" = '$(XTERM_DEB_VERSION)' || \
+	  { echo "need Debian node-xterm $(XTERM_DEB_VERSION): apt-get install -y node-xterm" >&2; exit 1; }
+	NODE_PATH=/usr/share/nodejs $(GO) run github.com/evanw/esbuild/cmd/esbuild@$(ESBUILD_VERSION) hub/ui/web/xterm-entry.js \
+	  --bundle --format=iife --minify --platform=browser --legal-comments=eof --log-level=warning --outfile=$(UI_VENDOR)/xterm.js
+	cp /usr/share/nodejs/xterm/lib/xterm.css $(UI_VENDOR)/xterm.css
+	cp /usr/share/doc/node-xterm/copyright $(UI_VENDOR)/xterm.COPYRIGHT
+	cd $(UI_VENDOR) && sha256sum xterm.js xterm.css > SHA256SUMS
+
+deps: ## install OpenSSH client/server, systemd-analyze, ansible-core, rpm, cloud-init and chromium when missing (apt-get as root)
 	@./scripts/ensure-deps.sh
 
 tools: $(TOOLS)/step-ca $(TOOLS)/nfpm ## tools built from the Go module proxy (step-ca for the external-CA test, nfpm for packages)

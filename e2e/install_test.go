@@ -90,7 +90,7 @@ func TestRefusedNodeExitsForGood(t *testing.T) {
 
 	// Restarted, the revoked agent is refused at its handshake and exits
 	// the same way.
-	again := start(t, "agent-rev-again", filepath.Join(binDir, "tether-edge"), "run", "--state-dir", revDir, "--ssh", "embedded", "--backoff-max", "2s")
+	again := start(t, "agent-rev-again", filepath.Join(binDir, "tether-edge"), "run", "--state-dir", revDir, "--ssh", "embedded", "--shell", "/bin/sh", "--backoff-max", "2s")
 	select {
 	case <-again.Done():
 	case <-time.After(30 * time.Second):
@@ -143,7 +143,7 @@ func TestEdgeStatusWording(t *testing.T) {
 	if out := status(); !strings.Contains(out, "state:        not running (no agent has run with this state dir yet") {
 		t.Fatalf("status before the first run:\n%s", out)
 	}
-	a := start(t, "agent-st", edgeBin, "run", "--state-dir", dir, "--ssh", "embedded")
+	a := start(t, "agent-st", edgeBin, "run", "--state-dir", dir, "--ssh", "embedded", "--shell", "/bin/sh")
 	h.waitOnline("st", "")
 	waitForState(t, "status to say connected", 10*time.Second, status, func(out string) bool {
 		return strings.Contains(out, "state:        connected since ") && strings.Contains(out, " ago)")

@@ -74,7 +74,7 @@ func TestReconnectReplacesSession(t *testing.T) {
 	// half-dead link would, so the hub still holds that session.
 	syscall.Kill(a1.PID(), syscall.SIGSTOP)
 	defer syscall.Kill(a1.PID(), syscall.SIGCONT)
-	a2 := start(t, "agent-dup-2", filepath.Join(binDir, "tether-edge"), "run", "--state-dir", dir, "--ssh", "embedded", "--transport", "quic", "--log-level", "debug")
+	a2 := start(t, "agent-dup-2", filepath.Join(binDir, "tether-edge"), "run", "--state-dir", dir, "--ssh", "embedded", "--shell", "/bin/sh", "--transport", "quic", "--log-level", "debug")
 	h.waitOnline("dup", "quic")
 	if !strings.Contains(h.p.Log(), "replaced its previous session") {
 		t.Fatal("hub did not log the replacement")

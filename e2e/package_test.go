@@ -269,7 +269,7 @@ func TestRunJoinFile(t *testing.T) {
 	if err := os.WriteFile(joinFile, []byte("# from tether token create\n\n"+h.token()+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	start(t, "agent-joinfile", edgeBin, "run", "--state-dir", filepath.Join(dir, "state"), "--join-file", joinFile, "--name", "jf", "--ssh", "embedded")
+	start(t, "agent-joinfile", edgeBin, "run", "--state-dir", filepath.Join(dir, "state"), "--join-file", joinFile, "--name", "jf", "--ssh", "embedded", "--shell", "/bin/sh")
 	h.waitOnline("jf", "")
 }
 

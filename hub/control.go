@@ -67,6 +67,7 @@ func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunn
 		}
 		switch msg.Type {
 		case control.TypeHeartbeat:
+			conn.Heard.Store(time.Now().UnixNano())
 			// Throttle store writes: last_seen at heartbeat granularity is plenty.
 			if time.Since(lastStored) >= seenStoreInterval {
 				lastStored = time.Now()

@@ -187,6 +187,10 @@ func (s *Server) Run(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 
+	if httpSrv.Handler, err = s.withConsole(httpSrv.Handler); err != nil {
+		return err
+	}
+
 	info := api.HubInfo{API: localAddr(ln.Addr()), SSH: localAddr(sshAddr), PID: os.Getpid()}
 	infoJSON, _ := json.Marshal(info)
 	infoPath := filepath.Join(s.cfg.DataDir, api.HubInfoFile)

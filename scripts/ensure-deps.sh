@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs when it is missing: OpenSSH client and
-# server, systemd-analyze, ansible-core, rpm, cloud-init and sudo (Debian packages). As root it
+# server, systemd-analyze, ansible-core, rpm, cloud-init, sudo, prometheus and chromium (Debian
+# packages). As root it
 # runs apt-get; otherwise it says exactly what to install.
 set -euo pipefail
 
@@ -20,6 +21,11 @@ command -v cloud-init >/dev/null 2>&1 || missing+=(cloud-init)
 # KubeOne runs its commands with sudo; so does the stand-in kubeone of the
 # KubeOne tests (TestKubeOne*), and the hub fetching a cluster's kubeconfig.
 command -v sudo >/dev/null 2>&1 || missing+=(sudo)
+# Prometheus scrapes a hub with the README's configuration and evaluates the
+# Grafana dashboard's queries (TestGrafanaDashboard).
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+# A headless Chromium drives the web console's browser tests (TestConsole*).
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 for pkg in "$@"; do
   case "$pkg" in
     iperf3|socat|ansible) command -v "$pkg" >/dev/null 2>&1 || missing+=("$pkg") ;;

@@ -74,6 +74,7 @@ Run right after 'tether hub &', they wait for the hub to start (--wait).`,
 		newRunCmd(), newJobsCmd(), newClusterCmd(), newKubeOneCmd(), newAPITokenCmd(), newVersionCmd(), newInventoryCmd(),
 		newOnboardingCmd(), newOSProfileCmd(), newOnboardCmd(), newUpgradeCmd())
 	root.AddCommand(newArtifactCmd())
+	root.AddCommand(newUICmd())
 	return root
 }
 

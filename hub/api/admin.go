@@ -48,6 +48,14 @@ type adminNameKey struct{}
 // or belong to an operator who still holds the admin role.
 func (h *handler) admin(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := consoleCaller(r); ok {
+			if !c.Admin {
+				h.writeErr(w, r, fail(ErrRefused, "%s may not %s %s: that needs the admin role", c.Name, r.Method, r.URL.Path))
+				return
+			}
+			next(w, r.WithContext(context.WithValue(r.Context(), adminNameKey{}, c.Name)))
+			return
+		}
 		if auth := r.Header.Get("Authorization"); auth != "" && (r.TLS == nil || len(r.TLS.PeerCertificates) == 0) {
 			h.refuseToken(w, r, auth)
 			return

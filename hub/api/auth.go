@@ -43,6 +43,15 @@ func (c caller) jobFilterRole() string {
 // `tether apitoken create`.
 func (h *handler) automation(next func(http.ResponseWriter, *http.Request, caller)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := consoleCaller(r); ok {
+			if !c.Admin {
+				h.writeErr(w, r, fail(ErrRefused, "%s may not %s %s: jobs need the admin role or an API token", c.Name, r.Method, r.URL.Path))
+				return
+			}
+			c.Name = "admin:" + c.Name
+			next(w, r, caller{Caller: c, door: h.Door})
+			return
+		}
 		if auth := r.Header.Get("Authorization"); auth != "" {
 			c, err := h.tokenCaller(r.Context(), auth)
 			if err != nil {

@@ -635,14 +635,19 @@ func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) listAudit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := store.AuditFilter{Node: q.Get("node"), Operator: q.Get("operator")}
-	if v := q.Get("since"); v != "" {
-		t, err := time.Parse(time.RFC3339, v)
-		if err != nil {
-			h.writeErr(w, r, fail(ErrInvalid, "since %q: want RFC 3339 time, e.g. 2026-01-02T15:04:05Z", v))
-			return
+	f := store.AuditFilter{Node: q.Get("node"), Operator: q.Get("operator"), Kind: q.Get("kind")}
+	for _, p := range []struct {
+		name string
+		t    *time.Time
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		if v := q.Get(p.name); v != "" {
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				h.writeErr(w, r, fail(ErrInvalid, "%s %q: want RFC 3339 time, e.g. 2026-01-02T15:04:05Z", p.name, v))
+				return
+			}
+			*p.t = t
 		}
-		f.Since = t
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)

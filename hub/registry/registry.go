@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tether-dev/tether/tunnel"
@@ -39,6 +40,10 @@ type Conn struct {
 	// Labels are the node's labels when it connected: what access pushes
 	// decide on, without a store read per node.
 	Labels map[string]string
+	// Heard is when the agent last sent anything on its control stream
+	// (unix nanoseconds; 0 before its first heartbeat): the web console
+	// shows a session whose agent fell silent as stale.
+	Heard atomic.Int64
 	// PushMu serializes building and sending key and trust updates, so
 	// they reach the node in the order of the changes.
 	PushMu sync.Mutex

@@ -26,8 +26,10 @@ type AuditEvent struct {
 type AuditFilter struct {
 	Node     string
 	Operator string
+	Kind     string
 	Since    time.Time
-	Limit    int // newest N, default 1000
+	Until    time.Time // events before it
+	Limit    int       // newest N, default 1000
 }
 
 // AppendAudit implements Store.
@@ -52,9 +54,17 @@ func (s *SQLite) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, er
 		q += ` AND operator = ?`
 		args = append(args, f.Operator)
 	}
+	if f.Kind != "" {
+		q += ` AND kind = ?`
+		args = append(args, f.Kind)
+	}
 	if !f.Since.IsZero() {
 		q += ` AND at >= ?`
 		args = append(args, unix(f.Since))
+	}
+	if !f.Until.IsZero() {
+		q += ` AND at < ?`
+		args = append(args, unix(f.Until))
 	}
 	limit := f.Limit
 	if limit <= 0 || limit > 10000 {

@@ -93,10 +93,35 @@ var migrations = []string{
 	// v13: over-the-air upgrades, each node's place in one, and the role
 	// permission to confirm them (upgrades.go).
 	migrationUpgrades,
-	// v14: hub replicas: leases (singleton leadership with its fencing
+	// v14: the web console's one-time sign-in codes and sessions
+	// (console.go), so sessions outlive a hub restart.
+	migrationConsole,
+	// v15: hub replicas: leases (singleton leadership with its fencing
 	// epoch, replica liveness), the change feed, each job's owner replica.
 	migrationSingletons,
 }
+
+// migrationConsole adds the web console's sign-in codes and sessions. Both
+// are stored by the SHA-256 of their secret only: a copy of the database
+// signs nobody in.
+const migrationConsole = `CREATE TABLE console_codes (
+		hash TEXT PRIMARY KEY,
+		operator TEXT NOT NULL,
+		key_tag TEXT NOT NULL,
+		admin INTEGER NOT NULL,
+		created_at INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL
+	);
+	CREATE TABLE console_sessions (
+		hash TEXT PRIMARY KEY,
+		operator TEXT NOT NULL,
+		key_tag TEXT NOT NULL,
+		admin INTEGER NOT NULL,
+		csrf TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL
+	);
+	CREATE INDEX console_sessions_operator ON console_sessions (operator);`
 
 // migrationReportedLabels adds the labels a node's agent reports about
 // itself (its labels file). They live in their own column so no query that

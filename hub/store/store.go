@@ -98,6 +98,7 @@ type Store interface {
 	AdminStore
 	OnboardingStore
 	UpgradeStore
+	ConsoleStore
 	LeaseStore
 	ChangeStore
 

@@ -261,6 +261,10 @@ func (c *Client) kill(sess *ssh.Session, stdin io.Closer, done <-chan error) err
 	return <-done
 }
 
+// Session opens a session channel on the connection for a caller that
+// drives it itself (the web console's terminal: a pty and a shell).
+func (c *Client) Session() (*ssh.Session, error) { return c.newSession() }
+
 // newSession opens a session channel, mapping refusals to sentinels.
 func (c *Client) newSession() (*ssh.Session, error) {
 	c.mu.Lock()

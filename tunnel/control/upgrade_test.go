@@ -32,7 +32,7 @@ func testAgentArtifact(t testing.TB, version string) (index, manifest []byte) {
 func testBundleManifest(t testing.TB, files ...string) []byte {
 	t.Helper()
 	m := OCIManifest{SchemaVersion: 2, MediaType: MediaTypeOCIManifest, ArtifactType: ArtifactTypeBundle,
-		Config: OCIDescriptor{MediaType: MediaTypeOCIEmpty, Digest: DigestOf([]byte("{}")), Size: 2},
+		Config:      OCIDescriptor{MediaType: MediaTypeOCIEmpty, Digest: DigestOf([]byte("{}")), Size: 2},
 		Annotations: map[string]string{AnnotationVersion: "42"}}
 	for _, f := range files {
 		m.Layers = append(m.Layers, OCIDescriptor{MediaType: MediaTypeBundleFile, Digest: DigestOf([]byte(f)), Size: int64(len(f)),

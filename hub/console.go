@@ -1,0 +1,243 @@
+package hub
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/tether-dev/tether/hub/access"
+	"github.com/tether-dev/tether/hub/roles"
+	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/hub/ui"
+	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/provisioners/runner"
+	"github.com/tether-dev/tether/tunnel"
+)
+
+// The web console's hold on the hub (hub/ui): who asks for a sign-in code,
+// whether a stored session may still act, and the browser terminal's shell.
+
+// consoleCertTTL is the life of the user certificate the hub signs for one
+// browser terminal: long enough for the SSH handshake only.
+const consoleCertTTL = 2 * time.Minute
+
+type consoleHub struct{ s *Server }
+
+// Identify names the holder of an admin certificate or an operator's API
+// certificate, each checked as the API checks it.
+func (c consoleHub) Identify(r *http.Request) (ui.Identity, error) {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return ui.Identity{}, errors.New("no client certificate: run `tether ui` with the identity `tether login` gave you (or on the hub machine with --data-dir)")
+	}
+	chain := r.TLS.PeerCertificates
+	id, err := c.s.ca.Verify(chain[0])
+	if err != nil {
+		return ui.Identity{}, fmt.Errorf("client certificate: %w", err)
+	}
+	switch id.Kind {
+	case pki.KindAdmin:
+		name, err := c.s.authorizeAdminCert(chain)
+		if err != nil {
+			return ui.Identity{}, err
+		}
+		if name == localAdminID {
+			return ui.Identity{Admin: true}, nil
+		}
+		_, tag, _ := strings.Cut(strings.TrimPrefix(id.ID, operatorAdminPrefix), ".")
+		return ui.Identity{Operator: name, KeyTag: tag, Admin: true}, nil
+	case pki.KindOperator:
+		name, err := c.s.authorizeOperatorCert(chain)
+		if err != nil {
+			return ui.Identity{}, err
+		}
+		_, tag, _ := strings.Cut(id.ID, ".")
+		return ui.Identity{Operator: name, KeyTag: tag}, nil
+	}
+	return ui.Identity{}, fmt.Errorf("certificate %q is neither an admin's nor an operator's", chain[0].Subject.CommonName)
+}
+
+// Caller decides whether a console session may still act, and as whom:
+// its operator must still be registered with the key the sign-in code was
+// asked for with, and the session must have begun after the last `tether
+// ca revoke-admin`. The admin role is read now, so granting or taking it
+// changes what a live session may do at its next request.
+func (c consoleHub) Caller(sess store.ConsoleSession) (access.Caller, error) {
+	if vf := c.s.adminValidFrom(); sess.CreatedAt.Before(vf) {
+		return access.Caller{}, fmt.Errorf("the session began before `tether ca revoke-admin` at %s", vf.UTC().Format(time.RFC3339))
+	}
+	if sess.Operator == "" {
+		if !sess.Admin {
+			return access.Caller{}, errors.New("session names no operator")
+		}
+		return access.Caller{Admin: true, Name: "console:local-admin"}, nil
+	}
+	if err := c.s.door.AuthorizeAPIIdentity(sess.Operator, sess.KeyTag); err != nil {
+		return access.Caller{}, err
+	}
+	o, _ := c.s.door.Snapshot().Operator(sess.Operator)
+	admin := slices.ContainsFunc(o.Roles, func(r roles.Compiled) bool { return r.Name == roles.BuiltinAdmin.Name })
+	return access.Caller{Operator: sess.Operator, Admin: admin, Name: "console:" + sess.Operator}, nil
+}
+
+// OpenTerminal opens a shell on a node for the browser terminal, deciding
+// as a jump through the bastion decides: the one door resolves the node
+// and the operator's roles must select it, before anything is said about
+// whether it is reachable; the login must be one those roles allow there.
+// The hub then logs in over the node's route with a fresh key and a user
+// certificate valid two minutes, carrying only the role-scoped principals
+// of this login (what `tether login` would certify), so the node decides
+// on its side exactly as for the operator's own certificate.
+func (c consoleHub) OpenTerminal(ctx context.Context, req ui.TerminalRequest) (ui.Shell, error) {
+	s := c.s
+	if req.Caller.Operator == "" {
+		return nil, fmt.Errorf("%w: the browser terminal needs an operator identity (roles decide logins); sign in with `tether ui` after `tether login` as an operator", access.ErrDenied)
+	}
+	n, route, err := s.door.Resolve(ctx, access.ByName(req.Node))
+	if err == nil || errors.Is(err, access.ErrOffline) {
+		if aerr := s.door.AuthorizeJump(req.Caller.Operator, n); aerr != nil {
+			err = aerr
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	o, ok := s.door.Snapshot().Operator(req.Caller.Operator)
+	if !ok {
+		return nil, fmt.Errorf("%w: operator %q is no longer registered", access.ErrDenied, req.Caller.Operator)
+	}
+	var principals []string
+	for _, r := range o.Roles {
+		if !r.Selects(n.Labels) {
+			continue
+		}
+		switch {
+		case slices.Contains(r.Logins, req.Login):
+			principals = append(principals, access.CertPrincipal(r.Name, req.Login))
+		case slices.Contains(r.Logins, roles.AnyLogin):
+			principals = append(principals, access.CertPrincipal(r.Name, roles.AnyLogin))
+		}
+	}
+	if len(principals) == 0 {
+		_, logins := roles.AllowedCompiled(o.Roles, n.Labels)
+		return nil, fmt.Errorf("%w: operator %q may not log in as %q on node %q; their roles allow: %s", access.ErrDenied,
+			req.Caller.Operator, req.Login, n.Name, strings.Join(logins, ", "))
+	}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	base, err := gossh.NewSignerFromKey(key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := s.userCA.SignUser(base.PublicKey(), access.UserCertKeyIDPrefix+req.Caller.Operator, principals, consoleCertTTL)
+	if err != nil {
+		return nil, fmt.Errorf("console terminal certificate: %w", err)
+	}
+	signer, err := gossh.NewCertSigner(cert, base)
+	if err != nil {
+		return nil, err
+	}
+	rn, err := runner.New(runner.Config{
+		Dial: func(ctx context.Context, name string) (net.Conn, error) {
+			return route.Dial(ctx, tunnel.Header{Service: tunnel.ServiceSSH})
+		},
+		HostCAs: s.hostCA.TrustedKeys,
+		Logger:  s.log.With("component", "console"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	client, err := rn.Connect(ctx, n.Name, runner.Auth{Login: req.Login, Signer: signer})
+	if err != nil {
+		return nil, err
+	}
+	sess, err := client.Session()
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	cols, rows := req.Cols, req.Rows
+	if cols <= 0 || cols > 1000 || rows <= 0 || rows > 1000 {
+		cols, rows = 80, 24
+	}
+	if err := sess.RequestPty("xterm-256color", rows, cols, gossh.TerminalModes{gossh.ECHO: 1}); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("node %q: pseudo-terminal: %w", n.Name, err)
+	}
+	stdin, err := sess.StdinPipe()
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	sess.Stdout, sess.Stderr = pw, pw
+	if err := sess.Shell(); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("node %q: shell: %w", n.Name, err)
+	}
+	sh := &consoleShell{sess: sess, client: client, stdin: stdin, out: pr, done: make(chan struct{})}
+	go func() {
+		sh.err = sess.Wait()
+		pw.Close()
+		close(sh.done)
+	}()
+	return sh, nil
+}
+
+// consoleShell is a shell session on a node for the browser terminal.
+type consoleShell struct {
+	sess   *gossh.Session
+	client *runner.Client
+	stdin  io.WriteCloser
+	out    *io.PipeReader
+	done   chan struct{}
+	err    error
+}
+
+func (c *consoleShell) Write(p []byte) (int, error) { return c.stdin.Write(p) }
+func (c *consoleShell) Output() io.Reader           { return c.out }
+func (c *consoleShell) Resize(cols, rows int) error { return c.sess.WindowChange(rows, cols) }
+func (c *consoleShell) Wait() error                 { <-c.done; return c.err }
+
+// Close ends the shell and the SSH connection; the goroutine waiting on
+// the session ends with it.
+func (c *consoleShell) Close() error {
+	_ = c.sess.Close()
+	return c.client.Close()
+}
+
+// withConsole serves the web console on its own paths (it audits its own
+// refusals) and apiHandler on every other; the console serves the API's
+// endpoints to signed-in browsers through apiHandler too.
+func (s *Server) withConsole(apiHandler http.Handler) (http.Handler, error) {
+	// Stale: two heartbeats missed, before the hub gives the session up
+	// (live.Deadline) and the node turns offline.
+	live := s.liveness()
+	staleAfter := 2 * live.Every
+	if staleAfter >= live.Deadline {
+		staleAfter = live.Deadline * 3 / 4
+	}
+	console, err := ui.New(ui.Config{Store: s.store, Door: s.door, Registry: s.reg, Hub: consoleHub{s}, API: apiHandler,
+		StaleAfter: staleAfter, Audit: s.audit, Logger: s.log.With("component", "console"), Upgrades: s.upgrades != nil})
+	if err != nil {
+		return nil, err
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ui.Handles(r.URL.Path) {
+			console.ServeHTTP(w, r)
+			return
+		}
+		apiHandler.ServeHTTP(w, r)
+	}), nil
+}
