@@ -32,7 +32,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +59,7 @@ var Version = "dev"
 // Config configures a hub.
 type Config struct {
 	DataDir     string         // state: CA, database, host key, admin identity
+	Store       string         // state's database (store.Open): "" for DataDir/tether.db, "sqlite:PATH", or a postgres:// URL replicas share
 	Listen      string         // tunnel + API address (UDP and TCP), default :7443
 	SSHListen   string         // bastion address, default :2222
 	Advertise   []string       // addresses agents dial (put into join strings); default: Listen's address if it is not a wildcard
@@ -97,10 +97,6 @@ type Config struct {
 	// RegistryAuth is a docker-style config.json with registry credentials;
 	// "" means $DOCKER_CONFIG/config.json or ~/.docker/config.json if present.
 	RegistryAuth string
-	// Store is where the hub's state lives: "" is the SQLite file in
-	// DataDir; a path (or sqlite:PATH) is a SQLite file several hub
-	// replicas on this one machine may share.
-	Store string
 	// ReplicaID names this hub among replicas sharing a store; "" reads
 	// (or makes) DataDir/replica.id.
 	ReplicaID string
@@ -116,6 +112,9 @@ type Config struct {
 func (c *Config) CheckAndSetDefaults() error {
 	if c.DataDir == "" {
 		return errors.New("hub: DataDir is required (--data-dir)")
+	}
+	if err := store.CheckSpec(c.Store); err != nil {
+		return fmt.Errorf("hub: %w", err)
 	}
 	if c.Listen == "" {
 		c.Listen = ":7443"
@@ -270,12 +269,13 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
-	dbPath := filepath.Join(cfg.DataDir, "tether.db")
-	if cfg.Store != "" {
-		dbPath = strings.TrimPrefix(cfg.Store, "sqlite:")
-	}
-	if s.store, err = store.OpenSQLite(ctx, dbPath); err != nil {
+	if s.store, err = store.Open(ctx, cfg.Store, cfg.DataDir); err != nil {
 		return nil, err
+	}
+	s.log.Info("store open", "store", store.Describe(cfg.Store, cfg.DataDir))
+	if b, ok := s.store.(interface{ Backend() string }); ok && b.Backend() == "postgres" {
+		// Changes recorded by other replicas wake this one at once.
+		s.nudger = notify.NewPGNudger(cfg.Store)
 	}
 	if err := s.store.MarkAllOffline(ctx); err != nil {
 		s.store.Close()

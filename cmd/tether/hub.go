@@ -26,11 +26,13 @@ One port (--listen) carries the agents' tunnels (UDP: QUIC; TCP: TLS 1.3 with
 ALPN tether/1) and the HTTPS API and join endpoint (TCP, ALPN h2/http1.1).
 Operators jump through the SSH bastion on --ssh-listen.
 
-The data dir holds the CA (ca/), the database (tether.db), the SSH host key,
+The data dir holds the CA (ca/), the database (tether.db, unless --store names
+a PostgreSQL database), the SSH host key,
 and a local admin identity (admin/) that other tether commands on this machine
 use with --data-dir. Keep it private (it is created 0700).`,
 		Example: `  tether hub --data-dir ./hub --listen 127.0.0.1:7443 --ssh-listen 127.0.0.1:2222
-  tether hub --data-dir /var/lib/tether --listen :7443 --advertise hub.example.com:7443`,
+  tether hub --data-dir /var/lib/tether --listen :7443 --advertise hub.example.com:7443
+  tether hub --data-dir /var/lib/tether --store 'postgres://tether@db.example.com/tether?sslmode=verify-full'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger()
@@ -55,6 +57,7 @@ use with --data-dir. Keep it private (it is created 0700).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "hub state directory")
+	f.StringVar(&cfg.Store, "store", "", `where the hub's state lives: a SQLite file (PATH or sqlite:PATH), or "postgres://USER@HOST/DB?sslmode=verify-full" shared by several hub replicas (default: DATA_DIR/tether.db); put a password in ~/.pgpass or PGPASSWORD, not in the URL`)
 	f.StringVar(&cfg.Listen, "listen", ":7443", "tunnel + API address (UDP and TCP, same port)")
 	f.StringVar(&cfg.SSHListen, "ssh-listen", ":2222", "SSH bastion address for operators")
 	f.StringSliceVar(&cfg.Advertise, "advertise", nil, "HOST:PORT agents should dial, put into join strings (repeatable; default: the --listen address, or this host's name if it is a wildcard)")
@@ -75,7 +78,6 @@ use with --data-dir. Keep it private (it is created 0700).`,
 	f.IntVar(&cfg.KubeAPIServerPort, "kube-apiserver-port", hub.DefaultKubeAPIServerPort, "kube-apiserver's port on control-plane nodes' loopback (KubeOne cluster health, `tether kubeone proxy`)")
 	f.StringVar(&cfg.RegistryCA, "registry-ca", "", "PEM file of extra CA certificates for OCI registries holding upgrade artifacts (system roots otherwise; TLS verification cannot be turned off)")
 	f.StringVar(&cfg.RegistryAuth, "registry-auth", "", "docker-style config.json with registry credentials (default: $DOCKER_CONFIG/config.json or ~/.docker/config.json when present)")
-	f.StringVar(&cfg.Store, "store", "", "the hub's database: default DATA_DIR/tether.db; a SQLite file path (sqlite:PATH) that several hubs on this machine share as replicas")
 	f.DurationVar(&cfg.LeaderTTL, "leader-ttl", leader.DefaultTTL, "with several hub replicas: life of the leader and replica leases; a dead leader's singletons move within 4/3 of it")
 	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
 	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead")

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -47,28 +46,30 @@ func TestAdminMigrationRenamesUserRole(t *testing.T) {
 }
 
 func TestAdminValidFrom(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "tether.db")
-	s, err := OpenSQLite(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if vf, err := s.AdminValidFrom(ctx); err != nil || !vf.IsZero() {
-		t.Fatalf("fresh store: %v %v", vf, err)
-	}
-	want := time.Now().Truncate(time.Second).UTC()
-	for _, at := range []time.Time{want.Add(-time.Hour), want} {
-		if err := s.SetAdminValidFrom(ctx, at); err != nil {
+	forEachBackend(t, func(t *testing.T, b backend, openTest func(t *testing.T) *DB) {
+		ctx := context.Background()
+		path := b.newLoc(t)
+		s, err := b.open(ctx, path)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	s.Close()
-	s, err = OpenSQLite(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if vf, err := s.AdminValidFrom(ctx); err != nil || !vf.Equal(want) {
-		t.Fatalf("after reopen: %v %v; want %v", vf, err, want)
-	}
+		if vf, err := s.AdminValidFrom(ctx); err != nil || !vf.IsZero() {
+			t.Fatalf("fresh store: %v %v", vf, err)
+		}
+		want := time.Now().Truncate(time.Second).UTC()
+		for _, at := range []time.Time{want.Add(-time.Hour), want} {
+			if err := s.SetAdminValidFrom(ctx, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.Close()
+		s, err = b.open(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if vf, err := s.AdminValidFrom(ctx); err != nil || !vf.Equal(want) {
+			t.Fatalf("after reopen: %v %v; want %v", vf, err, want)
+		}
+	})
 }

@@ -71,7 +71,7 @@ func (s *SQLite) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, er
 		limit = 1000
 	}
 	// The newest `limit` events, returned oldest first.
-	q = `SELECT * FROM (` + q + ` ORDER BY id DESC LIMIT ?) ORDER BY id`
+	q = `SELECT * FROM (` + q + ` ORDER BY id DESC LIMIT ?) AS newest ORDER BY id`
 	args = append(args, limit)
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {

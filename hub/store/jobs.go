@@ -197,7 +197,7 @@ func (s *SQLite) CreateJob(ctx context.Context, j Job, nodes []NodeRef) error {
 		return fmt.Errorf("store: create job: %w", err)
 	}
 	defer tx.Rollback()
-	if err := checkFence(ctx, tx); err != nil {
+	if err := s.checkFence(ctx, tx); err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO jobs (id, kind, spec, created_by, role, state, created_at, owner) VALUES (?,?,?,?,?,?,?,?)`,
@@ -444,7 +444,7 @@ func (s *SQLite) interruptJobs(ctx context.Context, at time.Time, why, where str
 	var n int64
 	err := s.fencedTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `UPDATE job_nodes SET state = ?, error = 'the hub stopped while this run was live; rerun with `+"`tether jobs rerun`"+`',
-		finished_at = CASE WHEN started_at = 0 THEN 0 ELSE ? END
+		finished_at = CASE WHEN started_at = 0 THEN 0 ELSE CAST(? AS BIGINT) END
 		WHERE state IN (?,?,?) AND job_id IN (SELECT id FROM jobs WHERE state = ? AND `+where+`)`,
 			append([]any{RunInterrupted, unix(at), RunPending, RunWaiting, RunRunning, JobRunning}, args...)...); err != nil {
 			return fmt.Errorf("store: interrupt job nodes: %w", err)

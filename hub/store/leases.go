@@ -93,7 +93,7 @@ func (s *SQLite) AcquireLease(ctx context.Context, name, holder string, ttl time
 	}
 	defer tx.Rollback()
 	now := time.Now()
-	cur, err := scanLease(tx.QueryRowContext(ctx, `SELECT name, holder, epoch, expires_at FROM leases WHERE name = ?`, name))
+	cur, err := scanLease(tx.QueryRowContext(ctx, `SELECT name, holder, epoch, expires_at FROM leases WHERE name = ?`+s.d.forUpdate, name))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		cur = Lease{Name: name}
@@ -179,15 +179,22 @@ func scanLease(r scanner) (Lease, error) {
 
 // checkFence refuses, with ErrFenced, a write whose ctx carries a fence
 // that no longer holds; call it inside the write's transaction.
-func checkFence(ctx context.Context, q interface {
-	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
-}) error {
+//
+// On PostgreSQL the check share-locks the lease row: a takeover (which
+// updates the row) waits for the write's commit, so no write of an old
+// term can land after its successor's first. SQLite runs one write
+// transaction at a time, which gives the same order.
+func (s *SQLite) checkFence(ctx context.Context, tx *sql.Tx) error {
 	f, ok := FenceFrom(ctx)
 	if !ok {
 		return nil
 	}
+	lock := ""
+	if s.d.name == "postgres" {
+		lock = " FOR SHARE"
+	}
 	var one int
-	err := q.QueryRowContext(ctx, `SELECT 1 FROM leases WHERE name = ? AND holder = ? AND epoch = ? AND expires_at > ?`,
+	err := tx.QueryRowContext(ctx, `SELECT 1 FROM leases WHERE name = ? AND holder = ? AND epoch = ? AND expires_at > ?`+lock,
 		f.Lease, f.Holder, f.Epoch, unix(time.Now())).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w (%s, epoch %d)", ErrFenced, f.Lease, f.Epoch)
@@ -220,7 +227,7 @@ func (s *SQLite) fencedTx(ctx context.Context, fn func(tx *sql.Tx) error) error 
 		return err
 	}
 	defer tx.Rollback()
-	if err := checkFence(ctx, tx); err != nil {
+	if err := s.checkFence(ctx, tx); err != nil {
 		return err
 	}
 	if err := fn(tx); err != nil {

@@ -58,7 +58,9 @@ func (s *SQLite) Join(ctx context.Context, tokenID string, check func(Token) err
 		return Node{}, fmt.Errorf("store: join: %w", err)
 	}
 	defer tx.Rollback()
-	t, err := scanToken(tx.QueryRowContext(ctx, `SELECT id, secret_hash, labels, uses_left, expires_at, created_at FROM tokens WHERE id = ?`, tokenID))
+	// The token's row stays locked until commit (PostgreSQL): two replicas
+	// joining on a token's last use cannot both spend it.
+	t, err := scanToken(tx.QueryRowContext(ctx, `SELECT id, secret_hash, labels, uses_left, expires_at, created_at FROM tokens WHERE id = ?`+s.d.forUpdate, tokenID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Node{}, ErrTokenUnknown
 	}
@@ -289,7 +291,7 @@ func (s *SQLite) LabelNodes(ctx context.Context, ids []string, c LabelChange, ch
 	defer tx.Rollback()
 	out := make([]Node, 0, len(ids))
 	for _, id := range ids {
-		n, err := scanNode(tx.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE id = ?`, id))
+		n, err := scanNode(tx.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE id = ?`+s.d.forUpdate, id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, fmt.Errorf("store: node %s: %w", id, ErrNotFound)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,78 +15,80 @@ import (
 // refuses, is visible to a second connection without a clean close (what a
 // kill -9 leaves), and never touches the reported labels.
 func TestLabelNodes(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "tether.db")
-	s, err := OpenSQLite(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.CreateToken(ctx, Token{ID: "t", SecretHash: []byte("h"), UsesLeft: 10, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []Node{{ID: "1", Name: "a", Labels: map[string]string{"env": "dev", "old": "x"}}, {ID: "2", Name: "b", Labels: map[string]string{"env": "dev"}}} {
-		if _, err := s.Join(ctx, "t", accept, n); err != nil {
+	forEachBackend(t, func(t *testing.T, b backend, openTest func(t *testing.T) *DB) {
+		ctx := context.Background()
+		path := b.newLoc(t)
+		s, err := b.open(ctx, path)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := s.SetReportedLabels(ctx, "1", map[string]string{"env": "prod", "rack": "r7"}); err != nil {
-		t.Fatal(err)
-	}
-	cases := []struct {
-		name    string
-		ids     []string
-		change  LabelChange
-		check   func(Node) error
-		wantErr bool
-		want    map[string]map[string]string // by id, after the case
-	}{
-		{"set and remove", []string{"1", "2"}, LabelChange{Set: map[string]string{"env": "prod"}, Remove: []string{"old", "absent"}}, nil, false,
-			map[string]map[string]string{"1": {"env": "prod"}, "2": {"env": "prod"}}},
-		{"one node gone changes none", []string{"1", "nope"}, LabelChange{Set: map[string]string{"tier": "edge"}}, nil, true,
-			map[string]map[string]string{"1": {"env": "prod"}, "2": {"env": "prod"}}},
-		{"check refuses changes none", []string{"1", "2"}, LabelChange{Set: map[string]string{"tier": "edge"}},
-			func(n Node) error {
-				if n.ID == "2" {
-					return errors.New("no")
-				}
-				return nil
-			}, true,
-			map[string]map[string]string{"1": {"env": "prod"}, "2": {"env": "prod"}}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := s.LabelNodes(ctx, tc.ids, tc.change, tc.check)
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("LabelNodes: %v, want error %v", err, tc.wantErr)
-			}
-			// A second connection sees exactly what was committed.
-			other, err := OpenSQLite(ctx, path)
-			if err != nil {
+		defer s.Close()
+		if err := s.CreateToken(ctx, Token{ID: "t", SecretHash: []byte("h"), UsesLeft: 10, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []Node{{ID: "1", Name: "a", Labels: map[string]string{"env": "dev", "old": "x"}}, {ID: "2", Name: "b", Labels: map[string]string{"env": "dev"}}} {
+			if _, err := s.Join(ctx, "t", accept, n); err != nil {
 				t.Fatal(err)
 			}
-			defer other.Close()
-			for id, want := range tc.want {
-				n, err := other.GetNode(ctx, id)
+		}
+		if err := s.SetReportedLabels(ctx, "1", map[string]string{"env": "prod", "rack": "r7"}); err != nil {
+			t.Fatal(err)
+		}
+		cases := []struct {
+			name    string
+			ids     []string
+			change  LabelChange
+			check   func(Node) error
+			wantErr bool
+			want    map[string]map[string]string // by id, after the case
+		}{
+			{"set and remove", []string{"1", "2"}, LabelChange{Set: map[string]string{"env": "prod"}, Remove: []string{"old", "absent"}}, nil, false,
+				map[string]map[string]string{"1": {"env": "prod"}, "2": {"env": "prod"}}},
+			{"one node gone changes none", []string{"1", "nope"}, LabelChange{Set: map[string]string{"tier": "edge"}}, nil, true,
+				map[string]map[string]string{"1": {"env": "prod"}, "2": {"env": "prod"}}},
+			{"check refuses changes none", []string{"1", "2"}, LabelChange{Set: map[string]string{"tier": "edge"}},
+				func(n Node) error {
+					if n.ID == "2" {
+						return errors.New("no")
+					}
+					return nil
+				}, true,
+				map[string]map[string]string{"1": {"env": "prod"}, "2": {"env": "prod"}}},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				_, err := s.LabelNodes(ctx, tc.ids, tc.change, tc.check)
+				if (err != nil) != tc.wantErr {
+					t.Fatalf("LabelNodes: %v, want error %v", err, tc.wantErr)
+				}
+				// A second connection sees exactly what was committed.
+				other, err := b.open(ctx, path)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !maps.Equal(n.Labels, want) {
-					t.Errorf("node %s labels %v, want %v", id, n.Labels, want)
+				defer other.Close()
+				for id, want := range tc.want {
+					n, err := other.GetNode(ctx, id)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !maps.Equal(n.Labels, want) {
+						t.Errorf("node %s labels %v, want %v", id, n.Labels, want)
+					}
 				}
-			}
-		})
-	}
-	n, err := s.GetNode(ctx, "1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !maps.Equal(n.ReportedLabels, map[string]string{"env": "prod", "rack": "r7"}) || n.Labels["rack"] != "" {
-		t.Errorf("reported labels %v, labels %v: want them apart", n.ReportedLabels, n.Labels)
-	}
-	if err := s.SetReportedLabels(ctx, "nope", nil); !errors.Is(err, ErrNotFound) {
-		t.Errorf("SetReportedLabels of an unknown node: %v, want ErrNotFound", err)
-	}
+			})
+		}
+		n, err := s.GetNode(ctx, "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(n.ReportedLabels, map[string]string{"env": "prod", "rack": "r7"}) || n.Labels["rack"] != "" {
+			t.Errorf("reported labels %v, labels %v: want them apart", n.ReportedLabels, n.Labels)
+		}
+		if err := s.SetReportedLabels(ctx, "nope", nil); !errors.Is(err, ErrNotFound) {
+			t.Errorf("SetReportedLabels of an unknown node: %v, want ErrNotFound", err)
+		}
+	})
 }
 
 // TestMigrateReportedLabels: a v7 database keeps its nodes and their labels;

@@ -190,15 +190,15 @@ func (s *SQLite) ListOnboardingCredentials(ctx context.Context) ([]OnboardingCre
 
 // GetOnboardingCredential implements Store.
 func (s *SQLite) GetOnboardingCredential(ctx context.Context, id string) (OnboardingCredential, error) {
-	return getCredential(ctx, s.db, "id", id)
+	return getCredential(ctx, s.db, "id", id, "")
 }
 
 type queryRower interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-func getCredential(ctx context.Context, q queryRower, where, arg string) (OnboardingCredential, error) {
-	c, err := scanCredential(q.QueryRowContext(ctx, `SELECT `+credentialColumns+` FROM onboarding_credentials WHERE `+where+` = ?`, arg))
+func getCredential(ctx context.Context, q queryRower, where, arg, lock string) (OnboardingCredential, error) {
+	c, err := scanCredential(q.QueryRowContext(ctx, `SELECT `+credentialColumns+` FROM onboarding_credentials WHERE `+where+` = ?`+lock, arg))
 	if errors.Is(err, sql.ErrNoRows) {
 		return OnboardingCredential{}, fmt.Errorf("store: onboarding credential %q: %w", arg, ErrNotFound)
 	}
@@ -218,7 +218,7 @@ func (s *SQLite) RevokeOnboardingCredential(ctx context.Context, name string, at
 	if n, _ := res.RowsAffected(); n == 0 {
 		return OnboardingCredential{}, fmt.Errorf("store: onboarding credential %q: %w", name, ErrNotFound)
 	}
-	return getCredential(ctx, s.db, "name", name)
+	return getCredential(ctx, s.db, "name", name, "")
 }
 
 // AddOSProfile implements Store.
@@ -306,7 +306,8 @@ func (s *SQLite) Onboard(ctx context.Context, credID string, check func(Onboardi
 	case !errors.Is(err, ErrNotFound):
 		return Node{}, false, fmt.Errorf("store: onboard: %w", err)
 	}
-	c, err := getCredential(ctx, tx, "id", credID)
+	// Locked until commit (PostgreSQL), as a join token's row.
+	c, err := getCredential(ctx, tx, "id", credID, s.d.forUpdate)
 	if errors.Is(err, ErrNotFound) {
 		return Node{}, false, ErrCredentialUnknown
 	}

@@ -43,122 +43,126 @@ func acceptCredential(OnboardingCredential) error { return nil }
 // exhausted, expired or revoked credential, a refused check, or a taken
 // name change nothing.
 func TestOnboardTransaction(t *testing.T) {
-	ctx := context.Background()
-	s, _ := openTestStore(t)
-	if err := s.CreateOnboardingCredential(ctx, testCredential("c1", "berlin", 2)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CreateOnboardingCredential(ctx, testCredential("c9", "berlin", 1)); !errors.Is(err, ErrNameTaken) {
-		t.Fatalf("same name twice: %v, want ErrNameTaken", err)
-	}
-	n, existing, err := s.Onboard(ctx, "c1", acceptCredential, Machine{UUID: "uuid-1", PublicKey: "k1"},
-		Node{ID: "n1", Name: "shop-1", Labels: map[string]string{"site": "paris", "rack": "r1"}})
-	if err != nil || existing {
-		t.Fatalf("first onboarding: %v existing=%v", err, existing)
-	}
-	if n.Labels["site"] != "berlin" || n.Labels["rack"] != "r1" {
-		t.Fatalf("labels %v", n.Labels)
-	}
-	again, existing, err := s.Onboard(ctx, "c1", acceptCredential, Machine{UUID: "uuid-1", PublicKey: "k1"}, Node{ID: "n2", Name: "other"})
-	if err != nil || !existing || again.ID != "n1" {
-		t.Fatalf("retry: %+v existing=%v %v", again, existing, err)
-	}
-	uses := func() int {
-		c, err := s.GetOnboardingCredential(ctx, "c1")
-		if err != nil {
+	forEachBackend(t, func(t *testing.T, b backend, openTest func(t *testing.T) *DB) {
+		ctx := context.Background()
+		s := openTest(t)
+		if err := s.CreateOnboardingCredential(ctx, testCredential("c1", "berlin", 2)); err != nil {
 			t.Fatal(err)
 		}
-		return c.UsesLeft
-	}
-	if uses() != 1 {
-		t.Fatalf("uses left %d, want 1", uses())
-	}
-	refusals := []struct {
-		name string
-		cred string
-		m    Machine
-		n    Node
-		chk  func(OnboardingCredential) error
-		want error
-	}{
-		{"another key", "c1", Machine{UUID: "uuid-1", PublicKey: "k2"}, Node{ID: "n3", Name: "x3"}, acceptCredential, ErrMachineKeyMismatch},
-		{"unknown credential", "nope", Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "x3"}, acceptCredential, ErrCredentialUnknown},
-		{"check refuses", "c1", Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "x3"},
-			func(OnboardingCredential) error { return ErrCredentialUnknown }, ErrCredentialUnknown},
-		{"name taken", "c1", Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "shop-1"}, acceptCredential, ErrNameTaken},
-	}
-	for _, tc := range refusals {
-		t.Run(tc.name, func(t *testing.T) {
-			if _, _, err := s.Onboard(ctx, tc.cred, tc.chk, tc.m, tc.n); !errors.Is(err, tc.want) {
-				t.Fatalf("got %v, want %v", err, tc.want)
+		if err := s.CreateOnboardingCredential(ctx, testCredential("c9", "berlin", 1)); !errors.Is(err, ErrNameTaken) {
+			t.Fatalf("same name twice: %v, want ErrNameTaken", err)
+		}
+		n, existing, err := s.Onboard(ctx, "c1", acceptCredential, Machine{UUID: "uuid-1", PublicKey: "k1"},
+			Node{ID: "n1", Name: "shop-1", Labels: map[string]string{"site": "paris", "rack": "r1"}})
+		if err != nil || existing {
+			t.Fatalf("first onboarding: %v existing=%v", err, existing)
+		}
+		if n.Labels["site"] != "berlin" || n.Labels["rack"] != "r1" {
+			t.Fatalf("labels %v", n.Labels)
+		}
+		again, existing, err := s.Onboard(ctx, "c1", acceptCredential, Machine{UUID: "uuid-1", PublicKey: "k1"}, Node{ID: "n2", Name: "other"})
+		if err != nil || !existing || again.ID != "n1" {
+			t.Fatalf("retry: %+v existing=%v %v", again, existing, err)
+		}
+		uses := func() int {
+			c, err := s.GetOnboardingCredential(ctx, "c1")
+			if err != nil {
+				t.Fatal(err)
 			}
-			if uses() != 1 {
-				t.Fatalf("uses left %d after a refusal, want 1", uses())
-			}
-			if _, err := s.GetMachine(ctx, "uuid-3"); !errors.Is(err, ErrNotFound) {
-				t.Fatalf("machine bound after a refusal: %v", err)
-			}
-		})
-	}
-	if _, _, err := s.Onboard(ctx, "c1", acceptCredential, Machine{UUID: "uuid-2", PublicKey: "k2"}, Node{ID: "n2", Name: "shop-2"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := s.Onboard(ctx, "c1", acceptCredential, Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "shop-3"}); !errors.Is(err, ErrCredentialUsedUp) {
-		t.Fatalf("exhausted: %v", err)
-	}
+			return c.UsesLeft
+		}
+		if uses() != 1 {
+			t.Fatalf("uses left %d, want 1", uses())
+		}
+		refusals := []struct {
+			name string
+			cred string
+			m    Machine
+			n    Node
+			chk  func(OnboardingCredential) error
+			want error
+		}{
+			{"another key", "c1", Machine{UUID: "uuid-1", PublicKey: "k2"}, Node{ID: "n3", Name: "x3"}, acceptCredential, ErrMachineKeyMismatch},
+			{"unknown credential", "nope", Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "x3"}, acceptCredential, ErrCredentialUnknown},
+			{"check refuses", "c1", Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "x3"},
+				func(OnboardingCredential) error { return ErrCredentialUnknown }, ErrCredentialUnknown},
+			{"name taken", "c1", Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "shop-1"}, acceptCredential, ErrNameTaken},
+		}
+		for _, tc := range refusals {
+			t.Run(tc.name, func(t *testing.T) {
+				if _, _, err := s.Onboard(ctx, tc.cred, tc.chk, tc.m, tc.n); !errors.Is(err, tc.want) {
+					t.Fatalf("got %v, want %v", err, tc.want)
+				}
+				if uses() != 1 {
+					t.Fatalf("uses left %d after a refusal, want 1", uses())
+				}
+				if _, err := s.GetMachine(ctx, "uuid-3"); !errors.Is(err, ErrNotFound) {
+					t.Fatalf("machine bound after a refusal: %v", err)
+				}
+			})
+		}
+		if _, _, err := s.Onboard(ctx, "c1", acceptCredential, Machine{UUID: "uuid-2", PublicKey: "k2"}, Node{ID: "n2", Name: "shop-2"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.Onboard(ctx, "c1", acceptCredential, Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "shop-3"}); !errors.Is(err, ErrCredentialUsedUp) {
+			t.Fatalf("exhausted: %v", err)
+		}
 
-	exp := testCredential("c2", "old", 5)
-	exp.ExpiresAt = time.Now().Add(-time.Second)
-	if err := s.CreateOnboardingCredential(ctx, exp); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := s.Onboard(ctx, "c2", acceptCredential, Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "shop-3"}); !errors.Is(err, ErrCredentialExpired) {
-		t.Fatalf("expired: %v", err)
-	}
-	if err := s.CreateOnboardingCredential(ctx, testCredential("c3", "gone", 5)); err != nil {
-		t.Fatal(err)
-	}
-	c, err := s.RevokeOnboardingCredential(ctx, "gone", time.Now())
-	if err != nil || c.RevokedAt.IsZero() {
-		t.Fatalf("revoke: %+v %v", c, err)
-	}
-	if _, err := s.RevokeOnboardingCredential(ctx, "nobody", time.Now()); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("revoke unknown: %v", err)
-	}
-	if _, _, err := s.Onboard(ctx, "c3", acceptCredential, Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "shop-3"}); !errors.Is(err, ErrCredentialRevoked) {
-		t.Fatalf("revoked: %v", err)
-	}
+		exp := testCredential("c2", "old", 5)
+		exp.ExpiresAt = time.Now().Add(-time.Second)
+		if err := s.CreateOnboardingCredential(ctx, exp); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.Onboard(ctx, "c2", acceptCredential, Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "shop-3"}); !errors.Is(err, ErrCredentialExpired) {
+			t.Fatalf("expired: %v", err)
+		}
+		if err := s.CreateOnboardingCredential(ctx, testCredential("c3", "gone", 5)); err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.RevokeOnboardingCredential(ctx, "gone", time.Now())
+		if err != nil || c.RevokedAt.IsZero() {
+			t.Fatalf("revoke: %+v %v", c, err)
+		}
+		if _, err := s.RevokeOnboardingCredential(ctx, "nobody", time.Now()); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("revoke unknown: %v", err)
+		}
+		if _, _, err := s.Onboard(ctx, "c3", acceptCredential, Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "shop-3"}); !errors.Is(err, ErrCredentialRevoked) {
+			t.Fatalf("revoked: %v", err)
+		}
 
-	// A removed node frees its machine: it may be onboarded again.
-	if err := s.DeleteNode(ctx, "n1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.GetMachine(ctx, "uuid-1"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("machine still bound after its node was removed: %v", err)
-	}
+		// A removed node frees its machine: it may be onboarded again.
+		if err := s.DeleteNode(ctx, "n1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.GetMachine(ctx, "uuid-1"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("machine still bound after its node was removed: %v", err)
+		}
+	})
 }
 
 func TestOSProfiles(t *testing.T) {
-	ctx := context.Background()
-	s, _ := openTestStore(t)
-	if err := s.AddOSProfile(ctx, OSProfile{Name: "debian-12", Distro: "debian", Version: "12", Family: "debian", CloudInit: "#cloud-config\n"}); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []OSProfile{{Name: "debian-12", Distro: "debian", Version: "13"}, {Name: "deb", Distro: "debian", Version: "12"}} {
-		if err := s.AddOSProfile(ctx, p); !errors.Is(err, ErrNameTaken) {
-			t.Fatalf("%+v: %v, want ErrNameTaken", p, err)
+	forEachBackend(t, func(t *testing.T, b backend, openTest func(t *testing.T) *DB) {
+		ctx := context.Background()
+		s := openTest(t)
+		if err := s.AddOSProfile(ctx, OSProfile{Name: "debian-12", Distro: "debian", Version: "12", Family: "debian", CloudInit: "#cloud-config\n"}); err != nil {
+			t.Fatal(err)
 		}
-	}
-	ps, err := s.ListOSProfiles(ctx)
-	if err != nil || len(ps) != 1 || ps[0].CloudInit != "#cloud-config\n" || ps[0].Family != "debian" {
-		t.Fatalf("list: %+v %v", ps, err)
-	}
-	if err := s.DeleteOSProfile(ctx, "debian-12"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.DeleteOSProfile(ctx, "debian-12"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("delete twice: %v", err)
-	}
+		for _, p := range []OSProfile{{Name: "debian-12", Distro: "debian", Version: "13"}, {Name: "deb", Distro: "debian", Version: "12"}} {
+			if err := s.AddOSProfile(ctx, p); !errors.Is(err, ErrNameTaken) {
+				t.Fatalf("%+v: %v, want ErrNameTaken", p, err)
+			}
+		}
+		ps, err := s.ListOSProfiles(ctx)
+		if err != nil || len(ps) != 1 || ps[0].CloudInit != "#cloud-config\n" || ps[0].Family != "debian" {
+			t.Fatalf("list: %+v %v", ps, err)
+		}
+		if err := s.DeleteOSProfile(ctx, "debian-12"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteOSProfile(ctx, "debian-12"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("delete twice: %v", err)
+		}
+	})
 }
 
 // TestMigrateOnboarding: a database of the schema before onboarding, with

@@ -76,7 +76,7 @@ func (s *SQLite) inOperatorTx(ctx context.Context, name, what string, fn func(*s
 		return fmt.Errorf("store: %s operator %q: %w", what, name, err)
 	}
 	defer tx.Rollback()
-	if err := operatorExistsTx(ctx, tx, name); err != nil {
+	if err := operatorExistsTx(ctx, tx, name, s.d.forUpdate); err != nil {
 		return err
 	}
 	if err := fn(tx); err != nil {
@@ -102,9 +102,11 @@ func addKeyTx(ctx context.Context, tx *sql.Tx, name string, k OperatorKey) error
 	return nil
 }
 
-func operatorExistsTx(ctx context.Context, tx *sql.Tx, name string) error {
+func operatorExistsTx(ctx context.Context, tx *sql.Tx, name, lock string) error {
 	var n string
-	err := tx.QueryRowContext(ctx, `SELECT name FROM operators WHERE name = ?`, name).Scan(&n)
+	// FOR UPDATE (PostgreSQL): changes to one operator's keys take turns,
+	// so two replicas cannot each remove one of the last two keys.
+	err := tx.QueryRowContext(ctx, `SELECT name FROM operators WHERE name = ?`+lock, name).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("store: operator %q: %w", name, ErrNotFound)
 	}
@@ -146,7 +148,8 @@ func removeKeyTx(ctx context.Context, tx *sql.Tx, name, fingerprint string) erro
 }
 
 func revokeKeyTx(ctx context.Context, tx *sql.Tx, fingerprint, key string) error {
-	_, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO revoked_keys (fingerprint, public_key, revoked_at) VALUES (?,?,?)`,
+	_, err := tx.ExecContext(ctx, `INSERT INTO revoked_keys (fingerprint, public_key, revoked_at) VALUES (?,?,?)
+		ON CONFLICT (fingerprint) DO UPDATE SET public_key = excluded.public_key, revoked_at = excluded.revoked_at`,
 		fingerprint, key, unix(time.Now()))
 	return err
 }

@@ -17,15 +17,11 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
-// SQLite is the default Store: one database file, WAL journal with
+var _ Store = (*DB)(nil)
+
+// OpenSQLite opens (creating if needed) the database at path and migrates
+// it. SQLite is the default store: one database file, WAL journal with
 // synchronous=FULL so a committed write survives kill -9 and power loss.
-type SQLite struct {
-	db *sql.DB
-}
-
-var _ Store = (*SQLite)(nil)
-
-// OpenSQLite opens (creating if needed) the database at path and migrates it.
 func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
@@ -45,8 +41,8 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 	// One writer at a time is what SQLite does anyway; a single connection
 	// keeps transactions simple and avoids SQLITE_BUSY between our own conns.
 	db.SetMaxOpenConns(1)
-	s := &SQLite{db: db}
-	if err := s.migrate(ctx); err != nil {
+	s := &DB{db: db, d: sqliteDialect}
+	if err := s.migrateSQLite(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
@@ -57,7 +53,7 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 	return s, nil
 }
 
-func (s *SQLite) migrate(ctx context.Context) error {
+func (s *DB) migrateSQLite(ctx context.Context) error {
 	var v int
 	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
 		return fmt.Errorf("read schema version: %w", err)
@@ -84,9 +80,6 @@ func (s *SQLite) migrate(ctx context.Context) error {
 	}
 	return nil
 }
-
-// Close closes the database.
-func (s *SQLite) Close() error { return s.db.Close() }
 
 func unix(t time.Time) int64 {
 	if t.IsZero() {
@@ -119,11 +112,11 @@ func decodeLabels(s string) (map[string]string, error) {
 }
 
 func isUniqueViolation(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+	return err != nil && (strings.Contains(err.Error(), "UNIQUE constraint failed") || pgCode(err) == pgUniqueViolation)
 }
 
 func isForeignKeyViolation(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "FOREIGN KEY constraint failed")
+	return err != nil && (strings.Contains(err.Error(), "FOREIGN KEY constraint failed") || pgCode(err) == pgForeignKeyViolation)
 }
 
 type scanner interface{ Scan(...any) error }
@@ -135,6 +128,9 @@ func IsStorageFull(err error) bool {
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		return se.Code()&0xff == sqlite3.SQLITE_FULL
+	}
+	if pgCode(err) == pgDiskFull {
+		return true
 	}
 	return errors.Is(err, syscall.ENOSPC)
 }

@@ -13,137 +13,135 @@ import (
 	"time"
 )
 
-func openTest(t *testing.T) *SQLite {
-	t.Helper()
-	s, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "tether.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 func accept(Token) error { return nil }
 
 func TestJoinConsumesToken(t *testing.T) {
-	ctx := context.Background()
-	now := time.Now()
-	cases := []struct {
-		name    string
-		token   Token
-		joins   int
-		wantErr error // of the last join
-	}{
-		{"single use", Token{ID: "a", UsesLeft: 1, ExpiresAt: now.Add(time.Hour)}, 1, nil},
-		{"reused", Token{ID: "a", UsesLeft: 1, ExpiresAt: now.Add(time.Hour)}, 2, ErrTokenUsedUp},
-		{"three uses", Token{ID: "a", UsesLeft: 3, ExpiresAt: now.Add(time.Hour)}, 3, nil},
-		{"expired", Token{ID: "a", UsesLeft: 3, ExpiresAt: now.Add(-time.Second)}, 1, ErrTokenExpired},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			s := openTest(t)
-			tc.token.SecretHash = []byte("h")
-			tc.token.Labels = map[string]string{"site": "lab"}
-			if err := s.CreateToken(ctx, tc.token); err != nil {
-				t.Fatal(err)
-			}
-			var err error
-			for i := 0; i < tc.joins; i++ {
-				_, err = s.Join(ctx, "a", accept, Node{ID: fmt.Sprint("id", i), Name: fmt.Sprint("n", i), Labels: map[string]string{"role": "x"}})
-			}
-			if !errors.Is(err, tc.wantErr) && !(tc.wantErr == nil && err == nil) {
-				t.Fatalf("last join: %v, want %v", err, tc.wantErr)
-			}
-			if tc.wantErr == nil {
-				n, err := s.GetNodeByName(ctx, "n0")
-				if err != nil || n.Labels["site"] != "lab" || n.Labels["role"] != "x" {
-					t.Fatalf("node after join: %+v %v", n, err)
+	forEachBackend(t, func(t *testing.T, _ backend, openTest func(t *testing.T) *DB) {
+		ctx := context.Background()
+		now := time.Now()
+		cases := []struct {
+			name    string
+			token   Token
+			joins   int
+			wantErr error // of the last join
+		}{
+			{"single use", Token{ID: "a", UsesLeft: 1, ExpiresAt: now.Add(time.Hour)}, 1, nil},
+			{"reused", Token{ID: "a", UsesLeft: 1, ExpiresAt: now.Add(time.Hour)}, 2, ErrTokenUsedUp},
+			{"three uses", Token{ID: "a", UsesLeft: 3, ExpiresAt: now.Add(time.Hour)}, 3, nil},
+			{"expired", Token{ID: "a", UsesLeft: 3, ExpiresAt: now.Add(-time.Second)}, 1, ErrTokenExpired},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				s := openTest(t)
+				tc.token.SecretHash = []byte("h")
+				tc.token.Labels = map[string]string{"site": "lab"}
+				if err := s.CreateToken(ctx, tc.token); err != nil {
+					t.Fatal(err)
 				}
-			}
-		})
-	}
+				var err error
+				for i := 0; i < tc.joins; i++ {
+					_, err = s.Join(ctx, "a", accept, Node{ID: fmt.Sprint("id", i), Name: fmt.Sprint("n", i), Labels: map[string]string{"role": "x"}})
+				}
+				if !errors.Is(err, tc.wantErr) && !(tc.wantErr == nil && err == nil) {
+					t.Fatalf("last join: %v, want %v", err, tc.wantErr)
+				}
+				if tc.wantErr == nil {
+					n, err := s.GetNodeByName(ctx, "n0")
+					if err != nil || n.Labels["site"] != "lab" || n.Labels["role"] != "x" {
+						t.Fatalf("node after join: %+v %v", n, err)
+					}
+				}
+			})
+		}
+	})
 }
 
 func TestJoinUnknownTokenAndCheck(t *testing.T) {
-	ctx := context.Background()
-	s := openTest(t)
-	if _, err := s.Join(ctx, "nope", accept, Node{ID: "1", Name: "n1"}); !errors.Is(err, ErrTokenUnknown) {
-		t.Fatalf("unknown token: %v", err)
-	}
-	s.CreateToken(ctx, Token{ID: "a", SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)})
-	bad := errors.New("bad secret")
-	if _, err := s.Join(ctx, "a", func(Token) error { return bad }, Node{ID: "1", Name: "n1"}); !errors.Is(err, bad) {
-		t.Fatalf("check error not returned: %v", err)
-	}
-	// A failed check must not consume the use.
-	if _, err := s.Join(ctx, "a", accept, Node{ID: "1", Name: "n1"}); err != nil {
-		t.Fatalf("use was consumed by a failed check: %v", err)
-	}
+	forEachBackend(t, func(t *testing.T, _ backend, openTest func(t *testing.T) *DB) {
+		ctx := context.Background()
+		s := openTest(t)
+		if _, err := s.Join(ctx, "nope", accept, Node{ID: "1", Name: "n1"}); !errors.Is(err, ErrTokenUnknown) {
+			t.Fatalf("unknown token: %v", err)
+		}
+		s.CreateToken(ctx, Token{ID: "a", SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)})
+		bad := errors.New("bad secret")
+		if _, err := s.Join(ctx, "a", func(Token) error { return bad }, Node{ID: "1", Name: "n1"}); !errors.Is(err, bad) {
+			t.Fatalf("check error not returned: %v", err)
+		}
+		// A failed check must not consume the use.
+		if _, err := s.Join(ctx, "a", accept, Node{ID: "1", Name: "n1"}); err != nil {
+			t.Fatalf("use was consumed by a failed check: %v", err)
+		}
+	})
 }
 
 func TestJoinNameTakenKeepsTokenUse(t *testing.T) {
-	ctx := context.Background()
-	s := openTest(t)
-	s.CreateToken(ctx, Token{ID: "a", SecretHash: []byte("h"), UsesLeft: 2, ExpiresAt: time.Now().Add(time.Hour)})
-	if _, err := s.Join(ctx, "a", accept, Node{ID: "1", Name: "n1"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Join(ctx, "a", accept, Node{ID: "2", Name: "n1"}); !errors.Is(err, ErrNameTaken) {
-		t.Fatalf("duplicate name: %v", err)
-	}
-	toks, _ := s.ListTokens(ctx)
-	if toks[0].UsesLeft != 1 {
-		t.Fatalf("uses left = %d, want 1 (failed join must roll back)", toks[0].UsesLeft)
-	}
+	forEachBackend(t, func(t *testing.T, _ backend, openTest func(t *testing.T) *DB) {
+		ctx := context.Background()
+		s := openTest(t)
+		s.CreateToken(ctx, Token{ID: "a", SecretHash: []byte("h"), UsesLeft: 2, ExpiresAt: time.Now().Add(time.Hour)})
+		if _, err := s.Join(ctx, "a", accept, Node{ID: "1", Name: "n1"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Join(ctx, "a", accept, Node{ID: "2", Name: "n1"}); !errors.Is(err, ErrNameTaken) {
+			t.Fatalf("duplicate name: %v", err)
+		}
+		toks, _ := s.ListTokens(ctx)
+		if toks[0].UsesLeft != 1 {
+			t.Fatalf("uses left = %d, want 1 (failed join must roll back)", toks[0].UsesLeft)
+		}
+	})
 }
 
 func TestNodeSeenAndOperators(t *testing.T) {
-	ctx := context.Background()
-	s := openTest(t)
-	s.CreateToken(ctx, Token{ID: "a", SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)})
-	s.Join(ctx, "a", accept, Node{ID: "1", Name: "n1"})
-	at := time.Now().Truncate(time.Millisecond)
-	if err := s.UpdateNodeSeen(ctx, "1", Seen{Online: true, Transport: "quic", AgentVersion: "v1", At: at}); err != nil {
-		t.Fatal(err)
-	}
-	n, _ := s.GetNode(ctx, "1")
-	if !n.Online || n.Transport != "quic" || n.AgentVersion != "v1" || !n.LastSeen.Equal(at) {
-		t.Fatalf("after seen: %+v", n)
-	}
-	s.MarkAllOffline(ctx)
-	if n, _ = s.GetNode(ctx, "1"); n.Online || n.Transport != "quic" {
-		t.Fatalf("after MarkAllOffline: %+v", n)
-	}
-	if err := s.UpdateNodeSeen(ctx, "missing", Seen{}); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("missing node: %v", err)
-	}
-	if err := s.AddOperator(ctx, Operator{Name: "alice", PublicKey: "k", Fingerprint: "f"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddOperator(ctx, Operator{Name: "bob", PublicKey: "k", Fingerprint: "f"}); !errors.Is(err, ErrNameTaken) {
-		t.Fatalf("same key twice: %v", err)
-	}
-	if err := s.RemoveOperator(ctx, "bob"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("remove missing: %v", err)
-	}
-	if err := s.RemoveOperator(ctx, "alice"); err != nil {
-		t.Fatal(err)
-	}
-	if keys, err := s.ListRevokedKeys(ctx); err != nil || len(keys) != 1 || keys[0] != "k" {
-		t.Fatalf("revoked keys after removing alice: %v %v", keys, err)
-	}
-	if err := s.AddOperator(ctx, Operator{Name: "alice", PublicKey: "k", Fingerprint: "f"}); err != nil {
-		t.Fatal(err)
-	}
-	if keys, _ := s.ListRevokedKeys(ctx); len(keys) != 0 {
-		t.Fatalf("re-registered key still revoked: %v", keys)
-	}
-	if err := s.DeleteNode(ctx, "1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.GetNode(ctx, "1"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("deleted node: %v", err)
-	}
+	forEachBackend(t, func(t *testing.T, _ backend, openTest func(t *testing.T) *DB) {
+		ctx := context.Background()
+		s := openTest(t)
+		s.CreateToken(ctx, Token{ID: "a", SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)})
+		s.Join(ctx, "a", accept, Node{ID: "1", Name: "n1"})
+		at := time.Now().Truncate(time.Millisecond)
+		if err := s.UpdateNodeSeen(ctx, "1", Seen{Online: true, Transport: "quic", AgentVersion: "v1", At: at}); err != nil {
+			t.Fatal(err)
+		}
+		n, _ := s.GetNode(ctx, "1")
+		if !n.Online || n.Transport != "quic" || n.AgentVersion != "v1" || !n.LastSeen.Equal(at) {
+			t.Fatalf("after seen: %+v", n)
+		}
+		s.MarkAllOffline(ctx)
+		if n, _ = s.GetNode(ctx, "1"); n.Online || n.Transport != "quic" {
+			t.Fatalf("after MarkAllOffline: %+v", n)
+		}
+		if err := s.UpdateNodeSeen(ctx, "missing", Seen{}); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("missing node: %v", err)
+		}
+		if err := s.AddOperator(ctx, Operator{Name: "alice", PublicKey: "k", Fingerprint: "f"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AddOperator(ctx, Operator{Name: "bob", PublicKey: "k", Fingerprint: "f"}); !errors.Is(err, ErrNameTaken) {
+			t.Fatalf("same key twice: %v", err)
+		}
+		if err := s.RemoveOperator(ctx, "bob"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("remove missing: %v", err)
+		}
+		if err := s.RemoveOperator(ctx, "alice"); err != nil {
+			t.Fatal(err)
+		}
+		if keys, err := s.ListRevokedKeys(ctx); err != nil || len(keys) != 1 || keys[0] != "k" {
+			t.Fatalf("revoked keys after removing alice: %v %v", keys, err)
+		}
+		if err := s.AddOperator(ctx, Operator{Name: "alice", PublicKey: "k", Fingerprint: "f"}); err != nil {
+			t.Fatal(err)
+		}
+		if keys, _ := s.ListRevokedKeys(ctx); len(keys) != 0 {
+			t.Fatalf("re-registered key still revoked: %v", keys)
+		}
+		if err := s.DeleteNode(ctx, "1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.GetNode(ctx, "1"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("deleted node: %v", err)
+		}
+	})
 }
 
 // TestCrashDuringWrites kills (SIGKILL) a child process that is writing
@@ -239,74 +237,76 @@ func TestCrashChild(t *testing.T) {
 }
 
 func TestRolesAuditRevoke(t *testing.T) {
-	ctx := context.Background()
-	s := openTest(t)
-	roles, err := s.ListRoles(ctx)
-	if err != nil || len(roles) != 2 || roles[0].Name != "admin" || roles[1].Name != "all" || roles[1].Nodes != "*" {
-		t.Fatalf("built-in roles: %+v %v", roles, err)
-	}
-	if err := s.PutRole(ctx, Role{Name: "ops", Nodes: "site=lab", Logins: []string{"root"}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.PutRole(ctx, Role{Name: "ops", Nodes: "site=berlin", Logins: []string{"ubuntu"}}); err != nil {
-		t.Fatal(err)
-	}
-	roles, _ = s.ListRoles(ctx)
-	if len(roles) != 3 || roles[2].Nodes != "site=berlin" || roles[2].Logins[0] != "ubuntu" {
-		t.Fatalf("after update: %+v", roles)
-	}
-	if err := s.DeleteRole(ctx, "nope"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("delete missing role: %v", err)
-	}
-	s.AddOperator(ctx, Operator{Name: "bob", PublicKey: "k", Fingerprint: "f", Roles: []string{"ops"}})
-	ops, _ := s.ListOperators(ctx)
-	if len(ops) != 1 || len(ops[0].Roles) != 1 || ops[0].Roles[0] != "ops" {
-		t.Fatalf("operator roles: %+v", ops)
-	}
-
-	base := time.Now().Truncate(time.Millisecond)
-	for i, e := range []AuditEvent{
-		{At: base, Kind: "join", Node: "n1", Result: "ok"},
-		{At: base.Add(time.Second), Kind: "jump", Operator: "bob", Node: "n1", Result: "ok", BytesToNode: 10, EndedAt: base.Add(2 * time.Second)},
-		{At: base.Add(3 * time.Second), Kind: "jump", Operator: "eve", Node: "n2", Result: "denied"},
-	} {
-		if err := s.AppendAudit(ctx, e); err != nil {
-			t.Fatalf("event %d: %v", i, err)
+	forEachBackend(t, func(t *testing.T, _ backend, openTest func(t *testing.T) *DB) {
+		ctx := context.Background()
+		s := openTest(t)
+		roles, err := s.ListRoles(ctx)
+		if err != nil || len(roles) != 2 || roles[0].Name != "admin" || roles[1].Name != "all" || roles[1].Nodes != "*" {
+			t.Fatalf("built-in roles: %+v %v", roles, err)
 		}
-	}
-	for _, tc := range []struct {
-		f    AuditFilter
-		want int
-	}{
-		{AuditFilter{}, 3}, {AuditFilter{Node: "n1"}, 2}, {AuditFilter{Operator: "eve"}, 1},
-		{AuditFilter{Since: base.Add(500 * time.Millisecond)}, 2}, {AuditFilter{Limit: 1}, 1},
-	} {
-		got, err := s.ListAudit(ctx, tc.f)
-		if err != nil || len(got) != tc.want {
-			t.Errorf("ListAudit(%+v) = %d events, %v; want %d", tc.f, len(got), err, tc.want)
+		if err := s.PutRole(ctx, Role{Name: "ops", Nodes: "site=lab", Logins: []string{"root"}}); err != nil {
+			t.Fatal(err)
 		}
-	}
-	last, _ := s.ListAudit(ctx, AuditFilter{Limit: 1})
-	if last[0].Operator != "eve" {
-		t.Fatalf("limit keeps the newest: %+v", last)
-	}
-	if _, err := s.db.Exec(`DELETE FROM audit`); err == nil {
-		t.Fatal("audit log allowed a delete")
-	}
-	if _, err := s.db.Exec(`UPDATE audit SET result = 'ok'`); err == nil {
-		t.Fatal("audit log allowed an update")
-	}
+		if err := s.PutRole(ctx, Role{Name: "ops", Nodes: "site=berlin", Logins: []string{"ubuntu"}}); err != nil {
+			t.Fatal(err)
+		}
+		roles, _ = s.ListRoles(ctx)
+		if len(roles) != 3 || roles[2].Nodes != "site=berlin" || roles[2].Logins[0] != "ubuntu" {
+			t.Fatalf("after update: %+v", roles)
+		}
+		if err := s.DeleteRole(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("delete missing role: %v", err)
+		}
+		s.AddOperator(ctx, Operator{Name: "bob", PublicKey: "k", Fingerprint: "f", Roles: []string{"ops"}})
+		ops, _ := s.ListOperators(ctx)
+		if len(ops) != 1 || len(ops[0].Roles) != 1 || ops[0].Roles[0] != "ops" {
+			t.Fatalf("operator roles: %+v", ops)
+		}
 
-	s.CreateToken(ctx, Token{ID: "a", SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)})
-	s.Join(ctx, "a", accept, Node{ID: "1", Name: "n1"})
-	if err := s.RevokeNode(ctx, "1", base); err != nil {
-		t.Fatal(err)
-	}
-	n, _ := s.GetNode(ctx, "1")
-	if !n.RevokedAt.Equal(base) {
-		t.Fatalf("revoked_at = %v", n.RevokedAt)
-	}
-	if err := s.RevokeNode(ctx, "missing", base); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("revoke missing: %v", err)
-	}
+		base := time.Now().Truncate(time.Millisecond)
+		for i, e := range []AuditEvent{
+			{At: base, Kind: "join", Node: "n1", Result: "ok"},
+			{At: base.Add(time.Second), Kind: "jump", Operator: "bob", Node: "n1", Result: "ok", BytesToNode: 10, EndedAt: base.Add(2 * time.Second)},
+			{At: base.Add(3 * time.Second), Kind: "jump", Operator: "eve", Node: "n2", Result: "denied"},
+		} {
+			if err := s.AppendAudit(ctx, e); err != nil {
+				t.Fatalf("event %d: %v", i, err)
+			}
+		}
+		for _, tc := range []struct {
+			f    AuditFilter
+			want int
+		}{
+			{AuditFilter{}, 3}, {AuditFilter{Node: "n1"}, 2}, {AuditFilter{Operator: "eve"}, 1},
+			{AuditFilter{Since: base.Add(500 * time.Millisecond)}, 2}, {AuditFilter{Limit: 1}, 1},
+		} {
+			got, err := s.ListAudit(ctx, tc.f)
+			if err != nil || len(got) != tc.want {
+				t.Errorf("ListAudit(%+v) = %d events, %v; want %d", tc.f, len(got), err, tc.want)
+			}
+		}
+		last, _ := s.ListAudit(ctx, AuditFilter{Limit: 1})
+		if last[0].Operator != "eve" {
+			t.Fatalf("limit keeps the newest: %+v", last)
+		}
+		if _, err := s.db.Exec(`DELETE FROM audit`); err == nil {
+			t.Fatal("audit log allowed a delete")
+		}
+		if _, err := s.db.Exec(`UPDATE audit SET result = 'ok'`); err == nil {
+			t.Fatal("audit log allowed an update")
+		}
+
+		s.CreateToken(ctx, Token{ID: "a", SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)})
+		s.Join(ctx, "a", accept, Node{ID: "1", Name: "n1"})
+		if err := s.RevokeNode(ctx, "1", base); err != nil {
+			t.Fatal(err)
+		}
+		n, _ := s.GetNode(ctx, "1")
+		if !n.RevokedAt.Equal(base) {
+			t.Fatalf("revoked_at = %v", n.RevokedAt)
+		}
+		if err := s.RevokeNode(ctx, "missing", base); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("revoke missing: %v", err)
+		}
+	})
 }
