@@ -13,18 +13,39 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/internal/testenv"
+	"github.com/tether-dev/tether/internal/testenv/pgtest"
 )
 
 // High availability of hub replicas sharing one store: live sessions follow
 // access changes made on another replica, the singletons' leadership moves
 // when its holder dies, a dead replica's agents and jobs are taken over.
 
+// haStores are the shared stores the HA tests run on: a throwaway
+// PostgreSQL server of the test's own (so a test may restart it), and a
+// SQLite file several hubs on one machine share.
+var haStores = []struct {
+	name string
+	make func(t *testing.T) (db string, srv *pgtest.Server)
+}{
+	{"postgres", func(t *testing.T) (string, *pgtest.Server) {
+		srv := pgtest.Own(t)
+		dsn, err := srv.CreateDB("ha")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dsn, srv
+	}},
+	{"sqlite", func(t *testing.T) (string, *pgtest.Server) {
+		return "sqlite:" + filepath.Join(t.TempDir(), "shared.db"), nil
+	}},
+}
+
 // haLeaderTTL is the replicas' --leader-ttl in these tests: leadership
 // moves within 4/3 of it after the leader dies.
 const haLeaderTTL = 3 * time.Second
 
-// replicaSet is n `tether hub` replicas on one store, with one identity.
-type replicaSet struct {
+// haReplicas is n `tether hub` replicas on one store, with one identity.
+type haReplicas struct {
 	t    *testing.T
 	hubs []*hub
 }
@@ -33,11 +54,10 @@ type replicaSet struct {
 // one machine share it safely). Replica i advertises itself first and then
 // the others, so a join string made on replica i sends agents to i and,
 // when i is gone, to the next.
-func startReplicas(t *testing.T, n int, extra ...string) *replicaSet {
+func startHAReplicas(t *testing.T, db string, n int, extra ...string) *haReplicas {
 	t.Helper()
 	dir := t.TempDir()
-	db := filepath.Join(dir, "shared.db")
-	rs := &replicaSet{t: t}
+	rs := &haReplicas{t: t}
 	ports := make([]int, n)
 	for i := range ports {
 		ports[i] = freePort(t)
@@ -87,7 +107,7 @@ func shareIdentity(t *testing.T, from, to string) {
 }
 
 // leaders returns the replicas whose logs say they lead now.
-func (rs *replicaSet) leaders() []*hub {
+func (rs *haReplicas) leaders() []*hub {
 	var out []*hub
 	for _, h := range rs.hubs {
 		if !h.p.Exited() && h.p.LogCount("leading the fleet's singletons") > h.p.LogCount("no longer leading") {
@@ -98,7 +118,7 @@ func (rs *replicaSet) leaders() []*hub {
 }
 
 // waitLeader waits until exactly one live replica other than not leads.
-func (rs *replicaSet) waitLeader(timeout time.Duration, not *hub) *hub {
+func (rs *haReplicas) waitLeader(timeout time.Duration, not *hub) *hub {
 	rs.t.Helper()
 	var l *hub
 	waitFor(rs.t, "one replica to lead", timeout, func() bool {
@@ -117,8 +137,15 @@ func (rs *replicaSet) waitLeader(timeout time.Duration, not *hub) *hub {
 // key they jumped with at replica A ends that session within a second, and
 // the jump's audit row (written by C) says why.
 func TestReplicasRevocationCutsSessionElsewhere(t *testing.T) {
-	t.Parallel()
-	rs := startReplicas(t, 3)
+	for _, st := range haStores {
+		t.Run(st.name, func(t *testing.T) {
+			db, _ := st.make(t)
+			testRevocationCutsSessionElsewhere(t, startHAReplicas(t, db, 3))
+		})
+	}
+}
+
+func testRevocationCutsSessionElsewhere(t *testing.T, rs *haReplicas) {
 	a, c := rs.hubs[0], rs.hubs[2]
 	dir := t.TempDir()
 	a.cli("role", "create", "lab", "--nodes", "site=lab", "--logins", loginUser)
@@ -208,11 +235,19 @@ func TestReplicasRevocationCutsSessionElsewhere(t *testing.T) {
 // interrupted (swept by the new leader) and its rerun on another replica
 // completes; no audit row of the finished jumps is lost.
 func TestReplicasKilledLeaderFailover(t *testing.T) {
+	for _, st := range haStores {
+		t.Run(st.name, func(t *testing.T) {
+			db, _ := st.make(t)
+			testKilledLeaderFailover(t, startHAReplicas(t, db, 3))
+		})
+	}
+}
+
+func testKilledLeaderFailover(t *testing.T, rs *haReplicas) {
 	n := 100
 	if testing.Short() {
 		n = 10
 	}
-	rs := startReplicas(t, 3)
 	a := rs.hubs[0]
 	if l := rs.waitLeader(30*time.Second, nil); l != a {
 		// The first replica started first and leads; the others campaign.
