@@ -356,3 +356,47 @@ func testKilledLeaderFailover(t *testing.T, rs *haReplicas) {
 		}
 	}
 }
+
+// TestReplicasSurvivePostgresRestart: the replicas' shared PostgreSQL
+// stops and starts again. Meanwhile every replica keeps running, the
+// leader steps down before its lease could expire, and each replica says
+// what is wrong (the lease, the change feed, the CLI's request); afterwards
+// one replica leads again by itself, and access changes cross replicas
+// within a second again (the LISTEN connection is made anew).
+func TestReplicasSurvivePostgresRestart(t *testing.T) {
+	db, srv := haStores[0].make(t)
+	rs := startHAReplicas(t, db, 3)
+	l := rs.waitLeader(30*time.Second, nil)
+
+	srv.StopServer()
+	stopped := time.Now()
+	waitFor(t, "the leader to step down with the database gone", 10*haLeaderTTL, func() bool {
+		return l.p.LogCount("stepping down") > 0
+	})
+	t.Logf("leader stepped down %s after the database stopped (lease TTL %s)", time.Since(stopped).Round(time.Millisecond), haLeaderTTL)
+	for _, h := range rs.hubs {
+		waitFor(t, filepath.Base(h.dataDir)+" to say the change feed is unreadable", 30*time.Second, func() bool {
+			return h.p.LogCount("change feed not readable") > 0
+		})
+	}
+	_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "nodes", "--data-dir", rs.hubs[1].dataDir)
+	if code == 0 || !strings.Contains(errOut, "failed on the hub") {
+		t.Errorf("tether nodes with the database down: exit %d, %q", code, errOut)
+	}
+	if ls := rs.leaders(); len(ls) != 0 {
+		t.Errorf("%d replicas lead with the database down", len(ls))
+	}
+
+	if err := srv.StartServer(); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	l = rs.waitLeader(10*haLeaderTTL, nil)
+	t.Logf("%s leads %s after the database came back", filepath.Base(l.dataDir), time.Since(started).Round(time.Millisecond))
+	for _, h := range rs.hubs {
+		if h.p.Exited() {
+			t.Fatalf("%s exited during the database restart:\n%s", filepath.Base(h.dataDir), h.p.Tail(3000))
+		}
+	}
+	testRevocationCutsSessionElsewhere(t, rs)
+}
