@@ -44,6 +44,7 @@ import (
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/notify"
 	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/replica"
 	"github.com/tether-dev/tether/hub/stepca"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/hub/upgrade"
@@ -97,12 +98,25 @@ type Config struct {
 	// RegistryAuth is a docker-style config.json with registry credentials;
 	// "" means $DOCKER_CONFIG/config.json or ~/.docker/config.json if present.
 	RegistryAuth string
-	// ReplicaID names this hub among replicas sharing a store; "" reads
-	// (or makes) DataDir/replica.id.
+	// PeerListen, if set, makes this hub a replica of the hubs sharing its
+	// store: it takes the shared identity from the store, records which
+	// node tunnels it holds, and serves and dials peer links on this
+	// address (UDP and TCP) to forward streams to the replica holding a
+	// node (replicas.go).
+	PeerListen string
+	// PeerAdvertise is the HOST:PORT other replicas dial for PeerListen;
+	// default PeerListen's address, with this machine's name for a
+	// wildcard host.
+	PeerAdvertise string
+	// ReplicaID names this replica; default the ID kept in
+	// DATA_DIR/replica-id (made on the first start).
 	ReplicaID string
-	// LeaderTTL is the life of the leader and replica leases without
-	// renewal (default leader.DefaultTTL): when a replica dies, its role
-	// as leader moves within 4/3 of it, and its jobs are marked
+	// LeaseTTL is how long a replica's presence outlives its last
+	// heartbeat; default replica.DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// LeaderTTL is the life of the leader and replica-liveness leases
+	// without renewal (default leader.DefaultTTL): when a replica dies,
+	// its role as leader moves within 4/3 of it, and its jobs are marked
 	// interrupted within 5/3 of it.
 	LeaderTTL time.Duration
 	Logger    *slog.Logger
@@ -167,17 +181,15 @@ func (c *Config) CheckAndSetDefaults() error {
 	if c.LeaderTTL < time.Second || c.LeaderTTL > 10*time.Minute {
 		return fmt.Errorf("hub: --leader-ttl %s: want 1s..10m", c.LeaderTTL)
 	}
-	if c.ReplicaID != "" {
-		if err := pki.ValidateName(c.ReplicaID); err != nil {
-			return fmt.Errorf("hub: replica ID: %w", err)
-		}
-	}
 	for _, addr := range append([]string{c.Listen, c.SSHListen}, c.Advertise...) {
 		if _, port, err := net.SplitHostPort(addr); err != nil {
 			return fmt.Errorf("hub: address %q: %w (want HOST:PORT)", addr, err)
 		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 			return fmt.Errorf("hub: address %q: bad port", addr)
 		}
+	}
+	if c.LeaseTTL < 0 || c.LeaseTTL > 0 && c.LeaseTTL < time.Second {
+		return fmt.Errorf("hub: --replica-lease %s: want at least 1s", c.LeaseTTL)
 	}
 	if c.Tunnel != nil {
 		if err := c.Tunnel.Validate(); err != nil {
@@ -213,9 +225,10 @@ type Server struct {
 	admins     admins              // admin certificates: revocation time, local identity (admin.go)
 	dirLock    *dataDirLock        // held from New to the end of Run (datadir.go)
 	blobRefs   blobRefs            // what blob GC keeps besides jobs' uploads (blobs.go)
-	replicaID  string              // this hub among replicas on one store (singletons.go)
-	feed       *notify.Feed        // changes to and from the other replicas; set in Run
-	nudger     notify.Nudger       // wakes the other replicas' feeds; nil on SQLite
+	replicaID  string              // this hub among replicas on one store (replicas.go)
+	peers      *replica.Peers      // set in Run before sessions are accepted, with Config.PeerListen
+	feed       *notify.Feed        // changes to and from the other replicas; set in Run (singletons.go)
+	nudger     notify.Nudger       // wakes this replica's feed at once; nil on SQLite
 	repl       *replication        // leases, feed and leadership; set in Run
 }
 
@@ -238,10 +251,35 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}()
 	s := &Server{cfg: cfg, log: cfg.Logger, reg: registry.New(), metrics: metrics.New(), pushKick: make(chan struct{}, 1), dirLock: lock}
 	s.guard = newGuards(s.metrics.Registry)
+	if s.store, err = store.Open(ctx, cfg.Store, cfg.DataDir); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			s.store.Close()
+		}
+	}()
+	s.log.Info("store open", "store", store.Describe(cfg.Store, cfg.DataDir))
+	if b, ok := s.store.(interface{ Backend() string }); ok && b.Backend() == "postgres" {
+		// Changes recorded by other replicas wake this one at once.
+		s.nudger = notify.NewPGNudger(cfg.Store)
+	}
+	// Every hub has a replica ID: its jobs are stored with it, and it
+	// campaigns for the singletons' leadership (singletons.go).
+	if s.replicaID, err = replicaID(cfg.DataDir, cfg.ReplicaID); err != nil {
+		return nil, err
+	}
+	if cfg.PeerListen != "" {
+		// Before anything is loaded: every replica presents the one
+		// identity the store holds.
+		if err := replica.ShareIdentity(ctx, s.store, cfg.DataDir, identityFiles, createIdentity); err != nil {
+			return nil, err
+		}
+	}
 	if s.ca, err = ca.LoadOrCreate(filepath.Join(cfg.DataDir, "ca"), "Tether"); err != nil {
 		return nil, err
 	}
-	if s.hostKey, err = loadOrCreateHostKey(filepath.Join(cfg.DataDir, "ssh_host_ed25519_key")); err != nil {
+	if s.hostKey, err = loadOrCreateHostKey(filepath.Join(cfg.DataDir, hostKeyFile)); err != nil {
 		return nil, err
 	}
 	s.issueNode, s.nodeCA = s.ownCAIssue, s.ca.Certificate()
@@ -264,30 +302,18 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := s.writeLocalAdmin(ctx); err != nil {
 		return nil, err
 	}
-	if s.replicaID = cfg.ReplicaID; s.replicaID == "" {
-		if s.replicaID, err = loadOrCreateReplicaID(cfg.DataDir); err != nil {
+	// A replica's restart says nothing of the nodes other replicas hold:
+	// presence, not this flag, tells them apart.
+	if cfg.PeerListen == "" {
+		if err := s.store.MarkAllOffline(ctx); err != nil {
 			return nil, err
 		}
 	}
-	if s.store, err = store.Open(ctx, cfg.Store, cfg.DataDir); err != nil {
-		return nil, err
-	}
-	s.log.Info("store open", "store", store.Describe(cfg.Store, cfg.DataDir))
-	if b, ok := s.store.(interface{ Backend() string }); ok && b.Backend() == "postgres" {
-		// Changes recorded by other replicas wake this one at once.
-		s.nudger = notify.NewPGNudger(cfg.Store)
-	}
-	if err := s.store.MarkAllOffline(ctx); err != nil {
-		s.store.Close()
-		return nil, err
-	}
 	if s.door, err = access.New(ctx, access.Config{Store: s.store, Registry: s.reg, UserCAs: s.userCA.TrustedKeys,
 		ProvisionLogin: cfg.ProvisionLogin, Metrics: s.metrics, Logger: s.log.With("component", "access")}); err != nil {
-		s.store.Close()
 		return nil, err
 	}
 	if err := s.startAdmins(ctx); err != nil {
-		s.store.Close()
 		return nil, err
 	}
 	return s, nil

@@ -131,14 +131,8 @@ func (s *Server) online(nodeID string) string {
 
 // stateDir is the state directory the node's connected agent reported.
 func (s *Server) stateDir(nodeID string) string {
-	n, err := s.store.GetNode(context.Background(), nodeID)
-	if err != nil {
-		return ""
-	}
-	if c, ok := s.reg.Get(n.Name); ok && c.NodeID == nodeID {
-		return c.StateDir
-	}
-	return ""
+	c, _ := s.liveSession(nodeID) // here, or on the replica holding it
+	return c.StateDir
 }
 
 // runnerConn adapts a runner.Client to jobs.Conn.

@@ -22,6 +22,7 @@ import (
 	"github.com/tether-dev/tether/hub/cluster"
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/kubeone"
+	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/hub/upgrade"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
@@ -66,7 +67,7 @@ func (s *Server) Run(ctx context.Context) error {
 	tlsHTTP := tlsTunnel.Clone()
 	tlsHTTP.ClientAuth = tls.VerifyClientCertIfGiven
 	s.verifyNodeCerts(tlsTunnel) // after the clone: HTTP keeps crypto/tls's own check
-	resetKey, err := loadOrCreateSecret(filepath.Join(s.cfg.DataDir, "quic_reset.key"))
+	resetKey, err := loadOrCreateSecret(filepath.Join(s.cfg.DataDir, resetKeyFile))
 	if err != nil {
 		return err
 	}
@@ -181,6 +182,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Admins:        adminService{s},
 			Operators:     operatorService{s},
 			Ready:         s.readiness(&serving),
+			Replicas:      replicaService{s},
 		})),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -198,6 +200,15 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	defer removeHubInfo(infoPath, info.PID)
+
+	if s.cfg.PeerListen != "" {
+		// Before sessions are accepted: each one records its presence.
+		stopPeers, err := s.startPeers(ctx, store.Replica{APIAddr: advertise[0], SSHAddr: localAddr(sshAddr), Version: Version})
+		if err != nil {
+			return err
+		}
+		defer stopPeers()
+	}
 
 	serving.Store(true)
 	s.log.Info("hub listening", "tunnel_and_api", ln.Addr().String(), "ssh", sshAddr.String(),

@@ -152,6 +152,8 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	s.metrics.NodesConnected.WithLabelValues(transport).Inc()
 	s.metrics.HandshakeDuration.WithLabelValues(transport).Observe(time.Since(start).Seconds())
 	s.markSeen(ctx, log, node.ID, store.Seen{Online: true, Transport: transport, AgentVersion: msg.Hello.AgentVersion, At: time.Now()})
+	presence := s.nodeConnected(ctx, conn)
+	defer s.nodeDisconnected(presence)
 	if s.cluster != nil {
 		s.cluster.Wake(node.ID) // a cluster step may be waiting for this node
 	}

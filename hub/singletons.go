@@ -2,13 +2,7 @@ package hub
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +12,6 @@ import (
 	"github.com/tether-dev/tether/hub/leader"
 	"github.com/tether-dev/tether/hub/notify"
 	"github.com/tether-dev/tether/hub/store"
-	"github.com/tether-dev/tether/pki"
 )
 
 // Hub replicas on one store: what runs once in the fleet and how changes
@@ -33,37 +26,6 @@ import (
 // the leader marks the running jobs of a replica whose lease expired
 // interrupted, as a restarted hub marks its own. A single hub is its own
 // leader from its first second: nothing changes for it.
-
-// ReplicaIDFile holds this hub's replica ID in its data dir: stable across
-// restarts (a restarted replica recovers its own jobs at once), unique per
-// data dir (never copy it to another replica).
-const ReplicaIDFile = "replica.id"
-
-// loadOrCreateReplicaID reads the data dir's replica ID, making one the
-// first time.
-func loadOrCreateReplicaID(dataDir string) (string, error) {
-	path := filepath.Join(dataDir, ReplicaIDFile)
-	b, err := os.ReadFile(path)
-	switch {
-	case err == nil:
-		id := strings.TrimSpace(string(b))
-		if err := pki.ValidateName(id); err != nil {
-			return "", fmt.Errorf("hub: %s: %w; delete it to make a new one", path, err)
-		}
-		return id, nil
-	case !errors.Is(err, os.ErrNotExist):
-		return "", fmt.Errorf("hub: %w", err)
-	}
-	var r [6]byte
-	if _, err := rand.Read(r[:]); err != nil {
-		return "", err
-	}
-	id := "hub-" + hex.EncodeToString(r[:])
-	if err := pki.WriteFileAtomic(path, []byte(id+"\n"), 0o644); err != nil {
-		return "", fmt.Errorf("hub: %w", err)
-	}
-	return id, nil
-}
 
 // singletonMetrics say who leads and how changes flow.
 type singletonMetrics struct {

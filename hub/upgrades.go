@@ -34,8 +34,9 @@ func (s *Server) upgradeTarget(nodeID string) (upgrade.Target, string) {
 	if err != nil {
 		return upgrade.Target{}, "not registered"
 	}
-	c, ok := s.reg.Get(n.Name)
-	if !ok || c.NodeID != nodeID {
+	// Here, or on the replica holding the tunnel (as it recorded the hello).
+	c, ok := s.liveSession(nodeID)
+	if !ok {
 		return upgrade.Target{}, "offline"
 	}
 	if c.Upgrade == nil {

@@ -23,6 +23,11 @@ const (
 	// login`: it may list the nodes the operator's roles select, nothing
 	// else.
 	KindOperator Kind = "operator"
+	// KindReplica is a hub replica's peer identity: the only certificate
+	// another replica's peer listener accepts, and the only one a replica
+	// dialing a peer accepts from it. The hub issues it to itself from the
+	// shared CA; joins and logins never issue this kind.
+	KindReplica Kind = "replica"
 )
 
 // Identity is who a Tether certificate belongs to.
@@ -50,7 +55,7 @@ func IdentityOf(cert *x509.Certificate) (Identity, error) {
 		}
 		id := strings.TrimPrefix(u.Path, "/")
 		switch Kind(u.Host) {
-		case KindNode, KindAdmin, KindHub, KindOperator:
+		case KindNode, KindAdmin, KindHub, KindOperator, KindReplica:
 		default:
 			return Identity{}, fmt.Errorf("%w: unknown kind %q", ErrNoIdentity, u.Host)
 		}

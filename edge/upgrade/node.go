@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
@@ -127,7 +126,7 @@ func (n *Node) Offer(o control.UpgradeOffer) (*State, error) {
 	switch {
 	case o.Kind == control.UpgradeAgent && running == o.Version:
 		err = s.Move(control.StepSkipped, "already at "+o.Version, n.now())
-	case o.Kind == control.UpgradeAgent && !o.AllowDowngrade && CompareVersions(o.Version, running) < 0:
+	case o.Kind == control.UpgradeAgent && !o.AllowDowngrade && isOlder(o.Version, running):
 		err = s.Move(control.StepFailed, fmt.Sprintf("downgrade from %s to %s refused (the upgrade must allow downgrades)", running, o.Version), n.now())
 	case o.Kind == control.UpgradeAgent && n.Manager().check() != nil:
 		// Said before the hub sends the files: nothing could restart the
@@ -215,54 +214,8 @@ func safeVersionDir(v string) bool {
 	return v != "" && v != "." && v != ".." && !strings.ContainsAny(v, "/\\") && !strings.HasPrefix(v, ".")
 }
 
-// CompareVersions orders semver-like versions ("v1.4.0", "1.4.0-rc1",
-// "1.10"): dotted numbers compared numerically, a pre-release ("-…") before
-// its release. A version that does not start with a number after an
-// optional "v" (a "dev" build, a commit hash) is never older or newer: 0.
-func CompareVersions(a, b string) int {
-	pa, prea, oka := parseVersion(a)
-	pb, preb, okb := parseVersion(b)
-	if !oka || !okb {
-		return 0
-	}
-	for i := 0; i < max(len(pa), len(pb)); i++ {
-		var x, y int
-		if i < len(pa) {
-			x = pa[i]
-		}
-		if i < len(pb) {
-			y = pb[i]
-		}
-		if x != y {
-			if x < y {
-				return -1
-			}
-			return 1
-		}
-	}
-	switch {
-	case prea == preb:
-		return 0
-	case prea == "":
-		return 1
-	case preb == "":
-		return -1
-	case prea < preb:
-		return -1
-	}
-	return 1
-}
-
-func parseVersion(v string) (nums []int, pre string, ok bool) {
-	v = strings.TrimPrefix(v, "v")
-	v, _, _ = strings.Cut(v, "+")
-	v, pre, _ = strings.Cut(v, "-")
-	for _, p := range strings.Split(v, ".") {
-		x, err := strconv.Atoi(p)
-		if err != nil || x < 0 {
-			return nil, "", false
-		}
-		nums = append(nums, x)
-	}
-	return nums, pre, len(nums) > 0
+// isOlder: a is a version older than b.
+func isOlder(a, b string) bool {
+	c, ok := control.CompareVersions(a, b)
+	return ok && c < 0
 }

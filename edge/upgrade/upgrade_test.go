@@ -114,20 +114,6 @@ func TestOfferOtherDigest(t *testing.T) {
 	}
 }
 
-func TestCompareVersions(t *testing.T) {
-	for _, c := range []struct {
-		a, b string
-		want int
-	}{
-		{"v1.4.0", "v1.4.0", 0}, {"v1.4.0", "v1.10.0", -1}, {"1.4.1", "v1.4.0", 1}, {"v1.4.0-rc1", "v1.4.0", -1},
-		{"v1.4", "v1.4.0", 0}, {"dev", "v1.0.0", 0}, {"v2.0.0+build5", "v1.9.9", 1}, {"e6a0b55-dirty", "v1.0.0", 0},
-	} {
-		if got := CompareVersions(c.a, c.b); got != c.want {
-			t.Errorf("CompareVersions(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
-		}
-	}
-}
-
 // A file that does not hash to its manifest digest fails the upgrade with
 // the exact reason, runs nothing, and leaves nothing of it on disk.
 func TestApplyDigestMismatch(t *testing.T) {

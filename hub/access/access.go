@@ -133,9 +133,10 @@ func (c *Config) CheckAndSetDefaults() error {
 
 // Door answers who may reach which node, and how.
 type Door struct {
-	cfg  Config
-	snap atomic.Pointer[Snapshot]
-	gen  atomic.Uint64
+	cfg    Config
+	remote atomic.Pointer[Remote] // set once replicas serve peers (SetRemote)
+	snap   atomic.Pointer[Snapshot]
+	gen    atomic.Uint64
 }
 
 // New builds a door and loads its first snapshot.

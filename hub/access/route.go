@@ -23,6 +23,16 @@ type Route interface {
 	String() string
 }
 
+// Remote finds routes through other hub replicas sharing the store.
+type Remote interface {
+	// Route returns the route to node nodeID through the live replica
+	// that holds its tunnel; ok is false when no other replica holds it.
+	Route(ctx context.Context, nodeID string) (r Route, ok bool, err error)
+}
+
+// SetRemote makes Resolve ask r for nodes whose tunnel is not on this hub.
+func (d *Door) SetRemote(r Remote) { d.remote.Store(&r) }
+
 // Resolve finds node ref and its route. The errors match ErrUnknownNode,
 // ErrRevoked or ErrOffline (an *OfflineError with the last-seen time); on
 // ErrOffline the node is returned too.
@@ -51,10 +61,37 @@ func (d *Door) Resolve(ctx context.Context, ref NodeRef) (store.Node, Route, err
 		return n, nil, refuse(ErrRevoked, "node %q was revoked", n.Name)
 	}
 	c, ok := d.cfg.Registry.Get(n.Name)
-	if !ok || c.NodeID != n.ID {
-		return n, nil, &OfflineError{Node: n.Name, LastSeen: n.LastSeen}
+	if ok && c.NodeID == n.ID {
+		return n, localRoute{c: c, m: d.cfg.Metrics}, nil
 	}
-	return n, localRoute{c: c, m: d.cfg.Metrics}, nil
+	if rp := d.remote.Load(); rp != nil {
+		r, ok, err := (*rp).Route(ctx, n.ID)
+		if err != nil {
+			return n, nil, fmt.Errorf("access: find the replica holding %s: %w", n.Name, err)
+		}
+		if ok {
+			return n, r, nil
+		}
+	}
+	return n, nil, &OfflineError{Node: n.Name, LastSeen: n.LastSeen}
+}
+
+// Held returns node nodeID's route if its tunnel is on this hub, never a
+// route through another replica: what a replica serves when a peer
+// forwards a stream to it.
+func (d *Door) Held(ctx context.Context, nodeID string) (Route, error) {
+	n, err := d.cfg.Store.GetNode(ctx, nodeID)
+	if err != nil {
+		return nil, fmt.Errorf("access: node id %s: %w", nodeID, err)
+	}
+	if !n.RevokedAt.IsZero() {
+		return nil, refuse(ErrRevoked, "node %q was revoked", n.Name)
+	}
+	c, ok := d.cfg.Registry.Get(n.Name)
+	if !ok || c.NodeID != n.ID {
+		return nil, &OfflineError{Node: n.Name, LastSeen: n.LastSeen}
+	}
+	return localRoute{c: c, m: d.cfg.Metrics}, nil
 }
 
 // localRoute is the node's tunnel session on this hub.

@@ -103,10 +103,17 @@ func (h *handler) listNodes(w http.ResponseWriter, r *http.Request, c caller) {
 	for _, m := range members {
 		cluster[m.NodeID] = m
 	}
+	var holders map[string]string // nodes on other hub replicas
+	if h.Replicas != nil {
+		if holders, err = h.Replicas.Holders(r.Context()); err != nil {
+			h.writeErr(w, r, internal("list replicas' nodes", err))
+			return
+		}
+	}
 	for i := range nodes {
 		// The registry is the truth about liveness; the store may lag.
 		rc, ok := h.Registry.Get(nodes[i].Name)
-		nodes[i].Online = ok && rc.NodeID == nodes[i].ID
+		nodes[i].Online = ok && rc.NodeID == nodes[i].ID || holders[nodes[i].ID] != ""
 		if m, ok := cluster[nodes[i].ID]; ok {
 			nodes[i].ClusterEngine, nodes[i].ClusterState = m.Engine, m.State
 		}

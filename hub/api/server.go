@@ -80,6 +80,9 @@ type Deps struct {
 	Operators Operators
 	// Ready backs GET /readyz; nil answers "not ready".
 	Ready Readiness
+	// Replicas knows the hub replicas sharing the store (replicas.go);
+	// nil on a hub that runs alone.
+	Replicas Replicas
 }
 
 type handler struct{ Deps }
@@ -170,6 +173,7 @@ func NewHandler(d Deps) http.Handler {
 			return store.AuditEvent{Kind: "role_remove", Remote: r.RemoteAddr, Result: "ok", Detail: name}
 		})))
 	mux.HandleFunc("GET /v1/audit", h.admin(h.listAudit))
+	mux.HandleFunc("GET /v1/replicas", h.admin(h.listReplicas))
 	mux.HandleFunc("POST /v1/tokens", h.admin(h.createToken))
 	mux.HandleFunc("GET /v1/tokens", h.admin(listAs(h, "join tokens", d.Store.ListTokens, tokenFrom)))
 	mux.HandleFunc("DELETE /v1/tokens/{id}", h.admin(h.deleteBy("id", "token with id", d.Store.DeleteToken, false,

@@ -96,7 +96,10 @@ var migrations = []string{
 	// v14: the web console's one-time sign-in codes and sessions
 	// (console.go), so sessions outlive a hub restart.
 	migrationConsole,
-	// v15: hub replicas: leases (singleton leadership with its fencing
+	// v15: hub replicas sharing the store: replicas, presence, shared
+	// secrets (replicas.go).
+	migrationReplicas,
+	// v16: hub replicas: leases (singleton leadership with its fencing
 	// epoch, replica liveness), the change feed, each job's owner replica.
 	migrationSingletons,
 }

@@ -89,7 +89,9 @@ var pgMigrations = []string{
 	pgTypes(migrationUpgrades),
 	// v14: the web console's sign-in codes and sessions.
 	pgTypes(migrationConsole),
-	// v15: leases, the change feed, each job's owner replica (as
+	// v15: hub replicas: replicas, presence, shared secrets.
+	pgTypes(migrationReplicas),
+	// v16: leases, the change feed, each job's owner replica (as
 	// migrationSingletons; the feed's sequence is an identity column).
 	`CREATE TABLE leases (
 		name TEXT PRIMARY KEY,

@@ -27,7 +27,7 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(1)"} {
+	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(1)"} {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
@@ -61,10 +61,20 @@ func (s *DB) migrateSQLite(ctx context.Context) error {
 	if v > schemaVersion {
 		return fmt.Errorf("database schema v%d is newer than this hub understands (v%d); upgrade the hub", v, schemaVersion)
 	}
-	for ; v < schemaVersion; v++ {
+	for v < schemaVersion {
 		tx, err := s.db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
+		}
+		// Read again under the write lock (_txlock=immediate): hub replicas
+		// sharing one file may start together, and only one migrates.
+		if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("read schema version: %w", err)
+		}
+		if v >= schemaVersion {
+			tx.Rollback()
+			break
 		}
 		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
 			tx.Rollback()
@@ -77,6 +87,7 @@ func (s *DB) migrateSQLite(ctx context.Context) error {
 		if err := tx.Commit(); err != nil {
 			return err
 		}
+		v++
 	}
 	return nil
 }

@@ -99,6 +99,7 @@ type Store interface {
 	OnboardingStore
 	UpgradeStore
 	ConsoleStore
+	ReplicaStore
 	LeaseStore
 	ChangeStore
 

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/Masterminds/semver/v3"
-
 	"github.com/tether-dev/tether/tunnel/control"
 )
 
@@ -92,16 +90,8 @@ func (a Artifact) blobDigests() []string {
 	return out
 }
 
-// compareVersions orders two agent versions: -1, 0, 1, and ok=false when
-// either is not a version (a development build), which orders nothing.
+// compareVersions orders two agent versions as the node does: -1, 0, 1,
+// and ok=false when either is not a version (a development build).
 func compareVersions(a, b string) (int, bool) {
-	va, err := semver.NewVersion(strings.TrimSpace(a))
-	if err != nil {
-		return 0, false
-	}
-	vb, err := semver.NewVersion(strings.TrimSpace(b))
-	if err != nil {
-		return 0, false
-	}
-	return va.Compare(vb), true
+	return control.CompareVersions(strings.TrimSpace(a), strings.TrimSpace(b))
 }

@@ -282,6 +282,32 @@ func (c *CA) IssueHubServer(hubName string, sans []string, ttl time.Duration) (t
 	return tls.Certificate{Certificate: [][]byte{cert.Raw, c.cert.Raw, c.root.Raw}, PrivateKey: key, Leaf: cert}, nil
 }
 
+// ReplicaServerName is the DNS name in every replica's peer certificate,
+// the name replicas verify each other by (besides the replica kind).
+const ReplicaServerName = "tether-replica"
+
+// IssueReplica makes a hub replica's peer certificate: identity
+// tether://replica/ID and ReplicaServerName, for both ends of a peer link.
+// Only the hub calls it, with its own key; nothing a node or an operator
+// sends can make the CA issue this kind.
+func (c *CA) IssueReplica(replicaID string, ttl time.Duration) (tls.Certificate, error) {
+	key, err := pki.GenerateKey()
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	csrDER, err := pki.NewCSR(key, "replica "+replicaID)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	csr, _ := x509.ParseCertificateRequest(csrDER)
+	id := pki.Identity{Kind: pki.KindReplica, ID: replicaID}
+	cert, err := c.sign(csr, serverTemplate, "replica "+replicaID, []string{ReplicaServerName, id.URI().String()}, ttl)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{cert.Raw, c.cert.Raw}, PrivateKey: key, Leaf: cert}, nil
+}
+
 // Verify checks that cert was issued by this CA for client auth at now, and
 // returns its identity.
 func (c *CA) Verify(cert *x509.Certificate) (pki.Identity, error) {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -621,4 +622,57 @@ func validateUpgradeStates(states []NodeUpgradeState) error {
 		}
 	}
 	return nil
+}
+
+// CompareVersions orders semver-like versions ("v1.4.0", "1.4.0-rc1",
+// "1.10"): dotted numbers compared numerically, a pre-release ("-…") before
+// its release. A version that does not start with a number after an
+// optional "v" (a "dev" build, a commit hash) is no version: ok is false.
+// Hub and node both use it, so they agree on what a downgrade is.
+func CompareVersions(a, b string) (cmp int, ok bool) {
+	pa, prea, oka := parseVersion(a)
+	pb, preb, okb := parseVersion(b)
+	if !oka || !okb {
+		return 0, false
+	}
+	for i := 0; i < max(len(pa), len(pb)); i++ {
+		var x, y int
+		if i < len(pa) {
+			x = pa[i]
+		}
+		if i < len(pb) {
+			y = pb[i]
+		}
+		if x != y {
+			if x < y {
+				return -1, true
+			}
+			return 1, true
+		}
+	}
+	switch {
+	case prea == preb:
+		return 0, true
+	case prea == "":
+		return 1, true
+	case preb == "":
+		return -1, true
+	case prea < preb:
+		return -1, true
+	}
+	return 1, true
+}
+
+func parseVersion(v string) (nums []int, pre string, ok bool) {
+	v = strings.TrimPrefix(v, "v")
+	v, _, _ = strings.Cut(v, "+")
+	v, pre, _ = strings.Cut(v, "-")
+	for _, p := range strings.Split(v, ".") {
+		x, err := strconv.Atoi(p)
+		if err != nil || x < 0 {
+			return nil, "", false
+		}
+		nums = append(nums, x)
+	}
+	return nums, pre, len(nums) > 0
 }

@@ -90,6 +90,7 @@ var scenarios = []scenario{
 	{"p7", "agent footprint: binary size, idle RSS and CPU", runP7},
 	{"p8", "role edit / operator add under N connected agents: time until all hold the new keys, hub CPU", runP8},
 	{"p9", "agent upgrade rollout (batch 10%) vs scp through an OpenSSH bastion: wall, hub CPU, registry bytes, bytes pushed", runP9},
+	{"p10", "a jump forwarded between hub replicas vs a direct one: bulk copy and ssh -J true", runP10},
 }
 
 // bench is what every scenario gets.
