@@ -63,47 +63,16 @@ func startHAReplicas(t *testing.T, db string, n int, extra ...string) *haReplica
 		ports[i] = freePort(t)
 	}
 	for i := range n {
-		args := []string{"--store", db, "--leader-ttl", haLeaderTTL.String()}
+		args := []string{"--store", db, "--leader-ttl", haLeaderTTL.String(), "--peer-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t))}
 		for k := range n {
 			args = append(args, "--advertise", fmt.Sprintf("127.0.0.1:%d", ports[(i+k)%n]))
 		}
 		h := &hub{t: t, dataDir: filepath.Join(dir, fmt.Sprintf("replica-%c", 'a'+i)), apiPort: ports[i], sshPort: freePort(t),
 			extraArgs: append(args, extra...)}
-		if i > 0 {
-			shareIdentity(t, rs.hubs[0].dataDir, h.dataDir)
-		}
 		h.start()
 		rs.hubs = append(rs.hubs, h)
 	}
 	return rs
-}
-
-// shareIdentity gives a replica the first one's CA and host keys (the
-// shared secret directory way): agents, known_hosts and join pins then do
-// not care which replica they reach.
-func shareIdentity(t *testing.T, from, to string) {
-	t.Helper()
-	for _, p := range []string{"ca", "ssh_host_ed25519_key", "quic_reset.key"} {
-		src := filepath.Join(from, p)
-		fi, err := os.Stat(src)
-		if err != nil {
-			continue
-		}
-		if fi.IsDir() {
-			if err := os.CopyFS(filepath.Join(to, p), os.DirFS(src)); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.MkdirAll(to, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		testenv.WriteFile(t, filepath.Join(to, p), b, 0o600)
-	}
 }
 
 // leaders returns the replicas whose logs say they lead now.
@@ -334,10 +303,13 @@ func testKilledLeaderFailover(t *testing.T, rs *haReplicas) {
 		t.Fatalf("runs after the kill: %+v, want %d interrupted", j.Counts, n)
 	}
 	testenv.WriteFile(t, gate, nil, 0o644)
-	out, errOut, code = runCmd(t, 3*time.Minute, filepath.Join(binDir, "tether"), "jobs", "rerun", id, "-o", "json", "--progress", "never", "--data-dir", b.dataDir)
+	// Rerun through C, which holds none of the nodes: its runs are
+	// forwarded to B.
+	c := rs.hubs[2]
+	out, errOut, code = runCmd(t, 3*time.Minute, filepath.Join(binDir, "tether"), "jobs", "rerun", id, "-o", "json", "--progress", "never", "--data-dir", c.dataDir)
 	var rerun jobJSON
 	if err := json.Unmarshal([]byte(out), &rerun); err != nil || code != 0 {
-		t.Fatalf("rerun on replica %s: exit %d (%v): %s\n%s", filepath.Base(b.dataDir), code, err, errOut, out)
+		t.Fatalf("rerun on replica %s: exit %d (%v): %s\n%s", filepath.Base(c.dataDir), code, err, errOut, out)
 	}
 	if rerun.Counts["ok"] != n {
 		t.Fatalf("rerun: %+v, not ok: %+v", rerun.Counts, notOK(rerun))
