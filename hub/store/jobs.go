@@ -434,8 +434,12 @@ func (s *SQLite) InterruptJobsOf(ctx context.Context, owners []string, at time.T
 // read in the same statement, so a job a replica starts right after its
 // lease is taken is never taken for an orphan.
 func (s *SQLite) InterruptOrphanedJobs(ctx context.Context, at time.Time) (int, error) {
+	now, err := s.leaseNow(ctx, s.db)
+	if err != nil {
+		return 0, fmt.Errorf("store: interrupt jobs of stopped replicas: %w", err)
+	}
 	return s.interruptJobs(ctx, at, "interrupted: the hub replica running it stopped", `owner != '' AND owner NOT IN
-		(SELECT holder FROM leases WHERE name = '`+ReplicaLeasePrefix+`' || holder AND expires_at > ?)`, unix(at))
+		(SELECT holder FROM leases WHERE name = '`+ReplicaLeasePrefix+`' || holder AND expires_at > ?)`, unix(now))
 }
 
 // interruptJobs marks the running jobs that match where (a condition on

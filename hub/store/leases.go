@@ -64,8 +64,8 @@ func FenceFrom(ctx context.Context) (Fence, bool) {
 	return f, ok
 }
 
-// LeaseStore holds leases. Time is the store's: on SQLite (one machine)
-// the hub's clock, on a shared database the database's.
+// LeaseStore holds leases. Time is the store's (leaseNow): on SQLite (one
+// machine) the hub's clock, on PostgreSQL the database's.
 type LeaseStore interface {
 	// AcquireLease gives lease name to holder until now+ttl if it is free,
 	// expired, or holder's already (a restarted replica), with the next
@@ -92,7 +92,10 @@ func (s *SQLite) AcquireLease(ctx context.Context, name, holder string, ttl time
 		return Lease{}, fmt.Errorf("store: acquire lease %s: %w", name, err)
 	}
 	defer tx.Rollback()
-	now := time.Now()
+	now, err := s.leaseNow(ctx, tx)
+	if err != nil {
+		return Lease{}, fmt.Errorf("store: acquire lease %s: %w", name, err)
+	}
 	cur, err := scanLease(tx.QueryRowContext(ctx, `SELECT name, holder, epoch, expires_at FROM leases WHERE name = ?`+s.d.forUpdate, name))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -125,7 +128,10 @@ func (s *SQLite) AcquireLease(ctx context.Context, name, holder string, ttl time
 
 // RenewLease implements LeaseStore.
 func (s *SQLite) RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, error) {
-	now := time.Now()
+	now, err := s.leaseNow(ctx, s.db)
+	if err != nil {
+		return l, fmt.Errorf("store: renew lease %s: %w", l.Name, err)
+	}
 	next := l
 	next.Expires = now.Add(ttl).UTC()
 	res, err := s.db.ExecContext(ctx, `UPDATE leases SET expires_at = ? WHERE name = ? AND holder = ? AND epoch = ? AND expires_at > ?`,
@@ -141,8 +147,12 @@ func (s *SQLite) RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Le
 
 // ReleaseLease implements LeaseStore.
 func (s *SQLite) ReleaseLease(ctx context.Context, l Lease) error {
+	now, err := s.leaseNow(ctx, s.db)
+	if err != nil {
+		return fmt.Errorf("store: release lease %s: %w", l.Name, err)
+	}
 	if _, err := s.db.ExecContext(ctx, `UPDATE leases SET expires_at = ? WHERE name = ? AND holder = ? AND epoch = ?`,
-		unix(time.Now())-1, l.Name, l.Holder, l.Epoch); err != nil {
+		unix(now)-1, l.Name, l.Holder, l.Epoch); err != nil {
 		return fmt.Errorf("store: release lease %s: %w", l.Name, err)
 	}
 	return nil
@@ -165,6 +175,22 @@ func (s *SQLite) ListLeases(ctx context.Context, prefix string) ([]Lease, error)
 		out = append(out, l)
 	}
 	return out, rows.Err()
+}
+
+// leaseNow is the time leases are measured by: on PostgreSQL the
+// database's clock, which every replica reads alike whatever its own
+// clock says; on SQLite (one machine) the clock they share.
+func (s *SQLite) leaseNow(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+}) (time.Time, error) {
+	if s.d.name != "postgres" {
+		return time.Now(), nil
+	}
+	var ms int64
+	if err := q.QueryRowContext(ctx, `SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)`).Scan(&ms); err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(ms), nil
 }
 
 func scanLease(r scanner) (Lease, error) {
@@ -193,9 +219,13 @@ func (s *SQLite) checkFence(ctx context.Context, tx *sql.Tx) error {
 	if s.d.name == "postgres" {
 		lock = " FOR SHARE"
 	}
+	now, err := s.leaseNow(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("store: check lease %s: %w", f.Lease, err)
+	}
 	var one int
-	err := tx.QueryRowContext(ctx, `SELECT 1 FROM leases WHERE name = ? AND holder = ? AND epoch = ? AND expires_at > ?`+lock,
-		f.Lease, f.Holder, f.Epoch, unix(time.Now())).Scan(&one)
+	err = tx.QueryRowContext(ctx, `SELECT 1 FROM leases WHERE name = ? AND holder = ? AND epoch = ? AND expires_at > ?`+lock,
+		f.Lease, f.Holder, f.Epoch, unix(now)).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w (%s, epoch %d)", ErrFenced, f.Lease, f.Epoch)
 	}
