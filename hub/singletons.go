@@ -187,6 +187,17 @@ func (s *Server) closeRevokedNode(nodeID string) {
 	}
 }
 
+// kubeoneLeasePrefix names the lease a KubeOne run holds on its cluster
+// (+ the cluster's ID): one run per cluster in the fleet.
+const kubeoneLeasePrefix = "kubeone/"
+
+// holdOnce takes the lease name for work that runs once in the fleet but
+// may start on any replica (leader.TryHold); release ends it.
+func (s *Server) holdOnce(name string) (release func(), err error) {
+	return leader.TryHold(context.Background(), leader.Config{Store: s.store, Lease: name, Holder: s.replicaID,
+		TTL: s.cfg.LeaderTTL, Logger: s.log.With("component", "replicas")})
+}
+
 // workRequested wakes the leader's controllers, wherever the leader is.
 func (s *Server) workRequested() { s.publish(store.ChangeWork, "") }
 
