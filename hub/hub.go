@@ -19,6 +19,7 @@
 //	audit.go      writing audit events, bounded per source for refusals
 //	repeat.go     timers instead of goroutines for per-session periodic work
 //	blobs.go      the registry client for upgrade artifacts, blob garbage collection
+//	singletons.go replicas: the leader's singletons (fenced), dead replicas' jobs, the change feed
 package hub
 
 import (
