@@ -118,7 +118,7 @@ type Config struct {
 	// LeaderTTL is the life of the leader and replica-liveness leases
 	// without renewal (default leader.DefaultTTL): when a replica dies,
 	// its role as leader moves within 4/3 of it, and its jobs are marked
-	// interrupted within 5/3 of it.
+	// interrupted within 7/3 of it.
 	LeaderTTL time.Duration
 	Logger    *slog.Logger
 }

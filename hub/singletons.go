@@ -219,13 +219,16 @@ func (s *Server) lead(ctx context.Context, kruns *kubeoneRuns) {
 
 // sweepOrphanedJobs marks the jobs of replicas that stopped interrupted
 // (resumable with `tether jobs rerun`, as after a hub restart), then
-// settles the KubeOne clusters whose run was one of them.
+// settles the KubeOne clusters whose run was one of them. A replica counts
+// as stopped one TTL after its liveness lease expired: after a database
+// outage every lease has expired, and the live replicas take theirs again
+// within a third of the TTL.
 func (s *Server) sweepOrphanedJobs(ctx context.Context, kruns *kubeoneRuns) {
 	kruns.recover(ctx)
 	t := time.NewTicker(s.cfg.LeaderTTL / 3)
 	defer t.Stop()
 	for {
-		n, err := s.store.InterruptOrphanedJobs(ctx, time.Now())
+		n, err := s.store.InterruptOrphanedJobs(ctx, s.cfg.LeaderTTL, time.Now())
 		switch {
 		case err != nil && ctx.Err() == nil:
 			s.log.Warn("jobs of stopped replicas not swept", "err", err)
