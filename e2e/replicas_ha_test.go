@@ -339,6 +339,19 @@ func TestReplicasSurvivePostgresRestart(t *testing.T) {
 	db, srv := haStores[0].make(t)
 	rs := startHAReplicas(t, db, 3)
 	l := rs.waitLeader(30*time.Second, nil)
+	// A job live across the outage: it is no orphan, its replica lives.
+	b := rs.hubs[1]
+	startAgent(t, b.token(), "pg1", "--ssh", "embedded")
+	waitFor(t, "pg1 connected to replica B", 30*time.Second, func() bool { return b.connects("pg1") > 0 })
+	gate := filepath.Join(t.TempDir(), "gate")
+	out, errOut, code := b.run(time.Minute, "--detach", "--nodes", "pg1", "--",
+		fmt.Sprintf(`i=0; while [ ! -f %s ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; test -f %s`, gate, gate))
+	if code != 0 {
+		t.Fatalf("run: %d %s", code, errOut)
+	}
+	id := strings.TrimSpace(out)
+	waitForState(t, "the job running", time.Minute, func() map[string]int { return b.job(id).Counts },
+		func(c map[string]int) bool { return c["running"] == 1 })
 
 	srv.StopServer()
 	stopped := time.Now()
@@ -351,7 +364,7 @@ func TestReplicasSurvivePostgresRestart(t *testing.T) {
 			return h.p.LogCount("change feed not readable") > 0
 		})
 	}
-	_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "nodes", "--data-dir", rs.hubs[1].dataDir)
+	_, errOut, code = runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "nodes", "--data-dir", rs.hubs[1].dataDir)
 	if code == 0 || !strings.Contains(errOut, "failed on the hub") {
 		t.Errorf("tether nodes with the database down: exit %d, %q", code, errOut)
 	}
@@ -369,6 +382,20 @@ func TestReplicasSurvivePostgresRestart(t *testing.T) {
 		if h.p.Exited() {
 			t.Fatalf("%s exited during the database restart:\n%s", filepath.Base(h.dataDir), h.p.Tail(3000))
 		}
+	}
+	// The new leader has swept at least once past the grace: the job of
+	// live replica B is still running, and finishes ok.
+	waitFor(t, "the new leader to sweep past the grace", 10*haLeaderTTL, func() bool {
+		return time.Since(started) > 2*haLeaderTTL
+	})
+	if j := b.job(id); j.State != "running" {
+		t.Fatalf("B's job after the database restart: %s (%s), want still running", j.State, j.Error)
+	}
+	testenv.WriteFile(t, gate, nil, 0o644)
+	j := waitForState(t, "B's job to finish", time.Minute, func() jobJSON { return b.job(id) },
+		func(j jobJSON) bool { return j.State != "running" })
+	if j.State != "succeeded" && j.Counts["ok"] != 1 {
+		t.Fatalf("B's job after the database restart: %s %+v %+v", j.State, j.Counts, notOK(j))
 	}
 	testRevocationCutsSessionElsewhere(t, rs)
 }
