@@ -20,96 +20,63 @@ import (
 // access changes made on another replica, the singletons' leadership moves
 // when its holder dies, a dead replica's agents and jobs are taken over.
 
+// haStores are the shared stores the HA tests run on: a throwaway
+// PostgreSQL server of the test's own (so a test may restart it), and a
+// SQLite file several hubs on one machine share.
+var haStores = []struct {
+	name string
+	make func(t *testing.T) (db string, srv *pgtest.Server)
+}{
+	{"postgres", func(t *testing.T) (string, *pgtest.Server) {
+		srv := pgtest.Own(t)
+		dsn, err := srv.CreateDB("ha")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dsn, srv
+	}},
+	{"sqlite", func(t *testing.T) (string, *pgtest.Server) {
+		return "sqlite:" + filepath.Join(t.TempDir(), "shared.db"), nil
+	}},
+}
+
 // haLeaderTTL is the replicas' --leader-ttl in these tests: leadership
 // moves within 4/3 of it after the leader dies.
 const haLeaderTTL = 3 * time.Second
 
-// replicaSet is n `tether hub` replicas on one store, with one identity.
-type replicaSet struct {
+// haReplicas is n `tether hub` replicas on one store, with one identity.
+type haReplicas struct {
 	t    *testing.T
 	hubs []*hub
 }
 
-// haStores are the shared stores the HA tests run on: a SQLite file (several
-// hubs on one machine share it safely) and a PostgreSQL database.
-var haStores = []struct {
-	name string
-	db   func(t *testing.T) string
-}{
-	{"sqlite", func(t *testing.T) string { return filepath.Join(t.TempDir(), "shared.db") }},
-	{"postgres", func(t *testing.T) string {
-		dsn, err := pgtest.Own(t).CreateDB("ha")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return dsn
-	}},
-}
-
-// forEachHAStore runs f as a subtest on each of haStores.
-func forEachHAStore(t *testing.T, f func(t *testing.T, db string)) {
-	for _, st := range haStores {
-		t.Run(st.name, func(t *testing.T) { f(t, st.db(t)) })
-	}
-}
-
-// startReplicaSet starts n replicas sharing the store db. Replica i advertises itself first and then
+// startReplicas starts n replicas sharing one SQLite file (several hubs on
+// one machine share it safely). Replica i advertises itself first and then
 // the others, so a join string made on replica i sends agents to i and,
 // when i is gone, to the next.
-func startReplicaSet(t *testing.T, db string, n int, extra ...string) *replicaSet {
+func startHAReplicas(t *testing.T, db string, n int, extra ...string) *haReplicas {
 	t.Helper()
 	dir := t.TempDir()
-	rs := &replicaSet{t: t}
+	rs := &haReplicas{t: t}
 	ports := make([]int, n)
 	for i := range ports {
 		ports[i] = freePort(t)
 	}
 	for i := range n {
-		args := []string{"--store", db, "--leader-ttl", haLeaderTTL.String()}
+		args := []string{"--store", db, "--leader-ttl", haLeaderTTL.String(), "--peer-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t))}
 		for k := range n {
 			args = append(args, "--advertise", fmt.Sprintf("127.0.0.1:%d", ports[(i+k)%n]))
 		}
 		h := &hub{t: t, dataDir: filepath.Join(dir, fmt.Sprintf("replica-%c", 'a'+i)), apiPort: ports[i], sshPort: freePort(t),
 			extraArgs: append(args, extra...)}
-		if i > 0 {
-			shareIdentity(t, rs.hubs[0].dataDir, h.dataDir)
-		}
 		h.start()
 		rs.hubs = append(rs.hubs, h)
 	}
 	return rs
 }
 
-// shareIdentity gives a replica the first one's CA and host keys (the
-// shared secret directory way): agents, known_hosts and join pins then do
-// not care which replica they reach.
-func shareIdentity(t *testing.T, from, to string) {
-	t.Helper()
-	for _, p := range []string{"ca", "ssh_host_ed25519_key", "quic_reset.key"} {
-		src := filepath.Join(from, p)
-		fi, err := os.Stat(src)
-		if err != nil {
-			continue
-		}
-		if fi.IsDir() {
-			if err := os.CopyFS(filepath.Join(to, p), os.DirFS(src)); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.MkdirAll(to, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		testenv.WriteFile(t, filepath.Join(to, p), b, 0o600)
-	}
-}
-
 // leaders returns the replicas whose logs say they lead now.
-func (rs *replicaSet) leaders() []*hub {
+func (rs *haReplicas) leaders() []*hub {
 	var out []*hub
 	for _, h := range rs.hubs {
 		if !h.p.Exited() && h.p.LogCount("leading the fleet's singletons") > h.p.LogCount("no longer leading") {
@@ -120,7 +87,7 @@ func (rs *replicaSet) leaders() []*hub {
 }
 
 // waitLeader waits until exactly one live replica other than not leads.
-func (rs *replicaSet) waitLeader(timeout time.Duration, not *hub) *hub {
+func (rs *haReplicas) waitLeader(timeout time.Duration, not *hub) *hub {
 	rs.t.Helper()
 	var l *hub
 	waitFor(rs.t, "one replica to lead", timeout, func() bool {
@@ -139,12 +106,15 @@ func (rs *replicaSet) waitLeader(timeout time.Duration, not *hub) *hub {
 // key they jumped with at replica A ends that session within a second, and
 // the jump's audit row (written by C) says why.
 func TestReplicasRevocationCutsSessionElsewhere(t *testing.T) {
-	t.Parallel()
-	forEachHAStore(t, testReplicasRevocationCutsSessionElsewhere)
+	for _, st := range haStores {
+		t.Run(st.name, func(t *testing.T) {
+			db, _ := st.make(t)
+			testRevocationCutsSessionElsewhere(t, startHAReplicas(t, db, 3))
+		})
+	}
 }
 
-func testReplicasRevocationCutsSessionElsewhere(t *testing.T, db string) {
-	rs := startReplicaSet(t, db, 3)
+func testRevocationCutsSessionElsewhere(t *testing.T, rs *haReplicas) {
 	a, c := rs.hubs[0], rs.hubs[2]
 	dir := t.TempDir()
 	a.cli("role", "create", "lab", "--nodes", "site=lab", "--logins", loginUser)
@@ -197,6 +167,34 @@ func testReplicasRevocationCutsSessionElsewhere(t *testing.T, db string) {
 	if out, errOut, code := other.run(30*time.Second, "ha1", "echo other-key"); code != 0 || strings.TrimSpace(out) != "other-key" {
 		t.Fatalf("jump with the operator's remaining key: exit %d %q %q", code, out, errOut)
 	}
+
+	// A node revoked at A loses its tunnel held at C: the agent is told
+	// and stops.
+	agent, _ := startAgent(t, c.token(), "ha2", "--ssh", "embedded")
+	waitFor(t, "ha2 connected to replica C", 30*time.Second, func() bool { return c.connects("ha2") > 0 })
+	a.cli("nodes", "revoke", "ha2")
+	revoked := time.Now()
+	waitFor(t, "the agent of the node revoked at A to stop", 20*time.Second, agent.Exited)
+	t.Logf("node revoked at A -> its tunnel at C closed and the agent stopped %s later", time.Since(revoked).Round(time.Millisecond))
+	if !strings.Contains(agent.Log(), "revoked") {
+		t.Fatalf("agent log does not say it was revoked:\n%s", agent.Tail(2000))
+	}
+
+	// Admin certificates revoked at A are refused at C; C's own local
+	// admin identity is made anew, so the CLI on C's machine works on.
+	stale := filepath.Join(t.TempDir(), "stale")
+	if err := os.CopyFS(stale, os.DirFS(c.dataDir)); err != nil {
+		t.Fatal(err)
+	}
+	a.cli("ca", "revoke-admin")
+	waitFor(t, "C to refuse an admin certificate issued before the revocation at A", 10*time.Second, func() bool {
+		_, _, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "nodes", "--data-dir", stale)
+		return code != 0
+	})
+	waitFor(t, "C's CLI to work after the admin revocation at A", 30*time.Second, func() bool {
+		_, _, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "nodes", "--data-dir", c.dataDir)
+		return code == 0
+	})
 }
 
 // TestReplicasKilledLeaderFailover: agents and a fan-out job are on
@@ -206,15 +204,19 @@ func testReplicasRevocationCutsSessionElsewhere(t *testing.T, db string) {
 // interrupted (swept by the new leader) and its rerun on another replica
 // completes; no audit row of the finished jumps is lost.
 func TestReplicasKilledLeaderFailover(t *testing.T) {
-	forEachHAStore(t, testReplicasKilledLeaderFailover)
+	for _, st := range haStores {
+		t.Run(st.name, func(t *testing.T) {
+			db, _ := st.make(t)
+			testKilledLeaderFailover(t, startHAReplicas(t, db, 3))
+		})
+	}
 }
 
-func testReplicasKilledLeaderFailover(t *testing.T, db string) {
+func testKilledLeaderFailover(t *testing.T, rs *haReplicas) {
 	n := 100
 	if testing.Short() {
 		n = 10
 	}
-	rs := startReplicaSet(t, db, 3)
 	a := rs.hubs[0]
 	if l := rs.waitLeader(30*time.Second, nil); l != a {
 		// The first replica started first and leads; the others campaign.
@@ -301,10 +303,13 @@ func testReplicasKilledLeaderFailover(t *testing.T, db string) {
 		t.Fatalf("runs after the kill: %+v, want %d interrupted", j.Counts, n)
 	}
 	testenv.WriteFile(t, gate, nil, 0o644)
-	out, errOut, code = runCmd(t, 3*time.Minute, filepath.Join(binDir, "tether"), "jobs", "rerun", id, "-o", "json", "--progress", "never", "--data-dir", b.dataDir)
+	// Rerun through C, which holds none of the nodes: its runs are
+	// forwarded to B.
+	c := rs.hubs[2]
+	out, errOut, code = runCmd(t, 3*time.Minute, filepath.Join(binDir, "tether"), "jobs", "rerun", id, "-o", "json", "--progress", "never", "--data-dir", c.dataDir)
 	var rerun jobJSON
 	if err := json.Unmarshal([]byte(out), &rerun); err != nil || code != 0 {
-		t.Fatalf("rerun on replica %s: exit %d (%v): %s\n%s", filepath.Base(b.dataDir), code, err, errOut, out)
+		t.Fatalf("rerun on replica %s: exit %d (%v): %s\n%s", filepath.Base(c.dataDir), code, err, errOut, out)
 	}
 	if rerun.Counts["ok"] != n {
 		t.Fatalf("rerun: %+v, not ok: %+v", rerun.Counts, notOK(rerun))
@@ -322,4 +327,75 @@ func testReplicasKilledLeaderFailover(t *testing.T, db string) {
 			t.Errorf("audit row of the jump to %s lost", node)
 		}
 	}
+}
+
+// TestReplicasSurvivePostgresRestart: the replicas' shared PostgreSQL
+// stops and starts again. Meanwhile every replica keeps running, the
+// leader steps down before its lease could expire, and each replica says
+// what is wrong (the lease, the change feed, the CLI's request); afterwards
+// one replica leads again by itself, and access changes cross replicas
+// within a second again (the LISTEN connection is made anew).
+func TestReplicasSurvivePostgresRestart(t *testing.T) {
+	db, srv := haStores[0].make(t)
+	rs := startHAReplicas(t, db, 3)
+	l := rs.waitLeader(30*time.Second, nil)
+	// A job live across the outage: it is no orphan, its replica lives.
+	b := rs.hubs[1]
+	startAgent(t, b.token(), "pg1", "--ssh", "embedded")
+	waitFor(t, "pg1 connected to replica B", 30*time.Second, func() bool { return b.connects("pg1") > 0 })
+	gate := filepath.Join(t.TempDir(), "gate")
+	out, errOut, code := b.run(time.Minute, "--detach", "--nodes", "pg1", "--",
+		fmt.Sprintf(`i=0; while [ ! -f %s ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; test -f %s`, gate, gate))
+	if code != 0 {
+		t.Fatalf("run: %d %s", code, errOut)
+	}
+	id := strings.TrimSpace(out)
+	waitForState(t, "the job running", time.Minute, func() map[string]int { return b.job(id).Counts },
+		func(c map[string]int) bool { return c["running"] == 1 })
+
+	srv.StopServer()
+	stopped := time.Now()
+	waitFor(t, "the leader to step down with the database gone", 10*haLeaderTTL, func() bool {
+		return l.p.LogCount("stepping down") > 0
+	})
+	t.Logf("leader stepped down %s after the database stopped (lease TTL %s)", time.Since(stopped).Round(time.Millisecond), haLeaderTTL)
+	for _, h := range rs.hubs {
+		waitFor(t, filepath.Base(h.dataDir)+" to say the change feed is unreadable", 30*time.Second, func() bool {
+			return h.p.LogCount("change feed not readable") > 0
+		})
+	}
+	_, errOut, code = runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "nodes", "--data-dir", rs.hubs[1].dataDir)
+	if code == 0 || !strings.Contains(errOut, "failed on the hub") {
+		t.Errorf("tether nodes with the database down: exit %d, %q", code, errOut)
+	}
+	if ls := rs.leaders(); len(ls) != 0 {
+		t.Errorf("%d replicas lead with the database down", len(ls))
+	}
+
+	if err := srv.StartServer(); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	l = rs.waitLeader(10*haLeaderTTL, nil)
+	t.Logf("%s leads %s after the database came back", filepath.Base(l.dataDir), time.Since(started).Round(time.Millisecond))
+	for _, h := range rs.hubs {
+		if h.p.Exited() {
+			t.Fatalf("%s exited during the database restart:\n%s", filepath.Base(h.dataDir), h.p.Tail(3000))
+		}
+	}
+	// The new leader has swept at least once past the grace: the job of
+	// live replica B is still running, and finishes ok.
+	waitFor(t, "the new leader to sweep past the grace", 10*haLeaderTTL, func() bool {
+		return time.Since(started) > 2*haLeaderTTL
+	})
+	if j := b.job(id); j.State != "running" {
+		t.Fatalf("B's job after the database restart: %s (%s), want still running", j.State, j.Error)
+	}
+	testenv.WriteFile(t, gate, nil, 0o644)
+	j := waitForState(t, "B's job to finish", time.Minute, func() jobJSON { return b.job(id) },
+		func(j jobJSON) bool { return j.State != "running" })
+	if j.State != "succeeded" && j.Counts["ok"] != 1 {
+		t.Fatalf("B's job after the database restart: %s %+v %+v", j.State, j.Counts, notOK(j))
+	}
+	testRevocationCutsSessionElsewhere(t, rs)
 }

@@ -19,6 +19,7 @@
 //	audit.go      writing audit events, bounded per source for refusals
 //	repeat.go     timers instead of goroutines for per-session periodic work
 //	blobs.go      the registry client for upgrade artifacts, blob garbage collection
+//	singletons.go replicas: the leader's singletons (fenced), dead replicas' jobs, the change feed
 package hub
 
 import (
@@ -117,10 +118,10 @@ type Config struct {
 	// LeaseTTL is how long a replica's presence outlives its last
 	// heartbeat; default replica.DefaultLeaseTTL.
 	LeaseTTL time.Duration
-	// LeaderTTL is the life of the leader and replica leases without
-	// renewal (default leader.DefaultTTL): when a replica dies, its role
-	// as leader moves within 4/3 of it, and its jobs are marked
-	// interrupted within 5/3 of it.
+	// LeaderTTL is the life of the leader and replica-liveness leases
+	// without renewal (default leader.DefaultTTL): when a replica dies,
+	// its role as leader moves within 4/3 of it, and its jobs are marked
+	// interrupted within 7/3 of it.
 	LeaderTTL time.Duration
 	Logger    *slog.Logger
 }
@@ -184,11 +185,6 @@ func (c *Config) CheckAndSetDefaults() error {
 	if c.LeaderTTL < time.Second || c.LeaderTTL > 10*time.Minute {
 		return fmt.Errorf("hub: --leader-ttl %s: want 1s..10m", c.LeaderTTL)
 	}
-	if c.ReplicaID != "" {
-		if err := pki.ValidateName(c.ReplicaID); err != nil {
-			return fmt.Errorf("hub: replica ID: %w", err)
-		}
-	}
 	for _, addr := range append([]string{c.Listen, c.SSHListen}, c.Advertise...) {
 		if _, port, err := net.SplitHostPort(addr); err != nil {
 			return fmt.Errorf("hub: address %q: %w (want HOST:PORT)", addr, err)
@@ -233,10 +229,10 @@ type Server struct {
 	admins     admins              // admin certificates: revocation time, local identity (admin.go)
 	dirLock    *dataDirLock        // held from New to the end of Run (datadir.go)
 	blobRefs   blobRefs            // what blob GC keeps besides jobs' uploads (blobs.go)
-	replicaID  string              // this hub among replicas on one store (replicas.go, singletons.go)
+	replicaID  string              // this hub among replicas on one store (replicas.go)
 	peers      *replica.Peers      // set in Run before sessions are accepted, with Config.PeerListen
-	feed       *notify.Feed        // changes to and from the other replicas; set in Run
-	nudger     notify.Nudger       // wakes the other replicas' feeds; nil on SQLite
+	feed       *notify.Feed        // changes to and from the other replicas; set in Run (singletons.go)
+	nudger     notify.Nudger       // wakes this replica's feed at once; nil on SQLite
 	repl       *replication        // leases, feed and leadership; set in Run
 }
 
@@ -262,19 +258,18 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.store, err = store.Open(ctx, cfg.Store, cfg.DataDir); err != nil {
 		return nil, err
 	}
-	s.log.Info("store open", "store", store.Describe(cfg.Store, cfg.DataDir))
-	if db, ok := s.store.(*store.DB); ok && db.Backend() == "postgres" {
-		// LISTEN/NOTIFY nudges the other replicas' change feeds at once;
-		// their periodic re-read stays the truth.
-		s.nudger = notify.NewPGNudger(cfg.Store, func(ctx context.Context, _ string) error { return db.Notify(ctx, notify.Channel) })
-	}
 	defer func() {
 		if err != nil {
 			s.store.Close()
 		}
 	}()
-	// Every hub has a replica ID (the singletons' leases name it); a
-	// replica also shares the hub identity.
+	s.log.Info("store open", "store", store.Describe(cfg.Store, cfg.DataDir))
+	if b, ok := s.store.(interface{ Backend() string }); ok && b.Backend() == "postgres" {
+		// Changes recorded by other replicas wake this one at once.
+		s.nudger = notify.NewPGNudger(cfg.Store)
+	}
+	// Every hub has a replica ID: its jobs are stored with it, and it
+	// campaigns for the singletons' leadership (singletons.go).
 	if s.replicaID, err = replicaID(cfg.DataDir, cfg.ReplicaID); err != nil {
 		return nil, err
 	}

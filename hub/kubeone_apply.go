@@ -270,10 +270,25 @@ func (r *kubeoneRuns) Start(ctx context.Context, name string, req api.KubeOneRun
 				kubeone.ErrConflict, action, c.Name, reason)
 		}
 	}
-	j, err := r.engine.Start(ctx, store.Job{Kind: kind, Spec: spec, CreatedBy: by}, []store.NodeRef{{ID: c.ID, Name: c.Name}})
+	// One run per cluster in the whole fleet: replicas sharing the store
+	// each take the cluster's lease for the run's life (singletons.go).
+	release, err := r.s.holdOnce(kubeoneLeasePrefix + c.ID)
+	if errors.Is(err, store.ErrLeaseHeld) {
+		return store.Job{}, fmt.Errorf("%w: a KubeOne run for cluster %q is under way on another hub replica (%v); follow it with `tether jobs list`",
+			kubeone.ErrConflict, c.Name, err)
+	}
 	if err != nil {
 		return store.Job{}, err
 	}
+	j, err := r.engine.Start(ctx, store.Job{Kind: kind, Spec: spec, CreatedBy: by}, []store.NodeRef{{ID: c.ID, Name: c.Name}})
+	if err != nil {
+		release()
+		return store.Job{}, err
+	}
+	go func() {
+		defer release()
+		_, _ = r.engine.Wait(r.hubCtx, j.ID)
+	}()
 	r.active[c.ID] = j.ID
 	r.log.Info("KubeOne run started", "cluster", c.Name, "action", action, "job", j.ID, "auto", req.Auto, "by", by)
 	return j, nil

@@ -133,6 +133,10 @@ func (r *replication) apply(ctx context.Context, cs []store.Change) {
 		case store.ChangeAdminRevoked:
 			if vf, err := s.store.AdminValidFrom(ctx); err == nil && !vf.IsZero() {
 				s.admins.validFrom.Store(vf.UnixMilli())
+				// This replica's own local admin identity is revoked too.
+				if err := s.refreshLocalAdmin(ctx); err != nil {
+					s.log.Error("local admin identity after a revocation on another replica", "err", err)
+				}
 			} else if err != nil {
 				s.log.Error("admin revocation from another replica not applied", "err", err)
 			}
@@ -183,6 +187,17 @@ func (s *Server) closeRevokedNode(nodeID string) {
 	}
 }
 
+// kubeoneLeasePrefix names the lease a KubeOne run holds on its cluster
+// (+ the cluster's ID): one run per cluster in the fleet.
+const kubeoneLeasePrefix = "kubeone/"
+
+// holdOnce takes the lease name for work that runs once in the fleet but
+// may start on any replica (leader.TryHold); release ends it.
+func (s *Server) holdOnce(name string) (release func(), err error) {
+	return leader.TryHold(context.Background(), leader.Config{Store: s.store, Lease: name, Holder: s.replicaID,
+		TTL: s.cfg.LeaderTTL, Logger: s.log.With("component", "replicas")})
+}
+
 // workRequested wakes the leader's controllers, wherever the leader is.
 func (s *Server) workRequested() { s.publish(store.ChangeWork, "") }
 
@@ -204,13 +219,16 @@ func (s *Server) lead(ctx context.Context, kruns *kubeoneRuns) {
 
 // sweepOrphanedJobs marks the jobs of replicas that stopped interrupted
 // (resumable with `tether jobs rerun`, as after a hub restart), then
-// settles the KubeOne clusters whose run was one of them.
+// settles the KubeOne clusters whose run was one of them. A replica counts
+// as stopped one TTL after its liveness lease expired: after a database
+// outage every lease has expired, and the live replicas take theirs again
+// within a third of the TTL.
 func (s *Server) sweepOrphanedJobs(ctx context.Context, kruns *kubeoneRuns) {
 	kruns.recover(ctx)
 	t := time.NewTicker(s.cfg.LeaderTTL / 3)
 	defer t.Stop()
 	for {
-		n, err := s.store.InterruptOrphanedJobs(ctx, time.Now())
+		n, err := s.store.InterruptOrphanedJobs(ctx, s.cfg.LeaderTTL, time.Now())
 		switch {
 		case err != nil && ctx.Err() == nil:
 			s.log.Warn("jobs of stopped replicas not swept", "err", err)

@@ -79,11 +79,11 @@ use with --data-dir. Keep it private (it is created 0700).`,
 	f.IntVar(&cfg.KubeAPIServerPort, "kube-apiserver-port", hub.DefaultKubeAPIServerPort, "kube-apiserver's port on control-plane nodes' loopback (KubeOne cluster health, `tether kubeone proxy`)")
 	f.StringVar(&cfg.RegistryCA, "registry-ca", "", "PEM file of extra CA certificates for OCI registries holding upgrade artifacts (system roots otherwise; TLS verification cannot be turned off)")
 	f.StringVar(&cfg.RegistryAuth, "registry-auth", "", "docker-style config.json with registry credentials (default: $DOCKER_CONFIG/config.json or ~/.docker/config.json when present)")
+	f.DurationVar(&cfg.LeaderTTL, "leader-ttl", leader.DefaultTTL, "with several hub replicas: life of the leader and replica leases; a dead leader's singletons move within 4/3 of it")
 	f.StringVar(&cfg.PeerListen, "peer-listen", "", "run as one of several hub replicas sharing --store: serve peer links on ADDR (UDP and TCP), take the shared identity from the store, forward streams to the replica holding a node")
 	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "with --peer-listen: HOST:PORT other replicas dial (default: the --peer-listen address, or this host's name if it is a wildcard)")
 	f.StringVar(&cfg.ReplicaID, "replica-id", "", "this hub's replica ID, a DNS label (default: the one kept in DATA_DIR/replica-id, made on the first start)")
 	f.DurationVar(&cfg.LeaseTTL, "replica-lease", 15*time.Second, "with --peer-listen: a replica that stops heartbeating (every third of this) stops counting as the holder of its nodes' tunnels after this long")
-	f.DurationVar(&cfg.LeaderTTL, "leader-ttl", leader.DefaultTTL, "with several hub replicas: life of the leader and replica leases; a dead leader's singletons move within 4/3 of it")
 	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
 	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead")
 	return cmd

@@ -182,3 +182,50 @@ func (e *Elector) set(l store.Lease, leading bool) {
 		e.cfg.OnChange(leading, l)
 	}
 }
+
+// TryHold takes cfg's lease once, for work that must run once in the fleet
+// but may start on any replica (a KubeOne run of one cluster): it returns
+// store.ErrLeaseHeld (wrapped) at once when another replica holds it.
+// Otherwise the lease is renewed every TTL/3 until release is called (or
+// ctx ends), and then released. A renewal refused means the lease lapsed
+// (this replica stalled for a TTL): it is logged, and the work goes on.
+func TryHold(ctx context.Context, cfg Config) (release func(), err error) {
+	if err := cfg.CheckAndSetDefaults(); err != nil {
+		return nil, err
+	}
+	l, err := cfg.Store.AcquireLease(ctx, cfg.Lease, cfg.Holder, cfg.TTL)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(cfg.TTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+				defer rcancel()
+				if err := cfg.Store.ReleaseLease(rctx, l); err != nil {
+					cfg.Logger.Warn("lease not released; it expires by itself", "lease", l.Name, "err", err)
+				}
+				return
+			case <-t.C:
+			}
+			next, err := cfg.Store.RenewLease(ctx, l, cfg.TTL)
+			switch {
+			case err == nil:
+				l = next
+			case errors.Is(err, store.ErrLeaseLost):
+				cfg.Logger.Error("lease lost while its work runs", "lease", l.Name, "err", err)
+				return
+			case ctx.Err() == nil:
+				cfg.Logger.Warn("lease renewal failed; retrying", "lease", l.Name, "err", err)
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done }) }, nil
+}

@@ -117,3 +117,36 @@ func TestLeadershipMovesWithANewEpoch(t *testing.T) {
 		t.Fatalf("after a clean stop: %s leads at epoch %d, want the other replica at 3", third.who, third.epoch)
 	}
 }
+
+// TestTryHoldOncePerFleet: work held by one replica's lease (a KubeOne run
+// of one cluster) is refused to another until it is released.
+func TestTryHoldOncePerFleet(t *testing.T) {
+	db, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "tether.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	cfg := func(who string) Config {
+		return Config{Store: db, Lease: "kubeone/c1", Holder: who, TTL: 90 * time.Millisecond}
+	}
+	release, err := TryHold(ctx, cfg("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Renewals keep it past its TTL.
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if _, err := TryHold(ctx, cfg("b")); !errors.Is(err, store.ErrLeaseHeld) {
+			t.Fatalf("second holder while the first holds: %v, want ErrLeaseHeld", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	release()
+	release() // twice is harmless
+	again, err := TryHold(ctx, cfg("b"))
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	again()
+}

@@ -5,33 +5,28 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tether-dev/tether/hub/store"
 )
 
-// Channel is the PostgreSQL notification channel of the change feed.
-const Channel = "tether_changes"
-
-// PGNudger nudges over PostgreSQL LISTEN/NOTIFY. Nudges carry no payload:
-// the feed in the store is what is read.
+// PGNudger listens for the PostgreSQL notifications the store sends, at
+// commit, with every change it records (store.ChangesChannel). They carry
+// nothing: the feed in the store is what is read.
 type PGNudger struct {
-	// Connect opens a dedicated connection (LISTEN holds it).
+	// Connect opens the dedicated connection LISTEN holds.
 	Connect func(ctx context.Context) (*pgx.Conn, error)
-	// Exec runs a statement on any pooled connection (NOTIFY).
-	Exec func(ctx context.Context, sql string) error
 }
 
-// NewPGNudger returns a nudger for the database at dsn; exec sends NOTIFY
-// through the store's own pool.
-func NewPGNudger(dsn string, exec func(ctx context.Context, sql string) error) *PGNudger {
-	return &PGNudger{
-		Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, dsn) },
-		Exec:    exec,
-	}
+// NewPGNudger returns a nudger for the database at dsn (the hub's --store
+// URL; a password comes from PGPASSWORD or the password file, as for the
+// store's own connections).
+func NewPGNudger(dsn string) *PGNudger {
+	return &PGNudger{Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, dsn) }}
 }
 
-// Nudge implements Nudger.
-func (p *PGNudger) Nudge(ctx context.Context) error {
-	return p.Exec(ctx, "NOTIFY "+Channel)
-}
+// Nudge implements Nudger: the store already notified, in the change's
+// own transaction.
+func (p *PGNudger) Nudge(context.Context) error { return nil }
 
 // Listen implements Nudger.
 func (p *PGNudger) Listen(ctx context.Context, fn func()) error {
@@ -40,10 +35,10 @@ func (p *PGNudger) Listen(ctx context.Context, fn func()) error {
 		return fmt.Errorf("notify: connect to listen: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+store.ChangesChannel); err != nil {
 		return fmt.Errorf("notify: listen: %w", err)
 	}
-	// Whatever was sent before LISTEN took effect is read now.
+	// Whatever was recorded before LISTEN took effect is read now.
 	fn()
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {

@@ -22,6 +22,10 @@ const (
 	ChangeWork = "work"
 )
 
+// ChangesChannel is the PostgreSQL notification channel a recorded change
+// is announced on.
+const ChangesChannel = "tether_changes"
+
 // changesKept is how many changes the feed keeps: far more than a replica
 // reads between two polls, so none is missed but by a replica that was
 // away long enough to reload everything anyway.
@@ -51,12 +55,12 @@ type ChangeStore interface {
 
 // RecordChange implements ChangeStore.
 func (s *SQLite) RecordChange(ctx context.Context, c Change) (int64, error) {
-	var seq int64
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("store: record change %s: %w", c.Kind, err)
 	}
 	defer tx.Rollback()
+	var seq int64
 	if s.d.lockChanges != "" {
 		if _, err := tx.ExecContext(ctx, s.d.lockChanges); err != nil {
 			return 0, fmt.Errorf("store: record change %s: %w", c.Kind, err)
@@ -65,6 +69,13 @@ func (s *SQLite) RecordChange(ctx context.Context, c Change) (int64, error) {
 	if err := tx.QueryRowContext(ctx, `INSERT INTO changes (kind, subject, origin, at) VALUES (?,?,?,?) RETURNING seq`,
 		c.Kind, c.Subject, c.Origin, unix(time.Now())).Scan(&seq); err != nil {
 		return 0, fmt.Errorf("store: record change %s: %w", c.Kind, err)
+	}
+	if s.d.name == "postgres" {
+		// Delivered at commit, with the entry: listeners read it at once
+		// (hub/notify); nothing rides on the notification itself.
+		if _, err := tx.ExecContext(ctx, `SELECT pg_notify('`+ChangesChannel+`', '')`); err != nil {
+			return 0, fmt.Errorf("store: record change %s: notify: %w", c.Kind, err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("store: record change %s: %w", c.Kind, err)

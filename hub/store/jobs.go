@@ -179,9 +179,11 @@ type JobStore interface {
 	// interrupts its own.
 	InterruptJobsOf(ctx context.Context, owners []string, at time.Time) (jobs int, err error)
 	// InterruptOrphanedJobs does the same to the running jobs whose owner
-	// replica's lease (ReplicaLeasePrefix+owner) has expired: the leader
-	// sweeps up after a replica that died. Fenced by ctx.
-	InterruptOrphanedJobs(ctx context.Context, at time.Time) (jobs int, err error)
+	// replica's lease (ReplicaLeasePrefix+owner) expired more than grace
+	// ago: the leader sweeps up after a replica that died. The grace lets
+	// a live replica take its lease again after the store was unreachable
+	// for everyone (a database restart). Fenced by ctx.
+	InterruptOrphanedJobs(ctx context.Context, grace time.Duration, at time.Time) (jobs int, err error)
 	// JobBlobDigests lists the blobs every stored job uploads (blob GC).
 	JobBlobDigests(ctx context.Context) ([]string, error)
 }
@@ -433,9 +435,13 @@ func (s *SQLite) InterruptJobsOf(ctx context.Context, owners []string, at time.T
 // InterruptOrphanedJobs implements JobStore. Which replicas are alive is
 // read in the same statement, so a job a replica starts right after its
 // lease is taken is never taken for an orphan.
-func (s *SQLite) InterruptOrphanedJobs(ctx context.Context, at time.Time) (int, error) {
+func (s *SQLite) InterruptOrphanedJobs(ctx context.Context, grace time.Duration, at time.Time) (int, error) {
+	now, err := s.leaseNow(ctx, s.db)
+	if err != nil {
+		return 0, fmt.Errorf("store: interrupt jobs of stopped replicas: %w", err)
+	}
 	return s.interruptJobs(ctx, at, "interrupted: the hub replica running it stopped", `owner != '' AND owner NOT IN
-		(SELECT holder FROM leases WHERE name = '`+ReplicaLeasePrefix+`' || holder AND expires_at > ?)`, unix(at))
+		(SELECT holder FROM leases WHERE name = '`+ReplicaLeasePrefix+`' || holder AND expires_at > ?)`, unix(now.Add(-grace)))
 }
 
 // interruptJobs marks the running jobs that match where (a condition on

@@ -64,8 +64,8 @@ func FenceFrom(ctx context.Context) (Fence, bool) {
 	return f, ok
 }
 
-// LeaseStore holds leases. Time is the store's: on SQLite (one machine)
-// the hub's clock, on a shared database the database's.
+// LeaseStore holds leases. Time is the store's (leaseNow): on SQLite (one
+// machine) the hub's clock, on PostgreSQL the database's.
 type LeaseStore interface {
 	// AcquireLease gives lease name to holder until now+ttl if it is free,
 	// expired, or holder's already (a restarted replica), with the next
@@ -92,8 +92,11 @@ func (s *SQLite) AcquireLease(ctx context.Context, name, holder string, ttl time
 		return Lease{}, fmt.Errorf("store: acquire lease %s: %w", name, err)
 	}
 	defer tx.Rollback()
-	now := time.Now()
-	cur, err := scanLease(tx.QueryRowContext(ctx, `SELECT name, holder, epoch, expires_at FROM leases WHERE name = ?`, name))
+	now, err := s.leaseNow(ctx, tx)
+	if err != nil {
+		return Lease{}, fmt.Errorf("store: acquire lease %s: %w", name, err)
+	}
+	cur, err := scanLease(tx.QueryRowContext(ctx, `SELECT name, holder, epoch, expires_at FROM leases WHERE name = ?`+s.d.forUpdate, name))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		cur = Lease{Name: name}
@@ -125,7 +128,10 @@ func (s *SQLite) AcquireLease(ctx context.Context, name, holder string, ttl time
 
 // RenewLease implements LeaseStore.
 func (s *SQLite) RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, error) {
-	now := time.Now()
+	now, err := s.leaseNow(ctx, s.db)
+	if err != nil {
+		return l, fmt.Errorf("store: renew lease %s: %w", l.Name, err)
+	}
 	next := l
 	next.Expires = now.Add(ttl).UTC()
 	res, err := s.db.ExecContext(ctx, `UPDATE leases SET expires_at = ? WHERE name = ? AND holder = ? AND epoch = ? AND expires_at > ?`,
@@ -141,8 +147,12 @@ func (s *SQLite) RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Le
 
 // ReleaseLease implements LeaseStore.
 func (s *SQLite) ReleaseLease(ctx context.Context, l Lease) error {
+	now, err := s.leaseNow(ctx, s.db)
+	if err != nil {
+		return fmt.Errorf("store: release lease %s: %w", l.Name, err)
+	}
 	if _, err := s.db.ExecContext(ctx, `UPDATE leases SET expires_at = ? WHERE name = ? AND holder = ? AND epoch = ?`,
-		unix(time.Now())-1, l.Name, l.Holder, l.Epoch); err != nil {
+		unix(now)-1, l.Name, l.Holder, l.Epoch); err != nil {
 		return fmt.Errorf("store: release lease %s: %w", l.Name, err)
 	}
 	return nil
@@ -167,6 +177,22 @@ func (s *SQLite) ListLeases(ctx context.Context, prefix string) ([]Lease, error)
 	return out, rows.Err()
 }
 
+// leaseNow is the time leases are measured by: on PostgreSQL the
+// database's clock, which every replica reads alike whatever its own
+// clock says; on SQLite (one machine) the clock they share.
+func (s *SQLite) leaseNow(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+}) (time.Time, error) {
+	if s.d.name != "postgres" {
+		return time.Now(), nil
+	}
+	var ms int64
+	if err := q.QueryRowContext(ctx, `SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)`).Scan(&ms); err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(ms), nil
+}
+
 func scanLease(r scanner) (Lease, error) {
 	var l Lease
 	var exp int64
@@ -179,16 +205,23 @@ func scanLease(r scanner) (Lease, error) {
 
 // checkFence refuses, with ErrFenced, a write whose ctx carries a fence
 // that no longer holds; call it inside the write's transaction.
-func (s *DB) checkFence(ctx context.Context, q interface {
-	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
-}) error {
+//
+// On PostgreSQL the check share-locks the lease row: a takeover (which
+// updates the row) waits for the write's commit, so no write of an old
+// term can land after its successor's first. SQLite runs one write
+// transaction at a time, which gives the same order.
+func (s *SQLite) checkFence(ctx context.Context, tx *sql.Tx) error {
 	f, ok := FenceFrom(ctx)
 	if !ok {
 		return nil
 	}
+	now, err := s.leaseNow(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("store: check lease %s: %w", f.Lease, err)
+	}
 	var one int
-	err := q.QueryRowContext(ctx, `SELECT 1 FROM leases WHERE name = ? AND holder = ? AND epoch = ? AND expires_at > ?`+s.d.forShare,
-		f.Lease, f.Holder, f.Epoch, unix(time.Now())).Scan(&one)
+	err = tx.QueryRowContext(ctx, `SELECT 1 FROM leases WHERE name = ? AND holder = ? AND epoch = ? AND expires_at > ?`+s.d.forShare,
+		f.Lease, f.Holder, f.Epoch, unix(now)).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w (%s, epoch %d)", ErrFenced, f.Lease, f.Epoch)
 	}

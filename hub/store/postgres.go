@@ -205,16 +205,3 @@ func (s *DB) migratePostgres(ctx context.Context) error {
 	}
 	return tx.Commit()
 }
-
-// Notify sends a PostgreSQL notification on channel (LISTEN/NOTIFY: the
-// replicas' change feed is nudged this way) through the store's pool. On
-// SQLite it does nothing: replicas on one file poll.
-func (s *DB) Notify(ctx context.Context, channel string) error {
-	if s.d.name != "postgres" {
-		return nil
-	}
-	if _, err := s.db.ExecContext(ctx, `SELECT pg_notify(?, '')`, channel); err != nil {
-		return fmt.Errorf("store: notify %s: %w", channel, err)
-	}
-	return nil
-}
