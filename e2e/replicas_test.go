@@ -115,9 +115,9 @@ func testReplicas(t *testing.T, db string) {
 	}
 
 	hubs[0].cli("operator", "add", "alice", "--key", opPub)
-	// Replicas learn of access changes made at another replica through
-	// change notification; until then a restart is how r2 and r3 load the
-	// operator (and it is the first restart that must rotate nothing).
+	// r2 and r3 restart once: the first restart of a replica that must
+	// rotate nothing (and they load the operator at start, whether or not
+	// the change feed brought it already).
 	for _, h := range hubs[1:] {
 		h.p.Stop(syscall.SIGTERM, stopWait)
 		h.start()

@@ -48,8 +48,8 @@ func runP10(ctx context.Context, b *bench) error {
 		hubs = append(hubs, h)
 	}
 	key, _ := env.OperatorKey(ctx)
-	// Added on r1 before r2 loads it: r2 reads operators at start until
-	// replicas notify each other of access changes.
+	// Added on r1; r2 restarts so it has the operator for sure when the
+	// runs begin (the change feed would bring it within a second).
 	if _, err := hubs[0].Tether(ctx, "operator", "add", "bench", "--key", key+".pub"); err != nil {
 		return err
 	}
