@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/internal/testenv"
+	"github.com/tether-dev/tether/internal/testenv/pgtest"
 )
 
 // replicaJSON is one row of `tether replicas -o json`.
@@ -92,7 +93,19 @@ func startReplicas(t *testing.T, db string, n int) []*hub {
 // keeps every identity (known_hosts and join strings made before it still
 // work).
 func TestReplicas(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "shared.db")
+	testReplicas(t, filepath.Join(t.TempDir(), "shared.db"))
+}
+
+// TestReplicasPostgres is TestReplicas on a shared PostgreSQL database.
+func TestReplicasPostgres(t *testing.T) {
+	dsn, err := pgtest.Own(t).CreateDB("replicas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testReplicas(t, dsn)
+}
+
+func testReplicas(t *testing.T, db string) {
 	hubs := startReplicas(t, db, 3)
 	ids := []string{"r1", "r2", "r3"}
 

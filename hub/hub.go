@@ -61,7 +61,6 @@ var Version = "dev"
 // Config configures a hub.
 type Config struct {
 	DataDir     string         // state: CA, database, host key, admin identity
-	Store       string         // state's database (store.Open): "" for DataDir/tether.db, "sqlite:PATH", or a postgres:// URL replicas share
 	Listen      string         // tunnel + API address (UDP and TCP), default :7443
 	SSHListen   string         // bastion address, default :2222
 	Advertise   []string       // addresses agents dial (put into join strings); default: Listen's address if it is not a wildcard
@@ -99,6 +98,10 @@ type Config struct {
 	// RegistryAuth is a docker-style config.json with registry credentials;
 	// "" means $DOCKER_CONFIG/config.json or ~/.docker/config.json if present.
 	RegistryAuth string
+	// Store is where the durable state lives (store.Open): "" for
+	// DATA_DIR/tether.db, a SQLite file (PATH or sqlite:PATH), or a
+	// postgres:// URL. Hub replicas share one store.
+	Store string
 	// PeerListen, if set, makes this hub a replica of the hubs sharing its
 	// store: it takes the shared identity from the store, records which
 	// node tunnels it holds, and serves and dials peer links on this
@@ -109,8 +112,8 @@ type Config struct {
 	// default PeerListen's address, with this machine's name for a
 	// wildcard host.
 	PeerAdvertise string
-	// ReplicaID names this replica; default the ID kept in
-	// DATA_DIR/replica-id (made on the first start).
+	// ReplicaID names this hub among replicas sharing a store; default
+	// the ID kept in DATA_DIR/replica-id (made on the first start).
 	ReplicaID string
 	// LeaseTTL is how long a replica's presence outlives its last
 	// heartbeat; default replica.DefaultLeaseTTL.
@@ -261,8 +264,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}()
 	s.log.Info("store open", "store", store.Describe(cfg.Store, cfg.DataDir))
-	if b, ok := s.store.(interface{ Backend() string }); ok && b.Backend() == "postgres" {
-		// Changes recorded by other replicas wake this one at once.
+	if db, ok := s.store.(*store.DB); ok && db.Backend() == "postgres" {
+		// LISTEN/NOTIFY nudges this replica's change feed at once; the
+		// periodic re-read stays the truth.
 		s.nudger = notify.NewPGNudger(cfg.Store)
 	}
 	// Every hub has a replica ID: its jobs are stored with it, and it

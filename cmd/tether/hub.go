@@ -32,8 +32,8 @@ and a local admin identity (admin/) that other tether commands on this machine
 use with --data-dir. Keep it private (it is created 0700).`,
 		Example: `  tether hub --data-dir ./hub --listen 127.0.0.1:7443 --ssh-listen 127.0.0.1:2222
   tether hub --data-dir /var/lib/tether --listen :7443 --advertise hub.example.com:7443
-  tether hub --data-dir /var/lib/tether --store 'postgres://tether@db.example.com/tether?sslmode=verify-full'
-  tether hub --data-dir /var/lib/tether --store /shared/tether.db --peer-listen :7444 --advertise hub.example.com:7443`,
+  tether hub --data-dir /var/lib/tether --store 'postgres://tether@db.example.com/tether?sslmode=verify-full' \
+      --peer-listen :7444 --advertise hub.example.com:7443`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger()
@@ -82,7 +82,7 @@ use with --data-dir. Keep it private (it is created 0700).`,
 	f.DurationVar(&cfg.LeaderTTL, "leader-ttl", leader.DefaultTTL, "with several hub replicas: life of the leader and replica leases; a dead leader's singletons move within 4/3 of it")
 	f.StringVar(&cfg.PeerListen, "peer-listen", "", "run as one of several hub replicas sharing --store: serve peer links on ADDR (UDP and TCP), take the shared identity from the store, forward streams to the replica holding a node")
 	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "with --peer-listen: HOST:PORT other replicas dial (default: the --peer-listen address, or this host's name if it is a wildcard)")
-	f.StringVar(&cfg.ReplicaID, "replica-id", "", "with --peer-listen: this replica's ID, a DNS label (default: the one kept in DATA_DIR/replica-id, made on the first start)")
+	f.StringVar(&cfg.ReplicaID, "replica-id", "", "this hub's replica ID, a DNS label (default: the one kept in DATA_DIR/replica-id, made on the first start)")
 	f.DurationVar(&cfg.LeaseTTL, "replica-lease", 15*time.Second, "with --peer-listen: a replica that stops heartbeating (every third of this) stops counting as the holder of its nodes' tunnels after this long")
 	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
 	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead")

@@ -30,11 +30,22 @@ type dialect struct {
 	// concurrent transaction on another replica waits; SQLite has one
 	// writer at a time (BEGIN IMMEDIATE) and needs nothing.
 	forUpdate string
+	// forShare is appended to the SELECT that checks a fence: PostgreSQL
+	// keeps the lease row from changing (a takeover waits) until the
+	// fenced write commits.
+	forShare string
+	// lockChanges, run first in the transaction that appends to the
+	// change feed, makes appends commit in sequence order on PostgreSQL
+	// (identity values are handed out before commit, so without it a
+	// reader could pass a sequence number that commits later). SQLite has
+	// one writer at a time.
+	lockChanges string
 }
 
 var (
 	sqliteDialect   = dialect{name: "sqlite"}
-	postgresDialect = dialect{name: "postgres", forUpdate: " FOR UPDATE"}
+	postgresDialect = dialect{name: "postgres", forUpdate: " FOR UPDATE", forShare: " FOR SHARE",
+		lockChanges: fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", pgChangesLock)}
 )
 
 // Backend names the database behind s ("sqlite" or "postgres").

@@ -215,16 +215,12 @@ func (s *SQLite) checkFence(ctx context.Context, tx *sql.Tx) error {
 	if !ok {
 		return nil
 	}
-	lock := ""
-	if s.d.name == "postgres" {
-		lock = " FOR SHARE"
-	}
 	now, err := s.leaseNow(ctx, tx)
 	if err != nil {
 		return fmt.Errorf("store: check lease %s: %w", f.Lease, err)
 	}
 	var one int
-	err = tx.QueryRowContext(ctx, `SELECT 1 FROM leases WHERE name = ? AND holder = ? AND epoch = ? AND expires_at > ?`+lock,
+	err = tx.QueryRowContext(ctx, `SELECT 1 FROM leases WHERE name = ? AND holder = ? AND epoch = ? AND expires_at > ?`+s.d.forShare,
 		f.Lease, f.Holder, f.Epoch, unix(now)).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w (%s, epoch %d)", ErrFenced, f.Lease, f.Epoch)

@@ -43,6 +43,7 @@ func (c *pgConnector) Driver() driver.Driver { return c.inner.Driver() }
 type pgConn struct {
 	*stdlib.Conn
 	where string
+	inTx  bool // a transaction is open: its statements are never retried
 }
 
 var (
@@ -61,22 +62,42 @@ func (c *pgConn) Prepare(q string) (driver.Stmt, error) {
 
 func (c *pgConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
 	st, err := c.Conn.PrepareContext(ctx, rebind(q))
-	return st, c.wrap(err)
+	return st, c.wrap(err, !c.inTx)
 }
 
 func (c *pgConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
 	r, err := c.Conn.ExecContext(ctx, rebind(q), args)
-	return r, c.wrap(err)
+	return r, c.wrap(err, !c.inTx)
 }
 
 func (c *pgConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
 	r, err := c.Conn.QueryContext(ctx, rebind(q), args)
-	return r, c.wrap(err)
+	return r, c.wrap(err, !c.inTx)
 }
 
 func (c *pgConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	tx, err := c.Conn.BeginTx(ctx, opts)
-	return tx, c.wrap(err)
+	if err != nil {
+		return nil, c.wrap(err, true)
+	}
+	c.inTx = true
+	return &pgTx{Tx: tx, c: c}, nil
+}
+
+// pgTx notes the end of its transaction on its connection.
+type pgTx struct {
+	driver.Tx
+	c *pgConn
+}
+
+func (t *pgTx) Commit() error {
+	t.c.inTx = false
+	return t.c.wrap(t.Tx.Commit(), false)
+}
+
+func (t *pgTx) Rollback() error {
+	t.c.inTx = false
+	return t.Tx.Rollback()
 }
 
 // CheckNamedValue stores a Go bool as 1 or 0 (the schema's flags are
@@ -102,13 +123,21 @@ func (c *pgConn) CheckNamedValue(nv *driver.NamedValue) error {
 // wrap reports a failure of the connection itself (the server went away,
 // restarted, or refused us) as UnreachableError; SQL errors stay as they
 // are. driver.ErrBadConn stays bare so database/sql retries on a fresh
-// connection.
-func (c *pgConn) wrap(err error) error {
+// connection. A statement outside a transaction (retryable) that met a
+// session the server had ended (a restart ends every pooled one; the
+// statement did not run) becomes driver.ErrBadConn too: the pool drops the
+// connection and retries, so only a server that is still down fails the
+// call.
+func (c *pgConn) wrap(err error, retryable bool) error {
 	if err == nil || errors.Is(err, driver.ErrBadConn) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	code := pgCode(err)
-	if c.Conn.Conn().IsClosed() || strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" {
+	terminated := code == "57P01" || code == "57P02" || code == "57P03"
+	if retryable && (terminated || c.Conn.Conn().IsClosed() && pgconn.SafeToRetry(err)) {
+		return driver.ErrBadConn
+	}
+	if c.Conn.Conn().IsClosed() || strings.HasPrefix(code, "08") || terminated {
 		return &UnreachableError{Where: c.where, Err: err}
 	}
 	var ce *pgconn.ConnectError

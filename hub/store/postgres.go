@@ -159,6 +159,9 @@ func OpenPostgres(ctx context.Context, dsn string) (*DB, error) {
 // hold while they migrate one database: "tether" in ASCII.
 const pgMigrationLock = 0x746574686572
 
+// pgChangesLock serializes appends to the change feed (dialect.lockChanges).
+const pgChangesLock = pgMigrationLock + 1
+
 func (s *DB) migratePostgres(ctx context.Context) error {
 	if len(pgMigrations) != len(migrations) {
 		return fmt.Errorf("hub built with %d PostgreSQL migrations for %d SQLite ones", len(pgMigrations), len(migrations))
@@ -201,4 +204,17 @@ func (s *DB) migratePostgres(ctx context.Context) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+// Notify sends a PostgreSQL notification on channel (LISTEN/NOTIFY: the
+// replicas' change feed is nudged this way) through the store's pool. On
+// SQLite it does nothing: replicas on one file poll.
+func (s *DB) Notify(ctx context.Context, channel string) error {
+	if s.d.name != "postgres" {
+		return nil
+	}
+	if _, err := s.db.ExecContext(ctx, `SELECT pg_notify(?, '')`, channel); err != nil {
+		return fmt.Errorf("store: notify %s: %w", channel, err)
+	}
+	return nil
 }

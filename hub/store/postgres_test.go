@@ -226,6 +226,14 @@ func TestPostgresRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Fill the pool: every idle connection is one the restart will end.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.ListNodes(ctx) }()
+	}
+	wg.Wait()
+
 	srv.StopServer()
 	where := fmt.Sprintf("PostgreSQL at 127.0.0.1:%d unreachable", srv.Port)
 	for i := range 3 { // each op may meet a pooled connection or dial anew
@@ -242,22 +250,36 @@ func TestPostgresRestart(t *testing.T) {
 	if err := srv.StartServer(); err != nil {
 		t.Fatal(err)
 	}
-	// The first call after the restart may still meet a connection the
-	// restart broke; the pool drops it, and the next calls succeed.
-	var nodes []Node
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		nodes, err = s.ListNodes(ctx)
-		if err == nil || time.Now().After(deadline) {
-			break
+	// Every call after the restart succeeds: a pooled connection the
+	// restart ended is dropped and the call retried on a new one.
+	for i := range 8 {
+		nodes, err := s.ListNodes(ctx)
+		if err != nil || len(nodes) != 1 || nodes[0].Name != "n1" {
+			t.Fatalf("call %d after the restart: %+v, %v", i, nodes, err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil || len(nodes) != 1 || nodes[0].Name != "n1" {
-		t.Fatalf("after the restart: %+v, %v", nodes, err)
 	}
 	if _, err := s.Join(ctx, "a", accept, Node{ID: "2", Name: "n2"}); err != nil {
 		t.Fatalf("join after the restart: %v", err)
+	}
+
+	// A quick restart, with connections used a moment before: the pool
+	// does not ping them before reuse, and each holds the server's
+	// goodbye. No call may fail for it.
+	for round := range 3 {
+		for range 8 {
+			wg.Add(1)
+			go func() { defer wg.Done(); s.ListNodes(ctx) }()
+		}
+		wg.Wait()
+		srv.StopServer()
+		if err := srv.StartServer(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 8 {
+			if _, err := s.ListNodes(ctx); err != nil {
+				t.Fatalf("quick restart %d, call %d: %v", round, i, err)
+			}
+		}
 	}
 }
 

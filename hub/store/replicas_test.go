@@ -10,8 +10,7 @@ import (
 	"time"
 )
 
-// The replica tests take a ReplicaStore so every backend runs them; each
-// backend's test opens its store and calls replicaStoreTests.
+// The replica tests take a ReplicaStore and run on every backend.
 func TestReplicaStore(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, _ backend, openTest func(t *testing.T) *DB) {
 		for name, f := range replicaStoreTests {
