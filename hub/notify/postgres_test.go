@@ -9,8 +9,8 @@ import (
 	"github.com/tether-dev/tether/internal/testenv/pgtest"
 )
 
-// TestPGNudger: on PostgreSQL a nudge sent through the store's pool
-// (store.DB.Notify, as the hub wires it) reaches a replica listening on
+// TestPGNudger: on PostgreSQL a change recorded in the store (which sends
+// NOTIFY in the change's own transaction) reaches a replica listening on
 // its own connection.
 func TestPGNudger(t *testing.T) {
 	srv := pgtest.Own(t)
@@ -25,7 +25,7 @@ func TestPGNudger(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	n := NewPGNudger(dsn, func(ctx context.Context, _ string) error { return db.Notify(ctx, Channel) })
+	n := NewPGNudger(dsn)
 	calls := make(chan struct{}, 10)
 	done := make(chan error, 1)
 	go func() { done <- n.Listen(ctx, func() { calls <- struct{}{} }) }()
@@ -36,7 +36,7 @@ func TestPGNudger(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("listener never started")
 	}
-	if err := n.Nudge(ctx); err != nil {
+	if _, err := db.RecordChange(ctx, store.Change{Kind: store.ChangeAccess, Origin: "elsewhere"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -44,7 +44,7 @@ func TestPGNudger(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("listen: %v", err)
 	case <-time.After(30 * time.Second):
-		t.Fatal("the nudge never reached the listener")
+		t.Fatal("the change's notification never reached the listener")
 	}
 	cancel()
 	<-done
