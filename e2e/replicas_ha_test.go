@@ -70,6 +70,10 @@ func startHAReplicas(t *testing.T, db string, n int, extra ...string) *haReplica
 		h := &hub{t: t, dataDir: filepath.Join(dir, fmt.Sprintf("replica-%c", 'a'+i)), apiPort: ports[i], sshPort: freePort(t),
 			extraArgs: append(args, extra...)}
 		h.start()
+		// hub.json is written before the replica joins its peers.
+		waitFor(t, filepath.Base(h.dataDir)+" to serve its peers", 30*time.Second, func() bool {
+			return h.p.LogCount("replica serving peers") > 0
+		})
 		rs.hubs = append(rs.hubs, h)
 	}
 	return rs

@@ -264,8 +264,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}()
 	s.log.Info("store open", "store", store.Describe(cfg.Store, cfg.DataDir))
-	if b, ok := s.store.(interface{ Backend() string }); ok && b.Backend() == "postgres" {
-		// Changes recorded by other replicas wake this one at once.
+	if db, ok := s.store.(*store.DB); ok && db.Backend() == "postgres" {
+		// LISTEN/NOTIFY nudges this replica's change feed at once; the
+		// periodic re-read stays the truth.
 		s.nudger = notify.NewPGNudger(cfg.Store)
 	}
 	// Every hub has a replica ID: its jobs are stored with it, and it

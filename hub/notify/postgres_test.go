@@ -9,9 +9,9 @@ import (
 	"github.com/tether-dev/tether/internal/testenv/pgtest"
 )
 
-// TestPGNudger: on PostgreSQL a change recorded through the store's pool
-// (which notifies at its commit) wakes a replica listening on its own
-// connection.
+// TestPGNudger: on PostgreSQL a change recorded in the store (which sends
+// NOTIFY in the change's own transaction) reaches a replica listening on
+// its own connection.
 func TestPGNudger(t *testing.T) {
 	srv := pgtest.Own(t)
 	dsn, err := srv.CreateDB("nudge")
@@ -36,7 +36,7 @@ func TestPGNudger(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("listener never started")
 	}
-	if _, err := db.RecordChange(ctx, store.Change{Kind: store.ChangeAccess, Origin: "a"}); err != nil {
+	if _, err := db.RecordChange(ctx, store.Change{Kind: store.ChangeAccess, Origin: "elsewhere"}); err != nil {
 		t.Fatal(err)
 	}
 	select {

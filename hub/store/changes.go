@@ -55,12 +55,12 @@ type ChangeStore interface {
 
 // RecordChange implements ChangeStore.
 func (s *SQLite) RecordChange(ctx context.Context, c Change) (int64, error) {
+	var seq int64
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("store: record change %s: %w", c.Kind, err)
 	}
 	defer tx.Rollback()
-	var seq int64
 	if s.d.lockChanges != "" {
 		if _, err := tx.ExecContext(ctx, s.d.lockChanges); err != nil {
 			return 0, fmt.Errorf("store: record change %s: %w", c.Kind, err)

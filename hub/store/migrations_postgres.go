@@ -92,7 +92,7 @@ var pgMigrations = []string{
 	// v15: hub replicas: replicas, presence, shared secrets.
 	pgTypes(migrationReplicas),
 	// v16: leases, the change feed, each job's owner replica (as
-	// migrationSingletons, with an identity column for the feed).
+	// migrationSingletons; the feed's sequence is an identity column).
 	`CREATE TABLE leases (
 		name TEXT PRIMARY KEY,
 		holder TEXT NOT NULL,

@@ -98,10 +98,10 @@ type Store interface {
 	AdminStore
 	OnboardingStore
 	UpgradeStore
+	ConsoleStore
 	ReplicaStore
 	LeaseStore
 	ChangeStore
-	ConsoleStore
 
 	Close() error
 }
