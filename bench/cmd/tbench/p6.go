@@ -69,23 +69,12 @@ func runP6(ctx context.Context, b *bench) error {
 		return err
 	}
 	// The Ansible side: the same nodes on TCP, behind a stock bastion.
-	key, err := env.OperatorKey(ctx)
+	ref, err := startOpenSSHSide(ctx, env, hostKey, total)
 	if err != nil {
 		return err
 	}
-	tcpNodes, err := newTCPNodes(ctx, hostKey, key+".pub", total)
-	if err != nil {
-		return err
-	}
-	defer tcpNodes.Close()
-	bastion, err := env.StartSSHD(ctx, "bastion-sshd")
-	if err != nil {
-		return err
-	}
-	sshConfig, err := env.SSHConfig(ctx)
-	if err != nil {
-		return err
-	}
+	defer ref.nodes.Close()
+	key, tcpNodes, bastion, sshConfig := ref.key, ref.nodes, ref.bastion, ref.sshConfig
 	upload := env.Path("upload.bin")
 	blob := make([]byte, b.sz.p6Upload)
 	_, _ = rand.Read(blob)
@@ -333,4 +322,38 @@ func (b *bench) agentLog() *slog.Logger {
 		return b.log.With("component", "sim")
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+// opensshSide is the same-run OpenSSH reference of the fan-out and upgrade
+// rows: the nodes on TCP, serving the operator's key, behind a stock
+// OpenSSH bastion.
+type opensshSide struct {
+	key       string // the operator's private key file
+	nodes     *tcpNodes
+	bastion   *harness.SSHD
+	sshConfig string
+}
+
+// startOpenSSHSide starts n TCP nodes with hostKey and the bastion; the
+// caller closes nodes.
+func startOpenSSHSide(ctx context.Context, env *harness.Env, hostKey string, n int) (*opensshSide, error) {
+	key, err := env.OperatorKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := newTCPNodes(ctx, hostKey, key+".pub", n)
+	if err != nil {
+		return nil, err
+	}
+	bastion, err := env.StartSSHD(ctx, "bastion-sshd")
+	if err != nil {
+		nodes.Close()
+		return nil, err
+	}
+	sshConfig, err := env.SSHConfig(ctx)
+	if err != nil {
+		nodes.Close()
+		return nil, err
+	}
+	return &opensshSide{key: key, nodes: nodes, bastion: bastion, sshConfig: sshConfig}, nil
 }

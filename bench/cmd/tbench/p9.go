@@ -176,24 +176,12 @@ func runP9(ctx context.Context, b *bench) error {
 
 	// The reference: the same binary with scp through an OpenSSH bastion
 	// to the same nodes (the same embedded SSH server code, on TCP).
-	key, err := env.OperatorKey(ctx)
+	ref, err := startOpenSSHSide(ctx, env, hostKey, n)
 	if err != nil {
 		return err
 	}
-	tcpNodes, err := newTCPNodes(ctx, hostKey, key+".pub", n)
-	if err != nil {
-		return err
-	}
-	defer tcpNodes.Close()
-	bastion, err := env.StartSSHD(ctx, "bastion-sshd")
-	if err != nil {
-		return err
-	}
-	sshConfig, err := env.SSHConfig(ctx)
-	if err != nil {
-		return err
-	}
-	scpWall, scpErr := scpAll(ctx, env, tcpNodes, sshConfig, bastion, edgeBin, batch)
+	defer ref.nodes.Close()
+	scpWall, scpErr := scpAll(ctx, env, ref.nodes, ref.sshConfig, ref.bastion, edgeBin, batch)
 
 	row := harness.Row{ID: "P9", What: fmt.Sprintf("agent upgrade rollout (%s binary) to %d simulated agents, batch 10%% (%d), QUIC", mib(binSize), n, batch),
 		Value: fmt.Sprintf("%.1f s", wall.Seconds()),
