@@ -125,6 +125,7 @@ func main() {
 	keep := flag.Bool("keep", false, "keep scratch directories (logs) of the scenarios")
 	verbose := flag.Bool("v", false, "log progress at debug level")
 	p6Nodes := flag.String("p6-nodes", "", "override P6's node counts (comma-separated)")
+	p11Agents := flag.Int("p11-agents", 0, "override P11's fleet size (agents over the three replicas)")
 	p8Transports := flag.String("p8-transports", "tcp,quic", "transports P8 runs over, in order (tcp, quic)")
 	pprofAddr := flag.String("pprof", "", "serve net/http/pprof of tbench itself (the simulated agents) on this address")
 	flag.Usage = func() {
@@ -154,6 +155,9 @@ func main() {
 			}
 			sz.p6Nodes = append(sz.p6Nodes, n)
 		}
+	}
+	if *p11Agents > 0 {
+		sz.p11Agents = *p11Agents
 	}
 	var p8Tr []tunnel.Transport
 	for _, f := range strings.Split(*p8Transports, ",") {
