@@ -153,7 +153,10 @@ func runP11(ctx context.Context, b *bench) error {
 	}); err != nil {
 		c := connected()
 		heldBy := "unknown"
-		if held, err := replicaAgents(context.WithoutCancel(ctx), hubs[0]); err == nil {
+		// Asked even when ctx was cancelled (tbench stopped by hand).
+		qctx, qcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer qcancel()
+		if held, err := replicaAgents(qctx, hubs[0]); err == nil {
 			heldBy = fmt.Sprint(held)
 		}
 		b.report.Add(harness.Row{ID: "P11", What: fmt.Sprintf("%d QUIC agents over %d replicas on PostgreSQL: all connected (ramp-up)", n, len(hubs)),
