@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
 	"os/exec"
@@ -506,7 +505,7 @@ func TestConsoleScale(t *testing.T) {
 			h := startHub(t)
 			h.cli("operator", "add", "alice", "--key", opPub, "--role", "admin")
 			h.p.Stop(syscall.SIGTERM, stopWait)
-			fillStore(t, filepath.Join(h.dataDir, "tether.db"), n)
+			testenv.FillNodes(t, filepath.Join(h.dataDir, "tether.db"), n)
 			h.start()
 			f := &consoleFleet{h: h}
 			link, _ := f.signInLink(t, "alice", opKey)
@@ -531,43 +530,5 @@ func TestConsoleScale(t *testing.T) {
 			t.Logf("console at %d nodes: page load %.0f ms (first, store read), %.0f ms (cached); label filter %.0f ms; search %.0f ms (+ the 200 ms typing pause)",
 				n, load, warm, filter, search-200)
 		})
-	}
-}
-
-// fillStore writes n offline nodes straight into a stopped hub's database
-// (sites s0..s99, env dev or prod, three agent versions, two OSes).
-func fillStore(t *testing.T, path string, n int) {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	tx, err := db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stmt, err := tx.Prepare(`INSERT INTO nodes (id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires, facts)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now().UnixMilli()
-	for i := range n {
-		env := "dev"
-		if i%4 == 0 {
-			env = "prod"
-		}
-		osName := "Debian GNU/Linux 12 (bookworm)"
-		if i%3 == 0 {
-			osName = "Ubuntu 24.04 LTS"
-		}
-		if _, err := stmt.Exec(fmt.Sprintf("id%08d", i), fmt.Sprintf("node-%06d", i), fmt.Sprintf(`{"env":%q,"site":"s%d"}`, env, i%100),
-			fmt.Sprintf("host-%06d", i), osName, "amd64", "", fmt.Sprintf("v1.%d.0", i%3), "quic", 0, now-int64(i)*1000, now, "", 0, "{}"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
 	}
 }

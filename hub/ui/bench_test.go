@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // BenchmarkFleet measures the fleet view at 10k and 100k nodes through the
@@ -19,7 +21,7 @@ import (
 func BenchmarkFleet(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
 		tc := newTestConsole(b)
-		fillNodes(b, tc.dbPath, n)
+		testenv.FillNodes(b, tc.dbPath, n)
 		ck, _ := tc.signInB(b)
 		for _, c := range []struct {
 			name, query string

@@ -3,7 +3,6 @@ package ui
 import (
 	"context"
 	"crypto/sha256"
-	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -22,6 +21,7 @@ import (
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // fakeHub admits the operators in ops (name → admin) and refuses the rest,
@@ -261,49 +261,9 @@ func TestVendoredAssets(t *testing.T) {
 	}
 }
 
-// fillNodes writes n nodes straight into the store's database in one
-// transaction (a join per node would take minutes at 100k): sites s0..s99,
-// env dev/prod, three agent versions, two OSes.
-func fillNodes(t testing.TB, dbPath string, n int) {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	tx, err := db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stmt, err := tx.Prepare(`INSERT INTO nodes (id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires, facts)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now().UnixMilli()
-	for i := range n {
-		env := "dev"
-		if i%4 == 0 {
-			env = "prod"
-		}
-		labels := fmt.Sprintf(`{"env":%q,"site":"s%d"}`, env, i%100)
-		os := "Debian GNU/Linux 12 (bookworm)"
-		if i%3 == 0 {
-			os = "Ubuntu 24.04 LTS"
-		}
-		if _, err := stmt.Exec(fmt.Sprintf("id%08d", i), fmt.Sprintf("node-%06d", i), labels, fmt.Sprintf("host-%06d", i), os, "amd64", "",
-			fmt.Sprintf("v1.%d.0", i%3), "quic", 0, now-int64(i)*1000, now, "", 0, "{}"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestFleetPage(t *testing.T) {
 	tc := newTestConsole(t)
-	fillNodes(t, tc.dbPath, 1000)
+	testenv.FillNodes(t, tc.dbPath, 1000)
 	all := func(*store.Node) bool { return true }
 	for _, tt := range []struct {
 		name    string
