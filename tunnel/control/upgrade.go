@@ -628,7 +628,9 @@ func validateUpgradeStates(states []NodeUpgradeState) error {
 // "1.10"): dotted numbers compared numerically, a pre-release ("-…") before
 // its release. A version that does not start with a number after an
 // optional "v" (a "dev" build, a commit hash) is no version: ok is false.
-// Hub and node both use it, so they agree on what a downgrade is.
+// Nor is a bare number without a "v" ("6461132"): a short commit hash can be
+// all digits, and taking it as major version 6461132 would make every real
+// release look like a downgrade. Hub and node both use it, so they agree on what a downgrade is.
 func CompareVersions(a, b string) (cmp int, ok bool) {
 	pa, prea, oka := parseVersion(a)
 	pb, preb, okb := parseVersion(b)
@@ -664,6 +666,7 @@ func CompareVersions(a, b string) (cmp int, ok bool) {
 }
 
 func parseVersion(v string) (nums []int, pre string, ok bool) {
+	prefixed := strings.HasPrefix(v, "v")
 	v = strings.TrimPrefix(v, "v")
 	v, _, _ = strings.Cut(v, "+")
 	v, pre, _ = strings.Cut(v, "-")
@@ -673,6 +676,9 @@ func parseVersion(v string) (nums []int, pre string, ok bool) {
 			return nil, "", false
 		}
 		nums = append(nums, x)
+	}
+	if len(nums) == 1 && !prefixed {
+		return nil, "", false
 	}
 	return nums, pre, len(nums) > 0
 }

@@ -231,7 +231,7 @@ func TestCompareVersions(t *testing.T) {
 		want int
 	}{
 		{"v1.4.0", "v1.4.0", 0}, {"v1.4.0", "v1.10.0", -1}, {"1.4.1", "v1.4.0", 1}, {"v1.4.0-rc1", "v1.4.0", -1},
-		{"v1.4", "v1.4.0", 0}, {"dev", "v1.0.0", 0}, {"1.0", "1.0.0-rc.1", 1}, {"v2.0.0+build5", "v1.9.9", 1}, {"e6a0b55-dirty", "v1.0.0", 0},
+		{"v1.4", "v1.4.0", 0}, {"dev", "v1.0.0", 0}, {"1.0", "1.0.0-rc.1", 1}, {"v2.0.0+build5", "v1.9.9", 1}, {"e6a0b55-dirty", "v1.0.0", 0}, {"6461132", "v1.0.0", 0}, {"v2", "v1.9", 1},
 	} {
 		if got, _ := CompareVersions(c.a, c.b); got != c.want {
 			t.Errorf("CompareVersions(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
@@ -240,7 +240,7 @@ func TestCompareVersions(t *testing.T) {
 }
 
 func TestCompareVersionsNotVersions(t *testing.T) {
-	for _, pair := range [][2]string{{"dev", "v1"}, {"v1", "e6a0b55-dirty"}, {"", "v1"}, {"v1..2", "v1"}} {
+	for _, pair := range [][2]string{{"dev", "v1"}, {"v1", "e6a0b55-dirty"}, {"", "v1"}, {"v1..2", "v1"}, {"6461132", "9.9.9"}, {"9.9.9-bench", "6461132-dirty"}, {"2", "v1"}} {
 		if _, ok := CompareVersions(pair[0], pair[1]); ok {
 			t.Errorf("CompareVersions(%q, %q) ordered a non-version", pair[0], pair[1])
 		}
