@@ -74,6 +74,17 @@ const (
 	// ServiceTCP connects the stream to a local TCP port on the node, if the
 	// node's allow-list permits it. Header.Port names the port.
 	ServiceTCP Service = 2
+	// ServiceRoute carries a stream between hubs of a tree: a parent hub
+	// reaching a node below one of its sites, or a site hub sending a
+	// service tunnel's stream up to the nearest common hub. A route
+	// request frame (tunnel/control) follows the header. Header.Port must
+	// be 0. A node agent refuses it.
+	ServiceRoute Service = 3
+	// ServiceConnect is opened by an agent towards its hub (the only stream
+	// an agent opens besides the control stream): a connection accepted on
+	// the agent's local listener of a service tunnel. A service connect
+	// frame (tunnel/control) follows the header. Header.Port must be 0.
+	ServiceConnect Service = 4
 )
 
 // String returns "ssh", "tcp", or "service(N)" for unknown values.
@@ -83,6 +94,10 @@ func (s Service) String() string {
 		return "ssh"
 	case ServiceTCP:
 		return "tcp"
+	case ServiceRoute:
+		return "route"
+	case ServiceConnect:
+		return "connect"
 	}
 	return "service(" + strconv.Itoa(int(s)) + ")"
 }
@@ -107,9 +122,9 @@ func (h Header) String() string {
 // validate checks the invariants of a version 1 header.
 func (h Header) validate() error {
 	switch h.Service {
-	case ServiceSSH:
+	case ServiceSSH, ServiceRoute, ServiceConnect:
 		if h.Port != 0 {
-			return fmt.Errorf("%w: port %d given for ssh, want 0", ErrBadHeader, h.Port)
+			return fmt.Errorf("%w: port %d given for %s, want 0", ErrBadHeader, h.Port, h.Service)
 		}
 	case ServiceTCP:
 		if h.Port == 0 {

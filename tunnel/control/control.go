@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/netip"
 	"path"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -115,6 +116,8 @@ type Hello struct {
 	// Upgrade says how the hub runs the node-side updater (with
 	// CapUpgrade); nil from an agent without one.
 	Upgrade *UpgradeSupport `json:"upgrade,omitempty"`
+	// Site is set by a site hub (with CapSite): see site.go.
+	Site *SiteHello `json:"site,omitempty"`
 }
 
 // SSHTrust tells the node's SSH server what to present and whom to trust.
@@ -147,6 +150,8 @@ type Welcome struct {
 	// Capabilities are the HubCap* constants this hub supports; an agent
 	// ignores the ones it does not know, and an older hub sends none.
 	Capabilities []string `json:"capabilities,omitempty"`
+	// Site answers a site hub's hello (see site.go).
+	Site *SiteWelcome `json:"site,omitempty"`
 }
 
 // Message is one control frame. Exactly the field matching Type is set.
@@ -160,8 +165,18 @@ type Message struct {
 	SSHEvent       *SSHEvent `json:"ssh_event,omitempty"`
 	// UpgradeStates: the node's upgrade records (TypeUpgradeState).
 	UpgradeStates []NodeUpgradeState `json:"upgrade_states,omitempty"`
-	CSR           []byte             `json:"csr,omitempty"`  // renew: DER certificate request
-	Cert          string             `json:"cert,omitempty"` // renewed: PEM chain, leaf first
+	// The site protocol (site.go): TypeSiteTrust, TypeDesired,
+	// TypeDesiredAck, TypeSiteStatus, TypeSiteNodes.
+	SiteTrust   *SiteTrust      `json:"site_trust,omitempty"`
+	Desired     []DesiredObject `json:"desired,omitempty"`
+	DesiredAcks []DesiredAck    `json:"desired_acks,omitempty"`
+	SiteStatus  *SiteStatus     `json:"site_status,omitempty"`
+	SiteNodes   *SiteNodes      `json:"site_nodes,omitempty"`
+	// ServiceBindings: TypeServiceBindings (an empty list closes every
+	// listener).
+	ServiceBindings []ServiceBinding `json:"service_bindings,omitempty"`
+	CSR             []byte           `json:"csr,omitempty"`  // renew: DER certificate request
+	Cert            string           `json:"cert,omitempty"` // renewed: PEM chain, leaf first
 	// Fatal marks a notice after which the agent must not reconnect with
 	// this identity (the node was removed, or the identity is wrong).
 	Fatal bool `json:"fatal,omitempty"`
@@ -247,6 +262,11 @@ func (m *Message) Validate() error {
 		if err := h.Upgrade.validate(); err != nil {
 			return err
 		}
+		if slices.Contains(h.Capabilities, CapSite) || h.Site != nil {
+			if err := h.Site.validate(); err != nil {
+				return err
+			}
+		}
 		if len(h.Labels) > maxLabels {
 			return fmt.Errorf("%w: more than %d labels", ErrBadMessage, maxLabels)
 		}
@@ -321,6 +341,23 @@ func (m *Message) Validate() error {
 				return err
 			}
 		}
+		if m.Welcome.Site != nil {
+			if err := m.Welcome.Site.validate(); err != nil {
+				return err
+			}
+		}
+	case TypeSiteTrust:
+		return m.SiteTrust.validate()
+	case TypeDesired:
+		return validateDesired(m.Desired)
+	case TypeDesiredAck:
+		return validateDesiredAcks(m.DesiredAcks)
+	case TypeSiteStatus:
+		return m.SiteStatus.validate(0)
+	case TypeSiteNodes:
+		return m.SiteNodes.validate()
+	case TypeServiceBindings:
+		return validateBindings(m.ServiceBindings)
 	case TypeSSHEvent:
 		e := m.SSHEvent
 		if e == nil || e.Kind == "" {
