@@ -48,6 +48,9 @@ type TreeConfig struct {
 	LogLevel string
 	// NoRegion puts the sites straight under the root (a two-level tree).
 	NoRegion bool
+	// Labels gives the labels (KEY=VALUE) of the i-th agent (from 1) a
+	// tree start puts on hub h; nil: none.
+	Labels func(h *TreeHub, i int) []string
 }
 
 func (c *TreeConfig) setDefaults() error {
@@ -156,19 +159,26 @@ func BuildTree(ctx context.Context, cfg TreeConfig) (_ *Tree, err error) {
 	}
 	if tr.Region != nil {
 		for i := 1; i <= cfg.RegionAgents; i++ {
-			if _, err := tr.AddAgent(ctx, tr.Region, fmt.Sprintf("r%d", i), AgentTransport(i)); err != nil {
+			if _, err := tr.AddAgent(ctx, tr.Region, fmt.Sprintf("r%d", i), AgentTransport(i), cfg.labels(tr.Region, i)...); err != nil {
 				return nil, err
 			}
 		}
 	}
 	for _, s := range cfg.Sites {
 		for i := 1; i <= cfg.AgentsPerSite; i++ {
-			if _, err := tr.AddAgent(ctx, tr.Sites[s], fmt.Sprintf("n%d", i), AgentTransport(i)); err != nil {
+			if _, err := tr.AddAgent(ctx, tr.Sites[s], fmt.Sprintf("n%d", i), AgentTransport(i), cfg.labels(tr.Sites[s], i)...); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return tr, nil
+}
+
+func (c *TreeConfig) labels(h *TreeHub, i int) []string {
+	if c.Labels == nil {
+		return nil
+	}
+	return c.Labels(h, i)
 }
 
 // AgentTransport alternates transports by agent number: odd QUIC, even TCP.
@@ -275,18 +285,34 @@ func (h *TreeHub) run(ctx context.Context, args ...string) (stdout, stderr strin
 }
 
 // AddAgent joins a new agent named name to hub h over transport ("quic"
-// or "tcp") with the embedded SSH server, and starts it.
-func (tr *Tree) AddAgent(ctx context.Context, h *TreeHub, name, transport string) (*TreeAgent, error) {
-	join, err := h.Tether(ctx, "token", "create", "--ttl", "1h")
+// or "tcp") with the embedded SSH server and the given labels
+// (KEY=VALUE), and starts it.
+//
+// Its sessions run /bin/sh through a wrapper that exports TETHER_TREE_NODE
+// (the node's name at the root, "n1.berlin.region"): every agent runs on
+// this one machine as one user, so a script run on many nodes tells them
+// apart by it (the embedded server passes no variables of the agent's
+// own).
+func (tr *Tree) AddAgent(ctx context.Context, h *TreeHub, name, transport string, labels ...string) (*TreeAgent, error) {
+	args := []string{"token", "create", "--ttl", "1h"}
+	for _, l := range labels {
+		args = append(args, "--label", l)
+	}
+	join, err := h.Tether(ctx, args...)
 	if err != nil {
 		return nil, err
 	}
 	a := &TreeAgent{Name: name, Hub: h, Transport: transport, StateDir: filepath.Join(tr.Cfg.Dir, "agent-"+name+"-"+h.Name)}
-	args := AgentArgs(strings.TrimSpace(join), a.StateDir, name, append([]string{"--ssh", "embedded", "--transport", transport,
-		"--backoff-max", "2s", "--log-level", tr.Cfg.LogLevel}, tr.Cfg.AgentArgs...)...)
+	shell := filepath.Join(tr.Cfg.Dir, "shell-"+name+"-"+h.Name)
+	wrapper := fmt.Sprintf("#!/bin/sh\nTETHER_TREE_NODE=%s\nexport TETHER_TREE_NODE\nexec /bin/sh \"$@\"\n", a.Path())
+	if err := os.WriteFile(shell, []byte(wrapper), 0o755); err != nil {
+		return nil, fmt.Errorf("testenv: shell of agent %s: %w", a.Path(), err)
+	}
+	run := AgentArgs(strings.TrimSpace(join), a.StateDir, name, append([]string{"--ssh", "embedded", "--shell", shell,
+		"--transport", transport, "--backoff-max", "2s", "--log-level", tr.Cfg.LogLevel}, tr.Cfg.AgentArgs...)...)
 	logName := "agent-" + JoinPath(name, h.Name)
 	if a.Proc, err = StartProc(logName, filepath.Join(tr.Cfg.Dir, logName+".log"),
-		exec.Command(filepath.Join(tr.Cfg.Bin, "tether-edge"), args...)); err != nil {
+		exec.Command(filepath.Join(tr.Cfg.Bin, "tether-edge"), run...)); err != nil {
 		return nil, err
 	}
 	tr.mu.Lock()

@@ -3,10 +3,17 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -218,4 +225,57 @@ func (tr *Tree) WaitTree(ctx context.Context, timeout time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// Metrics fetches the hub's Prometheus metrics from its own port (not
+// through its link, so that they can be read while the link is down) and
+// returns the sum of every sample of each metric name, labels ignored.
+func (h *TreeHub) Metrics(ctx context.Context) (map[string]float64, error) {
+	caPEM, err := os.ReadFile(filepath.Join(h.DataDir, "ca", "ca.crt"))
+	if err != nil {
+		return nil, fmt.Errorf("testenv: metrics of hub %s: %w", h.Name, err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "hub.tether.internal"}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+h.Listen+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: metrics of hub %s: %w", h.Name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: metrics of hub %s: %w", h.Name, err)
+	}
+	return SumMetrics(string(body)), nil
+}
+
+// SumMetrics sums the samples of each metric in a Prometheus text
+// exposition by name (labels dropped).
+func SumMetrics(text string) map[string]float64 {
+	m := map[string]float64{}
+	for _, line := range strings.Split(text, "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		name := line[:i]
+		if j := strings.IndexByte(name, '{'); j >= 0 {
+			name = name[:j]
+		}
+		m[strings.TrimSpace(name)] += v
+	}
+	return m
 }

@@ -68,3 +68,12 @@ func TestTreeNames(t *testing.T) {
 		t.Fatal("below is wrong")
 	}
 }
+
+func TestSumMetrics(t *testing.T) {
+	text := "# HELP x y\n# TYPE x counter\nx{dir=\"in\"} 3\nx{dir=\"out\"} 4.5\ny 1e3\nbroken\nz{a=\"b c\"} 2\n"
+	got := SumMetrics(text)
+	want := map[string]float64{"x": 7.5, "y": 1000, "z": 2}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
