@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -464,18 +463,18 @@ func checkMarks(t *testing.T, path, mission string, want map[int][]string) {
 
 // missionNodeStates reads `tether mission show NAME -o json` at hub h:
 // node (named as h names it) → state, for the nodes at generation gen.
-func missionNodeStates(t *testing.T, h *testenv.TreeHub, name string, gen int) map[string]string {
+func missionNodeStates(t *testing.T, h *testenv.TreeHub, name string, gen int64) map[string]string {
 	t.Helper()
 	out, err := h.Tether(context.Background(), "mission", "show", name, "-o", "json")
 	if err != nil {
 		return nil
 	}
-	return parseMissionNodes(t, out, gen)
+	return testenv.MissionNodeStates([]byte(out), gen)
 }
 
 // missionDone: every node of want is done at generation gen, as the root
 // sees it.
-func missionDone(t *testing.T, h *testenv.TreeHub, name string, gen int, want []string) bool {
+func missionDone(t *testing.T, h *testenv.TreeHub, name string, gen int64, want []string) bool {
 	t.Helper()
 	st := missionNodeStates(t, h, name, gen)
 	for _, n := range want {
@@ -487,7 +486,7 @@ func missionDone(t *testing.T, h *testenv.TreeHub, name string, gen int, want []
 }
 
 // missionSettled: every node of want is in a final state at generation gen.
-func missionSettled(t *testing.T, h *testenv.TreeHub, name string, gen int, want []string) bool {
+func missionSettled(t *testing.T, h *testenv.TreeHub, name string, gen int64, want []string) bool {
 	t.Helper()
 	st := missionNodeStates(t, h, name, gen)
 	for _, n := range want {
@@ -499,53 +498,9 @@ func missionSettled(t *testing.T, h *testenv.TreeHub, name string, gen int, want
 	return true
 }
 
-func waitMission(t *testing.T, h *testenv.TreeHub, name string, gen int, want []string, timeout time.Duration) {
+func waitMission(t *testing.T, h *testenv.TreeHub, name string, gen int64, want []string, timeout time.Duration) {
 	t.Helper()
 	testenv.WaitForValue(t, "mission "+name+" done at the root", timeout,
 		func() map[string]string { return missionNodeStates(t, h, name, gen) },
 		func(map[string]string) bool { return missionDone(t, h, name, gen, want) })
-}
-
-// parseMissionNodes finds per-node states in a mission's JSON: every
-// object with "node" and "state" (a node below a site object's "site" is
-// named NODE.SITE), at generation gen where the object says which.
-func parseMissionNodes(t *testing.T, out string, gen int) map[string]string {
-	t.Helper()
-	var doc any
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		return nil
-	}
-	states := map[string]string{}
-	var walk func(v any, site string)
-	walk = func(v any, site string) {
-		switch x := v.(type) {
-		case []any:
-			for _, e := range x {
-				walk(e, site)
-			}
-		case map[string]any:
-			if s, ok := x["site"].(string); ok && s != "" {
-				site = s
-			}
-			node, _ := x["node"].(string)
-			state, _ := x["state"].(string)
-			if node != "" && state != "" {
-				g, hasGen := x["generation"].(float64)
-				if og, ok := x["observed_generation"].(float64); ok {
-					g, hasGen = og, true
-				}
-				if !hasGen || int(g) == gen {
-					if site != "" && !strings.HasSuffix(node, "."+site) {
-						node += "." + site
-					}
-					states[node] = state
-				}
-			}
-			for _, e := range x {
-				walk(e, site)
-			}
-		}
-	}
-	walk(doc, "")
-	return states
 }

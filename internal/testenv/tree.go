@@ -48,6 +48,9 @@ type TreeConfig struct {
 	LogLevel string
 	// NoRegion puts the sites straight under the root (a two-level tree).
 	NoRegion bool
+	// NoLinks leaves the fault proxies out: every hub advertises its own
+	// port (benchmarks, which must not measure the proxies).
+	NoLinks bool
 	// Labels gives the labels (KEY=VALUE) of the i-th agent (from 1) a
 	// tree start puts on hub h; nil: none.
 	Labels func(h *TreeHub, i int) []string
@@ -79,7 +82,7 @@ type TreeHub struct {
 	Path    string
 	DataDir string
 	// Listen is the hub's own tunnel and API port; Link is the fault proxy
-	// in front of it, whose address the hub advertises.
+	// in front of it, whose address the hub advertises (nil with NoLinks).
 	Listen string
 	SSH    string
 	Link   *faultproxy.Link
@@ -205,11 +208,15 @@ func (tr *Tree) startHub(ctx context.Context, name string, parent *TreeHub) (*Tr
 	if parent != nil {
 		h.Path = JoinPath(name, parent.Path)
 	}
-	if h.Link, err = faultproxy.NewLink("127.0.0.1:0", h.Listen); err != nil {
-		return nil, fmt.Errorf("testenv: fault proxy for hub %s: %w", name, err)
+	advertise := h.Listen
+	if !tr.Cfg.NoLinks {
+		if h.Link, err = faultproxy.NewLink("127.0.0.1:0", h.Listen); err != nil {
+			return nil, fmt.Errorf("testenv: fault proxy for hub %s: %w", name, err)
+		}
+		advertise = h.Link.Addr()
 	}
 	tr.Hubs = append(tr.Hubs, h)
-	extra := append([]string{"--advertise", h.Link.Addr()}, tr.Cfg.HubArgs...)
+	extra := append([]string{"--advertise", advertise}, tr.Cfg.HubArgs...)
 	if parent != nil {
 		join, err := parent.Tether(ctx, "site", "token", "create", "--ttl", "1h")
 		if err != nil {

@@ -279,3 +279,47 @@ func SumMetrics(text string) map[string]float64 {
 	}
 	return m
 }
+
+// MissionNodeStates finds the per-node states in `tether mission show NAME
+// -o json`: node → state for every object with "node" and "state" (a node
+// inside an object with "site" is named NODE.SITE), at generation gen
+// where the object says which ("observed_generation" or "generation").
+func MissionNodeStates(out []byte, gen int64) map[string]string {
+	var doc any
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return nil
+	}
+	states := map[string]string{}
+	var walk func(v any, site string)
+	walk = func(v any, site string) {
+		switch x := v.(type) {
+		case []any:
+			for _, e := range x {
+				walk(e, site)
+			}
+		case map[string]any:
+			if s, ok := x["site"].(string); ok && s != "" {
+				site = s
+			}
+			node, _ := x["node"].(string)
+			state, _ := x["state"].(string)
+			if node != "" && state != "" {
+				g, hasGen := x["generation"].(float64)
+				if og, ok := x["observed_generation"].(float64); ok {
+					g, hasGen = og, true
+				}
+				if !hasGen || int64(g) == gen {
+					if site != "" && !strings.HasSuffix(node, "."+site) {
+						node += "." + site
+					}
+					states[node] = state
+				}
+			}
+			for _, e := range x {
+				walk(e, site)
+			}
+		}
+	}
+	walk(doc, "")
+	return states
+}
