@@ -36,16 +36,19 @@ type SiteRow struct {
 // top or under "status".
 type siteJSON struct {
 	SiteRow
+	Stale  bool `json:"stale"`
 	Status *struct {
-		Health      string `json:"health"`
-		NodesOnline int    `json:"nodes_online"`
-		NodesTotal  int    `json:"nodes_total"`
+		Health      string     `json:"health"`
+		NodesOnline int        `json:"nodes_online"`
+		NodesTotal  int        `json:"nodes_total"`
+		Sites       []siteJSON `json:"sites"`
 	} `json:"status"`
 	Sites []siteJSON `json:"sites"`
 }
 
 // ParseSites reads `tether sites -o json`: a list of sites (or an object
-// with the list under "sites"), sub-sites nested or flat. The rows come
+// with the list under "sites"), sub-sites nested (under "sites" or
+// "status"."sites") or flat; "stale": true wins over a reported health. The rows come
 // back flat, sorted by path, each Path relative to the hub that printed
 // them.
 func ParseSites(out []byte) ([]SiteRow, error) {
@@ -84,8 +87,14 @@ func ParseSites(out []byte) ([]SiteRow, error) {
 					r.NodesOnline, r.NodesTotal = st.NodesOnline, st.NodesTotal
 				}
 			}
+			if s.Stale {
+				r.Health = "stale"
+			}
 			rows = append(rows, r)
 			walk(r.Path, s.Sites)
+			if s.Status != nil {
+				walk(r.Path, s.Status.Sites)
+			}
 		}
 	}
 	walk("", list)
@@ -173,8 +182,13 @@ func (tr *Tree) Healthy(ctx context.Context, h *TreeHub) string {
 		if sub == h || !tr.below(sub, h) {
 			continue
 		}
+		// A site's path may be printed relative to h or as the root
+		// names it.
 		rel, _ := h.Rel(sub.Path)
 		r, ok := st.Sites[rel]
+		if !ok {
+			r, ok = st.Sites[sub.Path]
+		}
 		if !ok || r.Health != "healthy" {
 			missing = append(missing, fmt.Sprintf("site %s (%s)", rel, r.Health))
 		}

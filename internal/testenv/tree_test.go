@@ -25,6 +25,12 @@ func TestParseSites(t *testing.T) {
 			}, false},
 		{"flat and nested both name a site once", `[{"name":"region","sites":[{"name":"berlin"}]},{"path":"berlin.region"}]`,
 			[]SiteRow{{Name: "berlin", Path: "berlin.region"}, {Name: "region", Path: "region"}}, false},
+		{"children with stale and nested statuses", `[{"name":"region","path":"region","connected":false,"stale":true,
+			"status":{"health":"healthy","nodes_online":1,"nodes_total":1,"sites":[{"name":"berlin","connected":true,"status":{"health":"healthy","nodes_total":3,"nodes_online":3}}]}}]`,
+			[]SiteRow{
+				{Name: "berlin", Path: "berlin.region", Health: "healthy", Connected: true, NodesOnline: 3, NodesTotal: 3},
+				{Name: "region", Path: "region", Health: "stale", NodesOnline: 1, NodesTotal: 1},
+			}, false},
 		{"not JSON", `NAME HEALTH`, nil, true},
 	}
 	for _, tc := range tests {
