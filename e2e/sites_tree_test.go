@@ -362,7 +362,7 @@ func treeCLI(t *testing.T, h *testenv.TreeHub, args ...string) string {
 // and exit code.
 func treeRun(t *testing.T, h *testenv.TreeHub, timeout time.Duration, args ...string) (string, string, int) {
 	t.Helper()
-	return runCmd(t, timeout, filepath.Join(binDir, "tether"), append(args, "--data-dir", h.DataDir)...)
+	return runCmd(t, timeout, filepath.Join(binDir, "tether"), h.CLIArgs(args...)...)
 }
 
 func metricsOf(t *testing.T, h *testenv.TreeHub) map[string]float64 {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -284,11 +285,21 @@ func (h *TreeHub) Tether(ctx context.Context, args ...string) (string, error) {
 func (h *TreeHub) run(ctx context.Context, args ...string) (stdout, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(h.tree.Cfg.Bin, "tether"), append(args, "--data-dir", h.DataDir)...)
+	cmd := exec.CommandContext(ctx, filepath.Join(h.tree.Cfg.Bin, "tether"), h.CLIArgs(args...)...)
 	var o, e SyncBuffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err = cmd.Run()
 	return o.String(), e.String(), err
+}
+
+// CLIArgs are args with `--data-dir DATA_DIR` added before a "--" (what
+// follows it is a remote command's).
+func (h *TreeHub) CLIArgs(args ...string) []string {
+	i := slices.Index(args, "--")
+	if i < 0 {
+		i = len(args)
+	}
+	return slices.Concat(args[:i], []string{"--data-dir", h.DataDir}, args[i:])
 }
 
 // AddAgent joins a new agent named name to hub h over transport ("quic"
