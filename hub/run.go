@@ -183,6 +183,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Operators:     operatorService{s},
 			Ready:         s.readiness(&serving),
 			Replicas:      replicaService{s},
+			Sites:         sitesAPI{s},
 		})),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
