@@ -114,7 +114,8 @@ type Uplink struct {
 
 	mu          sync.Mutex // guards the following fields
 	sess        *uplinkSession
-	downSince   time.Time // when the uplink went down (or the hub started)
+	downSince   time.Time // when the uplink went down (zero before its first session)
+	started     time.Time // when this Uplink was made
 	parentCaps  []string
 	lastErr     error
 	kick        chan struct{}
@@ -136,7 +137,7 @@ func NewUplink(cfg UplinkConfig) (*Uplink, error) {
 		return nil, err
 	}
 	return &Uplink{cfg: cfg, log: cfg.Logger.With("component", "uplink", "site", id.cfg.Name), id: id, seqs: sq,
-		handlers: map[control.Type]func(context.Context, *control.Message){}, downSince: time.Now(), kick: make(chan struct{}, 1)}, nil
+		handlers: map[control.Type]func(context.Context, *control.Message){}, started: time.Now(), kick: make(chan struct{}, 1)}, nil
 }
 
 // Name is this site's name at its parent.
@@ -149,12 +150,16 @@ func (u *Uplink) Connected() bool {
 	return u.sess != nil
 }
 
-// DownSince is when the uplink went down (zero while it is up).
+// DownSince is when the uplink went down, or when the hub started if it
+// has not been up since (zero while it is up).
 func (u *Uplink) DownSince() time.Time {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.sess != nil {
+	switch {
+	case u.sess != nil:
 		return time.Time{}
+	case u.downSince.IsZero():
+		return u.started
 	}
 	return u.downSince
 }
