@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/tether-dev/tether/hub/roles"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/internal/validate"
+	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // Every security decision about reaching a node is in this file. Each
@@ -506,3 +509,44 @@ func (s *Snapshot) NoForwardingFor(labels map[string]string) []string {
 }
 
 func sameKey(a, b gossh.PublicKey) bool { return string(a.Marshal()) == string(b.Marshal()) }
+
+// SiteLabel is the label a node below a site carries at every hub above
+// it: its site path relative to that hub ("berlin", "sub.berlin").
+const SiteLabel = "site"
+
+// SiteNodeLabels are the labels this hub's decisions see on a node below
+// one of its sites: the labels its own hub selects it by, with
+// SiteLabel=suffix (its site path relative to this hub) replacing any
+// site label of its own, so a role here selecting site=berlin selects
+// exactly the nodes below berlin, whatever a site calls its own nodes.
+// Roles, -l selectors and listings at this hub all match these.
+func SiteNodeLabels(suffix string, labels map[string]string) map[string]string {
+	out := make(map[string]string, len(labels)+1)
+	maps.Copy(out, labels)
+	out[SiteLabel] = suffix
+	return out
+}
+
+// AuthorizeRoute decides, at a site hub, whether a route request its
+// parent sent may be served. The parent authorized the caller with its own
+// roles; this hub grants nothing because of the request's operator or
+// origin. It re-checks only what is its own to check: the request came on
+// its uplink (the caller serves only streams accepted there), its purpose
+// is one a parent may route (a service tunnel goes through the services'
+// own check), and its target is a node of this hub's own subtree, which
+// Resolve then finds in this hub's nodes or its own sites' inventories,
+// never anywhere else.
+func (d *Door) AuthorizeRoute(req *control.RouteRequest) error {
+	if err := req.Validate(); err != nil {
+		return refuse(ErrDenied, "route request refused: %v", err)
+	}
+	switch req.Purpose {
+	case control.PurposeJump, control.PurposeJob, control.PurposeConsole, control.PurposeUpgrade:
+	default:
+		return refuse(ErrDenied, "route request for purpose %q is not served on the parent's route stream", req.Purpose)
+	}
+	if req.Service != uint8(tunnel.ServiceSSH) && req.Service != uint8(tunnel.ServiceTCP) {
+		return refuse(ErrDenied, "route request for service %d refused: only ssh and tcp reach a node", req.Service)
+	}
+	return nil
+}
