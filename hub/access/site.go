@@ -264,3 +264,13 @@ func (d *Door) Serve(ctx context.Context, req *control.RouteRequest) (store.Node
 	}
 	return d.Resolve(ctx, ByName(req.Target))
 }
+
+// HasSite reports whether name is one of this hub's child sites.
+func (d *Door) HasSite(name string) bool {
+	sites := d.siteSource()
+	if sites == nil {
+		return false
+	}
+	_, ok := sites.Child(name)
+	return ok
+}
