@@ -86,15 +86,10 @@ type Config struct {
 	// HostCertSigner, if set, presents a host certificate for HostSigner's
 	// key too, so clients that trust the host CA need no known_hosts entry.
 	HostCertSigner gossh.Signer
-	Authorize      Authorizer // operator check; nil denies all
-	Dialer         Dialer     // reaches nodes
-	NodeSuffix     string     // optional DNS-ish suffix stripped from targets, default ".tether"
-	// IsSite, if set, reports whether name is one of this hub's child
-	// sites: a dotted target whose last label is one ("n7.berlin",
-	// "n7.sub.berlin") is a node below it (SiteTarget). Nil accepts node
-	// names only.
-	IsSite func(name string) bool
-	Logger *slog.Logger // nil discards
+	Authorize      Authorizer   // operator check; nil denies all
+	Dialer         Dialer       // reaches nodes
+	NodeSuffix     string       // optional DNS-ish suffix stripped from targets, default ".tether"
+	Logger         *slog.Logger // nil discards
 	// OnJump, if set, is called once per jump attempt when it ends.
 	OnJump  func(JumpRecord)
 	Metrics *metrics.Metrics // nil disables
@@ -109,6 +104,11 @@ type Config struct {
 	OnLoginFailure func(LoginFailure)
 	// RateLimited, if set, counts every connection the Limiter refused.
 	RateLimited prometheus.Counter
+	// IsSite, if set, reports whether name is one of this hub's child
+	// sites: a dotted target whose last label is one ("n7.berlin",
+	// "n7.sub.berlin") is a node below it (SiteTarget). Nil accepts node
+	// names only.
+	IsSite func(name string) bool
 }
 
 // Bastion is the operators' SSH server.
