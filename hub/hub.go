@@ -53,6 +53,7 @@ import (
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
 	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // Version is set at build time (-ldflags -X).
@@ -234,6 +235,10 @@ type Server struct {
 	feed       *notify.Feed        // changes to and from the other replicas; set in Run (singletons.go)
 	nudger     notify.Nudger       // wakes this replica's feed at once; nil on SQLite
 	repl       *replication        // leases, feed and leadership; set in Run
+	// siteServiceRoutes, if set, serves the route streams for service
+	// tunnels the parent opens on this site hub's uplink (siteroute.go
+	// hands them over).
+	siteServiceRoutes func(ctx context.Context, st tunnel.Stream, req *control.RouteRequest)
 }
 
 // New opens the hub's state (creating it the first time).
