@@ -252,3 +252,38 @@ func TestAuthorizeRoute(t *testing.T) {
 		}
 	}
 }
+
+// TestScopedCAsFor: a site trusts each hub above it only for what that
+// hub's roles grant on the node as that hub sees it (site=SUFFIX).
+func TestScopedCAsFor(t *testing.T) {
+	root := strings.Repeat("a", 64)
+	region := strings.Repeat("b", 64)
+	tr := CompileAncestorTrust(&control.SiteTrust{Ancestors: []control.AncestorTrust{
+		{HubID: region, Suffix: "berlin", UserCAs: []string{"region-ca"}, ProvisionLogin: "root",
+			Roles: []control.TrustRole{{Name: "ops", Selector: "site=berlin", Logins: []string{"ubuntu"}}}},
+		{HubID: root, Suffix: "berlin.eu", UserCAs: []string{"root-ca"}, RevokedKeys: []string{"bad-key"}, ProvisionLogin: "admin",
+			Roles: []control.TrustRole{
+				{Name: "pos", Selector: "site=berlin.eu,role=pos", Logins: []string{"root"}, NoForwarding: true},
+				{Name: "all", Selector: "*", Logins: []string{"*"}},
+				{Name: "munich", Selector: "site=munich.eu", Logins: []string{"root"}},
+				{Name: "broken", Selector: "site==", Logins: []string{"root"}},
+			}},
+	}})
+	scoped, revoked := tr.ScopedCAsFor(map[string]string{"role": "pos", "site": "own-label"})
+	if len(scoped) != 2 || len(revoked) != 1 {
+		t.Fatalf("scoped %+v revoked %v", scoped, revoked)
+	}
+	reg, rt := scoped[0], scoped[1]
+	if fmt.Sprint(reg.Principals) != "map[root:[tether-hub] ubuntu:[tether:ops:ubuntu]]" || reg.Keys[0] != "region-ca" {
+		t.Errorf("region: %+v", reg)
+	}
+	if fmt.Sprint(rt.Principals) != "map[admin:[tether-hub] root:[tether:pos:root]]" || fmt.Sprint(rt.AnyLogin) != "[tether:all:*]" ||
+		fmt.Sprint(rt.NoForwarding) != "[tether:pos:root]" {
+		t.Errorf("root: %+v", rt)
+	}
+	// A node the root's pos role does not select gets no pos principal.
+	scoped, _ = tr.ScopedCAsFor(map[string]string{"role": "kiosk"})
+	if _, ok := scoped[1].Principals["root"]; ok {
+		t.Errorf("kiosk node: root grants %+v", scoped[1].Principals)
+	}
+}
