@@ -92,11 +92,11 @@ type Children struct {
 type child struct {
 	Child
 	subtree []string
-	seq     uint64         // highest status Seq stored
+	seq     uint64 // highest status Seq stored
 	// sessionStart is when its latest session began: a fresh session
 	// counts as heard from.
 	sessionStart time.Time
-	conn    *registry.Conn // the live session; nil when down
+	conn         *registry.Conn // the live session; nil when down
 	// staging holds a full inventory run until its Done page.
 	staging []store.SiteNode
 	inFull  bool
