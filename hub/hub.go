@@ -54,6 +54,7 @@ import (
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
 	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // Version is set at build time (-ldflags -X).
@@ -240,6 +241,10 @@ type Server struct {
 	repl       *replication        // leases, feed and leadership; set in Run
 	children   *site.Children      // the sites below this hub (sites.go); set in New
 	uplink     *site.Uplink        // this hub's session with its parent; nil without one (sites.go)
+	// siteServiceRoutes, if set, serves the route streams for service
+	// tunnels the parent opens on this site hub's uplink (siteroute.go
+	// hands them over).
+	siteServiceRoutes func(ctx context.Context, st tunnel.Stream, req *control.RouteRequest)
 }
 
 // New opens the hub's state (creating it the first time).
