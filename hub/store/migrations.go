@@ -102,6 +102,12 @@ var migrations = []string{
 	// v16: hub replicas: leases (singleton leadership with its fencing
 	// epoch, replica liveness), the change feed, each job's owner replica.
 	migrationSingletons,
+	// v17: site hubs: sites and their inventory (placeholder until the
+	// site core's migration lands here).
+	`SELECT 1;`,
+	// v18: desired state sent down the tree of hubs, the generations each
+	// child site acknowledged, missions' per-node state (desired.go).
+	migrationDesired,
 }
 
 // migrationConsole adds the web console's sign-in codes and sessions. Both
