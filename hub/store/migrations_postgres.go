@@ -107,8 +107,8 @@ var pgMigrations = []string{
 		at BIGINT NOT NULL
 	);
 	ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';`,
-	// v17: site hubs (placeholder until the site core's migration lands).
-	`SELECT 1;`,
+	// v17: site hubs (as migrationSites).
+	pgTypes(migrationSites),
 	// v18: desired state, acks of child sites, missions' per-node state.
 	pgTypes(migrationDesired),
 }
