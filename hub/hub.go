@@ -40,6 +40,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/cluster"
+	"github.com/tether-dev/tether/hub/desired"
 	"github.com/tether-dev/tether/hub/kubeone"
 	"github.com/tether-dev/tether/hub/leader"
 	"github.com/tether-dev/tether/hub/metrics"
@@ -240,6 +241,7 @@ type Server struct {
 	repl       *replication        // leases, feed and leadership; set in Run
 	children   *site.Children      // the sites below this hub (sites.go); set in New
 	uplink     *site.Uplink        // this hub's session with its parent; nil without one (sites.go)
+	desired    *desired.Sync       // desired state down the tree of hubs; kinds register on it (missions.go)
 }
 
 // New opens the hub's state (creating it the first time).
@@ -328,6 +330,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	if err := s.setupSites(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.setupDesired(); err != nil {
 		return nil, err
 	}
 	return s, nil

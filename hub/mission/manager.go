@@ -367,7 +367,7 @@ func (m *Manager) place(ctx context.Context, o store.DesiredRecord, spec Spec, n
 		defer m.wg.Done()
 		// The job's end frees its nodes: one skipped because it went
 		// offline is still pending and is started again when it is back.
-		_, _ = engine.Wait(context.WithoutCancel(ctx), started.ID)
+		_, _ = engine.Wait(ctx, started.ID)
 		m.release(k, todo, o.Generation)
 		m.Kick()
 	}()
