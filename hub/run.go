@@ -194,6 +194,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Operators:     operatorService{s},
 			Ready:         s.readiness(&serving),
 			Replicas:      replicaService{s},
+			Sites:         sitesAPI{s},
 			Missions:      missionAPI{missions, s.desired},
 		})),
 		ReadHeaderTimeout: 10 * time.Second,

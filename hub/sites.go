@@ -12,6 +12,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/tether-dev/tether/hub/api"
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/site"
 	"github.com/tether-dev/tether/hub/store"
@@ -213,4 +214,58 @@ func (s *Server) siteInventory(ctx context.Context) ([]control.SiteNode, error) 
 			LastSeen: n.LastSeen, Transport: n.Transport, Revoked: n.Revoked})
 	}
 	return out, nil
+}
+
+// sitesAPI lists the sites below this hub for GET /v1/sites.
+type sitesAPI struct{ s *Server }
+
+// Sites implements api.Sites: this hub's sites as it judges them, and
+// below each the sub-sites as that site last reported them.
+func (a sitesAPI) Sites(ctx context.Context) ([]api.Site, error) {
+	now := time.Now()
+	var out []api.Site
+	for _, c := range a.s.children.List() {
+		v := api.Site{Name: c.Name, Path: c.Name, HubID: c.HubID, Health: c.Health(), Connected: c.Connected,
+			LastHeartbeat: c.LastHeartbeat, Stale: c.Stale, StaleSeconds: int64(c.StaleFor / time.Second)}
+		if !c.LastHeartbeat.IsZero() {
+			v.AgeSeconds = int64(now.Sub(c.LastHeartbeat) / time.Second)
+		}
+		if !c.Connected {
+			v.UnreachableSince = c.Since
+		}
+		fillSite(&v, c.Status, now)
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// fillSite copies what a site's status says into v, nested sub-sites too.
+func fillSite(v *api.Site, st *control.SiteStatus, now time.Time) {
+	if st == nil {
+		return
+	}
+	v.NodesOnline, v.NodesTotal = st.NodesOnline, st.NodesTotal
+	v.ReceivedMissions, v.ActiveMissions = len(st.ReceivedMissions), len(st.ActiveMissions)
+	v.QueuedSince = st.QueuedSince
+	for _, sub := range st.Sites {
+		sv := api.Site{Name: sub.Name, Path: sub.Name + "." + v.Path, HubID: sub.HubID, Connected: sub.Connected,
+			LastHeartbeat: sub.LastHeartbeat, Health: control.SiteStale}
+		if !sub.LastHeartbeat.IsZero() {
+			sv.AgeSeconds = int64(now.Sub(sub.LastHeartbeat) / time.Second)
+		}
+		if sub.Status != nil {
+			sv.Health = sub.Status.Health
+		}
+		if v.Stale {
+			sv.Health = control.SiteStale // what its parent said is old news
+		}
+		if sv.Health == control.SiteStale {
+			sv.Stale = true
+			if !sub.LastHeartbeat.IsZero() {
+				sv.StaleSeconds = sv.AgeSeconds
+			}
+		}
+		fillSite(&sv, sub.Status, now)
+		v.Sites = append(v.Sites, sv)
+	}
 }
