@@ -40,6 +40,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/cluster"
+	"github.com/tether-dev/tether/hub/desired"
 	"github.com/tether-dev/tether/hub/kubeone"
 	"github.com/tether-dev/tether/hub/leader"
 	"github.com/tether-dev/tether/hub/metrics"
@@ -245,6 +246,7 @@ type Server struct {
 	// tunnels the parent opens on this site hub's uplink (siteroute.go
 	// hands them over).
 	siteServiceRoutes func(ctx context.Context, st tunnel.Stream, req *control.RouteRequest)
+	desired    *desired.Sync       // desired state down the tree of hubs; kinds register on it (missions.go)
 }
 
 // New opens the hub's state (creating it the first time).
@@ -333,6 +335,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	if err := s.setupSites(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.setupDesired(); err != nil {
 		return nil, err
 	}
 	return s, nil

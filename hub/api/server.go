@@ -85,6 +85,8 @@ type Deps struct {
 	Replicas Replicas
 	// Sites lists the site hubs below this hub (sites.go); nil lists none.
 	Sites Sites
+	// Missions serves /v1/missions (missions.go); nil: not served.
+	Missions Missions
 }
 
 type handler struct{ Deps }
@@ -214,6 +216,10 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("POST /v1/upgrades/{name}/resume", h.automation(h.upgradeAction("resume", Upgrades.Resume)))
 	mux.HandleFunc("POST /v1/upgrades/{name}/cancel", h.automation(h.upgradeAction("cancel", Upgrades.Cancel)))
 	mux.HandleFunc("POST /v1/upgrades/{name}/confirm", h.lister(h.confirmUpgrade))
+	mux.HandleFunc("POST /v1/missions", h.admin(h.createMission))
+	mux.HandleFunc("GET /v1/missions", h.admin(h.listMissions))
+	mux.HandleFunc("GET /v1/missions/{name}", h.admin(h.getMission))
+	mux.HandleFunc("DELETE /v1/missions/{name}", h.admin(h.deleteMission))
 	mux.HandleFunc("GET /v1/cluster", h.admin(h.clusterStatus))
 	mux.HandleFunc("PUT /v1/cluster/{node}", h.admin(h.clusterRegister))
 	mux.HandleFunc("DELETE /v1/cluster/{node}", h.admin(h.clusterDeregister))

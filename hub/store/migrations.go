@@ -105,6 +105,9 @@ var migrations = []string{
 	// v17: site hubs below this hub: what a join token registers (node or
 	// site), the sites (each also a row in nodes), their inventories.
 	migrationSites,
+	// v18: desired state sent down the tree of hubs, the generations each
+	// child site acknowledged, missions' per-node state (desired.go).
+	migrationDesired,
 }
 
 // migrationConsole adds the web console's sign-in codes and sessions. Both

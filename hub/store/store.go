@@ -104,6 +104,7 @@ type Store interface {
 	LeaseStore
 	ChangeStore
 	SiteStore
+	DesiredStore
 
 	Close() error
 }
