@@ -102,6 +102,7 @@ type Store interface {
 	ReplicaStore
 	LeaseStore
 	ChangeStore
+	ServiceStore
 
 	Close() error
 }
