@@ -234,6 +234,7 @@ type Server struct {
 	feed       *notify.Feed        // changes to and from the other replicas; set in Run (singletons.go)
 	nudger     notify.Nudger       // wakes this replica's feed at once; nil on SQLite
 	repl       *replication        // leases, feed and leadership; set in Run
+	services   *serviceHub         // service tunnels (services.go); set in Run before sessions are accepted
 }
 
 // New opens the hub's state (creating it the first time).

@@ -164,8 +164,14 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	}
 	log.Info("node connected", "agent_version", msg.Hello.AgentVersion)
 
-	// The agent must never open streams to the hub: refuse any it tries.
-	go s.refuseAgentStreams(sess, node.Name, log)
+	// The agent may open service connect streams only (streams.go).
+	serviceConnect := slices.Contains(msg.Hello.Capabilities, control.CapServiceConnect)
+	sctx, stopStreams := context.WithCancel(ctx)
+	waitStreams := s.serveAgentStreams(sctx, conn, serviceConnect, log)
+	consumerGone := func() {}
+	if serviceConnect && s.services != nil {
+		consumerGone = s.services.connected(ctx, conn)
+	}
 	stopRenewal := func() {}
 	if hostKey != nil {
 		stopRenewal = s.renewHostCert(conn, log)
@@ -175,6 +181,9 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 		stopHeartbeats = s.sendHeartbeats(conn)
 	}
 	s.readControl(ctx, conn, ctrl, log)
+	consumerGone()
+	stopStreams()
+	waitStreams()
 	stopHeartbeats()
 	stopRenewal()
 
@@ -194,21 +203,6 @@ func (s *Server) refuse(sess tunnel.Session, why string) {
 			_ = control.Write(st, &control.Message{Type: control.TypeNotice, Notice: why, Fatal: true})
 			registry.CloseAfterGrace(sess)
 		}
-		st.Close()
-	}
-}
-
-func (s *Server) refuseAgentStreams(sess tunnel.Session, name string, log *slog.Logger) {
-	for {
-		// AcceptStream fails once the session ends, which ends this loop.
-		st, err := sess.AcceptStream(context.Background())
-		if err != nil {
-			return
-		}
-		log.Warn("agent tried to open a stream to the hub; refused")
-		s.auditRefusal("stream", sess.RemoteAddr().String(), store.AuditEvent{Kind: "stream", Node: name, Result: "refused",
-			Detail: "the agent opened a stream to the hub; agents may not open streams"})
-		_ = tunnel.WriteReply(st, tunnel.Reply{OK: false, Reason: "agents may not open streams to the hub"})
 		st.Close()
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"unicode"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 
