@@ -40,12 +40,14 @@ import (
 
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/cluster"
+	"github.com/tether-dev/tether/hub/desired"
 	"github.com/tether-dev/tether/hub/kubeone"
 	"github.com/tether-dev/tether/hub/leader"
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/notify"
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/replica"
+	"github.com/tether-dev/tether/hub/site"
 	"github.com/tether-dev/tether/hub/stepca"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/hub/upgrade"
@@ -123,7 +125,10 @@ type Config struct {
 	// its role as leader moves within 4/3 of it, and its jobs are marked
 	// interrupted within 7/3 of it.
 	LeaderTTL time.Duration
-	Logger    *slog.Logger
+	// Site makes this hub a site of a parent hub (sites.go); the zero
+	// value is a hub without a parent.
+	Site   SiteConfig
+	Logger *slog.Logger
 }
 
 // CheckAndSetDefaults validates c and fills defaults.
@@ -235,6 +240,9 @@ type Server struct {
 	nudger     notify.Nudger       // wakes this replica's feed at once; nil on SQLite
 	repl       *replication        // leases, feed and leadership; set in Run
 	services   *serviceHub         // service tunnels (services.go); set in Run before sessions are accepted
+	children   *site.Children      // the sites below this hub (sites.go); set in New
+	uplink     *site.Uplink        // this hub's session with its parent; nil without one (sites.go)
+	desired    *desired.Sync       // desired state down the tree of hubs; kinds register on it (missions.go)
 }
 
 // New opens the hub's state (creating it the first time).
@@ -320,6 +328,12 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	if err := s.startAdmins(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.setupSites(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.setupDesired(); err != nil {
 		return nil, err
 	}
 	return s, nil

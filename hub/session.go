@@ -109,12 +109,30 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 		registry.CloseAfterGrace(sess)
 		return
 	}
+	siteWelcome, err := s.admitSite(ctx, node, msg.Hello)
+	if err != nil {
+		log.Warn("session refused: site admission", "err", err)
+		s.auditSession(sess, node.Name, err.Error())
+		_ = control.Write(ctrl, &control.Message{Type: control.TypeNotice, Fatal: true, Notice: err.Error()})
+		registry.CloseAfterGrace(sess)
+		return
+	}
 	// Stored before the node shows online, so a listing that shows it
 	// online shows what it reported.
 	s.storeReportedLabels(ctx, log, node, msg.Hello.Labels)
 	s.storeFacts(ctx, log, node, msg.Hello.Facts)
 	conn := registry.NewConn(node.ID, node.Name, sess, ctrl)
-	if err := conn.Send(&control.Message{Type: control.TypeWelcome, Welcome: s.welcome(node.ID, node.Name)}); err != nil {
+	welcome := s.welcome(node.ID, node.Name)
+	if siteWelcome != nil {
+		welcome.Site = siteWelcome
+		welcome.Capabilities = append(welcome.Capabilities, control.HubCapSites)
+		if s.services != nil {
+			// Service tunnels turn at the nearest common hub: a site sends
+			// their streams up to this one (services.go).
+			welcome.Capabilities = append(welcome.Capabilities, control.HubCapSiteStreams)
+		}
+	}
+	if err := conn.Send(&control.Message{Type: control.TypeWelcome, Welcome: welcome}); err != nil {
 		log.Info("session ended during welcome", "err", err)
 		return
 	}
@@ -164,13 +182,18 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	}
 	log.Info("node connected", "agent_version", msg.Hello.AgentVersion)
 
-	// The agent may open service connect streams only (streams.go).
-	serviceConnect := slices.Contains(msg.Hello.Capabilities, control.CapServiceConnect)
+	// An agent may open service connect streams only (streams.go); a
+	// site's streams are its children's (hub/site).
+	serviceConnect := siteWelcome == nil && slices.Contains(msg.Hello.Capabilities, control.CapServiceConnect)
 	sctx, stopStreams := context.WithCancel(ctx)
-	waitStreams := s.serveAgentStreams(sctx, conn, serviceConnect, log)
-	consumerGone := func() {}
-	if serviceConnect && s.services != nil {
-		consumerGone = s.services.connected(ctx, conn)
+	waitStreams, consumerGone := func() {}, func() {}
+	if siteWelcome != nil {
+		defer s.siteConnected(ctx, conn, msg.Hello, siteWelcome)()
+	} else {
+		waitStreams = s.serveAgentStreams(sctx, conn, serviceConnect, log)
+		if serviceConnect && s.services != nil {
+			consumerGone = s.services.connected(ctx, conn)
+		}
 	}
 	stopRenewal := func() {}
 	if hostKey != nil {

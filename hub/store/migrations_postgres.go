@@ -107,10 +107,10 @@ var pgMigrations = []string{
 		at BIGINT NOT NULL
 	);
 	ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';`,
-	// v17: site hubs (placeholder until the site core's migration).
-	`SELECT 1;`,
-	// v18: missions (placeholder until the missions' migration).
-	`SELECT 1;`,
+	// v17: site hubs (as migrationSites).
+	pgTypes(migrationSites),
+	// v18: desired state, acks of child sites, missions' per-node state.
+	pgTypes(migrationDesired),
 	// v19: service tunnels and their consumers.
 	pgTypes(migrationServices),
 }

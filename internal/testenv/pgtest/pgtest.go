@@ -108,8 +108,14 @@ func Start() (*Server, error) {
 	initdb := s.command(filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", "tether",
 		"--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions")
 	if out, err := initdb.CombinedOutput(); err != nil {
+		// A permission error here has been seen once and not reproduced:
+		// say what the server user was up against.
+		diag := ""
+		if errors.Is(err, os.ErrPermission) {
+			diag = "\n" + permissions(s.cred, filepath.Join(bin, "initdb"), dir, filepath.Dir(dir))
+		}
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("pgtest: initdb: %w\n%s", err, out)
+		return nil, fmt.Errorf("pgtest: initdb: %w\n%s%s", err, out, diag)
 	}
 	if err := s.StartServer(); err != nil {
 		os.RemoveAll(dir)
@@ -137,6 +143,25 @@ func sweepStale() {
 		}
 		os.RemoveAll(d)
 	}
+}
+
+// permissions describes the modes and owners of paths, for an error.
+func permissions(cred *syscall.Credential, paths ...string) string {
+	var b strings.Builder
+	if cred != nil {
+		fmt.Fprintf(&b, "running as uid %d gid %d; ", cred.Uid, cred.Gid)
+	}
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v; ", p, err)
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			fmt.Fprintf(&b, "%s: %v uid %d gid %d; ", p, fi.Mode(), st.Uid, st.Gid)
+		}
+	}
+	return b.String()
 }
 
 func serverUser() (*syscall.Credential, error) {
