@@ -240,6 +240,7 @@ type Server struct {
 	feed       *notify.Feed        // changes to and from the other replicas; set in Run (singletons.go)
 	nudger     notify.Nudger       // wakes this replica's feed at once; nil on SQLite
 	repl       *replication        // leases, feed and leadership; set in Run
+	services   *serviceHub         // service tunnels (services.go); set in Run before sessions are accepted
 	children   *site.Children      // the sites below this hub (sites.go); set in New
 	uplink     *site.Uplink        // this hub's session with its parent; nil without one (sites.go)
 	// siteServiceRoutes, if set, serves the route streams for service

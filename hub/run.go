@@ -175,6 +175,12 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	defer s.metrics.Registry.Unregister(s.kubeone.Collector())
 
+	stopServices, err := s.startServices(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopServices()
+
 	var serving atomic.Bool // every listener is up and hub.json written
 	httpSrv := &http.Server{
 		Handler: s.guardAPI(api.NewHandler(api.Deps{
@@ -194,6 +200,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Operators:     operatorService{s},
 			Ready:         s.readiness(&serving),
 			Replicas:      replicaService{s},
+			Services:      s.services,
 			Sites:         sitesAPI{s},
 			Missions:      missionAPI{missions, s.desired},
 		})),

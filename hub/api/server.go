@@ -83,6 +83,9 @@ type Deps struct {
 	// Replicas knows the hub replicas sharing the store (replicas.go);
 	// nil on a hub that runs alone.
 	Replicas Replicas
+	// Services serves the service tunnel endpoints (services.go); nil
+	// disables them.
+	Services Services
 	// Sites lists the site hubs below this hub (sites.go); nil lists none.
 	Sites Sites
 	// Missions serves /v1/missions (missions.go); nil: not served.
@@ -225,6 +228,7 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("DELETE /v1/cluster/{node}", h.admin(h.clusterDeregister))
 	h.kubeoneRoutes(mux)
 	h.kubeoneApplyRoutes(mux)
+	h.serviceRoutes(mux)
 	if d.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
 	}
@@ -636,7 +640,8 @@ func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	role := roles.Role{Name: r.PathValue("name"), Nodes: req.Nodes, Logins: req.Logins, NoForwarding: req.Forwarding != nil && !*req.Forwarding, Confirm: req.Confirm}
+	role := roles.Role{Name: r.PathValue("name"), Nodes: req.Nodes, Logins: req.Logins, NoForwarding: req.Forwarding != nil && !*req.Forwarding, Confirm: req.Confirm,
+		Services: req.Services}
 	if role.Name == access.RoleOnboarder {
 		h.writeErr(w, r, fail(ErrInvalid, "role name %q is the built-in permission of onboarding credentials; choose another name", role.Name))
 		return
@@ -650,7 +655,7 @@ func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.OperatorsChanged()
-	h.audit(store.AuditEvent{Kind: "role_put", Remote: r.RemoteAddr, Result: "ok", Detail: fmt.Sprintf("%s: nodes %q logins %s forwarding %t confirm %t", role.Name, role.Nodes, strings.Join(role.Logins, ","), !role.NoForwarding, role.Confirm)})
+	h.audit(store.AuditEvent{Kind: "role_put", Remote: r.RemoteAddr, Result: "ok", Detail: fmt.Sprintf("%s: nodes %q logins %s forwarding %t confirm %t services %s", role.Name, role.Nodes, strings.Join(role.Logins, ","), !role.NoForwarding, role.Confirm, strings.Join(role.Services, ","))})
 	writeJSON(w, http.StatusOK, roleFrom(store.Role(role)))
 }
 

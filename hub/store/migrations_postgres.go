@@ -111,6 +111,8 @@ var pgMigrations = []string{
 	pgTypes(migrationSites),
 	// v18: desired state, acks of child sites, missions' per-node state.
 	pgTypes(migrationDesired),
+	// v19: service tunnels and their consumers.
+	pgTypes(migrationServices),
 }
 
 var (

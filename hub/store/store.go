@@ -103,6 +103,7 @@ type Store interface {
 	ReplicaStore
 	LeaseStore
 	ChangeStore
+	ServiceStore
 	SiteStore
 	DesiredStore
 
