@@ -48,13 +48,13 @@ const treeCut = 60 * time.Second
 //     loses the mission's runs.
 func TestSitesTree(t *testing.T) {
 	ctx := context.Background()
-	echo := startEchoServer(t)
+	echoPort := echoServer(t) // the service n3.berlin exposes
 	tr := testenv.StartTree(t, testenv.TreeConfig{
 		Bin: binDir, RegionAgents: 1,
 		// Fast heartbeats (a site is stale after three silent intervals)
 		// and dead-peer detection, so that a cut shows within seconds.
 		HubArgs:   []string{"--site-status-interval", "1s", "--keepalive", "1s", "--dead-peer-timeout", "5s"},
-		AgentArgs: []string{"--keepalive", "1s", "--dead-peer-timeout", "5s", "--allow-port", strconv.Itoa(echo.port)},
+		AgentArgs: []string{"--keepalive", "1s", "--dead-peer-timeout", "5s", "--allow-port", strconv.Itoa(echoPort)},
 		// n1 and n3 of every site are role=pos, n2 role=db.
 		Labels: func(_ *testenv.TreeHub, i int) []string {
 			if i%2 == 1 {
@@ -115,7 +115,7 @@ func TestSitesTree(t *testing.T) {
 
 	t.Run("service between sites", func(t *testing.T) {
 		rootBefore, regionBefore := metricsOf(t, root), metricsOf(t, region)
-		treeCLI(t, root, "service", "expose", fmt.Sprintf("n3.berlin.region:%d", echo.port), "--name", "berlin-echo")
+		treeCLI(t, root, "service", "expose", fmt.Sprintf("n3.berlin.region:%d", echoPort), "--name", "berlin-echo")
 		local := freePort(t)
 		treeCLI(t, root, "service", "connect", "berlin-echo", "--from", "n2.munich.region", "--local-port", strconv.Itoa(local))
 		const size = 4 << 20
@@ -382,28 +382,6 @@ func metricsOf(t *testing.T, h *testenv.TreeHub) map[string]float64 {
 		t.Fatal(err)
 	}
 	return m
-}
-
-// echoServer echoes every TCP connection (the exposed service).
-type echoServer struct{ port int }
-
-func startEchoServer(t *testing.T) *echoServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
-	return &echoServer{port: ln.Addr().(*net.TCPAddr).Port}
 }
 
 // missionCreate creates (gen 1) or changes (a later gen) mission name at
