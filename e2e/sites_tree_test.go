@@ -262,7 +262,7 @@ func TestSitesTree(t *testing.T) {
 		restore()
 		want := []string{"n1.berlin.region", "n3.berlin.region"}
 		waitFor(t, "the root to catch up after the cut", 120*time.Second, func() bool {
-			return tr.Healthy(ctx, root) == "" && missionDone(t, root, "pos-agent", 2, want)
+			return tr.Healthy(ctx, root) == "" && missionDone(root, "pos-agent", 2, want)
 		})
 		catchUp := time.Since(upAt)
 		t.Logf("catch-up after a %v cut of the region's uplink: %v (cut end → root shows every site healthy, %s online and the mission's new generation done)",
@@ -281,7 +281,7 @@ func TestSitesTree(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, "munich back and the mission settled at the root", 120*time.Second, func() bool {
-			return tr.Healthy(ctx, root) == "" && missionSettled(t, root, "slow", 1, want)
+			return tr.Healthy(ctx, root) == "" && missionSettled(root, "slow", 1, want)
 		})
 		checkMarks(t, marks, "slow", map[int][]string{1: want})
 	})
@@ -394,11 +394,8 @@ func missionCreate(t *testing.T, h *testenv.TreeHub, name, marks string, gen int
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	verb := "create"
-	if gen > 1 {
-		verb = "update"
-	}
-	treeCLI(t, h, append([]string{"mission", verb, name, "--script", script}, placement...)...)
+	// The same name with a changed script is the next generation.
+	treeCLI(t, h, append([]string{"mission", "create", name, "--script", script}, placement...)...)
 }
 
 // readMarks reads the marks file: mission → generation → nodes, one entry
@@ -443,37 +440,33 @@ func checkMarks(t *testing.T, path, mission string, want map[int][]string) {
 	}
 }
 
-// missionNodeStates reads `tether mission show NAME -o json` at hub h:
-// node (named as h names it) → state, for the nodes at generation gen.
-func missionNodeStates(t *testing.T, h *testenv.TreeHub, name string, gen int64) map[string]string {
-	t.Helper()
-	out, err := h.Tether(context.Background(), "mission", "show", name, "-o", "json")
+// missionPhases reads mission name's node phases at generation gen at
+// hub h (nil when it cannot).
+func missionPhases(h *testenv.TreeHub, name string, gen int64) map[string]string {
+	m, err := h.Mission(context.Background(), name)
 	if err != nil {
 		return nil
 	}
-	return testenv.MissionNodeStates([]byte(out), gen)
+	return m.Phases(gen)
 }
 
-// missionDone: every node of want is done at generation gen, as the root
-// sees it.
-func missionDone(t *testing.T, h *testenv.TreeHub, name string, gen int64, want []string) bool {
-	t.Helper()
-	st := missionNodeStates(t, h, name, gen)
+// missionDone: every node of want applied generation gen, as h sees it.
+func missionDone(h *testenv.TreeHub, name string, gen int64, want []string) bool {
+	st := missionPhases(h, name, gen)
 	for _, n := range want {
-		if st[n] != "done" && st[n] != "succeeded" && st[n] != "ok" {
+		if st[n] != "applied" {
 			return false
 		}
 	}
 	return true
 }
 
-// missionSettled: every node of want is in a final state at generation gen.
-func missionSettled(t *testing.T, h *testenv.TreeHub, name string, gen int64, want []string) bool {
-	t.Helper()
-	st := missionNodeStates(t, h, name, gen)
+// missionSettled: every node of want is through generation gen (applied,
+// or failed: a run its hub's crash interrupted is not run again).
+func missionSettled(h *testenv.TreeHub, name string, gen int64, want []string) bool {
+	st := missionPhases(h, name, gen)
 	for _, n := range want {
-		switch st[n] {
-		case "", "pending", "running":
+		if st[n] != "applied" && st[n] != "failed" {
 			return false
 		}
 	}
@@ -482,7 +475,7 @@ func missionSettled(t *testing.T, h *testenv.TreeHub, name string, gen int64, wa
 
 func waitMission(t *testing.T, h *testenv.TreeHub, name string, gen int64, want []string, timeout time.Duration) {
 	t.Helper()
-	testenv.WaitForValue(t, "mission "+name+" done at the root", timeout,
-		func() map[string]string { return missionNodeStates(t, h, name, gen) },
-		func(map[string]string) bool { return missionDone(t, h, name, gen, want) })
+	testenv.WaitForValue(t, "mission "+name+" applied, as the root sees it", timeout,
+		func() map[string]string { return missionPhases(h, name, gen) },
+		func(map[string]string) bool { return missionDone(h, name, gen, want) })
 }

@@ -294,46 +294,53 @@ func SumMetrics(text string) map[string]float64 {
 	return m
 }
 
-// MissionNodeStates finds the per-node states in `tether mission show NAME
-// -o json`: node → state for every object with "node" and "state" (a node
-// inside an object with "site" is named NODE.SITE), at generation gen
-// where the object says which ("observed_generation" or "generation").
-func MissionNodeStates(out []byte, gen int64) map[string]string {
-	var doc any
-	if err := json.Unmarshal(out, &doc); err != nil {
-		return nil
+// MissionView is what the tree tests read of `tether mission show NAME -o
+// json`: the generation at the hub asked, the totals over its subtree, and
+// every node's phase, named relative to that hub ("n1.berlin.region" at the
+// root).
+type MissionView struct {
+	Generation int64 `json:"generation"`
+	Total      struct {
+		Nodes   int `json:"nodes"`
+		Pending int `json:"pending"`
+		Running int `json:"running"`
+		Applied int `json:"applied"`
+		Failed  int `json:"failed"`
+	} `json:"total"`
+	Nodes []struct {
+		Site       string `json:"site"`
+		Node       string `json:"node"`
+		Generation int64  `json:"generation"`
+		Phase      string `json:"phase"`
+	} `json:"nodes"`
+}
+
+// ParseMission reads `tether mission show NAME -o json`.
+func ParseMission(out []byte) (MissionView, error) {
+	var m MissionView
+	if err := json.Unmarshal(out, &m); err != nil {
+		return m, fmt.Errorf("testenv: tether mission show -o json: %w", err)
 	}
-	states := map[string]string{}
-	var walk func(v any, site string)
-	walk = func(v any, site string) {
-		switch x := v.(type) {
-		case []any:
-			for _, e := range x {
-				walk(e, site)
-			}
-		case map[string]any:
-			if s, ok := x["site"].(string); ok && s != "" {
-				site = s
-			}
-			node, _ := x["node"].(string)
-			state, _ := x["state"].(string)
-			if node != "" && state != "" {
-				g, hasGen := x["generation"].(float64)
-				if og, ok := x["observed_generation"].(float64); ok {
-					g, hasGen = og, true
-				}
-				if !hasGen || int64(g) == gen {
-					if site != "" && !strings.HasSuffix(node, "."+site) {
-						node += "." + site
-					}
-					states[node] = state
-				}
-			}
-			for _, e := range x {
-				walk(e, site)
-			}
+	return m, nil
+}
+
+// Phases are the nodes' phases at generation gen (pending, running,
+// applied, failed), by node name.
+func (m MissionView) Phases(gen int64) map[string]string {
+	out := map[string]string{}
+	for _, n := range m.Nodes {
+		if n.Generation == gen {
+			out[n.Node] = n.Phase
 		}
 	}
-	walk(doc, "")
-	return states
+	return out
+}
+
+// Mission runs `tether mission show NAME -o json` at the hub.
+func (h *TreeHub) Mission(ctx context.Context, name string) (MissionView, error) {
+	out, err := h.Tether(ctx, "mission", "show", name, "-o", "json")
+	if err != nil {
+		return MissionView{}, err
+	}
+	return ParseMission([]byte(out))
 }

@@ -114,23 +114,16 @@ func runP13(ctx context.Context, b *bench) error {
 		"--sites", strings.Join(sites, ","), "--match-labels", "role=pos"); err != nil {
 		return err
 	}
-	var last map[string]string
-	err = harness.WaitFor(ctx, time.Duration(total)*100*time.Millisecond+2*time.Minute, "the root to show the mission done on every node", func() bool {
-		out, err := tr.Root.Tether(ctx, "mission", "show", "fanout", "-o", "json")
-		if err != nil {
-			return false
+	var last testenv.MissionView
+	err = harness.WaitFor(ctx, time.Duration(total)*100*time.Millisecond+2*time.Minute, "the root to show the mission applied on every node", func() bool {
+		m, err := tr.Root.Mission(ctx, "fanout")
+		if err == nil {
+			last = m
 		}
-		last = testenv.MissionNodeStates([]byte(out), 1)
-		done := 0
-		for _, st := range last {
-			if st == "done" || st == "succeeded" || st == "ok" {
-				done++
-			}
-		}
-		return done >= total
+		return err == nil && m.Total.Applied >= total
 	})
 	if err != nil {
-		return fmt.Errorf("P13: %w (%d node states seen)\n%s", err, len(last), tr.Logs(2000))
+		return fmt.Errorf("P13: %w (last seen: %+v)\n%s", err, last.Total, tr.Logs(2000))
 	}
 	mission := time.Since(start)
 
