@@ -114,15 +114,7 @@ func NewChildren(ctx context.Context, cfg ChildrenConfig) (*Children, error) {
 		return nil, err
 	}
 	for _, r := range rows {
-		ch := &child{Child: Child{Name: r.Name, NodeID: r.NodeID, HubID: r.HubID, Path: r.Path, HostCAs: r.HostCAs,
-			LastHeartbeat: r.StatusAt, Since: c.knownSince}, subtree: r.Subtree, seq: r.StatusSeq}
-		if len(r.Status) > 0 {
-			var st control.SiteStatus
-			if json.Unmarshal(r.Status, &st) == nil {
-				ch.Status = &st
-			}
-		}
-		c.sites[r.Name] = ch
+		c.sites[r.Name] = c.childOf(r)
 	}
 	return c, nil
 }
@@ -169,8 +161,11 @@ func (c *Children) Get(name string) (Child, bool) {
 	return c.viewLocked(ch), true
 }
 
-// List returns every site below this hub, by name.
+// List returns every site below this hub, by name. It first reconciles
+// with the store: a site removed (`tether nodes rm`) is gone, and a status
+// another hub replica received is taken.
 func (c *Children) List() []Child {
+	c.refresh()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]Child, 0, len(c.sites))
@@ -179,6 +174,56 @@ func (c *Children) List() []Child {
 	}
 	slices.SortFunc(out, func(a, b Child) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// refresh reconciles the sites with the store (best effort: on an error
+// the ones in memory stand).
+func (c *Children) refresh() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := c.cfg.Store.ListSites(ctx)
+	if err != nil {
+		c.log.Warn("list sites", "err", err)
+		return
+	}
+	byID := make(map[string]store.Site, len(rows))
+	for _, r := range rows {
+		byID[r.NodeID] = r
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, ch := range c.sites {
+		r, ok := byID[ch.NodeID]
+		if !ok {
+			delete(c.sites, name)
+			continue
+		}
+		delete(byID, ch.NodeID)
+		if r.StatusSeq > ch.seq && len(r.Status) > 0 {
+			var st control.SiteStatus
+			if json.Unmarshal(r.Status, &st) == nil {
+				ch.seq, ch.Status, ch.LastHeartbeat = r.StatusSeq, &st, r.StatusAt
+			}
+		}
+	}
+	for _, r := range byID { // joined since (or on another replica)
+		if _, taken := c.sites[r.Name]; !taken {
+			c.sites[r.Name] = c.childOf(r)
+		}
+	}
+}
+
+// childOf is a stored site not connected here.
+func (c *Children) childOf(r store.Site) *child {
+	ch := &child{Child: Child{Name: r.Name, NodeID: r.NodeID, HubID: r.HubID, Path: r.Path, HostCAs: r.HostCAs,
+		LastHeartbeat: r.StatusAt, Since: c.knownSince}, subtree: r.Subtree, seq: r.StatusSeq}
+	if len(r.Status) > 0 {
+		var st control.SiteStatus
+		if json.Unmarshal(r.Status, &st) == nil {
+			ch.Status = &st
+		}
+	}
+	return ch
 }
 
 // viewLocked is ch as shown now: stale when nothing was heard from it
