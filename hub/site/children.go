@@ -82,7 +82,7 @@ type Children struct {
 	hmu        sync.Mutex // guards handlers and onConnect
 	handlers   map[control.Type]func(ctx context.Context, site Child, m *control.Message)
 	onConnect  []func(ctx context.Context, site Child)
-	onStreams  func(ctx context.Context, site Child, st tunnel.Stream)
+	onStreams  func(ctx context.Context, site Child, st tunnel.Stream, req *control.RouteRequest)
 	mu         sync.Mutex        // guards sites
 	sites      map[string]*child // by site name
 	knownSince time.Time         // when this hub started (sites not heard since are unreachable since then)
@@ -141,13 +141,25 @@ func (c *Children) OnConnect(f func(ctx context.Context, site Child)) {
 	c.onConnect = append(c.onConnect, f)
 }
 
-// ServeStreams registers f for the streams a site opens on its uplink
-// (service tunnels up the tree); each is called in its own goroutine and
-// owns st. Without f such streams are refused with a tunnel.Reply.
-func (c *Children) ServeStreams(f func(ctx context.Context, site Child, st tunnel.Stream)) {
+// ServeStreams registers f for the tunnel.ServiceRoute streams a site
+// opens on its uplink (service tunnels up the tree): the header and the
+// route request are read and checked here, and f, called in its own
+// goroutine, owns st, answers with a tunnel.Reply and carries the bytes.
+// Without f such streams are refused with a reply, and welcomes do not
+// list control.HubCapSiteStreams (register f before sessions are served).
+func (c *Children) ServeStreams(f func(ctx context.Context, site Child, st tunnel.Stream, req *control.RouteRequest)) {
 	c.hmu.Lock()
 	defer c.hmu.Unlock()
 	c.onStreams = f
+}
+
+// ServesStreams reports whether streams from sites are served (a
+// ServeStreams callback is set): the welcome then lists
+// control.HubCapSiteStreams.
+func (c *Children) ServesStreams() bool {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	return c.onStreams != nil
 }
 
 // Get returns the site called name.
@@ -414,20 +426,52 @@ func (c *Children) acceptStreams(ctx context.Context, conn *registry.Conn) {
 		if err != nil {
 			return
 		}
-		c.hmu.Lock()
-		f := c.onStreams
-		c.hmu.Unlock()
-		site, _ := c.Get(conn.Name)
-		if f == nil {
-			c.cfg.Audit(store.AuditEvent{At: c.cfg.Now(), Kind: "stream", Node: conn.Name, Remote: conn.Session.RemoteAddr().String(),
-				Result: "refused", Detail: "site opened a stream; this hub serves no streams from its sites"})
-			_ = tunnel.WriteReply(st, tunnel.Reply{OK: false, Reason: "this hub serves no streams from its sites"})
-			st.Close()
-			continue
-		}
-		wg.Go(func() { f(ctx, site, st) })
+		wg.Go(func() { c.serveStream(ctx, conn, st) })
 	}
 }
+
+// serveStream reads a site's stream header and route request and hands
+// the stream on, or refuses it with a reason (audited).
+func (c *Children) serveStream(ctx context.Context, conn *registry.Conn, st tunnel.Stream) {
+	refuse := func(why string) {
+		c.cfg.Audit(store.AuditEvent{At: c.cfg.Now(), Kind: "stream", Node: conn.Name, Remote: conn.Session.RemoteAddr().String(),
+			Result: "refused", Detail: "site stream: " + why})
+		_ = tunnel.WriteReply(st, tunnel.Reply{OK: false, Reason: why})
+		st.Close()
+	}
+	c.hmu.Lock()
+	f := c.onStreams
+	c.hmu.Unlock()
+	if f == nil {
+		refuse("this hub serves no streams from its sites")
+		return
+	}
+	_ = st.SetReadDeadline(time.Now().Add(routeReadTimeout))
+	h, err := tunnel.ReadHeader(st)
+	if err != nil {
+		refuse("bad stream header")
+		return
+	}
+	if h.Service != tunnel.ServiceRoute {
+		refuse("a site may open only route streams, not " + h.String())
+		return
+	}
+	req, err := control.ReadRouteRequest(st)
+	if err != nil {
+		refuse("bad route request: " + err.Error())
+		return
+	}
+	_ = st.SetReadDeadline(time.Time{})
+	site, ok := c.Get(conn.Name)
+	if !ok {
+		refuse("site " + conn.Name + " is no longer known here")
+		return
+	}
+	f(ctx, site, st, req)
+}
+
+// routeReadTimeout bounds reading a stream's header and route request.
+const routeReadTimeout = 15 * time.Second
 
 // Dispatch handles one control message from conn's session. handled is
 // false when conn is not a connected site or the message is not a site
