@@ -66,6 +66,16 @@ func TestSiteUplink(t *testing.T) {
 			got <- m
 		}
 	})
+	up := make(chan string, 1)
+	root.children.ServeStreams(func(_ context.Context, c site.Child, st tunnel.Stream, r *control.RouteRequest) {
+		defer st.Close()
+		if r.Target == "refuse" {
+			_ = tunnel.WriteReply(st, tunnel.Reply{OK: false, Reason: "no such service here"})
+			return
+		}
+		_ = tunnel.WriteReply(st, tunnel.Reply{OK: true})
+		up <- c.Name + " " + r.ServiceName
+	})
 	s := startSiteHub(t, siteToken(t, rc), "berlin")
 	down := make(chan *control.Message, 1)
 	s.uplink.Handle(control.TypeDesired, func(_ context.Context, m *control.Message) { down <- m })
@@ -93,11 +103,24 @@ func TestSiteUplink(t *testing.T) {
 		t.Fatalf("site got %+v", m)
 	}
 
-	// Route streams: nobody serves them yet on either side.
-	req := &control.RouteRequest{Target: "n1", Service: uint8(tunnel.ServiceSSH), Purpose: control.PurposeJump, Origin: root.ca.Pin()}
-	if _, err := s.uplink.OpenRoute(context.Background(), req); err == nil || !strings.Contains(err.Error(), "serves no streams from its sites") {
-		t.Fatalf("route up without a server: %v", err)
+	// Route streams up: the parent's callback gets them, or its refusal
+	// comes back as the error.
+	upReq := &control.RouteRequest{Target: "m2.munich", Service: uint8(tunnel.ServiceTCP), Port: 5432, Purpose: control.PurposeService,
+		ServiceName: "db", Origin: s.ca.Pin()}
+	st0, err := s.uplink.OpenRoute(context.Background(), upReq)
+	if err != nil {
+		t.Fatal(err)
 	}
+	st0.Close()
+	if got := <-up; got != "berlin db" {
+		t.Fatalf("parent served %q", got)
+	}
+	upReq.Target = "refuse"
+	if _, err := s.uplink.OpenRoute(context.Background(), upReq); err == nil || !strings.Contains(err.Error(), "no such service here") {
+		t.Fatalf("refused route up: %v", err)
+	}
+	// Route streams down: refused while the site serves none.
+	req := &control.RouteRequest{Target: "n1", Service: uint8(tunnel.ServiceSSH), Purpose: control.PurposeJump, Origin: root.ca.Pin()}
 	conn, ok := root.children.Session("berlin")
 	if !ok {
 		t.Fatal("no session for berlin")

@@ -38,6 +38,9 @@ const (
 // cycle); reconnecting cannot help.
 var ErrRefused = errors.New("site: the parent hub refused this site")
 
+// ErrNoStreams: the parent does not take route streams from its sites.
+var ErrNoStreams = errors.New("site: no route streams to the parent")
+
 // UplinkConfig configures the site's side.
 type UplinkConfig struct {
 	// Dir holds the parent identity (JoinParent). Required.
@@ -252,10 +255,13 @@ func (u *Uplink) Changed() {
 // bytes when err is nil. ErrUplinkDown when the uplink is down.
 func (u *Uplink) OpenRoute(ctx context.Context, req *control.RouteRequest) (tunnel.Stream, error) {
 	u.mu.Lock()
-	s := u.sess
+	s, caps := u.sess, u.parentCaps
 	u.mu.Unlock()
 	if s == nil {
 		return nil, ErrUplinkDown
+	}
+	if !slices.Contains(caps, control.HubCapSiteStreams) {
+		return nil, fmt.Errorf("%w: the parent hub takes no streams from its sites (its welcome does not list %q)", ErrNoStreams, control.HubCapSiteStreams)
 	}
 	ctx, cancel := context.WithTimeout(ctx, routeTimeout)
 	defer cancel()
