@@ -163,7 +163,9 @@ func (s *Server) withAncestors(t *control.SSHTrust, labels map[string]string) {
 // hostPrincipals are the names a node's host certificate is valid for: its
 // name and name.NODESUFFIX, and on a site hub the name each hub above
 // reaches it by ("n7.berlin" from the parent, "n7.berlin.region" from the
-// root when the site's path is "berlin.region").
+// root when the site's path is "berlin.region"), each also with
+// .NODESUFFIX (what `tether config ssh` profiles type, when the hubs share
+// a node suffix).
 func (s *Server) hostPrincipals(name string) []string {
 	out := []string{name, name + "." + s.cfg.NodeSuffix}
 	if s.uplink == nil {
@@ -171,7 +173,8 @@ func (s *Server) hostPrincipals(name string) []string {
 	}
 	labels := strings.Split(s.uplink.Path(), ".")
 	for i := range labels {
-		out = append(out, name+"."+strings.Join(labels[:i+1], "."))
+		n := name + "." + strings.Join(labels[:i+1], ".")
+		out = append(out, n, n+"."+s.cfg.NodeSuffix)
 	}
 	return out
 }
