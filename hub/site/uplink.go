@@ -38,6 +38,9 @@ const (
 // cycle); reconnecting cannot help.
 var ErrRefused = errors.New("site: the parent hub refused this site")
 
+// ErrNoStreams: the parent does not take route streams from its sites.
+var ErrNoStreams = errors.New("site: no route streams to the parent")
+
 // UplinkConfig configures the site's side.
 type UplinkConfig struct {
 	// Dir holds the parent identity (JoinParent). Required.
@@ -114,7 +117,8 @@ type Uplink struct {
 
 	mu          sync.Mutex // guards the following fields
 	sess        *uplinkSession
-	downSince   time.Time // when the uplink went down (or the hub started)
+	downSince   time.Time // when the uplink went down (zero before its first session)
+	started     time.Time // when this Uplink was made
 	parentCaps  []string
 	lastErr     error
 	kick        chan struct{}
@@ -136,7 +140,7 @@ func NewUplink(cfg UplinkConfig) (*Uplink, error) {
 		return nil, err
 	}
 	return &Uplink{cfg: cfg, log: cfg.Logger.With("component", "uplink", "site", id.cfg.Name), id: id, seqs: sq,
-		handlers: map[control.Type]func(context.Context, *control.Message){}, downSince: time.Now(), kick: make(chan struct{}, 1)}, nil
+		handlers: map[control.Type]func(context.Context, *control.Message){}, started: time.Now(), kick: make(chan struct{}, 1)}, nil
 }
 
 // Name is this site's name at its parent.
@@ -149,12 +153,16 @@ func (u *Uplink) Connected() bool {
 	return u.sess != nil
 }
 
-// DownSince is when the uplink went down (zero while it is up).
+// DownSince is when the uplink went down, or when the hub started if it
+// has not been up since (zero while it is up).
 func (u *Uplink) DownSince() time.Time {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.sess != nil {
+	switch {
+	case u.sess != nil:
 		return time.Time{}
+	case u.downSince.IsZero():
+		return u.started
 	}
 	return u.downSince
 }
@@ -247,10 +255,13 @@ func (u *Uplink) Changed() {
 // bytes when err is nil. ErrUplinkDown when the uplink is down.
 func (u *Uplink) OpenRoute(ctx context.Context, req *control.RouteRequest) (tunnel.Stream, error) {
 	u.mu.Lock()
-	s := u.sess
+	s, caps := u.sess, u.parentCaps
 	u.mu.Unlock()
 	if s == nil {
 		return nil, ErrUplinkDown
+	}
+	if !slices.Contains(caps, control.HubCapSiteStreams) {
+		return nil, fmt.Errorf("%w: the parent hub takes no streams from its sites (its welcome does not list %q)", ErrNoStreams, control.HubCapSiteStreams)
 	}
 	ctx, cancel := context.WithTimeout(ctx, routeTimeout)
 	defer cancel()
