@@ -55,6 +55,7 @@ import (
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
 	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // Version is set at build time (-ldflags -X).
@@ -242,6 +243,10 @@ type Server struct {
 	services   *serviceHub         // service tunnels (services.go); set in Run before sessions are accepted
 	children   *site.Children      // the sites below this hub (sites.go); set in New
 	uplink     *site.Uplink        // this hub's session with its parent; nil without one (sites.go)
+	// siteServiceRoutes, if set, serves the route streams for service
+	// tunnels the parent opens on this site hub's uplink (siteroute.go
+	// hands them over).
+	siteServiceRoutes func(ctx context.Context, st tunnel.Stream, req *control.RouteRequest)
 	desired    *desired.Sync       // desired state down the tree of hubs; kinds register on it (missions.go)
 }
 

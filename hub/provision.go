@@ -18,6 +18,7 @@ import (
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/provisioners/runner"
 	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 const provisionCertTTL = 10 * time.Minute
@@ -91,6 +92,9 @@ func (p *provisioner) dial(ctx context.Context, name string) (net.Conn, error) {
 	}
 	if n.Name != name {
 		return nil, fmt.Errorf("node id %s is now named %q, not %q", id, n.Name, name)
+	}
+	if access.HopFrom(ctx).Purpose == "" {
+		ctx = access.WithHop(ctx, access.Hop{Purpose: control.PurposeJob, Operator: "tether-hub"})
 	}
 	return route.Dial(ctx, tunnel.Header{Service: tunnel.ServiceSSH})
 }

@@ -92,7 +92,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("hub: bastion host certificate: %w", err)
 	}
 	b, err := bastion.New(bastion.Config{
-		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, HostCertSigner: certSigner, NodeSuffix: "." + s.cfg.NodeSuffix, Authorize: s.authorizeOperator, Dialer: jumpDialer{door: s.door, live: &s.jumps, reportsLogins: s.reportsLogins},
+		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, HostCertSigner: certSigner, NodeSuffix: "." + s.cfg.NodeSuffix, IsSite: s.door.HasSite, Authorize: s.authorizeOperator, Dialer: jumpDialer{door: s.door, live: &s.jumps, reportsLogins: s.reportsLogins},
 		Logger: s.log.With("component", "bastion"), Metrics: s.metrics, OnJump: s.auditJump,
 		Limiter: s.guard.ssh, OnLoginFailure: s.auditLoginFailure, RateLimited: s.guard.rateLimited.WithLabelValues("ssh"),
 	})
