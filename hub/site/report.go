@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -147,6 +146,19 @@ func (s *uplinkSession) sendInventoryChanges(ctx context.Context, sent map[strin
 		s.log.Warn("site inventory", "err", err)
 		return sent, nil
 	}
+	now, pages := inventoryChanges(sent, nodes)
+	for _, m := range pages {
+		if err := s.send(&control.Message{Type: control.TypeSiteNodes, SiteNodes: m}); err != nil {
+			return nil, err
+		}
+	}
+	return now, nil
+}
+
+// inventoryChanges is the inventory state of nodes and the change
+// messages (upserts, removals; at most inventoryPage entries each) that
+// turn sent into it.
+func inventoryChanges(sent map[string]invKey, nodes []control.SiteNode) (map[string]invKey, []*control.SiteNodes) {
 	now := make(map[string]invKey, len(nodes))
 	var up []control.SiteNode
 	for _, n := range nodes {
@@ -163,15 +175,14 @@ func (s *uplinkSession) sendInventoryChanges(ctx context.Context, sent map[strin
 		}
 	}
 	slices.Sort(removed)
+	var pages []*control.SiteNodes
 	for len(up) > 0 || len(removed) > 0 {
 		m := &control.SiteNodes{}
 		n := min(len(up), inventoryPage)
 		m.Nodes, up = up[:n], up[n:]
 		r := min(len(removed), inventoryPage-n)
 		m.Removed, removed = removed[:r], removed[r:]
-		if err := s.send(&control.Message{Type: control.TypeSiteNodes, SiteNodes: m}); err != nil {
-			return nil, err
-		}
+		pages = append(pages, m)
 	}
-	return maps.Clone(now), nil
+	return now, pages
 }

@@ -1,6 +1,8 @@
 package site
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,5 +53,50 @@ func TestSameStatus(t *testing.T) {
 				t.Fatalf("sameStatus = %v, want %v", got, tc.same)
 			}
 		})
+	}
+}
+
+func TestInventoryChanges(t *testing.T) {
+	n := func(name string, online bool, labels map[string]string) control.SiteNode {
+		return control.SiteNode{Name: name, ID: "id-" + name, Online: online, Labels: labels, LastSeen: time.Now()}
+	}
+	sent, pages := inventoryChanges(nil, []control.SiteNode{n("a", true, nil), n("b", true, nil), n("c.sub", false, nil)})
+	if len(pages) != 1 || len(pages[0].Nodes) != 3 {
+		t.Fatalf("from nothing: %+v", pages)
+	}
+	for _, tc := range []struct {
+		name    string
+		nodes   []control.SiteNode
+		up      []string
+		removed []string
+	}{
+		{"nothing changed but last seen", []control.SiteNode{n("a", true, nil), n("b", true, nil), n("c.sub", false, nil)}, nil, nil},
+		{"one offline, one gone, one new, one relabelled", []control.SiteNode{n("a", false, nil), n("c.sub", false, map[string]string{"role": "pos"}), n("d", true, nil)},
+			[]string{"a", "c.sub", "d"}, []string{"b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, pages := inventoryChanges(sent, tc.nodes)
+			var up, removed []string
+			for _, p := range pages {
+				if p.Full || p.Done {
+					t.Fatalf("a change page marked full: %+v", p)
+				}
+				for _, x := range p.Nodes {
+					up = append(up, x.Name)
+				}
+				removed = append(removed, p.Removed...)
+			}
+			if strings.Join(up, ",") != strings.Join(tc.up, ",") || strings.Join(removed, ",") != strings.Join(tc.removed, ",") {
+				t.Fatalf("up %v removed %v; want %v and %v", up, removed, tc.up, tc.removed)
+			}
+		})
+	}
+	// Many changes are split into pages under the frame bound.
+	var many []control.SiteNode
+	for i := range 2*inventoryPage + 1 {
+		many = append(many, n(fmt.Sprintf("n%d", i), true, nil))
+	}
+	if _, pages := inventoryChanges(nil, many); len(pages) != 3 || len(pages[2].Nodes) != 1 {
+		t.Fatalf("%d pages", len(pages))
 	}
 }
