@@ -1,6 +1,7 @@
 package site
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -98,5 +99,24 @@ func TestInventoryChanges(t *testing.T) {
 	}
 	if _, pages := inventoryChanges(nil, many); len(pages) != 3 || len(pages[2].Nodes) != 1 {
 		t.Fatalf("%d pages", len(pages))
+	}
+}
+
+func TestCheckWelcome(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		ancestors []string
+		want      error
+	}{
+		{"below the root", []string{parent}, nil},
+		{"two levels down", []string{parent, below}, nil},
+		{"this hub above its parent", []string{parent, self}, ErrCycle},
+		{"this hub its own parent", []string{self}, ErrCycle},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := checkWelcome(self, &control.SiteWelcome{Path: "berlin", Ancestors: tc.ancestors}); !errors.Is(err, tc.want) {
+				t.Fatalf("checkWelcome = %v, want %v", err, tc.want)
+			}
+		})
 	}
 }

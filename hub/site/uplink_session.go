@@ -54,8 +54,8 @@ func (u *Uplink) runOnce(ctx context.Context) (connected bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if slices.Contains(w.Site.Ancestors, u.cfg.HubID) {
-		return false, fmt.Errorf("%w: this hub (%s) is above its own parent; the tree would loop. Join a hub outside this hub's subtree", ErrCycle, short(u.cfg.HubID))
+	if err := checkWelcome(u.cfg.HubID, w.Site); err != nil {
+		return false, err
 	}
 	if err := u.id.setPlace(w.Site.Path, w.Site.Ancestors); err != nil {
 		u.log.Error("record the parent's welcome", "err", err)
@@ -318,4 +318,14 @@ func (s *uplinkSession) serveStream(ctx context.Context, st tunnel.Stream) {
 		return
 	}
 	f(ctx, st, req)
+}
+
+// checkWelcome is the site's own cycle check: a welcome that lists this
+// hub among the hubs above it means the tree loops (a parent that missed
+// it, e.g. from a stale subtree), and the uplink must stop.
+func checkWelcome(self string, w *control.SiteWelcome) error {
+	if slices.Contains(w.Ancestors, self) {
+		return fmt.Errorf("%w: this hub (%s) is above its own parent; the tree would loop. Join a hub outside this hub's subtree", ErrCycle, short(self))
+	}
+	return nil
 }
