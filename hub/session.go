@@ -126,9 +126,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	if siteWelcome != nil {
 		welcome.Site = siteWelcome
 		welcome.Capabilities = append(welcome.Capabilities, control.HubCapSites)
-		if s.services != nil {
-			// Service tunnels turn at the nearest common hub: a site sends
-			// their streams up to this one (services.go).
+		if s.children.ServesStreams() {
 			welcome.Capabilities = append(welcome.Capabilities, control.HubCapSiteStreams)
 		}
 	}
