@@ -107,10 +107,10 @@ func TestSitesTree(t *testing.T) {
 	})
 
 	t.Run("mission by labels", func(t *testing.T) {
-		missionCreate(t, root, "pos-agent", marks, 1, "--sites", "berlin.region", "--match-labels", "role=pos")
+		treeMission(t, root, "pos-agent", marks, 1, "--sites", "berlin.region", "--match-labels", "role=pos")
 		want := []string{"n1.berlin.region", "n3.berlin.region"}
-		waitMission(t, root, "pos-agent", 1, want, 60*time.Second)
-		checkMarks(t, marks, "pos-agent", map[int][]string{1: want})
+		waitTreeMission(t, root, "pos-agent", 1, want, 60*time.Second)
+		checkTreeMarks(t, marks, "pos-agent", map[int][]string{1: want})
 	})
 
 	t.Run("service between sites", func(t *testing.T) {
@@ -235,7 +235,7 @@ func TestSitesTree(t *testing.T) {
 			t.Errorf("the root took %v to refuse two commands for an unreachable site", d)
 		}
 		// A mission change at the root waits in its outbox.
-		missionCreate(t, root, "pos-agent", marks, 2, "--sites", "berlin.region", "--match-labels", "role=pos")
+		treeMission(t, root, "pos-agent", marks, 2, "--sites", "berlin.region", "--match-labels", "role=pos")
 		// Berlin serves its own: jumps, a job, a join.
 		if errs := jumpErrors(berlinSSH, []string{"n1", "n2", "n3"}, "true"); errs != "" {
 			t.Errorf("local jumps at berlin during the cut: %s", errs)
@@ -262,28 +262,28 @@ func TestSitesTree(t *testing.T) {
 		restore()
 		want := []string{"n1.berlin.region", "n3.berlin.region"}
 		waitFor(t, "the root to catch up after the cut", 120*time.Second, func() bool {
-			return tr.Healthy(ctx, root) == "" && missionDone(root, "pos-agent", 2, want)
+			return tr.Healthy(ctx, root) == "" && treeMissionDone(root, "pos-agent", 2, want)
 		})
 		catchUp := time.Since(upAt)
 		t.Logf("catch-up after a %v cut of the region's uplink: %v (cut end → root shows every site healthy, %s online and the mission's new generation done)",
 			treeCut, catchUp.Round(10*time.Millisecond), n4.Path())
-		checkMarks(t, marks, "pos-agent", map[int][]string{1: want, 2: want})
+		checkTreeMarks(t, marks, "pos-agent", map[int][]string{1: want, 2: want})
 	})
 
 	t.Run("site hub killed mid-mission", func(t *testing.T) {
 		want := []string{"n1.munich.region", "n3.munich.region"}
-		missionCreate(t, root, "slow", marks, 1, "--sites", "munich.region", "--match-labels", "role=pos")
+		treeMission(t, root, "slow", marks, 1, "--sites", "munich.region", "--match-labels", "role=pos")
 		waitFor(t, "the slow mission to start on munich's nodes", 60*time.Second, func() bool {
-			return len(readMarks(t, marks)["slow"][1]) == len(want)
+			return len(readTreeMarks(t, marks)["slow"][1]) == len(want)
 		})
 		munich.Kill()
 		if err := munich.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, "munich back and the mission settled at the root", 120*time.Second, func() bool {
-			return tr.Healthy(ctx, root) == "" && missionSettled(root, "slow", 1, want)
+			return tr.Healthy(ctx, root) == "" && treeMissionSettled(root, "slow", 1, want)
 		})
-		checkMarks(t, marks, "slow", map[int][]string{1: want})
+		checkTreeMarks(t, marks, "slow", map[int][]string{1: want})
 	})
 }
 
@@ -384,10 +384,10 @@ func metricsOf(t *testing.T, h *testenv.TreeHub) map[string]float64 {
 	return m
 }
 
-// missionCreate creates (gen 1) or changes (a later gen) mission name at
+// treeMission creates (gen 1) or changes (a later gen) mission name at
 // hub h: its script appends "NODE NAME gGEN" to marks, then sleeps a
 // little, so that a hub killed meanwhile catches it running.
-func missionCreate(t *testing.T, h *testenv.TreeHub, name, marks string, gen int, placement ...string) {
+func treeMission(t *testing.T, h *testenv.TreeHub, name, marks string, gen int, placement ...string) {
 	t.Helper()
 	script := filepath.Join(t.TempDir(), name+".sh")
 	body := fmt.Sprintf("#!/bin/sh\necho \"$TETHER_TREE_NODE %s g%d\" >> %s\nsleep 3\n", name, gen, marks)
@@ -398,9 +398,9 @@ func missionCreate(t *testing.T, h *testenv.TreeHub, name, marks string, gen int
 	treeCLI(t, h, append([]string{"mission", "create", name, "--script", script}, placement...)...)
 }
 
-// readMarks reads the marks file: mission → generation → nodes, one entry
+// readTreeMarks reads the marks file: mission → generation → nodes, one entry
 // per line (a node twice means the mission ran twice there).
-func readMarks(t *testing.T, path string) map[string]map[int][]string {
+func readTreeMarks(t *testing.T, path string) map[string]map[int][]string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
@@ -421,11 +421,11 @@ func readMarks(t *testing.T, path string) map[string]map[int][]string {
 	return m
 }
 
-// checkMarks fails unless mission ran exactly once per node and
+// checkTreeMarks fails unless mission ran exactly once per node and
 // generation on the nodes of want, and nowhere else.
-func checkMarks(t *testing.T, path, mission string, want map[int][]string) {
+func checkTreeMarks(t *testing.T, path, mission string, want map[int][]string) {
 	t.Helper()
-	got := readMarks(t, path)[mission]
+	got := readTreeMarks(t, path)[mission]
 	for gen, nodes := range want {
 		g := slices.Sorted(slices.Values(got[gen]))
 		w := slices.Sorted(slices.Values(nodes))
@@ -440,9 +440,9 @@ func checkMarks(t *testing.T, path, mission string, want map[int][]string) {
 	}
 }
 
-// missionPhases reads mission name's node phases at generation gen at
+// treeMissionPhases reads mission name's node phases at generation gen at
 // hub h (nil when it cannot).
-func missionPhases(h *testenv.TreeHub, name string, gen int64) map[string]string {
+func treeMissionPhases(h *testenv.TreeHub, name string, gen int64) map[string]string {
 	m, err := h.Mission(context.Background(), name)
 	if err != nil {
 		return nil
@@ -450,9 +450,9 @@ func missionPhases(h *testenv.TreeHub, name string, gen int64) map[string]string
 	return m.Phases(gen)
 }
 
-// missionDone: every node of want applied generation gen, as h sees it.
-func missionDone(h *testenv.TreeHub, name string, gen int64, want []string) bool {
-	st := missionPhases(h, name, gen)
+// treeMissionDone: every node of want applied generation gen, as h sees it.
+func treeMissionDone(h *testenv.TreeHub, name string, gen int64, want []string) bool {
+	st := treeMissionPhases(h, name, gen)
 	for _, n := range want {
 		if st[n] != "applied" {
 			return false
@@ -461,10 +461,10 @@ func missionDone(h *testenv.TreeHub, name string, gen int64, want []string) bool
 	return true
 }
 
-// missionSettled: every node of want is through generation gen (applied,
+// treeMissionSettled: every node of want is through generation gen (applied,
 // or failed: a run its hub's crash interrupted is not run again).
-func missionSettled(h *testenv.TreeHub, name string, gen int64, want []string) bool {
-	st := missionPhases(h, name, gen)
+func treeMissionSettled(h *testenv.TreeHub, name string, gen int64, want []string) bool {
+	st := treeMissionPhases(h, name, gen)
 	for _, n := range want {
 		if st[n] != "applied" && st[n] != "failed" {
 			return false
@@ -473,9 +473,9 @@ func missionSettled(h *testenv.TreeHub, name string, gen int64, want []string) b
 	return true
 }
 
-func waitMission(t *testing.T, h *testenv.TreeHub, name string, gen int64, want []string, timeout time.Duration) {
+func waitTreeMission(t *testing.T, h *testenv.TreeHub, name string, gen int64, want []string, timeout time.Duration) {
 	t.Helper()
 	testenv.WaitForValue(t, "mission "+name+" applied, as the root sees it", timeout,
-		func() map[string]string { return missionPhases(h, name, gen) },
-		func(map[string]string) bool { return missionDone(h, name, gen, want) })
+		func() map[string]string { return treeMissionPhases(h, name, gen) },
+		func(map[string]string) bool { return treeMissionDone(h, name, gen, want) })
 }

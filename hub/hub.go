@@ -248,7 +248,7 @@ type Server struct {
 	// tunnels the parent opens on this site hub's uplink (siteroute.go
 	// hands them over).
 	siteServiceRoutes func(ctx context.Context, st tunnel.Stream, req *control.RouteRequest)
-	desired    *desired.Sync       // desired state down the tree of hubs; kinds register on it (missions.go)
+	desired           *desired.Sync // desired state down the tree of hubs; kinds register on it (missions.go)
 	// ancestorTrust is the SSH trust of the hubs above this site hub, as
 	// its parent last sent it (nil for a root); siteTrust what was sent to
 	// each child (sitetrust.go).

@@ -145,6 +145,12 @@ func (s *Server) Run(ctx context.Context) error {
 	if _, err := engine.Recover(ctx); err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
+	// Before the desired-state sync runs: services register their kind on it.
+	stopServices, err := s.startServices(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopServices()
 	stopMissions, err := s.startMissions(ctx, missions, engine)
 	if err != nil {
 		return err
@@ -174,12 +180,6 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("hub: KubeOne metrics: %w", err)
 	}
 	defer s.metrics.Registry.Unregister(s.kubeone.Collector())
-
-	stopServices, err := s.startServices(ctx)
-	if err != nil {
-		return err
-	}
-	defer stopServices()
 
 	var serving atomic.Bool // every listener is up and hub.json written
 	httpSrv := &http.Server{

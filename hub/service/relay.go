@@ -71,7 +71,7 @@ func New(cfg Config) (*Relay, error) {
 		}, []string{"service", "direction"}),
 		streams: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_service_streams_total",
-			Help: "Service tunnel streams this hub handled, by service, where they came from (agent, site) and result.",
+			Help: "Service tunnel streams this hub handled, by service, where they came from (agent, site, parent) and result.",
 		}, []string{"service", "from", "result"}),
 	}
 	r.collect = []prometheus.Collector{r.bytes, r.streams}
@@ -168,6 +168,30 @@ func (r *Relay) ServeRoute(ctx context.Context, st tunnel.Stream, child string, 
 		return
 	}
 	r.carry(ctx, st, sv, sfx, child, req, "site", ev)
+}
+
+// ServeFromParent serves a tunnel.ServiceRoute stream for a service that
+// this hub's parent opened on its uplink (header and request already
+// read): the request must match the service this hub holds, whose target
+// must be inside this hub's subtree; the stream goes down to it. It closes
+// st.
+func (r *Relay) ServeFromParent(ctx context.Context, st tunnel.Stream, req *control.RouteRequest, remote string) {
+	ev := store.AuditEvent{Kind: "service_route", Node: req.Target, Operator: req.Operator, Remote: remote}
+	sv, err := r.cfg.Store.GetService(ctx, req.ServiceName)
+	if err != nil {
+		r.refuse(st, req.ServiceName, "parent", ev, fmt.Errorf("%w: no service named %q on this hub", ErrRefused, req.ServiceName))
+		return
+	}
+	sfx, ok := r.Suffix(sv.Origin)
+	if !ok {
+		r.refuse(st, sv.Name, "parent", ev, fmt.Errorf("%w: service %s comes from a hub this hub no longer knows", ErrRefused, sv.Name))
+		return
+	}
+	if err := CheckFromParent(sv, sfx, req); err != nil {
+		r.refuse(st, sv.Name, "parent", ev, err)
+		return
+	}
+	r.carry(ctx, st, sv, sfx, "", req, "parent", ev)
 }
 
 // carry reaches sv's target from this hub, answers st, and relays.

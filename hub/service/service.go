@@ -216,3 +216,28 @@ func CheckRoute(sv store.Service, suffix, child string, req *control.RouteReques
 	}
 	return fmt.Errorf("%w: service %s has no consumer below site %s", ErrRefused, sv.Name, child)
 }
+
+// CheckFromParent decides whether a route request that came down from this
+// hub's parent may be carried for sv: it must name sv's origin, and sv's
+// exact target (as this hub names it, inside its own subtree) and port
+// over TCP.
+func CheckFromParent(sv store.Service, suffix string, req *control.RouteRequest) error {
+	rel, inside := Relative(sv.Target, suffix)
+	switch {
+	case req.Purpose != control.PurposeService || req.ServiceName != sv.Name:
+		return fmt.Errorf("%w: route for %s %q is not for service %s", ErrRefused, req.Purpose, req.ServiceName, sv.Name)
+	case req.Origin != sv.Origin:
+		return fmt.Errorf("%w: service %s: route names origin %.16s…, the service's is %.16s…", ErrRefused, sv.Name, req.Origin, sv.Origin)
+	case !inside:
+		return fmt.Errorf("%w: service %s's target %s is not below this hub", ErrRefused, sv.Name, sv.Target)
+	case req.Target != rel || req.Service != 2 || req.Port != sv.Port:
+		return fmt.Errorf("%w: service %s leads to %s:%d only, not %s:%d", ErrRefused, sv.Name, rel, sv.Port, req.Target, req.Port)
+	}
+	return nil
+}
+
+// ValidateSpec checks a desired object's document of a service.
+func ValidateSpec(spec json.RawMessage) error {
+	_, err := FromSpec(strings.Repeat("0", 64), "spec", 1, spec)
+	return err
+}
