@@ -130,6 +130,8 @@ func main() {
 	verbose := flag.Bool("v", false, "log progress at debug level")
 	p6Nodes := flag.String("p6-nodes", "", "override P6's node counts (comma-separated)")
 	p11Agents := flag.Int("p11-agents", 0, "override P11's fleet size (agents over the three replicas)")
+	p13Sites := flag.Int("p13-sites", 0, "override P13's site hub count")
+	p13Agents := flag.Int("p13-agents", 0, "override P13's fleet size (agents spread over the site hubs)")
 	p8Transports := flag.String("p8-transports", "tcp,quic", "transports P8 runs over, in order (tcp, quic)")
 	pprofAddr := flag.String("pprof", "", "serve net/http/pprof of tbench itself (the simulated agents) on this address")
 	flag.Usage = func() {
@@ -162,6 +164,12 @@ func main() {
 	}
 	if *p11Agents > 0 {
 		sz.p11Agents = *p11Agents
+	}
+	if *p13Sites > 0 {
+		sz.p13Sites = *p13Sites
+	}
+	if *p13Agents > 0 {
+		sz.p13Agents = *p13Agents
 	}
 	var p8Tr []tunnel.Transport
 	for _, f := range strings.Split(*p8Transports, ",") {
