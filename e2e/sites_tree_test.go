@@ -51,9 +51,11 @@ func TestSitesTree(t *testing.T) {
 	echoPort := echoServer(t) // the service n3.berlin exposes
 	tr := testenv.StartTree(t, testenv.TreeConfig{
 		Bin: binDir, RegionAgents: 1,
-		// Fast heartbeats (a site is stale after three silent intervals)
-		// and dead-peer detection, so that a cut shows within seconds.
-		HubArgs:   []string{"--site-status-interval", "1s", "--keepalive", "1s", "--dead-peer-timeout", "5s"},
+		// Fast heartbeats (a site is stale after three silent intervals,
+		// 6 s: under a loaded make test a shorter one would make a live
+		// site stale now and then) and dead-peer detection, so that a cut
+		// shows within seconds.
+		HubArgs:   []string{"--site-status-interval", "2s", "--keepalive", "1s", "--dead-peer-timeout", "5s"},
 		AgentArgs: []string{"--keepalive", "1s", "--dead-peer-timeout", "5s", "--allow-port", strconv.Itoa(echoPort)},
 		// n1 and n3 of every site are role=pos, n2 role=db.
 		Labels: func(_ *testenv.TreeHub, i int) []string {
