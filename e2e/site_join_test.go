@@ -38,8 +38,9 @@ func (h *hub) sites() map[string]siteJSON {
 // TestSiteJoin: a hub joins a root hub as a site with a site token, over
 // QUIC and over TCP; the root lists it healthy with its node count, stale
 // (with how long) once it is killed, and healthy again after a restart
-// that needs no token (the one on its command line is spent); both come
-// back by themselves after the root restarts. A node
+// that needs no token (the one on its command line is spent); a site
+// restarts and takes joins while the root is down, and both come back by
+// themselves when it is up again. A node
 // token is refused as --parent with an error that says which token to use.
 func TestSiteJoin(t *testing.T) {
 	root := startHubIn(t, "", 0, "--site-status-interval", "1s")
@@ -57,10 +58,12 @@ func TestSiteJoin(t *testing.T) {
 
 	// The sites live to the end of the test (no subtests): the root's
 	// restart below needs them.
+	sites := map[string]*hub{}
 	for _, tc := range []struct{ name, transport string }{{"berlin", "quic"}, {"munich", "tcp"}} {
 		t.Logf("site %s over %s", tc.name, tc.transport)
 		join := strings.TrimSpace(root.cli("site", "token", "create", "--ttl", "10m"))
 		site := startHubIn(t, "", 0, "--parent", join, "--site", tc.name, "--site-status-interval", "1s", "--parent-transport", tc.transport)
+		sites[tc.name] = site
 		startAgent(t, site.token(), "n1", "--ssh", "embedded")
 		startAgent(t, site.token(), "n2", "--ssh", "embedded")
 		waitForState(t, tc.name+" healthy at the root with 2 of 2 nodes online", 60*time.Second, func() siteJSON { return root.sites()[tc.name] },
@@ -90,12 +93,21 @@ func TestSiteJoin(t *testing.T) {
 		}
 	}
 
-	// The root restarting: both sites come back on their own, and the
-	// statuses that follow are above the Seq the root kept, so they count.
+	// The root down: a site restarts without it (nothing of its own waits
+	// on the uplink) and takes a new node; with the root back, both sites
+	// come back by themselves, and their statuses are above the Seq the
+	// root kept, so they count.
 	root.p.Stop(syscall.SIGTERM, stopWait)
+	berlin := sites["berlin"]
+	berlin.p.Stop(syscall.SIGTERM, stopWait)
+	berlin.start()
+	startAgent(t, berlin.token(), "n3", "--ssh", "embedded")
+	berlin.waitOnline("n3", "")
 	root.start()
-	for _, name := range []string{"berlin", "munich"} {
+	for name, total := range map[string]int{"berlin": 3, "munich": 2} {
 		waitForState(t, name+" healthy after the root restarted", 60*time.Second, func() siteJSON { return root.sites()[name] },
-			func(s siteJSON) bool { return s.Health == "healthy" && s.Connected && !s.Stale && s.NodesTotal == 2 })
+			func(s siteJSON) bool {
+				return s.Health == "healthy" && s.Connected && !s.Stale && s.NodesTotal == total
+			})
 	}
 }
