@@ -123,4 +123,3 @@ func TestSiteRoute(t *testing.T) {
 		t.Fatalf("a job for an unreachable site took %s to fail", took)
 	}
 }
-
