@@ -153,8 +153,9 @@ func (c consoleHub) OpenTerminal(ctx context.Context, req ui.TerminalRequest) (u
 		Dial: func(ctx context.Context, name string) (net.Conn, error) {
 			return route.Dial(access.WithHop(ctx, access.Hop{Purpose: control.PurposeConsole, Operator: req.Caller.Operator}), tunnel.Header{Service: tunnel.ServiceSSH})
 		},
-		HostCAs: s.hostCA.TrustedKeys,
-		Logger:  s.log.With("component", "console"),
+		HostCAs:    s.hostCA.TrustedKeys,
+		HostCAsFor: s.hostCAsFor, // a node below a site: that site's host CA only (sitetrust.go)
+		Logger:     s.log.With("component", "console"),
 	})
 	if err != nil {
 		return nil, err

@@ -45,6 +45,15 @@ func TestSSHDScopedUserCAs(t *testing.T) {
 			t.Fatalf("TrustedUserCAKeys holds the ancestor's CA (%v):\n%s", err, b)
 		}
 	})
+	t.Run("ancestor CA with an any-login principal", func(t *testing.T) {
+		e := e.on(t)
+		e.paths.PrincipalsCommandUser = e.user // sshd not running as root runs the command as itself
+		f.ScopedCAs[0].AnyLogin = []string{"tether:all:*"}
+		e.apply(f)
+		e.reload()
+		e.mustLogin(e.newClient("root-all", rootCA, testenv.CertOpts{Principals: []string{"tether:all:*"}}))
+		e.mustLogin(rootPos)
+	})
 	t.Run("withdrawn", func(t *testing.T) {
 		e := e.on(t)
 		f.ScopedCAs = nil

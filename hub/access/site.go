@@ -176,10 +176,17 @@ func (d *Door) InventoryNodes(ctx context.Context) ([]store.Node, error) {
 	}
 	out := make([]store.Node, 0, len(sns))
 	for _, sn := range sns {
-		if _, _, _, ok := SplitSitePath(sn.Name); !ok {
+		child, _, _, ok := SplitSitePath(sn.Name)
+		if !ok {
 			continue
 		}
-		out = append(out, SiteNodeAsNode(sn))
+		n := SiteNodeAsNode(sn)
+		if st, ok := sites.Child(child); !ok || !st.Reachable {
+			// Its site's last word may be old: nothing below an
+			// unreachable site is reachable from here.
+			n.Online = false
+		}
+		out = append(out, n)
 	}
 	return out, nil
 }

@@ -221,6 +221,14 @@ func TestInventoryNodes(t *testing.T) {
 	if got["n1.berlin"] != "berlin" || got["n3.sub.berlin"] != "sub.berlin" || got["m1.munich"] != "munich" {
 		t.Fatalf("site labels: %v", got)
 	}
+	for _, n := range ns {
+		if n.Name == "m1.munich" && n.Online {
+			t.Error("a node below an unreachable site is listed online")
+		}
+		if n.Name == "n1.berlin" && !n.Online {
+			t.Error("n1.berlin is listed offline")
+		}
+	}
 }
 
 // TestAuthorizeRoute: a site serves its parent's route requests only for
