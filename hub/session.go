@@ -126,6 +126,9 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	if siteWelcome != nil {
 		welcome.Site = siteWelcome
 		welcome.Capabilities = append(welcome.Capabilities, control.HubCapSites)
+		if s.children.ServesStreams() {
+			welcome.Capabilities = append(welcome.Capabilities, control.HubCapSiteStreams)
+		}
 	}
 	if err := conn.Send(&control.Message{Type: control.TypeWelcome, Welcome: welcome}); err != nil {
 		log.Info("session ended during welcome", "err", err)

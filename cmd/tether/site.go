@@ -36,7 +36,7 @@ only the join string, so it can be captured:
 A site token registers only site hubs, and a node token ('tether token create')
 only nodes. The site's certificate is trusted for names under the site
 (NODE.NAME) and nothing else. The token is stored hashed, expires after --ttl
-and is used up after --uses joins; 'tether token list' shows it (kind site) and
+and is used up after --uses joins; 'tether token list -o json' shows it (kind site) and
 'tether token rm ID' revokes it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -82,7 +81,7 @@ type Children struct {
 	hmu        sync.Mutex // guards handlers and onConnect
 	handlers   map[control.Type]func(ctx context.Context, site Child, m *control.Message)
 	onConnect  []func(ctx context.Context, site Child)
-	onStreams  func(ctx context.Context, site Child, st tunnel.Stream)
+	onStreams  func(ctx context.Context, site Child, st tunnel.Stream, req *control.RouteRequest)
 	mu         sync.Mutex        // guards sites
 	sites      map[string]*child // by site name
 	knownSince time.Time         // when this hub started (sites not heard since are unreachable since then)
@@ -114,15 +113,7 @@ func NewChildren(ctx context.Context, cfg ChildrenConfig) (*Children, error) {
 		return nil, err
 	}
 	for _, r := range rows {
-		ch := &child{Child: Child{Name: r.Name, NodeID: r.NodeID, HubID: r.HubID, Path: r.Path, HostCAs: r.HostCAs,
-			LastHeartbeat: r.StatusAt, Since: c.knownSince}, subtree: r.Subtree, seq: r.StatusSeq}
-		if len(r.Status) > 0 {
-			var st control.SiteStatus
-			if json.Unmarshal(r.Status, &st) == nil {
-				ch.Status = &st
-			}
-		}
-		c.sites[r.Name] = ch
+		c.sites[r.Name] = c.childOf(r)
 	}
 	return c, nil
 }
@@ -149,13 +140,25 @@ func (c *Children) OnConnect(f func(ctx context.Context, site Child)) {
 	c.onConnect = append(c.onConnect, f)
 }
 
-// ServeStreams registers f for the streams a site opens on its uplink
-// (service tunnels up the tree); each is called in its own goroutine and
-// owns st. Without f such streams are refused with a tunnel.Reply.
-func (c *Children) ServeStreams(f func(ctx context.Context, site Child, st tunnel.Stream)) {
+// ServeStreams registers f for the tunnel.ServiceRoute streams a site
+// opens on its uplink (service tunnels up the tree): the header and the
+// route request are read and checked here, and f, called in its own
+// goroutine, owns st, answers with a tunnel.Reply and carries the bytes.
+// Without f such streams are refused with a reply, and welcomes do not
+// list control.HubCapSiteStreams (register f before sessions are served).
+func (c *Children) ServeStreams(f func(ctx context.Context, site Child, st tunnel.Stream, req *control.RouteRequest)) {
 	c.hmu.Lock()
 	defer c.hmu.Unlock()
 	c.onStreams = f
+}
+
+// ServesStreams reports whether streams from sites are served (a
+// ServeStreams callback is set): the welcome then lists
+// control.HubCapSiteStreams.
+func (c *Children) ServesStreams() bool {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	return c.onStreams != nil
 }
 
 // Get returns the site called name.
@@ -169,8 +172,11 @@ func (c *Children) Get(name string) (Child, bool) {
 	return c.viewLocked(ch), true
 }
 
-// List returns every site below this hub, by name.
+// List returns every site below this hub, by name. It first reconciles
+// with the store: a site removed (`tether nodes rm`) is gone, and a status
+// another hub replica received is taken.
 func (c *Children) List() []Child {
+	c.refresh()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]Child, 0, len(c.sites))
@@ -179,6 +185,56 @@ func (c *Children) List() []Child {
 	}
 	slices.SortFunc(out, func(a, b Child) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// refresh reconciles the sites with the store (best effort: on an error
+// the ones in memory stand).
+func (c *Children) refresh() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := c.cfg.Store.ListSites(ctx)
+	if err != nil {
+		c.log.Warn("list sites", "err", err)
+		return
+	}
+	byID := make(map[string]store.Site, len(rows))
+	for _, r := range rows {
+		byID[r.NodeID] = r
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, ch := range c.sites {
+		r, ok := byID[ch.NodeID]
+		if !ok {
+			delete(c.sites, name)
+			continue
+		}
+		delete(byID, ch.NodeID)
+		if r.StatusSeq > ch.seq && len(r.Status) > 0 {
+			var st control.SiteStatus
+			if json.Unmarshal(r.Status, &st) == nil {
+				ch.seq, ch.Status, ch.LastHeartbeat = r.StatusSeq, &st, r.StatusAt
+			}
+		}
+	}
+	for _, r := range byID { // joined since (or on another replica)
+		if _, taken := c.sites[r.Name]; !taken {
+			c.sites[r.Name] = c.childOf(r)
+		}
+	}
+}
+
+// childOf is a stored site not connected here.
+func (c *Children) childOf(r store.Site) *child {
+	ch := &child{Child: Child{Name: r.Name, NodeID: r.NodeID, HubID: r.HubID, Path: r.Path, HostCAs: r.HostCAs,
+		LastHeartbeat: r.StatusAt, Since: c.knownSince}, subtree: r.Subtree, seq: r.StatusSeq}
+	if len(r.Status) > 0 {
+		var st control.SiteStatus
+		if json.Unmarshal(r.Status, &st) == nil {
+			ch.Status = &st
+		}
+	}
+	return ch
 }
 
 // viewLocked is ch as shown now: stale when nothing was heard from it
@@ -344,6 +400,9 @@ func (c *Children) Connected(ctx context.Context, conn *registry.Conn, h *contro
 	wg.Go(func() { c.acceptStreams(hctx, conn) })
 	return func() {
 		cancel()
+		// The session ends here (it would right after): streams a site
+		// opened end with it, so waiting for their handlers cannot hang.
+		conn.Session.Close()
 		wg.Wait()
 		at := c.cfg.Now()
 		c.mu.Lock()
@@ -369,20 +428,52 @@ func (c *Children) acceptStreams(ctx context.Context, conn *registry.Conn) {
 		if err != nil {
 			return
 		}
-		c.hmu.Lock()
-		f := c.onStreams
-		c.hmu.Unlock()
-		site, _ := c.Get(conn.Name)
-		if f == nil {
-			c.cfg.Audit(store.AuditEvent{At: c.cfg.Now(), Kind: "stream", Node: conn.Name, Remote: conn.Session.RemoteAddr().String(),
-				Result: "refused", Detail: "site opened a stream; this hub serves no streams from its sites"})
-			_ = tunnel.WriteReply(st, tunnel.Reply{OK: false, Reason: "this hub serves no streams from its sites"})
-			st.Close()
-			continue
-		}
-		wg.Go(func() { f(ctx, site, st) })
+		wg.Go(func() { c.serveStream(ctx, conn, st) })
 	}
 }
+
+// serveStream reads a site's stream header and route request and hands
+// the stream on, or refuses it with a reason (audited).
+func (c *Children) serveStream(ctx context.Context, conn *registry.Conn, st tunnel.Stream) {
+	refuse := func(why string) {
+		c.cfg.Audit(store.AuditEvent{At: c.cfg.Now(), Kind: "stream", Node: conn.Name, Remote: conn.Session.RemoteAddr().String(),
+			Result: "refused", Detail: "site stream: " + why})
+		_ = tunnel.WriteReply(st, tunnel.Reply{OK: false, Reason: why})
+		st.Close()
+	}
+	c.hmu.Lock()
+	f := c.onStreams
+	c.hmu.Unlock()
+	if f == nil {
+		refuse("this hub serves no streams from its sites")
+		return
+	}
+	_ = st.SetReadDeadline(time.Now().Add(routeReadTimeout))
+	h, err := tunnel.ReadHeader(st)
+	if err != nil {
+		refuse("bad stream header")
+		return
+	}
+	if h.Service != tunnel.ServiceRoute {
+		refuse("a site may open only route streams, not " + h.String())
+		return
+	}
+	req, err := control.ReadRouteRequest(st)
+	if err != nil {
+		refuse("bad route request: " + err.Error())
+		return
+	}
+	_ = st.SetReadDeadline(time.Time{})
+	site, ok := c.Get(conn.Name)
+	if !ok {
+		refuse("site " + conn.Name + " is no longer known here")
+		return
+	}
+	f(ctx, site, st, req)
+}
+
+// routeReadTimeout bounds reading a stream's header and route request.
+const routeReadTimeout = 15 * time.Second
 
 // Dispatch handles one control message from conn's session. handled is
 // false when conn is not a connected site or the message is not a site
@@ -447,78 +538,6 @@ func (c *Children) status(ctx context.Context, ch *child, st *control.SiteStatus
 	c.mu.Unlock()
 	c.cfg.Changed()
 	return nil
-}
-
-// inventory applies one site_nodes message. Names arrive relative to the
-// site (control validated each); here they get the site's name appended,
-// which must still be a valid name at this hub.
-func (c *Children) inventory(ctx context.Context, ch *child, in *control.SiteNodes) error {
-	nodes := make([]store.SiteNode, 0, len(in.Nodes))
-	for _, n := range in.Nodes {
-		sn, err := siteNodeOf(ch.Name, ch.NodeID, n)
-		if err != nil {
-			return err
-		}
-		nodes = append(nodes, sn)
-	}
-	for _, r := range in.Removed {
-		if err := control.ValidNodePath(r + "." + ch.Name); err != nil {
-			return fmt.Errorf("site %s: inventory removal %q: %w", ch.Name, r, err)
-		}
-	}
-	c.mu.Lock()
-	if in.Full {
-		ch.staging, ch.inFull = nil, true
-	}
-	if ch.inFull {
-		if len(ch.staging)+len(nodes) > maxInventory {
-			c.mu.Unlock()
-			return fmt.Errorf("site %s: inventory of more than %d nodes", ch.Name, maxInventory)
-		}
-		ch.staging = append(ch.staging, nodes...)
-		if !in.Done {
-			c.mu.Unlock()
-			return nil
-		}
-		nodes, ch.staging, ch.inFull = ch.staging, nil, false
-		c.mu.Unlock()
-		if err := c.cfg.Store.ReplaceSiteNodes(ctx, ch.NodeID, nodes); err != nil {
-			c.log.Error("record site inventory", "site", ch.Name, "err", err)
-			return nil
-		}
-		c.cfg.Changed()
-		return nil
-	}
-	c.mu.Unlock()
-	if err := c.cfg.Store.ApplySiteNodes(ctx, ch.NodeID, nodes, in.Removed); err != nil {
-		c.log.Error("record site inventory change", "site", ch.Name, "err", err)
-		return nil
-	}
-	c.cfg.Changed()
-	return nil
-}
-
-// maxInventory bounds one site's full inventory held in memory.
-const maxInventory = 200_000
-
-// siteNodeOf is n as this hub stores it: named relative to site, with the
-// label site=SUFFIX (its site path relative to this hub).
-func siteNodeOf(site, siteID string, n control.SiteNode) (store.SiteNode, error) {
-	full := n.Name + "." + site
-	if err := control.ValidNodePath(full); err != nil {
-		return store.SiteNode{}, fmt.Errorf("site %s: inventory name %q: %w", site, n.Name, err)
-	}
-	suffix := site
-	if _, rest, ok := strings.Cut(n.Name, "."); ok {
-		suffix = rest + "." + site
-	}
-	labels := maps.Clone(n.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels["site"] = suffix
-	return store.SiteNode{SiteID: siteID, Site: site, Name: n.Name, ID: n.ID, Labels: labels, Online: n.Online,
-		LastSeen: n.LastSeen, Transport: n.Transport, Revoked: n.Revoked}, nil
 }
 
 // validHubID: 64 lower-case hex digits.

@@ -328,3 +328,32 @@ func TestDispatchIgnoresNonSites(t *testing.T) {
 		t.Fatalf("a node's site_status handled: %v, %v", handled, err)
 	}
 }
+
+func TestListFollowsTheStore(t *testing.T) {
+	f := newFixture(t, nil)
+	conn, _ := f.connect(t)
+	if _, err := f.c.Dispatch(context.Background(), conn, status(4, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// Another replica stored a newer status: List shows it.
+	other := f.open(t, nil)
+	if l := other.List(); len(l) != 1 || l[0].Status == nil || l[0].Status.Seq != 4 || l[0].Connected {
+		t.Fatalf("other replica lists %+v", l)
+	}
+	if _, err := f.st.SetSiteStatus(context.Background(), "s1", 9, []byte(`{"seq":9,"health":"degraded"}`), f.clock.now()); err != nil {
+		t.Fatal(err)
+	}
+	if l := f.c.List(); len(l) != 1 || l[0].Status.Seq != 9 || l[0].Health() != control.SiteDegraded {
+		t.Fatalf("after a newer stored status: %+v", l)
+	}
+	// A removed site is gone.
+	if err := f.st.DeleteNode(context.Background(), "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if l := f.c.List(); len(l) != 0 {
+		t.Fatalf("after removal: %+v", l)
+	}
+	if _, ok := f.c.Get("berlin"); ok {
+		t.Fatal("Get finds a removed site")
+	}
+}

@@ -5,14 +5,17 @@
 //
 // Two roles live here, one per file:
 //
-//	children.go  the parent's side: the sites below this hub, their
-//	             admission (site certificate, no cycle), their status
-//	             heartbeat and staleness, their node inventory
-//	uplink.go    the site's side: joining the parent, keeping the uplink
-//	             up, the status heartbeat and inventory sent up, the control
-//	             messages and route streams the parent sends down
-//	identity.go  the site's parent identity in DATA_DIR/parent (a restart
-//	             needs no token)
+//	children.go        the parent's side: the sites below this hub, their
+//	                   admission (site certificate, no cycle), their status
+//	                   heartbeat and staleness, the streams they open
+//	inventory.go       the parent's side of a site's node inventory
+//	uplink.go          the site's side: the Uplink and its loop, kept up
+//	                   with the agent's backoff
+//	uplink_session.go  one session with the parent: hello, heartbeats,
+//	                   renewal, control messages and route streams down
+//	report.go          the status heartbeat and the inventory sent up
+//	identity.go        the site's parent identity in DATA_DIR/parent (a
+//	                   restart needs no token), status sequence numbers
 //
 // Everything a site reports is named relative to itself; the parent
 // appends the site's name, so a site can never claim a name outside its
