@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,7 +19,8 @@ import (
 // --match-labels runs on exactly the matching nodes, once, its per-node
 // state and state check aggregate at the root; a site hub killed -9 while
 // a node's run is live comes back, never runs that node again, and runs
-// the node that joined meanwhile. The scripts append a line per run to a
+// the node that joined meanwhile; a site whose uplink is cut runs the
+// mission on a node that joins it meanwhile, and the root catches up. The scripts append a line per run to a
 // marks file: a node listed twice ran twice.
 func TestMissions(t *testing.T) {
 	interval := []string{"--site-status-interval", "1s"}
@@ -83,6 +85,21 @@ func TestMissions(t *testing.T) {
 		checkMarks(t, marks, "pos", map[string]int{"b1 pos g1": 1})
 	})
 
+	t.Run("site offline keeps running", func(t *testing.T) {
+		// With the root down, berlin's uplink is cut: a matching node that
+		// joins berlin meanwhile runs the mission and its state check all
+		// the same, and the root catches up when it is back.
+		root.p.Stop(syscall.SIGTERM, stopWait)
+		startAgent(t, berlin.token("--label", "role=pos"), "b3", "--ssh", "embedded")
+		waitMission(t, berlin, "pos", func(d api.MissionDetail) bool { return nodeRows(d)["b3"] == "applied/ok" })
+		root.start()
+		waitMission(t, root, "pos", func(d api.MissionDetail) bool {
+			n := nodeRows(d)
+			return n["b1.berlin"] == "applied/ok" && n["b3.berlin"] == "applied/ok" && !siteRow(d, "berlin").Stale
+		})
+		checkMarks(t, marks, "pos", map[string]int{"b1 pos g1": 1, "b3 pos g1": 1})
+	})
+
 	t.Run("site killed mid-mission", func(t *testing.T) {
 		slow := script("slow.sh", fmt.Sprintf("echo \"$TETHER_NODE $TETHER_MISSION g$TETHER_MISSION_GENERATION\" >> %s\nsleep 30\n", marks))
 		root.cli("mission", "create", "slow", "--script", slow, "--sites", "munich", "--match-labels", "role=pos")
@@ -101,10 +118,13 @@ func TestMissions(t *testing.T) {
 				t.Errorf("m1's error = %q, want it marked interrupted", n.Error)
 			}
 		}
+		// m2 is recorded running before its script starts: its line comes
+		// a moment later.
+		waitFor(t, "m2's run of the slow mission", 30*time.Second, func() bool { return readMarks(t, marks)["m2 slow g1"] > 0 })
 		checkMarks(t, marks, "slow", map[string]int{"m1 slow g1": 1, "m2 slow g1": 1})
 		// Nothing else ran anywhere: the pos mission was not repeated by
 		// munich's restart (munich never ran it) nor by berlin's reconnects.
-		checkMarks(t, marks, "pos", map[string]int{"b1 pos g1": 1})
+		checkMarks(t, marks, "pos", map[string]int{"b1 pos g1": 1, "b3 pos g1": 1})
 	})
 
 	t.Run("delete", func(t *testing.T) {
@@ -143,12 +163,13 @@ func nodeRows(d api.MissionDetail) map[string]string {
 
 func siteRow(d api.MissionDetail, path string) (row struct {
 	Reported, Placed   bool
+	Stale              bool
 	ObservedGeneration int64
 	Own                struct{ Nodes, Applied int }
 }) {
 	for _, s := range d.Sites {
 		if s.Path == path {
-			row.Reported, row.Placed, row.ObservedGeneration = s.Reported, s.Placed, s.ObservedGeneration
+			row.Reported, row.Placed, row.Stale, row.ObservedGeneration = s.Reported, s.Placed, s.Stale, s.ObservedGeneration
 			row.Own.Nodes, row.Own.Applied = s.Own.Nodes, s.Own.Applied
 		}
 	}

@@ -221,7 +221,7 @@ func printMission(w io.Writer, d api.MissionDetail, now time.Time) error {
 		state := "connected"
 		switch {
 		case s.Stale:
-			state = "stale " + ago(s.StaleFor)
+			state = "stale, silent " + ago(s.StaleFor)
 		case !s.Connected:
 			state = "disconnected"
 		}
@@ -244,7 +244,7 @@ func printMission(w io.Writer, d api.MissionDetail, now time.Time) error {
 	for _, n := range d.Nodes {
 		checked := "-"
 		if !n.CheckedAt.IsZero() {
-			checked = ago(now.Sub(n.CheckedAt)) + " ago"
+			checked = ago(now.Sub(n.CheckedAt))
 		}
 		msg := n.Error
 		if n.Check == mission.CheckFailed && n.CheckOutput != "" {

@@ -41,6 +41,7 @@ type Store interface {
 	ListDesired(ctx context.Context, kind string) ([]store.DesiredRecord, error)
 	ListNodes(ctx context.Context) ([]store.Node, error)
 	GetNode(ctx context.Context, id string) (store.Node, error)
+	GetJob(ctx context.Context, id string) (store.Job, error)
 }
 
 // Jobs is the job engine (hub/jobs.Engine).
@@ -181,17 +182,45 @@ func (m *Manager) Kick() {
 }
 
 // Recover marks the node runs a previous hub process left running as
-// failed (InterruptedReason); call it once at start, before Run and before
-// the job engine runs anything.
+// failed (InterruptedReason); call it once at start, after the job
+// engine's own Recover and before Run. Reconcile does the same for runs
+// whose job ended without recording them (a replica that died).
 func (m *Manager) Recover(ctx context.Context) (int, error) {
 	recs, err := m.cfg.Store.ListMissionNodes(ctx, "", "")
 	if err != nil {
 		return 0, err
 	}
+	n, err := m.sweepInterrupted(ctx, recs)
+	if n > 0 {
+		m.cfg.Logger.Warn("mission runs interrupted by a hub stop; not run again", "nodes", n)
+	}
+	return n, err
+}
+
+// sweepInterrupted marks failed the records left running whose run is
+// not live: not handed to the engine by this process, and its job not
+// running (at start, the engine has marked its previous jobs interrupted;
+// a job running on another replica is left alone).
+func (m *Manager) sweepInterrupted(ctx context.Context, recs []store.MissionNode) (int, error) {
 	n := 0
 	for _, r := range recs {
 		if r.Phase != store.MissionRunning {
 			continue
+		}
+		m.mu.Lock()
+		_, live := m.inflight[nodeKey{missionKey{r.Origin, r.Mission}, r.NodeID}]
+		m.mu.Unlock()
+		if live {
+			continue
+		}
+		if r.JobID != "" {
+			j, err := m.cfg.Store.GetJob(ctx, r.JobID)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return n, err
+			}
+			if err == nil && j.State == store.JobRunning {
+				continue
+			}
 		}
 		ok, err := m.cfg.Store.FinishMissionNode(ctx, r.Origin, r.Mission, r.NodeID, r.Generation, store.MissionFailed, InterruptedReason, m.cfg.Now())
 		if err != nil {
@@ -202,9 +231,6 @@ func (m *Manager) Recover(ctx context.Context) (int, error) {
 			m.audit(store.AuditEvent{Kind: "mission_node", Node: r.Node, Result: "interrupted",
 				Detail: fmt.Sprintf("mission %s generation %d: %s", r.Mission, r.Generation, InterruptedReason)})
 		}
-	}
-	if n > 0 {
-		m.cfg.Logger.Warn("mission runs interrupted by the previous hub stop; not run again", "nodes", n)
 	}
 	return n, nil
 }
@@ -254,6 +280,9 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	}
 	recs, err := m.cfg.Store.ListMissionNodes(ctx, "", "")
 	if err != nil {
+		return err
+	}
+	if _, err := m.sweepInterrupted(ctx, recs); err != nil {
 		return err
 	}
 	byMission := map[missionKey]map[string]store.MissionNode{}

@@ -335,11 +335,27 @@ func TestInterruptedNotRerun(t *testing.T) {
 	if ok, err := r.st.StartMissionNode(ctx, selfID, "m", "id1", 1, "job-before-kill", time.Now()); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
+	// Another replica on the same store runs mission o on n3 right now:
+	// its record is running under a job that is running; it is left alone.
+	r.addNode("id3", "n3", map[string]string{"role": "elsewhere"})
+	if err := r.st.CreateJob(ctx, store.Job{ID: "live", Kind: JobKind, State: store.JobRunning, CreatedAt: time.Now(), Owner: "other-replica",
+		Spec: store.JobSpec{Script: "o", Parallel: 1, TimeoutSeconds: 60}}, []store.NodeRef{{ID: "id3", Name: "n3"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.st.PlanMissionNode(ctx, store.MissionNode{Origin: selfID, Mission: "o", NodeID: "id3", Node: "n3", Generation: 1, UpdatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r.st.StartMissionNode(ctx, selfID, "o", "id3", 1, "live", time.Now()); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
 	n, err := r.m.Recover(ctx)
 	if err != nil || n != 1 {
 		t.Fatalf("recover = %d, %v; want 1", n, err)
 	}
-	recs := r.settle("m", map[string]string{"n1": store.MissionFailed, "n2": store.MissionApplied})
+	if recs, _ := r.st.ListMissionNodes(ctx, selfID, "o"); len(recs) != 1 || recs[0].Phase != store.MissionRunning {
+		t.Errorf("a run live under another replica's job = %+v, want it left running", recs)
+	}
+	recs := r.settle("m", map[string]string{"n1": store.MissionFailed, "n2": store.MissionApplied, "n3": store.MissionApplied})
 	for _, rec := range recs {
 		if rec.Node == "n1" && rec.Error != InterruptedReason {
 			t.Errorf("n1 error = %q", rec.Error)
