@@ -34,6 +34,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
@@ -247,7 +248,12 @@ type Server struct {
 	// tunnels the parent opens on this site hub's uplink (siteroute.go
 	// hands them over).
 	siteServiceRoutes func(ctx context.Context, st tunnel.Stream, req *control.RouteRequest)
-	desired    *desired.Sync       // desired state down the tree of hubs; kinds register on it (missions.go)
+	desired           *desired.Sync // desired state down the tree of hubs; kinds register on it (missions.go)
+	// ancestorTrust is the SSH trust of the hubs above this site hub, as
+	// its parent last sent it (nil for a root); siteTrust what was sent to
+	// each child (sitetrust.go).
+	ancestorTrust atomic.Pointer[access.AncestorTrust]
+	siteTrust     siteTrustState
 }
 
 // New opens the hub's state (creating it the first time).
@@ -341,6 +347,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := s.setupDesired(); err != nil {
 		return nil, err
 	}
+	s.setupSiteRoutes()
 	return s, nil
 }
 

@@ -42,9 +42,10 @@ func newProvisioner(s *Server) (*provisioner, error) {
 	}
 	p := &provisioner{s: s, key: key}
 	p.runner, err = runner.New(runner.Config{
-		Dial:    p.dial,
-		HostCAs: s.hostCA.TrustedKeys,
-		Logger:  s.log.With("component", "provision"),
+		Dial:       p.dial,
+		HostCAs:    s.hostCA.TrustedKeys,
+		HostCAsFor: s.hostCAsFor, // a node below a site: that site's host CA only (sitetrust.go)
+		Logger:     s.log.With("component", "provision"),
 	})
 	if err != nil {
 		return nil, err

@@ -187,6 +187,8 @@ func (s *Server) Run(ctx context.Context) error {
 			Store: s.store, Door: s.door, CA: s.ca, IssueNode: s.issueNode, NodeCA: s.nodeCA, Registry: s.reg, Metrics: s.metrics, Advertise: advertise,
 			NodeCertTTL: s.cfg.NodeCertTTL, Logger: s.log.With("component", "api"), OperatorsChanged: s.accessChanged,
 			SSHTrust:      s.sshTrustInfo(sshAddr, advertise),
+			SiteHostCAs:   s.siteHostCAs,         // sitetrust.go
+			Inventory:     s.door.InventoryNodes, // nodes below sites (siteroute.go)
 			ReservedNames: hubNames,
 			Login:         loginService{s},
 			Jobs:          engine,

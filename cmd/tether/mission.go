@@ -46,8 +46,9 @@ func newMissionCreateCmd() *cobra.Command {
 	var interval, timeout time.Duration
 	var labels []string
 	cmd := &cobra.Command{
-		Use:   "create NAME --script FILE [--state-check FILE] [--interval 1m] [--sites berlin,munich] [--match-labels role=pos]",
-		Short: "Create a mission, or its next generation when the spec changed",
+		Use:     "create NAME --script FILE [--state-check FILE] [--interval 1m] [--sites berlin,munich] [--match-labels role=pos]",
+		Aliases: []string{"update"},
+		Short:   "Create a mission, or its next generation when the spec changed",
 		Long: `Create a mission at this hub. Placement: --sites names sites relative to this
 hub ("berlin", "sub.berlin"), each with every site below it; without --sites
 the mission runs at every site below this hub and on this hub's own nodes.

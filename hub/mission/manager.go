@@ -106,6 +106,9 @@ type Manager struct {
 	inflight map[nodeKey]int64 // node runs handed to the engine, by generation
 	checking map[nodeKey]bool
 	observed map[missionKey]int64
+	// retryAt holds nodes whose run could not reach them: they are not
+	// started again before then.
+	retryAt map[nodeKey]time.Time
 }
 
 type missionKey struct{ origin, name string }
@@ -151,7 +154,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Now = time.Now
 	}
 	return &Manager{cfg: cfg, jobs: cfg.Jobs, kick: make(chan struct{}, 1), check: make(chan struct{}, 1),
-		inflight: map[nodeKey]int64{}, checking: map[nodeKey]bool{}, observed: map[missionKey]int64{}}, nil
+		inflight: map[nodeKey]int64{}, checking: map[nodeKey]bool{}, observed: map[missionKey]int64{}, retryAt: map[nodeKey]time.Time{}}, nil
 }
 
 // AttachJobs sets the job engine (it is built after the manager, whose
@@ -339,6 +342,12 @@ func (m *Manager) place(ctx context.Context, o store.DesiredRecord, spec Spec, n
 		if g, ok := m.inflight[nk]; ok && g >= o.Generation {
 			continue
 		}
+		if at, ok := m.retryAt[nk]; ok {
+			if now.Before(at) {
+				continue
+			}
+			delete(m.retryAt, nk)
+		}
 		m.inflight[nk] = o.Generation
 		todo = append(todo, ref)
 	}
@@ -442,8 +451,12 @@ func (l local) Run(ctx context.Context, job store.Job, nodeID string, stdout, st
 		Detail: fmt.Sprintf("mission %s generation %d, job %s", name, gen, job.ID)})
 	conn, err := m.cfg.Connect(ctx, nodeID)
 	if err != nil {
-		// Nothing ran: the node goes back to pending and is tried again.
+		// Nothing ran: the node goes back to pending and is tried again
+		// after a pause.
 		m.finish(origin, name, nodeID, gen, store.MissionPending, "could not reach the node: "+err.Error())
+		m.mu.Lock()
+		m.retryAt[nodeKey{missionKey{origin, name}, nodeID}] = m.cfg.Now().Add(retryUnreachable)
+		m.mu.Unlock()
 		return -1, fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close()

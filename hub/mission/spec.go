@@ -51,6 +51,7 @@ const (
 	maxReportedNodes      = 200
 	maxReportBytes        = 512 << 10
 	defaultReconcileEvery = 5 * time.Second
+	retryUnreachable      = 15 * time.Second
 )
 
 // ErrInvalid wraps every error about a malformed mission spec.
