@@ -251,12 +251,21 @@ func (h *serviceHub) connected(ctx context.Context, conn *registry.Conn) (gone f
 	}
 }
 
+// bindingsRecheck is how often the pusher compares every consumer's
+// bindings with the store even without a change here: a change made at
+// another hub replica sharing the store reaches this one's consumers
+// within it (only differences are sent).
+const bindingsRecheck = 30 * time.Second
+
 func (h *serviceHub) runPusher(ctx context.Context) {
+	t := time.NewTicker(bindingsRecheck)
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-h.kick:
+		case <-t.C:
 		}
 		svcs, err := h.s.store.ListServices(ctx)
 		if err != nil {
