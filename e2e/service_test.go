@@ -188,3 +188,85 @@ func TestServiceTunnelSingleHub(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceTunnelTree: root → region → berlin, munich. A service created
+// at the root from n1.munich to n1.berlin reaches every site (sent down
+// as desired state); a few MiB go through n1.munich's loopback listener
+// intact (SHA-256); the bytes turn at the region, the nearest common hub:
+// its counter shows them, the root's shows none; every hop audits the
+// stream (the consumer's hub, the region, berlin). Throughput through the
+// three hubs is measured against the same copy direct on loopback.
+func TestServiceTunnelTree(t *testing.T) {
+	ctx := t.Context()
+	echo := echoServer(t)
+	tr := testenv.StartTree(t, testenv.TreeConfig{Bin: binDir, AgentsPerSite: 1, NoLinks: true,
+		HubArgs:   []string{"--site-status-interval", "1s"},
+		AgentArgs: []string{"--allow-port", strconv.Itoa(echo)}})
+	if err := tr.WaitTree(ctx, 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	root, region, berlin, munich := tr.Root, tr.Region, tr.Sites["berlin"], tr.Sites["munich"]
+	treeCLI(t, root, "service", "expose", fmt.Sprintf("n1.berlin.region:%d", echo), "--name", "db")
+	local := testenv.FreePort(t)
+	treeCLI(t, root, "service", "connect", "db", "--from", "n1.munich.region", "--local-port", strconv.Itoa(local))
+
+	// Every hub below holds the service under the root's names.
+	for _, h := range []*testenv.TreeHub{region, berlin, munich} {
+		testenv.WaitFor(t, "hub "+h.Name+" to hold service db", 60*time.Second, func() bool {
+			var list []serviceJSON
+			out, err := h.Tether(ctx, "service", "list", "-o", "json")
+			return err == nil && json.Unmarshal([]byte(out), &list) == nil && len(list) == 1 &&
+				list[0].Name == "db" && list[0].Target == "n1.berlin.region" && !list[0].Local
+		})
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(local)
+	testenv.WaitFor(t, "n1.munich's listener for db to carry bytes", 60*time.Second, func() bool {
+		_, err := echoThrough(t, addr, 1024)
+		return err == nil
+	})
+	rootBefore, regionBefore := metricsOf(t, root), metricsOf(t, region)
+	const size = 8 << 20
+	through, err := echoThrough(t, addr, size)
+	if err != nil {
+		t.Fatalf("through the tree: %v", err)
+	}
+	direct, err := echoThrough(t, "127.0.0.1:"+strconv.Itoa(echo), size)
+	if err != nil {
+		t.Fatalf("direct: %v", err)
+	}
+	mbps := func(d time.Duration) float64 { return 2 * size / d.Seconds() / 1e6 }
+	t.Logf("throughput munich → region → berlin (8 MiB echoed, both directions): tunnel %.0f MB/s (%s), direct loopback %.0f MB/s (%s)",
+		mbps(through), through.Round(time.Millisecond), mbps(direct), direct.Round(time.Millisecond))
+
+	testenv.WaitFor(t, "the region to count the service's bytes", 20*time.Second, func() bool {
+		return metricsOf(t, region)["tether_service_bytes_total"]-regionBefore["tether_service_bytes_total"] >= 2*size
+	})
+	if d := metricsOf(t, root)["tether_service_bytes_total"] - rootBefore["tether_service_bytes_total"]; d != 0 {
+		t.Errorf("the root carried %.0f service bytes between two sites of one region", d)
+	}
+	for _, hop := range []struct {
+		h    *testenv.TreeHub
+		kind string
+	}{{munich, "service_connect"}, {region, "service_route"}, {berlin, "service_route"}} {
+		testenv.WaitFor(t, hop.h.Name+"'s audit of the stream", 20*time.Second, func() bool {
+			var events []struct {
+				Kind, Result string
+				BytesToNode  int64 `json:"bytes_to_node"`
+			}
+			out, err := hop.h.Tether(ctx, "audit", "-o", "json")
+			if err != nil || json.Unmarshal([]byte(out), &events) != nil {
+				return false
+			}
+			for _, e := range events {
+				if e.Kind == hop.kind && e.Result == "ok" && e.BytesToNode == size {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	// A site cannot change what the root created.
+	if out, err := munich.Tether(ctx, "service", "connect", "db", "--from", "n1", "--local-port", strconv.Itoa(testenv.FreePort(t))); err == nil {
+		t.Fatalf("a site changed a service of the root: %s", out)
+	}
+}

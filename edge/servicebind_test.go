@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -61,11 +62,17 @@ func newFakeHub(t *testing.T, allow ...string) *fakeHub {
 func (h *fakeHub) serve(c *net.TCPConn) {
 	defer c.Close()
 	hd, err := tunnel.ReadHeader(c)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return // the binder gave up (its session ended) before sending
+	}
 	if err != nil || hd.Service != tunnel.ServiceConnect {
 		h.t.Errorf("fake hub: header %v %v", hd, err)
 		return
 	}
 	req, err := control.ReadServiceConnect(c)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return
+	}
 	if err != nil {
 		h.t.Errorf("fake hub: request: %v", err)
 		return

@@ -118,32 +118,14 @@ func (h *serviceHub) openUp(ctx context.Context, req *control.RouteRequest) (tun
 	return u.OpenRoute(ctx, req)
 }
 
-// serveSiteStream serves a stream child site c opened on its session to
-// this hub: only a service route (services turn at the nearest common
-// hub), checked against the service this hub holds.
-func (h *serviceHub) serveSiteStream(ctx context.Context, c site.Child, st tunnel.Stream) {
+// serveSiteStream serves a service route stream child site c opened on
+// its session to this hub (hub/site read and checked the header and
+// request): services turn at the nearest common hub, so the request is
+// checked against the service this hub holds and carried on.
+func (h *serviceHub) serveSiteStream(ctx context.Context, c site.Child, st tunnel.Stream, req *control.RouteRequest) {
 	stop := context.AfterFunc(ctx, func() { st.Close() })
 	defer stop()
-	remote := "site " + c.Name
-	_ = st.SetReadDeadline(time.Now().Add(agentHeaderTimeout))
-	hd, err := tunnel.ReadHeader(st)
-	var req *control.RouteRequest
-	if err == nil && hd.Service == tunnel.ServiceRoute {
-		req, err = control.ReadRouteRequest(st)
-	}
-	_ = st.SetReadDeadline(time.Time{})
-	if err != nil || hd.Service != tunnel.ServiceRoute {
-		detail := fmt.Sprintf("site %s opened a %s stream; sites may open service routes only", c.Name, hd.Service)
-		if err != nil {
-			detail = fmt.Sprintf("site %s opened a stream with a bad header or route request: %v", c.Name, err)
-		}
-		h.s.audit(store.AuditEvent{At: time.Now(), Kind: "stream", Node: c.Name, Remote: remote, Result: "refused", Detail: detail})
-		_ = st.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		_ = tunnel.WriteReply(st, tunnel.Reply{Reason: "sites may open service route streams only"})
-		st.Close()
-		return
-	}
-	h.relay.ServeRoute(ctx, st, c.Name, req, remote)
+	h.relay.ServeRoute(ctx, st, c.Name, req, "site "+c.Name)
 }
 
 // apply mirrors a service object stored by the desired-state sync into
@@ -269,12 +251,21 @@ func (h *serviceHub) connected(ctx context.Context, conn *registry.Conn) (gone f
 	}
 }
 
+// bindingsRecheck is how often the pusher compares every consumer's
+// bindings with the store even without a change here: a change made at
+// another hub replica sharing the store reaches this one's consumers
+// within it (only differences are sent).
+const bindingsRecheck = 30 * time.Second
+
 func (h *serviceHub) runPusher(ctx context.Context) {
+	t := time.NewTicker(bindingsRecheck)
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-h.kick:
+		case <-t.C:
 		}
 		svcs, err := h.s.store.ListServices(ctx)
 		if err != nil {

@@ -182,3 +182,30 @@ func FuzzFromSpec(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckFromParent(t *testing.T) {
+	sv := svc("n3.berlin.region", 5432, bind("m2.munich.region", 15432))
+	// At berlin (suffix "berlin.region" under the root), from the region.
+	good := control.RouteRequest{Target: "n3", Service: 2, Port: 5432, Purpose: control.PurposeService, Origin: root, ServiceName: "db"}
+	if err := CheckFromParent(sv, "berlin.region", &good); err != nil {
+		t.Fatalf("good route refused: %v", err)
+	}
+	for _, tc := range []struct {
+		name, suffix string
+		edit         func(r *control.RouteRequest)
+	}{
+		{"other node", "berlin.region", func(r *control.RouteRequest) { r.Target = "n4" }},
+		{"other port", "berlin.region", func(r *control.RouteRequest) { r.Port = 22 }},
+		{"ssh", "berlin.region", func(r *control.RouteRequest) { r.Service, r.Port = 1, 0 }},
+		{"other origin", "berlin.region", func(r *control.RouteRequest) { r.Origin = region }},
+		{"target not below this hub", "munich.region", func(r *control.RouteRequest) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := good
+			tc.edit(&r)
+			if err := CheckFromParent(sv, tc.suffix, &r); !errors.Is(err, ErrRefused) {
+				t.Fatalf("route %+v carried at %s: %v", r, tc.suffix, err)
+			}
+		})
+	}
+}
