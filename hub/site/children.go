@@ -400,6 +400,9 @@ func (c *Children) Connected(ctx context.Context, conn *registry.Conn, h *contro
 	wg.Go(func() { c.acceptStreams(hctx, conn) })
 	return func() {
 		cancel()
+		// The session ends here (it would right after): streams a site
+		// opened end with it, so waiting for their handlers cannot hang.
+		conn.Session.Close()
 		wg.Wait()
 		at := c.cfg.Now()
 		c.mu.Lock()
