@@ -123,3 +123,51 @@ func TestSiteRoute(t *testing.T) {
 		t.Fatalf("a job for an unreachable site took %s to fail", took)
 	}
 }
+
+// TestSiteRouteTwoLevels: root → region → berlin. An operator of the root
+// reaches n1.berlin.region with the root's certificate (the root's trust
+// passed on by region behind its own entry), verified by berlin's host CA
+// (from region's status) through the root's `tether config ssh`; a job
+// from the root runs there; region and berlin both audit the hop.
+func TestSiteRouteTwoLevels(t *testing.T) {
+	root := startHubIn(t, "", 0, "--site-status-interval", "1s")
+	region := startHubIn(t, "", 0, "--parent", strings.TrimSpace(root.cli("site", "token", "create")), "--site", "region", "--site-status-interval", "1s")
+	berlin := startHubIn(t, "", 0, "--parent", strings.TrimSpace(region.cli("site", "token", "create")), "--site", "berlin", "--site-status-interval", "1s")
+	startAgent(t, berlin.token("--label", "role=pos"), "n1", "--ssh", "embedded")
+	root.cli("role", "create", "eu-pos", "--nodes", "site=berlin.region,role=pos", "--logins", loginUser)
+	root.cli("operator", "add", "alice", "--key", opPub, "--role", "eu-pos")
+	waitForState(t, "n1.berlin.region online at the root", 60*time.Second, root.nodes, func(ns map[string]nodeJSON) bool {
+		return ns["n1.berlin.region"].Online && ns["n1.berlin.region"].Labels["site"] == "berlin.region"
+	})
+	dir := t.TempDir()
+	if _, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login", "--data-dir", root.dataDir,
+		"--user", "alice", "--key", opKey, "--out-dir", dir); code != 0 {
+		t.Fatalf("tether login: exit %d: %s", code, errOut)
+	}
+	var alice *sshClient
+	waitFor(t, "berlin's host CA at the root", 30*time.Second, func() bool {
+		alice = newSSHClient(t, root)
+		kh, _ := os.ReadFile(alice.known)
+		return strings.Contains(string(kh), "@cert-authority *.berlin.region,")
+	})
+	var out, errOut string
+	code := -1
+	waitFor(t, "alice reaches n1.berlin.region (the root's trust reached n1)", 30*time.Second, func() bool {
+		out, errOut, code = runCmd(t, 45*time.Second, "ssh", "-F", alice.cfg, "-o", "CertificateFile="+filepath.Join(dir, "alice-cert.pub"),
+			"-J", "alice@"+root.sshAddr(), loginUser+"@n1.berlin.region", "echo reached")
+		return code == 0
+	})
+	if strings.TrimSpace(out) != "reached" {
+		t.Fatalf("alice to n1.berlin.region: exit %d, %q, %s", code, out, errOut)
+	}
+	j, code := root.runJSON(90*time.Second, "-l", "site=berlin.region", "--", "true")
+	if code != 0 || j.node("n1.berlin.region").State != "ok" {
+		t.Fatalf("tether run at the root two levels down: exit %d, %+v", code, j)
+	}
+	for name, h := range map[string]*hub{"region": region, "berlin": berlin} {
+		waitFor(t, name+" audits the hop", 20*time.Second, func() bool {
+			a := h.cli("audit")
+			return strings.Contains(a, "site_route") && strings.Contains(a, "alice")
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -36,6 +37,43 @@ type siteRoutes struct {
 	children *site.Children
 	store    store.SiteStore
 	hubID    string
+
+	mu  sync.Mutex // guards inv
+	inv *inventoryIndex
+}
+
+// inventoryCacheTTL bounds how old the inventory index a lookup uses may
+// be. A job over thousands of nodes below sites resolves each node
+// several times (presence, connect, dial); one read of the inventory per
+// interval serves them all. Staleness costs nothing in safety: the site
+// re-checks the node with its own door.
+const inventoryCacheTTL = time.Second
+
+// inventoryIndex is the children's inventory indexed by ID and by name.
+type inventoryIndex struct {
+	at     time.Time
+	all    []store.SiteNode
+	byID   map[string][]store.SiteNode
+	byName map[string]store.SiteNode
+}
+
+func (r *siteRoutes) index(ctx context.Context) (*inventoryIndex, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inv != nil && time.Since(r.inv.at) < inventoryCacheTTL {
+		return r.inv, nil
+	}
+	ns, err := r.store.ListSiteNodes(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	ix := &inventoryIndex{at: time.Now(), all: ns, byID: make(map[string][]store.SiteNode, len(ns)), byName: make(map[string]store.SiteNode, len(ns))}
+	for _, n := range ns {
+		ix.byID[n.ID] = append(ix.byID[n.ID], n)
+		ix.byName[n.FullName()] = n
+	}
+	r.inv = ix
+	return ix, nil
 }
 
 func (r *siteRoutes) HubID() string { return r.hubID }
@@ -60,24 +98,15 @@ func (r *siteRoutes) Child(name string) (access.SiteState, bool) {
 // sites both report is refused: a site could otherwise take over the job
 // targets (which key on IDs) of a node of another site.
 func (r *siteRoutes) Node(ctx context.Context, id, name string) (access.SiteNode, error) {
-	siteID := ""
-	if id == "" {
-		child, _, _, ok := access.SplitSitePath(name)
-		c, found := r.children.Get(child)
-		if !ok || !found {
-			return access.SiteNode{}, fmt.Errorf("no site %q: %w", child, store.ErrNotFound)
-		}
-		siteID = c.NodeID
-	}
-	ns, err := r.store.ListSiteNodes(ctx, siteID)
+	ix, err := r.index(ctx)
 	if err != nil {
 		return access.SiteNode{}, err
 	}
 	var found []store.SiteNode
-	for _, n := range ns {
-		if (id != "" && n.ID == id) || (id == "" && n.FullName() == name) {
-			found = append(found, n)
-		}
+	if id != "" {
+		found = ix.byID[id]
+	} else if n, ok := ix.byName[name]; ok {
+		found = []store.SiteNode{n}
 	}
 	switch len(found) {
 	case 0:
@@ -93,12 +122,12 @@ func (r *siteRoutes) Node(ctx context.Context, id, name string) (access.SiteNode
 }
 
 func (r *siteRoutes) Nodes(ctx context.Context) ([]access.SiteNode, error) {
-	ns, err := r.store.ListSiteNodes(ctx, "")
+	ix, err := r.index(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]access.SiteNode, 0, len(ns))
-	for _, n := range ns {
+	out := make([]access.SiteNode, 0, len(ix.all))
+	for _, n := range ix.all {
 		out = append(out, siteNodeOf(n))
 	}
 	return out, nil
