@@ -176,6 +176,9 @@ func TestSiteTokensAndNodeTokensStayApart(t *testing.T) {
 	}
 
 	node := joinNode(t, c, "n1")
+	if _, err := edge.Enroll(ctx, edge.JoinOptions{JoinString: siteToken(t, c), Name: "n1", Kind: control.JoinSite}); err == nil || !strings.Contains(err.Error(), "choose another --site") {
+		t.Fatalf("a site named as a node: %v", err)
+	}
 	siteID, err := edge.Join(ctx, edge.JoinOptions{JoinString: siteToken(t, c), StateDir: filepath.Join(t.TempDir(), "s1"), Name: "s1", Kind: control.JoinSite})
 	if err != nil {
 		t.Fatal(err)

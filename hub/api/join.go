@@ -81,6 +81,10 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, store.ErrNameTaken):
 		result = "conflict"
+		if req.Kind == control.JoinSite {
+			h.writeErr(w, r, fail(ErrConflict, "join refused: name %q is taken at the parent hub (nodes and sites share one namespace there); choose another --site, or remove the old one there with `tether nodes rm %s`", req.Name, req.Name))
+			return
+		}
 		h.writeErr(w, r, fail(ErrConflict, "join refused: node name %q is already registered; choose another --name, or remove the old node with `tether nodes rm %s`", req.Name, req.Name))
 		return
 	case err != nil:

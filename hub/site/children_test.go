@@ -68,7 +68,7 @@ type fixture struct {
 	mu    sync.Mutex
 }
 
-func newFixture(t *testing.T, above func() (string, []string)) *fixture {
+func newFixture(t testing.TB, above func() (string, []string)) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "tether.db"))
@@ -89,7 +89,7 @@ func newFixture(t *testing.T, above func() (string, []string)) *fixture {
 	return f
 }
 
-func (f *fixture) open(t *testing.T, above func() (string, []string)) *Children {
+func (f *fixture) open(t testing.TB, above func() (string, []string)) *Children {
 	t.Helper()
 	c, err := NewChildren(context.Background(), ChildrenConfig{Store: f.st, HubID: self, Above: above, StaleAfter: 30 * time.Second,
 		Now: f.clock.now, Audit: func(e store.AuditEvent) { f.mu.Lock(); f.audit = append(f.audit, e); f.mu.Unlock() }})
@@ -104,7 +104,7 @@ func siteHello(subtree ...string) *control.SiteHello {
 }
 
 // connect admits and connects berlin; the returned function disconnects it.
-func (f *fixture) connect(t *testing.T) (*registry.Conn, func()) {
+func (f *fixture) connect(t testing.TB) (*registry.Conn, func()) {
 	t.Helper()
 	h := siteHello(below)
 	w, err := f.c.Admit(context.Background(), "s1", "berlin", h)
