@@ -98,11 +98,8 @@ func (s *Server) missionSites() []mission.SiteView {
 	children := s.children.List()
 	out := make([]mission.SiteView, 0, len(children))
 	for _, c := range children {
-		v := mission.SiteView{Name: c.Name, Connected: c.Connected, Stale: c.Stale, StaleFor: c.StaleFor, LastHeartbeat: c.LastHeartbeat}
-		if c.Status != nil {
-			v.Missions = c.Status.Missions
-		}
-		out = append(out, v)
+		out = append(out, mission.SiteView{Name: c.Name, Connected: c.Connected, Stale: c.Stale, StaleFor: c.StaleFor,
+			LastHeartbeat: c.LastHeartbeat, Status: c.Status})
 	}
 	return out
 }

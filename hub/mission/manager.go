@@ -2,7 +2,6 @@ package mission
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -51,15 +50,16 @@ type Jobs interface {
 }
 
 // SiteView is one child site as the mission manager reads it: its last
-// status's missions document and whether it is live.
+// status and whether it is live.
 type SiteView struct {
 	Name          string
 	Connected     bool
 	Stale         bool
 	StaleFor      time.Duration
 	LastHeartbeat time.Time
-	// Missions is SiteStatus.Missions of its last status (a Report).
-	Missions json.RawMessage
+	// Status is its last status (nil before the first): its Missions
+	// (a Report) and, nested, its sub-sites' statuses.
+	Status *control.SiteStatus
 }
 
 // Config is what a Manager works with.

@@ -417,16 +417,20 @@ func TestStateCheck(t *testing.T) {
 	}
 }
 
-// TestAggregate: a hub's report nests its sites' reports, totals add up,
-// and a stale site marks everything below it stale when flattened.
+// TestAggregate: a hub's view nests its sites' states from their nested
+// statuses, totals add up, its own report carries only its nodes and the
+// totals, and a stale site marks everything below it stale when flattened.
 func TestAggregate(t *testing.T) {
 	sub := State{Origin: rootID, Name: "m", Generation: 2, ObservedGeneration: 2, Placed: true,
 		Own: Counts{Nodes: 1, Applied: 1}, Total: Counts{Nodes: 1, Applied: 1}, Nodes: []NodeState{{Node: "n9", Generation: 2, Phase: store.MissionApplied}}}
 	berlin := State{Origin: rootID, Name: "m", Generation: 2, ObservedGeneration: 2, Placed: true,
 		Own: Counts{Nodes: 2, Applied: 1, Failed: 1}, Total: Counts{Nodes: 3, Applied: 2, Failed: 1},
-		Nodes: []NodeState{{Node: "n1", Phase: store.MissionApplied}, {Node: "n2", Phase: store.MissionFailed}},
-		Sites: []SiteState{{Name: "sub", Connected: true, Mission: &sub}}}
-	raw, _ := json.Marshal(Report{Missions: []State{berlin}})
+		Nodes: []NodeState{{Node: "n1", Phase: store.MissionApplied}, {Node: "n2", Phase: store.MissionFailed}}}
+	subRaw, _ := json.Marshal(Report{Missions: []State{sub}})
+	berlinRaw, _ := json.Marshal(Report{Missions: []State{berlin}})
+	at := time.Now()
+	berlinStatus := &control.SiteStatus{Health: control.SiteDegraded, At: at, Missions: berlinRaw, Sites: []control.SubSite{
+		{Name: "sub", Connected: false, LastHeartbeat: at.Add(-time.Minute), Status: &control.SiteStatus{Health: control.SiteStale, Missions: subRaw}}}}
 
 	st, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "hub.db"))
 	if err != nil {
@@ -436,7 +440,7 @@ func TestAggregate(t *testing.T) {
 	m, err := New(Config{Store: st, HubID: selfID, Connect: (&fakeNodes{}).connect,
 		Where: func(origin string) (string, bool) { return "region", origin == rootID },
 		Sites: func() []SiteView {
-			return []SiteView{{Name: "berlin", Stale: true, StaleFor: time.Minute, Missions: raw}, {Name: "munich", Connected: true}}
+			return []SiteView{{Name: "berlin", Connected: true, Status: berlinStatus}, {Name: "munich", Stale: true, StaleFor: time.Minute}}
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -445,21 +449,16 @@ func TestAggregate(t *testing.T) {
 	if _, err := st.StoreDesired(context.Background(), control.DesiredObject{Kind: Kind, Origin: rootID, Name: "m", Generation: 2, Spec: spec}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	var status control.SiteStatus
-	m.FillStatus(context.Background(), &status)
-	if len(status.ReceivedMissions) != 1 || len(status.ActiveMissions) != 0 {
-		t.Errorf("received %v active %v; want one received, none active (placed on berlin only)", status.ReceivedMissions, status.ActiveMissions)
+	states, err := m.States(context.Background(), "", "")
+	if err != nil || len(states) != 1 {
+		t.Fatalf("states = %+v, %v", states, err)
 	}
-	var rep Report
-	if err := json.Unmarshal(status.Missions, &rep); err != nil || len(rep.Missions) != 1 {
-		t.Fatalf("report = %s, %v", status.Missions, err)
-	}
-	got := rep.Missions[0]
+	got := states[0]
 	if got.Total.Nodes != 3 || got.Total.Applied != 2 || got.Placed {
 		t.Errorf("aggregate = %+v", got)
 	}
 	sites, nodes := Flatten(got)
-	want := []string{"berlin true 2", "munich false 0", "sub.berlin true 1"}
+	want := []string{"berlin false 2", "munich true 0", "sub.berlin true 1"}
 	var have []string
 	for _, s := range sites {
 		have = append(have, fmt.Sprintf("%s %v %d", s.Path, s.Stale, s.Own.Nodes))
@@ -473,5 +472,18 @@ func TestAggregate(t *testing.T) {
 	}
 	if fmt.Sprint(names) != "[n1.berlin n2.berlin n9.sub.berlin]" {
 		t.Errorf("node rows = %v", names)
+	}
+
+	var status control.SiteStatus
+	m.FillStatus(context.Background(), &status)
+	if len(status.ReceivedMissions) != 1 || len(status.ActiveMissions) != 0 {
+		t.Errorf("received %v active %v; want one received, none active (placed on berlin only)", status.ReceivedMissions, status.ActiveMissions)
+	}
+	var rep Report
+	if err := json.Unmarshal(status.Missions, &rep); err != nil || len(rep.Missions) != 1 {
+		t.Fatalf("report = %s, %v", status.Missions, err)
+	}
+	if r := rep.Missions[0]; r.Total.Nodes != 3 || len(r.Sites) != 0 {
+		t.Errorf("report = %+v: want the totals, and the sites' detail left to their nested statuses", r)
 	}
 }

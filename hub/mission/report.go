@@ -18,8 +18,9 @@ const (
 )
 
 // Report is the missions document of a site's status heartbeat
-// (SiteStatus.Missions): the state of every mission the site holds,
-// aggregated over its own nodes and its sub-sites.
+// (SiteStatus.Missions): the state of every mission the site holds, its
+// own nodes and its totals over its whole subtree. The sub-sites' detail
+// is in their statuses, nested in the same heartbeat (SiteStatus.Sites).
 type Report struct {
 	Missions []State `json:"missions"`
 }
@@ -136,10 +137,6 @@ func (m *Manager) States(ctx context.Context, origin, name string) ([]State, err
 		byMission[k] = append(byMission[k], r)
 	}
 	sites := m.cfg.Sites()
-	reports := make([]map[missionKey]*State, len(sites))
-	for i, s := range sites {
-		reports[i] = parseReport(s.Missions)
-	}
 	m.mu.Lock()
 	observed := make(map[missionKey]int64, len(m.observed))
 	for k, v := range m.observed {
@@ -167,11 +164,10 @@ func (m *Manager) States(ctx context.Context, origin, name string) ([]State, err
 			}
 		}
 		st.Total = st.Own
-		for i, s := range sites {
+		for _, s := range sites {
 			ss := SiteState{Name: s.Name, Connected: s.Connected, Stale: s.Stale, StaleFor: s.StaleFor, LastHeartbeat: s.LastHeartbeat}
-			if sub := reports[i][k]; sub != nil {
-				ss.Mission = sub
-				st.Total.add(sub.Total)
+			if ss.Mission = stateFrom(s.Status, k, 0); ss.Mission != nil {
+				st.Total.add(ss.Mission.Total)
 			}
 			st.Sites = append(st.Sites, ss)
 		}
@@ -204,6 +200,33 @@ func (c *Counts) count(r store.MissionNode, gen int64) {
 	case CheckFailed:
 		c.CheckFailed++
 	}
+}
+
+// stateFrom is mission k as a site's status reports it, with the sites
+// below it from the statuses nested in it (each hub reports only its own
+// nodes and its totals: the subtree's detail travels once, in the nested
+// statuses). nil when the site has not reported the mission.
+func stateFrom(st *control.SiteStatus, k missionKey, depth int) *State {
+	if st == nil || depth > control.MaxSiteDepth {
+		return nil
+	}
+	s := parseReport(st.Missions)[k]
+	if s == nil {
+		return nil
+	}
+	s.Sites = nil
+	for _, sub := range st.Sites {
+		ss := SiteState{Name: sub.Name, Connected: sub.Connected, LastHeartbeat: sub.LastHeartbeat}
+		if sub.Status != nil && sub.Status.Health == control.SiteStale {
+			ss.Stale = true
+			if !sub.LastHeartbeat.IsZero() && st.At.After(sub.LastHeartbeat) {
+				ss.StaleFor = st.At.Sub(sub.LastHeartbeat).Round(time.Second)
+			}
+		}
+		ss.Mission = stateFrom(sub.Status, k, depth+1)
+		s.Sites = append(s.Sites, ss)
+	}
+	return s
 }
 
 func parseReport(raw json.RawMessage) map[missionKey]*State {
@@ -240,6 +263,11 @@ func (m *Manager) FillStatus(ctx context.Context, st *control.SiteStatus) {
 		if s.Placed && len(st.ActiveMissions) < control.MaxRoles*4 {
 			st.ActiveMissions = append(st.ActiveMissions, id)
 		}
+	}
+	// The sites' detail goes up in their own nested statuses: the report
+	// carries this hub's nodes and the totals.
+	for i := range states {
+		states[i].Sites = nil
 	}
 	raw, err := json.Marshal(Report{Missions: states})
 	if err == nil && len(raw) > maxReportBytes {
