@@ -5,11 +5,15 @@ import (
 	"context"
 	"crypto/rand"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/roles"
+	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
 )
@@ -209,4 +213,71 @@ func TestServiceConnectStreams(t *testing.T) {
 	if rep.OK {
 		t.Fatal("a disconnected consumer still reaches the service")
 	}
+}
+
+// TestServicePolicy: exposing and connecting need the role permission
+// (the door's AuthorizeService), not just a role that reaches the nodes;
+// refusals are audited; a consumer's local port is not bound twice.
+func TestServicePolicy(t *testing.T) {
+	s, c := testHub(t)
+	ctx := context.Background()
+	joinNode(t, c, "a")
+	joinNode(t, c, "b")
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, pki.EncodeCerts(s.ca.Certificate()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	client := func(role string, services ...string) *api.Client {
+		if _, err := c.PutRole(ctx, role, api.RolePutRequest{Nodes: "*", Logins: []string{"root"}, Services: services}); err != nil {
+			t.Fatal(err)
+		}
+		tok, err := c.CreateAPIToken(ctx, api.APITokenCreateRequest{Role: role})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := api.NewTokenClient(hubAddr(t, s), caFile, tok.Token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cl.Close() })
+		return cl
+	}
+	plain, links, owner := client("plain"), client("links", roles.ServiceConnect), client("owner", roles.ServiceExpose)
+	if _, err := c.PutRole(ctx, "bad", api.RolePutRequest{Nodes: "*", Logins: []string{"root"}, Services: []string{"forward"}}); err == nil {
+		t.Fatal("a role with an unknown service permission was stored")
+	}
+
+	expose := api.ServiceExposeRequest{Name: "db", Target: "a", Port: 5432}
+	for name, cl := range map[string]*api.Client{"plain": plain, "links": links} {
+		if _, err := cl.ExposeService(ctx, expose); err == nil || !strings.Contains(err.Error(), "service permission") && !strings.Contains(err.Error(), "may not expose") {
+			t.Fatalf("%s exposed a service: %v", name, err)
+		}
+	}
+	if _, err := owner.ExposeService(ctx, expose); err != nil {
+		t.Fatalf("a role with expose: %v", err)
+	}
+	if _, err := owner.ExposeService(ctx, expose); err == nil {
+		t.Fatal("a second service of the same name was created")
+	}
+	bind := api.ServiceConnectRequest{Consumer: "b", LocalPort: 15432}
+	for name, cl := range map[string]*api.Client{"plain": plain, "owner": owner} {
+		if _, err := cl.ConnectService(ctx, "db", bind); err == nil {
+			t.Fatalf("%s bound a consumer without the connect permission", name)
+		}
+	}
+	if _, err := links.ConnectService(ctx, "db", bind); err != nil {
+		t.Fatalf("a role with connect: %v", err)
+	}
+	if _, err := owner.ExposeService(ctx, api.ServiceExposeRequest{Name: "cache", Target: "a", Port: 6379}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := links.ConnectService(ctx, "cache", bind); err == nil || !strings.Contains(err.Error(), "already listens on local port 15432") {
+		t.Fatalf("a consumer's local port bound twice: %v", err)
+	}
+	if list, err := plain.ListServices(ctx); err != nil || len(list) != 2 {
+		t.Fatalf("list as a role reaching both nodes: %+v %v", list, err)
+	}
+	waitAudit(t, c, "the refused expose", func(e api.AuditEvent) bool {
+		return e.Kind == "service_expose" && e.Result == "refused" && strings.Contains(e.Detail, "apitoken:")
+	})
 }
