@@ -64,32 +64,33 @@ func (s *sink) Close() {
 	s.wg.Wait()
 }
 
-// pushFor writes to c for d, half-closes, and returns the receiver's MB/s.
-func pushFor(c net.Conn, d time.Duration) (float64, error) {
+// pushFor writes to c for d, half-closes, and returns the receiver's MB/s
+// and the bytes it received.
+func pushFor(c net.Conn, d time.Duration) (float64, int64, error) {
 	defer c.Close()
 	buf := make([]byte, 128<<10)
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		if _, err := c.Write(buf); err != nil {
-			return 0, fmt.Errorf("push: %w", err)
+			return 0, 0, fmt.Errorf("push: %w", err)
 		}
 	}
 	cw, ok := c.(interface{ CloseWrite() error })
 	if !ok {
-		return 0, errors.New("push: connection cannot half-close")
+		return 0, 0, errors.New("push: connection cannot half-close")
 	}
 	if err := cw.CloseWrite(); err != nil {
-		return 0, fmt.Errorf("push: close write: %w", err)
+		return 0, 0, fmt.Errorf("push: close write: %w", err)
 	}
 	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
 	var out [16]byte
 	if _, err := io.ReadFull(c, out[:]); err != nil {
-		return 0, fmt.Errorf("push: read the receiver's count: %w", err)
+		return 0, 0, fmt.Errorf("push: read the receiver's count: %w", err)
 	}
 	n := int64(binary.BigEndian.Uint64(out[:8]))
 	took := time.Duration(binary.BigEndian.Uint64(out[8:]))
 	if took <= 0 {
-		return 0, errors.New("push: nothing arrived")
+		return 0, 0, errors.New("push: nothing arrived")
 	}
-	return mbps(n, took), nil
+	return mbps(n, took), n, nil
 }
