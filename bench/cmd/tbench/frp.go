@@ -147,6 +147,18 @@ localPort = %d
 		return nil, err
 	}
 	f.procs, f.frps = append(f.procs, p), p.Cmd.Process.Pid
+	// frpc retries a refused login only after a long backoff: start it once
+	// frps listens.
+	bindAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(bind))
+	if err := harness.WaitFor(ctx, 30*time.Second, "frps to listen", func() bool {
+		c, err := net.DialTimeout("tcp", bindAddr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}); err != nil {
+		return nil, err
+	}
 	if p, err = env.Start("frpc-"+m.name, frpc, "-c", clientCfg); err != nil {
 		return nil, err
 	}
