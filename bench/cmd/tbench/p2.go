@@ -177,10 +177,10 @@ func runP2(ctx context.Context, b *bench) error {
 		}
 		b.report.Add(p2Row("SSH direct-tcpip via tether bastion to the node's tcp service, "+pathName(path), path, v, ref, refName, osshV))
 		for _, fr := range p2FRPTargets(path) {
-			if ref, ok := frp[fr.mode]; ok {
+			if fv, ok := frp[fr.mode]; ok {
 				b.report.Add(harness.Row{ID: "P2", What: fmt.Sprintf("ssh -L via tether bastion, %s, vs %s", pathName(path), fr.what),
-					Value: mbs(v), Ref: mbs(ref) + " frp " + fr.mode, Ratio: harness.Ratio(v, ref),
-					Target: fmt.Sprintf("≥ %.1f× frp %s", fr.factor, fr.mode), Met: harness.YesNo(v >= fr.factor*ref)})
+					Value: mbs(v), Ref: mbs(fv) + " frp " + fr.mode, Ratio: harness.Ratio(v, fv),
+					Target: fmt.Sprintf("≥ %.1f× frp %s", fr.factor, fr.mode), Met: harness.YesNo(v >= fr.factor*fv)})
 			}
 		}
 		b.report.Add(cpuRow("P2", fmt.Sprintf("ssh -L relay CPU per GiB: the tether hub, %s agent", pathName(path)), cpu.perGiB(path), cpu.perGiB("openssh")))
@@ -200,21 +200,20 @@ func runP2(ctx context.Context, b *bench) error {
 	return nil
 }
 
-// p2FRPTargets are issue 18's throughput targets of a tether path against
-// the frp references: TCP agents ≥ 1.5× stcp and ≥ 1.0× tcp, QUIC agents
-// ≥ 1.0× frp over QUIC.
-func p2FRPTargets(path string) []struct {
+// frpTarget is one of issue 18's throughput targets of a tether path
+// against an frp reference.
+type frpTarget struct {
 	mode, what string
 	factor     float64
-} {
-	type t = struct {
-		mode, what string
-		factor     float64
-	}
+}
+
+// p2FRPTargets: TCP agents ≥ 1.5× frp stcp and ≥ 1.0× frp tcp, QUIC agents
+// ≥ 1.0× frp over QUIC.
+func p2FRPTargets(path string) []frpTarget {
 	if path == "quic" {
-		return []t{{"quic", "frp tcp over QUIC", 1.0}}
+		return []frpTarget{{"quic", "frp tcp over QUIC", 1.0}}
 	}
-	return []t{{"stcp", "frp stcp (both legs encrypted)", 1.5}, {"tcp", "frp tcp (plaintext public side)", 1.0}}
+	return []frpTarget{{"stcp", "frp stcp (both legs encrypted)", 1.5}, {"tcp", "frp tcp (plaintext public side)", 1.0}}
 }
 
 func p2Row(what, transport string, v, ref float64, refName string, ossh float64) harness.Row {

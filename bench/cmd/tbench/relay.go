@@ -214,7 +214,9 @@ func cpuPerGiB(cpu time.Duration, bytes int64) float64 {
 
 // relayCPU accumulates, per path, the relay process's CPU and the bytes
 // it moved.
-type relayCPU map[string]*struct {
+type relayCPU map[string]*cpuTally
+
+type cpuTally struct {
 	cpu   time.Duration
 	bytes int64
 }
@@ -222,10 +224,7 @@ type relayCPU map[string]*struct {
 func (r relayCPU) add(path string, cpu time.Duration, bytes int64) {
 	e := r[path]
 	if e == nil {
-		e = &struct {
-			cpu   time.Duration
-			bytes int64
-		}{}
+		e = &cpuTally{}
 		r[path] = e
 	}
 	e.cpu += cpu
