@@ -33,6 +33,9 @@ type JoinOptions struct {
 	StateDir   string
 	Name       string // default: DefaultName()
 	Timeout    time.Duration
+	// Kind is control.JoinSite when a site hub joins its parent; "" for a
+	// node.
+	Kind string
 }
 
 // Join exchanges a join string for a node identity and stores it in the
@@ -78,7 +81,7 @@ func Enroll(ctx context.Context, o JoinOptions) (*Identity, error) {
 	if err != nil {
 		return nil, err
 	}
-	body, _ := json.Marshal(control.JoinRequest{Token: js.Token, Name: o.Name, CSR: csr, Facts: GatherFacts(), AgentVersion: Version})
+	body, _ := json.Marshal(control.JoinRequest{Token: js.Token, Name: o.Name, CSR: csr, Facts: GatherFacts(), AgentVersion: Version, Kind: o.Kind})
 
 	// A busy hub (429 or 503 with Retry-After, e.g. a whole site behind one
 	// address joining at once) is asked again after the time it names, with

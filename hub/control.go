@@ -84,6 +84,13 @@ func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunn
 				_ = conn.Send(&control.Message{Type: control.TypeNotice, Notice: "certificate renewal refused: " + err.Error()})
 			}
 		default:
+			if handled, err := s.children.Dispatch(ctx, conn, msg); handled {
+				if err != nil {
+					log.Warn("site broke the site protocol; closing its session", "err", err)
+					return
+				}
+				continue
+			}
 			log.Warn("unexpected control message from agent; closing session", "type", msg.Type)
 			s.auditSession(conn.Session, conn.Name, fmt.Sprintf("control stream closed: unexpected %s message from the agent", msg.Type))
 			return

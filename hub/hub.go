@@ -46,6 +46,7 @@ import (
 	"github.com/tether-dev/tether/hub/notify"
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/replica"
+	"github.com/tether-dev/tether/hub/site"
 	"github.com/tether-dev/tether/hub/stepca"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/hub/upgrade"
@@ -123,7 +124,10 @@ type Config struct {
 	// its role as leader moves within 4/3 of it, and its jobs are marked
 	// interrupted within 7/3 of it.
 	LeaderTTL time.Duration
-	Logger    *slog.Logger
+	// Site makes this hub a site of a parent hub (sites.go); the zero
+	// value is a hub without a parent.
+	Site   SiteConfig
+	Logger *slog.Logger
 }
 
 // CheckAndSetDefaults validates c and fills defaults.
@@ -234,6 +238,8 @@ type Server struct {
 	feed       *notify.Feed        // changes to and from the other replicas; set in Run (singletons.go)
 	nudger     notify.Nudger       // wakes this replica's feed at once; nil on SQLite
 	repl       *replication        // leases, feed and leadership; set in Run
+	children   *site.Children      // the sites below this hub (sites.go); set in New
+	uplink     *site.Uplink        // this hub's session with its parent; nil without one (sites.go)
 }
 
 // New opens the hub's state (creating it the first time).
@@ -319,6 +325,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	if err := s.startAdmins(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.setupSites(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -183,6 +183,7 @@ func (s *Server) Run(ctx context.Context) error {
 			Operators:     operatorService{s},
 			Ready:         s.readiness(&serving),
 			Replicas:      replicaService{s},
+			Sites:         sitesAPI{s},
 		})),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -210,6 +211,7 @@ func (s *Server) Run(ctx context.Context) error {
 		defer stopPeers()
 	}
 
+	defer s.startUplink(ctx)() // a site hub: its session with its parent (sites.go)
 	serving.Store(true)
 	s.log.Info("hub listening", "tunnel_and_api", ln.Addr().String(), "ssh", sshAddr.String(),
 		"advertise", advertise, "ca_pin", "sha256:"+s.ca.Pin(), "version", Version)

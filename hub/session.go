@@ -109,12 +109,28 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 		registry.CloseAfterGrace(sess)
 		return
 	}
+	siteWelcome, err := s.admitSite(ctx, node, msg.Hello)
+	if err != nil {
+		log.Warn("session refused: site admission", "err", err)
+		s.auditSession(sess, node.Name, err.Error())
+		_ = control.Write(ctrl, &control.Message{Type: control.TypeNotice, Fatal: true, Notice: err.Error()})
+		registry.CloseAfterGrace(sess)
+		return
+	}
 	// Stored before the node shows online, so a listing that shows it
 	// online shows what it reported.
 	s.storeReportedLabels(ctx, log, node, msg.Hello.Labels)
 	s.storeFacts(ctx, log, node, msg.Hello.Facts)
 	conn := registry.NewConn(node.ID, node.Name, sess, ctrl)
-	if err := conn.Send(&control.Message{Type: control.TypeWelcome, Welcome: s.welcome(node.ID, node.Name)}); err != nil {
+	welcome := s.welcome(node.ID, node.Name)
+	if siteWelcome != nil {
+		welcome.Site = siteWelcome
+		welcome.Capabilities = append(welcome.Capabilities, control.HubCapSites)
+		if s.children.ServesStreams() {
+			welcome.Capabilities = append(welcome.Capabilities, control.HubCapSiteStreams)
+		}
+	}
+	if err := conn.Send(&control.Message{Type: control.TypeWelcome, Welcome: welcome}); err != nil {
 		log.Info("session ended during welcome", "err", err)
 		return
 	}
@@ -164,8 +180,12 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	}
 	log.Info("node connected", "agent_version", msg.Hello.AgentVersion)
 
-	// The agent must never open streams to the hub: refuse any it tries.
-	go s.refuseAgentStreams(sess, node.Name, log)
+	if siteWelcome != nil {
+		defer s.siteConnected(ctx, conn, msg.Hello, siteWelcome)()
+	} else {
+		// The agent must never open streams to the hub: refuse any it tries.
+		go s.refuseAgentStreams(sess, node.Name, log)
+	}
 	stopRenewal := func() {}
 	if hostKey != nil {
 		stopRenewal = s.renewHostCert(conn, log)

@@ -17,6 +17,7 @@ func newHubCmd() *cobra.Command {
 	tc := tunnel.DefaultConfig()
 	var caMode string
 	var step stepca.Config
+	var parentTransport string
 	cmd := &cobra.Command{
 		Use:   "hub",
 		Short: "Run the hub: tunnel endpoint, SSH bastion and API",
@@ -29,11 +30,21 @@ Operators jump through the SSH bastion on --ssh-listen.
 The data dir holds the CA (ca/), the database (tether.db, unless --store names
 a PostgreSQL database), the SSH host key,
 and a local admin identity (admin/) that other tether commands on this machine
-use with --data-dir. Keep it private (it is created 0700).`,
+use with --data-dir. Keep it private (it is created 0700).
+
+Site hubs: with --parent JOIN_STRING (from 'tether site token create' on the
+parent hub) and --site NAME, this hub also joins the parent as site NAME: it
+keeps one tunnel up to the parent (the agent's transports, backoff and
+certificate renewal), reports its status every --site-status-interval and its
+nodes, and keeps serving its own nodes and operators when the parent is
+unreachable. The identity at the parent is kept in DATA_DIR/parent, so a
+restart needs no token (the spent join string may stay on the command line).
+Every hub takes sites below it: 'tether sites' lists them.`,
 		Example: `  tether hub --data-dir ./hub --listen 127.0.0.1:7443 --ssh-listen 127.0.0.1:2222
   tether hub --data-dir /var/lib/tether --listen :7443 --advertise hub.example.com:7443
   tether hub --data-dir /var/lib/tether --store 'postgres://tether@db.example.com/tether?sslmode=verify-full' \
-      --peer-listen :7444 --advertise hub.example.com:7443`,
+      --peer-listen :7444 --advertise hub.example.com:7443
+  tether hub --data-dir /var/lib/tether --parent "$SITE_JOIN" --site berlin    # a site hub below a parent`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger()
@@ -42,6 +53,9 @@ use with --data-dir. Keep it private (it is created 0700).`,
 			}
 			cfg.Logger = log
 			cfg.Tunnel = tc
+			if cfg.Site.Transport, err = tunnel.ParseTransport(parentTransport); err != nil {
+				return fmt.Errorf("--parent-transport: %w", err)
+			}
 			switch caMode {
 			case "own":
 			case "step-ca":
@@ -84,6 +98,10 @@ use with --data-dir. Keep it private (it is created 0700).`,
 	f.StringVar(&cfg.PeerAdvertise, "peer-advertise", "", "with --peer-listen: HOST:PORT other replicas dial (default: the --peer-listen address, or this host's name if it is a wildcard)")
 	f.StringVar(&cfg.ReplicaID, "replica-id", "", "this hub's replica ID, a DNS label (default: the one kept in DATA_DIR/replica-id, made on the first start)")
 	f.DurationVar(&cfg.LeaseTTL, "replica-lease", 15*time.Second, "with --peer-listen: a replica that stops heartbeating (every third of this) stops counting as the holder of its nodes' tunnels after this long")
+	f.StringVar(&cfg.Site.ParentJoin, "parent", "", "site join string of the parent hub (from 'tether site token create' there): join it as a site, with --site; needed only until DATA_DIR/parent holds the identity")
+	f.StringVar(&cfg.Site.Name, "site", "", "this hub's site name at its --parent (a DNS label: nodes below it are NAME.SITE there)")
+	f.DurationVar(&cfg.Site.StatusInterval, "site-status-interval", 10*time.Second, "how often a site hub reports its status to its parent; this hub shows its own sites stale after 3 times this without a report")
+	f.StringVar(&parentTransport, "parent-transport", "auto", "how the uplink to --parent dials: auto (QUIC raced against TCP), quic or tcp")
 	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
 	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead")
 	return cmd

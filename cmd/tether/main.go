@@ -75,6 +75,7 @@ Run right after 'tether hub &', they wait for the hub to start (--wait).`,
 		newOnboardingCmd(), newOSProfileCmd(), newOnboardCmd(), newUpgradeCmd())
 	root.AddCommand(newArtifactCmd())
 	root.AddCommand(newReplicasCmd())
+	root.AddCommand(newSiteCmd(), newSitesCmd())
 	root.AddCommand(newUICmd())
 	return root
 }

@@ -43,7 +43,7 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
-	if err := h.authenticateJoin(r.Context(), tokenID, secret); err != nil {
+	if err := h.authenticateJoin(r.Context(), tokenID, secret, req.Kind); err != nil {
 		result = joinResultOf(err)
 		h.refuseJoin(w, r, req.Name, tokenID, err)
 		return
@@ -72,7 +72,7 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) {
 		if !pki.SecretMatches(t.SecretHash, secret) {
 			return store.ErrTokenUnknown
 		}
-		return nil
+		return tokenKindMatches(t, req.Kind)
 	}, n)
 	switch {
 	case errors.Is(err, store.ErrTokenUnknown), errors.Is(err, store.ErrTokenExpired), errors.Is(err, store.ErrTokenUsedUp):
@@ -81,6 +81,10 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, store.ErrNameTaken):
 		result = "conflict"
+		if req.Kind == control.JoinSite {
+			h.writeErr(w, r, fail(ErrConflict, "join refused: name %q is taken at the parent hub (nodes and sites share one namespace there); choose another --site, or remove the old one there with `tether nodes rm %s`", req.Name, req.Name))
+			return
+		}
 		h.writeErr(w, r, fail(ErrConflict, "join refused: node name %q is already registered; choose another --name, or remove the old node with `tether nodes rm %s`", req.Name, req.Name))
 		return
 	case err != nil:
@@ -134,7 +138,7 @@ var unknownTokenHash = pki.HashSecret("tether: no such join token")
 
 // authenticateJoin checks the join token's secret (constant time), then
 // its expiry and uses. It consumes nothing.
-func (h *handler) authenticateJoin(ctx context.Context, id, secret string) error {
+func (h *handler) authenticateJoin(ctx context.Context, id, secret, kind string) error {
 	t, err := h.Store.GetToken(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -152,6 +156,26 @@ func (h *handler) authenticateJoin(ctx context.Context, id, secret string) error
 	if t.UsesLeft <= 0 {
 		return store.ErrTokenUsedUp
 	}
+	return tokenKindMatches(t, kind)
+}
+
+// tokenKindError: a node token used by a site hub, or a site token by a
+// node. It is a refusal (403) that says which token is needed.
+type tokenKindError struct{ msg string }
+
+func (e *tokenKindError) Error() string        { return e.msg }
+func (e *tokenKindError) Is(target error) bool { return target == ErrJoinRefused }
+
+// tokenKindMatches refuses a node token for a site hub and a site token
+// for a node: a site's certificate is trusted for a whole subtree of
+// names, so only a token made for that may buy one.
+func tokenKindMatches(t store.Token, kind string) error {
+	switch {
+	case t.IsSite() && kind != control.JoinSite:
+		return &tokenKindError{"this is a site token; it registers only site hubs (`tether hub --parent JOIN --site NAME`); a node joins with a node token (`tether token create`)"}
+	case !t.IsSite() && kind == control.JoinSite:
+		return &tokenKindError{"this is a node token; a site hub joins with a site token (`tether site token create` on the parent)"}
+	}
 	return nil
 }
 
@@ -164,8 +188,12 @@ func (h *handler) refuseJoin(w http.ResponseWriter, r *http.Request, name, token
 	}
 	h.audit(store.AuditEvent{Kind: "join", Node: name, Remote: r.RemoteAddr, Result: "refused", Detail: "token " + tokenID + ": " + err.Error()})
 	h.Logger.Info("join refused", "token_id", tokenID, "name", name, "remote", r.RemoteAddr, "reason", err)
-	h.writeErr(w, r, &failure{kind: ErrJoinRefused, cause: err,
-		msg: "join refused: " + err.Error() + "; ask an admin for a new join string (`tether token create`)"})
+	msg := "join refused: " + err.Error() + "; ask an admin for a new join string (`tether token create`)"
+	var kind *tokenKindError
+	if errors.As(err, &kind) {
+		msg = "join refused: " + kind.msg // says which token to ask for
+	}
+	h.writeErr(w, r, &failure{kind: ErrJoinRefused, cause: err, msg: msg})
 }
 
 // joinResultOf is the tether_joins_total result label for a failed join.

@@ -83,6 +83,8 @@ type Deps struct {
 	// Replicas knows the hub replicas sharing the store (replicas.go);
 	// nil on a hub that runs alone.
 	Replicas Replicas
+	// Sites lists the site hubs below this hub (sites.go); nil lists none.
+	Sites Sites
 }
 
 type handler struct{ Deps }
@@ -163,6 +165,7 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("POST /v1/login", h.login)
 	mux.HandleFunc("GET /v1/ssh/trust", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.SSHTrust) })
 	mux.HandleFunc("GET /v1/nodes", h.lister(h.listNodes))
+	mux.HandleFunc("GET /v1/sites", h.lister(h.listSites))
 	mux.HandleFunc("POST /v1/nodes/labels", h.admin(h.labelNodes))
 	mux.HandleFunc("DELETE /v1/nodes/{name}", h.admin(h.removeNode))
 	mux.HandleFunc("POST /v1/nodes/{name}/revoke", h.admin(h.revokeNode))
@@ -311,6 +314,14 @@ func (h *handler) createToken(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, fail(ErrInvalid, "%s", err.Error()))
 		return
 	}
+	switch req.Kind {
+	case "", store.TokenNode:
+		req.Kind = store.TokenNode
+	case store.TokenSite:
+	default:
+		h.writeErr(w, r, fail(ErrInvalid, "token kind %.32q: want %q or %q", req.Kind, store.TokenNode, store.TokenSite))
+		return
+	}
 	if len(h.Advertise) == 0 {
 		h.writeErr(w, r, fail(errInternal, "hub has no advertised address; start it with --advertise HOST:PORT"))
 		return
@@ -321,15 +332,15 @@ func (h *handler) createToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now()
-	t := store.Token{ID: id, SecretHash: pki.HashSecret(secret), Labels: req.Labels, UsesLeft: req.Uses, ExpiresAt: now.Add(ttl), CreatedAt: now}
+	t := store.Token{ID: id, SecretHash: pki.HashSecret(secret), Labels: req.Labels, UsesLeft: req.Uses, ExpiresAt: now.Add(ttl), CreatedAt: now, Kind: req.Kind}
 	if err := h.Store.CreateToken(r.Context(), t); err != nil {
 		h.writeErr(w, r, internal("store the join token", err))
 		return
 	}
 	js := pki.JoinString{Addrs: h.Advertise, Token: id + "." + secret, CAPin: h.CA.Pin()}
 	h.audit(store.AuditEvent{Kind: "token_create", Remote: r.RemoteAddr, Result: "ok",
-		Detail: fmt.Sprintf("token %s: %d use(s) until %s, labels %s", id, req.Uses, t.ExpiresAt.UTC().Format(time.RFC3339), FormatLabels(req.Labels))})
-	h.Logger.Info("join token created", "token_id", id, "uses", req.Uses, "expires", t.ExpiresAt)
+		Detail: fmt.Sprintf("%s token %s: %d use(s) until %s, labels %s", req.Kind, id, req.Uses, t.ExpiresAt.UTC().Format(time.RFC3339), FormatLabels(req.Labels))})
+	h.Logger.Info("join token created", "token_id", id, "kind", req.Kind, "uses", req.Uses, "expires", t.ExpiresAt)
 	writeJSON(w, http.StatusCreated, TokenCreateResponse{ID: id, JoinString: js.String(), ExpiresAt: t.ExpiresAt})
 }
 

@@ -14,6 +14,9 @@ type TokenCreateRequest struct {
 	TTLSeconds int64             `json:"ttl_seconds"`
 	Uses       int               `json:"uses"`
 	Labels     map[string]string `json:"labels,omitempty"`
+	// Kind is "node" (default) or "site": a site token registers only
+	// site hubs (tether hub --parent), a node token only nodes.
+	Kind string `json:"kind,omitempty"`
 }
 
 // TokenCreateResponse answers POST /v1/tokens.

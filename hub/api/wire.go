@@ -54,10 +54,11 @@ type Token struct {
 	UsesLeft  int               `json:"uses_left"`
 	ExpiresAt time.Time         `json:"expires_at"`
 	CreatedAt time.Time         `json:"created_at"`
+	Kind      string            `json:"kind"` // node or site
 }
 
 func tokenFrom(t store.Token) Token {
-	return Token{ID: t.ID, Labels: maps.Clone(t.Labels), UsesLeft: t.UsesLeft, ExpiresAt: t.ExpiresAt, CreatedAt: t.CreatedAt}
+	return Token{ID: t.ID, Labels: maps.Clone(t.Labels), UsesLeft: t.UsesLeft, ExpiresAt: t.ExpiresAt, CreatedAt: t.CreatedAt, Kind: t.Kind}
 }
 
 // Operator is an operator as the API shows it.

@@ -102,6 +102,9 @@ var migrations = []string{
 	// v16: hub replicas: leases (singleton leadership with its fencing
 	// epoch, replica liveness), the change feed, each job's owner replica.
 	migrationSingletons,
+	// v17: site hubs below this hub: what a join token registers (node or
+	// site), the sites (each also a row in nodes), their inventories.
+	migrationSites,
 }
 
 // migrationConsole adds the web console's sign-in codes and sessions. Both
@@ -318,3 +321,34 @@ const migrationSingletons = `CREATE TABLE leases (
 		at INTEGER NOT NULL
 	);
 	ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';`
+
+// migrationSites adds site hubs: a token's kind (a node token cannot
+// register a site, nor a site token a node), one row per site below this
+// hub (its node row is its certificate's identity), and each site's node
+// inventory, named relative to the site and never a row of nodes.
+const migrationSites = `ALTER TABLE tokens ADD COLUMN kind TEXT NOT NULL DEFAULT 'node';
+	CREATE TABLE sites (
+		node_id TEXT PRIMARY KEY REFERENCES nodes (id) ON DELETE CASCADE,
+		name TEXT NOT NULL UNIQUE,
+		hub_id TEXT NOT NULL DEFAULT '',
+		path TEXT NOT NULL DEFAULT '',
+		host_cas TEXT NOT NULL DEFAULT '[]',
+		subtree TEXT NOT NULL DEFAULT '[]',
+		status TEXT NOT NULL DEFAULT '',
+		status_seq INTEGER NOT NULL DEFAULT 0,
+		status_at INTEGER NOT NULL DEFAULT 0,
+		disconnected_at INTEGER NOT NULL DEFAULT 0,
+		joined_at INTEGER NOT NULL
+	);
+	CREATE TABLE site_nodes (
+		site_id TEXT NOT NULL REFERENCES sites (node_id) ON DELETE CASCADE,
+		site TEXT NOT NULL,
+		name TEXT NOT NULL,
+		id TEXT NOT NULL DEFAULT '',
+		labels TEXT NOT NULL DEFAULT '{}',
+		online INTEGER NOT NULL DEFAULT 0,
+		last_seen INTEGER NOT NULL DEFAULT 0,
+		transport TEXT NOT NULL DEFAULT '',
+		revoked INTEGER NOT NULL DEFAULT 0,
+		PRIMARY KEY (site_id, name)
+	);`

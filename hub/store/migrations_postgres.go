@@ -107,6 +107,8 @@ var pgMigrations = []string{
 		at BIGINT NOT NULL
 	);
 	ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';`,
+	// v17: site hubs (as migrationSites).
+	pgTypes(migrationSites),
 }
 
 var (

@@ -60,7 +60,7 @@ func (s *SQLite) Join(ctx context.Context, tokenID string, check func(Token) err
 	defer tx.Rollback()
 	// The token's row stays locked until commit (PostgreSQL): two replicas
 	// joining on a token's last use cannot both spend it.
-	t, err := scanToken(tx.QueryRowContext(ctx, `SELECT id, secret_hash, labels, uses_left, expires_at, created_at FROM tokens WHERE id = ?`+s.d.forUpdate, tokenID))
+	t, err := scanToken(tx.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE id = ?`+s.d.forUpdate, tokenID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Node{}, ErrTokenUnknown
 	}
@@ -93,6 +93,13 @@ func (s *SQLite) Join(ctx context.Context, tokenID string, check func(Token) err
 	}
 	if err := insertNode(ctx, tx, n); err != nil {
 		return Node{}, err
+	}
+	if t.IsSite() {
+		// In the same transaction: a site's certificate is recognized by
+		// this row, so no site exists without it, nor it without the node.
+		if err := insertSiteTx(ctx, tx, n); err != nil {
+			return Node{}, err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return Node{}, fmt.Errorf("store: join: commit: %w", err)

@@ -44,7 +44,8 @@ type Store interface {
 
 	// Join atomically checks and consumes one use of token id (check compares
 	// the secret and is called inside the transaction), and creates node with
-	// the token's labels merged in. The node's name must be free.
+	// the token's labels merged in. The node's name must be free. A site
+	// token (Token.IsSite) also creates the site's row in sites.
 	Join(ctx context.Context, tokenID string, check func(Token) error, n Node) (Node, error)
 
 	GetNode(ctx context.Context, id string) (Node, error)
@@ -102,6 +103,7 @@ type Store interface {
 	ReplicaStore
 	LeaseStore
 	ChangeStore
+	SiteStore
 
 	Close() error
 }

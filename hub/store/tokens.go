@@ -16,12 +16,17 @@ type Token struct {
 	UsesLeft   int               `json:"uses_left"`
 	ExpiresAt  time.Time         `json:"expires_at"`
 	CreatedAt  time.Time         `json:"created_at"`
+	// Kind is what the token registers: TokenNode ("" too) or TokenSite.
+	Kind string `json:"kind"`
 }
+
+// IsSite reports whether the token registers site hubs.
+func (t Token) IsSite() bool { return t.Kind == TokenSite }
 
 // CreateToken implements Store.
 func (s *SQLite) CreateToken(ctx context.Context, t Token) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO tokens (id, secret_hash, labels, uses_left, expires_at, created_at) VALUES (?,?,?,?,?,?)`,
-		t.ID, t.SecretHash, encodeLabels(t.Labels), t.UsesLeft, unix(t.ExpiresAt), unix(t.CreatedAt))
+	_, err := s.db.ExecContext(ctx, `INSERT INTO tokens (id, secret_hash, labels, uses_left, expires_at, created_at, kind) VALUES (?,?,?,?,?,?,?)`,
+		t.ID, t.SecretHash, encodeLabels(t.Labels), t.UsesLeft, unix(t.ExpiresAt), unix(t.CreatedAt), tokenKind(t.Kind))
 	if err != nil {
 		return fmt.Errorf("store: create token %s: %w", t.ID, err)
 	}
@@ -30,7 +35,7 @@ func (s *SQLite) CreateToken(ctx context.Context, t Token) error {
 
 // ListTokens implements Store.
 func (s *SQLite) ListTokens(ctx context.Context) ([]Token, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, secret_hash, labels, uses_left, expires_at, created_at FROM tokens ORDER BY created_at`)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+tokenColumns+` FROM tokens ORDER BY created_at`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list tokens: %w", err)
 	}
@@ -46,11 +51,20 @@ func (s *SQLite) ListTokens(ctx context.Context) ([]Token, error) {
 	return out, rows.Err()
 }
 
+const tokenColumns = `id, secret_hash, labels, uses_left, expires_at, created_at, kind`
+
+func tokenKind(k string) string {
+	if k == "" {
+		return TokenNode
+	}
+	return k
+}
+
 func scanToken(r scanner) (Token, error) {
 	var t Token
 	var labels string
 	var exp, created int64
-	if err := r.Scan(&t.ID, &t.SecretHash, &labels, &t.UsesLeft, &exp, &created); err != nil {
+	if err := r.Scan(&t.ID, &t.SecretHash, &labels, &t.UsesLeft, &exp, &created, &t.Kind); err != nil {
 		return Token{}, err
 	}
 	var err error
@@ -75,7 +89,7 @@ func (s *SQLite) DeleteToken(ctx context.Context, id string) error {
 
 // GetToken implements Store.
 func (s *SQLite) GetToken(ctx context.Context, id string) (Token, error) {
-	t, err := scanToken(s.db.QueryRowContext(ctx, `SELECT id, secret_hash, labels, uses_left, expires_at, created_at FROM tokens WHERE id = ?`, id))
+	t, err := scanToken(s.db.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Token{}, fmt.Errorf("store: token %s: %w", id, ErrNotFound)
 	}

@@ -16,7 +16,17 @@ type JoinRequest struct {
 	Facts Facts  `json:"facts"`
 	// AgentVersion is informational.
 	AgentVersion string `json:"agent_version"`
+	// Kind is what joins: JoinNode ("" too) or JoinSite (a site hub). The
+	// token must be of the same kind: a node token cannot register a site,
+	// nor a site token a node.
+	Kind string `json:"kind,omitempty"`
 }
+
+// Join kinds.
+const (
+	JoinNode = "node"
+	JoinSite = "site"
+)
 
 // JoinResponse carries the node's new identity.
 type JoinResponse struct {
@@ -48,6 +58,9 @@ func (r *JoinRequest) Validate() error {
 		if err := checkString(field, v, maxShort); err != nil {
 			return fmt.Errorf("join: %w", err)
 		}
+	}
+	if r.Kind != "" && r.Kind != JoinNode && r.Kind != JoinSite {
+		return fmt.Errorf("join: kind %.32q (want %q or %q)", r.Kind, JoinNode, JoinSite)
 	}
 	if err := r.Facts.Validate(); err != nil {
 		return fmt.Errorf("join: %w", err)
