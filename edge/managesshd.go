@@ -74,11 +74,11 @@ func principalsCommandUser() string {
 // that allow every login on this node ("*", as the built-in role "all"):
 // sshd accepts them for every account it lets log in, so such a role
 // reaches the same accounts as on the embedded server.
-func (m *SSHDManager) apply(cert *gossh.Certificate, userCAs, revoked []gossh.PublicKey, principals map[string][]string, anyLogin []string, log *slog.Logger) error {
+func (m *SSHDManager) apply(cert *gossh.Certificate, userCAs, revoked []gossh.PublicKey, principals map[string][]string, anyLogin []string, scoped []sshdconf.ScopedCA, log *slog.Logger) error {
 	if len(userCAs) == 0 {
 		return errors.New("hub sent no user CA")
 	}
-	changed, err := sshdconf.Apply(m.Paths, sshdconf.Files{HostCert: cert, UserCAs: userCAs, RevokedKeys: revoked, Principals: nonNil(principals), AnyLogin: anyLogin})
+	changed, err := sshdconf.Apply(m.Paths, sshdconf.Files{HostCert: cert, UserCAs: userCAs, RevokedKeys: revoked, Principals: nonNil(principals), AnyLogin: anyLogin, ScopedCAs: scoped})
 	if errors.Is(err, sshdconf.ErrSkipped) {
 		// Everything else, revocations above all, was written: reload.
 		log.Error("some logins accept no certificate on this node", "err", err)

@@ -12,6 +12,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/tether-dev/tether/edge/sshdconf"
 	"github.com/tether-dev/tether/edge/sshserver"
 	"github.com/tether-dev/tether/tunnel/control"
 )
@@ -65,6 +66,7 @@ func (a *Agent) applySSHTrust(t *control.SSHTrust, log *slog.Logger) {
 		// Always role-scoped: an empty map means no certificate logs in.
 		a.sshd.SetCertPrincipals(nonNil(t.Principals), t.AnyLogin)
 		a.sshd.SetNoForwardingPrincipals(t.NoForwarding)
+		a.sshd.SetScopedUserCAs(scopedCAs(t.ScopedUserCAs, log))
 		if cert != nil {
 			if err := a.sshd.AddHostCertificate(cert); err != nil {
 				log.Warn("host certificate from hub not usable", "err", err)
@@ -76,7 +78,7 @@ func (a *Agent) applySSHTrust(t *control.SSHTrust, log *slog.Logger) {
 		return
 	}
 	if a.cfg.ManageSSHD != nil {
-		if err := a.cfg.ManageSSHD.apply(cert, cas, parseKeys(t.RevokedKeys, log), t.Principals, t.AnyLogin, log); err != nil {
+		if err := a.cfg.ManageSSHD.apply(cert, cas, parseKeys(t.RevokedKeys, log), t.Principals, t.AnyLogin, sshdScopedCAs(scopedCAs(t.ScopedUserCAs, log)), log); err != nil {
 			log.Error("configure local sshd", "err", err)
 		}
 		return
@@ -84,6 +86,30 @@ func (a *Agent) applySSHTrust(t *control.SSHTrust, log *slog.Logger) {
 	if cert != nil {
 		log.Info("received an SSH host certificate for the local sshd; run with --manage-sshd to install it")
 	}
+}
+
+// scopedCAs are the user CAs of hubs above this node's site hub, each with
+// the principals its roles grant here. A CA none of whose keys parse is
+// dropped: it grants nothing.
+func scopedCAs(in []control.ScopedUserCA, log *slog.Logger) []sshserver.ScopedCA {
+	out := make([]sshserver.ScopedCA, 0, len(in))
+	for _, c := range in {
+		keys := parseKeys(c.Keys, log)
+		if len(keys) == 0 {
+			continue
+		}
+		out = append(out, sshserver.ScopedCA{Keys: keys, PerLogin: nonNil(c.Principals), AnyLogin: c.AnyLogin, NoForwarding: c.NoForwarding})
+	}
+	return out
+}
+
+// sshdScopedCAs are scoped CAs as the managed sshd's files take them.
+func sshdScopedCAs(in []sshserver.ScopedCA) []sshdconf.ScopedCA {
+	out := make([]sshdconf.ScopedCA, 0, len(in))
+	for _, c := range in {
+		out = append(out, sshdconf.ScopedCA{Keys: c.Keys, Principals: c.PerLogin, AnyLogin: c.AnyLogin, NoForwarding: c.NoForwarding})
+	}
+	return out
 }
 
 func parseKeys(lines []string, log *slog.Logger) []gossh.PublicKey {

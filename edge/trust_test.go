@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/internal/testenv"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // The key lines of every hub version read right: a hub that predates
@@ -37,5 +39,24 @@ func TestParseAuthorizedKey(t *testing.T) {
 	}
 	if _, err := parseAuthorizedKey("not a key"); err == nil {
 		t.Fatal("garbage parsed")
+	}
+}
+
+// TestScopedCAs: an ancestor hub's CA none of whose keys parse grants
+// nothing; a readable one keeps its principals, and a nil map still means
+// "no login" (never the server's default of principal = login).
+func TestScopedCAs(t *testing.T) {
+	key := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(testenv.NewKey(t).Pub())))
+	log := slog.New(slog.DiscardHandler)
+	got := scopedCAs([]control.ScopedUserCA{
+		{Keys: []string{"garbage"}, Principals: map[string][]string{"root": {"p"}}},
+		{Keys: []string{key}, Principals: map[string][]string{"root": {"tether:pos:root"}}, NoForwarding: []string{"tether:pos:root"}},
+		{Keys: []string{key}},
+	}, log)
+	if len(got) != 2 || !slices.Equal(got[0].PerLogin["root"], []string{"tether:pos:root"}) || got[1].PerLogin == nil {
+		t.Fatalf("scoped CAs %+v", got)
+	}
+	if s := sshdScopedCAs(got); len(s) != 2 || !slices.Equal(s[0].NoForwarding, []string{"tether:pos:root"}) {
+		t.Fatalf("for sshd: %+v", s)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/provisioners/runner"
 	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // The web console's hold on the hub (hub/ui): who asks for a sign-in code,
@@ -150,10 +151,11 @@ func (c consoleHub) OpenTerminal(ctx context.Context, req ui.TerminalRequest) (u
 	}
 	rn, err := runner.New(runner.Config{
 		Dial: func(ctx context.Context, name string) (net.Conn, error) {
-			return route.Dial(ctx, tunnel.Header{Service: tunnel.ServiceSSH})
+			return route.Dial(access.WithHop(ctx, access.Hop{Purpose: control.PurposeConsole, Operator: req.Caller.Operator}), tunnel.Header{Service: tunnel.ServiceSSH})
 		},
-		HostCAs: s.hostCA.TrustedKeys,
-		Logger:  s.log.With("component", "console"),
+		HostCAs:    s.hostCA.TrustedKeys,
+		HostCAsFor: s.hostCAsFor, // a node below a site: that site's host CA only (sitetrust.go)
+		Logger:     s.log.With("component", "console"),
 	})
 	if err != nil {
 		return nil, err

@@ -34,6 +34,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
@@ -54,6 +55,7 @@ import (
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
 	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // Version is set at build time (-ldflags -X).
@@ -240,6 +242,15 @@ type Server struct {
 	repl       *replication        // leases, feed and leadership; set in Run
 	children   *site.Children      // the sites below this hub (sites.go); set in New
 	uplink     *site.Uplink        // this hub's session with its parent; nil without one (sites.go)
+	// siteServiceRoutes, if set, serves the route streams for service
+	// tunnels the parent opens on this site hub's uplink (siteroute.go
+	// hands them over).
+	siteServiceRoutes func(ctx context.Context, st tunnel.Stream, req *control.RouteRequest)
+	// ancestorTrust is the SSH trust of the hubs above this site hub, as
+	// its parent last sent it (nil for a root); siteTrust what was sent to
+	// each child (sitetrust.go).
+	ancestorTrust atomic.Pointer[access.AncestorTrust]
+	siteTrust     siteTrustState
 }
 
 // New opens the hub's state (creating it the first time).
@@ -330,6 +341,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := s.setupSites(ctx); err != nil {
 		return nil, err
 	}
+	s.setupSiteRoutes()
 	return s, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/tether-dev/tether/hub/bastion"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // jumpDialer is how the bastion reaches nodes: through the door, which
@@ -48,7 +49,7 @@ func (d jumpDialer) Dial(ctx context.Context, req bastion.JumpRequest) (tunnel.S
 		}
 		return nil, err
 	}
-	return route.Dial(ctx, req.Header)
+	return route.Dial(access.WithHop(ctx, access.Hop{Purpose: control.PurposeJump, Operator: req.Operator}), req.Header)
 }
 
 // liveJump is one jump under way, as the access re-check needs it.

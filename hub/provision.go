@@ -18,6 +18,7 @@ import (
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/provisioners/runner"
 	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 const provisionCertTTL = 10 * time.Minute
@@ -41,9 +42,10 @@ func newProvisioner(s *Server) (*provisioner, error) {
 	}
 	p := &provisioner{s: s, key: key}
 	p.runner, err = runner.New(runner.Config{
-		Dial:    p.dial,
-		HostCAs: s.hostCA.TrustedKeys,
-		Logger:  s.log.With("component", "provision"),
+		Dial:       p.dial,
+		HostCAs:    s.hostCA.TrustedKeys,
+		HostCAsFor: s.hostCAsFor, // a node below a site: that site's host CA only (sitetrust.go)
+		Logger:     s.log.With("component", "provision"),
 	})
 	if err != nil {
 		return nil, err
@@ -103,6 +105,9 @@ func (p *provisioner) dial(ctx context.Context, name string) (net.Conn, error) {
 	}
 	if n.Name != name {
 		return nil, fmt.Errorf("node id %s is now named %q, not %q", r.id, n.Name, name)
+	}
+	if access.HopFrom(ctx).Purpose == "" {
+		ctx = access.WithHop(ctx, access.Hop{Purpose: control.PurposeJob, Operator: "tether-hub"})
 	}
 	return route.Dial(ctx, tunnel.Header{Service: tunnel.ServiceSSH})
 }

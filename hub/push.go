@@ -60,6 +60,7 @@ func (s *Server) runPusher(ctx context.Context) {
 			return
 		case <-s.pushKick:
 			s.pushAll(ctx)
+			s.pushSiteTrust(ctx) // child sites: sitetrust.go
 		}
 	}
 }
@@ -203,6 +204,7 @@ func (s *Server) pushAccess(c *registry.Conn, force bool, memo *pushMemo) bool {
 	}
 	send("keys", &control.Message{Type: control.TypeAuthorizedKeys, AuthorizedKeys: a.keys}, &c.Pushed.KeysSum)
 	trust := &control.SSHTrust{HostCert: c.Pushed.HostCert, RevokedKeys: snap.RevokedKeys(), Principals: a.principals, AnyLogin: a.anyLogin, NoForwarding: a.noForward}
+	s.withAncestors(trust, c.Labels) // a site hub: what the hubs above grant here (sitetrust.go)
 	for _, k := range s.userCA.TrustedKeys() {
 		trust.UserCAs = append(trust.UserCAs, string(gossh.MarshalAuthorizedKey(k)))
 	}
@@ -223,7 +225,7 @@ func (s *Server) certifyHost(c *registry.Conn, log *slog.Logger) gossh.PublicKey
 		log.Warn("agent sent an unreadable SSH host key; no host certificate issued", "err", err)
 		return nil
 	}
-	cert, err := s.hostCA.SignHost(k, "node "+c.Name+" "+c.NodeID, []string{c.Name, c.Name + "." + s.cfg.NodeSuffix}, s.cfg.HostCertTTL)
+	cert, err := s.hostCA.SignHost(k, "node "+c.Name+" "+c.NodeID, s.hostPrincipals(c.Name), s.cfg.HostCertTTL)
 	if err != nil {
 		log.Warn("sign SSH host certificate", "err", err)
 		return nil

@@ -91,7 +91,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("hub: bastion host certificate: %w", err)
 	}
 	b, err := bastion.New(bastion.Config{
-		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, HostCertSigner: certSigner, NodeSuffix: "." + s.cfg.NodeSuffix, Authorize: s.authorizeOperator, Dialer: jumpDialer{door: s.door, live: &s.jumps, reportsLogins: s.reportsLogins},
+		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, HostCertSigner: certSigner, NodeSuffix: "." + s.cfg.NodeSuffix, IsSite: s.door.HasSite, Authorize: s.authorizeOperator, Dialer: jumpDialer{door: s.door, live: &s.jumps, reportsLogins: s.reportsLogins},
 		Logger: s.log.With("component", "bastion"), Metrics: s.metrics, OnJump: s.auditJump,
 		Limiter: s.guard.ssh, OnLoginFailure: s.auditLoginFailure, RateLimited: s.guard.rateLimited.WithLabelValues("ssh"),
 	})
@@ -170,6 +170,8 @@ func (s *Server) Run(ctx context.Context) error {
 			Store: s.store, Door: s.door, CA: s.ca, IssueNode: s.issueNode, NodeCA: s.nodeCA, Registry: s.reg, Metrics: s.metrics, Advertise: advertise,
 			NodeCertTTL: s.cfg.NodeCertTTL, Logger: s.log.With("component", "api"), OperatorsChanged: s.accessChanged,
 			SSHTrust:      s.sshTrustInfo(sshAddr, advertise),
+			SiteHostCAs:   s.siteHostCAs,         // sitetrust.go
+			Inventory:     s.door.InventoryNodes, // nodes below sites (siteroute.go)
 			ReservedNames: hubNames,
 			Login:         loginService{s},
 			Jobs:          engine,

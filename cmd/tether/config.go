@@ -16,6 +16,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/api"
 	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 func newConfigCmd() *cobra.Command {
@@ -35,6 +36,9 @@ func newConfigSSHCmd() *cobra.Command {
 host NODE.<suffix> (default: the hub's --node-suffix, "tether"), and add the
 hub's host CA as an @cert-authority line to a known_hosts file, so the hub and
 every node are verified by certificate: no trust-on-first-use prompt, ever.
+Each site hub below it adds a line of its own host CA for names below that
+site only ("@cert-authority *.berlin,*.berlin.SUFFIX …"), so nodes below
+sites (ssh root@n7.berlin.SUFFIX) are verified the same way.
 
 Each hub gets its own profile (--name, default its node suffix): the bastion is
 "Host NAME-hub", its nodes "Host *.SUFFIX". With --ssh-config FILE only that
@@ -166,6 +170,7 @@ func (p *sshProfile) write(trust api.SSHTrust) (string, error) {
 	for _, ca := range trust.HostCAs {
 		lines = append(lines, fmt.Sprintf("@cert-authority *.%s,%s,%s %s", p.Suffix, trust.BastionAlias, bastion, ca))
 	}
+	lines = append(lines, siteKnownHosts(trust, p.Suffix)...)
 	added, err := addKnownHosts(p.KnownHosts, lines)
 	if err != nil {
 		return "", err
@@ -197,6 +202,27 @@ Host %s
 		alias, host, port, p.Login, trust.BastionAlias, p.KnownHosts, idLines,
 		p.Suffix, alias, p.KnownHosts, idLines, profileEnd(p.Name)), nil
 }
+
+// siteKnownHosts are the @cert-authority lines of the sites below the hub:
+// each site's host CA for names below that site only (NODE.SITE, and
+// NODE.SITE.SUFFIX through the profile), never for the hub's own nodes.
+func siteKnownHosts(trust api.SSHTrust, suffix string) []string {
+	var lines []string
+	for _, s := range trust.Sites {
+		if validSitePath(s.Suffix) != nil {
+			continue // not a name below the hub: trust nothing for it
+		}
+		for _, ca := range s.HostCAs {
+			if strings.ContainsAny(ca, "\n\r") {
+				continue
+			}
+			lines = append(lines, fmt.Sprintf("@cert-authority *.%s,*.%s.%s %s", s.Suffix, s.Suffix, suffix, ca))
+		}
+	}
+	return lines
+}
+
+func validSitePath(s string) error { return control.ValidSitePath(s) }
 
 // writeConfig adds or replaces the profile's block in the ssh config file
 // path, leaving everything else in it as it was.

@@ -114,3 +114,20 @@ func TestReplaceProfile(t *testing.T) {
 		})
 	}
 }
+
+// TestSiteKnownHosts: each site's host CA is written for names below that
+// site only; a suffix that is no site path is trusted for nothing.
+func TestSiteKnownHosts(t *testing.T) {
+	trust := fakeTrust(t, "tether", "127.0.0.1:2222")
+	trust.Sites = []api.SiteHostCA{
+		{Suffix: "berlin", HostCAs: []string{"ssh-ed25519 AAAAberlin"}},
+		{Suffix: "sub.berlin", HostCAs: []string{"ssh-ed25519 AAAAsub"}},
+		{Suffix: "*", HostCAs: []string{"ssh-ed25519 AAAAevil"}},
+		{Suffix: "x,*", HostCAs: []string{"ssh-ed25519 AAAAevil"}},
+	}
+	got := strings.Join(siteKnownHosts(trust, "tether"), "\n")
+	want := "@cert-authority *.berlin,*.berlin.tether ssh-ed25519 AAAAberlin\n@cert-authority *.sub.berlin,*.sub.berlin.tether ssh-ed25519 AAAAsub"
+	if got != want {
+		t.Fatalf("lines:\n%s\nwant\n%s", got, want)
+	}
+}

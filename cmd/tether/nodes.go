@@ -26,15 +26,21 @@ LABELS are the hub-set labels (join token, 'tether nodes label'): roles select
 on them. REPORTED are the labels the node's agent reports from its labels file
 (tether-edge --labels-file): shown only, they never decide who reaches a node.
 
--o json prints an array of objects with id, name, labels, reported_labels,
-online, transport (quic|tcp, of the live or last session), agent_version, os,
-last_seen and more.`,
+Nodes below this hub's site hubs are listed too, named NAME.SITE ("n7.berlin",
+"n7.sub.berlin"), with the label site=SITE: SITE is the site they are below
+("-" for the hub's own nodes); their online state is what their site last
+reported. Roles and -l select them by their labels like any node.
+
+-o json prints an array of objects with id, name, site (nodes below a site),
+labels, reported_labels, online, transport (quic|tcp, of the live or last
+session), agent_version, os, last_seen and more.`,
 		Example: `  tether nodes -l env=dev
+  tether nodes -l site=berlin,role=pos          # nodes below site berlin
   tether ls --hub hub.example.com:7443      # as an operator, after tether login`,
 	}, func(c *api.Client, ctx context.Context) ([]api.Node, error) {
 		return c.ListNodesMatching(ctx, selector)
 	},
-		"NAME\tONLINE\tTRANSPORT\tAGENT\tOS\tLAST SEEN\tCLUSTER\tLABELS\tREPORTED",
+		"NAME\tSITE\tONLINE\tTRANSPORT\tAGENT\tOS\tLAST SEEN\tCLUSTER\tLABELS\tREPORTED",
 		func(n api.Node) string {
 			seen := lastSeenText(n, time.Now())
 			online := fmt.Sprint(n.Online)
@@ -45,7 +51,7 @@ last_seen and more.`,
 			if n.ClusterState != "" {
 				cluster = n.ClusterEngine + ":" + n.ClusterState
 			}
-			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", n.Name, online, n.Transport, n.AgentVersion, n.OS, seen, cluster,
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", n.Name, dashIfEmpty(n.Site), online, n.Transport, n.AgentVersion, n.OS, seen, cluster,
 				dashIfEmpty(api.FormatLabels(n.Labels)), dashIfEmpty(api.FormatLabels(n.ReportedLabels)))
 		})
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "only nodes whose labels match this selector (e.g. env=dev)")

@@ -126,6 +126,34 @@ func Apply(p Paths, f Files) (changed bool, err error) {
 			d.commandUser = cmp.Or(p.PrincipalsCommandUser, DefaultPrincipalsCommandUser)
 		}
 	}
+	scopedKeys, anyKeys, scopedSkipped := scopedLines(f.ScopedCAs)
+	skipped = append(skipped, scopedSkipped...)
+	if len(f.ScopedCAs) == 0 {
+		scopedKeys, anyKeys = map[string][]byte{}, nil
+	}
+	if _, err := os.Stat(p.AuthorizedKeysDir()); len(f.ScopedCAs) > 0 || err == nil {
+		c, err := writeAuthorizedKeys(p.AuthorizedKeysDir(), scopedKeys)
+		changed = changed || c
+		if err != nil {
+			return changed, err
+		}
+	}
+	if len(f.ScopedCAs) > 0 {
+		d.authorizedKeys = defaultAuthorizedKeys + " " + quoteArg(filepath.Join(p.AuthorizedKeysDir(), "%u"))
+		c, err := writeFileAtomic(p.AnyLoginKeysPath(), anyKeys)
+		changed = changed || c
+		if err != nil {
+			return changed, fmt.Errorf("sshdconf: write any-login authorized keys: %w", err)
+		}
+		if len(anyKeys) > 0 {
+			if _, cat, err := checkAnyLogin([]string{"x"}); err != nil {
+				skipped = append(skipped, fmt.Errorf("scoped CAs for any login skipped: %w", err))
+			} else {
+				d.anyKeysCommand = cat + " " + quoteArg(p.AnyLoginKeysPath())
+				d.commandUser = cmp.Or(p.PrincipalsCommandUser, DefaultPrincipalsCommandUser)
+			}
+		}
+	}
 	c, err := writeFileAtomic(p.DropIn, d.render())
 	changed = changed || c
 	if err != nil {
@@ -216,7 +244,9 @@ type dropIn struct {
 	hostCert, userCAs, revoked string
 	principals                 string // AuthorizedPrincipalsFile pattern
 	anyLoginCommand            string // AuthorizedPrincipalsCommand, quoted
-	commandUser                string // AuthorizedPrincipalsCommandUser
+	commandUser                string // AuthorizedPrincipalsCommandUser (and AuthorizedKeysCommandUser)
+	authorizedKeys             string // AuthorizedKeysFile, with the scoped CAs' files
+	anyKeysCommand             string // AuthorizedKeysCommand, quoted
 }
 
 func (d dropIn) render() []byte {
@@ -236,6 +266,15 @@ func (d dropIn) render() []byte {
 		// accounts sshd lets log in.
 		fmt.Fprintf(&b, "AuthorizedPrincipalsCommand %s\n", d.anyLoginCommand)
 		fmt.Fprintf(&b, "AuthorizedPrincipalsCommandUser %s\n", d.commandUser)
+	}
+	if d.authorizedKeys != "" {
+		// The users' own files first: they keep working. The managed
+		// file holds the scoped CAs' cert-authority lines.
+		fmt.Fprintf(&b, "AuthorizedKeysFile %s\n", d.authorizedKeys)
+	}
+	if d.anyKeysCommand != "" {
+		fmt.Fprintf(&b, "AuthorizedKeysCommand %s\n", d.anyKeysCommand)
+		fmt.Fprintf(&b, "AuthorizedKeysCommandUser %s\n", d.commandUser)
 	}
 	return b.Bytes()
 }

@@ -221,6 +221,13 @@ type Files struct {
 	// including accounts created after the push. A principal that is empty
 	// or has blanks or '#' leaves AnyLogin out (see Apply).
 	AnyLogin []string
+
+	// ScopedCAs are the user CAs of hubs above this node's site hub, each
+	// accepted only for its own principals (see ScopedCA). With any, the
+	// drop-in sets AuthorizedKeysFile to sshd's default files followed by
+	// Dir/authorized_keys/%u; without, it leaves AuthorizedKeysFile alone
+	// and the managed files are removed.
+	ScopedCAs []ScopedCA
 }
 
 // check validates f against the host public key hostPub, which is only
@@ -246,6 +253,9 @@ func (f Files) check(hostPub ssh.PublicKey) error {
 	}
 	if len(f.UserCAs) == 0 {
 		return invalidf("no UserCAs: sshd would accept no user certificate")
+	}
+	if err := checkScoped(f.ScopedCAs); err != nil {
+		return err
 	}
 	for i, k := range f.UserCAs {
 		if isNil(k) {

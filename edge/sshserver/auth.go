@@ -153,6 +153,52 @@ func (s *Server) SetNoForwardingPrincipals(principals []string) {
 	s.noForward.Store(&principals)
 }
 
+// ScopedCA is a user CA trusted only for some principals: the user CA of a
+// hub above this node's site hub, whose certificates may log in only
+// through the principals that hub's roles grant on this node. Its
+// certificates are never checked against the node's own principals
+// (SetCertPrincipals), so a certificate of an ancestor naming a principal
+// the ancestor did not grant here is refused, even if the node's own hub
+// grants that principal to its own operators.
+type ScopedCA struct {
+	Keys []gossh.PublicKey
+	// PerLogin maps a login to the principals that may use it; AnyLogin
+	// are valid for every login.
+	PerLogin map[string][]string
+	AnyLogin []string
+	// NoForwarding lists the principals that may not forward ports.
+	NoForwarding []string
+}
+
+// scopedCAs are the scoped user CAs by CA key (wire encoding).
+type scopedCAs struct {
+	byKey map[string]*ScopedCA
+}
+
+func (sc *scopedCAs) lookup(k gossh.PublicKey) (*ScopedCA, bool) {
+	if sc == nil || k == nil {
+		return nil, false
+	}
+	c, ok := sc.byKey[string(k.Marshal())]
+	return c, ok
+}
+
+// SetScopedUserCAs replaces the scoped user CAs. Connections whose
+// certificate no longer grants their login are closed.
+func (s *Server) SetScopedUserCAs(cas []ScopedCA) {
+	sc := &scopedCAs{byKey: map[string]*ScopedCA{}}
+	for i := range cas {
+		c := cas[i]
+		for _, k := range c.Keys {
+			if k != nil {
+				sc.byKey[string(k.Marshal())] = &c
+			}
+		}
+	}
+	s.scoped.Store(sc)
+	s.recheckConns()
+}
+
 // allowedLogin re-checks key for the login that finally authenticated.
 func (s *Server) allowedLogin(user string, key gossh.PublicKey) bool {
 	_, err := s.check(user, key)
@@ -166,6 +212,7 @@ type grantOf struct {
 	grant     keyGrant // plain keys
 	principal string   // certificates: the principal that granted the login
 	perms     *gossh.Permissions
+	scopeCA   gossh.PublicKey // certificates of a scoped CA: that CA
 }
 
 // refusal is an authentication failure the operator can act on: a key the
@@ -202,7 +249,16 @@ func (s *Server) check(user string, key gossh.PublicKey) (grantOf, error) {
 	if !isCert {
 		return grantOf{}, errUnknownKey
 	}
-	perms, principal, err := s.checkUserCert(user, cert)
+	var scopeCA gossh.PublicKey
+	var perms *gossh.Permissions
+	var principal string
+	var err error
+	if sc, ok := s.scoped.Load().lookup(cert.SignatureKey); ok && !s.userCAs.Load().contains(cert.SignatureKey) {
+		scopeCA = cert.SignatureKey
+		perms, principal, err = checkScopedCert(user, cert, sc)
+	} else {
+		perms, principal, err = s.checkUserCert(user, cert)
+	}
 	if err != nil {
 		var r *refusal
 		if errors.As(err, &r) {
@@ -210,13 +266,17 @@ func (s *Server) check(user string, key gossh.PublicKey) (grantOf, error) {
 		}
 		return grantOf{}, fmt.Errorf("%w: %w", errUnknownKey, err)
 	}
-	return grantOf{principal: principal, perms: perms}, nil
+	return grantOf{principal: principal, perms: perms, scopeCA: scopeCA}, nil
 }
 
 // mayForward reports whether the login of g may forward ports now.
 func (s *Server) mayForward(g grantOf) bool {
 	if g.plain {
 		return !g.grant.noForward
+	}
+	if g.scopeCA != nil {
+		sc, ok := s.scoped.Load().lookup(g.scopeCA)
+		return ok && !slices.Contains(sc.NoForwarding, g.principal)
 	}
 	if nf := s.noForward.Load(); nf != nil {
 		return !slices.Contains(*nf, g.principal)
@@ -324,6 +384,34 @@ func (s *Server) checkUserCert(user string, cert *gossh.Certificate) (*gossh.Per
 	}
 	// CheckCert covers validity window, principals, critical options and
 	// the CA signature.
+	if err := checker.CheckCert(principal, cert); err != nil {
+		return nil, "", fmt.Errorf("sshserver: check user certificate: %w", err)
+	}
+	return &cert.Permissions, principal, nil
+}
+
+// checkScopedCert checks a certificate of scoped CA sc for login user: it
+// must carry one of the principals sc grants for that login.
+func checkScopedCert(user string, cert *gossh.Certificate, sc *ScopedCA) (*gossh.Permissions, string, error) {
+	if cert.CertType != gossh.UserCert {
+		return nil, "", fmt.Errorf("sshserver: certificate type %d is not a user certificate", cert.CertType)
+	}
+	checker := gossh.CertChecker{SupportedCriticalOptions: []string{"source-address"}}
+	principal := ""
+	for _, p := range cert.ValidPrincipals {
+		if slices.Contains(sc.PerLogin[user], p) || slices.Contains(sc.AnyLogin, p) {
+			principal = p
+			break
+		}
+	}
+	if principal == "" {
+		if err := checker.CheckCert(firstOr(cert.ValidPrincipals, ""), cert); err != nil {
+			return nil, "", fmt.Errorf("sshserver: check user certificate: %w", err)
+		}
+		return nil, "", &refusal{operator: strings.TrimPrefix(cert.KeyId, userCertKeyIDPrefix), reason: fmt.Sprintf(
+			"certificate %q of a hub above this node's site (principals %s) does not allow login %q on this node: that hub's roles grant it here no such login",
+			cert.KeyId, strings.Join(cert.ValidPrincipals, ","), user)}
+	}
 	if err := checker.CheckCert(principal, cert); err != nil {
 		return nil, "", fmt.Errorf("sshserver: check user certificate: %w", err)
 	}

@@ -254,3 +254,41 @@ func TestTrustChangeEndsSessions(t *testing.T) {
 		})
 	}
 }
+
+// TestScopedUserCAs: a hub above the node's site hub has its user CA
+// trusted only for the principals its roles grant on this node. Its
+// certificate naming a principal the node's own hub grants (but the
+// ancestor did not) is refused: trusting the ancestor's CA like the node's
+// own would let it through.
+func TestScopedUserCAs(t *testing.T) {
+	e := newTestEnv(t)
+	siteCA, rootCA := newCA(t), newCA(t)
+	user := testenv.NewKeyFile(t, filepath.Join(e.dir, "id_scoped"))
+	conf := writeConfigWithKey(t, e, user.Path)
+	login := func(ca gossh.Signer, principal string) result {
+		t.Helper()
+		c := signCert(t, ca, &gossh.Certificate{Key: user.Pub(), CertType: gossh.UserCert, KeyId: "tether:operator:alice",
+			ValidPrincipals: []string{principal}, ValidBefore: gossh.CertTimeInfinity})
+		if err := os.WriteFile(user.Path+"-cert.pub", gossh.MarshalAuthorizedKey(c), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return e.ssh("-F", conf, "-o", "LogLevel=INFO", testHost, "true")
+	}
+	e.srv.SetTrustedUserCAs([]gossh.PublicKey{siteCA.PublicKey()})
+	e.srv.SetCertPrincipals(map[string][]string{"operator": {"tether:admin:operator"}}, nil)
+	e.srv.SetScopedUserCAs([]ScopedCA{{Keys: []gossh.PublicKey{rootCA.PublicKey()},
+		PerLogin: map[string][]string{"operator": {"tether:pos:operator"}}}})
+
+	mustSucceed(t, "site CA, site principal", login(siteCA, "tether:admin:operator"))
+	mustSucceed(t, "root CA, principal the root grants here", login(rootCA, "tether:pos:operator"))
+	if r := login(rootCA, "tether:admin:operator"); r.code != 255 || !strings.Contains(r.stderr, "hub above this node's site") {
+		t.Fatalf("root CA with a principal the root did not grant here: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := login(siteCA, "tether:pos:operator"); r.code != 255 {
+		t.Fatalf("site CA with the root's principal: exit %d", r.code)
+	}
+	e.srv.SetScopedUserCAs(nil)
+	if r := login(rootCA, "tether:pos:operator"); r.code != 255 {
+		t.Fatalf("root CA after its trust was withdrawn: exit %d", r.code)
+	}
+}

@@ -129,7 +129,8 @@ type Server struct {
 	userCAs    atomic.Pointer[keySet] // trusted user certificate authorities
 	revoked    atomic.Pointer[keySet] // keys refused with or without a certificate
 	principals atomic.Pointer[certPrincipals]
-	noForward  atomic.Pointer[[]string] // certificate principals that may not forward
+	noForward  atomic.Pointer[[]string]  // certificate principals that may not forward
+	scoped     atomic.Pointer[scopedCAs] // user CAs of hubs above this node's site hub
 
 	remoteForwards ssh.ForwardedTCPHandler // ssh -R listeners, per bind address
 
@@ -164,6 +165,7 @@ func New(cfg Config) (*Server, error) {
 	s.authorized.Store(&keySet{})
 	s.revoked.Store(&keySet{})
 	s.userCAs.Store(&keySet{})
+	s.scoped.Store(&scopedCAs{})
 	s.srv = &ssh.Server{
 		HostSigners: []ssh.Signer{signer},
 		Version:     "Tether",

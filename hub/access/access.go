@@ -135,6 +135,7 @@ func (c *Config) CheckAndSetDefaults() error {
 type Door struct {
 	cfg    Config
 	remote atomic.Pointer[Remote] // set once replicas serve peers (SetRemote)
+	sites  atomic.Pointer[Sites]  // set when the hub takes child sites (SetSites)
 	snap   atomic.Pointer[Snapshot]
 	gen    atomic.Uint64
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/tether-dev/tether/hub/roles"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/internal/validate"
+	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // Every security decision about reaching a node is in this file. Each
@@ -506,3 +509,131 @@ func (s *Snapshot) NoForwardingFor(labels map[string]string) []string {
 }
 
 func sameKey(a, b gossh.PublicKey) bool { return string(a.Marshal()) == string(b.Marshal()) }
+
+// SiteLabel is the label a node below a site carries at every hub above
+// it: its site path relative to that hub ("berlin", "sub.berlin").
+const SiteLabel = "site"
+
+// SiteNodeLabels are the labels this hub's decisions see on a node below
+// one of its sites: the labels its own hub selects it by, with
+// SiteLabel=suffix (its site path relative to this hub) replacing any
+// site label of its own, so a role here selecting site=berlin selects
+// exactly the nodes below berlin, whatever a site calls its own nodes.
+// Roles, -l selectors and listings at this hub all match these.
+func SiteNodeLabels(suffix string, labels map[string]string) map[string]string {
+	out := make(map[string]string, len(labels)+1)
+	maps.Copy(out, labels)
+	out[SiteLabel] = suffix
+	return out
+}
+
+// AuthorizeRoute decides, at a site hub, whether a route request its
+// parent sent may be served. The parent authorized the caller with its own
+// roles; this hub grants nothing because of the request's operator or
+// origin. It re-checks only what is its own to check: the request came on
+// its uplink (the caller serves only streams accepted there), its purpose
+// is one a parent may route (a service tunnel goes through the services'
+// own check), and its target is a node of this hub's own subtree, which
+// Resolve then finds in this hub's nodes or its own sites' inventories,
+// never anywhere else.
+func (d *Door) AuthorizeRoute(req *control.RouteRequest) error {
+	if err := req.Validate(); err != nil {
+		return refuse(ErrDenied, "route request refused: %v", err)
+	}
+	switch req.Purpose {
+	case control.PurposeJump, control.PurposeJob, control.PurposeConsole, control.PurposeUpgrade:
+	default:
+		return refuse(ErrDenied, "route request for purpose %q is not served on the parent's route stream", req.Purpose)
+	}
+	if req.Service != uint8(tunnel.ServiceSSH) && req.Service != uint8(tunnel.ServiceTCP) {
+		return refuse(ErrDenied, "route request for service %d refused: only ssh and tcp reach a node", req.Service)
+	}
+	return nil
+}
+
+// TrustForSite is this hub's entry of the SiteTrust it sends a child site
+// (suffix: how this hub names the site): its user CAs, every role with its
+// selector and logins, the revoked operator keys and the provisioning
+// login. The site grants with it only what these roles grant here.
+func (s *Snapshot) TrustForSite(hubID, suffix string, userCAs []string) control.AncestorTrust {
+	a := control.AncestorTrust{HubID: hubID, Suffix: suffix, UserCAs: userCAs, RevokedKeys: s.revoked, ProvisionLogin: s.provisionLogin}
+	for _, r := range s.roles {
+		a.Roles = append(a.Roles, control.TrustRole{Name: r.Name, Selector: r.Nodes, Logins: r.Logins, NoForwarding: r.NoForwarding})
+	}
+	return a
+}
+
+// AncestorTrust is the trust of the hubs above this site, with their
+// roles compiled once per change: what ScopedCAsFor decides on.
+type AncestorTrust struct {
+	Msg       *control.SiteTrust
+	ancestors []compiledAncestor
+}
+
+type compiledAncestor struct {
+	a     control.AncestorTrust
+	roles []roles.Compiled
+}
+
+// CompileAncestorTrust compiles t's roles. A role whose selector or
+// logins do not validate here grants nothing.
+func CompileAncestorTrust(t *control.SiteTrust) *AncestorTrust {
+	out := &AncestorTrust{Msg: t}
+	for _, a := range t.Ancestors {
+		ca := compiledAncestor{a: a}
+		for _, r := range a.Roles {
+			c, err := roles.Compile(roles.Role{Name: r.Name, Nodes: r.Selector, Logins: r.Logins, NoForwarding: r.NoForwarding})
+			if err != nil {
+				continue
+			}
+			ca.roles = append(ca.roles, c)
+		}
+		out.ancestors = append(out.ancestors, ca)
+	}
+	return out
+}
+
+// ScopedCAsFor decides, on a site, what each hub above it may do on one of
+// the site's own nodes with these labels: its user CA is trusted only for
+// the principals of its roles that select the node as that hub sees it
+// (the node's labels with site=SUFFIX, SiteNodeLabels), and for its
+// provisioning principal on its provisioning login. An ancestor granting
+// nothing here is left out: its certificates log in nowhere on the node.
+// Revoked are the keys every ancestor revoked: refused on the node too.
+func (t *AncestorTrust) ScopedCAsFor(labels map[string]string) (scoped []control.ScopedUserCA, revoked []string) {
+	if t == nil {
+		return nil, nil
+	}
+	for _, ca := range t.ancestors {
+		revoked = append(revoked, ca.a.RevokedKeys...)
+		seen := SiteNodeLabels(ca.a.Suffix, labels)
+		sc := control.ScopedUserCA{Keys: ca.a.UserCAs, Principals: map[string][]string{}}
+		for _, r := range ca.roles {
+			if !r.Selects(seen) {
+				continue
+			}
+			for _, l := range r.Logins {
+				p := CertPrincipal(r.Name, l)
+				if l == roles.AnyLogin {
+					sc.AnyLogin = append(sc.AnyLogin, p)
+				} else {
+					sc.Principals[l] = append(sc.Principals[l], p)
+				}
+				if r.NoForwarding {
+					sc.NoForwarding = append(sc.NoForwarding, p)
+				}
+			}
+		}
+		login := seen[ProvisionLoginLabel]
+		if validate.Login(login) != nil {
+			login = ca.a.ProvisionLogin
+		}
+		if validate.Login(login) == nil {
+			sc.Principals[login] = append(sc.Principals[login], ProvisionPrincipal)
+		}
+		if len(sc.Keys) > 0 {
+			scoped = append(scoped, sc)
+		}
+	}
+	return scoped, revoked
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/registry"
@@ -11,10 +12,9 @@ import (
 	"github.com/tether-dev/tether/tunnel"
 )
 
-// Route is how bytes reach a node right now. Today the only route is the
-// node's live tunnel session on this hub; a replica holding the tunnel, or a
-// site hub below this one, become other Route implementations, and callers
-// (the bastion, jobs) do not change.
+// Route is how bytes reach a node right now: the node's live tunnel session
+// on this hub, the replica holding its tunnel (Remote), or the child site
+// hub it is below (site.go); callers (the bastion, jobs) do not know which.
 type Route interface {
 	// Dial opens a stream to service h on the node and waits for the
 	// agent's answer; the stream is then ready for payload bytes.
@@ -44,12 +44,23 @@ func (d *Door) Resolve(ctx context.Context, ref NodeRef) (store.Node, Route, err
 		n   store.Node
 		err error
 	)
+	sites := d.siteSource()
+	if ref.id == "" && strings.Contains(ref.name, ".") {
+		// Node names are DNS labels: a dotted name is below a site.
+		if sites == nil {
+			return store.Node{}, nil, refuse(ErrUnknownNode, "no node named %q: this hub has no sites", ref.name)
+		}
+		return d.resolveSite(ctx, sites, ref)
+	}
 	if ref.id != "" {
 		n, err = d.cfg.Store.GetNode(ctx, ref.id)
 	} else {
 		n, err = d.cfg.Store.GetNodeByName(ctx, ref.name)
 	}
 	switch {
+	case errors.Is(err, store.ErrNotFound) && ref.id != "" && sites != nil:
+		// Jobs and other records key on node IDs, inventory nodes' too.
+		return d.resolveSite(ctx, sites, ref)
 	case errors.Is(err, store.ErrNotFound) && ref.id != "":
 		return store.Node{}, nil, refuse(ErrUnknownNode, "node id %s is not registered (the node was removed)", ref.id)
 	case errors.Is(err, store.ErrNotFound):

@@ -270,6 +270,9 @@ func (h *handler) selectNodes(ctx context.Context, selector string, names []stri
 	if err != nil {
 		return nil, err
 	}
+	if all, _, err = h.withInventory(ctx, all); err != nil { // nodes below sites, keyed on their IDs too
+		return nil, err
+	}
 	byName := make(map[string]store.Node, len(all))
 	for _, n := range all {
 		byName[n.Name] = n
@@ -322,6 +325,13 @@ func (h *handler) rerunTargets(ctx context.Context, c caller, old store.Job, run
 	var removed []string
 	for _, r := range runs {
 		n, err := h.Store.GetNode(ctx, r.NodeID)
+		if errors.Is(err, store.ErrNotFound) && r.NodeID != "" {
+			if inv, ok, ierr := h.inventoryNode(ctx, r.NodeID); ierr != nil {
+				err = ierr
+			} else if ok {
+				n, err = inv, nil
+			}
+		}
 		if r.NodeID == "" || errors.Is(err, store.ErrNotFound) {
 			removed = append(removed, r.Node)
 			continue

@@ -88,6 +88,11 @@ func (h *handler) listNodes(w http.ResponseWriter, r *http.Request, c caller) {
 		h.writeErr(w, r, internal("list nodes", err))
 		return
 	}
+	all, below, err := h.withInventory(r.Context(), all)
+	if err != nil {
+		h.writeErr(w, r, internal("list the sites' nodes", err))
+		return
+	}
 	nodes := all[:0]
 	for _, n := range all {
 		if match(n.Labels) && c.sees(n) {
@@ -111,6 +116,9 @@ func (h *handler) listNodes(w http.ResponseWriter, r *http.Request, c caller) {
 		}
 	}
 	for i := range nodes {
+		if below[nodes[i].ID] {
+			continue // a site's node: its site reported whether it is online
+		}
 		// The registry is the truth about liveness; the store may lag.
 		rc, ok := h.Registry.Get(nodes[i].Name)
 		nodes[i].Online = ok && rc.NodeID == nodes[i].ID || holders[nodes[i].ID] != ""
@@ -118,7 +126,13 @@ func (h *handler) listNodes(w http.ResponseWriter, r *http.Request, c caller) {
 			nodes[i].ClusterEngine, nodes[i].ClusterState = m.Engine, m.State
 		}
 	}
-	writeJSON(w, http.StatusOK, convertAll(nodes, nodeFrom))
+	out := convertAll(nodes, nodeFrom)
+	for i := range out {
+		if below[out[i].ID] {
+			out[i].Site = out[i].Labels["site"]
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // NodeLabelRequest is the body of POST /v1/nodes/labels: which nodes (by

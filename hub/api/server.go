@@ -85,6 +85,13 @@ type Deps struct {
 	Replicas Replicas
 	// Sites lists the site hubs below this hub (sites.go); nil lists none.
 	Sites Sites
+	// SiteHostCAs, if set, adds the host CAs of the sites below to GET
+	// /v1/ssh/trust (hub/sitetrust.go).
+	SiteHostCAs func() []SiteHostCA
+	// Inventory, if set, lists the nodes below this hub's sites as the
+	// hub names them ("n7.berlin", with site=SUFFIX): listed by GET
+	// /v1/nodes and selectable as job targets, never stored as nodes.
+	Inventory func(ctx context.Context) ([]store.Node, error)
 }
 
 type handler struct{ Deps }
@@ -163,7 +170,7 @@ func NewHandler(d Deps) http.Handler {
 		})))
 	mux.HandleFunc("POST /v1/login/challenge", h.loginChallenge)
 	mux.HandleFunc("POST /v1/login", h.login)
-	mux.HandleFunc("GET /v1/ssh/trust", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.SSHTrust) })
+	mux.HandleFunc("GET /v1/ssh/trust", h.sshTrust)
 	mux.HandleFunc("GET /v1/nodes", h.lister(h.listNodes))
 	mux.HandleFunc("GET /v1/sites", h.lister(h.listSites))
 	mux.HandleFunc("POST /v1/nodes/labels", h.admin(h.labelNodes))

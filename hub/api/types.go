@@ -65,6 +65,16 @@ type SSHTrust struct {
 	NodeSuffix   string   `json:"node_suffix"`   // nodes answer to NAME.SUFFIX
 	HostCAs      []string `json:"host_cas"`      // trust for @cert-authority (current first)
 	UserCAs      []string `json:"user_cas"`      // TrustedUserCAKeys for nodes' sshd
+	// Sites are the host CAs of the site hubs below (their whole
+	// subtree), each trusted for names below its site only.
+	Sites []SiteHostCA `json:"sites,omitempty"`
+}
+
+// SiteHostCA is a site hub's SSH host CA as a hub above names it: valid
+// for host certificates of NAME.Suffix only.
+type SiteHostCA struct {
+	Suffix  string   `json:"suffix"` // "berlin", "sub.berlin"
+	HostCAs []string `json:"host_cas"`
 }
 
 // Limits on admin inputs.

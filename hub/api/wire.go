@@ -36,6 +36,9 @@ type Node struct {
 	// From the node's cluster membership, if any.
 	ClusterEngine string `json:"cluster_engine,omitempty"`
 	ClusterState  string `json:"cluster_state,omitempty"`
+	// Site is the site the node is below, as this hub names it ("berlin",
+	// "sub.berlin"); empty for the hub's own nodes.
+	Site string `json:"site,omitempty"`
 }
 
 func nodeFrom(n store.Node) Node {

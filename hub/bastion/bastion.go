@@ -25,6 +25,7 @@ import (
 	"github.com/tether-dev/tether/hub/ratelimit"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // JumpRequest is one operator's request to reach a node.
@@ -103,6 +104,11 @@ type Config struct {
 	OnLoginFailure func(LoginFailure)
 	// RateLimited, if set, counts every connection the Limiter refused.
 	RateLimited prometheus.Counter
+	// IsSite, if set, reports whether name is one of this hub's child
+	// sites: a dotted target whose last label is one ("n7.berlin",
+	// "n7.sub.berlin") is a node below it (SiteTarget). Nil accepts node
+	// names only.
+	IsSite func(name string) bool
 }
 
 // Bastion is the operators' SSH server.
@@ -242,6 +248,22 @@ func Target(host string, port uint32, suffix string) (string, tunnel.Header, err
 	}
 }
 
+// SiteTarget is Target for a node below one of this hub's sites: a node
+// path ("n7.berlin", "n7.sub.berlin", each label a node name) whose last
+// label isSite names. Anything else is refused as Target refuses it.
+func SiteTarget(host string, port uint32, suffix string, isSite func(string) bool) (string, tunnel.Header, error) {
+	name := strings.TrimSuffix(strings.ToLower(host), suffix)
+	i := strings.LastIndexByte(name, '.')
+	if i < 0 || control.ValidNodePath(name) != nil || !isSite(name[i+1:]) {
+		return Target(host, port, suffix)
+	}
+	_, hdr, err := Target(name[:strings.IndexByte(name, '.')], port, suffix)
+	if err != nil {
+		return "", tunnel.Header{}, err
+	}
+	return name, hdr, nil
+}
+
 func (b *Bastion) result(r string) {
 	if b.cfg.Metrics != nil {
 		b.cfg.Metrics.JumpAttempts.WithLabelValues(r).Inc()
@@ -289,6 +311,11 @@ func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gos
 	rec.Node = fmt.Sprintf("%.64s", d.DestAddr)
 	log := b.cfg.Logger.With("operator", conn.User(), "remote", conn.RemoteAddr().String(), "target", fmt.Sprintf("%s:%d", d.DestAddr, d.DestPort))
 	node, hdr, err := Target(d.DestAddr, d.DestPort, b.cfg.NodeSuffix)
+	if err != nil && b.cfg.IsSite != nil {
+		if n, h, serr := SiteTarget(d.DestAddr, d.DestPort, b.cfg.NodeSuffix, b.cfg.IsSite); serr == nil {
+			node, hdr, err = n, h, nil
+		}
+	}
 	if err != nil {
 		finish("not_a_node", err)
 		log.Info("jump refused", "reason", err)

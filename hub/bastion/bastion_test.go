@@ -47,3 +47,25 @@ func TestTarget(t *testing.T) {
 		}
 	}
 }
+
+func TestSiteTarget(t *testing.T) {
+	isSite := func(s string) bool { return s == "berlin" }
+	for _, tc := range []struct {
+		host, node string
+		refused    bool
+	}{
+		{host: "n7.berlin", node: "n7.berlin"},
+		{host: "N7.Sub.Berlin.tether", node: "n7.sub.berlin"},
+		{host: "n1", node: "n1"},
+		{host: "n7.paris", refused: true},
+		{host: "n1.example.com", refused: true},
+		{host: "127.0.0.1", refused: true},
+		{host: "10.0.0.berlin", refused: true},
+		{host: ".berlin", refused: true},
+	} {
+		node, _, err := SiteTarget(tc.host, 22, ".tether", isSite)
+		if tc.refused != (err != nil) || (!tc.refused && node != tc.node) {
+			t.Errorf("SiteTarget(%q) = %q, %v; want %q refused %v", tc.host, node, err, tc.node, tc.refused)
+		}
+	}
+}

@@ -66,6 +66,10 @@ type Config struct {
 	// every Connect, so CA rotation (which adds keys) needs no restart.
 	// Required; an empty result refuses every node (ErrHostKey).
 	HostCAs func() []ssh.PublicKey
+	// HostCAsFor, if set, returns the host CAs trusted for node instead
+	// of HostCAs: a hub trusts a site hub's host CA for names below that
+	// site only.
+	HostCAsFor func(node string) []ssh.PublicKey
 	// HandshakeTimeout bounds Dial plus the SSH handshake and
 	// authentication. Zero means DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
@@ -151,6 +155,9 @@ func (r *Runner) connect(ctx context.Context, node string, auth Auth) (*Client, 
 		return nil, fmt.Errorf("runner: connect to node %q: %w: %w", node, err, ErrInvalid)
 	}
 	cas := r.cfg.HostCAs()
+	if r.cfg.HostCAsFor != nil {
+		cas = r.cfg.HostCAsFor(node)
+	}
 	if len(cas) == 0 {
 		return nil, fmt.Errorf("runner: connect to node %q: %w: no trusted SSH host CA is configured; the hub must load its SSH host CA before it can provision", node, ErrHostKey)
 	}

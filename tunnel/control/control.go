@@ -140,6 +140,64 @@ type SSHTrust struct {
 	// roles. Plain keys carry the same as the no-port-forwarding option of
 	// their authorized_keys line.
 	NoForwarding []string `json:"no_forwarding,omitempty"`
+	// ScopedUserCAs are the user CAs of hubs above this node's site hub:
+	// each is trusted ONLY for the principals listed with it (what that
+	// hub's roles grant on this node), never through UserCAs, Principals
+	// or AnyLogin, so a principal an ancestor did not grant here (or one of
+	// this site's own roles) does nothing with an ancestor's certificate.
+	ScopedUserCAs []ScopedUserCA `json:"scoped_user_cas,omitempty"`
+}
+
+// ScopedUserCA is one ancestor hub's user CA with what its certificates
+// may do on the node.
+type ScopedUserCA struct {
+	// Keys are the CA's public keys (authorized_keys format; several during
+	// a rotation overlap).
+	Keys []string `json:"keys"`
+	// Principals maps a login to the principals of this CA's certificates
+	// that may use it; AnyLogin lists principals valid for every login
+	// (embedded server only, as SSHTrust.AnyLogin).
+	Principals map[string][]string `json:"principals,omitempty"`
+	AnyLogin   []string            `json:"any_login,omitempty"`
+	// NoForwarding lists the principals (of Principals and AnyLogin) whose
+	// role does not allow port forwarding.
+	NoForwarding []string `json:"no_forwarding,omitempty"`
+}
+
+// maxScopedCAs bounds SSHTrust.ScopedUserCAs: one per hub above a site.
+const maxScopedCAs = 8
+
+func (s *ScopedUserCA) validate() error {
+	if len(s.Keys) == 0 || len(s.Keys) > maxCaps {
+		return fmt.Errorf("%w: scoped user CA with %d keys (want 1..%d)", ErrBadMessage, len(s.Keys), maxCaps)
+	}
+	for _, k := range s.Keys {
+		if err := checkString("scoped user CA", k, maxKeyLen); err != nil {
+			return err
+		}
+	}
+	if len(s.Principals) > maxKeys || len(s.AnyLogin) > maxKeys || len(s.NoForwarding) > maxKeys {
+		return fmt.Errorf("%w: too many scoped principals", ErrBadMessage)
+	}
+	for login, ps := range s.Principals {
+		if err := checkString("login", login, 32); err != nil {
+			return err
+		}
+		if len(ps) > maxKeys {
+			return fmt.Errorf("%w: too many scoped principals for %.32q", ErrBadMessage, login)
+		}
+		for _, pr := range ps {
+			if err := checkString("scoped principal", pr, maxShort); err != nil {
+				return err
+			}
+		}
+	}
+	for _, pr := range append(slices.Clone(s.AnyLogin), s.NoForwarding...) {
+		if err := checkString("scoped principal", pr, maxShort); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Welcome confirms the session.
@@ -323,6 +381,14 @@ func (m *Message) Validate() error {
 		}
 		for _, k := range t.UserCAs {
 			if err := checkString("user CA", k, maxKeyLen); err != nil {
+				return err
+			}
+		}
+		if len(t.ScopedUserCAs) > maxScopedCAs {
+			return fmt.Errorf("%w: more than %d scoped user CAs", ErrBadMessage, maxScopedCAs)
+		}
+		for i := range t.ScopedUserCAs {
+			if err := t.ScopedUserCAs[i].validate(); err != nil {
 				return err
 			}
 		}

@@ -26,6 +26,7 @@ func TestRoundTrip(t *testing.T) {
 		{Type: TypeSSHTrust, SSHTrust: &SSHTrust{HostCert: "ssh-ed25519-cert-v01@openssh.com AAAA", UserCAs: []string{"ssh-ed25519 AAAA"}, NoForwarding: []string{"tether:ops:root"}}},
 		{Type: TypeWelcome, Welcome: &Welcome{NodeID: "id", Name: "n1", Capabilities: []string{HubCapSSHEvents}}},
 		{Type: TypeSSHEvent, SSHEvent: &SSHEvent{Kind: "login-refused", Login: "root", Operator: "alice", KeyFingerprint: "SHA256:x", Detail: "not allowed"}},
+		{Type: TypeSSHTrust, SSHTrust: &SSHTrust{UserCAs: []string{"ssh-ed25519 AAAA"}, ScopedUserCAs: []ScopedUserCA{{Keys: []string{"ssh-ed25519 BBBB"}, Principals: map[string][]string{"root": {"tether:ops:root"}}}}}},
 	}
 	var buf bytes.Buffer
 	for _, m := range msgs {
@@ -64,6 +65,7 @@ func TestReadRejects(t *testing.T) {
 		"ssh_trust no body": frame(`{"type":"ssh_trust"}`),
 		"ssh_event no body": frame(`{"type":"ssh_event"}`),
 		"ssh_event no kind": frame(`{"type":"ssh_event","ssh_event":{"login":"root"}}`),
+		"scoped CA no keys": frame(`{"type":"ssh_trust","ssh_trust":{"scoped_user_cas":[{"principals":{"root":["p"]}}]}}`),
 		"ssh_event long":    frame(`{"type":"ssh_event","ssh_event":{"kind":"forward","detail":"` + strings.Repeat("d", 2000) + `"}}`),
 	}
 	for name, in := range cases {
@@ -86,6 +88,8 @@ func FuzzRead(f *testing.F) {
 	f.Add(frame(`{"type":"ssh_event","ssh_event":{"kind":"login-refused","login":"root","operator":"alice","key_fingerprint":"SHA256:x"}}`))
 	// A welcome from a hub that takes ssh events.
 	f.Add(frame(`{"type":"welcome","welcome":{"node_id":"id","heartbeat_seconds":30,"capabilities":["ssh-events"]}}`))
+	// Trust with an ancestor hub's user CA scoped to one principal.
+	f.Add(frame(`{"type":"ssh_trust","ssh_trust":{"user_cas":[],"scoped_user_cas":[{"keys":["ssh-ed25519 AAAA"],"principals":{"root":["tether:ops:root"]}}]}}`))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0, 0, 0, 2, '{', '}'})
 	f.Fuzz(func(t *testing.T, in []byte) {

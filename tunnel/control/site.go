@@ -153,6 +153,11 @@ type AncestorTrust struct {
 	UserCAs     []string    `json:"user_cas"`
 	Roles       []TrustRole `json:"roles"`
 	RevokedKeys []string    `json:"revoked_keys,omitempty"`
+	// ProvisionLogin is the login that hub's jobs use on a node unless the
+	// node's provision-login label names another: its user CA is accepted
+	// there for the hub's provisioning principal ("tether-hub") on that
+	// login only, so a job from that hub reaches the site's nodes.
+	ProvisionLogin string `json:"provision_login,omitempty"`
 }
 
 // SiteTrust is TypeSiteTrust's body: the trust of every hub above the site,
@@ -565,6 +570,9 @@ func (t *SiteTrust) validate() error {
 			return err
 		}
 		if err := validateKeys("revoked keys", a.RevokedKeys, maxKeys); err != nil {
+			return err
+		}
+		if err := checkString("provision login", a.ProvisionLogin, 32); err != nil {
 			return err
 		}
 		if len(a.Roles) > MaxRoles {
