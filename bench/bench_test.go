@@ -46,7 +46,7 @@ func TestScenariosTiny(t *testing.T) {
 	if err != nil {
 		t.Fatalf("tbench: %v\n%s", err, out)
 	}
-	for _, id := range []string{"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11"} {
+	for _, id := range []string{"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12", "P13"} {
 		if !strings.Contains(string(out), "| "+id+" |") {
 			t.Errorf("no %s row in the output:\n%s", id, out)
 		}

@@ -43,6 +43,10 @@ type session struct {
 	// would present no host certificate (see serveStream).
 	trusted   chan struct{}
 	trustOnce sync.Once
+
+	// binds runs the service tunnels' local listeners (servicebind.go);
+	// set in serve.
+	binds *serviceBinder
 }
 
 // runOnce makes one connection and serves it until it ends. connected
@@ -102,7 +106,7 @@ func (a *Agent) dial(ctx context.Context) (*session, error) {
 // hello is what the agent announces on a new session.
 func (s *session) hello() *control.Message {
 	a := s.a
-	caps := []string{control.CapTCP, control.CapHeartbeat}
+	caps := []string{control.CapTCP, control.CapHeartbeat, control.CapServiceConnect}
 	up := a.upgradeSupport()
 	if up != nil {
 		caps = append(caps, control.CapUpgrade)
@@ -181,7 +185,13 @@ func (s *session) serve(ctx context.Context, live control.Liveness) error {
 	defer cancel()
 
 	renewed := make(chan struct{}, 1)
-	wg.Add(3)
+	s.binds = newServiceBinder(sctx, s.tun.OpenStream, s.log)
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		<-sctx.Done()
+		s.binds.Wait()
+	}()
 	go func() {
 		defer wg.Done()
 		s.a.acceptStreams(sctx, s.tun, s.trusted, s.log, &wg)
@@ -247,6 +257,8 @@ func (s *session) readControl(silent time.Duration, renewed chan<- struct{}) err
 		switch msg.Type {
 		case control.TypeHeartbeat:
 			hubBeats = true
+		case control.TypeServiceBindings:
+			s.binds.apply(msg.ServiceBindings)
 		case control.TypeAuthorizedKeys:
 			a.setAuthorizedKeys(msg.AuthorizedKeys, log)
 		case control.TypeSSHTrust:

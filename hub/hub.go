@@ -41,6 +41,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/cluster"
+	"github.com/tether-dev/tether/hub/desired"
 	"github.com/tether-dev/tether/hub/kubeone"
 	"github.com/tether-dev/tether/hub/leader"
 	"github.com/tether-dev/tether/hub/metrics"
@@ -240,12 +241,14 @@ type Server struct {
 	feed       *notify.Feed        // changes to and from the other replicas; set in Run (singletons.go)
 	nudger     notify.Nudger       // wakes this replica's feed at once; nil on SQLite
 	repl       *replication        // leases, feed and leadership; set in Run
+	services   *serviceHub         // service tunnels (services.go); set in Run before sessions are accepted
 	children   *site.Children      // the sites below this hub (sites.go); set in New
 	uplink     *site.Uplink        // this hub's session with its parent; nil without one (sites.go)
 	// siteServiceRoutes, if set, serves the route streams for service
 	// tunnels the parent opens on this site hub's uplink (siteroute.go
 	// hands them over).
 	siteServiceRoutes func(ctx context.Context, st tunnel.Stream, req *control.RouteRequest)
+	desired           *desired.Sync // desired state down the tree of hubs; kinds register on it (missions.go)
 	// ancestorTrust is the SSH trust of the hubs above this site hub, as
 	// its parent last sent it (nil for a root); siteTrust what was sent to
 	// each child (sitetrust.go).
@@ -339,6 +342,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	if err := s.setupSites(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.setupDesired(); err != nil {
 		return nil, err
 	}
 	s.setupSiteRoutes()

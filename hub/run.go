@@ -22,6 +22,7 @@ import (
 	"github.com/tether-dev/tether/hub/cluster"
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/kubeone"
+	"github.com/tether-dev/tether/hub/mission"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/hub/upgrade"
 	"github.com/tether-dev/tether/pki"
@@ -131,6 +132,11 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	local := kruns.kinds()
 	local[upgrade.JobKind] = s.upgrades.Local()
+	missions, err := s.newMissions(prov.connect) // missions.go
+	if err != nil {
+		return err
+	}
+	local[mission.JobKind] = missions.Local()
 	engine := jobs.New(ctx, jobs.Config{Store: s.store, Connect: prov.connect, Online: s.online, Blobs: blobs,
 		Metrics: s.metrics, Logger: s.log.With("component", "jobs"), Audit: s.audit, Local: local, Owner: s.replicaID})
 	defer engine.Close()
@@ -139,6 +145,17 @@ func (s *Server) Run(ctx context.Context) error {
 	if _, err := engine.Recover(ctx); err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
+	// Before the desired-state sync runs: services register their kind on it.
+	stopServices, err := s.startServices(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopServices()
+	stopMissions, err := s.startMissions(ctx, missions, engine)
+	if err != nil {
+		return err
+	}
+	defer stopMissions()
 	s.cluster = cluster.New(cluster.Config{Store: s.store, Jobs: engine, Blobs: blobs, EnginesDir: s.cfg.EnginesDir,
 		Online: s.online, StateDir: s.stateDir, Metrics: s.metrics, Logger: s.log.With("component", "cluster"), Audit: s.audit})
 	if _, err := s.cluster.Engines(); err != nil {
@@ -185,7 +202,9 @@ func (s *Server) Run(ctx context.Context) error {
 			Operators:     operatorService{s},
 			Ready:         s.readiness(&serving),
 			Replicas:      replicaService{s},
+			Services:      s.services,
 			Sites:         sitesAPI{s},
+			Missions:      missionAPI{missions, s.desired},
 		})),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,

@@ -180,11 +180,18 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	}
 	log.Info("node connected", "agent_version", msg.Hello.AgentVersion)
 
+	// An agent may open service connect streams only (streams.go); a
+	// site's streams are its children's (hub/site).
+	serviceConnect := siteWelcome == nil && slices.Contains(msg.Hello.Capabilities, control.CapServiceConnect)
+	sctx, stopStreams := context.WithCancel(ctx)
+	waitStreams, consumerGone := func() {}, func() {}
 	if siteWelcome != nil {
 		defer s.siteConnected(ctx, conn, msg.Hello, siteWelcome)()
 	} else {
-		// The agent must never open streams to the hub: refuse any it tries.
-		go s.refuseAgentStreams(sess, node.Name, log)
+		waitStreams = s.serveAgentStreams(sctx, conn, serviceConnect, log)
+		if serviceConnect && s.services != nil {
+			consumerGone = s.services.connected(ctx, conn)
+		}
 	}
 	stopRenewal := func() {}
 	if hostKey != nil {
@@ -195,6 +202,9 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 		stopHeartbeats = s.sendHeartbeats(conn)
 	}
 	s.readControl(ctx, conn, ctrl, log)
+	consumerGone()
+	stopStreams()
+	waitStreams()
 	stopHeartbeats()
 	stopRenewal()
 
@@ -214,21 +224,6 @@ func (s *Server) refuse(sess tunnel.Session, why string) {
 			_ = control.Write(st, &control.Message{Type: control.TypeNotice, Notice: why, Fatal: true})
 			registry.CloseAfterGrace(sess)
 		}
-		st.Close()
-	}
-}
-
-func (s *Server) refuseAgentStreams(sess tunnel.Session, name string, log *slog.Logger) {
-	for {
-		// AcceptStream fails once the session ends, which ends this loop.
-		st, err := sess.AcceptStream(context.Background())
-		if err != nil {
-			return
-		}
-		log.Warn("agent tried to open a stream to the hub; refused")
-		s.auditRefusal("stream", sess.RemoteAddr().String(), store.AuditEvent{Kind: "stream", Node: name, Result: "refused",
-			Detail: "the agent opened a stream to the hub; agents may not open streams"})
-		_ = tunnel.WriteReply(st, tunnel.Reply{OK: false, Reason: "agents may not open streams to the hub"})
 		st.Close()
 	}
 }

@@ -37,7 +37,7 @@ func newAuditCmd() *cobra.Command {
 			if !e.EndedAt.IsZero() {
 				dur = e.EndedAt.Sub(e.At).Round(time.Millisecond).String()
 			}
-			if e.Kind == "jump" {
+			if e.Kind == "jump" || e.Kind == "service_connect" || e.Kind == "service_route" {
 				bytes = fmt.Sprintf("%d/%d", e.BytesToNode, e.BytesFromNode)
 			}
 			return strings.Join([]string{e.At.Local().Format(time.RFC3339), e.Kind, e.Result, e.Operator, e.Node,

@@ -72,9 +72,10 @@ Run right after 'tether hub &', they wait for the hub to start (--wait).`,
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newHubCmd(), newTokenCmd(), newOperatorCmd(), newNodesCmd(), newRoleCmd(), newAuditCmd(), newConfigCmd(), newLoginCmd(), newCACmd(),
 		newRunCmd(), newJobsCmd(), newClusterCmd(), newKubeOneCmd(), newAPITokenCmd(), newVersionCmd(), newInventoryCmd(),
-		newOnboardingCmd(), newOSProfileCmd(), newOnboardCmd(), newUpgradeCmd())
+		newOnboardingCmd(), newOSProfileCmd(), newOnboardCmd(), newUpgradeCmd(), newMissionCmd())
 	root.AddCommand(newArtifactCmd())
 	root.AddCommand(newReplicasCmd())
+	root.AddCommand(newServiceCmd())
 	root.AddCommand(newSiteCmd(), newSitesCmd())
 	root.AddCommand(newUICmd())
 	return root

@@ -31,7 +31,14 @@ on a node if any of their roles that selects it allows forwarding.
 
 --confirm lets the role confirm over-the-air upgrades waiting for a person on
 the nodes it selects ('tether upgrade confirm NAME --node N'); no role may by
-default, and the admin always may.`,
+default, and the admin always may.
+
+--services expose,connect lets the role use service tunnels on the nodes it
+selects: expose publishes one of a node's allow-listed ports under a name
+('tether service expose NODE:PORT --name N'); connect makes a node a
+consumer of a service ('tether service connect N --from NODE --local-port
+P'), and is needed on the consumer and on the service's target alike. No
+role may by default, and the admin always may.`,
 	}
 	cmd.AddCommand(newRoleCreateCmd(), newRoleListCmd(), newRoleRmCmd())
 	return cmd
@@ -42,12 +49,14 @@ func newRoleCreateCmd() *cobra.Command {
 	var nodes string
 	var logins []string
 	var forwarding, confirm bool
+	var services []string
 	cmd := &cobra.Command{
 		Use:   "create NAME --nodes SELECTOR --logins LOGIN[,LOGIN]",
 		Short: "Create or replace a role",
 		Example: `  tether role create fleet-ops --nodes 'site=lab,env!=prod' --logins root,ubuntu
   tether role create auditors --nodes '*' --logins audit --forwarding=false
-  tether role create berlin-lead --nodes site=berlin --logins audit --confirm`,
+  tether role create berlin-lead --nodes site=berlin --logins audit --confirm
+  tether role create db-links --nodes role=db --logins audit --services expose,connect`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
@@ -55,11 +64,11 @@ func newRoleCreateCmd() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			r, err := c.PutRole(cmd.Context(), args[0], api.RolePutRequest{Nodes: nodes, Logins: logins, Forwarding: &forwarding, Confirm: confirm})
+			r, err := c.PutRole(cmd.Context(), args[0], api.RolePutRequest{Nodes: nodes, Logins: logins, Forwarding: &forwarding, Confirm: confirm, Services: services})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "role %s: nodes %q, logins %s, forwarding %s, confirm upgrades %s\n", r.Name, r.Nodes, strings.Join(r.Logins, ","), yesNo(r.Forwarding), yesNo(r.Confirm))
+			fmt.Fprintf(os.Stderr, "role %s: nodes %q, logins %s, forwarding %s, confirm upgrades %s, services %s\n", r.Name, r.Nodes, strings.Join(r.Logins, ","), yesNo(r.Forwarding), yesNo(r.Confirm), orDash(strings.Join(r.Services, ",")))
 			return nil
 		},
 	}
@@ -68,6 +77,7 @@ func newRoleCreateCmd() *cobra.Command {
 	cmd.Flags().StringSliceVar(&logins, "logins", nil, "SSH logins allowed on those nodes (required)")
 	cmd.Flags().BoolVar(&forwarding, "forwarding", true, "allow port forwarding (ssh -L/-R on the nodes' loopback, embedded SSH server)")
 	cmd.Flags().BoolVar(&confirm, "confirm", false, "allow confirming over-the-air upgrades waiting on those nodes (`tether upgrade confirm`)")
+	cmd.Flags().StringSliceVar(&services, "services", nil, "service-tunnel permissions on those nodes: expose, connect (`tether service`)")
 	_ = cmd.MarkFlagRequired("nodes")
 	_ = cmd.MarkFlagRequired("logins")
 	return cmd
@@ -75,9 +85,9 @@ func newRoleCreateCmd() *cobra.Command {
 
 func newRoleListCmd() *cobra.Command {
 	return listCommand(&cobra.Command{Use: "list", Short: "List roles"},
-		(*api.Client).ListRoles, "NAME\tNODES\tLOGINS\tFORWARDING\tCONFIRM",
+		(*api.Client).ListRoles, "NAME\tNODES\tLOGINS\tFORWARDING\tCONFIRM\tSERVICES",
 		func(r api.Role) string {
-			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", r.Name, r.Nodes, strings.Join(r.Logins, ","), yesNo(r.Forwarding), yesNo(r.Confirm))
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", r.Name, r.Nodes, strings.Join(r.Logins, ","), yesNo(r.Forwarding), yesNo(r.Confirm), orDash(strings.Join(r.Services, ",")))
 		})
 }
 

@@ -282,6 +282,44 @@ func (d *Door) AuthorizeConfirm(c Caller, n store.Node) error {
 	return refuse(ErrDenied, "no identity given")
 }
 
+// AuthorizeService decides whether c may use service-tunnel permission
+// perm (roles.ServiceExpose or roles.ServiceConnect) on node n: the admin
+// may; otherwise a role of the operator, or the API token's role, must
+// select the node and carry the permission. Exposing publishes one of n's
+// allow-listed ports; connecting makes n a consumer, so it is needed on
+// the consumer and on the service's target alike: nobody makes a node
+// reach another they could not grant a tunnel to.
+func (d *Door) AuthorizeService(c Caller, perm string, n store.Node) error {
+	if perm != roles.ServiceExpose && perm != roles.ServiceConnect {
+		return refuse(ErrDenied, "unknown service permission %q", perm)
+	}
+	switch {
+	case c.Onboarding:
+		return refuse(ErrDenied, "%s is an onboarding credential: it may only onboard machines", c.Name)
+	case c.Admin:
+		return nil
+	case c.Operator != "":
+		o, ok := d.Snapshot().Operator(c.Operator)
+		if !ok {
+			return refuse(ErrDenied, "no operator named %q", c.Operator)
+		}
+		if slices.ContainsFunc(o.Roles, func(r roles.Compiled) bool { return r.AllowsService(perm) && r.Selects(n.Labels) }) {
+			return nil
+		}
+		return refuse(ErrDenied, "no role of operator %q selects node %q with the service permission %q (`tether role create --services %s`)", c.Operator, n.Name, perm, perm)
+	case c.Role != "":
+		r, ok := d.Snapshot().Role(c.Role)
+		if !ok {
+			return refuse(ErrDenied, "role %q no longer exists", c.Role)
+		}
+		if !r.AllowsService(perm) || !r.Selects(n.Labels) {
+			return refuse(ErrDenied, "role %q may not %s services on node %q (it needs `tether role create --services %s` and to select the node)", c.Role, perm, n.Name, perm)
+		}
+		return nil
+	}
+	return refuse(ErrDenied, "no identity given")
+}
+
 // AuthorizeUpgrade decides whether c may roll out an upgrade to node n:
 // an upgrade replaces software as root, so only the admin may (jobs run as
 // the node's provisioning login, which a role can grant; an upgrade has no

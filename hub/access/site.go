@@ -202,6 +202,8 @@ type Hop struct {
 	// hub.
 	Origin string
 	Trace  string // correlates the audit rows of one stream; empty: a new one
+	// Service names the service tunnel of a control.PurposeService stream.
+	Service string
 }
 
 type hopKey struct{}
@@ -234,7 +236,7 @@ type siteRoute struct {
 func (r siteRoute) Dial(ctx context.Context, h tunnel.Header) (tunnel.Stream, error) {
 	hop := HopFrom(ctx)
 	req := &control.RouteRequest{Target: r.target, Service: uint8(h.Service), Port: h.Port, Purpose: hop.Purpose,
-		Operator: hop.Operator, Origin: hop.Origin, Trace: hop.Trace}
+		Operator: hop.Operator, Origin: hop.Origin, Trace: hop.Trace, ServiceName: hop.Service}
 	if req.Purpose == "" {
 		req.Purpose = control.PurposeJump
 	}

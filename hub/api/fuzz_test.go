@@ -9,6 +9,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/kubeone"
+	"github.com/tether-dev/tether/hub/mission"
 	"github.com/tether-dev/tether/hub/roles"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki"
@@ -37,6 +38,7 @@ func FuzzRequestBodies(f *testing.F) {
 		`{"control_plane":["n1"],"workers":["n1"]}`,
 		`{"name":"berlin","role":"onboarder","uses":50,"ttl_seconds":604800,"labels":{"site":"berlin"}}`,
 		`{"name":"debian-12","distro":"debian","version":"12","family":"debian","cloud_init":"#cloud-config\nruncmd:\n  - [true]\n"}`,
+		`{"name":"pos","script":"echo hi","state_check":"true","check_interval_seconds":60,"sites":["berlin","sub.berlin"],"match_labels":{"role":"pos"}}`,
 		`{"name":"x"} trailing`, `[1,2,3]`, `{"uses":1e999}`, `{"unknown":1}`, `null`, ``, "\x00",
 	}
 	for i, s := range seeds {
@@ -61,6 +63,7 @@ func FuzzRequestBodies(f *testing.F) {
 		func() any { return new(KubeOneMembersRequest) },
 		func() any { return new(OnboardingCreateRequest) },
 		func() any { return new(OSProfileAddRequest) },
+		func() any { return new(MissionCreateRequest) },
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, body []byte) {
 		v := types[int(kind)%len(types)]()
@@ -96,6 +99,9 @@ func FuzzRequestBodies(f *testing.F) {
 			_, _ = r.Check()
 		case *KubeOneMembersRequest:
 			_, _ = kubeone.CheckMembers(r.ControlPlane, r.Workers)
+		case *MissionCreateRequest:
+			_ = mission.Spec{Script: r.Script, StateCheck: r.StateCheck, CheckIntervalSeconds: r.CheckIntervalSeconds, TimeoutSeconds: r.TimeoutSeconds,
+				Placement: mission.Placement{Sites: r.Sites, MatchLabels: r.MatchLabels}}.Validate()
 		}
 	})
 }

@@ -83,8 +83,13 @@ type Deps struct {
 	// Replicas knows the hub replicas sharing the store (replicas.go);
 	// nil on a hub that runs alone.
 	Replicas Replicas
+	// Services serves the service tunnel endpoints (services.go); nil
+	// disables them.
+	Services Services
 	// Sites lists the site hubs below this hub (sites.go); nil lists none.
 	Sites Sites
+	// Missions serves /v1/missions (missions.go); nil: not served.
+	Missions Missions
 	// SiteHostCAs, if set, adds the host CAs of the sites below to GET
 	// /v1/ssh/trust (hub/sitetrust.go).
 	SiteHostCAs func() []SiteHostCA
@@ -221,11 +226,16 @@ func NewHandler(d Deps) http.Handler {
 	mux.HandleFunc("POST /v1/upgrades/{name}/resume", h.automation(h.upgradeAction("resume", Upgrades.Resume)))
 	mux.HandleFunc("POST /v1/upgrades/{name}/cancel", h.automation(h.upgradeAction("cancel", Upgrades.Cancel)))
 	mux.HandleFunc("POST /v1/upgrades/{name}/confirm", h.lister(h.confirmUpgrade))
+	mux.HandleFunc("POST /v1/missions", h.admin(h.createMission))
+	mux.HandleFunc("GET /v1/missions", h.admin(h.listMissions))
+	mux.HandleFunc("GET /v1/missions/{name}", h.admin(h.getMission))
+	mux.HandleFunc("DELETE /v1/missions/{name}", h.admin(h.deleteMission))
 	mux.HandleFunc("GET /v1/cluster", h.admin(h.clusterStatus))
 	mux.HandleFunc("PUT /v1/cluster/{node}", h.admin(h.clusterRegister))
 	mux.HandleFunc("DELETE /v1/cluster/{node}", h.admin(h.clusterDeregister))
 	h.kubeoneRoutes(mux)
 	h.kubeoneApplyRoutes(mux)
+	h.serviceRoutes(mux)
 	if d.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
 	}
@@ -637,7 +647,8 @@ func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	role := roles.Role{Name: r.PathValue("name"), Nodes: req.Nodes, Logins: req.Logins, NoForwarding: req.Forwarding != nil && !*req.Forwarding, Confirm: req.Confirm}
+	role := roles.Role{Name: r.PathValue("name"), Nodes: req.Nodes, Logins: req.Logins, NoForwarding: req.Forwarding != nil && !*req.Forwarding, Confirm: req.Confirm,
+		Services: req.Services}
 	if role.Name == access.RoleOnboarder {
 		h.writeErr(w, r, fail(ErrInvalid, "role name %q is the built-in permission of onboarding credentials; choose another name", role.Name))
 		return
@@ -651,7 +662,7 @@ func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.OperatorsChanged()
-	h.audit(store.AuditEvent{Kind: "role_put", Remote: r.RemoteAddr, Result: "ok", Detail: fmt.Sprintf("%s: nodes %q logins %s forwarding %t confirm %t", role.Name, role.Nodes, strings.Join(role.Logins, ","), !role.NoForwarding, role.Confirm)})
+	h.audit(store.AuditEvent{Kind: "role_put", Remote: r.RemoteAddr, Result: "ok", Detail: fmt.Sprintf("%s: nodes %q logins %s forwarding %t confirm %t services %s", role.Name, role.Nodes, strings.Join(role.Logins, ","), !role.NoForwarding, role.Confirm, strings.Join(role.Services, ","))})
 	writeJSON(w, http.StatusOK, roleFrom(store.Role(role)))
 }
 

@@ -56,6 +56,9 @@ type RolePutRequest struct {
 	// Confirm lets the role confirm upgrades waiting on the nodes it
 	// selects (default: not).
 	Confirm bool `json:"confirm,omitempty"`
+	// Services are the role's service-tunnel permissions on the nodes it
+	// selects: "expose", "connect" (default: none).
+	Services []string `json:"services,omitempty"`
 }
 
 // SSHTrust answers GET /v1/ssh/trust (no authentication: public keys only).

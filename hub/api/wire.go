@@ -99,10 +99,13 @@ type Role struct {
 	Logins     []string `json:"logins"`
 	Forwarding bool     `json:"forwarding"` // port forwarding allowed
 	Confirm    bool     `json:"confirm"`    // may confirm upgrades waiting on its nodes
+	// Services are its service-tunnel permissions on its nodes: expose, connect.
+	Services []string `json:"services"`
 }
 
 func roleFrom(r store.Role) Role {
-	return Role{Name: r.Name, Nodes: r.Nodes, Logins: slices.Clone(r.Logins), Forwarding: !r.NoForwarding, Confirm: r.Confirm}
+	return Role{Name: r.Name, Nodes: r.Nodes, Logins: slices.Clone(r.Logins), Forwarding: !r.NoForwarding, Confirm: r.Confirm,
+		Services: append([]string{}, r.Services...)}
 }
 
 // AuditEvent is an audit log entry as the API shows it.

@@ -29,7 +29,7 @@ func TestWireNames(t *testing.T) {
 			[]string{"id", "labels", "uses_left", "expires_at", "created_at", "kind"}},
 		{"Operator", operatorFrom(store.Operator{Name: "o", PublicKey: "ssh-ed25519 AAAA", Fingerprint: "SHA256:x", Roles: []string{"all"}, CreatedAt: at}),
 			[]string{"name", "public_key", "fingerprint", "keys", "roles", "created_at"}},
-		{"Role", roleFrom(store.Role{Name: "r", Nodes: "*", Logins: []string{"root"}}), []string{"name", "nodes", "logins", "forwarding", "confirm"}},
+		{"Role", roleFrom(store.Role{Name: "r", Nodes: "*", Logins: []string{"root"}}), []string{"name", "nodes", "logins", "forwarding", "confirm", "services"}},
 		{"AuditEvent", auditEventFrom(store.AuditEvent{ID: 1, At: at, Kind: "k", Operator: "o", Node: "n", KeyFingerprint: "f", Remote: "r",
 			Result: "ok", Detail: "d", EndedAt: at, BytesToNode: 1, BytesFromNode: 1}),
 			[]string{"id", "at", "kind", "operator", "node", "key_fingerprint", "remote", "result", "detail", "ended_at", "bytes_to_node", "bytes_from_node"}},

@@ -62,7 +62,23 @@ type Role struct {
 	// confirm`). The zero value does not: saying yes to new software on a
 	// machine in the field is its own decision, apart from reaching it.
 	Confirm bool `json:"confirm,omitempty"`
+	// Services are the service-tunnel permissions the role grants on the
+	// nodes it selects: ServiceExpose (publish one of their allow-listed
+	// ports under a name) and ServiceConnect (make them consumers of a
+	// service). The zero value grants neither: carrying bytes between
+	// machines is its own decision, apart from reaching them.
+	Services []string `json:"services,omitempty"`
 }
+
+// Service-tunnel permissions of a role (Role.Services).
+const (
+	ServiceExpose  = "expose"
+	ServiceConnect = "connect"
+)
+
+// AllowsService reports whether the role grants service permission perm
+// (ServiceExpose or ServiceConnect) on the nodes it selects.
+func (r Role) AllowsService(perm string) bool { return slices.Contains(r.Services, perm) }
 
 // Validate checks the name, the selector and the logins, and names the first
 // problem found. A bad selector is reported as a *SelectorError.
@@ -88,6 +104,11 @@ func (r Role) check() (Selector, error) {
 	}
 	if len(r.Logins) > MaxLogins {
 		return Selector{}, fmt.Errorf("roles: role %q: %d logins, at most %d", r.Name, len(r.Logins), MaxLogins)
+	}
+	for _, p := range r.Services {
+		if p != ServiceExpose && p != ServiceConnect {
+			return Selector{}, fmt.Errorf("roles: role %q: service permission %q: want %s or %s", r.Name, p, ServiceExpose, ServiceConnect)
+		}
 	}
 	for _, l := range r.Logins {
 		if l == AnyLogin {

@@ -28,7 +28,7 @@ func TestAdminMigrationRenamesUserRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(roles); got != "[{admin * [*] false false} {admin-legacy site=lab [ubuntu] false false} {all * [*] false false}]" {
+	if got := fmt.Sprint(roles); got != "[{admin * [*] false false []} {admin-legacy site=lab [ubuntu] false false []} {all * [*] false false []}]" {
 		t.Fatalf("roles after upgrade: %s", got)
 	}
 	ops, _ := s.ListOperators(ctx)

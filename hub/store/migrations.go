@@ -105,6 +105,12 @@ var migrations = []string{
 	// v17: site hubs below this hub: what a join token registers (node or
 	// site), the sites (each also a row in nodes), their inventories.
 	migrationSites,
+	// v18: desired state sent down the tree of hubs, the generations each
+	// child site acknowledged, missions' per-node state (desired.go).
+	migrationDesired,
+	// v19: service tunnels between nodes and sites, their consumers, and
+	// the roles' service permissions (services.go).
+	migrationServices,
 }
 
 // migrationConsole adds the web console's sign-in codes and sessions. Both
@@ -352,3 +358,29 @@ const migrationSites = `ALTER TABLE tokens ADD COLUMN kind TEXT NOT NULL DEFAULT
 		revoked INTEGER NOT NULL DEFAULT 0,
 		PRIMARY KEY (site_id, name)
 	);`
+
+// migrationServices adds service tunnels: one row per service (a node's
+// allow-listed TCP port under a name; origin is the hub where it was
+// created, target and consumers are named as that hub names them), one per
+// consumer binding (a node listening on a loopback port for it), and the
+// roles' permission to expose and connect services.
+const migrationServices = `CREATE TABLE services (
+		name TEXT PRIMARY KEY,
+		origin TEXT NOT NULL,
+		target TEXT NOT NULL,
+		port INTEGER NOT NULL CHECK (port BETWEEN 1 AND 65535),
+		generation INTEGER NOT NULL,
+		created_by TEXT NOT NULL DEFAULT '',
+		created_at INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL
+	);
+	CREATE TABLE service_bindings (
+		service TEXT NOT NULL REFERENCES services (name) ON DELETE CASCADE,
+		consumer TEXT NOT NULL,
+		port INTEGER NOT NULL CHECK (port BETWEEN 1 AND 65535),
+		created_by TEXT NOT NULL DEFAULT '',
+		created_at INTEGER NOT NULL,
+		PRIMARY KEY (service, consumer)
+	);
+	CREATE INDEX service_bindings_consumer ON service_bindings (consumer);
+	ALTER TABLE roles ADD COLUMN services TEXT NOT NULL DEFAULT '[]';`

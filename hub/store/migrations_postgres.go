@@ -109,6 +109,10 @@ var pgMigrations = []string{
 	ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';`,
 	// v17: site hubs (as migrationSites).
 	pgTypes(migrationSites),
+	// v18: desired state, acks of child sites, missions' per-node state.
+	pgTypes(migrationDesired),
+	// v19: service tunnels and their consumers.
+	pgTypes(migrationServices),
 }
 
 var (

@@ -16,14 +16,21 @@ type Role struct {
 	// Confirm: the role may confirm upgrades waiting on the nodes it
 	// selects (see hub/roles).
 	Confirm bool `json:"confirm,omitempty"`
+	// Services are the service-tunnel permissions the role grants on the
+	// nodes it selects: "expose", "connect" (see hub/roles).
+	Services []string `json:"services,omitempty"`
 }
 
 // PutRole implements Store.
 func (s *SQLite) PutRole(ctx context.Context, r Role) error {
 	logins, _ := json.Marshal(r.Logins)
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO roles (name, nodes, logins, forwarding, confirm) VALUES (?,?,?,?,?)
-		ON CONFLICT (name) DO UPDATE SET nodes = excluded.nodes, logins = excluded.logins, forwarding = excluded.forwarding, confirm = excluded.confirm`,
-		r.Name, r.Nodes, string(logins), !r.NoForwarding, r.Confirm); err != nil {
+	services, _ := json.Marshal(r.Services)
+	if r.Services == nil {
+		services = []byte("[]")
+	}
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO roles (name, nodes, logins, forwarding, confirm, services) VALUES (?,?,?,?,?,?)
+		ON CONFLICT (name) DO UPDATE SET nodes = excluded.nodes, logins = excluded.logins, forwarding = excluded.forwarding, confirm = excluded.confirm, services = excluded.services`,
+		r.Name, r.Nodes, string(logins), !r.NoForwarding, r.Confirm, string(services)); err != nil {
 		return fmt.Errorf("store: put role %q: %w", r.Name, err)
 	}
 	return nil
@@ -31,7 +38,7 @@ func (s *SQLite) PutRole(ctx context.Context, r Role) error {
 
 // ListRoles implements Store.
 func (s *SQLite) ListRoles(ctx context.Context) ([]Role, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, nodes, logins, forwarding, confirm FROM roles ORDER BY name`)
+	rows, err := s.db.QueryContext(ctx, `SELECT name, nodes, logins, forwarding, confirm, services FROM roles ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list roles: %w", err)
 	}
@@ -39,14 +46,19 @@ func (s *SQLite) ListRoles(ctx context.Context) ([]Role, error) {
 	out := []Role{}
 	for rows.Next() {
 		var r Role
-		var logins string
+		var logins, services string
 		var forwarding bool
-		if err := rows.Scan(&r.Name, &r.Nodes, &logins, &forwarding, &r.Confirm); err != nil {
+		if err := rows.Scan(&r.Name, &r.Nodes, &logins, &forwarding, &r.Confirm, &services); err != nil {
 			return nil, err
 		}
 		r.NoForwarding = !forwarding
 		if err := json.Unmarshal([]byte(logins), &r.Logins); err != nil {
 			return nil, fmt.Errorf("store: role %q logins: %w", r.Name, err)
+		}
+		if services != "[]" {
+			if err := json.Unmarshal([]byte(services), &r.Services); err != nil {
+				return nil, fmt.Errorf("store: role %q services: %w", r.Name, err)
+			}
 		}
 		out = append(out, r)
 	}

@@ -103,7 +103,9 @@ type Store interface {
 	ReplicaStore
 	LeaseStore
 	ChangeStore
+	ServiceStore
 	SiteStore
+	DesiredStore
 
 	Close() error
 }

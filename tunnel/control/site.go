@@ -279,6 +279,11 @@ const (
 // one of its own nodes or below one of its sites, and audits the hop.
 type RouteRequest struct {
 	// Target is the node relative to the receiving hub: "n7" or "n7.sub".
+	// One exception: a service route a site sends up to its parent names
+	// the target as the service's origin hub names it (Origin is then the
+	// service's origin), since a target outside the parent's subtree has
+	// no name relative to the parent; every hub holding the service knows
+	// how the origin names it.
 	Target string `json:"target"`
 	// Service and Port are the tunnel.Header to open at the node.
 	Service uint8  `json:"service"`

@@ -49,30 +49,32 @@ type sizes struct {
 	p8Agents     int // agents connected while access changes
 	p9Agents     int // simulated agents an agent upgrade rolls out to
 	p11Agents    int // simulated agents spread over three hub replicas
+	p13Sites     int // site hubs under the root
+	p13Agents    int // simulated agents spread over them
 }
 
 var profiles = map[string]sizes{
 	"tiny": {name: "tiny", p1MiB: []int{8}, p1Runs: 1, p2Secs: 0.5, p3Runs: 2, p3Opens: 5,
 		p4Counts: []int{20}, p4TCPMax: 20, p4Idle: 2 * time.Second, p5Counts: []int{20},
-		p6Nodes: []int{3}, p6Upload: 64 << 10, p7Idle: 2 * time.Second, p8Agents: 20, p9Agents: 10, p11Agents: 150},
+		p6Nodes: []int{3}, p6Upload: 64 << 10, p7Idle: 2 * time.Second, p8Agents: 20, p9Agents: 10, p11Agents: 150, p13Sites: 2, p13Agents: 20},
 	// tiny skips Ansible (ten seconds even for three nodes): make test
 	// checks that the scenarios run, not the reference.
 	"quick": {name: "quick", p1MiB: []int{256}, p1Runs: 1, p2Secs: 2, p3Runs: 10, p3Opens: 50,
 		p4Counts: []int{2000}, p4TCPMax: 2000, p4Idle: 10 * time.Second, p5Counts: []int{2000},
-		p6Nodes: []int{50}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 50, p7Idle: 10 * time.Second, p8Agents: 2000, p9Agents: 100, p11Agents: 1500},
+		p6Nodes: []int{50}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 50, p7Idle: 10 * time.Second, p8Agents: 2000, p9Agents: 100, p11Agents: 1500, p13Sites: 5, p13Agents: 200},
 	// full is what fits in 30 minutes on a 2-core machine, where the
 	// simulator's side of every handshake and session shares the cores with
 	// the hub: 10k agents per transport (about 90 s to connect each way),
 	// Ansible at 100 nodes only (1,000 would take it some 25 minutes).
 	"full": {name: "full", p1MiB: []int{1024, 4096}, p1Runs: 3, p2Secs: 5, p3Runs: 50, p3Opens: 200,
 		p4Counts: []int{10000}, p4TCPMax: 18000, p4Idle: 30 * time.Second, p5Counts: []int{10000},
-		p6Nodes: []int{100, 1000}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 100, p7Idle: 60 * time.Second, p8Agents: 10000, p9Agents: 1000, p11Agents: 30000},
+		p6Nodes: []int{100, 1000}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 100, p7Idle: 60 * time.Second, p8Agents: 10000, p9Agents: 1000, p11Agents: 30000, p13Sites: 10, p13Agents: 1000},
 	// max is full with the fleet sizes of the targets (10k, 50k, 100k
 	// agents; storms of 10k and 100k): for a machine with 8+ cores and
 	// 32+ GiB and an open-files limit above 200k (make bench BENCH_SIZE=max).
 	"max": {name: "max", p1MiB: []int{1024, 4096}, p1Runs: 3, p2Secs: 5, p3Runs: 50, p3Opens: 200,
 		p4Counts: []int{10000, 50000, 100000}, p4TCPMax: 100000, p4Idle: 30 * time.Second, p5Counts: []int{10000, 100000},
-		p6Nodes: []int{100, 1000}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 1000, p7Idle: 60 * time.Second, p8Agents: 10000, p9Agents: 1000, p11Agents: 30000},
+		p6Nodes: []int{100, 1000}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 1000, p7Idle: 60 * time.Second, p8Agents: 10000, p9Agents: 1000, p11Agents: 30000, p13Sites: 10, p13Agents: 1000},
 }
 
 type scenario struct {
@@ -93,6 +95,8 @@ var scenarios = []scenario{
 	{"p9", "agent upgrade rollout (batch 10%) vs scp through an OpenSSH bastion: wall, hub CPU, registry bytes, bytes pushed", runP9},
 	{"p10", "a jump forwarded between hub replicas vs a direct one: bulk copy and ssh -J true", runP10},
 	{"p11", "simulated agents spread over three hub replicas on PostgreSQL: agents held, RSS and idle CPU per replica, ramp-up", runP11},
+	{"p12", "a jump from the root to a leaf two site levels down vs a direct jump at the site hub: bulk copy and ssh -J true", runP12},
+	{"p13", "mission fan-out from the root to simulated agents spread over site hubs vs tether run through them", runP13},
 }
 
 // bench is what every scenario gets.
@@ -126,6 +130,8 @@ func main() {
 	verbose := flag.Bool("v", false, "log progress at debug level")
 	p6Nodes := flag.String("p6-nodes", "", "override P6's node counts (comma-separated)")
 	p11Agents := flag.Int("p11-agents", 0, "override P11's fleet size (agents over the three replicas)")
+	p13Sites := flag.Int("p13-sites", 0, "override P13's site hub count")
+	p13Agents := flag.Int("p13-agents", 0, "override P13's fleet size (agents spread over the site hubs)")
 	p8Transports := flag.String("p8-transports", "tcp,quic", "transports P8 runs over, in order (tcp, quic)")
 	pprofAddr := flag.String("pprof", "", "serve net/http/pprof of tbench itself (the simulated agents) on this address")
 	flag.Usage = func() {
@@ -158,6 +164,12 @@ func main() {
 	}
 	if *p11Agents > 0 {
 		sz.p11Agents = *p11Agents
+	}
+	if *p13Sites > 0 {
+		sz.p13Sites = *p13Sites
+	}
+	if *p13Agents > 0 {
+		sz.p13Agents = *p13Agents
 	}
 	var p8Tr []tunnel.Transport
 	for _, f := range strings.Split(*p8Transports, ",") {
