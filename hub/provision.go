@@ -76,23 +76,35 @@ func (p *provisioner) certSigner() (gossh.Signer, error) {
 	return p.signer, nil
 }
 
-// nodeIDKey carries, from connect to dial, the ID of the node a job
-// targets: the runner dials by name (the name is its host-certificate
-// principal), and dial checks that the name still belongs to that node.
+// nodeIDKey carries, from connect to dial, the node a job targets as
+// connect resolved it (a resolvedNode): the runner dials by name (the name
+// is its host-certificate principal), and dial checks that the name is the
+// one resolved for that ID. The route resolved with it is dialled as it is:
+// the look-up was made an instant before, by the same ID, and repeating it
+// cost every node of a fan-out another store read (bench P6's profile).
 type nodeIDKey struct{}
+
+// resolvedNode is what connect resolved for dial.
+type resolvedNode struct {
+	id, name string
+	route    access.Route // nil: resolve again
+}
 
 // dial opens an ssh stream to a node through the door.
 func (p *provisioner) dial(ctx context.Context, name string) (net.Conn, error) {
-	id, _ := ctx.Value(nodeIDKey{}).(string)
-	if id == "" {
+	r, _ := ctx.Value(nodeIDKey{}).(resolvedNode)
+	if r.id == "" {
 		return nil, fmt.Errorf("provision: no node id for %q", name)
 	}
-	n, route, err := p.s.door.Resolve(ctx, access.ByID(id))
+	if r.route != nil && r.name == name {
+		return r.route.Dial(ctx, tunnel.Header{Service: tunnel.ServiceSSH})
+	}
+	n, route, err := p.s.door.Resolve(ctx, access.ByID(r.id))
 	if err != nil {
 		return nil, err
 	}
 	if n.Name != name {
-		return nil, fmt.Errorf("node id %s is now named %q, not %q", id, n.Name, name)
+		return nil, fmt.Errorf("node id %s is now named %q, not %q", r.id, n.Name, name)
 	}
 	if access.HopFrom(ctx).Purpose == "" {
 		ctx = access.WithHop(ctx, access.Hop{Purpose: control.PurposeJob, Operator: "tether-hub"})
@@ -104,7 +116,7 @@ func (p *provisioner) dial(ctx context.Context, name string) (net.Conn, error) {
 // (never a newer node that took a removed node's name) as its
 // provisioning login.
 func (p *provisioner) connect(ctx context.Context, nodeID string) (jobs.Conn, error) {
-	n, _, err := p.s.door.Resolve(ctx, access.ByID(nodeID))
+	n, route, err := p.s.door.Resolve(ctx, access.ByID(nodeID))
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +124,7 @@ func (p *provisioner) connect(ctx context.Context, nodeID string) (jobs.Conn, er
 	if err != nil {
 		return nil, err
 	}
-	ctx = context.WithValue(ctx, nodeIDKey{}, n.ID)
+	ctx = context.WithValue(ctx, nodeIDKey{}, resolvedNode{id: n.ID, name: n.Name, route: route})
 	c, err := p.runner.Connect(ctx, n.Name, runner.Auth{Login: p.s.door.ProvisionLoginFor(n.Labels), Signer: signer})
 	if err != nil {
 		return nil, err

@@ -359,16 +359,20 @@ func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gos
 		st.Close()
 	})
 	defer unwatch()
-	counts := tunnel.Pipe(channelConn{ch}, st, func(toNode bool, n int) {
-		if m == nil {
-			return
+	var onBytes func(bool, int)
+	if m != nil {
+		// The counters are looked up once per jump, not per chunk: the
+		// label lookup hashes and locks, on every 64 KiB relayed.
+		toNode, fromNode := m.RelayedBytes.WithLabelValues("to_node"), m.RelayedBytes.WithLabelValues("from_node")
+		onBytes = func(up bool, n int) {
+			if up {
+				toNode.Add(float64(n))
+			} else {
+				fromNode.Add(float64(n))
+			}
 		}
-		if toNode {
-			m.RelayedBytes.WithLabelValues("to_node").Add(float64(n))
-		} else {
-			m.RelayedBytes.WithLabelValues("from_node").Add(float64(n))
-		}
-	})
+	}
+	counts := tunnel.Pipe(channelConn{ch}, st, onBytes)
 	rec.BytesToNode, rec.BytesFromNode = counts.AtoB, counts.BtoA
 	if cause := stopped(); cause != nil {
 		finish(endedResult(cause), cause)

@@ -16,8 +16,8 @@ import (
 )
 
 // runP2 pushes one TCP stream for a few seconds into a Go sink through:
-// direct loopback TCP and a socat relay (the references), an OpenSSH
-// bastion's direct-tcpip, tether's bastion to a node's tcp service (the
+// direct loopback TCP, a socat relay and frp (tcp, tcp over QUIC, stcp with
+// a visitor) (the references), an OpenSSH bastion's direct-tcpip, tether's bastion to a node's tcp service (the
 // product path: operator SSH to the hub, tunnel to the agent, TCP to the
 // sink), and the tunnel alone (hub and agent relays in one process, no SSH).
 func runP2(ctx context.Context, b *bench) error {
@@ -29,23 +29,24 @@ func runP2(ctx context.Context, b *bench) error {
 	sinkAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sk.port()))
 	d := time.Duration(b.sz.p2Secs * float64(time.Second))
 	const runs = 2
-	measure := func(dial func() (net.Conn, error)) (float64, error) {
-		best := 0.0
+	// measure returns the best MB/s of runs pushes and the bytes they moved.
+	measure := func(dial func() (net.Conn, error)) (float64, int64, error) {
+		best, total := 0.0, int64(0)
 		for range runs {
 			c, err := dial()
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
-			v, err := pushFor(c, d)
+			v, n, err := pushFor(c, d)
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
-			best = max(best, v)
+			best, total = max(best, v), total+n
 		}
-		return best, nil
+		return best, total, nil
 	}
 
-	direct, err := measure(func() (net.Conn, error) { return net.Dial("tcp", sinkAddr) })
+	direct, _, err := measure(func() (net.Conn, error) { return net.Dial("tcp", sinkAddr) })
 	if err != nil {
 		return fmt.Errorf("P2 direct: %w", err)
 	}
@@ -74,7 +75,7 @@ func runP2(ctx context.Context, b *bench) error {
 		}); err != nil {
 			return err
 		}
-		if socat, err = measure(func() (net.Conn, error) { return net.Dial("tcp", addr) }); err != nil {
+		if socat, _, err = measure(func() (net.Conn, error) { return net.Dial("tcp", addr) }); err != nil {
 			return fmt.Errorf("P2 socat: %w", err)
 		}
 		b.report.Add(harness.Row{ID: "P2", What: "single TCP stream, socat relay (reference; socat defaults)", Value: mbs(socat), Ref: mbs(direct), Ratio: harness.Ratio(socat, direct)})
@@ -84,37 +85,112 @@ func runP2(ctx context.Context, b *bench) error {
 		ref, refName = direct, "direct"
 	}
 
-	// Through SSH bastions: a Go SSH client (aes128-gcm) opens direct-tcpip.
+	// frp, the usual open-source reverse-tunnel, in the same run: its
+	// figures are what the tether rows are held to.
+	frp := map[string]float64{}
+	frpCPU := relayCPU{}
+	if frps, frpc, ok := frpBinaries(b.bin); b.sz.name == "tiny" {
+		// make test runs tiny on a clean clone, where frp is not built
+		// (a minute of compiling); bench/deps.sh builds it for the others.
+		b.report.Note("P2: no frp references at size tiny (`make bench` and `make bench-quick` build frp %s and compare)", frpVersion)
+	} else if !ok {
+		b.report.Note("P2: frp %s is not installed (bench/deps.sh builds frps and frpc into .tools/bin, about a minute): no frp references; issue 18 measured frp tcp 476-547, frp QUIC 281-363, frp stcp 370-399 MB/s here", frpVersion)
+	} else {
+		for _, m := range frpModes {
+			f, err := startFRP(ctx, s.env, frps, frpc, m, sk.port())
+			if err != nil {
+				return fmt.Errorf("P2 frp %s: %w", m.name, err)
+			}
+			cpu0, err := procCPU(f.frps)
+			if err != nil {
+				f.Close()
+				return err
+			}
+			v, n, err := measure(func() (net.Conn, error) { return net.Dial("tcp", f.addr) })
+			cpu1, cerr := procCPU(f.frps)
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("P2 frp %s: %w", m.name, err)
+			}
+			if cerr == nil {
+				frpCPU.add(m.name, cpu1-cpu0, n)
+			}
+			frp[m.name] = v
+			b.report.Add(harness.Row{ID: "P2", What: "single TCP stream, " + m.what + " (reference, frp " + frpVersion + ")", Value: mbs(v), Ref: mbs(ref) + " " + refName, Ratio: harness.Ratio(v, ref),
+				Comment: fmt.Sprintf("frps %.2f CPU-s/GiB", frpCPU.perGiB(m.name))})
+		}
+	}
+
+	// Through SSH bastions: a Go SSH client (aes128-gcm) opens direct-tcpip
+	// (what `ssh -L` and `ssh -W` do). The relay's CPU is measured over the
+	// whole connection: for the OpenSSH bastion, its listener and the
+	// processes it forks for the connection, once they exited.
+	cpu := relayCPU{}
 	viaSSH := func(path string) (float64, error) {
+		relay := s.relayPID(path)
+		cpu0, err := procCPU(relay)
+		if err != nil {
+			return 0, err
+		}
 		c, err := s.goSSH(ctx, path)
 		if err != nil {
 			return 0, err
 		}
-		defer c.Close()
 		target := sinkAddr
 		if path != "openssh" {
 			target = net.JoinHostPort("n-"+path, strconv.Itoa(sk.port()))
 		}
-		return measure(func() (net.Conn, error) { return c.Dial("tcp", target) })
+		var wait func()
+		if path != "openssh" {
+			wait = profileHub(ctx, "p2-ssh-L-"+path, runs*d)
+		}
+		v, n, err := measure(func() (net.Conn, error) { return c.Dial("tcp", target) })
+		c.Close()
+		if wait != nil {
+			wait()
+		}
+		if err != nil {
+			return 0, err
+		}
+		if path == "openssh" {
+			if err := waitChildrenGone(ctx, relay); err != nil {
+				return 0, err
+			}
+		}
+		cpu1, err := procCPU(relay)
+		if err != nil {
+			return 0, err
+		}
+		cpu.add(path, cpu1-cpu0, n)
+		return v, nil
 	}
 	osshV, err := viaSSH("openssh")
 	if err != nil {
 		return fmt.Errorf("P2 OpenSSH bastion: %w", err)
 	}
-	b.report.Add(harness.Row{ID: "P2", What: "single TCP stream, SSH direct-tcpip via OpenSSH bastion (reference)", Value: mbs(osshV), Ref: mbs(ref) + " " + refName, Ratio: harness.Ratio(osshV, ref)})
+	b.report.Add(harness.Row{ID: "P2", What: "single TCP stream, SSH direct-tcpip via OpenSSH bastion (reference)", Value: mbs(osshV), Ref: mbs(ref) + " " + refName, Ratio: harness.Ratio(osshV, ref),
+		Comment: fmt.Sprintf("sshd %.2f CPU-s/GiB", cpu.perGiB("openssh"))})
 	for _, path := range transports {
 		v, err := viaSSH(path)
 		if err != nil {
 			return fmt.Errorf("P2 tether %s: %w", path, err)
 		}
 		b.report.Add(p2Row("SSH direct-tcpip via tether bastion to the node's tcp service, "+pathName(path), path, v, ref, refName, osshV))
+		for _, fr := range p2FRPTargets(path) {
+			if fv, ok := frp[fr.mode]; ok {
+				b.report.Add(harness.Row{ID: "P2", What: fmt.Sprintf("ssh -L via tether bastion, %s, vs %s", pathName(path), fr.what),
+					Value: mbs(v), Ref: mbs(fv) + " frp " + fr.mode, Ratio: harness.Ratio(v, fv),
+					Target: fmt.Sprintf("≥ %.1f× frp %s", fr.factor, fr.mode), Met: harness.YesNo(v >= fr.factor*fv)})
+			}
+		}
+		b.report.Add(cpuRow("P2", fmt.Sprintf("ssh -L relay CPU per GiB: the tether hub, %s agent", pathName(path)), cpu.perGiB(path), cpu.perGiB("openssh")))
 	}
 	for _, tr := range []tunnel.Transport{tunnel.TransportQUIC, tunnel.TransportTCP} {
 		r, err := newTunnelRelay(ctx, tr, sinkAddr)
 		if err != nil {
 			return fmt.Errorf("P2 tunnel relay %v: %w", tr, err)
 		}
-		v, err := measure(func() (net.Conn, error) { return net.Dial("tcp", r.addr()) })
+		v, _, err := measure(func() (net.Conn, error) { return net.Dial("tcp", r.addr()) })
 		r.Close()
 		if err != nil {
 			return fmt.Errorf("P2 tunnel relay %v: %w", tr, err)
@@ -122,6 +198,22 @@ func runP2(ctx context.Context, b *bench) error {
 		b.report.Add(p2Row("tunnel alone (hub and agent relays in one process, no SSH), "+pathName(tr.String()), tr.String(), v, ref, refName, 0))
 	}
 	return nil
+}
+
+// frpTarget is one of issue 18's throughput targets of a tether path
+// against an frp reference.
+type frpTarget struct {
+	mode, what string
+	factor     float64
+}
+
+// p2FRPTargets: TCP agents ≥ 1.5× frp stcp and ≥ 1.0× frp tcp, QUIC agents
+// ≥ 1.0× frp over QUIC.
+func p2FRPTargets(path string) []frpTarget {
+	if path == "quic" {
+		return []frpTarget{{"quic", "frp tcp over QUIC", 1.0}}
+	}
+	return []frpTarget{{"stcp", "frp stcp (both legs encrypted)", 1.5}, {"tcp", "frp tcp (plaintext public side)", 1.0}}
 }
 
 func p2Row(what, transport string, v, ref float64, refName string, ossh float64) harness.Row {

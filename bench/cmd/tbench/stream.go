@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,9 +11,12 @@ import (
 	"time"
 )
 
-// sink is a TCP server that counts what each connection sends until EOF,
-// then answers with the byte count and how long the bytes took to arrive
-// (first byte to EOF), so the sender gets the receiver's view.
+// sink is a TCP server that counts what each connection sends until the
+// end marker (a 0xff byte; the payload is zeros) or EOF, then answers with
+// the byte count and how long the bytes took to arrive (first byte to the
+// end), so the sender gets the receiver's view. The marker makes the count
+// work through relays that do not pass a half-close on (frp closes both
+// directions when one ends): the sender does not half-close.
 type sink struct {
 	ln net.Listener
 	wg sync.WaitGroup
@@ -46,6 +50,10 @@ func (s *sink) serve() {
 				if k > 0 && first.IsZero() {
 					first = time.Now()
 				}
+				if i := bytes.IndexByte(buf[:k], endMarker); i >= 0 {
+					n += int64(i)
+					break
+				}
 				n += int64(k)
 				if err != nil {
 					break
@@ -64,32 +72,32 @@ func (s *sink) Close() {
 	s.wg.Wait()
 }
 
-// pushFor writes to c for d, half-closes, and returns the receiver's MB/s.
-func pushFor(c net.Conn, d time.Duration) (float64, error) {
+// endMarker ends a push: the payload is all zeros.
+const endMarker = 0xff
+
+// pushFor writes zeros to c for d, then the end marker, and returns the receiver's MB/s and the bytes it
+// received.
+func pushFor(c net.Conn, d time.Duration) (float64, int64, error) {
 	defer c.Close()
 	buf := make([]byte, 128<<10)
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		if _, err := c.Write(buf); err != nil {
-			return 0, fmt.Errorf("push: %w", err)
+			return 0, 0, fmt.Errorf("push: %w", err)
 		}
 	}
-	cw, ok := c.(interface{ CloseWrite() error })
-	if !ok {
-		return 0, errors.New("push: connection cannot half-close")
-	}
-	if err := cw.CloseWrite(); err != nil {
-		return 0, fmt.Errorf("push: close write: %w", err)
+	if _, err := c.Write([]byte{endMarker}); err != nil {
+		return 0, 0, fmt.Errorf("push: end marker: %w", err)
 	}
 	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
 	var out [16]byte
 	if _, err := io.ReadFull(c, out[:]); err != nil {
-		return 0, fmt.Errorf("push: read the receiver's count: %w", err)
+		return 0, 0, fmt.Errorf("push: read the receiver's count: %w", err)
 	}
 	n := int64(binary.BigEndian.Uint64(out[:8]))
 	took := time.Duration(binary.BigEndian.Uint64(out[8:]))
 	if took <= 0 {
-		return 0, errors.New("push: nothing arrived")
+		return 0, 0, errors.New("push: nothing arrived")
 	}
-	return mbps(n, took), nil
+	return mbps(n, took), n, nil
 }
