@@ -34,7 +34,8 @@ type TreeConfig struct {
 	Bin string
 	// Dir holds data dirs, state dirs and logs.
 	Dir string
-	// Sites are the site hubs under the region (default berlin, munich).
+	// Sites are the site hubs under the region (under the root with
+	// NoRegion); default berlin, munich.
 	Sites []string
 	// AgentsPerSite agents join every site hub, named n1..nK (default 3;
 	// -1 for none). The same names on every site: n1.berlin and n1.munich
