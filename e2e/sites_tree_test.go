@@ -272,12 +272,16 @@ func TestSitesTree(t *testing.T) {
 		upAt := time.Now()
 		restore()
 		want := []string{"n1.berlin.region", "n3.berlin.region"}
+		var reconnected time.Duration // until the root has the region's session again
 		waitFor(t, "the root to catch up after the cut", 120*time.Second, func() bool {
+			if reconnected == 0 && root.SiteMap(ctx)["region"].Connected {
+				reconnected = time.Since(upAt)
+			}
 			return tr.Healthy(ctx, root) == "" && treeMissionDone(root, "pos-agent", 2, want)
 		})
 		catchUp := time.Since(upAt)
-		t.Logf("catch-up after a %v cut of the region's uplink: %v (cut end → root shows every site healthy, %s online and the mission's new generation done)",
-			treeCut, catchUp.Round(10*time.Millisecond), n4.Path())
+		t.Logf("catch-up after a %v cut of the region's uplink: %v (cut end → root shows every site healthy, %s online and the mission's new generation done; the region's uplink was back after %v)",
+			treeCut, catchUp.Round(10*time.Millisecond), n4.Path(), reconnected.Round(10*time.Millisecond))
 		checkTreeMarks(t, marks, "pos-agent", map[int][]string{1: want, 2: want})
 	})
 
