@@ -243,6 +243,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			attempt = 0
 		}
 		wait := backoff(attempt, a.cfg.BackoffMin, a.cfg.BackoffMax)
+		if hint, ok := tunnel.RetryAfter(err); ok && hint > 0 {
+			// The hub was at its handshake limit and said when it can
+			// take us: its queue, not our guess.
+			wait = hinted(hint, a.cfg.BackoffMax)
+		}
 		attempt++
 		a.log.Warn("hub connection lost; retrying", "err", err, "in", wait.Round(time.Millisecond))
 		a.setState(StateBackoff, transition{err: err})
@@ -253,6 +258,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// hinted is the wait for a hub's retry-after hint: the hint ±20 %, so
+// agents handed the same second do not return in the same instant, and
+// never past the backoff cap (the hint is not authenticated: it comes
+// before the TLS handshake).
+func hinted(hint, cap time.Duration) time.Duration {
+	hint = min(hint, cap)
+	j := time.Duration(rand.Int64N(int64(hint)*2/5+1)) - hint/5
+	return min(hint+j, cap)
 }
 
 // backoff is "full jitter": uniform in [0, min(cap, base*2^attempt)], with
