@@ -39,7 +39,12 @@ type Config struct {
 	Tunnel     *tunnel.Config
 	BackoffMin time.Duration // default 500ms
 	BackoffMax time.Duration // cap of the exponential backoff, default 30s
-	Logger     *slog.Logger
+	// ReprobeMin and ReprobeMax bound how often an agent that fell back to
+	// TCP (Transport auto) tries QUIC again in the background: the first
+	// try after ReprobeMin, then doubling up to ReprobeMax, each with
+	// jitter. Defaults 30s and 10m.
+	ReprobeMin, ReprobeMax time.Duration
+	Logger                 *slog.Logger
 
 	// Identity, if set, is used instead of the one in StateDir, and StateDir
 	// may then be empty: no status file is written and a renewed
@@ -111,6 +116,13 @@ func (c *Config) CheckAndSetDefaults() error {
 	if c.BackoffMax <= 0 {
 		c.BackoffMax = 30 * time.Second
 	}
+	if c.ReprobeMin <= 0 {
+		c.ReprobeMin = 30 * time.Second
+	}
+	if c.ReprobeMax <= 0 {
+		c.ReprobeMax = 10 * time.Minute
+	}
+	c.ReprobeMax = max(c.ReprobeMax, c.ReprobeMin)
 	if c.BackoffMax < c.BackoffMin {
 		return fmt.Errorf("edge: backoff cap %s is below the minimum %s", c.BackoffMax, c.BackoffMin)
 	}
@@ -138,6 +150,10 @@ type Agent struct {
 	allow    map[uint16]bool
 	events   *sshEvents // the embedded server's reports for the hub's audit
 	upgrades upgradeReports
+
+	// drains are the sessions a transport move left draining (their live
+	// streams go on); Run waits for them.
+	drains sync.WaitGroup
 
 	mu     sync.Mutex // guards the following fields
 	state  State      // changed only by setState
@@ -222,6 +238,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer wg.Wait()
 		defer cancel()
 	}
+	defer a.drains.Wait()
 	attempt := 0
 	for {
 		if err := a.checkExpiry(); err != nil {

@@ -126,7 +126,14 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	conn.AgentVersion, conn.Arch = msg.Hello.AgentVersion, msg.Hello.Facts.Arch
 	conn.ReportsLogins = slices.Contains(msg.Hello.Capabilities, control.CapSSHLoginEvents)
 	conn.Labels = node.Labels
-	if old := s.reg.Put(conn); old != nil {
+	if msg.Hello.MovedFrom != "" {
+		// The agent moved transports (TCP fallback, then QUIC got
+		// through): its old session drains rather than dropping the
+		// operators' live streams on it.
+		if old := s.reg.PutMoved(conn); old != nil {
+			log.Info("node moved transport; its previous session drains", "from", msg.Hello.MovedFrom, "previous_remote", old.Session.RemoteAddr().String())
+		}
+	} else if old := s.reg.Put(conn); old != nil {
 		log.Info("node reconnected; replaced its previous session", "previous_remote", old.Session.RemoteAddr().String())
 	}
 	// A revoke or removal between the first check and Put only closed

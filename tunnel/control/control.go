@@ -118,6 +118,12 @@ type Hello struct {
 	Upgrade *UpgradeSupport `json:"upgrade,omitempty"`
 	// Site is set by a site hub (with CapSite): see site.go.
 	Site *SiteHello `json:"site,omitempty"`
+	// MovedFrom is set when this session replaces a live one of the same
+	// agent on another transport ("tcp": the agent fell back to TCP and
+	// its QUIC re-probe got through). The hub then lets the old session
+	// drain (no new streams; the agent closes it once its live streams
+	// end) instead of closing it.
+	MovedFrom string `json:"moved_from,omitempty"`
 }
 
 // SSHTrust tells the node's SSH server what to present and whom to trust.
@@ -258,6 +264,9 @@ func (m *Message) Validate() error {
 		}
 		if h.StateDir != "" && (!strings.HasPrefix(h.StateDir, "/") || path.Clean(h.StateDir) != h.StateDir) {
 			return fmt.Errorf("%w: state_dir %q is not a clean absolute path", ErrBadMessage, h.StateDir)
+		}
+		if h.MovedFrom != "" && h.MovedFrom != "tcp" && h.MovedFrom != "quic" {
+			return fmt.Errorf("%w: moved_from %.16q is not a transport (tcp, quic)", ErrBadMessage, h.MovedFrom)
 		}
 		if err := h.Upgrade.validate(); err != nil {
 			return err
