@@ -53,7 +53,7 @@ func (s *session) reprobe(ctx context.Context, out chan<- *moved) {
 			continue
 		}
 		ns := a.newSession(tun, s.hub)
-		ns.note = "moved from tcp " + time.Now().Format("15:04")
+		ns.note = "moved from tcp " + time.Now().UTC().Format("15:04")
 		w, err := ns.start(ctx, tunnel.TransportTCP.String())
 		if err != nil {
 			tun.Close()

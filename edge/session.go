@@ -206,6 +206,7 @@ func (a *Agent) reportedLabels(log *slog.Logger) map[string]string {
 func (s *session) handshake(movedFrom string) (*control.Welcome, error) {
 	hello := s.hello()
 	hello.Hello.MovedFrom = movedFrom
+	hello.Hello.TransportWhy = s.note
 	if err := s.send(hello); err != nil {
 		return nil, err
 	}

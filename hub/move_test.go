@@ -74,6 +74,10 @@ func TestMoveFromTCPToQUIC(t *testing.T) {
 		return func() bool { cn := conn(); return cn != nil && cn.Session.Transport() == tr }
 	}
 	waitFor(t, "the agent on its tcp fallback", on(tunnel.TransportTCP))
+	waitFor(t, "tether nodes to show the fallback", func() bool {
+		nodes, err := c.ListNodes(context.Background())
+		return err == nil && len(nodes) == 1 && nodes[0].Transport == "tcp (udp blocked, re-probing)"
+	})
 	tcpConn := conn()
 	roundTrip := func(st tunnel.Stream, msg string) {
 		t.Helper()
@@ -130,6 +134,10 @@ func TestMoveFromTCPToQUIC(t *testing.T) {
 	if conn() == nil {
 		t.Fatal("the node is no longer registered after its old session ended")
 	}
+	waitFor(t, "tether nodes to show the move", func() bool {
+		nodes, err := c.ListNodes(context.Background())
+		return err == nil && len(nodes) == 1 && strings.HasPrefix(nodes[0].Transport, "quic (moved from tcp ")
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	joined := strings.Join(why, "; ")

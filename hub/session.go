@@ -158,7 +158,11 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	transport := sess.Transport().String()
 	s.metrics.NodesConnected.WithLabelValues(transport).Inc()
 	s.metrics.HandshakeDuration.WithLabelValues(transport).Observe(time.Since(start).Seconds())
-	s.markSeen(ctx, log, node.ID, store.Seen{Online: true, Transport: transport, AgentVersion: msg.Hello.AgentVersion, At: time.Now()})
+	shown := transport
+	if why := msg.Hello.TransportWhy; why != "" {
+		shown += " (" + why + ")" // `tether nodes`: "tcp (udp blocked, re-probing)"
+	}
+	s.markSeen(ctx, log, node.ID, store.Seen{Online: true, Transport: shown, AgentVersion: msg.Hello.AgentVersion, At: time.Now()})
 	presence := s.nodeConnected(ctx, conn)
 	defer s.nodeDisconnected(presence)
 	if s.cluster != nil {
