@@ -101,9 +101,14 @@ func (f *Form) Input(fl Field) (string, error) {
 	}
 }
 
-// Confirm implements Prompter.
+// Confirm implements Prompter. On a terminal one key answers (y or n, enter
+// for the default no), as in the full-screen form.
 func (f *Form) Confirm(title, description string) (bool, error) {
 	out := f.out()
+	if file, ok := f.in().(*os.File); ok && term.IsTerminal(int(file.Fd())) {
+		fmt.Fprintf(out, "%s\n%s\n[y/N]: ", title, description)
+		return f.confirmKey(file)
+	}
 	for {
 		fmt.Fprintf(out, "%s\n%s\n[y/N]: ", title, description)
 		v, err := f.readLine(false)
@@ -149,5 +154,32 @@ func (f *Form) Choose(title string, options [][2]string, def string) (string, er
 			}
 		}
 		fmt.Fprintf(out, "✗ %q is not one of the options\n", v)
+	}
+}
+
+// confirmKey reads single keys from the terminal until one answers.
+func (f *Form) confirmKey(file *os.File) (bool, error) {
+	old, err := term.MakeRaw(int(file.Fd()))
+	if err != nil {
+		return false, fmt.Errorf("onboard: terminal: %w", err)
+	}
+	defer term.Restore(int(file.Fd()), old) //nolint:errcheck // best effort on the way out
+	var b [1]byte
+	for {
+		if _, err := file.Read(b[:]); err != nil {
+			return false, ErrInputEnded
+		}
+		switch b[0] {
+		case 'y', 'Y':
+			fmt.Fprint(f.out(), "yes\r\n")
+			return true, nil
+		case 'n', 'N', '\r', '\n':
+			fmt.Fprint(f.out(), "no\r\n")
+			return false, nil
+		case 3: // ctrl+c
+			return false, ErrAborted
+		case 4: // ctrl+d
+			return false, ErrInputEnded
+		}
 	}
 }
