@@ -282,7 +282,16 @@ func (s *session) serve(ctx context.Context, live control.Liveness) (next *moved
 	select {
 	case err := <-ctlErr:
 		ctlErr <- err // for finish
-		return nil, nil, finish()
+		err = finish()
+		// A QUIC session welcomed just as this one ended has nobody to
+		// serve it: close it, and the next connect starts afresh.
+		select {
+		case m := <-movedTo:
+			m.s.ctrl.Close()
+			m.s.tun.Close()
+		default:
+		}
+		return nil, nil, err
 	case m := <-movedTo:
 		stopRenew() // the new session renews from now on
 		return m, finish, nil
