@@ -97,9 +97,16 @@ func TestSiteRoute(t *testing.T) {
 		t.Fatalf("tether run -l site=berlin at the root: exit %d, %+v", code, j)
 	}
 	// Every hop audited at the site, with the root's operator.
+	var siteAudit string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the site's audit:\n%s", siteAudit)
+		}
+	})
 	waitFor(t, "the site's audit of the hops", 20*time.Second, func() bool {
 		var hops []string
-		for _, l := range strings.Split(site.cli("audit"), "\n") {
+		siteAudit = site.cli("audit")
+		for _, l := range strings.Split(siteAudit, "\n") {
 			if strings.Contains(l, "site_route") {
 				hops = append(hops, l)
 			}

@@ -39,7 +39,12 @@ type Config struct {
 	Tunnel     *tunnel.Config
 	BackoffMin time.Duration // default 500ms
 	BackoffMax time.Duration // cap of the exponential backoff, default 30s
-	Logger     *slog.Logger
+	// ReprobeMin and ReprobeMax bound how often an agent that fell back to
+	// TCP (Transport auto) tries QUIC again in the background: the first
+	// try after ReprobeMin, then doubling up to ReprobeMax, each with
+	// jitter. Defaults 30s and 10m.
+	ReprobeMin, ReprobeMax time.Duration
+	Logger                 *slog.Logger
 
 	// Identity, if set, is used instead of the one in StateDir, and StateDir
 	// may then be empty: no status file is written and a renewed
@@ -111,6 +116,13 @@ func (c *Config) CheckAndSetDefaults() error {
 	if c.BackoffMax <= 0 {
 		c.BackoffMax = 30 * time.Second
 	}
+	if c.ReprobeMin <= 0 {
+		c.ReprobeMin = 30 * time.Second
+	}
+	if c.ReprobeMax <= 0 {
+		c.ReprobeMax = 10 * time.Minute
+	}
+	c.ReprobeMax = max(c.ReprobeMax, c.ReprobeMin)
 	if c.BackoffMax < c.BackoffMin {
 		return fmt.Errorf("edge: backoff cap %s is below the minimum %s", c.BackoffMax, c.BackoffMin)
 	}
@@ -138,6 +150,10 @@ type Agent struct {
 	allow    map[uint16]bool
 	events   *sshEvents // the embedded server's reports for the hub's audit
 	upgrades upgradeReports
+
+	// drains are the sessions a transport move left draining (their live
+	// streams go on); Run waits for them.
+	drains sync.WaitGroup
 
 	mu     sync.Mutex // guards the following fields
 	state  State      // changed only by setState
@@ -222,6 +238,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer wg.Wait()
 		defer cancel()
 	}
+	defer a.drains.Wait()
 	attempt := 0
 	for {
 		if err := a.checkExpiry(); err != nil {
@@ -243,6 +260,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			attempt = 0
 		}
 		wait := backoff(attempt, a.cfg.BackoffMin, a.cfg.BackoffMax)
+		if hint, ok := tunnel.RetryAfter(err); ok && hint > 0 {
+			// The hub was at its handshake limit and said when it can
+			// take us: its queue, not our guess.
+			wait = hinted(hint, a.cfg.BackoffMax)
+		}
 		attempt++
 		a.log.Warn("hub connection lost; retrying", "err", err, "in", wait.Round(time.Millisecond))
 		a.setState(StateBackoff, transition{err: err})
@@ -253,6 +275,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// hinted is the wait for a hub's retry-after hint: the hint ±20 %, so
+// agents handed the same second do not return in the same instant, and
+// never past the backoff cap (the hint is not authenticated: it comes
+// before the TLS handshake).
+func hinted(hint, cap time.Duration) time.Duration {
+	hint = min(hint, cap)
+	j := time.Duration(rand.Int64N(int64(hint)*2/5+1)) - hint/5
+	return min(hint+j, cap)
 }
 
 // backoff is "full jitter": uniform in [0, min(cap, base*2^attempt)], with

@@ -65,6 +65,7 @@ type transition struct {
 	err       error  // why: for backoff, refused and rejoin-needed
 	hub       string // the hub's address: for connected
 	transport string // the tunnel's transport: for connected
+	note      string // why that transport (Status.TransportWhy): for connected
 }
 
 // setState moves the agent to next and returns the state it left. It logs
@@ -83,16 +84,16 @@ func (a *Agent) setState(next State, t transition) (prev State) {
 	publish := false
 	switch next {
 	case StateConnected:
-		a.status.Hub, a.status.Transport, a.status.LastError = t.hub, t.transport, ""
+		a.status.Hub, a.status.Transport, a.status.TransportWhy, a.status.LastError = t.hub, t.transport, t.note, ""
 		publish = true
 	case StateBackoff:
-		a.status.Transport, a.status.LastError = "", errString(t.err)
+		a.status.Transport, a.status.TransportWhy, a.status.LastError = "", "", errString(t.err)
 		publish = true
 	case StateRefused, StateRejoinNeeded:
-		a.status.Transport, a.status.LastError = "", errString(t.err)
+		a.status.Transport, a.status.TransportWhy, a.status.LastError = "", "", errString(t.err)
 		publish = true
 	case StateStopped:
-		a.status.Transport = ""
+		a.status.Transport, a.status.TransportWhy = "", ""
 		publish = true
 	}
 	var st Status

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tether-dev/tether/tunnel"
@@ -20,15 +21,17 @@ const headerTimeout = 10 * time.Second
 // existed.
 const trustWait = 5 * time.Second
 
-func (a *Agent) acceptStreams(ctx context.Context, sess tunnel.Session, trusted <-chan struct{}, log *slog.Logger, wg *sync.WaitGroup) {
+func (a *Agent) acceptStreams(ctx context.Context, sess tunnel.Session, trusted <-chan struct{}, log *slog.Logger, wg *sync.WaitGroup, live *atomic.Int64) {
 	for {
 		st, err := sess.AcceptStream(ctx)
 		if err != nil {
 			return
 		}
 		wg.Add(1)
+		live.Add(1)
 		go func() {
 			defer wg.Done()
+			defer live.Add(-1)
 			a.serveStream(ctx, st, trusted, log)
 		}()
 	}

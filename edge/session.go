@@ -9,6 +9,7 @@ import (
 	"net"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tether-dev/tether/pki"
@@ -47,60 +48,119 @@ type session struct {
 	// binds runs the service tunnels' local listeners (servicebind.go);
 	// set in serve.
 	binds *serviceBinder
+	// note says why the session is on its transport ("udp blocked,
+	// re-probing", "moved from tcp 12:03"), for the status.
+	note string
+	// live counts the hub's streams being served, for the drain after a
+	// transport move.
+	live atomic.Int64
 }
 
 // runOnce makes one connection and serves it until it ends. connected
-// reports whether the hub accepted the session.
+// reports whether the hub accepted the session. A session on TCP that
+// moves to QUIC (see reprobe) hands over to the new session here, the old
+// one draining on its own.
 func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 	a.setState(StateConnecting, transition{})
 	s, err := a.dial(ctx)
 	if err != nil {
 		return false, err
 	}
-	defer s.tun.Close()
-	// Stop everything of this session when ctx ends.
-	stop := context.AfterFunc(ctx, func() { s.tun.Close() })
-	defer stop()
-
 	a.setState(StateHandshaking, transition{})
-	octx, cancel := context.WithTimeout(ctx, openCtlTimeout)
-	s.ctrl, err = s.tun.OpenStream(octx)
-	cancel()
+	welcome, err := s.start(ctx, "")
 	if err != nil {
-		return false, fmt.Errorf("open control stream: %w", err)
-	}
-	defer s.ctrl.Close()
-	welcome, err := s.handshake()
-	if err != nil {
+		s.tun.Close()
 		return false, err
 	}
+	for {
+		next, err := s.run(ctx, welcome)
+		if next == nil {
+			return true, err
+		}
+		s, welcome = next.s, next.welcome
+	}
+}
+
+// start opens the control stream and runs the hello/welcome handshake;
+// movedFrom is set when this session replaces a live one (Hello.MovedFrom).
+func (s *session) start(ctx context.Context, movedFrom string) (*control.Welcome, error) {
+	octx, cancel := context.WithTimeout(ctx, openCtlTimeout)
+	ctrl, err := s.tun.OpenStream(octx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("open control stream: %w", err)
+	}
+	s.ctrl = ctrl
+	welcome, err := s.handshake(movedFrom)
+	if err != nil {
+		ctrl.Close()
+		return nil, err
+	}
+	return welcome, nil
+}
+
+// run serves a welcomed session until it ends (its error), or until it has
+// moved to another transport: then it returns the new session, and this
+// one drains (its live streams go on) on a goroutine Run waits for.
+func (s *session) run(ctx context.Context, welcome *control.Welcome) (*moved, error) {
+	a := s.a
+	// Stop everything of this session when ctx ends.
+	stop := context.AfterFunc(ctx, func() { s.tun.Close() })
 	s.log.Info("connected to hub")
-	defer a.hubSession(s, welcome)()
-	defer a.upgradeSession(s, welcome)()
-	a.setState(StateConnected, transition{hub: s.hub, transport: s.tun.Transport().String()})
-	return true, s.serve(ctx, control.AgentLiveness(a.cfg.Tunnel, welcome))
+	clearHub := a.hubSession(s, welcome)
+	clearUpgrade := a.upgradeSession(s, welcome)
+	a.setState(StateConnected, transition{hub: s.hub, transport: s.tun.Transport().String(), note: s.note})
+	next, finish, err := s.serve(ctx, control.AgentLiveness(a.cfg.Tunnel, welcome))
+	clearUpgrade()
+	clearHub()
+	if next == nil {
+		stop()
+		s.ctrl.Close()
+		s.tun.Close()
+		return nil, err
+	}
+	a.drains.Go(func() {
+		defer stop()
+		s.drain(ctx, finish)
+		s.ctrl.Close()
+		s.tun.Close()
+	})
+	return next, nil
 }
 
 // dial opens a tunnel to the first of the node's hubs that answers.
 func (a *Agent) dial(ctx context.Context) (*session, error) {
-	tc := pki.ClientTLSConfig(a.cert(), a.id.CA)
-	// Resume the last session's TLS state when the hub allows it: after a
-	// hub restart the whole fleet reconnects at once, and a resumed
-	// handshake costs both sides far less than a full one.
-	tc.ClientSessionCache = a.sessionCache()
-	d := &tunnel.Dialer{TLSConfig: tc, Config: a.cfg.Tunnel, Transport: a.cfg.Transport, Logger: a.log,
-		LocalIP: a.cfg.SourceIP, UDP: a.cfg.UDP}
+	d := a.dialer(a.cfg.Transport)
 	var errs []error
 	for _, addr := range a.id.Config.Hubs {
 		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 		tun, err := d.Dial(dctx, addr)
 		cancel()
 		if err == nil {
-			return &session{a: a, tun: tun, hub: addr, trusted: make(chan struct{}), log: a.log.With("hub", addr, "transport", tun.Transport().String())}, nil
+			s := a.newSession(tun, addr)
+			if a.cfg.Transport == tunnel.TransportAuto && tun.Transport() == tunnel.TransportTCP {
+				s.note = "udp blocked, re-probing"
+			}
+			return s, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 	}
 	return nil, errors.Join(errs...)
+}
+
+// dialer is the tunnel dialer for transport t.
+func (a *Agent) dialer(t tunnel.Transport) *tunnel.Dialer {
+	tc := pki.ClientTLSConfig(a.cert(), a.id.CA)
+	// Resume the last session's TLS state when the hub allows it: after a
+	// hub restart the whole fleet reconnects at once, and a resumed
+	// handshake costs both sides far less than a full one.
+	tc.ClientSessionCache = a.sessionCache()
+	return &tunnel.Dialer{TLSConfig: tc, Config: a.cfg.Tunnel, Transport: t, Logger: a.log,
+		LocalIP: a.cfg.SourceIP, UDP: a.cfg.UDP}
+}
+
+func (a *Agent) newSession(tun tunnel.Session, addr string) *session {
+	return &session{a: a, tun: tun, hub: addr, trusted: make(chan struct{}), log: a.log.With("hub", addr, "transport", tun.Transport().String())}
 }
 
 // hello is what the agent announces on a new session.
@@ -146,8 +206,11 @@ func (a *Agent) reportedLabels(log *slog.Logger) map[string]string {
 
 // handshake sends the hello and waits for the welcome. A fatal notice
 // instead of the welcome is ErrRefused.
-func (s *session) handshake() (*control.Welcome, error) {
-	if err := s.send(s.hello()); err != nil {
+func (s *session) handshake(movedFrom string) (*control.Welcome, error) {
+	hello := s.hello()
+	hello.Hello.MovedFrom = movedFrom
+	hello.Hello.TransportWhy = s.note
+	if err := s.send(hello); err != nil {
 		return nil, err
 	}
 	_ = s.ctrl.SetReadDeadline(time.Now().Add(welcomeTimeout))
@@ -178,11 +241,13 @@ func (s *session) send(m *control.Message) error {
 // serve runs the welcomed session: the hub's streams, certificate renewal
 // and heartbeats beside the control stream's reader, until one ends. It
 // returns why the session ended, and only once everything it started has.
-func (s *session) serve(ctx context.Context, live control.Liveness) error {
+// A TCP session an auto-transport agent fell back to also re-probes QUIC
+// (reprobe); when that gets through, serve returns the new session at once
+// and finish, which ends this one once drain has waited for its streams.
+func (s *session) serve(ctx context.Context, live control.Liveness) (next *moved, finish func() error, err error) {
 	var wg sync.WaitGroup
-	defer wg.Wait()
 	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	rctx, stopRenew := context.WithCancel(sctx)
 
 	renewed := make(chan struct{}, 1)
 	s.binds = newServiceBinder(sctx, s.tun.OpenStream, s.log)
@@ -194,21 +259,52 @@ func (s *session) serve(ctx context.Context, live control.Liveness) error {
 	}()
 	go func() {
 		defer wg.Done()
-		s.a.acceptStreams(sctx, s.tun, s.trusted, s.log, &wg)
+		s.a.acceptStreams(sctx, s.tun, s.trusted, s.log, &wg, &s.live)
 		cancel()
 	}()
 	go func() {
 		defer wg.Done()
-		s.a.renewLoop(sctx, s.send, renewed, s.log)
+		s.a.renewLoop(rctx, s.send, renewed, s.log)
 	}()
 	go func() {
 		defer wg.Done()
 		s.heartbeat(sctx, live.Every)
 	}()
-	err := s.readControl(live.Deadline, renewed)
-	cancel()
-	s.tun.Close()
-	return err
+	ctlErr := make(chan error, 1)
+	wg.Go(func() {
+		ctlErr <- s.readControl(live.Deadline, renewed)
+		cancel()
+		s.tun.Close()
+	})
+	var movedTo chan *moved
+	if s.tun.Transport() == tunnel.TransportTCP && s.a.cfg.Transport == tunnel.TransportAuto {
+		movedTo = make(chan *moved, 1)
+		wg.Go(func() { s.reprobe(sctx, movedTo) })
+	}
+	finish = func() error {
+		stopRenew()
+		cancel()
+		s.tun.Close()
+		wg.Wait()
+		return <-ctlErr
+	}
+	select {
+	case err := <-ctlErr:
+		ctlErr <- err // for finish
+		err = finish()
+		// A QUIC session welcomed just as this one ended has nobody to
+		// serve it: close it, and the next connect starts afresh.
+		select {
+		case m := <-movedTo:
+			m.s.ctrl.Close()
+			m.s.tun.Close()
+		default:
+		}
+		return nil, nil, err
+	case m := <-movedTo:
+		stopRenew() // the new session renews from now on
+		return m, finish, nil
+	}
 }
 
 // heartbeat sends a heartbeat every interval until ctx ends; a failed send

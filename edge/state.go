@@ -152,16 +152,19 @@ func saveIdentity(dir string, cfg NodeConfig, key crypto.Signer, chain []*x509.C
 
 // Status is what a running agent reports in status.json for `tether-edge status`.
 type Status struct {
-	Name        string    `json:"name"`
-	NodeID      string    `json:"node_id"`
-	State       string    `json:"state"` // State.statusName: connecting|connected|refused|rejoin-needed|stopped
-	Hub         string    `json:"hub,omitempty"`
-	Transport   string    `json:"transport,omitempty"`
-	Since       time.Time `json:"since,omitzero"`
-	LastError   string    `json:"last_error,omitempty"`
-	CertExpires time.Time `json:"cert_expires"`
-	PID         int       `json:"pid"`
-	Version     string    `json:"agent_version"`
+	Name      string `json:"name"`
+	NodeID    string `json:"node_id"`
+	State     string `json:"state"` // State.statusName: connecting|connected|refused|rejoin-needed|stopped
+	Hub       string `json:"hub,omitempty"`
+	Transport string `json:"transport,omitempty"`
+	// TransportWhy says why the tunnel is on its transport when it is not
+	// the plain choice: "udp blocked, re-probing", "moved from tcp 12:03".
+	TransportWhy string    `json:"transport_why,omitempty"`
+	Since        time.Time `json:"since,omitzero"`
+	LastError    string    `json:"last_error,omitempty"`
+	CertExpires  time.Time `json:"cert_expires"`
+	PID          int       `json:"pid"`
+	Version      string    `json:"agent_version"`
 }
 
 func writeStatus(dir string, st Status) error {

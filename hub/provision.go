@@ -96,6 +96,11 @@ func (p *provisioner) dial(ctx context.Context, name string) (net.Conn, error) {
 	if r.id == "" {
 		return nil, fmt.Errorf("provision: no node id for %q", name)
 	}
+	// A job's stream is audited as one at every hub it crosses, unless
+	// the caller (the console, an upgrade) said what it is.
+	if access.HopFrom(ctx).Purpose == "" {
+		ctx = access.WithHop(ctx, access.Hop{Purpose: control.PurposeJob, Operator: "tether-hub"})
+	}
 	if r.route != nil && r.name == name {
 		return r.route.Dial(ctx, tunnel.Header{Service: tunnel.ServiceSSH})
 	}
@@ -105,9 +110,6 @@ func (p *provisioner) dial(ctx context.Context, name string) (net.Conn, error) {
 	}
 	if n.Name != name {
 		return nil, fmt.Errorf("node id %s is now named %q, not %q", r.id, n.Name, name)
-	}
-	if access.HopFrom(ctx).Purpose == "" {
-		ctx = access.WithHop(ctx, access.Hop{Purpose: control.PurposeJob, Operator: "tether-hub"})
 	}
 	return route.Dial(ctx, tunnel.Header{Service: tunnel.ServiceSSH})
 }

@@ -142,7 +142,14 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	conn.AgentVersion, conn.Arch = msg.Hello.AgentVersion, msg.Hello.Facts.Arch
 	conn.ReportsLogins = slices.Contains(msg.Hello.Capabilities, control.CapSSHLoginEvents)
 	conn.Labels = node.Labels
-	if old := s.reg.Put(conn); old != nil {
+	if msg.Hello.MovedFrom != "" {
+		// The agent moved transports (TCP fallback, then QUIC got
+		// through): its old session drains rather than dropping the
+		// operators' live streams on it.
+		if old := s.reg.PutMoved(conn); old != nil {
+			log.Info("node moved transport; its previous session drains", "from", msg.Hello.MovedFrom, "previous_remote", old.Session.RemoteAddr().String())
+		}
+	} else if old := s.reg.Put(conn); old != nil {
 		log.Info("node reconnected; replaced its previous session", "previous_remote", old.Session.RemoteAddr().String())
 	}
 	// A revoke or removal between the first check and Put only closed
@@ -167,7 +174,11 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	transport := sess.Transport().String()
 	s.metrics.NodesConnected.WithLabelValues(transport).Inc()
 	s.metrics.HandshakeDuration.WithLabelValues(transport).Observe(time.Since(start).Seconds())
-	s.markSeen(ctx, log, node.ID, store.Seen{Online: true, Transport: transport, AgentVersion: msg.Hello.AgentVersion, At: time.Now()})
+	shown := transport
+	if why := msg.Hello.TransportWhy; why != "" {
+		shown += " (" + why + ")" // `tether nodes`: "tcp (udp blocked, re-probing)"
+	}
+	s.markSeen(ctx, log, node.ID, store.Seen{Online: true, Transport: shown, AgentVersion: msg.Hello.AgentVersion, At: time.Now()})
 	presence := s.nodeConnected(ctx, conn)
 	defer s.nodeDisconnected(presence)
 	if s.cluster != nil {

@@ -7,18 +7,25 @@
 package pki
 
 import (
+	"bytes"
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"go.step.sm/crypto/keyutil"
-	"go.step.sm/crypto/pemutil"
-	"go.step.sm/crypto/x509util"
 )
+
+// This package is linked into the agent, so it uses the standard library
+// only: smallstep's helpers (which pull in text/template, sprig and JOSE)
+// stay in pki/ca, which only the hub links.
 
 // HubServerName is the DNS name every hub serving certificate carries and every
 // client verifies. Trust comes from the private Tether CA (pinned at join),
@@ -31,7 +38,7 @@ var ErrNotFound = errors.New("pki: file not found")
 
 // GenerateKey makes a new ECDSA P-256 key, the default for every Tether identity.
 func GenerateKey() (crypto.Signer, error) {
-	s, err := keyutil.GenerateSigner("EC", "P-256", 0)
+	s, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("pki: generate key: %w", err)
 	}
@@ -40,25 +47,41 @@ func GenerateKey() (crypto.Signer, error) {
 
 // NewCSR returns a DER certificate request for commonName signed by key.
 func NewCSR(key crypto.Signer, commonName string) ([]byte, error) {
-	csr, err := x509util.CreateCertificateRequest(commonName, nil, key)
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: commonName}}, key)
 	if err != nil {
 		return nil, fmt.Errorf("pki: create CSR for %q: %w", commonName, err)
 	}
-	return csr.Raw, nil
+	return csr, nil
 }
 
 // EncodeKey returns key as a PKCS#8 PEM block.
 func EncodeKey(key crypto.Signer) ([]byte, error) {
-	block, err := pemutil.Serialize(key, pemutil.WithPKCS8(true))
+	der, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		return nil, fmt.Errorf("pki: encode key: %w", err)
 	}
-	return pem.EncodeToMemory(block), nil
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
 
-// ParseKey parses a PEM private key.
+// ParseKey parses a PEM private key: PKCS#8 ("PRIVATE KEY", what EncodeKey
+// writes), SEC 1 ("EC PRIVATE KEY") or PKCS#1 ("RSA PRIVATE KEY").
 func ParseKey(data []byte) (crypto.Signer, error) {
-	k, err := pemutil.ParseKey(data)
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return nil, errors.New("pki: parse key: no PEM block found")
+	}
+	var k any
+	var err error
+	switch block.Type {
+	case "PRIVATE KEY":
+		k, err = x509.ParsePKCS8PrivateKey(block.Bytes)
+	case "EC PRIVATE KEY":
+		k, err = x509.ParseECPrivateKey(block.Bytes)
+	case "RSA PRIVATE KEY":
+		k, err = x509.ParsePKCS1PrivateKey(block.Bytes)
+	default:
+		return nil, fmt.Errorf("pki: parse key: PEM block %q is not a private key (want PRIVATE KEY, EC PRIVATE KEY or RSA PRIVATE KEY)", block.Type)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pki: parse key: %w", err)
 	}
@@ -78,11 +101,31 @@ func EncodeCerts(certs ...*x509.Certificate) []byte {
 	return out
 }
 
-// ParseCerts parses one or more PEM certificates; it fails on an empty bundle.
+// ParseCerts parses one or more PEM certificates (blocks of other types are
+// skipped), or one DER certificate; it fails on an empty bundle.
 func ParseCerts(data []byte) ([]*x509.Certificate, error) {
-	certs, err := pemutil.ParseCertificateBundle(data)
-	if err != nil {
-		return nil, fmt.Errorf("pki: parse certificates: %w", err)
+	if !bytes.Contains(data, []byte("-----BEGIN ")) {
+		c, err := x509.ParseCertificate(data)
+		if err != nil {
+			return nil, fmt.Errorf("pki: parse certificates: neither PEM nor DER: %w", err)
+		}
+		return []*x509.Certificate{c}, nil
+	}
+	var certs []*x509.Certificate
+	for len(data) > 0 {
+		var block *pem.Block
+		block, data = pem.Decode(data)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" || len(block.Headers) != 0 {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("pki: parse certificates: %w", err)
+		}
+		certs = append(certs, c)
 	}
 	if len(certs) == 0 {
 		return nil, errors.New("pki: parse certificates: no certificate in PEM data")
@@ -93,7 +136,8 @@ func ParseCerts(data []byte) ([]*x509.Certificate, error) {
 // Fingerprint returns the lowercase hex SHA-256 of the certificate's DER bytes,
 // the same value `step certificate fingerprint` prints.
 func Fingerprint(cert *x509.Certificate) string {
-	return x509util.Fingerprint(cert)
+	sum := sha256.Sum256(cert.Raw)
+	return hex.EncodeToString(sum[:])
 }
 
 // WriteFileAtomic writes data to path so that a crash leaves either the old or

@@ -7,6 +7,9 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"sync"
 	"time"
 
@@ -105,4 +108,184 @@ func (k *ticketKeys) stop() {
 	if k.timer != nil {
 		k.timer.Stop()
 	}
+}
+
+// BusyError is the error of a dial the hub refused because it was at its
+// handshake limit (ListenConfig.MaxHandshakes): the hub is up, and said so
+// before any cryptography. RetryAfter is when it asked the agent to come
+// back; zero when the refusal carried no hint (QUIC's CONNECTION_REFUSED
+// has no room for one), and the caller's own backoff applies.
+//
+// The hint is not authenticated (it comes before the TLS handshake), so a
+// caller must bound it by its own backoff cap: a forged hint can then delay
+// an agent no longer than its backoff would, which an attacker able to
+// inject packets can do anyway by dropping them.
+type BusyError struct {
+	RetryAfter time.Duration
+	Err        error // what the transport reported
+}
+
+func (e *BusyError) Error() string {
+	if e.RetryAfter > 0 {
+		return fmt.Sprintf("hub busy (handshake limit reached), asked to retry after %v", e.RetryAfter)
+	}
+	return fmt.Sprintf("hub busy (handshake limit reached): %v", e.Err)
+}
+
+func (e *BusyError) Unwrap() error { return e.Err }
+
+// RetryAfter reports the hub's retry hint if err (from Dial) is a busy
+// refusal; ok is false for any other error.
+// When both transports were refused (TransportAuto), the longer hint wins:
+// only the TCP refusal carries one.
+func RetryAfter(err error) (d time.Duration, ok bool) {
+	switch e := err.(type) {
+	case nil:
+		return 0, false
+	case *BusyError:
+		return e.RetryAfter, true
+	case interface{ Unwrap() []error }:
+		for _, inner := range e.Unwrap() {
+			if id, iok := RetryAfter(inner); iok {
+				d, ok = max(d, id), true
+			}
+		}
+		return d, ok
+	}
+	return RetryAfter(errors.Unwrap(err))
+}
+
+// busyMagic opens the refusal the hub writes on a TCP connection it has no
+// handshake slot for: 4 bytes, then the retry hint in whole seconds (1 byte).
+// The 5 bytes stand where a TLS record header would; crypto/tls on the
+// agent returns them in a tls.RecordHeaderError (the first byte is no TLS
+// content type), so the agent reads the hint without any parsing of ours
+// reaching into TLS.
+var busyMagic = [4]byte{'T', 'B', 'S', 'Y'}
+
+// retryHintMax bounds the hint the hub gives; the agent clamps it to its own
+// backoff cap as well.
+const retryHintMax = 60 * time.Second
+
+// busyFromRecordHeader turns the refusal record into a BusyError.
+func busyFromRecordHeader(err error) error {
+	var rh tls.RecordHeaderError
+	if !errors.As(err, &rh) || [4]byte(rh.RecordHeader[:4]) != busyMagic {
+		return err
+	}
+	return &BusyError{RetryAfter: time.Duration(rh.RecordHeader[4]) * time.Second, Err: err}
+}
+
+// busyFromQUIC marks QUIC's CONNECTION_REFUSED (the hub's ConnContext
+// refusal) as busy, without a hint.
+func busyFromQUIC(err error) error {
+	var te *quic.TransportError
+	if errors.As(err, &te) && te.Remote && te.ErrorCode == quic.ConnectionRefused {
+		return &BusyError{Err: err}
+	}
+	return err
+}
+
+// retryPacer hands refused agents return times as a virtual queue: each
+// refusal takes the next slot after the last one handed out, slots spaced
+// by the rate at which the hub has been admitting sessions. A storm's
+// agents then come back in a stream the hub can take, instead of all at
+// the end of their own random backoffs (which leaves the hub idle early and
+// some agents waiting a whole backoff cap late).
+type retryPacer struct {
+	mu       sync.Mutex // guards the following
+	next     time.Time  // the last slot handed out
+	rate     float64    // admissions per second, smoothed
+	count    int        // admissions since winStart
+	winStart time.Time
+}
+
+// minAdmitRate is the rate assumed before any has been measured (a hub just
+// restarted): low enough that the first refused agents are not all sent
+// back at once, and a fresh hub measures its own within a second.
+const minAdmitRate = 50.0
+
+// admitted counts one session admitted.
+func (p *retryPacer) admitted(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.winStart.IsZero() {
+		p.winStart = now
+	}
+	p.count++
+	p.updateLocked(now)
+}
+
+func (p *retryPacer) updateLocked(now time.Time) {
+	el := now.Sub(p.winStart)
+	if el < time.Second {
+		return
+	}
+	r := float64(p.count) / el.Seconds()
+	if p.rate == 0 {
+		p.rate = r
+	} else {
+		p.rate = (p.rate + r) / 2
+	}
+	p.count, p.winStart = 0, now
+}
+
+// hint is the retry-after for one refused connection, in whole seconds
+// (at least 1).
+func (p *retryPacer) hint(now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.winStart.IsZero() {
+		p.updateLocked(now)
+	}
+	if p.next.Before(now) {
+		p.next = now
+	}
+	p.next = p.next.Add(time.Duration(float64(time.Second) / max(p.rate, minAdmitRate)))
+	d := min(p.next.Sub(now), retryHintMax)
+	return max(time.Second, d.Round(time.Second))
+}
+
+// refuser writes the busy refusal on TCP connections refused for lack of a
+// handshake slot. The write, the half-close and the wait for the agent to
+// close (so the unread ClientHello does not turn the close into a reset
+// that could discard the hint) run on a goroutine; at most maxRefusing at
+// once, further refusals are plain closes.
+type refuser struct {
+	pacer retryPacer
+	slots chan struct{}
+	wg    *sync.WaitGroup
+}
+
+const (
+	maxRefusing    = 64
+	refuseDeadline = 2 * time.Second
+)
+
+func newRefuser(wg *sync.WaitGroup) *refuser {
+	return &refuser{slots: make(chan struct{}, maxRefusing), wg: wg}
+}
+
+// refuse answers raw with the busy record and a retry hint, then closes it.
+func (r *refuser) refuse(raw net.Conn) {
+	select {
+	case r.slots <- struct{}{}:
+	default:
+		_ = raw.Close()
+		return
+	}
+	secs := min(r.pacer.hint(time.Now())/time.Second, 255)
+	r.wg.Go(func() {
+		defer func() { <-r.slots }()
+		defer raw.Close()
+		_ = raw.SetDeadline(time.Now().Add(refuseDeadline))
+		rec := append(busyMagic[:], byte(secs))
+		if _, err := raw.Write(rec); err != nil {
+			return
+		}
+		if cw, ok := raw.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(raw, 64<<10))
+	})
 }

@@ -3,6 +3,7 @@ package tunnel
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -129,5 +130,91 @@ func TestMaxHandshakes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v dial after the slot was freed: %v", tr, err)
 		}
+	}
+}
+
+// TestBusyRetryAfter: a dial refused at the handshake limit is a
+// BusyError; over TCP it carries the hub's retry hint (also when the dial
+// raced both transports), over QUIC it carries none.
+func TestBusyRetryAfter(t *testing.T) {
+	l := listenWith(t, "127.0.0.1:0", ListenConfig{MaxHandshakes: 1, Config: &Config{HandshakeTimeout: 10 * time.Second}})
+	raw, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	for _, tc := range []struct {
+		tr       Transport
+		wantHint bool
+	}{{TransportTCP, true}, {TransportQUIC, false}, {TransportAuto, true}} {
+		var err error
+		// The listener takes the slot for raw asynchronously: poll until
+		// the refusal shows.
+		for range 100 {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			var s Session
+			s, err = (&Dialer{TLSConfig: clientTLS(true), Transport: tc.tr}).Dial(ctx, l.Addr().String())
+			cancel()
+			if err == nil {
+				s.Close()
+				h, _ := l.Accept(t.Context())
+				if h != nil {
+					h.Close()
+				}
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			break
+		}
+		d, ok := RetryAfter(err)
+		if !ok {
+			t.Fatalf("%v: refused dial is not busy: %v", tc.tr, err)
+		}
+		if tc.wantHint && (d < time.Second || d > retryHintMax) {
+			t.Errorf("%v: retry hint %v, want 1s..%v (err %v)", tc.tr, d, retryHintMax, err)
+		}
+		if !tc.wantHint && d != 0 {
+			t.Errorf("%v: retry hint %v, want none", tc.tr, d)
+		}
+	}
+	if _, ok := RetryAfter(errors.New("other")); ok {
+		t.Error("a plain error counts as busy")
+	}
+}
+
+// TestRetryPacer: refused agents get successive return slots spaced by the
+// measured admission rate, never under a second or over retryHintMax, and a
+// queue that has passed starts again from now.
+func TestRetryPacer(t *testing.T) {
+	var p retryPacer
+	t0 := time.Unix(1000, 0)
+	for i := range 100 { // 100 admissions over 1 s: 100/s
+		p.admitted(t0.Add(time.Duration(i) * 10 * time.Millisecond))
+	}
+	now := t0.Add(1001 * time.Millisecond)
+	p.admitted(now)
+	var hints []time.Duration
+	for range 1000 {
+		hints = append(hints, p.hint(now))
+	}
+	if hints[0] != time.Second {
+		t.Errorf("first hint %v, want the 1 s floor", hints[0])
+	}
+	for i := 1; i < len(hints); i++ {
+		if hints[i] < hints[i-1] {
+			t.Fatalf("hint %d (%v) below hint %d (%v)", i, hints[i], i-1, hints[i-1])
+		}
+	}
+	if last := hints[len(hints)-1]; last < 8*time.Second || last > 12*time.Second {
+		t.Errorf("1000th hint at ~100 admissions/s = %v, want ~10 s", last)
+	}
+	for range 100000 {
+		p.hint(now)
+	}
+	if h := p.hint(now); h != retryHintMax {
+		t.Errorf("hint after a long queue %v, want the cap %v", h, retryHintMax)
+	}
+	if h := p.hint(now.Add(time.Hour)); h != time.Second {
+		t.Errorf("hint once the queue has passed %v, want 1 s", h)
 	}
 }

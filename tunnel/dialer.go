@@ -177,7 +177,7 @@ func (d *Dialer) dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config,
 	if d.UDP == nil && d.LocalIP == nil {
 		conn, err := quic.DialAddr(ctx, addr, tlsConf, cfg.quicConfig())
 		if err != nil {
-			return nil, err
+			return nil, busyFromQUIC(err)
 		}
 		return newQUICSession(conn), nil
 	}
@@ -188,7 +188,7 @@ func (d *Dialer) dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config,
 	if d.UDP != nil {
 		conn, err := d.UDP.tr.Dial(ctx, ua, tlsConf, cfg.quicConfig())
 		if err != nil {
-			return nil, err
+			return nil, busyFromQUIC(err)
 		}
 		return newQUICSession(conn), nil
 	}
@@ -199,7 +199,7 @@ func (d *Dialer) dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config,
 	conn, err := quic.Dial(ctx, udp, ua, tlsConf, cfg.quicConfig())
 	if err != nil {
 		_ = udp.Close()
-		return nil, err
+		return nil, busyFromQUIC(err)
 	}
 	// quic.Dial's transport ends with the connection but leaves the socket.
 	context.AfterFunc(conn.Context(), func() { _ = udp.Close() })
@@ -225,7 +225,7 @@ func (d *Dialer) dialTCP(ctx context.Context, addr string, tlsConf *tls.Config, 
 	tc := tls.Client(raw, tlsConf)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = raw.Close()
-		return nil, fmt.Errorf("tls handshake: %w", err)
+		return nil, fmt.Errorf("tls handshake: %w", busyFromRecordHeader(err))
 	}
 	if p := tc.ConnectionState().NegotiatedProtocol; p != ALPN {
 		_ = tc.Close()

@@ -99,6 +99,7 @@ type Listener struct {
 	wg        sync.WaitGroup // accept loops and handshake goroutines
 	handshake chan struct{}  // semaphore of ListenConfig.MaxHandshakes
 	tickets   *ticketKeys    // nil without a StatelessResetKey
+	refuse    *refuser       // answers refused TCP connections with a retry hint
 
 	mu   sync.Mutex                  // guards the following
 	live map[trackedSession]struct{} // sessions not yet ended, closed by Close
@@ -189,6 +190,7 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 		live:      make(map[trackedSession]struct{}),
 	}
 	l.http = &httpListener{l: l, conns: make(chan net.Conn), done: make(chan struct{})}
+	l.refuse = newRefuser(&l.wg)
 	l.tcpTLS = &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
@@ -322,6 +324,7 @@ func (l *Listener) track(s trackedSession) {
 
 // deliver hands s to Accept, or closes it if the Listener closes first.
 func (l *Listener) deliver(s trackedSession) {
+	l.refuse.pacer.admitted(time.Now())
 	l.track(s)
 	select {
 	case l.sessions <- s:
@@ -373,7 +376,7 @@ func (l *Listener) acceptTCP() {
 		case l.handshake <- struct{}{}:
 		default:
 			l.log.Debug("tunnel handshakes at their limit, refusing connection", "remote", raw.RemoteAddr().String())
-			_ = raw.Close()
+			l.refuse.refuse(raw)
 			continue
 		}
 		l.wg.Go(func() {

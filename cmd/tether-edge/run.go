@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -85,6 +86,7 @@ is never replaced while it runs (its child runs the installed version).`,
   tether-edge run --join "$JOIN" --state-dir ./n2 --name n2 --ssh 127.0.0.1:22 --transport tcp`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			setAgentGC()
 			log, err := newLogger()
 			if err != nil {
 				return err
@@ -244,4 +246,17 @@ func sameFile(a, b string) bool {
 	fa, err1 := os.Stat(a)
 	fb, err2 := os.Stat(b)
 	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}
+
+// agentGCPercent is the long-running agent's GOGC: its live heap is a few
+// MiB and it is idle nearly always, so the default 100 (garbage may grow as
+// large as the live heap before a collection) is most of what an idle
+// agent's RSS carries above its live data, for GC work an idle agent
+// hardly ever does. GOGC in the environment wins.
+const agentGCPercent = 50
+
+func setAgentGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(agentGCPercent)
+	}
 }

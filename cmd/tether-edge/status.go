@@ -88,7 +88,11 @@ func printStatus(w io.Writer, st edge.Status, hubs []string, gone bool, now time
 		fmt.Fprintf(w, "state:        %s %s\n", st.State, whenText(st.Since, now))
 	}
 	if st.Transport != "" && !gone {
-		fmt.Fprintf(w, "connected to: %s over %s\n", st.Hub, st.Transport)
+		if st.TransportWhy != "" {
+			fmt.Fprintf(w, "connected to: %s over %s (%s)\n", st.Hub, st.Transport, st.TransportWhy)
+		} else {
+			fmt.Fprintf(w, "connected to: %s over %s\n", st.Hub, st.Transport)
+		}
 	}
 	if st.LastError != "" {
 		fmt.Fprintf(w, "last error:   %s\n", st.LastError)

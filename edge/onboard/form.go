@@ -1,123 +1,41 @@
 package onboard
 
 import (
+	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"os"
-
-	huh "charm.land/huh/v2"
 )
 
 // ErrAborted means the person left the form (ctrl+c, esc).
 var ErrAborted = errors.New("onboard: aborted by the user; nothing was sent to the hub after the last step shown")
 
-// Form is the interactive Prompter: one huh form per input, with the
-// current value as the default. The field's own rules are checked as the
-// person types; what needs the hub (reachability) is checked after enter,
-// and the form comes back with the reason until it passes.
+// Form is the interactive Prompter, with the current value as the default;
+// what needs the hub (reachability) is checked after enter, and the
+// question comes back with the reason until it passes. The agent binary
+// asks with plain line prompts (prompt.go); built with -tags tui it shows
+// a full-screen form per input instead (form_tui.go), whose terminal UI
+// library is most of a megabyte the agent would otherwise carry on every
+// node for one first-boot dialogue.
 type Form struct {
 	Ctx context.Context
 	In  io.Reader
 	Out io.Writer
 	// Accessible uses plain line prompts instead of the full-screen form
-	// (screen readers, dumb terminals: TERM=dumb).
+	// (screen readers, dumb terminals: TERM=dumb); without the tui build
+	// tag every prompt is a line prompt.
 	Accessible bool
+
+	rd lineReader // the line prompts' buffered input
+}
+
+// lineReader is the buffered reader over the line prompts' input, kept
+// across questions (a terminal may deliver several answers in one read).
+type lineReader struct {
+	src io.Reader
+	br  *bufio.Reader
 }
 
 // ErrInputEnded means the input closed (ctrl+d, a pipe that ended) while a
 // question was open.
 var ErrInputEnded = errors.New("onboard: the input ended before every question was answered; use --non-interactive with flags for scripts")
-
-// eofWatch notes that its reader ended: the accessible prompts answer the
-// default at end of input and cannot say so themselves.
-type eofWatch struct {
-	r   io.Reader
-	eof bool
-}
-
-func (e *eofWatch) Read(p []byte) (int, error) {
-	n, err := e.r.Read(p)
-	if errors.Is(err, io.EOF) {
-		e.eof = true
-	}
-	return n, err
-}
-
-func (f *Form) run(fields ...huh.Field) error {
-	form := huh.NewForm(huh.NewGroup(fields...)).WithAccessible(f.Accessible).WithShowHelp(true)
-	var watch *eofWatch
-	if f.Accessible {
-		in := f.In
-		if in == nil {
-			in = os.Stdin
-		}
-		watch = &eofWatch{r: in}
-		form = form.WithInput(watch)
-	} else if f.In != nil {
-		form = form.WithInput(f.In)
-	}
-	if f.Out != nil {
-		form = form.WithOutput(f.Out)
-	}
-	ctx := f.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	err := form.RunWithContext(ctx)
-	if errors.Is(err, huh.ErrUserAborted) {
-		return ErrAborted
-	}
-	if err == nil && watch != nil && watch.eof {
-		return ErrInputEnded
-	}
-	return err
-}
-
-// Input implements Prompter.
-func (f *Form) Input(fl Field) (string, error) {
-	v := fl.Value
-	desc := fl.Description
-	for {
-		in := huh.NewInput().Title(fl.Title).Description(desc).Value(&v)
-		if fl.Syntax != nil {
-			in = in.Validate(fl.Syntax)
-		}
-		if fl.Secret {
-			in = in.EchoMode(huh.EchoModePassword)
-		}
-		if err := f.run(in); err != nil {
-			return "", err
-		}
-		if fl.Check == nil {
-			return v, nil
-		}
-		err := fl.Check(v)
-		if err == nil {
-			return v, nil
-		}
-		desc = fmt.Sprintf("%s\n✗ %v", fl.Description, err)
-		if f.Out != nil && f.Accessible {
-			fmt.Fprintf(f.Out, "✗ %v\n", err)
-		}
-	}
-}
-
-// Confirm implements Prompter.
-func (f *Form) Confirm(title, description string) (bool, error) {
-	ok := false
-	err := f.run(huh.NewConfirm().Title(title).Description(description).Affirmative("Yes").Negative("No").Value(&ok))
-	return ok, err
-}
-
-// Choose implements Prompter.
-func (f *Form) Choose(title string, options [][2]string, def string) (string, error) {
-	v := def
-	opts := make([]huh.Option[string], len(options))
-	for i, o := range options {
-		opts[i] = huh.NewOption(o[0]+": "+o[1], o[0])
-	}
-	err := f.run(huh.NewSelect[string]().Title(title).Options(opts...).Value(&v))
-	return v, err
-}

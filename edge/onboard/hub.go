@@ -19,8 +19,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/net/http/httpproxy"
-
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel/control"
 )
@@ -74,11 +72,6 @@ func (p Proxy) validate() error {
 		}
 	}
 	return nil
-}
-
-func (p Proxy) proxyFunc() func(*http.Request) (*url.URL, error) {
-	pf := (&httpproxy.Config{HTTPSProxy: p.HTTPS, HTTPProxy: p.HTTP, NoProxy: p.NoProxy}).ProxyFunc()
-	return func(r *http.Request) (*url.URL, error) { return pf(r.URL) }
 }
 
 // NormalizeHub checks a hub address (HOST or HOST:PORT) and adds the

@@ -26,7 +26,7 @@ type Node struct {
 	Arch           string            `json:"arch"`
 	MachineID      string            `json:"machine_id"`
 	AgentVersion   string            `json:"agent_version"`
-	Transport      string            `json:"transport"` // of the live or last session: quic|tcp
+	Transport      string            `json:"transport"` // of the live or last session: quic|tcp, with the agent's why in parentheses ("tcp (udp blocked, re-probing)", "quic (moved from tcp 12:03)")
 	Online         bool              `json:"online"`
 	LastSeen       time.Time         `json:"last_seen"`
 	CreatedAt      time.Time         `json:"created_at"`

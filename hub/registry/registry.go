@@ -106,12 +106,39 @@ func CloseAfterGrace(s tunnel.Session) {
 // Registry maps node names to live sessions. A node that reconnects replaces
 // its old session, which is closed.
 type Registry struct {
-	mu     sync.Mutex // guards byName
+	mu     sync.Mutex // guards byName and draining
 	byName map[string]*Conn
+	// draining holds, per node, the session a transport move replaced
+	// (PutMoved): it carries the streams it had, gets no new ones, and
+	// ends when the agent closes it. One per node, so an agent cannot pile
+	// up sessions by moving again and again.
+	draining map[string]*Conn
 }
 
 // New returns an empty registry.
-func New() *Registry { return &Registry{byName: map[string]*Conn{}} }
+func New() *Registry { return &Registry{byName: map[string]*Conn{}, draining: map[string]*Conn{}} }
+
+// PutMoved registers c, which moves its node to another transport: the
+// session it replaces is not closed but drains (its live streams go on;
+// Get and All return c from now on, so new streams go over c) until the
+// agent closes it. A session still draining from an earlier move is closed.
+func (r *Registry) PutMoved(c *Conn) (draining *Conn) {
+	r.mu.Lock()
+	old := r.byName[c.Name]
+	r.byName[c.Name] = c
+	prev := r.draining[c.Name]
+	if old != nil && old != c {
+		r.draining[c.Name] = old
+	}
+	r.mu.Unlock()
+	if prev != nil && prev != old && prev != c {
+		go prev.CloseWithNotice("replaced by a newer session of the same node", false)
+	}
+	if old == c {
+		return nil
+	}
+	return old
+}
 
 // Put registers c and returns the session it replaced, if any (already closed).
 func (r *Registry) Put(c *Conn) (replaced *Conn) {
@@ -131,6 +158,9 @@ func (r *Registry) Put(c *Conn) (replaced *Conn) {
 func (r *Registry) Remove(c *Conn) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.draining[c.Name] == c {
+		delete(r.draining, c.Name)
+	}
 	if r.byName[c.Name] == c {
 		delete(r.byName, c.Name)
 		return true

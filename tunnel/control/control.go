@@ -118,6 +118,16 @@ type Hello struct {
 	Upgrade *UpgradeSupport `json:"upgrade,omitempty"`
 	// Site is set by a site hub (with CapSite): see site.go.
 	Site *SiteHello `json:"site,omitempty"`
+	// MovedFrom is set when this session replaces a live one of the same
+	// agent on another transport ("tcp": the agent fell back to TCP and
+	// its QUIC re-probe got through). The hub then lets the old session
+	// drain (no new streams; the agent closes it once its live streams
+	// end) instead of closing it.
+	MovedFrom string `json:"moved_from,omitempty"`
+	// TransportWhy says why the session is on its transport when that is
+	// worth showing ("udp blocked, re-probing", "moved from tcp 12:03"):
+	// the hub shows it beside the transport in `tether nodes`.
+	TransportWhy string `json:"transport_why,omitempty"`
 }
 
 // SSHTrust tells the node's SSH server what to present and whom to trust.
@@ -249,6 +259,9 @@ const (
 	maxLabels = 64 // the hub's label rules allow fewer; this bounds the frame
 )
 
+// maxTransportWhy bounds Hello.TransportWhy.
+const maxTransportWhy = 64
+
 func checkString(field, s string, max int) error {
 	if len(s) > max {
 		return fmt.Errorf("%w: %s longer than %d bytes", ErrBadMessage, field, max)
@@ -316,6 +329,12 @@ func (m *Message) Validate() error {
 		}
 		if h.StateDir != "" && (!strings.HasPrefix(h.StateDir, "/") || path.Clean(h.StateDir) != h.StateDir) {
 			return fmt.Errorf("%w: state_dir %q is not a clean absolute path", ErrBadMessage, h.StateDir)
+		}
+		if len(h.TransportWhy) > maxTransportWhy || strings.IndexFunc(h.TransportWhy, func(r rune) bool { return r < ' ' || r > '~' }) >= 0 {
+			return fmt.Errorf("%w: transport_why is not up to %d printable ASCII characters", ErrBadMessage, maxTransportWhy)
+		}
+		if h.MovedFrom != "" && h.MovedFrom != "tcp" && h.MovedFrom != "quic" {
+			return fmt.Errorf("%w: moved_from %.16q is not a transport (tcp, quic)", ErrBadMessage, h.MovedFrom)
 		}
 		if err := h.Upgrade.validate(); err != nil {
 			return err

@@ -349,7 +349,11 @@ type ReconnectStats struct {
 	// since Mark: a backoff sleep plus one dial attempt at most, unless
 	// something held it up.
 	MaxGap time.Duration
-	ds     []time.Duration
+	// GapP50, GapP99 are the distribution of each agent's longest gap
+	// (how starved the typical and the unluckiest agents were).
+	GapP50, GapP99 time.Duration
+	ds             []time.Duration
+	gaps           []time.Duration
 }
 
 // Merge combines the stats of several Sims observed from the same instant.
@@ -361,8 +365,10 @@ func Merge(all ...ReconnectStats) ReconnectStats {
 		rs.MaxFailures = max(rs.MaxFailures, r.MaxFailures)
 		rs.MaxGap = max(rs.MaxGap, r.MaxGap)
 		rs.ds = append(rs.ds, r.ds...)
+		rs.gaps = append(rs.gaps, r.gaps...)
 	}
 	rs.P50, rs.P99 = quantile(rs.ds, 0.5), quantile(rs.ds, 0.99)
+	rs.GapP50, rs.GapP99 = quantile(rs.gaps, 0.5), quantile(rs.gaps, 0.99)
 	return rs
 }
 
@@ -380,11 +386,13 @@ func (s *Sim) Reconnects(since time.Time) ReconnectStats {
 			rs.MaxFailures = max(rs.MaxFailures, a.failedUp)
 		}
 		rs.MaxGap = max(rs.MaxGap, a.maxGap)
+		rs.gaps = append(rs.gaps, a.maxGap)
 		a.mu.Unlock()
 	}
 	rs.Back = len(ds)
 	rs.ds = ds
 	rs.P50, rs.P99 = quantile(ds, 0.5), quantile(ds, 0.99)
+	rs.GapP50, rs.GapP99 = quantile(rs.gaps, 0.5), quantile(rs.gaps, 0.99)
 	return rs
 }
 
