@@ -170,12 +170,10 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	if hostKey != nil {
 		stopRenewal = s.renewHostCert(conn, log)
 	}
-	stopHeartbeats := func() {}
-	if slices.Contains(msg.Hello.Capabilities, control.CapHeartbeat) {
-		stopHeartbeats = s.sendHeartbeats(conn)
+	beats := slices.Contains(msg.Hello.Capabilities, control.CapHeartbeat)
+	if !beats || heartbeat(conn) == nil {
+		s.readControl(ctx, conn, ctrl, beats, log)
 	}
-	s.readControl(ctx, conn, ctrl, log)
-	stopHeartbeats()
 	stopRenewal()
 
 	s.metrics.NodesConnected.WithLabelValues(transport).Dec()
