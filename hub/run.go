@@ -74,6 +74,7 @@ func (s *Server) Run(ctx context.Context) error {
 	ln, err := tunnel.Listen(ctx, s.cfg.Listen, tunnel.ListenConfig{
 		TunnelTLS: tlsTunnel, HTTPTLS: tlsHTTP, Config: s.cfg.Tunnel, Logger: s.log.With("component", "tunnel"),
 		StatelessResetKey: resetKey,
+		PeerStreams:       1, // an agent opens its control stream only
 	})
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", s.cfg.Listen, err)

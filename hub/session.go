@@ -165,7 +165,12 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	log.Info("node connected", "agent_version", msg.Hello.AgentVersion)
 
 	// The agent must never open streams to the hub: refuse any it tries.
-	go s.refuseAgentStreams(sess, node.Name, log)
+	// Over QUIC the listener grants an agent credit for its control stream
+	// only (tunnel.ListenConfig.PeerStreams), so no goroutine per session
+	// waits for streams there.
+	if sess.Transport() == tunnel.TransportTCP {
+		go s.refuseAgentStreams(sess, node.Name, log)
+	}
 	stopRenewal := func() {}
 	if hostKey != nil {
 		stopRenewal = s.renewHostCert(conn, log)

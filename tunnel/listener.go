@@ -75,6 +75,17 @@ type ListenConfig struct {
 	// timing out on a hub too busy to answer. Zero means
 	// DefaultMaxHandshakes.
 	MaxHandshakes int
+
+	// PeerStreams, if positive, is the most streams a QUIC peer may have
+	// open towards the listener at once (its MaxIncomingStreams), instead
+	// of Config.MaxStreams. A hub whose agents open only their control
+	// stream sets 1: another open then waits on the agent's side for
+	// stream credit that never comes, and a peer that opens one anyway
+	// breaks the protocol and loses its connection, at no cost to the hub
+	// (no goroutine per session to refuse such streams). TCP sessions
+	// (yamux) have no such limit the peer must respect: their extra
+	// streams still reach AcceptStream, where they must be refused.
+	PeerStreams int
 }
 
 // Listener accepts tunnel sessions on one address: QUIC on UDP and TLS on
@@ -163,7 +174,11 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 		key := quic.StatelessResetKey(*lc.StatelessResetKey)
 		qtr.StatelessResetKey = &key
 	}
-	ql, err := qtr.Listen(tunnelTLS, cfg.quicConfig())
+	qcfg := cfg.quicConfig()
+	if lc.PeerStreams > 0 {
+		qcfg.MaxIncomingStreams = int64(min(lc.PeerStreams, cfg.MaxStreams))
+	}
+	ql, err := qtr.Listen(tunnelTLS, qcfg)
 	if err != nil {
 		tickets.stop()
 		_ = tcpLn.Close()

@@ -238,3 +238,34 @@ func TestListenWildcard(t *testing.T) {
 		openPair(t, hub, agent)
 	}
 }
+
+// TestPeerStreams: with ListenConfig.PeerStreams 1 a QUIC peer opens its
+// one stream, and a second open waits for credit (the listener's side sees
+// nothing of it), while the listener's side still opens as many streams as
+// Config.MaxStreams allows.
+func TestPeerStreams(t *testing.T) {
+	l, err := Listen(t.Context(), "127.0.0.1:0", ListenConfig{TunnelTLS: tunnelServerTLS(), PeerStreams: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	agent, hub := dialAccept(t, l, l.Addr().String(), TransportQUIC, nil)
+	openPair(t, agent, hub) // the control stream
+
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if st, err := agent.OpenStream(ctx); err == nil {
+		st.Close()
+		t.Fatal("a second stream from the peer was opened; want it to wait for credit")
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second open: %v, want it to wait until its context ends", err)
+	}
+	select {
+	case <-agent.Done():
+		t.Fatal("the session ended; a peer that waits for credit breaks no rule")
+	default:
+	}
+	for range 3 {
+		openPair(t, hub, agent)
+	}
+}

@@ -78,6 +78,7 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 	}
 	baseG := m["go_goroutines"]
 	baseHeap := m["go_memstats_heap_inuse_bytes"]
+	baseStack := m["go_memstats_stack_inuse_bytes"]
 	selfBase, _ := harness.Stats(selfPID())
 
 	var sims []*sim.Sim
@@ -125,7 +126,7 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 			return err
 		}
 		if p4 && slices.Contains(b.sz.p4Counts, n) {
-			if err := b.measureIdle(ctx, hub, n, name, up, base, baseG, baseHeap, selfBase); err != nil {
+			if err := b.measureIdle(ctx, hub, n, name, up, base, baseG, baseHeap, baseStack, selfBase); err != nil {
 				return err
 			}
 		}
@@ -140,7 +141,7 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 
 // measureIdle settles, then measures the hub over the idle window.
 func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name string, up time.Duration,
-	base harness.ProcStats, baseG, baseHeap float64, selfBase harness.ProcStats) error {
+	base harness.ProcStats, baseG, baseHeap, baseStack float64, selfBase harness.ProcStats) error {
 	settle := min(10*time.Second, b.sz.p4Idle)
 	time.Sleep(settle)
 	st0, err := harness.Stats(hub.PID())
@@ -169,6 +170,7 @@ func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name s
 	self, _ := harness.Stats(selfPID())
 	perRSS := float64(st1.RSS-base.RSS) / float64(n)
 	perHeap := (m["go_memstats_heap_inuse_bytes"] - baseHeap) / float64(n)
+	perStack := (m["go_memstats_stack_inuse_bytes"] - baseStack) / float64(n)
 	perG := (m["go_goroutines"] - baseG) / float64(n)
 	cpu := (st1.CPU - st0.CPU).Seconds() / wall.Seconds() * 100
 	limit := 48.0
@@ -179,7 +181,8 @@ func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name s
 		Value:  fmt.Sprintf("%.1f KiB", perRSS/1024),
 		Ref:    "rathole ≈36 KB/conn, frp ≈150 KB/client (published)",
 		Target: fmt.Sprintf("≤ %.0f KiB", limit), Met: harness.YesNo(perRSS/1024 <= limit),
-		Comment: fmt.Sprintf("hub RSS %.0f MiB; Go heap in use %.1f KiB/agent; all connected in %v", float64(st1.RSS)/(1<<20), perHeap/1024, up.Round(time.Second))})
+		Comment: fmt.Sprintf("hub RSS %.0f MiB; Go heap in use %.1f KiB/agent, goroutine stacks %.1f KiB/agent; all connected in %v",
+			float64(st1.RSS)/(1<<20), perHeap/1024, perStack/1024, up.Round(time.Second))})
 	b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: hub goroutines per agent", n, pathName(name)),
 		Value: fmt.Sprintf("%.2f", perG)})
 	b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: hub CPU while idle (over %v)", n, pathName(name), wall.Round(time.Second)),

@@ -159,6 +159,9 @@ func goroutinesByStart(file string, k int) []topEntry {
 	total := 0.0
 	for _, rec := range strings.Split(string(data), "\n\n") {
 		lines := strings.Split(strings.TrimSpace(rec), "\n")
+		if strings.HasPrefix(lines[0], "goroutine profile:") {
+			lines = lines[1:]
+		}
 		if len(lines) < 2 {
 			continue
 		}
