@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -70,5 +71,30 @@ func TestHeartbeatAnswered(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAgentStreamsOverQUICGetNoCredit: over QUIC the hub grants an agent
+// credit for its control stream only, so another stream the agent tries to
+// open never reaches the hub (no goroutine per session waits to refuse
+// one), and the session goes on. TCP agents get an audited refusal
+// (TestAttackSessionRefusalsAudited).
+func TestAgentStreamsOverQUICGetNoCredit(t *testing.T) {
+	_, c := testHub(t)
+	id := joinNode(t, c, "greedy")
+	sess := dialAs(t, id, tunnel.TransportQUIC)
+	connectAs(t, sess, "greedy")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if st, err := sess.OpenStream(ctx); err == nil {
+		st.Close()
+		t.Fatal("the agent opened a second stream to the hub")
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second stream: %v, want it to wait for credit", err)
+	}
+	select {
+	case <-sess.Done():
+		t.Fatal("the session ended")
+	default:
 	}
 }
