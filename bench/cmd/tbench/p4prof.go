@@ -131,7 +131,7 @@ func pprofTop(ctx context.Context, file, index string, k int) []topEntry {
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) >= 6 && f[0] == "flat" {
+		if len(f) >= 5 && f[0] == "flat" {
 			inTable = true
 			continue
 		}
