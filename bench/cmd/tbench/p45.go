@@ -194,9 +194,11 @@ func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name s
 	// Sessions the hub lost during the window (agents starved of CPU on a
 	// shared machine miss their heartbeats) make every figure per agent
 	// smaller than it is: say so.
-	held, _ := hub.Connected(ctx, name)
+	held, herr := hub.Connected(ctx, name)
 	heldNote := ""
-	if held < n {
+	if herr != nil {
+		heldNote = fmt.Sprintf("; sessions held at the end not read: %v", herr)
+	} else if held < n {
 		heldNote = fmt.Sprintf("; ONLY %d OF %d STILL CONNECTED at the end (load average %.1f): figure too low", held, n, harness.LoadAvg1())
 	}
 	perRSS := float64(st1.RSS-base.RSS) / float64(n)
