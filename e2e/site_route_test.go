@@ -96,6 +96,14 @@ func TestSiteRoute(t *testing.T) {
 	if code != 0 || j.State != "succeeded" || len(j.Nodes) != 2 || j.node("n1.berlin").State != "ok" || j.node("n2.berlin").State != "ok" {
 		t.Fatalf("tether run -l site=berlin at the root: exit %d, %+v", code, j)
 	}
+	// Every node at the root is the nodes below berlin, never the site hub
+	// itself (it serves only route streams); named, it is told so.
+	if j, code := root.runJSON(90*time.Second, "-l", "*", "--", "true"); code != 0 || len(j.Nodes) != 2 {
+		t.Fatalf("tether run -l '*' at the root: exit %d, %+v (want n1.berlin and n2.berlin only)", code, j)
+	}
+	if _, errOut, code := root.run(30*time.Second, "--nodes", "berlin", "--", "true"); code == 0 || !strings.Contains(errOut, "is a site hub, not a node") {
+		t.Fatalf("tether run --nodes berlin: exit %d, %s", code, errOut)
+	}
 	// Every hop audited at the site, with the root's operator.
 	var siteAudit string
 	t.Cleanup(func() {

@@ -22,23 +22,23 @@ import (
 // (the rule lives with the protocol, in control.LivenessOf).
 func (s *Server) liveness() control.Liveness { return control.LivenessOf(s.cfg.Tunnel) }
 
-// sendHeartbeats tells an agent that announced control.CapHeartbeat that the hub
-// still hears it: one heartbeat at once (it arms the agent's watchdog), then
-// one every liveness().Every until a send fails or stop is called.
-func (s *Server) sendHeartbeats(c *registry.Conn) (stop func()) {
-	beat := func() bool { return c.Send(&control.Message{Type: control.TypeHeartbeat}) == nil }
-	if !beat() {
-		return func() {}
-	}
-	return repeat(s.liveness().Every, beat)
-}
+// heartbeat tells an agent that announced control.CapHeartbeat that the hub
+// still hears it. The hub sends one at once (it arms the agent's watchdog),
+// then one in answer to each of the agent's heartbeats (every
+// liveness().Every), from readControl: an idle session then costs one
+// exchange per interval and the hub no timer per session. An answer proves
+// more than a timer's beat: the agent's last heartbeat got through.
+func heartbeat(c *registry.Conn) error { return c.Send(&control.Message{Type: control.TypeHeartbeat}) }
 
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunnel.Stream, log *slog.Logger) {
+// readControl reads the agent's control messages until the session ends or
+// the agent falls silent; answer says the agent takes heartbeats (see
+// heartbeat).
+func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunnel.Stream, answer bool, log *slog.Logger) {
 	lastStored := time.Now()
 	live := s.liveness()
 	for {
@@ -68,6 +68,9 @@ func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunn
 		switch msg.Type {
 		case control.TypeHeartbeat:
 			conn.Heard.Store(time.Now().UnixNano())
+			if answer && heartbeat(conn) != nil {
+				return // the session is going: the agent no longer reads
+			}
 			// Throttle store writes: last_seen at heartbeat granularity is plenty.
 			if time.Since(lastStored) >= seenStoreInterval {
 				lastStored = time.Now()

@@ -54,6 +54,7 @@ func localAddr(addr net.Addr) string {
 // Run serves until ctx is cancelled, then shuts down gracefully: listeners
 // close, tunnels and operator connections end, the store is closed.
 func (s *Server) Run(ctx context.Context) error {
+	tuneGC()
 	defer s.dirLock.release() // last: the store is closed before another hub may open it
 	defer s.store.Close()
 	defer s.keepLocalAdminFresh()()

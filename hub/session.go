@@ -16,6 +16,7 @@ import (
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
+	gossh "golang.org/x/crypto/ssh"
 )
 
 const (
@@ -51,7 +52,12 @@ func (s *Server) acceptSessions(ctx context.Context, ln *tunnel.Listener) error 
 // this session.
 func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	start := time.Now()
-	defer sess.Close()
+	held := false // holdSession owns sess and ctrl from then on
+	defer func() {
+		if !held {
+			sess.Close()
+		}
+	}()
 	log := s.log.With("remote", sess.RemoteAddr().String(), "transport", sess.Transport().String())
 	certs := sess.ConnectionState().PeerCertificates
 	if len(certs) == 0 {
@@ -91,7 +97,11 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 		log.Info("session ended before control stream", "err", err)
 		return
 	}
-	defer ctrl.Close()
+	defer func() {
+		if !held {
+			ctrl.Close()
+		}
+	}()
 	_ = ctrl.SetReadDeadline(time.Now().Add(helloTimeout))
 	msg, err := control.Read(ctrl)
 	if err != nil || msg.Type != control.TypeHello {
@@ -180,7 +190,6 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	}
 	s.markSeen(ctx, log, node.ID, store.Seen{Online: true, Transport: shown, AgentVersion: msg.Hello.AgentVersion, At: time.Now()})
 	presence := s.nodeConnected(ctx, conn)
-	defer s.nodeDisconnected(presence)
 	if s.cluster != nil {
 		s.cluster.Wake(node.ID) // a cluster step may be waiting for this node
 	}
@@ -191,13 +200,38 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	}
 	log.Info("node connected", "agent_version", msg.Hello.AgentVersion)
 
+	// The session lives on in a goroutine of its own, and this one, whose
+	// stack grew deep while admitting the node (TLS state, the store),
+	// ends: a goroutine's stack only shrinks to a quarter of what it
+	// holds, so an idle session would keep that depth for its lifetime.
+	held = true
+	beats := slices.Contains(msg.Hello.Capabilities, control.CapHeartbeat)
+	hello := msg.Hello
+	s.sessions.Add(1) // while this goroutine's own count is held
+	go func() {
+		defer s.sessions.Done()
+		s.holdSession(ctx, conn, ctrl, presence, hostKey, beats, transport, hello, siteWelcome, log)
+	}()
+}
+
+// holdSession serves an admitted node's session until it ends: it serves
+// the streams the agent may open (service connects) or a site's streams,
+// renews its host certificate, answers its heartbeats and reads its
+// control stream; then it unregisters the node and closes the session.
+func (s *Server) holdSession(ctx context.Context, conn *registry.Conn, ctrl tunnel.Stream, presence store.Presence,
+	hostKey gossh.PublicKey, beats bool, transport string, hello *control.Hello, siteWelcome *control.SiteWelcome, log *slog.Logger) {
+	sess := conn.Session
+	defer sess.Close()
+	defer ctrl.Close()
+	defer s.nodeDisconnected(presence)
+
 	// An agent may open service connect streams only (streams.go); a
 	// site's streams are its children's (hub/site).
-	serviceConnect := siteWelcome == nil && slices.Contains(msg.Hello.Capabilities, control.CapServiceConnect)
+	serviceConnect := siteWelcome == nil && slices.Contains(hello.Capabilities, control.CapServiceConnect)
 	sctx, stopStreams := context.WithCancel(ctx)
 	waitStreams, consumerGone := func() {}, func() {}
 	if siteWelcome != nil {
-		defer s.siteConnected(ctx, conn, msg.Hello, siteWelcome)()
+		defer s.siteConnected(ctx, conn, hello, siteWelcome)()
 	} else {
 		waitStreams = s.serveAgentStreams(sctx, conn, serviceConnect, log)
 		if serviceConnect && s.services != nil {
@@ -208,20 +242,17 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	if hostKey != nil {
 		stopRenewal = s.renewHostCert(conn, log)
 	}
-	stopHeartbeats := func() {}
-	if slices.Contains(msg.Hello.Capabilities, control.CapHeartbeat) {
-		stopHeartbeats = s.sendHeartbeats(conn)
+	if !beats || heartbeat(conn) == nil {
+		s.readControl(ctx, conn, ctrl, beats, log)
 	}
-	s.readControl(ctx, conn, ctrl, log)
 	consumerGone()
 	stopStreams()
 	waitStreams()
-	stopHeartbeats()
 	stopRenewal()
 
 	s.metrics.NodesConnected.WithLabelValues(transport).Dec()
 	if s.reg.Remove(conn) {
-		s.markSeen(context.Background(), log, node.ID, store.Seen{Online: false, At: time.Now()})
+		s.markSeen(context.Background(), log, conn.NodeID, store.Seen{Online: false, At: time.Now()})
 	}
 	log.Info("node disconnected", "connected_for", time.Since(conn.Connected).Round(time.Second))
 }

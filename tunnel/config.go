@@ -44,15 +44,19 @@ const (
 // session-level window, so on TCP MaxStreams*StreamWindow is the bound.
 type Config struct {
 	// KeepAliveInterval is how often an idle session sends a keepalive, so
-	// NAT bindings stay open and a dead peer is noticed. Default 5s.
+	// NAT bindings stay open and a dead peer is noticed. A keepalive is
+	// only sent when nothing was received from the peer for a little more
+	// than this (see keepAliveAfter): traffic, such as the control-stream
+	// heartbeat at this interval, stands in for it. Default 5s.
 	KeepAliveInterval time.Duration
 
 	// IdleTimeout bounds how long a dead peer goes unnoticed: the session
 	// ends (Done closes) when nothing has been heard from the peer for this
-	// long. QUIC: MaxIdleTimeout. yamux: a ping every KeepAliveInterval must
-	// be answered within IdleTimeout-KeepAliveInterval (yamux's
-	// ConnectionWriteTimeout, which also bounds each frame write), so the
-	// bound holds there too. Must exceed KeepAliveInterval. Default 15s.
+	// long. QUIC: MaxIdleTimeout. yamux: a ping sent once the peer has been
+	// silent for a little more than KeepAliveInterval must be answered
+	// within the rest of IdleTimeout (yamux's ConnectionWriteTimeout, which
+	// also bounds each frame write), so the bound holds there too. Must
+	// exceed KeepAliveInterval. Default 15s.
 	IdleTimeout time.Duration
 
 	// HandshakeTimeout bounds TLS and QUIC handshakes, on the hub (so a
@@ -140,14 +144,35 @@ func (c *Config) resolve() (*Config, error) {
 	return r, nil
 }
 
+// keepAliveAfter is how long a session may be silent (nothing received from
+// the peer) before it sends a keepalive. A little more than
+// KeepAliveInterval: a peer that speaks every KeepAliveInterval on its own
+// (Tether's control-stream heartbeat, answered by the hub) then keeps the
+// session alive alone, and an idle session costs one exchange per interval
+// instead of three (heartbeat, and a ping and its answer each way). It
+// leaves at least as long for the keepalive's answer as it adds, so a dead
+// peer is still found within IdleTimeout: keepAliveAfter+keepAliveWait is
+// IdleTimeout.
+func (c *Config) keepAliveAfter() time.Duration {
+	margin := min(c.KeepAliveInterval/4, (c.IdleTimeout-c.KeepAliveInterval)/2)
+	return c.KeepAliveInterval + margin
+}
+
+// keepAliveWait is how long a keepalive may go unanswered before the peer is
+// dead: the rest of IdleTimeout.
+func (c *Config) keepAliveWait() time.Duration { return c.IdleTimeout - c.keepAliveAfter() }
+
 // quicConfig maps a resolved Config onto quic-go's.
 func (c *Config) quicConfig() *quic.Config {
 	return &quic.Config{
 		// quic-go aborts a handshake after twice HandshakeIdleTimeout, so
 		// half of ours bounds the whole handshake by HandshakeTimeout.
-		HandshakeIdleTimeout:           c.HandshakeTimeout / 2,
-		MaxIdleTimeout:                 c.IdleTimeout,
-		KeepAlivePeriod:                c.KeepAliveInterval,
+		HandshakeIdleTimeout: c.HandshakeTimeout / 2,
+		MaxIdleTimeout:       c.IdleTimeout,
+		// quic-go pings once nothing was received for this long (or half
+		// the idle timeout, if less); the idle timeout itself finds a dead
+		// peer.
+		KeepAlivePeriod:                c.keepAliveAfter(),
 		InitialStreamReceiveWindow:     uint64(c.StreamWindow),
 		MaxStreamReceiveWindow:         uint64(c.StreamWindow),
 		InitialConnectionReceiveWindow: c.SessionWindow,
@@ -167,9 +192,12 @@ func (c *Config) yamuxConfig(log *slog.Logger) *yamux.Config {
 		// yamux's loop, which would park a goroutine (and its stack) per
 		// session for as long as the session lives: at 100k idle agents
 		// that is the hub's largest cost after the sessions themselves.
-		EnableKeepAlive:        false,
-		KeepAliveInterval:      c.KeepAliveInterval,
-		ConnectionWriteTimeout: c.IdleTimeout - c.KeepAliveInterval,
+		EnableKeepAlive:   false,
+		KeepAliveInterval: c.KeepAliveInterval,
+		// Bounds the wait for a ping's answer (and each frame write): a
+		// ping sent after keepAliveAfter of silence and unanswered for this
+		// long ends the session IdleTimeout after the peer's last word.
+		ConnectionWriteTimeout: c.keepAliveWait(),
 		MaxStreamWindowSize:    c.StreamWindow,
 		// StreamOpenTimeout closes the whole session when the peer is slow
 		// to accept a stream (for instance because its MaxStreams is

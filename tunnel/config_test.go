@@ -96,13 +96,13 @@ func TestConfigMapping(t *testing.T) {
 		t.Fatalf("resolve did not fill defaults: %+v", c)
 	}
 	q := c.quicConfig()
-	if q.MaxIdleTimeout != c.IdleTimeout || q.KeepAlivePeriod != c.KeepAliveInterval ||
+	if q.MaxIdleTimeout != c.IdleTimeout || q.KeepAlivePeriod != c.keepAliveAfter() ||
 		q.MaxStreamReceiveWindow != uint64(c.StreamWindow) || q.MaxConnectionReceiveWindow != c.SessionWindow ||
 		q.MaxIncomingStreams != 10 || q.HandshakeIdleTimeout*2 != c.HandshakeTimeout {
 		t.Errorf("quic config %+v does not match %+v", q, c)
 	}
 	y := c.yamuxConfig(orDiscard(nil))
-	if y.KeepAliveInterval != c.KeepAliveInterval || y.ConnectionWriteTimeout != c.IdleTimeout-c.KeepAliveInterval ||
+	if y.KeepAliveInterval != c.KeepAliveInterval || y.ConnectionWriteTimeout != c.keepAliveWait() ||
 		y.MaxStreamWindowSize != c.StreamWindow || y.AcceptBacklog != 10 || y.EnableKeepAlive {
 		t.Errorf("yamux config %+v does not match %+v", y, c)
 	}

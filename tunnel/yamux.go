@@ -39,7 +39,7 @@ type yamuxSession struct {
 	openSem   chan struct{} // one slot per stream we opened
 	acceptSem chan struct{} // one slot per stream the peer opened
 
-	keepAlive time.Duration // interval of the keepalive pings
+	keepAlive time.Duration // silence after which a keepalive ping is sent
 	log       *slog.Logger
 
 	mu     sync.Mutex     // guards the following
@@ -74,21 +74,29 @@ func newYamuxSession(tc *tls.Conn, cfg *Config, server bool, log *slog.Logger) (
 		conn:      hc,
 		openSem:   make(chan struct{}, cfg.MaxStreams),
 		acceptSem: make(chan struct{}, cfg.MaxStreams),
-		keepAlive: cfg.KeepAliveInterval,
+		keepAlive: cfg.keepAliveAfter(),
 		log:       log,
 	}
 	s.ping = time.AfterFunc(s.keepAlive, s.sendPing)
 	return s, nil
 }
 
-// sendPing is the keepalive: a ping every KeepAliveInterval that must be
-// answered within IdleTimeout-KeepAliveInterval (yamux's
+// sendPing is the keepalive: once nothing has been read from the peer for
+// keepAliveAfter, a ping that must be answered within keepAliveWait (yamux's
 // ConnectionWriteTimeout, which bounds Ping), or the session is closed, as
-// yamux's own keepalive loop does. It runs from a timer, so an idle session
-// holds no goroutine for it.
+// yamux's own keepalive loop does. A session that hears from its peer anyway
+// (heartbeats, streams) sends no pings: the timer is pushed to
+// keepAliveAfter past the last read, so the peer's last word plus
+// IdleTimeout still bounds when a dead peer is found. It runs from a timer,
+// so an idle session holds no goroutine for it.
 func (s *yamuxSession) sendPing() {
 	s.mu.Lock()
 	if s.closed || s.mux.IsClosed() {
+		s.mu.Unlock()
+		return
+	}
+	if quiet := s.conn.sinceRead(); quiet < s.keepAlive {
+		s.ping.Reset(s.keepAlive - quiet)
 		s.mu.Unlock()
 		return
 	}
@@ -238,22 +246,36 @@ func (s *yamuxSession) Close() error {
 // (a TLS alert such as "certificate required" arrives on the first read).
 type hookConn struct {
 	net.Conn
-	ctx     context.Context
-	cancel  context.CancelFunc
-	readErr atomic.Pointer[error]
+	ctx      context.Context
+	cancel   context.CancelFunc
+	readErr  atomic.Pointer[error]
+	lastRead atomic.Int64 // monotonic nanoseconds since epoch of the last read with data
 }
+
+// epoch is the origin of hookConn.lastRead: time.Since on it is monotonic.
+var epoch = time.Now()
 
 func newHookConn(c net.Conn) *hookConn {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &hookConn{Conn: c, ctx: ctx, cancel: cancel}
+	h := &hookConn{Conn: c, ctx: ctx, cancel: cancel}
+	h.lastRead.Store(int64(time.Since(epoch)))
+	return h
 }
 
 func (c *hookConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.lastRead.Store(int64(time.Since(epoch)))
+	}
 	if err != nil {
 		c.readErr.CompareAndSwap(nil, &err)
 	}
 	return n, err
+}
+
+// sinceRead is how long ago the peer was last heard.
+func (c *hookConn) sinceRead() time.Duration {
+	return time.Since(epoch) - time.Duration(c.lastRead.Load())
 }
 
 func (c *hookConn) Close() error {

@@ -270,6 +270,18 @@ func (h *handler) selectNodes(ctx context.Context, selector string, names []stri
 	if err != nil {
 		return nil, err
 	}
+	// A site hub has a node row here but serves only route streams: a
+	// job reaches the nodes below it, never the site itself.
+	sites, err := h.Store.ListSites(ctx)
+	if err != nil {
+		return nil, err
+	}
+	isSite := make(map[string]bool, len(sites))
+	siteNamed := make(map[string]bool, len(sites))
+	for _, st := range sites {
+		isSite[st.NodeID], siteNamed[st.Name] = true, true
+	}
+	all = slices.DeleteFunc(all, func(n store.Node) bool { return isSite[n.ID] })
 	if all, _, err = h.withInventory(ctx, all); err != nil { // nodes below sites, keyed on their IDs too
 		return nil, err
 	}
@@ -303,6 +315,8 @@ func (h *handler) selectNodes(ctx context.Context, selector string, names []stri
 			seen[name] = true
 			n, ok := byName[name]
 			switch {
+			case !ok && siteNamed[name]:
+				return nil, fail(ErrInvalid, "%q is a site hub, not a node: target the nodes below it (-l site=%s)", name, name)
 			case !ok:
 				unknown = append(unknown, name)
 			case !n.RevokedAt.IsZero():

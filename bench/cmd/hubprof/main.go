@@ -5,7 +5,10 @@
 //	go tool pprof http://127.0.0.1:6060/debug/pprof/profile?seconds=20
 //
 // tbench uses it instead of bin/tether for the hub when TBENCH_HUB is set to
-// its path.
+// its path. Several benches may share a machine, so --pprof 127.0.0.1:0 takes
+// any free port; the address actually bound is written to
+// DATA_DIR/hubprof.addr, where tbench's P4 finds it to fetch the heap,
+// goroutine and CPU profiles of the idle hub.
 package main
 
 import (
@@ -13,10 +16,12 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	_ "net/http/pprof" // the point of this command
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"syscall"
 	"time"
@@ -35,7 +40,8 @@ func main() {
 	flag.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
 	flag.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "dead peer timeout")
 	level := flag.String("log-level", "warn", "debug, info, warn, error")
-	pprof := flag.String("pprof", "127.0.0.1:6060", "net/http/pprof address")
+	pprof := flag.String("pprof", envOr("HUBPROF_PPROF", "127.0.0.1:0"), "net/http/pprof address (port 0: any; the bound address is written to DATA_DIR/hubprof.addr)")
+	contention := flag.Bool("contention", false, "enable the mutex and block profiles")
 	flag.Parse()
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
@@ -44,10 +50,24 @@ func main() {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
 	cfg.Tunnel = tc
-	runtime.SetMutexProfileFraction(100)
-	runtime.SetBlockProfileRate(int(time.Millisecond))
-	srv := &http.Server{Addr: *pprof, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.ListenAndServe() }()
+	// Mutex and block profiling only when asked: they cost CPU on every
+	// contended lock, which the idle-CPU figure must not include.
+	if *contention {
+		runtime.SetMutexProfileFraction(100)
+		runtime.SetBlockProfileRate(int(time.Millisecond))
+	}
+	ln, err := net.Listen("tcp", *pprof)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hubprof: pprof listener:", err)
+		os.Exit(1)
+	}
+	if cfg.DataDir != "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err == nil {
+			_ = os.WriteFile(filepath.Join(cfg.DataDir, "hubprof.addr"), []byte(ln.Addr().String()), 0o600)
+		}
+	}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -59,4 +79,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "hubprof:", err)
 		os.Exit(1)
 	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
 }

@@ -1,0 +1,240 @@
+package tunnel
+
+import (
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestKeepAliveSchedule: a keepalive waits a little longer than
+// KeepAliveInterval (so a peer talking every KeepAliveInterval stands in for
+// it), and the wait plus the answer's allowance is exactly IdleTimeout, for
+// defaults and edge configurations alike.
+func TestKeepAliveSchedule(t *testing.T) {
+	for _, c := range []*Config{
+		nil,
+		{KeepAliveInterval: time.Second, IdleTimeout: 3 * time.Second},
+		{KeepAliveInterval: 10 * time.Second, IdleTimeout: 11 * time.Second},
+		{KeepAliveInterval: 25 * time.Second, IdleTimeout: 90 * time.Second},
+		{KeepAliveInterval: time.Millisecond, IdleTimeout: time.Millisecond + 1},
+	} {
+		r, err := c.resolve()
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, wait := r.keepAliveAfter(), r.keepAliveWait()
+		if after < r.KeepAliveInterval || after >= r.IdleTimeout || wait <= 0 || after+wait != r.IdleTimeout {
+			t.Errorf("keepalive %v, idle %v: ping after %v of silence, answer within %v: want interval ≤ after < idle, after+wait = idle",
+				r.KeepAliveInterval, r.IdleTimeout, after, wait)
+		}
+		if q := r.quicConfig(); q.KeepAlivePeriod != after || q.MaxIdleTimeout != r.IdleTimeout {
+			t.Errorf("quic: KeepAlivePeriod %v, MaxIdleTimeout %v; want %v, %v", q.KeepAlivePeriod, q.MaxIdleTimeout, after, r.IdleTimeout)
+		}
+	}
+}
+
+// cutConn is one end of an in-memory link that can be cut silently: after
+// cut, writes vanish and reads wait until Close, as on a link whose peer
+// died without a FIN or RST.
+type cutConn struct {
+	net.Conn
+	cut    atomic.Bool
+	gone   chan struct{} // closed by cut
+	closed chan struct{} // closed by Close
+	once   sync.Once
+	cut1   sync.Once
+}
+
+func newCutConn(c net.Conn) *cutConn {
+	return &cutConn{Conn: c, gone: make(chan struct{}), closed: make(chan struct{})}
+}
+
+func (c *cutConn) Read(b []byte) (int, error) {
+	if c.cut.Load() {
+		<-c.closed
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *cutConn) Write(b []byte) (int, error) {
+	if c.cut.Load() {
+		return len(b), nil
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	// A write the peer no longer reads must not block: net.Pipe is
+	// unbuffered.
+	done := make(chan result, 1)
+	go func() {
+		n, err := c.Conn.Write(b)
+		done <- result{n, err}
+	}()
+	select {
+	case r := <-done:
+		return r.n, r.err
+	case <-c.gone:
+		return len(b), nil
+	}
+}
+
+func (c *cutConn) doCut() { c.cut1.Do(func() { c.cut.Store(true); close(c.gone) }) }
+
+func (c *cutConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// TestYamuxDeadPeerWithinIdleTimeout proves the dead-peer bound on TLS+yamux
+// on a fake clock (testing/synctest): with traffic every KeepAliveInterval
+// (which replaces the pings) the sessions live on for many IdleTimeouts;
+// then the link is cut silently, and each side must end its session no
+// later than IdleTimeout after it last heard its peer. It fails if the
+// keepalive schedule lets a dead peer live longer.
+//
+// The fake clock runs in a child process of the test binary: yamux keeps
+// timers in a global sync.Pool, and a timer made inside a synctest bubble
+// must never reach the other tests (or another bubble).
+func TestYamuxDeadPeerWithinIdleTimeout(t *testing.T) {
+	if os.Getenv(fakeClockEnv) == "" {
+		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestYamuxDeadPeerWithinIdleTimeout$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), fakeClockEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		t.Logf("fake-clock child:\n%s", out)
+		if err != nil {
+			t.Fatalf("fake-clock child failed: %v", err)
+		}
+		return
+	}
+	synctest.Test(t, func(t *testing.T) {
+		for _, tc := range []struct {
+			name    string
+			cfg     *Config
+			traffic bool
+		}{
+			{"defaults, idle", nil, false},
+			{"defaults, heartbeats", nil, true},
+			{"1s/3s, heartbeats", &Config{KeepAliveInterval: time.Second, IdleTimeout: 3 * time.Second}, true},
+			{"10s/11s, heartbeats", &Config{KeepAliveInterval: 10 * time.Second, IdleTimeout: 11 * time.Second}, true},
+		} {
+			// The link dies at different points of the keepalive cycle.
+			for _, frac := range []float64{0, 0.3, 0.55, 0.9} {
+				deadPeerOnFakeClock(t, fmt.Sprintf("%s, cut at %.2f of an interval", tc.name, frac), tc.cfg, tc.traffic, frac)
+			}
+		}
+	})
+}
+
+// fakeClockEnv marks the child process that runs the fake clock.
+const fakeClockEnv = "TUNNEL_TEST_FAKE_CLOCK"
+
+func deadPeerOnFakeClock(t *testing.T, name string, c *Config, traffic bool, frac float64) {
+	cfg, err := c.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, p2 := net.Pipe()
+	hubLink, agentLink := newCutConn(p1), newCutConn(p2)
+	stls := tunnelServerTLS()
+	stls.NextProtos = []string{ALPN}
+	ctls := clientTLS(true)
+	ctls.NextProtos = []string{ALPN}
+	hubTLS, agentTLS := tls.Server(hubLink, stls), tls.Client(agentLink, ctls)
+	errs := make(chan error, 2)
+	go func() { errs <- hubTLS.Handshake() }()
+	go func() { errs <- agentTLS.Handshake() }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	log := orDiscard(nil)
+	hub, err := newYamuxSession(hubTLS, cfg, true, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := newYamuxSession(agentTLS, cfg, false, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hub.Close()
+	defer agent.Close()
+
+	// The heartbeat stand-in: one byte each way every KeepAliveInterval.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if traffic {
+		as, err := agent.OpenStream(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := as.Write([]byte{1}); err != nil {
+			t.Fatal(err)
+		}
+		hs, err := hub.AcceptStream(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer as.Close()
+		defer hs.Close()
+		for _, st := range []Stream{as, hs} {
+			wg.Go(func() { _, _ = io.Copy(io.Discard, st) })
+			wg.Go(func() {
+				tick := time.NewTicker(cfg.KeepAliveInterval)
+				defer tick.Stop()
+				for {
+					select {
+					case <-tick.C:
+						if _, err := st.Write([]byte{1}); err != nil {
+							return
+						}
+					case <-agent.Done():
+						return
+					case <-hub.Done():
+						return
+					}
+				}
+			})
+		}
+	}
+
+	// Alive and well for many dead-peer timeouts.
+	time.Sleep(5*cfg.IdleTimeout + time.Duration(frac*float64(cfg.KeepAliveInterval)))
+	select {
+	case <-hub.Done():
+		t.Fatalf("%s: hub session ended while its peer was alive", name)
+	case <-agent.Done():
+		t.Fatalf("%s: agent session ended while its peer was alive", name)
+	default:
+	}
+
+	// Both ends last heard each other no later than now.
+	hubLink.doCut()
+	agentLink.doCut()
+	cut := time.Now()
+	for _, s := range []struct {
+		name string
+		sess *yamuxSession
+	}{{"hub", hub}, {"agent", agent}} {
+		select {
+		case <-s.sess.Done():
+			if took := time.Since(cut); took > cfg.IdleTimeout {
+				t.Errorf("%s: %s noticed its dead peer after %v, more than IdleTimeout %v", name, s.name, took, cfg.IdleTimeout)
+			} else {
+				t.Logf("%s: %s noticed its dead peer after %v (IdleTimeout %v)", name, s.name, took, cfg.IdleTimeout)
+			}
+		case <-time.After(3 * cfg.IdleTimeout):
+			t.Fatalf("%s: %s never noticed its dead peer", name, s.name)
+		}
+	}
+}
