@@ -69,11 +69,7 @@ func (s *Server) startServices(ctx context.Context) (stop func(), err error) {
 		}
 	}
 	if s.children != nil {
-		// The sites' dispatcher has read and checked the header and the
-		// route request already (merge adapter, treetest).
-		s.children.ServeStreams(func(ctx context.Context, c site.Child, st tunnel.Stream, req *control.RouteRequest) {
-			h.relay.ServeRoute(ctx, st, c.Name, req, "site "+c.Name)
-		})
+		s.children.ServeStreams(h.serveSiteStream)
 	}
 	s.siteServiceRoutes = func(ctx context.Context, st tunnel.Stream, req *control.RouteRequest) {
 		h.relay.ServeFromParent(ctx, st, req, "parent")
