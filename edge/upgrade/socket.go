@@ -44,9 +44,13 @@ var ErrNotRoot = errors.New("only root may confirm upgrades on this node")
 func (n *Node) ServeConfirm(ctx context.Context, onChange func([]State)) error {
 	path := filepath.Join(n.Dir, SocketName)
 	_ = os.Remove(path) // a stale socket of an agent that died
-	old := syscall.Umask(0o177)
+	// No umask around the bind: the umask is the whole process's, and
+	// every file or directory another goroutine created meanwhile would
+	// get its mask (seen as a 0600 directory elsewhere in the process).
+	// Until the chmod below the socket's mode follows the umask, which is
+	// harmless: a connection whose peer is not root is refused anyway
+	// (the SO_PEERCRED check below).
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	syscall.Umask(old)
 	if err != nil {
 		return fmt.Errorf("confirm socket: %w", err)
 	}
