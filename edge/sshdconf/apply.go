@@ -285,16 +285,26 @@ func (d dropIn) render() []byte {
 // removed, so a login without a file accepts no certificate. principals has
 // passed checkPrincipals.
 func writePrincipals(dir string, principals map[string][]string) (changed bool, err error) {
-	if err := ensureDir(dir); err != nil {
-		return false, err
-	}
+	files := make(map[string][]byte, len(principals))
 	for login, ps := range principals {
 		sorted := slices.Clone(ps)
 		slices.Sort(sorted)
-		c, err := writeFileAtomic(filepath.Join(dir, login), []byte(strings.Join(slices.Compact(sorted), "\n")+"\n"))
+		files[login] = []byte(strings.Join(slices.Compact(sorted), "\n") + "\n")
+	}
+	return writePerLogin(dir, files, "principals")
+}
+
+// writePerLogin makes dir hold exactly one file per login of files (what
+// sshd reads as DIR/%u), removing the files of logins no longer listed.
+func writePerLogin(dir string, files map[string][]byte, what string) (changed bool, err error) {
+	if err := ensureDir(dir); err != nil {
+		return false, err
+	}
+	for login, data := range files {
+		c, err := writeFileAtomic(filepath.Join(dir, login), data)
 		changed = changed || c
 		if err != nil {
-			return changed, fmt.Errorf("sshdconf: write principals for %s: %w", login, err)
+			return changed, fmt.Errorf("sshdconf: write %s for %s: %w", what, login, err)
 		}
 	}
 	entries, err := os.ReadDir(dir)
@@ -302,7 +312,7 @@ func writePrincipals(dir string, principals map[string][]string) (changed bool, 
 		return changed, fmt.Errorf("sshdconf: %w", err)
 	}
 	for _, e := range entries {
-		if _, keep := principals[e.Name()]; !keep && !strings.HasPrefix(e.Name(), ".") {
+		if _, keep := files[e.Name()]; !keep && !strings.HasPrefix(e.Name(), ".") {
 			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
 				return changed, fmt.Errorf("sshdconf: %w", err)
 			}

@@ -3,7 +3,6 @@ package sshdconf
 import (
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -136,27 +135,5 @@ func scopedLines(cas []ScopedCA) (perLogin map[string][]byte, anyLogin []byte, s
 // writeAuthorizedKeys makes dir hold exactly one file per login of
 // perLogin; files of logins no longer listed are removed.
 func writeAuthorizedKeys(dir string, perLogin map[string][]byte) (changed bool, err error) {
-	if err := ensureDir(dir); err != nil {
-		return false, err
-	}
-	for login, data := range perLogin {
-		c, err := writeFileAtomic(filepath.Join(dir, login), data)
-		changed = changed || c
-		if err != nil {
-			return changed, fmt.Errorf("sshdconf: write authorized keys for %s: %w", login, err)
-		}
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return changed, fmt.Errorf("sshdconf: %w", err)
-	}
-	for _, e := range entries {
-		if _, keep := perLogin[e.Name()]; !keep && !strings.HasPrefix(e.Name(), ".") {
-			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
-				return changed, fmt.Errorf("sshdconf: %w", err)
-			}
-			changed = true
-		}
-	}
-	return changed, nil
+	return writePerLogin(dir, perLogin, "authorized keys")
 }

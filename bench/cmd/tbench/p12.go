@@ -70,7 +70,6 @@ func runP12(ctx context.Context, b *bench) error {
 		"direct": {"-F", sshConfig, "-J", "bench@" + berlin.SSH, login + "@n1"},
 		"tree":   {"-F", sshConfig, "-J", "bench@" + tr.Root.SSH, login + "@n1.berlin.region"},
 	}
-	order := []string{"direct", "tree"}
 	// The root learns the region's inventory and trust a moment after the
 	// tree shows healthy: the first jump through it is waited for.
 	if err := harness.WaitFor(ctx, time.Minute, "a jump from the root to n1.berlin.region", func() bool {
@@ -80,41 +79,5 @@ func runP12(ctx context.Context, b *bench) error {
 	}); err != nil {
 		return fmt.Errorf("P12: %w\n%s", err, tr.Logs(2000))
 	}
-	for _, mib := range b.sz.p1MiB {
-		best := map[string]float64{}
-		for range b.sz.p1Runs {
-			for _, p := range order {
-				v, err := bulkCopy(ctx, args[p], mib)
-				if err != nil {
-					return fmt.Errorf("P12 %s: %w", p, err)
-				}
-				best[p] = max(best[p], v)
-			}
-		}
-		ref := best["direct"]
-		b.report.Add(harness.Row{ID: "P12", What: fmt.Sprintf("%d MiB ssh -J copy, direct at the site hub (reference)", mib),
-			Value: fmt.Sprintf("%.0f MB/s", ref), Ref: fmt.Sprintf("%.0f MB/s", ref), Ratio: "1.00×"})
-		b.report.Add(harness.Row{ID: "P12", What: fmt.Sprintf("%d MiB ssh -J copy, root → region → site → leaf (best of %d)", mib, b.sz.p1Runs),
-			Value: fmt.Sprintf("%.0f MB/s", best["tree"]), Ref: fmt.Sprintf("%.0f MB/s", ref), Ratio: harness.Ratio(best["tree"], ref)})
-	}
-	walls := map[string][]time.Duration{}
-	for range b.sz.p3Runs {
-		for _, p := range order {
-			start := time.Now()
-			cctx, cancel := context.WithTimeout(ctx, time.Minute)
-			out, err := exec.CommandContext(cctx, "ssh", append(args[p], "true")...).CombinedOutput()
-			cancel()
-			if err != nil {
-				return fmt.Errorf("P12 ssh true %s: %w: %s", p, err, out)
-			}
-			walls[p] = append(walls[p], time.Since(start))
-		}
-	}
-	ref := median(walls["direct"])
-	b.report.Add(harness.Row{ID: "P12", What: fmt.Sprintf("ssh -J node true, direct at the site hub (reference, median of %d)", b.sz.p3Runs),
-		Value: ms(ref), Ref: ms(ref), Ratio: "1.00×"})
-	v := median(walls["tree"])
-	b.report.Add(harness.Row{ID: "P12", What: fmt.Sprintf("ssh -J node true, root → region → site → leaf (median of %d)", b.sz.p3Runs),
-		Value: ms(v), Ref: ms(ref), Ratio: harness.Ratio(v.Seconds(), ref.Seconds())})
-	return nil
+	return b.compareJumps(ctx, "P12", args["direct"], args["tree"], "direct at the site hub", "root → region → site → leaf")
 }
