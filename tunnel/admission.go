@@ -25,12 +25,17 @@ type admissionKey struct{}
 // quicAdmission is quic.Transport.ConnContext: it takes a slot of sem for
 // every new connection (refusing it with CONNECTION_REFUSED when there is
 // none, before any cryptography) and gives it back once the connection is
-// accepted (admitted) or has ended without being accepted.
-func quicAdmission(sem chan struct{}) func(context.Context, *quic.ClientInfo) (context.Context, error) {
-	return func(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
+// accepted (admitted) or has ended without being accepted. refused, if
+// set, is called with the address of every refused attempt (it sends the
+// retry hint).
+func quicAdmission(sem chan struct{}, refused func(net.Addr)) func(context.Context, *quic.ClientInfo) (context.Context, error) {
+	return func(ctx context.Context, ci *quic.ClientInfo) (context.Context, error) {
 		select {
 		case sem <- struct{}{}:
 		default:
+			if refused != nil {
+				refused(ci.RemoteAddr)
+			}
 			return nil, errBusy
 		}
 		release := sync.OnceFunc(func() { <-sem })
@@ -113,8 +118,9 @@ func (k *ticketKeys) stop() {
 // BusyError is the error of a dial the hub refused because it was at its
 // handshake limit (ListenConfig.MaxHandshakes): the hub is up, and said so
 // before any cryptography. RetryAfter is when it asked the agent to come
-// back; zero when the refusal carried no hint (QUIC's CONNECTION_REFUSED
-// has no room for one), and the caller's own backoff applies.
+// back: in the refusal record on TCP, in a datagram beside the refusal on
+// QUIC (see quicBusyMagic); zero when none came (an older hub, a lost
+// datagram), and the caller's own backoff applies.
 //
 // The hint is not authenticated (it comes before the TLS handshake), so a
 // caller must bound it by its own backoff cap: a forged hint can then delay
@@ -136,8 +142,7 @@ func (e *BusyError) Unwrap() error { return e.Err }
 
 // RetryAfter reports the hub's retry hint if err (from Dial) is a busy
 // refusal; ok is false for any other error.
-// When both transports were refused (TransportAuto), the longer hint wins:
-// only the TCP refusal carries one.
+// When both transports were refused (TransportAuto), the longer hint wins.
 func RetryAfter(err error) (d time.Duration, ok bool) {
 	switch e := err.(type) {
 	case nil:
@@ -177,11 +182,16 @@ func busyFromRecordHeader(err error) error {
 }
 
 // busyFromQUIC marks QUIC's CONNECTION_REFUSED (the hub's ConnContext
-// refusal) as busy, without a hint.
-func busyFromQUIC(err error) error {
+// refusal) as busy, with the retry hint the hub sent beside it, if one
+// arrives on hints from hub.
+func busyFromQUIC(err error, hints *hintBox, hub *net.UDPAddr) error {
 	var te *quic.TransportError
 	if errors.As(err, &te) && te.Remote && te.ErrorCode == quic.ConnectionRefused {
-		return &BusyError{Err: err}
+		be := &BusyError{Err: err}
+		if hints != nil {
+			be.RetryAfter, _ = hints.take(hub)
+		}
+		return be
 	}
 	return err
 }
@@ -264,6 +274,13 @@ const (
 
 func newRefuser(wg *sync.WaitGroup) *refuser {
 	return &refuser{slots: make(chan struct{}, maxRefusing), wg: wg}
+}
+
+// hintQUIC sends a refused QUIC attempt from addr its retry hint, on tr
+// (the listener's transport, so it comes from the port the agent dialed).
+func (r *refuser) hintQUIC(tr *quic.Transport, addr net.Addr) {
+	secs := min(r.pacer.hint(time.Now())/time.Second, 255)
+	_, _ = tr.WriteTo(quicBusyRecord(byte(secs)), addr)
 }
 
 // refuse answers raw with the busy record and a retry hint, then closes it.

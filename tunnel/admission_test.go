@@ -134,10 +134,15 @@ func TestMaxHandshakes(t *testing.T) {
 }
 
 // TestBusyRetryAfter: a dial refused at the handshake limit is a
-// BusyError; over TCP it carries the hub's retry hint (also when the dial
-// raced both transports), over QUIC it carries none.
+// BusyError carrying the hub's retry hint, on every transport (also when
+// the dial raced both) and on a UDP socket shared by many dials.
 func TestBusyRetryAfter(t *testing.T) {
 	l := listenWith(t, "127.0.0.1:0", ListenConfig{MaxHandshakes: 1, Config: &Config{HandshakeTimeout: 10 * time.Second}})
+	shared, err := ListenUDP("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shared.Close()
 	raw, err := net.Dial("tcp", l.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -145,15 +150,16 @@ func TestBusyRetryAfter(t *testing.T) {
 	defer raw.Close()
 	for _, tc := range []struct {
 		tr       Transport
+		udp      *UDPSocket
 		wantHint bool
-	}{{TransportTCP, true}, {TransportQUIC, false}, {TransportAuto, true}} {
+	}{{TransportTCP, nil, true}, {TransportQUIC, nil, true}, {TransportQUIC, shared, true}, {TransportAuto, nil, true}} {
 		var err error
 		// The listener takes the slot for raw asynchronously: poll until
 		// the refusal shows.
 		for range 100 {
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			var s Session
-			s, err = (&Dialer{TLSConfig: clientTLS(true), Transport: tc.tr}).Dial(ctx, l.Addr().String())
+			s, err = (&Dialer{TLSConfig: clientTLS(true), Transport: tc.tr, UDP: tc.udp}).Dial(ctx, l.Addr().String())
 			cancel()
 			if err == nil {
 				s.Close()
@@ -180,6 +186,43 @@ func TestBusyRetryAfter(t *testing.T) {
 	if _, ok := RetryAfter(errors.New("other")); ok {
 		t.Error("a plain error counts as busy")
 	}
+}
+
+// TestParseQUICBusy: only the exact hint datagram is a hint, and the hint
+// is capped at retryHintMax.
+func TestParseQUICBusy(t *testing.T) {
+	for _, tc := range []struct {
+		in   []byte
+		want time.Duration
+		ok   bool
+	}{
+		{quicBusyRecord(7), 7 * time.Second, true},
+		{quicBusyRecord(255), retryHintMax, true},
+		{quicBusyRecord(0), 0, false},
+		{quicBusyMagic[:], 0, false},
+		{append(quicBusyRecord(3), 0), 0, false},
+		{[]byte{0x00, 'T', 'B', 'S', 'X', 3}, 0, false},
+		{nil, 0, false},
+	} {
+		d, ok := parseQUICBusy(tc.in)
+		if d != tc.want || ok != tc.ok {
+			t.Errorf("parseQUICBusy(%q) = %v, %v; want %v, %v", tc.in, d, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func FuzzParseQUICBusy(f *testing.F) {
+	f.Add(quicBusyRecord(9))
+	f.Add([]byte{0xc0, 0, 0, 0, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, ok := parseQUICBusy(b)
+		if ok && (d < time.Second || d > retryHintMax) {
+			t.Fatalf("hint %v out of 1s..%v", d, retryHintMax)
+		}
+		if !ok && d != 0 {
+			t.Fatalf("no hint but %v", d)
+		}
+	})
 }
 
 // TestRetryPacer: refused agents get successive return slots spaced by the

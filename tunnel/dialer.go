@@ -174,13 +174,6 @@ func (d *Dialer) dialAuto(ctx context.Context, addr string, tlsConf *tls.Config,
 func (d *Dialer) dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config) (*quicSession, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
 	defer cancel()
-	if d.UDP == nil && d.LocalIP == nil {
-		conn, err := quic.DialAddr(ctx, addr, tlsConf, cfg.quicConfig())
-		if err != nil {
-			return nil, busyFromQUIC(err)
-		}
-		return newQUICSession(conn), nil
-	}
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, err
@@ -188,21 +181,39 @@ func (d *Dialer) dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config,
 	if d.UDP != nil {
 		conn, err := d.UDP.tr.Dial(ctx, ua, tlsConf, cfg.quicConfig())
 		if err != nil {
-			return nil, busyFromQUIC(err)
+			return nil, busyFromQUIC(err, d.UDP.hints, ua)
 		}
 		return newQUICSession(conn), nil
 	}
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: d.LocalIP})
+	// A transport of our own (not quic.DialAddr's) so that a refused dial
+	// can read the hub's retry hint (see quicBusyMagic).
+	local := &net.UDPAddr{IP: net.IPv4zero}
+	if d.LocalIP != nil {
+		local.IP = d.LocalIP
+	}
+	udp, err := net.ListenUDP("udp", local)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := quic.Dial(ctx, udp, ua, tlsConf, cfg.quicConfig())
+	tr := &quic.Transport{Conn: udp}
+	hctx, stopHints := context.WithCancel(ctx)
+	hints := watchHints(hctx, tr)
+	conn, err := tr.Dial(ctx, ua, tlsConf, cfg.quicConfig())
 	if err != nil {
+		err = busyFromQUIC(err, hints, ua)
+		stopHints()
+		<-hints.done
+		_ = tr.Close()
 		_ = udp.Close()
-		return nil, busyFromQUIC(err)
+		return nil, err
 	}
-	// quic.Dial's transport ends with the connection but leaves the socket.
-	context.AfterFunc(conn.Context(), func() { _ = udp.Close() })
+	stopHints()
+	// The transport would outlive the connection: end both with it.
+	context.AfterFunc(conn.Context(), func() {
+		<-hints.done
+		_ = tr.Close()
+		_ = udp.Close()
+	})
 	return newQUICSession(conn), nil
 }
 

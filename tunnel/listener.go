@@ -159,7 +159,12 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 	if err != nil {
 		return nil, err
 	}
-	qtr := &quic.Transport{Conn: udpConn, ConnContext: quicAdmission(handshake)}
+	// One pacer hands out return slots to refused agents of both
+	// transports; its WaitGroup is the Listener's, set below before any
+	// TCP refusal can happen (QUIC hints start no goroutine).
+	refuse := newRefuser(nil)
+	qtr := &quic.Transport{Conn: udpConn}
+	qtr.ConnContext = quicAdmission(handshake, func(addr net.Addr) { refuse.hintQUIC(qtr, addr) })
 	if lc.StatelessResetKey != nil {
 		key := quic.StatelessResetKey(*lc.StatelessResetKey)
 		qtr.StatelessResetKey = &key
@@ -190,7 +195,8 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 		live:      make(map[trackedSession]struct{}),
 	}
 	l.http = &httpListener{l: l, conns: make(chan net.Conn), done: make(chan struct{})}
-	l.refuse = newRefuser(&l.wg)
+	refuse.wg = &l.wg
+	l.refuse = refuse
 	l.tcpTLS = &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {

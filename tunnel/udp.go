@@ -1,6 +1,7 @@
 package tunnel
 
 import (
+	"context"
 	"fmt"
 	"net"
 
@@ -14,8 +15,10 @@ import (
 // QUIC tells the sessions apart by connection ID, so the hub sees nothing
 // unusual.
 type UDPSocket struct {
-	conn *net.UDPConn
-	tr   *quic.Transport
+	conn  *net.UDPConn
+	tr    *quic.Transport
+	hints *hintBox // the hub's retry hints for refused dials (see quicBusyMagic)
+	stop  context.CancelFunc
 }
 
 // ListenUDP binds a UDP socket for Dialer.UDP on addr ("127.0.0.2:0").
@@ -28,7 +31,10 @@ func ListenUDP(addr string) (*UDPSocket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tunnel: listen udp %s: %w", addr, err)
 	}
-	return &UDPSocket{conn: c, tr: &quic.Transport{Conn: c}}, nil
+	s := &UDPSocket{conn: c, tr: &quic.Transport{Conn: c}}
+	ctx, stop := context.WithCancel(context.Background())
+	s.hints, s.stop = watchHints(ctx, s.tr), stop
+	return s, nil
 }
 
 // LocalAddr is the socket's address.
@@ -36,6 +42,8 @@ func (s *UDPSocket) LocalAddr() net.Addr { return s.conn.LocalAddr() }
 
 // Close ends every session dialed on the socket and closes it.
 func (s *UDPSocket) Close() error {
+	s.stop()
+	<-s.hints.done
 	err := s.tr.Close()
 	if cerr := s.conn.Close(); err == nil {
 		err = cerr

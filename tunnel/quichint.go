@@ -1,0 +1,112 @@
+package tunnel
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+// A QUIC refusal has no room for a retry hint: quic-go answers a
+// ConnContext refusal with a stateless CONNECTION_CLOSE (CONNECTION_REFUSED)
+// without a reason phrase, and it strips the reason phrase of crypto errors
+// and of application closes sent before the handshake completes. So the
+// hub sends the hint in a datagram of its own, just before the refusal, to
+// the address the refused Initial came from: quicBusyMagic and the hint in
+// whole seconds (1 byte). Its first byte has the two high bits clear, which
+// makes quic-go on the agent hand it to Transport.ReadNonQUICPacket instead
+// of parsing it as QUIC. The hub's cost per refusal is one 6-byte sendto
+// (no connection state, no cryptography: cheaper than the refusal itself),
+// and the answer is smaller than the 1200-byte Initial that caused it, so
+// it cannot amplify a spoofed flood.
+//
+// Like the TCP hint it is not authenticated: the agent bounds it by its own
+// backoff cap (see BusyError).
+var quicBusyMagic = [5]byte{0x00, 'T', 'B', 'S', 'Y'}
+
+// quicHintWait bounds how long a refused dial waits for the hint datagram
+// (sent before the refusal, so normally already there): a hub that sends
+// none (an older one) costs a refused agent this much.
+const quicHintWait = 200 * time.Millisecond
+
+// quicHintMaxAge drops hints nobody took in time (on a socket shared by many
+// dials, a hint meant for a dial that has given up).
+const quicHintMaxAge = 2 * time.Second
+
+// quicBusyRecord is the hint datagram for a refusal asking to come back
+// after secs seconds.
+func quicBusyRecord(secs byte) []byte {
+	return append(quicBusyMagic[:], secs)
+}
+
+// parseQUICBusy reads a hint datagram; ok is false for anything else.
+func parseQUICBusy(b []byte) (time.Duration, bool) {
+	if len(b) != len(quicBusyMagic)+1 || [5]byte(b[:5]) != quicBusyMagic || b[5] == 0 {
+		return 0, false
+	}
+	return min(time.Duration(b[5])*time.Second, retryHintMax), true
+}
+
+type quicHint struct {
+	from netip.AddrPort
+	d    time.Duration
+	at   time.Time
+}
+
+// hintBox collects the hub's hint datagrams arriving on one quic.Transport.
+// Only one goroutine may read a Transport's non-QUIC packets, so a socket
+// shared by many dials has one box; each refused dial takes one hint.
+type hintBox struct {
+	ch   chan quicHint
+	done chan struct{} // closed when the reader has returned
+}
+
+// watchHints reads tr's non-QUIC packets until ctx ends or tr closes; the
+// caller ends one of them, then may wait on done.
+func watchHints(ctx context.Context, tr *quic.Transport) *hintBox {
+	b := &hintBox{ch: make(chan quicHint, 64), done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		buf := make([]byte, 64)
+		for {
+			n, from, err := tr.ReadNonQUICPacket(ctx, buf)
+			if err != nil {
+				return
+			}
+			d, ok := parseQUICBusy(buf[:n])
+			ua, isUDP := from.(*net.UDPAddr)
+			if !ok || !isUDP {
+				continue
+			}
+			select {
+			case b.ch <- quicHint{from: ua.AddrPort(), d: d, at: time.Now()}:
+			default: // nobody is taking hints: drop
+			}
+		}
+	}()
+	return b
+}
+
+// take returns a hint from hub that arrived at most quicHintMaxAge ago,
+// waiting up to quicHintWait for one.
+func (b *hintBox) take(hub *net.UDPAddr) (time.Duration, bool) {
+	want := hub.AddrPort()
+	wait := time.NewTimer(quicHintWait)
+	defer wait.Stop()
+	for {
+		select {
+		case h := <-b.ch:
+			if unmap(h.from) == unmap(want) && time.Since(h.at) <= quicHintMaxAge {
+				return h.d, true
+			}
+		case <-wait.C:
+			return 0, false
+		}
+	}
+}
+
+func unmap(a netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+}
