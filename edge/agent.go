@@ -195,11 +195,13 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
-	a := &Agent{cfg: cfg, id: id, log: cfg.Logger.With("node", id.Config.Name), allow: map[uint16]bool{}, events: newSSHEvents()}
+	a := &Agent{cfg: cfg, id: id, log: cfg.Logger.With("node", id.Config.Name), allow: map[uint16]bool{}}
 	for _, p := range cfg.AllowPorts {
 		a.allow[p] = true
 	}
 	if cfg.SSHTarget == SSHEmbedded {
+		// Only the embedded server has events to queue (256 slots).
+		a.events = newSSHEvents()
 		var err error
 		a.sshd, err = sshserver.New(sshserver.Config{
 			HostKeyPath: cfg.SSHHostKey,

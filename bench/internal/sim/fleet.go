@@ -9,6 +9,7 @@ package sim
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/gob"
 	"encoding/pem"
 	"errors"
@@ -34,10 +35,27 @@ type Member struct {
 type Fleet struct {
 	CAPEM, NodeCAPEM []byte
 	Members          []Member
+
+	caOnce     sync.Once
+	ca, nodeCA *x509.Certificate // parsed once, shared by every identity
 }
 
-// Identity builds member i's edge identity.
+// Identity builds member i's edge identity. Every identity shares one
+// parsed copy of the hub's CA certificates (a real agent parses its own:
+// the simulator holds 100k of them, and two parsed roots are some 5 KiB).
 func (f *Fleet) Identity(i int) (*edge.Identity, error) {
+	id, err := f.identity(i)
+	if err != nil {
+		return nil, err
+	}
+	f.caOnce.Do(func() { f.ca, f.nodeCA = id.CA, id.NodeCA })
+	if id.CA.Equal(f.ca) && id.NodeCA.Equal(f.nodeCA) {
+		id.CA, id.NodeCA = f.ca, f.nodeCA
+	}
+	return id, nil
+}
+
+func (f *Fleet) identity(i int) (*edge.Identity, error) {
 	m := f.Members[i]
 	var certPEM []byte
 	for _, der := range m.Chain {
