@@ -197,7 +197,7 @@ func (d *Dialer) dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config,
 	}
 	tr := &quic.Transport{Conn: udp}
 	hctx, stopHints := context.WithCancel(ctx)
-	hints := watchHints(hctx, tr)
+	hints := watchHints(hctx, tr, 2)
 	conn, err := tr.Dial(ctx, ua, tlsConf, cfg.quicConfig())
 	if err != nil {
 		err = busyFromQUIC(err, hints, ua)

@@ -64,9 +64,10 @@ type hintBox struct {
 }
 
 // watchHints reads tr's non-QUIC packets until ctx ends or tr closes; the
-// caller ends one of them, then may wait on done.
-func watchHints(ctx context.Context, tr *quic.Transport) *hintBox {
-	b := &hintBox{ch: make(chan quicHint, 64), done: make(chan struct{})}
+// caller ends one of them, then may wait on done. room is how many hints
+// may wait to be taken (one per dial refused at once on tr).
+func watchHints(ctx context.Context, tr *quic.Transport, room int) *hintBox {
+	b := &hintBox{ch: make(chan quicHint, room), done: make(chan struct{})}
 	go func() {
 		defer close(b.done)
 		buf := make([]byte, 64)

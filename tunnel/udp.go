@@ -33,7 +33,7 @@ func ListenUDP(addr string) (*UDPSocket, error) {
 	}
 	s := &UDPSocket{conn: c, tr: &quic.Transport{Conn: c}}
 	ctx, stop := context.WithCancel(context.Background())
-	s.hints, s.stop = watchHints(ctx, s.tr), stop
+	s.hints, s.stop = watchHints(ctx, s.tr, 1024), stop
 	return s, nil
 }
 

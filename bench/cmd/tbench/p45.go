@@ -4,7 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tether-dev/tether/bench/internal/harness"
@@ -122,12 +125,28 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 	}
 	name := tr.String()
 	have := 0
+	// TCP agents hold a file descriptor each in the hub and in this
+	// process (QUIC agents share the hub's one UDP socket and PerSocket's
+	// sockets here): stay under the open-files limit with room to spare.
+	tcpMax := min(b.sz.p4TCPMax, int(nofileHard())-2000)
 	for _, n := range sizes {
-		if tr == tunnel.TransportTCP && n > b.sz.p4TCPMax {
+		if tr == tunnel.TransportTCP && n > tcpMax {
 			b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s", n, pathName(name)),
 				Value: "not measured", Target: "100k agents", Met: "no",
-				Comment: fmt.Sprintf("the hub holds one file descriptor per TCP agent and RLIMIT_NOFILE is capped at %d on this machine (no CAP_SYS_RESOURCE); measured up to %d", nofileHard(), b.sz.p4TCPMax)})
+				Comment: fmt.Sprintf("the hub holds one file descriptor per TCP agent and RLIMIT_NOFILE is capped at %d on this machine (no CAP_SYS_RESOURCE); measured up to %d", nofileHard(), tcpMax)})
 			continue
+		}
+		// The next step's memory, from what hub and simulator took per
+		// agent so far: a fleet that does not fit is reported, not run
+		// into the OOM killer (which would take the machine's other work
+		// with it).
+		if have > 0 {
+			if need, avail, ok := fitsMemory(hub.PID(), base.RSS, selfBase.RSS, have, n); !ok {
+				b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s", n, pathName(name)),
+					Value: "not measured", Target: "fits the machine", Met: "no",
+					Comment: fmt.Sprintf("needs ~%.1f GiB more (hub and simulator per agent as measured at %d), %.1f GiB available", need/(1<<30), have, avail/(1<<30))})
+				break
+			}
 		}
 		start := time.Now()
 		s, err := sim.Start(ctx, sim.Config{Fleet: fleet, From: have, Count: n - have, Transport: tr, PerSocket: 1000, Ramp: 5000, Tunnel: p4Tunnel(),
@@ -163,6 +182,37 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 		}
 	}
 	return nil
+}
+
+// fitsMemory reports whether growing the fleet from have to n agents fits
+// in the memory available, at the per-agent cost the hub (pid, baseline
+// RSS hubBase) and this process (baseline selfBase) have shown so far, with
+// a 10 % margin.
+func fitsMemory(pid int, hubBase, selfBase int64, have, n int) (need, avail float64, ok bool) {
+	h, herr := harness.Stats(pid)
+	self, serr := harness.Stats(selfPID())
+	a, aerr := memAvailable()
+	if herr != nil || serr != nil || aerr != nil {
+		return 0, 0, true // unknown: try
+	}
+	per := float64(max(0, h.RSS-hubBase)+max(0, self.RSS-selfBase)) / float64(have)
+	need = per * float64(n-have) * 1.1
+	return need, float64(a), need <= float64(a)
+}
+
+// memAvailable is the kernel's estimate of memory available for new work.
+func memAvailable() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no MemAvailable in /proc/meminfo")
 }
 
 // measureIdle settles, then measures the hub over the idle window.
@@ -266,6 +316,12 @@ func (b *bench) storm(ctx context.Context, hub *harness.Hub, sims []*sim.Sim, n 
 	if st, err := harness.Stats(hub.PID()); err == nil {
 		cpu0 = st.CPU
 	}
+	// With the profiling hub (TBENCH_HUB=hubprof), where the hub's CPU goes
+	// while the fleet storms back.
+	prof := newHubProfiler(hub, b.cache)
+	if prof != nil {
+		prof.startCPU(ctx, 15*time.Second, fmt.Sprintf("p5-%s-%d", name, n))
+	}
 	err := harness.WaitFor(ctx, 3*limit+time.Minute, fmt.Sprintf("%d agents to reconnect", n), func() bool {
 		c := 0
 		for _, s := range sims {
@@ -299,6 +355,15 @@ func (b *bench) storm(ctx context.Context, hub *harness.Hub, sims []*sim.Sim, n 
 	b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("reconnect storm, %d agents, %s: longest wait of one agent between attempts", n, pathName(name)),
 		Value: fmt.Sprintf("%.1f s", rs.MaxGap.Seconds()), Target: fmt.Sprintf("≤ backoff cap %v + one handshake timeout", simBackoffMax),
 		Met:     harness.YesNo(rs.MaxGap <= capGap),
-		Comment: fmt.Sprintf("each agent's longest wait: p50 %.1f s, p99 %.1f s, max %.1f s (retry-after hints from the hub's admission pacer on TCP)", rs.GapP50.Seconds(), rs.GapP99.Seconds(), rs.MaxGap.Seconds())})
+		Comment: fmt.Sprintf("each agent's longest wait: p50 %.1f s, p99 %.1f s, max %.1f s (refused agents wait for the retry-after hint of the hub's admission pacer, on both transports); load average %.1f", rs.GapP50.Seconds(), rs.GapP99.Seconds(), rs.MaxGap.Seconds(), harness.LoadAvg1())})
+	if prof != nil && prof.cpu != nil {
+		if f := <-prof.cpu; f != "" {
+			b.log.Info("hub CPU profile of the storm", "file", f)
+			for _, e := range pprofTop(ctx, f, "cpu", 8) {
+				b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("reconnect storm, %d agents, %s: hub CPU in %s", n, pathName(name), e.fn),
+					Value: fmt.Sprintf("%.1f %%", e.pct), Comment: "share of the hub's CPU samples over the storm's first 15 s (flat)"})
+			}
+		}
+	}
 	return nil
 }
