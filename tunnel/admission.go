@@ -210,9 +210,9 @@ type retryPacer struct {
 	winStart time.Time
 }
 
-// minAdmitRate is the rate assumed before any has been measured (a hub just
-// restarted): low enough that the first refused agents are not all sent
-// back at once, and a fresh hub measures its own within a second.
+// minAdmitRate is the lowest rate slots are spaced by (a hub admitting
+// slowly still hands out slots no more than 20 ms apart). Before any rate
+// is measured every hint is 1 s (see hint).
 const minAdmitRate = 50.0
 
 // admitted counts one session admitted.
@@ -247,6 +247,15 @@ func (p *retryPacer) hint(now time.Time) time.Duration {
 	defer p.mu.Unlock()
 	if !p.winStart.IsZero() {
 		p.updateLocked(now)
+	}
+	if p.rate == 0 {
+		// No admission rate measured yet (a hub that has just started,
+		// under a whole fleet coming back): queueing agents on the
+		// assumed rate sent the first refused QUIC agents of a storm
+		// 30+ s away while the hub turned out to admit hundreds a second
+		// (P5: p99 9 s, last agent 35.8 s). Ask them back in a second,
+		// when the rate is known; refusals are cheap.
+		return time.Second
 	}
 	if p.next.Before(now) {
 		p.next = now

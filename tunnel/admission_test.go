@@ -225,6 +225,23 @@ func FuzzParseQUICBusy(f *testing.F) {
 	})
 }
 
+// TestRetryPacerUnmeasured: before the hub has measured how fast it admits
+// (just started), every refused agent is asked back in a second, not
+// queued on a guessed rate.
+func TestRetryPacerUnmeasured(t *testing.T) {
+	var p retryPacer
+	now := time.Unix(1000, 0)
+	for i := range 5000 {
+		if h := p.hint(now); h != time.Second {
+			t.Fatalf("hint %d before any admission = %v, want 1s", i, h)
+		}
+	}
+	p.admitted(now) // first admission: the rate window opens, still no rate
+	if h := p.hint(now.Add(500 * time.Millisecond)); h != time.Second {
+		t.Fatalf("hint within the first window = %v, want 1s", h)
+	}
+}
+
 // TestRetryPacer: refused agents get successive return slots spaced by the
 // measured admission rate, never under a second or over retryHintMax, and a
 // queue that has passed starts again from now.
