@@ -274,6 +274,11 @@ type refuser struct {
 	pacer retryPacer
 	slots chan struct{}
 	wg    *sync.WaitGroup
+
+	qmu       sync.Mutex // guards the following: the last QUIC refusal
+	qlastAddr string
+	qlastAt   time.Time
+	qlastSecs time.Duration
 }
 
 const (
@@ -287,10 +292,28 @@ func newRefuser(wg *sync.WaitGroup) *refuser {
 
 // hintQUIC sends a refused QUIC attempt from addr its retry hint, on tr
 // (the listener's transport, so it comes from the port the agent dialed).
+//
+// An agent's first flight is two Initial packets (the hybrid key share makes
+// its ClientHello larger than one), and quic-go consults ConnContext for
+// each once it has refused the first: a refusal from the address refused
+// just before is the same attempt, and gets the same slot instead of
+// taking a second one (which doubled every QUIC agent's place in the queue).
 func (r *refuser) hintQUIC(tr *quic.Transport, addr net.Addr) {
-	secs := min(r.pacer.hint(time.Now())/time.Second, 255)
+	now := time.Now()
+	key := addr.String()
+	r.qmu.Lock()
+	secs := r.qlastSecs
+	if key != r.qlastAddr || now.Sub(r.qlastAt) > sameAttempt {
+		secs = min(r.pacer.hint(now)/time.Second, 255)
+		r.qlastAddr, r.qlastAt, r.qlastSecs = key, now, secs
+	}
+	r.qmu.Unlock()
 	_, _ = tr.WriteTo(quicBusyRecord(byte(secs)), addr)
 }
+
+// sameAttempt is how close two refusals from one address must be to count
+// as one QUIC attempt's two Initial packets.
+const sameAttempt = 20 * time.Millisecond
 
 // refuse answers raw with the busy record and a retry hint, then closes it.
 func (r *refuser) refuse(raw net.Conn) {
