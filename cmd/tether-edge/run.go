@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,8 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/spf13/cobra"
-
+	"github.com/tether-dev/tether/cmd/internal/edgecli"
 	"github.com/tether-dev/tether/edge"
 	"github.com/tether-dev/tether/edge/sshdconf"
 	"github.com/tether-dev/tether/edge/upgrade"
@@ -40,15 +40,15 @@ func exitStatus(err error) int {
 	return 1
 }
 
-func newRunCmd() *cobra.Command {
+func newRunCmd() *edgecli.Command {
 	var cfg edge.Config
 	var join, joinFile, name, transport string
-	var ports []uint
+	var ports edgecli.UintList
 	var manage, supervise bool
 	var sshdPidFile string
 	mgr := &edge.SSHDManager{Paths: sshdconf.DefaultPaths()}
 	tc := tunnel.DefaultConfig()
-	cmd := &cobra.Command{
+	cmd := &edgecli.Command{
 		Use:   "run",
 		Short: "Stay connected to the hub (joining first if --join is given and the state dir is empty)",
 		Long: `Connect to the hub and serve its streams until stopped, reconnecting forever
@@ -84,15 +84,15 @@ starts it again 1s after it exits, and restarts it when the updater asks
 is never replaced while it runs (its child runs the installed version).`,
 		Example: `  tether-edge run --join "$JOIN" --state-dir ./n1 --name n1 --ssh embedded
   tether-edge run --join "$JOIN" --state-dir ./n2 --name n2 --ssh 127.0.0.1:22 --transport tcp`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: edgecli.NoArgs,
+		Run: func(ctx context.Context, cmd *edgecli.Command, _ []string) error {
 			setAgentGC()
 			log, err := newLogger()
 			if err != nil {
 				return err
 			}
 			if supervise {
-				return runSupervisor(cmd, cfg.StateDir)
+				return runSupervisor(ctx, cfg.StateDir)
 			}
 			if cfg.Upgrade, err = launch(cfg.StateDir, log); err != nil {
 				return err
@@ -119,7 +119,7 @@ is never replaced while it runs (its child runs the installed version).`,
 				if join == "" {
 					return fmt.Errorf("%w; give the join string from `tether token create` with --join, TETHER_JOIN or in %s", err, joinFile)
 				}
-				id, err := edge.Join(cmd.Context(), edge.JoinOptions{JoinString: join, StateDir: cfg.StateDir, Name: name})
+				id, err := edge.Join(ctx, edge.JoinOptions{JoinString: join, StateDir: cfg.StateDir, Name: name})
 				if err != nil {
 					return err
 				}
@@ -140,7 +140,7 @@ is never replaced while it runs (its child runs the installed version).`,
 				if err := mgr.Check(); err != nil {
 					return err
 				}
-				if err := mgr.CheckForwarding(cmd.Context()); err != nil {
+				if err := mgr.CheckForwarding(ctx); err != nil {
 					log.Warn("the local sshd refuses port forwarding: `tether kubeone apply` fails on this node until it allows local forwarding", "err", err)
 				}
 				cfg.ManageSSHD = mgr
@@ -149,10 +149,10 @@ is never replaced while it runs (its child runs the installed version).`,
 			if err != nil {
 				return err
 			}
-			return a.Run(cmd.Context())
+			return a.Run(ctx)
 		},
 	}
-	f := cmd.Flags()
+	f := &cmd.Flags
 	f.StringVar(&cfg.StateDir, "state-dir", defaultStateDir(), "node identity directory (env TETHER_STATE_DIR)")
 	f.StringVar(&join, "join", os.Getenv("TETHER_JOIN"), "join string; used only when --state-dir has no identity yet (env TETHER_JOIN keeps it out of the process list)")
 	f.StringVar(&joinFile, "join-file", edge.DefaultJoinFile, "file holding the join string (first non-comment line), read when --state-dir has no identity yet and --join is empty; a missing file is not an error until a join string is needed")
@@ -166,7 +166,7 @@ is never replaced while it runs (its child runs the installed version).`,
 	f.StringVar(&mgr.SSHDConfig, "sshd-config", "/etc/ssh/sshd_config", "with --manage-sshd: the main sshd_config")
 	f.StringVar(&sshdPidFile, "sshd-pid-file", "", "with --manage-sshd: reload sshd by SIGHUP to this pid file's process (default: systemctl reload ssh)")
 	f.StringVar(&cfg.LabelsFile, "labels-file", edge.DefaultLabelsFile, "KEY=VALUE lines this node reports as its labels at every connect (shown by the hub as reported labels, never used for access)")
-	f.UintSliceVar(&ports, "allow-port", nil, "local TCP port the hub may open streams to (repeatable)")
+	f.Var(&ports, "allow-port", "local TCP port the hub may open streams to (repeatable)")
 	f.BoolVar(&supervise, "supervise", false, "run the agent as a supervised child: restarted when it exits or an upgrade asks (for machines without systemd)")
 	f.StringVar(&transport, "transport", "auto", "auto (race QUIC and TCP), quic, or tcp")
 	f.DurationVar(&cfg.BackoffMax, "backoff-max", 0, "cap of the reconnect backoff (default 30s)")
@@ -177,7 +177,7 @@ is never replaced while it runs (its child runs the installed version).`,
 
 // runSupervisor is `run --supervise`: this process stays the supervisor,
 // its child is `run` with the same arguments but --supervise.
-func runSupervisor(cmd *cobra.Command, stateDir string) error {
+func runSupervisor(ctx context.Context, stateDir string) error {
 	n, err := upgradeNode(stateDir)
 	if err != nil {
 		return err
@@ -190,9 +190,10 @@ func runSupervisor(cmd *cobra.Command, stateDir string) error {
 		return err
 	}
 	args := slices.DeleteFunc(slices.Clone(os.Args[1:]), func(a string) bool {
-		return a == "--supervise" || strings.HasPrefix(a, "--supervise=")
+		a = "-" + strings.TrimLeft(a, "-") // flag takes -supervise as well
+		return a == "-supervise" || strings.HasPrefix(a, "-supervise=")
 	})
-	code, err := upgrade.Supervise(cmd.Context(), n, self, args, []int{exitRefused})
+	code, err := upgrade.Supervise(ctx, n, self, args, []int{exitRefused})
 	if err != nil {
 		return err
 	}
