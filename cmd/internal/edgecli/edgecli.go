@@ -50,6 +50,7 @@ type Command struct {
 	sub     []*Command
 	changed map[string]bool
 	short   map[string]string // one-letter alias -> flag name
+	out     io.Writer         // the root's: where Execute writes help
 }
 
 // New is a command named by use (see Use).
@@ -131,6 +132,14 @@ func (e *usageError) Unwrap() error { return ErrUsage }
 // Execute runs the command args name (os.Args[1:]) under root; help goes
 // to out.
 func (root *Command) Execute(ctx context.Context, args []string, out io.Writer) error {
+	root.out = out
+	if len(root.sub) > 0 && root.find("completion") == nil {
+		root.Add(completionCmd(root))
+	}
+	if len(args) > 0 && args[0] == "__complete" {
+		root.complete(args[1:], out)
+		return nil
+	}
 	c := root
 	// The command words come first, as with cobra; flags of a parent
 	// given before its subcommand's name are parsed with the subcommand.

@@ -72,7 +72,7 @@ func TestExecute(t *testing.T) {
 		{args: []string{"run", "--allow-port", "x"}, usage: true, errHas: `"x" is not an unsigned integer`},
 		{args: []string{"bogus"}, usage: true, errHas: `unknown command "bogus" for "agent"`},
 		{args: []string{"--version"}, outHas: "agent v1\n"},
-		{args: []string{"--help"}, outHas: "Available Commands:\n  run      run it\n  upgrade  upgrades\n  help     Help about any command"},
+		{args: []string{"--help"}, outHas: "Available Commands:\n  run         run it\n  upgrade     upgrades\n  completion  Print the shell completion script (bash, zsh or fish)\n  help        Help about any command"},
 		{args: []string{"run", "--help"}, outHas: "  -o, --output string      text or json (default \"text\")", notWant: "  -o string"},
 		{args: []string{"run", "-h"}, outHas: "Global Flags:\n      --log-level string   log level (default \"info\")"},
 		{args: []string{"help", "upgrade", "apply"}, outHas: "Usage:\n  agent upgrade apply NAME [flags]"},
@@ -118,5 +118,43 @@ func TestRunErrorPassesThrough(t *testing.T) {
 	err := root.Execute(context.Background(), []string{"run"}, &bytes.Buffer{})
 	if !errors.Is(err, sentinel) || errors.Is(err, ErrUsage) {
 		t.Fatalf("error %v: want the command's own error", err)
+	}
+}
+
+// TestComplete: the __complete answers the completion scripts ask for
+// (cobra's protocol: candidates, then ":DIRECTIVE"), and every script
+// calls it.
+func TestComplete(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{""}, "run\trun it\nupgrade\tupgrades\ncompletion\tPrint the shell completion script (bash, zsh or fish)\nhelp\tHelp about any command\n:4\n"},
+		{[]string{"u"}, "upgrade\tupgrades\n:4\n"},
+		{[]string{"upgrade", ""}, "apply\tapply one\n:4\n"},
+		{[]string{"run", "--al"}, "--allow-port\tport (repeatable)\n:4\n"},
+		{[]string{"upgrade", "apply", ""}, ":0\n"},
+	} {
+		var got string
+		var out bytes.Buffer
+		if err := tree(&got).Execute(context.Background(), append([]string{"__complete"}, tc.args...), &out); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != tc.want {
+			t.Errorf("__complete %q:\n%q\nwant\n%q", tc.args, out.String(), tc.want)
+		}
+	}
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		var got string
+		var out bytes.Buffer
+		if err := tree(&got).Execute(context.Background(), []string{"completion", sh}, &out); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), "agent __complete") && !strings.Contains(out.String(), "__complete") {
+			t.Errorf("%s script does not call __complete:\n%s", sh, out.String())
+		}
+		if strings.Contains(out.String(), "NAME") || strings.Contains(out.String(), "FUNC") {
+			t.Errorf("%s script has an unreplaced placeholder:\n%s", sh, out.String())
+		}
 	}
 }
