@@ -11,7 +11,9 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/tether-dev/tether/cmd/internal/edgecli"
 	"github.com/tether-dev/tether/edge"
@@ -129,6 +131,7 @@ is never replaced while it runs (its child runs the installed version).`,
 			}
 			cfg.Logger = log
 			cfg.Tunnel = tc
+			cfg.OnStatus = releaseAfterStart(log)
 			if manage {
 				if cfg.SSHTarget == edge.SSHEmbedded {
 					return fmt.Errorf("--manage-sshd configures a local sshd; it cannot be combined with --ssh embedded")
@@ -193,6 +196,9 @@ func runSupervisor(ctx context.Context, stateDir string) error {
 		a = "-" + strings.TrimLeft(a, "-") // flag takes -supervise as well
 		return a == "-supervise" || strings.HasPrefix(a, "-supervise=")
 	})
+	// The supervisor's start-up is over once its child runs.
+	t := time.AfterFunc(startupPagesDelay, func() { _, _ = releaseExePages() })
+	defer t.Stop()
 	code, err := upgrade.Supervise(ctx, n, self, args, []int{exitRefused})
 	if err != nil {
 		return err
@@ -259,5 +265,33 @@ const agentGCPercent = 50
 func setAgentGC() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(agentGCPercent)
+	}
+}
+
+// startupPagesDelay is how long after its first connection the agent
+// releases its executable's start-up pages (releaseExePages): the
+// start-up work (the first heartbeat, key and certificate pushes) is over
+// by then.
+const startupPagesDelay = 5 * time.Second
+
+// releaseAfterStart is the agent's status hook that releases the
+// executable's start-up pages once, startupPagesDelay after the first
+// connection.
+func releaseAfterStart(log *slog.Logger) func(edge.Status) {
+	var once sync.Once
+	return func(st edge.Status) {
+		if st.State != "connected" {
+			return
+		}
+		once.Do(func() {
+			time.AfterFunc(startupPagesDelay, func() {
+				n, err := releaseExePages()
+				if err != nil {
+					log.Warn("cannot release the executable's start-up pages: its RSS stays as it is", "err", err)
+					return
+				}
+				log.Debug("released the executable's start-up pages", "address_space", n)
+			})
+		})
 	}
 }

@@ -54,6 +54,7 @@ func newStatusCmd() *edgecli.Command {
 	}
 	cmd.Flags.StringVar(&stateDir, "state-dir", defaultStateDir(), "node identity directory (env TETHER_STATE_DIR)")
 	cmd.Flags.StringVar(&output, "output", "text", "output format: text or json")
+	cmd.Alias("o", "output")
 	return cmd
 }
 
