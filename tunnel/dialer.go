@@ -222,7 +222,7 @@ func (d *Dialer) dialTCP(ctx context.Context, addr string, tlsConf *tls.Config, 
 	if err != nil {
 		return nil, err
 	}
-	tc := tls.Client(newCorkConn(raw), tlsConf)
+	tc := tls.Client(raw, tlsConf)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = raw.Close()
 		return nil, fmt.Errorf("tls handshake: %w", busyFromRecordHeader(err))

@@ -392,7 +392,7 @@ func (l *Listener) serveTCP(raw net.Conn) {
 	log := l.log.With("remote", raw.RemoteAddr().String())
 	_ = raw.SetDeadline(time.Now().Add(l.cfg.HandshakeTimeout))
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
-	tc := tls.Server(newCorkConn(raw), l.tcpTLS)
+	tc := tls.Server(raw, l.tcpTLS)
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {

@@ -60,9 +60,9 @@ func newYamuxSession(tc *tls.Conn, cfg *Config, server bool, log *slog.Logger) (
 		err error
 	)
 	if server {
-		mux, err = yamux.Server(coalesceFrames(hc, tc), ycfg)
+		mux, err = yamux.Server(hc, ycfg)
 	} else {
-		mux, err = yamux.Client(coalesceFrames(hc, tc), ycfg)
+		mux, err = yamux.Client(hc, ycfg)
 	}
 	if err != nil {
 		_ = tc.Close()
