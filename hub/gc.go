@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
+	"time"
 )
 
 // gcPercent is the hub's garbage-collection target (GOGC) for a large live
@@ -18,15 +19,23 @@ import (
 // idle hub allocates little, so collections stay rare).
 const gcPercent = 50
 
-// gcMinHeadroom is the least garbage the hub lets grow between two
+// gcMinHeadroom is the least garbage a busy hub lets grow between two
 // collections. Relaying allocates a fresh slice for every SSH packet the
 // bastion receives (golang.org/x/crypto/ssh does, by design), so a hub
 // with a small live heap and GOGC 50 collected every few megabytes and
-// spent 10–25 % of its relaying CPU on it (bench P2). With this floor a
-// small hub collects about as often as at GOGC 100 or more, while from
-// 2·gcMinHeadroom of live heap up (a few hundred idle agents) the target
+// spent 20–28 % of its relaying CPU on it (bench P2 profiles). With this
+// floor a small hub collects about as often as at GOGC 400+, while from
+// 2·gcMinHeadroom of live heap up (several hundred idle agents) the target
 // is gcPercent again, so a large fleet's memory per agent is unchanged.
 const gcMinHeadroom = 32 << 20
+
+// gcBusyRate is the allocation rate (bytes per second, between the last
+// two collections) above which the floor applies. An idle hub, whatever
+// its size, allocates far less (heartbeats, the forced collection every
+// two minutes) and keeps plain gcPercent, so its resting memory, and a
+// memory baseline taken from it, are what they were; one relayed stream
+// allocates hundreds of MB/s.
+const gcBusyRate = 16 << 20
 
 var gcTunerOnce sync.Once
 
@@ -38,8 +47,9 @@ func tuneGC() {
 		return
 	}
 	gcTunerOnce.Do(func() {
-		t := &gcTuner{sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+		t := &gcTuner{sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/allocs:bytes"}}}
 		t.last = gcPercent
+		t.at = time.Now()
 		debug.SetGCPercent(gcPercent)
 		t.arm()
 	})
@@ -51,7 +61,9 @@ func tuneGC() {
 // or timer of its own and costs nothing while the hub does not allocate.
 type gcTuner struct {
 	sample []metrics.Sample
-	last   int
+	last   int       // the GC percent set last
+	at     time.Time // when the previous cycle was seen
+	allocs uint64    // cumulative bytes allocated then
 }
 
 type gcSentinel struct{ t *gcTuner }
@@ -66,25 +78,30 @@ func (t *gcTuner) arm() {
 
 func (t *gcTuner) retune() {
 	metrics.Read(t.sample)
-	if t.sample[0].Value.Kind() != metrics.KindUint64 {
+	if t.sample[0].Value.Kind() != metrics.KindUint64 || t.sample[1].Value.Kind() != metrics.KindUint64 {
 		return
 	}
-	p := gcPercentFor(t.sample[0].Value.Uint64())
+	now, allocs := time.Now(), t.sample[1].Value.Uint64()
+	p := gcPercentFor(t.sample[0].Value.Uint64(), allocs-min(allocs, t.allocs), now.Sub(t.at))
+	t.at, t.allocs = now, allocs
 	if p != t.last {
 		t.last = p
 		debug.SetGCPercent(p)
 	}
 }
 
-// gcPercentFor is the GC percent that gives a live heap of live bytes at
-// least gcMinHeadroom of headroom, and never less than gcPercent. It is
-// rounded to steps of 10 % so that a live heap moving a little does not
-// change the setting after every collection.
-func gcPercentFor(live uint64) int {
-	if live == 0 {
-		live = 1
+// gcPercentFor is the GC percent for a live heap of live bytes, after
+// allocated bytes were allocated in the interval since the previous
+// cycle. A busy hub (at least gcBusyRate, over at least a megabyte, so
+// that two collections in a row say nothing) gets at least gcMinHeadroom
+// of headroom; every other case, and every live heap from 2·gcMinHeadroom
+// up, gets gcPercent. The percent is rounded up to a step of 10 so that a
+// live heap moving a little does not change the setting every cycle.
+func gcPercentFor(live, allocated uint64, interval time.Duration) int {
+	if allocated < 1<<20 || interval <= 0 || float64(allocated)/interval.Seconds() < gcBusyRate {
+		return gcPercent
 	}
-	p := uint64(gcMinHeadroom) * 100 / live
+	p := uint64(gcMinHeadroom) * 100 / max(live, 1)
 	if p <= gcPercent {
 		return gcPercent
 	}

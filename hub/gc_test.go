@@ -8,22 +8,30 @@ import (
 	"time"
 )
 
-// TestGCPercentFor: a small live heap gets at least gcMinHeadroom of
-// headroom, a large one gcPercent.
+// TestGCPercentFor: a busy hub with a small live heap gets at least
+// gcMinHeadroom of headroom; an idle one, or a large heap, gcPercent.
 func TestGCPercentFor(t *testing.T) {
+	const busy, sec = 256 << 20, time.Second // 256 MiB/s: a relaying hub
 	for _, tc := range []struct {
-		live uint64
-		want int
+		name      string
+		live      uint64
+		allocated uint64
+		interval  time.Duration
+		want      int
 	}{
-		{0, 10000},
-		{1 << 20, 3200},
-		{8 << 20, 400},
-		{30 << 20, 110}, // 106.7 rounds up to a step of 10
-		{gcMinHeadroom * 100 / gcPercent, gcPercent},
-		{1 << 30, gcPercent},
+		{"busy, empty heap", 0, busy, sec, 10000},
+		{"busy, 1 MiB live", 1 << 20, busy, sec, 3200},
+		{"busy, 8 MiB live", 8 << 20, busy, sec, 400},
+		{"busy, 30 MiB live (106.7 rounds up)", 30 << 20, busy, sec, 110},
+		{"busy, live heap at the floor's end", gcMinHeadroom * 100 / gcPercent, busy, sec, gcPercent},
+		{"busy, 1 GiB live", 1 << 30, busy, sec, gcPercent},
+		{"idle: 1 MiB/s", 8 << 20, 1 << 20, sec, gcPercent},
+		{"idle: forced collection after two minutes", 8 << 20, 64 << 20, 2 * time.Minute, gcPercent},
+		{"two collections in a row (little allocated)", 8 << 20, 64 << 10, time.Millisecond, gcPercent},
+		{"no interval", 8 << 20, busy, 0, gcPercent},
 	} {
-		if got := gcPercentFor(tc.live); got != tc.want {
-			t.Errorf("gcPercentFor(%d MiB) = %d, want %d", tc.live>>20, got, tc.want)
+		if got := gcPercentFor(tc.live, tc.allocated, tc.interval); got != tc.want {
+			t.Errorf("%s: gcPercentFor = %d, want %d", tc.name, got, tc.want)
 		}
 	}
 }
@@ -49,10 +57,13 @@ func TestTuneGC(t *testing.T) {
 	if got := gcPercentNow(); got < gcPercent || got == 100 {
 		t.Errorf("GOGC unset: GC percent %d after tuneGC, want %d or the tuner's setting", got, gcPercent)
 	}
-	// The test binary's live heap is far below 2·gcMinHeadroom, so after a
-	// collection the tuner must raise the target above gcPercent.
+	// The test binary's live heap is far below 2·gcMinHeadroom, so once it
+	// allocates fast the tuner must raise the target above gcPercent.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		for range 64 {
+			gcSink = make([]byte, 1<<20)
+		}
 		runtime.GC()
 		p := gcPercentNow()
 		if p > gcPercent {
@@ -64,6 +75,8 @@ func TestTuneGC(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+var gcSink []byte
 
 // gcPercentNow reads the GC percent (SetGCPercent is its only reader).
 func gcPercentNow() int {
