@@ -40,17 +40,17 @@ const gcBusyRate = 16 << 20
 var gcTunerOnce sync.Once
 
 // tuneGC starts the hub's GC policy (gcPercent with a floor of
-// gcMinHeadroom) unless the operator chose a GOGC. It is process-wide and
-// lasts for the process: later calls do nothing.
+// gcMinHeadroom while busy) unless the operator chose a GOGC. The tuner is
+// process-wide and lasts for the process; a later call (another hub in the
+// same process) only sets gcPercent again until the next cycle.
 func tuneGC() {
 	if _, set := os.LookupEnv("GOGC"); set {
 		return
 	}
+	debug.SetGCPercent(gcPercent)
 	gcTunerOnce.Do(func() {
 		t := &gcTuner{sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/allocs:bytes"}}}
-		t.last = gcPercent
 		t.at = time.Now()
-		debug.SetGCPercent(gcPercent)
 		t.arm()
 	})
 }
@@ -61,7 +61,6 @@ func tuneGC() {
 // or timer of its own and costs nothing while the hub does not allocate.
 type gcTuner struct {
 	sample []metrics.Sample
-	last   int       // the GC percent set last
 	at     time.Time // when the previous cycle was seen
 	allocs uint64    // cumulative bytes allocated then
 }
@@ -84,10 +83,9 @@ func (t *gcTuner) retune() {
 	now, allocs := time.Now(), t.sample[1].Value.Uint64()
 	p := gcPercentFor(t.sample[0].Value.Uint64(), allocs-min(allocs, t.allocs), now.Sub(t.at))
 	t.at, t.allocs = now, allocs
-	if p != t.last {
-		t.last = p
-		debug.SetGCPercent(p)
-	}
+	// Set every cycle, not only on a change: a cycle is milliseconds
+	// apart at the least, and nothing else in the hub sets the percent.
+	debug.SetGCPercent(p)
 }
 
 // gcPercentFor is the GC percent for a live heap of live bytes, after
