@@ -23,7 +23,7 @@ const gcPercent = 50
 // collections. Relaying allocates a fresh slice for every SSH packet the
 // bastion receives (golang.org/x/crypto/ssh does, by design), so a hub
 // with a small live heap and GOGC 50 collected every few megabytes and
-// spent 20–28 % of its relaying CPU on it (bench P2 profiles). With this
+// spent 18–28 % of its relaying CPU on it (bench P2 profiles). With this
 // floor a small hub collects about as often as at GOGC 400+, while from
 // 2·gcMinHeadroom of live heap up (several hundred idle agents) the target
 // is gcPercent again, so a large fleet's memory per agent is unchanged.
