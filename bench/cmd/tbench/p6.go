@@ -106,6 +106,9 @@ func runP6(ctx context.Context, b *bench) error {
 		if !withAnsible && n >= 1000 {
 			parallel = 250
 		}
+		if v, err := strconv.Atoi(os.Getenv("TBENCH_P6_PARALLEL")); err == nil && v > 0 && !withAnsible {
+			parallel = v // to weigh --parallel's effect on the hub's CPU per node
+		}
 		prof := startP6Profile(ctx, b, hub, n)
 		tTrue, err := tetherRun(ctx, b.bin, hub, names, parallel, "--", "true")
 		prof.report(ctx, b, n)
