@@ -192,7 +192,7 @@ func tetherRun(ctx context.Context, bin string, hub *harness.Hub, names []string
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	hub0, _ := harness.Stats(hub.Cmd.Process.Pid)
-	nodes0 := selfAndChildrenCPU()
+	self0, children0 := rusageCPU(syscall.RUSAGE_SELF), rusageCPU(syscall.RUSAGE_CHILDREN)
 	start := time.Now()
 	// The CLI runs here rather than through hub.Tether: its own CPU is
 	// told apart from the simulated nodes' (both are this process's
@@ -206,10 +206,10 @@ func tetherRun(ctx context.Context, bin string, hub *harness.Hub, names []string
 	if err := cmd.Run(); err != nil {
 		return fanOut{}, fmt.Errorf("P6 tether run: %w: %s", err, tail(out.String(), 2000))
 	}
-	f := fanOut{wall: time.Since(start), nodesCPU: selfAndChildrenCPU() - nodes0}
+	f := fanOut{wall: time.Since(start), simCPU: rusageCPU(syscall.RUSAGE_SELF) - self0, cmdCPU: rusageCPU(syscall.RUSAGE_CHILDREN) - children0}
 	if ps := cmd.ProcessState; ps != nil {
 		f.cliCPU = ps.UserTime() + ps.SystemTime()
-		f.nodesCPU -= f.cliCPU
+		f.cmdCPU -= f.cliCPU
 	}
 	if hub1, err := harness.Stats(hub.Cmd.Process.Pid); err == nil {
 		f.hubCPU = hub1.CPU - hub0.CPU
@@ -217,18 +217,21 @@ func tetherRun(ctx context.Context, bin string, hub *harness.Hub, names []string
 	return f, nil
 }
 
-// fanOut is one `tether run`: its wall time, the CPU the hub spent on it,
-// and the CPU of this process and its reaped children: the simulated
-// nodes' SSH servers and the commands they ran (plus the CLI), which on a
-// real fleet run on the nodes, not beside the hub.
+// fanOut is one `tether run`: its wall time, the CPU the hub and the CLI
+// spent on it, and the CPU of this process and its other reaped children:
+// the simulated nodes' agents, SSH servers and the commands they ran, which
+// on a real fleet run on the nodes, not beside the hub.
 type fanOut struct {
-	wall, hubCPU, cliCPU, nodesCPU time.Duration
+	wall, hubCPU, cliCPU time.Duration
+	simCPU time.Duration // this process: the simulated agents and their SSH servers
+	cmdCPU time.Duration // its reaped children but the CLI: the commands the nodes ran
 }
 
 func (f fanOut) comment(n int) string {
 	per := func(d time.Duration) float64 { return d.Seconds() * 1000 / float64(n) }
-	return fmt.Sprintf("hub CPU %.1f s (%.2f ms per node); CLI %.2f s (%.2f ms per node); simulated nodes on the same 2 cores %.1f s (%.2f ms per node); load %s",
-		f.hubCPU.Seconds(), per(f.hubCPU), f.cliCPU.Seconds(), per(f.cliCPU), f.nodesCPU.Seconds(), per(f.nodesCPU), loadAvg())
+	nodes := f.simCPU + f.cmdCPU
+	return fmt.Sprintf("hub CPU %.1f s (%.2f ms per node); CLI %.2f s (%.2f ms per node); simulated nodes on the same 2 cores %.1f s (%.2f ms per node: agents and SSH servers %.2f, the commands they ran %.2f); load %s",
+		f.hubCPU.Seconds(), per(f.hubCPU), f.cliCPU.Seconds(), per(f.cliCPU), nodes.Seconds(), per(nodes), per(f.simCPU), per(f.cmdCPU), loadAvg())
 }
 
 // loadAvg is the 1-minute load average, quoted with every figure: the
@@ -245,15 +248,13 @@ func loadAvg() string {
 	return f[0]
 }
 
-func selfAndChildrenCPU() time.Duration {
-	var total time.Duration
-	for _, who := range []int{syscall.RUSAGE_SELF, syscall.RUSAGE_CHILDREN} {
-		var ru syscall.Rusage
-		if syscall.Getrusage(who, &ru) == nil {
-			total += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		}
+// rusageCPU is who's user+system CPU (RUSAGE_SELF or RUSAGE_CHILDREN).
+func rusageCPU(who int) time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(who, &ru) != nil {
+		return 0
 	}
-	return total
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // ansible runs an ad-hoc command on every host of the inventory.
