@@ -223,8 +223,8 @@ func tetherRun(ctx context.Context, bin string, hub *harness.Hub, names []string
 // on a real fleet run on the nodes, not beside the hub.
 type fanOut struct {
 	wall, hubCPU, cliCPU time.Duration
-	simCPU time.Duration // this process: the simulated agents and their SSH servers
-	cmdCPU time.Duration // its reaped children but the CLI: the commands the nodes ran
+	simCPU               time.Duration // this process: the simulated agents and their SSH servers
+	cmdCPU               time.Duration // its reaped children but the CLI: the commands the nodes ran
 }
 
 func (f fanOut) comment(n int) string {
