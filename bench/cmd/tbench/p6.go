@@ -109,6 +109,12 @@ func runP6(ctx context.Context, b *bench) error {
 		if v, err := strconv.Atoi(os.Getenv("TBENCH_P6_PARALLEL")); err == nil && v > 0 && !withAnsible {
 			parallel = v // to weigh --parallel's effect on the hub's CPU per node
 		}
+		// On a loaded machine simulated agents drop out (missed keepalives)
+		// while Ansible runs: each fan-out starts with every node online, as
+		// it measures the fan-out, not the reconnects.
+		if _, err := s.WaitConnected(ctx, total, 3*time.Minute); err != nil {
+			return err
+		}
 		prof := startP6Profile(ctx, b, hub, n)
 		tTrue, err := tetherRun(ctx, b.bin, hub, names, parallel, "--", "true")
 		prof.report(ctx, b, n)
@@ -119,6 +125,9 @@ func runP6(ctx context.Context, b *bench) error {
 			b.report.Add(harness.Row{ID: "P6", What: fmt.Sprintf("fan-out `true` on %d nodes, tether run (parallel %d, QUIC)", n, parallel),
 				Value: fmt.Sprintf("%.1f s", tTrue.wall.Seconds()), Comment: tTrue.comment(n) + "; upload and Ansible skipped (TBENCH_P6_UPLOAD=0)"})
 			continue
+		}
+		if _, err := s.WaitConnected(ctx, total, 3*time.Minute); err != nil {
+			return err
 		}
 		tUp, err := tetherRun(ctx, b.bin, hub, names, parallel, "--upload", upload+":"+filepath.Join(dest, "tether.bin"), "--", "true")
 		if err != nil {
