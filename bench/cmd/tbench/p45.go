@@ -217,8 +217,8 @@ func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name s
 		Value:  fmt.Sprintf("%.1f KiB", perRSS/1024),
 		Ref:    "rathole ≈36 KB/conn, frp ≈150 KB/client (published)",
 		Target: fmt.Sprintf("≤ %.0f KiB", limit), Met: harness.YesNo(perRSS/1024 <= limit),
-		Comment: fmt.Sprintf("hub RSS %.0f MiB; Go heap in use %.1f KiB/agent, goroutine stacks %.1f KiB/agent; all connected in %v%s",
-			float64(st1.RSS)/(1<<20), perHeap/1024, perStack/1024, up.Round(time.Second), heldNote)})
+		Comment: fmt.Sprintf("growth over the same hub before any agent (%.0f MiB); hub RSS %.0f MiB in all, %.1f KiB per agent counting the baseline; Go heap in use %.1f KiB/agent, goroutine stacks %.1f KiB/agent; all connected in %v%s",
+			float64(base.RSS)/(1<<20), float64(st1.RSS)/(1<<20), float64(st1.RSS)/float64(n)/1024, perHeap/1024, perStack/1024, up.Round(time.Second), heldNote)})
 	b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: hub goroutines per agent", n, pathName(name)),
 		Value: fmt.Sprintf("%.2f", perG)})
 	b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: hub CPU while idle (over %v)", n, pathName(name), wall.Round(time.Second)),
@@ -241,7 +241,7 @@ func keepaliveNote() string {
 	if *p4KeepAlive > 0 {
 		return fmt.Sprintf("hub and agents run with --keepalive %v --dead-peer-timeout %v", *p4KeepAlive, 3**p4KeepAlive)
 	}
-	return "the product's default keepalive (5 s) and dead-peer timeout (15 s)"
+	return fmt.Sprintf("the product's default keepalive (%v) and dead-peer timeout (%v)", tunnel.DefaultKeepAliveInterval, tunnel.DefaultIdleTimeout)
 }
 
 // storm restarts the hub under n connected agents and waits for all of them
