@@ -124,6 +124,8 @@ func TestYamuxDeadPeerWithinIdleTimeout(t *testing.T) {
 		}{
 			{"defaults, idle", nil, false},
 			{"defaults, heartbeats", nil, true},
+			{"5s/15s (the earlier defaults), idle", &Config{KeepAliveInterval: 5 * time.Second, IdleTimeout: 15 * time.Second}, false},
+			{"5s/15s (the earlier defaults), heartbeats", &Config{KeepAliveInterval: 5 * time.Second, IdleTimeout: 15 * time.Second}, true},
 			{"1s/3s, heartbeats", &Config{KeepAliveInterval: time.Second, IdleTimeout: 3 * time.Second}, true},
 			{"10s/11s, heartbeats", &Config{KeepAliveInterval: 10 * time.Second, IdleTimeout: 11 * time.Second}, true},
 		} {
@@ -236,5 +238,22 @@ func deadPeerOnFakeClock(t *testing.T, name string, c *Config, traffic bool, fra
 		case <-time.After(3 * cfg.IdleTimeout):
 			t.Fatalf("%s: %s never noticed its dead peer", name, s.name)
 		}
+	}
+}
+
+// TestDefaultKeepAliveKeepsUDPNATBindings: with the defaults, a QUIC agent
+// sends a packet at least every 25 s even when it hears nothing (NATs are
+// seen to drop idle UDP bindings after 30 s), and a dead peer is found
+// within the dead-peer timeout at three keepalive intervals, frp's ratio.
+func TestDefaultKeepAliveKeepsUDPNATBindings(t *testing.T) {
+	r, err := (*Config)(nil).resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := r.quicConfig(); q.KeepAlivePeriod > 25*time.Second || r.KeepAliveInterval > 25*time.Second {
+		t.Errorf("default keepalive %v, QUIC keepalive after %v of silence: want both ≤ 25s", r.KeepAliveInterval, q.KeepAlivePeriod)
+	}
+	if r.IdleTimeout != 3*r.KeepAliveInterval {
+		t.Errorf("default dead-peer timeout %v, want three keepalive intervals (%v)", r.IdleTimeout, 3*r.KeepAliveInterval)
 	}
 }
