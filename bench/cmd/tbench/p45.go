@@ -169,6 +169,9 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name string, up time.Duration,
 	base harness.ProcStats, baseG, baseHeap, baseStack float64, selfBase harness.ProcStats) error {
 	settle := min(10*time.Second, b.sz.p4Idle)
+	// At least one keepalive interval: every agent heartbeats once per
+	// interval, so a shorter window samples only some of them.
+	window := max(b.sz.p4Idle, keepAliveInUse())
 	time.Sleep(settle)
 	st0, err := harness.Stats(hub.PID())
 	if err != nil {
@@ -176,13 +179,13 @@ func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name s
 	}
 	prof := newHubProfiler(hub, b.cache)
 	if prof != nil {
-		prof.startCPU(ctx, b.sz.p4Idle, fmt.Sprintf("p4-%s-%d", name, n))
+		prof.startCPU(ctx, window, fmt.Sprintf("p4-%s-%d", name, n))
 	}
 	t0 := time.Now()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(b.sz.p4Idle):
+	case <-time.After(window):
 	}
 	st1, err := harness.Stats(hub.PID())
 	if err != nil {
@@ -235,6 +238,14 @@ func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name s
 			Value: fmt.Sprintf("%.1f KiB", grew/float64(n)/1024)})
 	}
 	return nil
+}
+
+// keepAliveInUse is the keepalive interval hub and agents run with.
+func keepAliveInUse() time.Duration {
+	if *p4KeepAlive > 0 {
+		return *p4KeepAlive
+	}
+	return tunnel.DefaultKeepAliveInterval
 }
 
 func keepaliveNote() string {
