@@ -24,14 +24,18 @@ BENCH_SIZE ?= full
 all: build
 
 # The agent speaks HTTP only for its one join request (HTTP/1.1 is enough),
-# so it leaves out net/http's bundled HTTP/2. Adding the tag noform
-# (EDGE_TAGS="nethttpomithttp2 noform") drops the full-screen onboarding
-# form for line prompts: 2.5 MB less agent, for images where that counts.
-EDGE_TAGS ?= nethttpomithttp2
+# so it leaves out net/http's bundled HTTP/2. The interactive onboarding
+# form (a terminal UI, 2.5 MB) is the separate executable
+# tether-edge-onboard, which `tether-edge onboard` runs when it asks on a
+# terminal: the long-running agent is built without it (tag noform).
+# EDGE_TAGS=nethttpomithttp2 builds an all-in-one tether-edge.
+EDGE_TAGS ?= nethttpomithttp2 noform
+FORM_TAGS ?= nethttpomithttp2
 
-build: ## build bin/tether and bin/tether-edge (static, stripped)
+build: ## build bin/tether, bin/tether-edge and bin/tether-edge-onboard (static, stripped)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/tether
 	CGO_ENABLED=0 $(GO) build -trimpath -tags "$(EDGE_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/tether-edge
+	CGO_ENABLED=0 $(GO) build -trimpath -tags "$(FORM_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/tether-edge-onboard
 
 package: build $(TOOLS)/nfpm ## .deb and .rpm of tether and tether-edge (units, conffiles, maintainer scripts) into dist/
 	rm -f $(DIST)/*.deb $(DIST)/*.rpm

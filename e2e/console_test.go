@@ -140,7 +140,7 @@ func startConsoleFleet(t *testing.T) *consoleFleet {
 	t.Helper()
 	// Heartbeats every second: a silent agent shows stale after 2 s, long
 	// before the hub gives its session up (14.5 s).
-	h := startHubIn(t, "", 0, "--keepalive", "1s")
+	h := startHubIn(t, "", 0, "--keepalive", "1s", "--dead-peer-timeout", "15s")
 	dev := h.token("--uses", "2", "--label", "env=dev", "--label", "site=berlin")
 	prod := h.token("--uses", "1", "--label", "env=prod", "--label", "site=paris")
 	f := &consoleFleet{h: h, agents: map[string]*proc{}}

@@ -138,6 +138,7 @@ func TestPackageDeb(t *testing.T) {
 	}
 	for path, mode := range map[string]os.FileMode{
 		"/usr/bin/tether-edge":                        0o755,
+		"/usr/bin/tether-edge-onboard":                0o755,
 		"/usr/bin/tether":                             0o755,
 		"/usr/lib/systemd/system/tether-edge.service": 0o644,
 		"/usr/lib/systemd/system/tether.service":      0o644,
@@ -228,7 +229,7 @@ func TestPackageDeb(t *testing.T) {
 	if st, _ := dpkgStatus(t, "tether-edge"); st != "config-files" {
 		t.Errorf("tether-edge after remove: %s, want config-files", st)
 	}
-	for _, gone := range []string{"/usr/bin/tether-edge", "/usr/lib/systemd/system/tether-edge.service"} {
+	for _, gone := range []string{"/usr/bin/tether-edge", "/usr/bin/tether-edge-onboard", "/usr/lib/systemd/system/tether-edge.service"} {
 		if _, err := os.Stat(gone); !os.IsNotExist(err) {
 			t.Errorf("%s after remove: %v", gone, err)
 		}
@@ -287,7 +288,7 @@ func TestPackageRPM(t *testing.T) {
 		files   []string // "FLAGS MODE PATH" as rpm prints them
 		scripts []string
 	}{
-		{"tether-edge", []string{"cn -rw------- /etc/tether-edge/tether-edge.env", " -rwxr-xr-x /usr/bin/tether-edge", " -rw-r--r-- /usr/lib/systemd/system/tether-edge.service"},
+		{"tether-edge", []string{"cn -rw------- /etc/tether-edge/tether-edge.env", " -rwxr-xr-x /usr/bin/tether-edge", " -rwxr-xr-x /usr/bin/tether-edge-onboard", " -rw-r--r-- /usr/lib/systemd/system/tether-edge.service"},
 			[]string{"postinstall scriptlet", "preuninstall scriptlet", "postuninstall scriptlet"}},
 		{"tether", []string{"cn -rw------- /etc/tether/tether.env", " -rwxr-xr-x /usr/bin/tether", " -rw-r--r-- /usr/lib/systemd/system/tether.service"},
 			[]string{"preinstall scriptlet", "postinstall scriptlet", "preuninstall scriptlet", "postuninstall scriptlet"}},

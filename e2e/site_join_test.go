@@ -42,8 +42,14 @@ func (h *hub) sites() map[string]siteJSON {
 // restarts and takes joins while the root is down, and both come back by
 // themselves when it is up again. A node
 // token is refused as --parent with an error that says which token to use.
+// quickDeadPeer are the earlier liveness defaults (heartbeats every 5 s, a
+// peer silent for 15 s is dead), for tests that kill a hub or an agent
+// without a goodbye and wait for the other side to notice: the defaults'
+// 60 s would outlast their waits.
+var quickDeadPeer = []string{"--keepalive", "5s", "--dead-peer-timeout", "15s"}
+
 func TestSiteJoin(t *testing.T) {
-	root := startHubIn(t, "", 0, "--site-status-interval", "1s")
+	root := startHubIn(t, "", 0, append([]string{"--site-status-interval", "1s"}, quickDeadPeer...)...)
 
 	nodeJoin := root.token()
 	_, errOut, code := runCmd(t, 60*time.Second, filepath.Join(binDir, "tether"), "hub",
@@ -62,7 +68,7 @@ func TestSiteJoin(t *testing.T) {
 	for _, tc := range []struct{ name, transport string }{{"berlin", "quic"}, {"munich", "tcp"}} {
 		t.Logf("site %s over %s", tc.name, tc.transport)
 		join := strings.TrimSpace(root.cli("site", "token", "create", "--ttl", "10m"))
-		site := startHubIn(t, "", 0, "--parent", join, "--site", tc.name, "--site-status-interval", "1s", "--parent-transport", tc.transport)
+		site := startHubIn(t, "", 0, append([]string{"--parent", join, "--site", tc.name, "--site-status-interval", "1s", "--parent-transport", tc.transport}, quickDeadPeer...)...)
 		sites[tc.name] = site
 		startAgent(t, site.token(), "n1", "--ssh", "embedded")
 		startAgent(t, site.token(), "n2", "--ssh", "embedded")

@@ -21,9 +21,9 @@ import (
 // The site audits every hop. Once the site is killed, a jump and a job for
 // its nodes fail fast with "site berlin unreachable since".
 func TestSiteRoute(t *testing.T) {
-	root := startHubIn(t, "", 0, "--site-status-interval", "1s")
+	root := startHubIn(t, "", 0, append([]string{"--site-status-interval", "1s"}, quickDeadPeer...)...)
 	join := strings.TrimSpace(root.cli("site", "token", "create", "--ttl", "10m"))
-	site := startHubIn(t, "", 0, "--parent", join, "--site", "berlin", "--site-status-interval", "1s")
+	site := startHubIn(t, "", 0, append([]string{"--parent", join, "--site", "berlin", "--site-status-interval", "1s"}, quickDeadPeer...)...)
 	startAgent(t, site.token("--label", "role=pos"), "n1", "--ssh", "embedded")
 	sd := startSSHD(t)
 	startAgent(t, site.token("--label", "role=kiosk"), "n2", sd.managedArgs()...)

@@ -232,10 +232,14 @@ func (s *session) handshake(movedFrom string) (*control.Welcome, error) {
 
 // send writes one control message; safe for concurrent use.
 func (s *session) send(m *control.Message) error {
+	return s.write(func(w io.Writer) error { return control.Write(w, m) })
+}
+
+func (s *session) write(f func(io.Writer) error) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	_ = s.ctrl.SetWriteDeadline(time.Now().Add(sendTimeout))
-	return control.Write(s.ctrl, m)
+	return f(s.ctrl)
 }
 
 // serve runs the welcomed session: the hub's streams, certificate renewal
@@ -317,7 +321,7 @@ func (s *session) heartbeat(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := s.send(&control.Message{Type: control.TypeHeartbeat}); err != nil {
+			if err := s.write(control.WriteHeartbeat); err != nil {
 				s.tun.Close()
 				return
 			}

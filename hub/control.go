@@ -28,7 +28,7 @@ func (s *Server) liveness() control.Liveness { return control.LivenessOf(s.cfg.T
 // liveness().Every), from readControl: an idle session then costs one
 // exchange per interval and the hub no timer per session. An answer proves
 // more than a timer's beat: the agent's last heartbeat got through.
-func heartbeat(c *registry.Conn) error { return c.Send(&control.Message{Type: control.TypeHeartbeat}) }
+func heartbeat(c *registry.Conn) error { return c.SendHeartbeat() }
 
 func isTimeout(err error) bool {
 	var ne net.Error

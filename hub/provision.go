@@ -16,6 +16,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/jobs"
+	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/provisioners/runner"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
@@ -122,6 +123,22 @@ func (p *provisioner) connect(ctx context.Context, nodeID string) (jobs.Conn, er
 	if err != nil {
 		return nil, err
 	}
+	return p.connectTo(ctx, n, route)
+}
+
+// resolve is the jobs engine's Resolver: the one look-up of a run that
+// does not wait for its node decides both that it starts (online's answer)
+// and where connect goes.
+func (p *provisioner) resolve(ctx context.Context, nodeID string) (func(context.Context) (jobs.Conn, error), string) {
+	n, route, err := p.s.door.Resolve(ctx, access.ByID(nodeID))
+	if err != nil {
+		return nil, offlineReason(err)
+	}
+	return func(ctx context.Context) (jobs.Conn, error) { return p.connectTo(ctx, n, route) }, ""
+}
+
+// connectTo reaches node n, as Resolve found it, by route.
+func (p *provisioner) connectTo(ctx context.Context, n store.Node, route access.Route) (jobs.Conn, error) {
 	signer, err := p.certSigner()
 	if err != nil {
 		return nil, err
@@ -138,6 +155,11 @@ func (p *provisioner) connect(ctx context.Context, nodeID string) (jobs.Conn, er
 // route, else why not.
 func (s *Server) online(nodeID string) string {
 	_, _, err := s.door.Resolve(context.Background(), access.ByID(nodeID))
+	return offlineReason(err)
+}
+
+// offlineReason is online's answer for Resolve's error: "" for none.
+func offlineReason(err error) string {
 	if err == nil {
 		return ""
 	}

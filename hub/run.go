@@ -138,7 +138,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	local[mission.JobKind] = missions.Local()
-	engine := jobs.New(ctx, jobs.Config{Store: s.store, Connect: prov.connect, Online: s.online, Blobs: blobs,
+	engine := jobs.New(ctx, jobs.Config{Store: s.store, Connect: prov.connect, Online: s.online, Resolve: prov.resolve, Blobs: blobs,
 		Metrics: s.metrics, Logger: s.log.With("component", "jobs"), Audit: s.audit, Local: local, Owner: s.replicaID})
 	defer engine.Close()
 	s.upgrades.Attach(engine)

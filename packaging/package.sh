@@ -3,7 +3,9 @@
 #
 #   packaging/package.sh BIN_DIR OUT_DIR PKG_VERSION [FORMAT...]
 #
-# BIN_DIR holds the built tether and tether-edge; FORMAT is deb and/or rpm
+# BIN_DIR holds the built tether, tether-edge and tether-edge-onboard (the
+# interactive onboarding form `tether-edge onboard` runs, shipped in the
+# tether-edge package beside it); FORMAT is deb and/or rpm
 # (default both); NFPM names the nfpm binary (default .tools/bin/nfpm) and
 # GOARCH the architecture (default: go env GOARCH). The units are the ones in
 # packaging/systemd/ with an ExecStart= at /usr/local/bin pointed at /usr/bin,
@@ -30,6 +32,7 @@ for pkg in tether-edge tether; do
 	d=$stage/$pkg
 	mkdir -p "$d/scripts"
 	cp "$bin/$pkg" "$d/$pkg"
+	[ "$pkg" != tether-edge ] || cp "$bin/tether-edge-onboard" "$d/tether-edge-onboard"
 	sed 's|/usr/local/bin/|/usr/bin/|g' "$root/packaging/systemd/$pkg.service" >"$d/$pkg.service"
 	cp "$root/packaging/etc/$pkg.env" "$d/$pkg.env"
 	for s in "$root/packaging/scripts/$pkg"/*; do

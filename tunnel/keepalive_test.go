@@ -47,6 +47,7 @@ func TestKeepAliveSchedule(t *testing.T) {
 type cutConn struct {
 	net.Conn
 	cut    atomic.Bool
+	wcut   atomic.Bool   // only writes vanish: one direction of a half-open link
 	gone   chan struct{} // closed by cut
 	closed chan struct{} // closed by Close
 	once   sync.Once
@@ -66,7 +67,7 @@ func (c *cutConn) Read(b []byte) (int, error) {
 }
 
 func (c *cutConn) Write(b []byte) (int, error) {
-	if c.cut.Load() {
+	if c.cut.Load() || c.wcut.Load() {
 		return len(b), nil
 	}
 	type result struct {
@@ -89,6 +90,23 @@ func (c *cutConn) Write(b []byte) (int, error) {
 }
 
 func (c *cutConn) doCut() { c.cut1.Do(func() { c.cut.Store(true); close(c.gone) }) }
+
+// doCutWrite loses what this end sends from now on; what it receives still
+// arrives (a half-open link).
+func (c *cutConn) doCutWrite() { c.cut1.Do(func() { c.wcut.Store(true); close(c.gone) }) }
+
+// How the link dies in deadPeerOnFakeClock.
+type linkCut int
+
+const (
+	cutBoth       linkCut = iota // the peer died
+	cutHubToAgent                // half-open: the hub's packets are lost
+	cutAgentToHub                // half-open: the agent's packets are lost
+)
+
+func (c linkCut) String() string {
+	return [...]string{"both directions", "hub to agent only", "agent to hub only"}[c]
+}
 
 func (c *cutConn) Close() error {
 	c.once.Do(func() { close(c.closed) })
@@ -124,12 +142,17 @@ func TestYamuxDeadPeerWithinIdleTimeout(t *testing.T) {
 		}{
 			{"defaults, idle", nil, false},
 			{"defaults, heartbeats", nil, true},
+			{"5s/15s (the earlier defaults), idle", &Config{KeepAliveInterval: 5 * time.Second, IdleTimeout: 15 * time.Second}, false},
+			{"5s/15s (the earlier defaults), heartbeats", &Config{KeepAliveInterval: 5 * time.Second, IdleTimeout: 15 * time.Second}, true},
 			{"1s/3s, heartbeats", &Config{KeepAliveInterval: time.Second, IdleTimeout: 3 * time.Second}, true},
 			{"10s/11s, heartbeats", &Config{KeepAliveInterval: 10 * time.Second, IdleTimeout: 11 * time.Second}, true},
 		} {
-			// The link dies at different points of the keepalive cycle.
+			// The link dies at different points of the keepalive cycle,
+			// whole or in one direction.
 			for _, frac := range []float64{0, 0.3, 0.55, 0.9} {
-				deadPeerOnFakeClock(t, fmt.Sprintf("%s, cut at %.2f of an interval", tc.name, frac), tc.cfg, tc.traffic, frac)
+				for _, how := range []linkCut{cutBoth, cutHubToAgent, cutAgentToHub} {
+					deadPeerOnFakeClock(t, fmt.Sprintf("%s, %v cut at %.2f of an interval", tc.name, how, frac), tc.cfg, tc.traffic, frac, how)
+				}
 			}
 		}
 	})
@@ -138,7 +161,7 @@ func TestYamuxDeadPeerWithinIdleTimeout(t *testing.T) {
 // fakeClockEnv marks the child process that runs the fake clock.
 const fakeClockEnv = "TUNNEL_TEST_FAKE_CLOCK"
 
-func deadPeerOnFakeClock(t *testing.T, name string, c *Config, traffic bool, frac float64) {
+func deadPeerOnFakeClock(t *testing.T, name string, c *Config, traffic bool, frac float64, how linkCut) {
 	cfg, err := c.resolve()
 	if err != nil {
 		t.Fatal(err)
@@ -218,9 +241,18 @@ func deadPeerOnFakeClock(t *testing.T, name string, c *Config, traffic bool, fra
 	default:
 	}
 
-	// Both ends last heard each other no later than now.
-	hubLink.doCut()
-	agentLink.doCut()
+	// Both ends last heard each other no later than now. On a half-open
+	// link the side that hears nothing more must find out by itself, and
+	// its close (which still gets through) tells the other.
+	switch how {
+	case cutBoth:
+		hubLink.doCut()
+		agentLink.doCut()
+	case cutHubToAgent:
+		hubLink.doCutWrite()
+	case cutAgentToHub:
+		agentLink.doCutWrite()
+	}
 	cut := time.Now()
 	for _, s := range []struct {
 		name string
@@ -236,5 +268,22 @@ func deadPeerOnFakeClock(t *testing.T, name string, c *Config, traffic bool, fra
 		case <-time.After(3 * cfg.IdleTimeout):
 			t.Fatalf("%s: %s never noticed its dead peer", name, s.name)
 		}
+	}
+}
+
+// TestDefaultKeepAliveKeepsUDPNATBindings: with the defaults, a QUIC agent
+// sends a packet at least every 25 s even when it hears nothing (NATs are
+// seen to drop idle UDP bindings after 30 s), and a dead peer is found
+// within the dead-peer timeout at three keepalive intervals, frp's ratio.
+func TestDefaultKeepAliveKeepsUDPNATBindings(t *testing.T) {
+	r, err := (*Config)(nil).resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := r.quicConfig(); q.KeepAlivePeriod > 25*time.Second || r.KeepAliveInterval > 25*time.Second {
+		t.Errorf("default keepalive %v, QUIC keepalive after %v of silence: want both ≤ 25s", r.KeepAliveInterval, q.KeepAlivePeriod)
+	}
+	if r.IdleTimeout != 3*r.KeepAliveInterval {
+		t.Errorf("default dead-peer timeout %v, want three keepalive intervals (%v)", r.IdleTimeout, 3*r.KeepAliveInterval)
 	}
 }

@@ -9,15 +9,14 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/cobra"
-
+	"github.com/tether-dev/tether/cmd/internal/edgecli"
 	"github.com/tether-dev/tether/edge/upgrade"
 )
 
-func newConfirmCmd() *cobra.Command {
+func newConfirmCmd() *edgecli.Command {
 	var stateDir string
 	var list bool
-	cmd := &cobra.Command{
+	cmd := &edgecli.Command{
 		Use:   "confirm [NAME]",
 		Short: "Confirm an upgrade waiting on this node (as root)",
 		Long: `Upgrades created with --require-confirmation wait on the node in
@@ -32,9 +31,9 @@ mode 0600; the agent also checks the caller is uid 0), which records
   tether-edge confirm --list     what waits: name, from -> to version, digest
   tether-edge confirm NAME       confirm that upgrade
   tether-edge confirm            confirm the one waiting upgrade (an error if several wait)`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+		Args: edgecli.MaximumArgs(1),
+		Run: func(ctx context.Context, cmd *edgecli.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
 			waiting, err := upgrade.Ask(ctx, stateDir, upgrade.SocketRequest{Op: "list"})
 			if err != nil {
@@ -67,8 +66,8 @@ mode 0600; the agent also checks the caller is uid 0), which records
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&stateDir, "state-dir", defaultStateDir(), "the agent's state directory (env TETHER_STATE_DIR)")
-	cmd.Flags().BoolVar(&list, "list", false, "list the upgrades awaiting confirmation and confirm nothing")
+	cmd.Flags.StringVar(&stateDir, "state-dir", defaultStateDir(), "the agent's state directory (env TETHER_STATE_DIR)")
+	cmd.Flags.BoolVar(&list, "list", false, "list the upgrades awaiting confirmation and confirm nothing")
 	return cmd
 }
 

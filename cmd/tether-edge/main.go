@@ -10,15 +10,15 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/spf13/cobra"
-
+	"github.com/tether-dev/tether/cmd/internal/edgecli"
+	"github.com/tether-dev/tether/cmd/internal/onboardcmd"
 	"github.com/tether-dev/tether/edge"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := newRoot().ExecuteContext(ctx); err != nil {
+	if err := newRoot().Execute(ctx, os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "tether-edge:", err)
 		os.Exit(exitStatus(err))
 	}
@@ -26,24 +26,18 @@ func main() {
 
 var logLevel string
 
-func newRoot() *cobra.Command {
-	root := &cobra.Command{
-		Use:   "tether-edge",
-		Short: "Tether edge agent: joins a hub and keeps this machine reachable through it",
-		Long: `tether-edge dials out to a Tether hub (QUIC, or TLS over TCP where UDP is
+func newRoot() *edgecli.Command {
+	root := edgecli.New("tether-edge", "Tether edge agent: joins a hub and keeps this machine reachable through it")
+	root.Long = `tether-edge dials out to a Tether hub (QUIC, or TLS over TCP where UDP is
 blocked) and serves the streams the hub opens: SSH to the local sshd or to an
 embedded SSH server, and TCP to ports you allow. No inbound port is opened.
 
 Typical unit file line (joins on first boot only, then just connects):
 
-  tether-edge run --join "$JOIN" --state-dir /var/lib/tether-edge`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		Version:       edge.Version,
-	}
-	root.SetVersionTemplate("tether-edge {{.Version}}\n") // as the version command prints it
-	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newJoinCmd(), newRunCmd(), newStatusCmd(), newVersionCmd(), newOnboardCmd(), newUpgradeCmd(), newConfirmCmd())
+  tether-edge run --join "$JOIN" --state-dir /var/lib/tether-edge`
+	root.Version = edge.Version
+	root.Persistent.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.Add(newJoinCmd(), newRunCmd(), newStatusCmd(), newVersionCmd(), onboardcmd.New(interactiveOnboard), newUpgradeCmd(), newConfirmCmd())
 	return root
 }
 
@@ -55,9 +49,4 @@ func newLogger() (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), nil
 }
 
-func defaultStateDir() string {
-	if d := os.Getenv("TETHER_STATE_DIR"); d != "" {
-		return d
-	}
-	return "/var/lib/tether-edge"
-}
+func defaultStateDir() string { return edgecli.DefaultStateDir() }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,10 +11,11 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
-	"github.com/spf13/cobra"
-
+	"github.com/tether-dev/tether/cmd/internal/edgecli"
 	"github.com/tether-dev/tether/edge"
 	"github.com/tether-dev/tether/edge/sshdconf"
 	"github.com/tether-dev/tether/edge/upgrade"
@@ -40,15 +42,15 @@ func exitStatus(err error) int {
 	return 1
 }
 
-func newRunCmd() *cobra.Command {
+func newRunCmd() *edgecli.Command {
 	var cfg edge.Config
 	var join, joinFile, name, transport string
-	var ports []uint
+	var ports edgecli.UintList
 	var manage, supervise bool
 	var sshdPidFile string
 	mgr := &edge.SSHDManager{Paths: sshdconf.DefaultPaths()}
 	tc := tunnel.DefaultConfig()
-	cmd := &cobra.Command{
+	cmd := &edgecli.Command{
 		Use:   "run",
 		Short: "Stay connected to the hub (joining first if --join is given and the state dir is empty)",
 		Long: `Connect to the hub and serve its streams until stopped, reconnecting forever
@@ -84,15 +86,15 @@ starts it again 1s after it exits, and restarts it when the updater asks
 is never replaced while it runs (its child runs the installed version).`,
 		Example: `  tether-edge run --join "$JOIN" --state-dir ./n1 --name n1 --ssh embedded
   tether-edge run --join "$JOIN" --state-dir ./n2 --name n2 --ssh 127.0.0.1:22 --transport tcp`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: edgecli.NoArgs,
+		Run: func(ctx context.Context, cmd *edgecli.Command, _ []string) error {
 			setAgentGC()
 			log, err := newLogger()
 			if err != nil {
 				return err
 			}
 			if supervise {
-				return runSupervisor(cmd, cfg.StateDir)
+				return runSupervisor(ctx, cfg.StateDir)
 			}
 			if cfg.Upgrade, err = launch(cfg.StateDir, log); err != nil {
 				return err
@@ -119,7 +121,7 @@ is never replaced while it runs (its child runs the installed version).`,
 				if join == "" {
 					return fmt.Errorf("%w; give the join string from `tether token create` with --join, TETHER_JOIN or in %s", err, joinFile)
 				}
-				id, err := edge.Join(cmd.Context(), edge.JoinOptions{JoinString: join, StateDir: cfg.StateDir, Name: name})
+				id, err := edge.Join(ctx, edge.JoinOptions{JoinString: join, StateDir: cfg.StateDir, Name: name})
 				if err != nil {
 					return err
 				}
@@ -129,6 +131,7 @@ is never replaced while it runs (its child runs the installed version).`,
 			}
 			cfg.Logger = log
 			cfg.Tunnel = tc
+			cfg.OnStatus = releaseAfterStart(log)
 			if manage {
 				if cfg.SSHTarget == edge.SSHEmbedded {
 					return fmt.Errorf("--manage-sshd configures a local sshd; it cannot be combined with --ssh embedded")
@@ -140,7 +143,7 @@ is never replaced while it runs (its child runs the installed version).`,
 				if err := mgr.Check(); err != nil {
 					return err
 				}
-				if err := mgr.CheckForwarding(cmd.Context()); err != nil {
+				if err := mgr.CheckForwarding(ctx); err != nil {
 					log.Warn("the local sshd refuses port forwarding: `tether kubeone apply` fails on this node until it allows local forwarding", "err", err)
 				}
 				cfg.ManageSSHD = mgr
@@ -149,10 +152,10 @@ is never replaced while it runs (its child runs the installed version).`,
 			if err != nil {
 				return err
 			}
-			return a.Run(cmd.Context())
+			return a.Run(ctx)
 		},
 	}
-	f := cmd.Flags()
+	f := &cmd.Flags
 	f.StringVar(&cfg.StateDir, "state-dir", defaultStateDir(), "node identity directory (env TETHER_STATE_DIR)")
 	f.StringVar(&join, "join", os.Getenv("TETHER_JOIN"), "join string; used only when --state-dir has no identity yet (env TETHER_JOIN keeps it out of the process list)")
 	f.StringVar(&joinFile, "join-file", edge.DefaultJoinFile, "file holding the join string (first non-comment line), read when --state-dir has no identity yet and --join is empty; a missing file is not an error until a join string is needed")
@@ -166,18 +169,18 @@ is never replaced while it runs (its child runs the installed version).`,
 	f.StringVar(&mgr.SSHDConfig, "sshd-config", "/etc/ssh/sshd_config", "with --manage-sshd: the main sshd_config")
 	f.StringVar(&sshdPidFile, "sshd-pid-file", "", "with --manage-sshd: reload sshd by SIGHUP to this pid file's process (default: systemctl reload ssh)")
 	f.StringVar(&cfg.LabelsFile, "labels-file", edge.DefaultLabelsFile, "KEY=VALUE lines this node reports as its labels at every connect (shown by the hub as reported labels, never used for access)")
-	f.UintSliceVar(&ports, "allow-port", nil, "local TCP port the hub may open streams to (repeatable)")
+	f.Var(&ports, "allow-port", "local TCP port the hub may open streams to (repeatable)")
 	f.BoolVar(&supervise, "supervise", false, "run the agent as a supervised child: restarted when it exits or an upgrade asks (for machines without systemd)")
 	f.StringVar(&transport, "transport", "auto", "auto (race QUIC and TCP), quic, or tcp")
 	f.DurationVar(&cfg.BackoffMax, "backoff-max", 0, "cap of the reconnect backoff (default 30s)")
-	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
-	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead")
+	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel heartbeat and keepalive interval (at most about 25s keeps a QUIC agent's UDP NAT binding open; docs/architecture.md, Keepalive)")
+	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead (set on hub and agents alike; 3 × --keepalive by default)")
 	return cmd
 }
 
 // runSupervisor is `run --supervise`: this process stays the supervisor,
 // its child is `run` with the same arguments but --supervise.
-func runSupervisor(cmd *cobra.Command, stateDir string) error {
+func runSupervisor(ctx context.Context, stateDir string) error {
 	n, err := upgradeNode(stateDir)
 	if err != nil {
 		return err
@@ -190,9 +193,13 @@ func runSupervisor(cmd *cobra.Command, stateDir string) error {
 		return err
 	}
 	args := slices.DeleteFunc(slices.Clone(os.Args[1:]), func(a string) bool {
-		return a == "--supervise" || strings.HasPrefix(a, "--supervise=")
+		a = "-" + strings.TrimLeft(a, "-") // flag takes -supervise as well
+		return a == "-supervise" || strings.HasPrefix(a, "-supervise=")
 	})
-	code, err := upgrade.Supervise(cmd.Context(), n, self, args, []int{exitRefused})
+	// The supervisor's start-up is over once its child runs.
+	t := time.AfterFunc(startupPagesDelay, func() { _, _ = releaseExePages() })
+	defer t.Stop()
+	code, err := upgrade.Supervise(ctx, n, self, args, []int{exitRefused})
 	if err != nil {
 		return err
 	}
@@ -258,5 +265,33 @@ const agentGCPercent = 50
 func setAgentGC() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(agentGCPercent)
+	}
+}
+
+// startupPagesDelay is how long after its first connection the agent
+// releases its executable's start-up pages (releaseExePages): the
+// start-up work (the first heartbeat, key and certificate pushes) is over
+// by then.
+const startupPagesDelay = 5 * time.Second
+
+// releaseAfterStart is the agent's status hook that releases the
+// executable's start-up pages once, startupPagesDelay after the first
+// connection.
+func releaseAfterStart(log *slog.Logger) func(edge.Status) {
+	var once sync.Once
+	return func(st edge.Status) {
+		if st.State != "connected" {
+			return
+		}
+		once.Do(func() {
+			time.AfterFunc(startupPagesDelay, func() {
+				n, err := releaseExePages()
+				if err != nil {
+					log.Warn("cannot release the executable's start-up pages: its RSS stays as it is", "err", err)
+					return
+				}
+				log.Debug("released the executable's start-up pages", "address_space", n)
+			})
+		})
 	}
 }

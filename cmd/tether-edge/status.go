@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,18 +11,17 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/spf13/cobra"
-
+	"github.com/tether-dev/tether/cmd/internal/edgecli"
 	"github.com/tether-dev/tether/edge"
 )
 
-func newStatusCmd() *cobra.Command {
+func newStatusCmd() *edgecli.Command {
 	var stateDir, output string
-	cmd := &cobra.Command{
+	cmd := &edgecli.Command{
 		Use:   "status",
 		Short: "Show this node's identity and connection state",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args:  edgecli.NoArgs,
+		Run: func(ctx context.Context, cmd *edgecli.Command, _ []string) error {
 			id, err := edge.LoadIdentity(stateDir)
 			if err != nil {
 				return err
@@ -52,8 +52,9 @@ func newStatusCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&stateDir, "state-dir", defaultStateDir(), "node identity directory (env TETHER_STATE_DIR)")
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags.StringVar(&stateDir, "state-dir", defaultStateDir(), "node identity directory (env TETHER_STATE_DIR)")
+	cmd.Flags.StringVar(&output, "output", "text", "output format: text or json")
+	cmd.Alias("o", "output")
 	return cmd
 }
 
@@ -109,11 +110,14 @@ func whenText(t, now time.Time) string {
 	return fmt.Sprintf("since %s (%s ago)", t.Local().Format(time.RFC3339), now.Sub(t).Round(time.Second))
 }
 
-func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
+func newVersionCmd() *edgecli.Command {
+	return &edgecli.Command{
 		Use:   "version",
 		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		Run:   func(*cobra.Command, []string) { fmt.Println("tether-edge", edge.Version) },
+		Args:  edgecli.NoArgs,
+		Run: func(context.Context, *edgecli.Command, []string) error {
+			fmt.Println("tether-edge", edge.Version)
+			return nil
+		},
 	}
 }

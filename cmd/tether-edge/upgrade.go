@@ -1,14 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 
-	"github.com/spf13/cobra"
-
+	"github.com/tether-dev/tether/cmd/internal/edgecli"
 	"github.com/tether-dev/tether/edge"
 	"github.com/tether-dev/tether/edge/upgrade"
 	"github.com/tether-dev/tether/tunnel/control"
@@ -75,9 +75,9 @@ func printState(s *upgrade.State, err error) error {
 	return nil
 }
 
-func newUpgradeCmd() *cobra.Command {
+func newUpgradeCmd() *edgecli.Command {
 	var stateDir string
-	cmd := &cobra.Command{
+	cmd := &edgecli.Command{
 		Use:   "upgrade",
 		Short: "The node side of over-the-air upgrades (called by the hub over SSH)",
 		Long: `The node side of over-the-air upgrades. The hub's rollout controller calls
@@ -119,13 +119,13 @@ bundle's directory (output on stderr, each bounded by --script-timeout,
 health.sh by the health timeout); a failing health.sh runs rollback.sh if
 the bundle has one (rolled_back), else the upgrade fails.`,
 	}
-	cmd.PersistentFlags().StringVar(&stateDir, "state-dir", defaultStateDir(), "the agent's state directory (env TETHER_STATE_DIR)")
+	cmd.Persistent.StringVar(&stateDir, "state-dir", defaultStateDir(), "the agent's state directory (env TETHER_STATE_DIR)")
 
-	offer := &cobra.Command{
+	offer := &edgecli.Command{
 		Use:   "offer",
 		Short: "Record an upgrade offered by the hub (UpgradeOffer JSON on stdin)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args:  edgecli.NoArgs,
+		Run: func(ctx context.Context, cmd *edgecli.Command, _ []string) error {
 			n, err := upgradeNode(stateDir)
 			if err != nil {
 				return err
@@ -141,26 +141,26 @@ the bundle has one (rolled_back), else the upgrade fails.`,
 	}
 	var confirmedBy string
 	var scriptTimeout = upgrade.DefaultScriptTimeout
-	apply := &cobra.Command{
+	apply := &edgecli.Command{
 		Use:   "apply NAME",
 		Short: "Move an upgrade on: confirmation, verification, install (a bundle's scripts; an agent's updater)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		Args:  edgecli.ExactArgs(1),
+		Run: func(ctx context.Context, cmd *edgecli.Command, args []string) error {
 			n, err := upgradeNode(stateDir)
 			if err != nil {
 				return err
 			}
 			n.ScriptTimeout = scriptTimeout
-			return printState(n.Apply(cmd.Context(), args[0], confirmedBy))
+			return printState(n.Apply(ctx, args[0], confirmedBy))
 		},
 	}
-	apply.Flags().StringVar(&confirmedBy, "confirmed-by", "", "who confirmed the upgrade on the hub (required while it awaits confirmation)")
-	apply.Flags().DurationVar(&scriptTimeout, "script-timeout", scriptTimeout, "bound of each bundle script (health.sh: the offer's health timeout)")
-	status := &cobra.Command{
+	apply.Flags.StringVar(&confirmedBy, "confirmed-by", "", "who confirmed the upgrade on the hub (required while it awaits confirmation)")
+	apply.Flags.DurationVar(&scriptTimeout, "script-timeout", scriptTimeout, "bound of each bundle script (health.sh: the offer's health timeout)")
+	status := &edgecli.Command{
 		Use:   "status [NAME]",
 		Short: "Print the upgrade records (JSON array)",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		Args:  edgecli.MaximumArgs(1),
+		Run: func(ctx context.Context, cmd *edgecli.Command, args []string) error {
 			n, err := upgradeNode(stateDir)
 			if err != nil {
 				return err
@@ -176,11 +176,11 @@ the bundle has one (rolled_back), else the upgrade fails.`,
 			return printJSON(os.Stdout, l)
 		},
 	}
-	cancel := &cobra.Command{
+	cancel := &edgecli.Command{
 		Use:   "cancel NAME",
 		Short: "End an upgrade that has not begun installing and remove its files",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		Args:  edgecli.ExactArgs(1),
+		Run: func(ctx context.Context, cmd *edgecli.Command, args []string) error {
 			n, err := upgradeNode(stateDir)
 			if err != nil {
 				return err
@@ -192,18 +192,18 @@ the bundle has one (rolled_back), else the upgrade fails.`,
 			return printState(s, nil)
 		},
 	}
-	watch := &cobra.Command{
+	watch := &edgecli.Command{
 		Use:   "watch NAME",
 		Short: "The updater of an agent upgrade: switch, restart, wait for health, roll back (started by apply)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		Args:  edgecli.ExactArgs(1),
+		Run: func(ctx context.Context, cmd *edgecli.Command, args []string) error {
 			n, err := upgradeNode(stateDir)
 			if err != nil {
 				return err
 			}
-			return n.Watch(cmd.Context(), args[0])
+			return n.Watch(ctx, args[0])
 		},
 	}
-	cmd.AddCommand(offer, apply, status, cancel, watch)
+	cmd.Add(offer, apply, status, cancel, watch)
 	return cmd
 }

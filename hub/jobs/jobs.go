@@ -68,6 +68,13 @@ type Conn interface {
 // now: a run belongs to the node ID it was started for.
 type Connector func(ctx context.Context, nodeID string) (Conn, error)
 
+// Resolver looks node nodeID up once for a run on it: when the run may start
+// now it returns a Connector-like dial bound to what it found (the same
+// node, by the route found then) and ""; else nil and why not (Online's
+// contract). One look-up then decides both whether the run starts and where
+// it connects, instead of one for each (bench P6: a store read per node).
+type Resolver func(ctx context.Context, nodeID string) (dial func(ctx context.Context) (Conn, error), reason string)
+
 // Local does the work of a job kind on the hub itself instead of on each
 // node over SSH: a KubeOne apply is one process on the hub that reaches the
 // nodes through the bastion. A job of such a kind has one run per target
@@ -93,7 +100,11 @@ type Config struct {
 	// Online reports whether the node with this ID has a live tunnel; ""
 	// means online, else a reason it is not (e.g. "offline (last seen 3m
 	// ago)").
-	Online  func(nodeID string) string
+	Online func(nodeID string) string
+	// Resolve, when set, replaces a remote run's first Online check and
+	// its Connect with one look-up; a run whose node was offline then and
+	// that waits for it (--wait-online) polls Online and uses Connect.
+	Resolve Resolver
 	Blobs   *Blobs
 	Metrics *metrics.Metrics // may be nil
 	Logger  *slog.Logger

@@ -499,3 +499,65 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// With a Resolver, a run that need not wait looks its node up once: that
+// look-up decides whether it starts and is what it connects by; Online and
+// Connect are not asked. A run whose node was offline at that look-up and
+// waits for it (--wait-online) polls Online and connects with Connect.
+func TestResolveDecidesStartAndConnect(t *testing.T) {
+	e := newEnv(t, func(context.Context, string, Command, io.Writer, io.Writer) (int, error) { return 0, nil })
+	var resolved, dialled, online, connected sync.Map // node ID -> count
+	inc := func(m *sync.Map, id string) {
+		v, _ := m.LoadOrStore(id, new(atomic.Int32))
+		v.(*atomic.Int32).Add(1)
+	}
+	count := func(m *sync.Map, id string) int32 {
+		if v, ok := m.Load(id); ok {
+			return v.(*atomic.Int32).Load()
+		}
+		return 0
+	}
+	connect, isOnline := e.eng.cfg.Connect, e.eng.cfg.Online
+	e.eng.cfg.Online = func(id string) string { inc(&online, id); return isOnline(id) }
+	e.eng.cfg.Connect = func(ctx context.Context, id string) (Conn, error) { inc(&connected, id); return connect(ctx, id) }
+	e.eng.cfg.Resolve = func(ctx context.Context, id string) (func(context.Context) (Conn, error), string) {
+		inc(&resolved, id)
+		if id == "id-off" {
+			return nil, "offline (last seen 1h ago)"
+		}
+		if reason := isOnline(id); reason != "" {
+			return nil, reason
+		}
+		return func(ctx context.Context) (Conn, error) { inc(&dialled, id); return connect(ctx, id) }, ""
+	}
+
+	j := e.start(t, store.JobSpec{Command: "true"}, []string{"a", "b", "off"})
+	got, runs := e.wait(t, j.ID)
+	if got.State != store.JobPartial || runs["a"].State != store.RunOK || runs["b"].State != store.RunOK {
+		t.Fatalf("job %+v runs %+v", got, runs)
+	}
+	if r := runs["off"]; r.State != store.RunSkipped || r.Error != "offline (last seen 1h ago); pass --wait-online to wait for it" || !r.StartedAt.IsZero() {
+		t.Fatalf("offline run = %+v", r)
+	}
+	for _, id := range []string{"id-a", "id-b", "id-off"} {
+		want := int32(1)
+		if id == "id-off" {
+			want = 0
+		}
+		if r, d, o, c := count(&resolved, id), count(&dialled, id), count(&online, id), count(&connected, id); r != 1 || d != want || o != 0 || c != 0 {
+			t.Errorf("%s: resolved %d, dialled %d, online %d, connect %d; want 1, %d, 0, 0", id, r, d, want, o, c)
+		}
+	}
+
+	// A waiting run: Online decides when it starts, Connect reaches it.
+	e.online.Store("id-late", "offline")
+	j = e.start(t, store.JobSpec{Command: "true", WaitOnlineSecs: 30}, []string{"late"})
+	waitFor(t, func() bool {
+		n, _ := e.st.GetJobNode(context.Background(), j.ID, "late")
+		return n.State == store.RunWaiting
+	})
+	e.online.Store("id-late", "")
+	if _, runs = e.wait(t, j.ID); runs["late"].State != store.RunOK || count(&resolved, "id-late") != 1 || count(&online, "id-late") == 0 || count(&connected, "id-late") != 1 {
+		t.Fatalf("waiting run %+v: online %d, connect %d", runs["late"], count(&online, "id-late"), count(&connected, "id-late"))
+	}
+}

@@ -298,7 +298,14 @@ func (lj *liveJob) runNode(ctx context.Context, r *nodeRun) {
 		return
 	}
 	local := e.cfg.Local[lj.job.Kind]
-	if reason := lj.ready(r); reason != "" {
+	var dial func(context.Context) (Conn, error) // bound by Resolve to what it found
+	reason := ""
+	if local == nil && e.cfg.Resolve != nil {
+		dial, reason = e.cfg.Resolve(ctx, r.NodeID)
+	} else {
+		reason = lj.ready(r)
+	}
+	if reason != "" {
 		if spec.WaitOnlineSecs <= 0 {
 			if local == nil {
 				reason += "; pass --wait-online to wait for it"
@@ -347,7 +354,10 @@ func (lj *liveJob) runNode(ctx context.Context, r *nodeRun) {
 		return
 	}
 	dialStart := time.Now()
-	conn, err := e.cfg.Connect(nctx, r.NodeID)
+	if dial == nil {
+		dial = func(ctx context.Context) (Conn, error) { return e.cfg.Connect(ctx, r.NodeID) }
+	}
+	conn, err := dial(nctx)
 	if m := e.cfg.Metrics; m != nil {
 		res := "ok"
 		if err != nil {

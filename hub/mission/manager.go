@@ -274,10 +274,6 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	nodes, err := m.cfg.Store.ListNodes(ctx)
-	if err != nil {
-		return err
-	}
 	recs, err := m.cfg.Store.ListMissionNodes(ctx, "", "")
 	if err != nil {
 		return err
@@ -294,6 +290,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		byMission[k][r.NodeID] = r
 	}
 	live := map[missionKey]bool{}
+	var nodes []store.Node
 	for _, o := range objs {
 		k := missionKey{o.Origin, o.Name}
 		have := byMission[k]
@@ -311,6 +308,15 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			continue
 		}
 		live[k] = true
+		if nodes == nil {
+			// Read only when a mission is to be placed: this runs every
+			// few seconds, and a hub without missions (most) would
+			// otherwise decode every node row each time, the largest
+			// cost of an idle hub with 10k nodes.
+			if nodes, err = m.cfg.Store.ListNodes(ctx); err != nil {
+				return err
+			}
+		}
 		if err := m.place(ctx, o, spec, nodes, have); err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,11 +73,18 @@ func NewConn(nodeID, name string, s tunnel.Session, ctrl tunnel.Stream) *Conn {
 
 // Send writes a control message to the node.
 func (c *Conn) Send(m *control.Message) error {
+	return c.write(func(w io.Writer) error { return control.Write(w, m) })
+}
+
+// SendHeartbeat sends a heartbeat (control.WriteHeartbeat).
+func (c *Conn) SendHeartbeat() error { return c.write(control.WriteHeartbeat) }
+
+func (c *Conn) write(f func(io.Writer) error) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
 	_ = c.ctrl.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	defer c.ctrl.SetWriteDeadline(time.Time{})
-	return control.Write(c.ctrl, m)
+	return f(c.ctrl)
 }
 
 // noticeGrace is how long a session may live after a notice, so the agent

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // DB is the Store over database/sql, for both backends. Every Store method
@@ -15,6 +16,30 @@ import (
 type DB struct {
 	db *sql.DB
 	d  dialect
+
+	// stmts are the hottest reads' statements, prepared once: preparing
+	// took two thirds of a node look-up by ID, made for every node of a
+	// fan-out (bench P6). Keyed by the query text.
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt
+}
+
+// prepared returns query's statement, preparing it on first use.
+func (s *DB) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	if st, ok := s.stmts[query]; ok {
+		return st, nil
+	}
+	st, err := s.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if s.stmts == nil {
+		s.stmts = map[string]*sql.Stmt{}
+	}
+	s.stmts[query] = st
+	return st, nil
 }
 
 // SQLite is the name the store's methods are written on; it is the same
@@ -52,7 +77,15 @@ var (
 func (s *DB) Backend() string { return s.d.name }
 
 // Close closes the database.
-func (s *DB) Close() error { return s.db.Close() }
+func (s *DB) Close() error {
+	s.stmtMu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmts = nil
+	s.stmtMu.Unlock()
+	return s.db.Close()
+}
 
 // Open opens the store named by spec, as `tether hub --store` takes it:
 // "" or "sqlite" for tether.db in dataDir, "sqlite:PATH" or a bare PATH for

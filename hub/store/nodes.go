@@ -150,7 +150,11 @@ func scanNode(r scanner) (Node, error) {
 }
 
 func (s *SQLite) getNode(ctx context.Context, where, arg string) (Node, error) {
-	n, err := scanNode(s.db.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE `+where+` = ?`, arg))
+	st, err := s.prepared(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE `+where+` = ?`)
+	if err != nil {
+		return Node{}, fmt.Errorf("store: node %q: %w", arg, err)
+	}
+	n, err := scanNode(st.QueryRowContext(ctx, arg))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Node{}, fmt.Errorf("store: node %q: %w", arg, ErrNotFound)
 	}

@@ -3,8 +3,10 @@ package control
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -114,4 +116,45 @@ func FuzzJoinRequestValidate(f *testing.F) {
 		r := JoinRequest{Token: token, Name: name, CSR: csr}
 		_ = r.Validate()
 	})
+}
+
+// TestHeartbeatFastPath: WriteHeartbeat sends the very bytes Write does for a
+// heartbeat, and Read's shortcut for them yields what the JSON codec would.
+func TestHeartbeatFastPath(t *testing.T) {
+	var slow, fast bytes.Buffer
+	if err := Write(&slow, &Message{Type: TypeHeartbeat}); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteHeartbeat(&fast); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(slow.Bytes(), fast.Bytes()) {
+		t.Fatalf("WriteHeartbeat wrote %q, Write %q", fast.Bytes(), slow.Bytes())
+	}
+	for _, in := range [][]byte{fast.Bytes(), frame(`{ "type": "heartbeat" }`)} {
+		m, err := Read(bytes.NewReader(in))
+		if err != nil {
+			t.Fatalf("%q: %v", in, err)
+		}
+		var want Message
+		if err := json.Unmarshal(in[4:], &want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(*m, want) {
+			t.Errorf("%q: Read = %+v, the JSON codec %+v", in, *m, want)
+		}
+	}
+}
+
+func BenchmarkHeartbeatRoundTrip(b *testing.B) {
+	var buf bytes.Buffer
+	for b.Loop() {
+		buf.Reset()
+		if err := WriteHeartbeat(&buf); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Read(&buf); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -14,8 +14,9 @@ func TestLiveness(t *testing.T) {
 		c    *tunnel.Config
 		want Liveness
 	}{
-		{"defaults", nil, Liveness{Every: 5 * s, Deadline: 12500 * time.Millisecond}},
-		{"zero fields are defaults", &tunnel.Config{}, Liveness{Every: 5 * s, Deadline: 12500 * time.Millisecond}},
+		{"defaults", nil, Liveness{Every: 20 * s, Deadline: 50 * s}},
+		{"zero fields are defaults", &tunnel.Config{}, Liveness{Every: 20 * s, Deadline: 50 * s}},
+		{"the earlier defaults", &tunnel.Config{KeepAliveInterval: 5 * s, IdleTimeout: 15 * s}, Liveness{Every: 5 * s, Deadline: 12500 * time.Millisecond}},
 		{"fast test links", &tunnel.Config{KeepAliveInterval: 200 * time.Millisecond, IdleTimeout: time.Second}, Liveness{Every: s, Deadline: 2 * s}},
 		{"whole seconds", &tunnel.Config{KeepAliveInterval: 2500 * time.Millisecond, IdleTimeout: 10 * s}, Liveness{Every: 2 * s, Deadline: 9 * s}},
 		{"two beats at least", &tunnel.Config{KeepAliveInterval: 10 * s, IdleTimeout: 12 * s}, Liveness{Every: 10 * s, Deadline: 20 * s}},
@@ -34,10 +35,11 @@ func TestAgentLiveness(t *testing.T) {
 		w    *Welcome
 		want Liveness
 	}{
-		{"hub's interval, own idle timeout", nil, &Welcome{HeartbeatSeconds: 5}, Liveness{Every: 5 * s, Deadline: 12500 * time.Millisecond}},
+		{"hub's interval, own idle timeout", nil, &Welcome{HeartbeatSeconds: 20}, Liveness{Every: 20 * s, Deadline: 50 * s}},
+		{"a hub on the earlier 5s interval", nil, &Welcome{HeartbeatSeconds: 5}, Liveness{Every: 5 * s, Deadline: 57500 * time.Millisecond}},
 		{"hub beats slower than our idle timeout", &tunnel.Config{IdleTimeout: 3 * s}, &Welcome{HeartbeatSeconds: 5}, Liveness{Every: 5 * s, Deadline: 10 * s}},
 		{"no interval in the welcome", &tunnel.Config{IdleTimeout: s}, &Welcome{}, Liveness{Every: DefaultHeartbeat, Deadline: 2 * s}},
-		{"no welcome", nil, nil, Liveness{Every: DefaultHeartbeat, Deadline: 15 * s}},
+		{"no welcome", nil, nil, Liveness{Every: DefaultHeartbeat, Deadline: 60 * s}},
 	} {
 		if got := AgentLiveness(tc.c, tc.w); got != tc.want {
 			t.Errorf("%s: AgentLiveness = %+v, want %+v", tc.name, got, tc.want)

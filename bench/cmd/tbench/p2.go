@@ -125,12 +125,20 @@ func runP2(ctx context.Context, b *bench) error {
 	// (what `ssh -L` and `ssh -W` do). The relay's CPU is measured over the
 	// whole connection: for the OpenSSH bastion, its listener and the
 	// processes it forks for the connection, once they exited.
-	cpu := relayCPU{}
+	cpu, agentCPU := relayCPU{}, relayCPU{}
 	viaSSH := func(path string) (float64, error) {
 		relay := s.relayPID(path)
 		cpu0, err := procCPU(relay)
 		if err != nil {
 			return 0, err
+		}
+		// The agent's half of the relay (TLS or QUIC decryption, the
+		// tunnel's flow control, the write to the service) runs on the same
+		// cores: reported beside the hub's.
+		agentPID, agent0 := 0, time.Duration(0)
+		if a := s.agents[path]; a != nil {
+			agentPID = a.Cmd.Process.Pid
+			agent0, _ = procCPU(agentPID)
 		}
 		c, err := s.goSSH(ctx, path)
 		if err != nil {
@@ -162,6 +170,11 @@ func runP2(ctx context.Context, b *bench) error {
 			return 0, err
 		}
 		cpu.add(path, cpu1-cpu0, n)
+		if agentPID != 0 {
+			if agent1, err := procCPU(agentPID); err == nil {
+				agentCPU.add(path, agent1-agent0, n)
+			}
+		}
 		return v, nil
 	}
 	osshV, err := viaSSH("openssh")
@@ -183,7 +196,9 @@ func runP2(ctx context.Context, b *bench) error {
 					Target: fmt.Sprintf("≥ %.1f× frp %s", fr.factor, fr.mode), Met: harness.YesNo(v >= fr.factor*fv)})
 			}
 		}
-		b.report.Add(cpuRow("P2", fmt.Sprintf("ssh -L relay CPU per GiB: the tether hub, %s agent", pathName(path)), cpu.perGiB(path), cpu.perGiB("openssh")))
+		row := cpuRow("P2", fmt.Sprintf("ssh -L relay CPU per GiB: the tether hub, %s agent", pathName(path)), cpu.perGiB(path), cpu.perGiB("openssh"))
+		row.Comment = fmt.Sprintf("agent %.2f CPU-s/GiB", agentCPU.perGiB(path))
+		b.report.Add(row)
 	}
 	for _, tr := range []tunnel.Transport{tunnel.TransportQUIC, tunnel.TransportTCP} {
 		r, err := newTunnelRelay(ctx, tr, sinkAddr)

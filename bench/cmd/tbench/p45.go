@@ -223,6 +223,9 @@ func memAvailable() (int64, error) {
 func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name string, up time.Duration,
 	base harness.ProcStats, baseG, baseHeap, baseStack float64, selfBase harness.ProcStats) error {
 	settle := min(10*time.Second, b.sz.p4Idle)
+	// At least one keepalive interval: every agent heartbeats once per
+	// interval, so a shorter window samples only some of them.
+	window := max(b.sz.p4Idle, keepAliveInUse())
 	time.Sleep(settle)
 	st0, err := harness.Stats(hub.PID())
 	if err != nil {
@@ -230,13 +233,13 @@ func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name s
 	}
 	prof := newHubProfiler(hub, b.cache)
 	if prof != nil {
-		prof.startCPU(ctx, b.sz.p4Idle, fmt.Sprintf("p4-%s-%d", name, n))
+		prof.startCPU(ctx, window, fmt.Sprintf("p4-%s-%d", name, n))
 	}
 	t0 := time.Now()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(b.sz.p4Idle):
+	case <-time.After(window):
 	}
 	st1, err := harness.Stats(hub.PID())
 	if err != nil {
@@ -271,8 +274,8 @@ func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name s
 		Value:  fmt.Sprintf("%.1f KiB", perRSS/1024),
 		Ref:    "rathole ≈36 KB/conn, frp ≈150 KB/client (published)",
 		Target: fmt.Sprintf("≤ %.0f KiB", limit), Met: harness.YesNo(perRSS/1024 <= limit),
-		Comment: fmt.Sprintf("hub RSS %.0f MiB; Go heap in use %.1f KiB/agent, goroutine stacks %.1f KiB/agent; all connected in %v%s",
-			float64(st1.RSS)/(1<<20), perHeap/1024, perStack/1024, up.Round(time.Second), heldNote)})
+		Comment: fmt.Sprintf("growth over the same hub before any agent (%.0f MiB); hub RSS %.0f MiB in all, %.1f KiB per agent counting the baseline; Go heap in use %.1f KiB/agent, goroutine stacks %.1f KiB/agent; all connected in %v%s",
+			float64(base.RSS)/(1<<20), float64(st1.RSS)/(1<<20), float64(st1.RSS)/float64(n)/1024, perHeap/1024, perStack/1024, up.Round(time.Second), heldNote)})
 	b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: hub goroutines per agent", n, pathName(name)),
 		Value: fmt.Sprintf("%.2f", perG)})
 	b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: hub CPU while idle (over %v)", n, pathName(name), wall.Round(time.Second)),
@@ -291,11 +294,19 @@ func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name s
 	return nil
 }
 
+// keepAliveInUse is the keepalive interval hub and agents run with.
+func keepAliveInUse() time.Duration {
+	if *p4KeepAlive > 0 {
+		return *p4KeepAlive
+	}
+	return tunnel.DefaultKeepAliveInterval
+}
+
 func keepaliveNote() string {
 	if *p4KeepAlive > 0 {
 		return fmt.Sprintf("hub and agents run with --keepalive %v --dead-peer-timeout %v", *p4KeepAlive, 3**p4KeepAlive)
 	}
-	return "the product's default keepalive (5 s) and dead-peer timeout (15 s)"
+	return fmt.Sprintf("the product's default keepalive (%v) and dead-peer timeout (%v)", tunnel.DefaultKeepAliveInterval, tunnel.DefaultIdleTimeout)
 }
 
 // storm restarts the hub under n connected agents and waits for all of them

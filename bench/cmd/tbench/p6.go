@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,11 +106,30 @@ func runP6(ctx context.Context, b *bench) error {
 		if !withAnsible && n >= 1000 {
 			parallel = 250
 		}
-		tTrue, err := tetherRun(ctx, hub, names, parallel, "--", "true")
+		if v, err := strconv.Atoi(os.Getenv("TBENCH_P6_PARALLEL")); err == nil && v > 0 && !withAnsible {
+			parallel = v // to weigh --parallel's effect on the hub's CPU per node
+		}
+		// On a loaded machine simulated agents drop out (missed keepalives)
+		// while Ansible runs: each fan-out starts with every node online, as
+		// it measures the fan-out, not the reconnects.
+		if _, err := s.WaitConnected(ctx, total, 3*time.Minute); err != nil {
+			return err
+		}
+		prof := startP6Profile(ctx, b, hub, n)
+		tTrue, err := tetherRun(ctx, b.bin, hub, names, parallel, "--", "true")
+		prof.report(ctx, b, n)
 		if err != nil {
 			return err
 		}
-		tUp, err := tetherRun(ctx, hub, names, parallel, "--upload", upload+":"+filepath.Join(dest, "tether.bin"), "--", "true")
+		if os.Getenv("TBENCH_P6_UPLOAD") == "0" {
+			b.report.Add(harness.Row{ID: "P6", What: fmt.Sprintf("fan-out `true` on %d nodes, tether run (parallel %d, QUIC)", n, parallel),
+				Value: fmt.Sprintf("%.1f s", tTrue.wall.Seconds()), Comment: tTrue.comment(n) + "; upload and Ansible skipped (TBENCH_P6_UPLOAD=0)"})
+			continue
+		}
+		if _, err := s.WaitConnected(ctx, total, 3*time.Minute); err != nil {
+			return err
+		}
+		tUp, err := tetherRun(ctx, b.bin, hub, names, parallel, "--upload", upload+":"+filepath.Join(dest, "tether.bin"), "--", "true")
 		if err != nil {
 			// The fan-out of `true` succeeded: keep its figure.
 			b.report.Note("P6 fan-out `true` on %d nodes (parallel %d) took %.1f s before the upload failed; %s", n, parallel, tTrue.wall.Seconds(), tTrue.comment(n))
@@ -177,45 +197,73 @@ func sizeName(n int) string {
 
 // tetherRun runs `tether run --nodes ... ARGS` and returns its wall time; it
 // fails unless every node succeeded.
-func tetherRun(ctx context.Context, hub *harness.Hub, names []string, parallel int, args ...string) (fanOut, error) {
+func tetherRun(ctx context.Context, bin string, hub *harness.Hub, names []string, parallel int, args ...string) (fanOut, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	hub0, _ := harness.Stats(hub.Cmd.Process.Pid)
-	nodes0 := selfAndChildrenCPU()
+	self0, children0 := rusageCPU(syscall.RUSAGE_SELF), rusageCPU(syscall.RUSAGE_CHILDREN)
 	start := time.Now()
-	_, err := hub.Tether(ctx, append([]string{"run", "--nodes", strings.Join(names, ","), "--parallel", strconv.Itoa(parallel)}, args...)...)
-	if err != nil {
-		return fanOut{}, fmt.Errorf("P6 tether run: %w", err)
+	// The CLI runs here rather than through hub.Tether: its own CPU is
+	// told apart from the simulated nodes' (both are this process's
+	// children).
+	argv := append([]string{"run", "--data-dir", hub.DataDir, "--nodes", strings.Join(names, ","), "--parallel", strconv.Itoa(parallel)}, args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "tether"), argv...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fanOut{}, fmt.Errorf("P6 tether run: %w: %s", err, tail(out.String(), 2000))
 	}
-	f := fanOut{wall: time.Since(start), nodesCPU: selfAndChildrenCPU() - nodes0}
+	f := fanOut{wall: time.Since(start), simCPU: rusageCPU(syscall.RUSAGE_SELF) - self0, cmdCPU: rusageCPU(syscall.RUSAGE_CHILDREN) - children0}
+	if ps := cmd.ProcessState; ps != nil {
+		f.cliCPU = ps.UserTime() + ps.SystemTime()
+		f.cmdCPU -= f.cliCPU
+	}
 	if hub1, err := harness.Stats(hub.Cmd.Process.Pid); err == nil {
 		f.hubCPU = hub1.CPU - hub0.CPU
 	}
 	return f, nil
 }
 
-// fanOut is one `tether run`: its wall time, the CPU the hub spent on it,
-// and the CPU of this process and its reaped children: the simulated
-// nodes' SSH servers and the commands they ran (plus the CLI), which on a
-// real fleet run on the nodes, not beside the hub.
+// fanOut is one `tether run`: its wall time, the CPU the hub and the CLI
+// spent on it, and the CPU of this process and its other reaped children:
+// the simulated nodes' agents, SSH servers and the commands they ran, which
+// on a real fleet run on the nodes, not beside the hub.
 type fanOut struct {
-	wall, hubCPU, nodesCPU time.Duration
+	wall, hubCPU, cliCPU time.Duration
+	simCPU               time.Duration // this process: the simulated agents and their SSH servers
+	cmdCPU               time.Duration // its reaped children but the CLI: the commands the nodes ran
 }
 
 func (f fanOut) comment(n int) string {
-	return fmt.Sprintf("hub CPU %.1f s (%.1f ms per node); simulated nodes + CLI on the same 2 cores %.1f s (%.1f ms per node)",
-		f.hubCPU.Seconds(), f.hubCPU.Seconds()*1000/float64(n), f.nodesCPU.Seconds(), f.nodesCPU.Seconds()*1000/float64(n))
+	per := func(d time.Duration) float64 { return d.Seconds() * 1000 / float64(n) }
+	nodes := f.simCPU + f.cmdCPU
+	return fmt.Sprintf("hub CPU %.1f s (%.2f ms per node); CLI %.2f s (%.2f ms per node); simulated nodes on the same 2 cores %.1f s (%.2f ms per node: agents and SSH servers %.2f, the commands they ran %.2f); load %s",
+		f.hubCPU.Seconds(), per(f.hubCPU), f.cliCPU.Seconds(), per(f.cliCPU), nodes.Seconds(), per(nodes), per(f.simCPU), per(f.cmdCPU), loadAvg())
 }
 
-func selfAndChildrenCPU() time.Duration {
-	var total time.Duration
-	for _, who := range []int{syscall.RUSAGE_SELF, syscall.RUSAGE_CHILDREN} {
-		var ru syscall.Rusage
-		if syscall.Getrusage(who, &ru) == nil {
-			total += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		}
+// loadAvg is the 1-minute load average, quoted with every figure: the
+// machine is shared.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
 	}
-	return total
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
+}
+
+// rusageCPU is who's user+system CPU (RUSAGE_SELF or RUSAGE_CHILDREN).
+func rusageCPU(who int) time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(who, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // ansible runs an ad-hoc command on every host of the inventory.
@@ -367,4 +415,70 @@ func startOpenSSHSide(ctx context.Context, env *harness.Env, hostKey string, n i
 		return nil, err
 	}
 	return &opensshSide{key: key, nodes: nodes, bastion: bastion, sshConfig: sshConfig}, nil
+}
+
+// p6Profile profiles one fan-out when the hub is hubprof (TBENCH_HUB): the
+// hub's CPU over the run, and this process's (the simulated nodes' SSH
+// servers and tunnels) over the same interval.
+type p6Profile struct {
+	hub    *hubProfiler
+	self   *os.File
+	name   string
+	allocs chan string
+}
+
+// p6ProfileSecs bounds the hub's CPU profile: pprof needs a duration up
+// front, and the fan-out of `true` at 1,000 nodes takes about 10 s.
+const p6ProfileSecs = 12
+
+func startP6Profile(ctx context.Context, b *bench, hub *harness.Hub, n int) *p6Profile {
+	hp := newHubProfiler(hub, b.cache)
+	if hp == nil {
+		return nil
+	}
+	p := &p6Profile{hub: hp, name: fmt.Sprintf("p6-%d-%s", n, time.Now().UTC().Format("150405"))}
+	hp.startCPU(ctx, p6ProfileSecs*time.Second, p.name+"-hub")
+	// The allocations over the same interval: what the hub's GC works for.
+	p.allocs = make(chan string, 1)
+	go func() {
+		f, err := hp.fetch(ctx, fmt.Sprintf("/debug/pprof/allocs?seconds=%d", p6ProfileSecs), p.name+"-hub-allocs.pb.gz")
+		if err != nil {
+			f = ""
+		}
+		p.allocs <- f
+	}()
+	if f, err := os.Create(filepath.Join(hp.dir, p.name+"-tbench-cpu.pb.gz")); err == nil {
+		if pprof.StartCPUProfile(f) == nil {
+			p.self = f
+		} else {
+			f.Close()
+		}
+	}
+	return p
+}
+
+// report adds the profiles' top entries as P6 rows (flat share of the
+// samples).
+func (p *p6Profile) report(ctx context.Context, b *bench, n int) {
+	if p == nil {
+		return
+	}
+	add := func(who, file string) {
+		b.log.Info("P6 CPU profile", "who", who, "file", file)
+		for _, e := range pprofTop(ctx, file, "cpu", 8) {
+			b.report.Add(harness.Row{ID: "P6", What: fmt.Sprintf("%d nodes, %s CPU in %s", n, who, e.fn), Value: fmt.Sprintf("%.1f %%", e.pct),
+				Comment: "flat share of the CPU profile's samples"})
+		}
+	}
+	if p.self != nil {
+		pprof.StopCPUProfile()
+		p.self.Close()
+		add("simulated nodes (tbench)", p.self.Name())
+	}
+	if f := <-p.hub.cpu; f != "" {
+		add("hub", f)
+	}
+	if f := <-p.allocs; f != "" {
+		b.log.Info("P6 hub allocations", "file", f)
+	}
 }

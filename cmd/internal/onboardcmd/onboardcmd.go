@@ -1,20 +1,41 @@
-package main
+// Package onboardcmd is the `tether-edge onboard` command, shared by the
+// agent (tether-edge, which runs the interactive form from its sibling
+// executable) and that sibling (tether-edge-onboard, which has the form).
+package onboardcmd
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 
-	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/tether-dev/tether/cmd/internal/edgecli"
 	"github.com/tether-dev/tether/edge/onboard"
 )
 
-func newOnboardCmd() *cobra.Command {
+// Interactive sets up the interactive onboarding of c, after the flags were
+// checked and a terminal was found: it sets c.Prompter, or runs the
+// onboarding elsewhere (it then does not return).
+type Interactive func(ctx context.Context, c *onboard.Config, accessible bool) error
+
+// Form is the Interactive of an executable built with the form.
+func Form(ctx context.Context, c *onboard.Config, accessible bool) error {
+	c.Prompter = &onboard.Form{Ctx: ctx, Out: os.Stderr, Accessible: accessible || os.Getenv("TERM") == "dumb"}
+	return nil
+}
+
+// EnvAgentExe names, in the sibling's environment, the agent executable
+// that ran it: onboarding installs and starts that one.
+const EnvAgentExe = "TETHER_EDGE_EXE"
+
+// New is the onboard command; interactive runs when --non-interactive is
+// not given.
+func New(interactive Interactive) *edgecli.Command {
 	var (
 		c                        onboard.Config
 		cred, labels, output     string
@@ -22,10 +43,8 @@ func newOnboardCmd() *cobra.Command {
 		accessible               bool
 		root                     string
 	)
-	cmd := &cobra.Command{
-		Use:   "onboard",
-		Short: "Onboard this machine to a hub with an onboarding credential (checks, facts, CA, cloud-init)",
-		Long: `Turn this machine into a node of a hub, run as root on the machine itself.
+	cmd := edgecli.New("onboard", "Onboard this machine to a hub with an onboarding credential (checks, facts, CA, cloud-init)")
+	cmd.Long = `Turn this machine into a node of a hub, run as root on the machine itself.
 
 It checks the prerequisites (root, systemd, a machine UUID, serial, clock
 skew against the hub, free disk, not onboarded already) and prints a table
@@ -52,59 +71,59 @@ ctrl+c) finishes the same node instead of making a second one.
 
 With --non-interactive (required without a terminal) every input comes from
 flags and the environment, with the same checks and the same result; --ca-pin
-is then required.`,
-		Example: `  tether-edge onboard
+is then required.`
+	cmd.Example = `  tether-edge onboard
   tether-edge onboard --hub hub.example:7443 --ca-pin sha256:… --credential @/root/cred \
-      --non-interactive --apply -o json`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if apply && writeOnly {
-				return errors.New("--apply and --write-only exclude each other")
-			}
-			if writeOnly {
-				c.Mode = onboard.ModeWriteOnly
-			}
-			c.AskMode = !apply && !writeOnly
-			if output != "" && output != "json" && output != "text" {
-				return fmt.Errorf("-o %q: want json or text", output)
-			}
-			var err error
-			if c.Credential, err = readCredential(cred); err != nil {
-				return err
-			}
-			if c.Labels, err = onboard.ParseLabels(labels); err != nil {
-				return fmt.Errorf("--labels: %w", err)
-			}
-			if c.Exe, err = os.Executable(); err != nil {
-				return err
-			}
-			c.Machine = onboard.LocalMachine(c.Machine.StateDir)
-			c.Machine.Root = root
-			c.Out = os.Stderr
-			// The environment's proxy is the form's default; --https-proxy wins.
-			env := onboard.ProxyFromEnv(os.Getenv)
-			if !cmd.Flags().Changed("https-proxy") {
-				c.Proxy.HTTPS = env.HTTPS
-			}
-			c.Proxy.HTTP, c.Proxy.NoProxy = env.HTTP, env.NoProxy
-			if !nonInt {
-				if !term.IsTerminal(int(os.Stdin.Fd())) {
-					return errors.New("no terminal to ask on: pass --non-interactive with --hub, --ca-pin and --credential")
-				}
-				c.Prompter = &onboard.Form{Ctx: cmd.Context(), Out: os.Stderr, Accessible: accessible || os.Getenv("TERM") == "dumb"}
-			}
-			res, err := onboard.Run(cmd.Context(), c)
-			if output == "json" {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				_ = enc.Encode(res)
-			} else if err == nil {
-				fmt.Fprintf(os.Stderr, "onboarded as %s (node id %s)\n", res.Name, res.NodeID)
-			}
+      --non-interactive --apply -o json`
+	cmd.Run = func(ctx context.Context, cmd *edgecli.Command, _ []string) error {
+		if apply && writeOnly {
+			return errors.New("--apply and --write-only exclude each other")
+		}
+		if writeOnly {
+			c.Mode = onboard.ModeWriteOnly
+		}
+		c.AskMode = !apply && !writeOnly
+		if output != "" && output != "json" && output != "text" {
+			return fmt.Errorf("-o %q: want json or text", output)
+		}
+		var err error
+		if c.Credential, err = readCredential(cred); err != nil {
 			return err
-		},
+		}
+		if c.Labels, err = onboard.ParseLabels(labels); err != nil {
+			return fmt.Errorf("--labels: %w", err)
+		}
+		if c.Exe, err = agentExe(); err != nil {
+			return err
+		}
+		c.Machine = onboard.LocalMachine(c.Machine.StateDir)
+		c.Machine.Root = root
+		c.Out = os.Stderr
+		// The environment's proxy is the form's default; --https-proxy wins.
+		env := onboard.ProxyFromEnv(os.Getenv)
+		if !cmd.Changed("https-proxy") {
+			c.Proxy.HTTPS = env.HTTPS
+		}
+		c.Proxy.HTTP, c.Proxy.NoProxy = env.HTTP, env.NoProxy
+		if !nonInt {
+			if !term.IsTerminal(int(os.Stdin.Fd())) {
+				return errors.New("no terminal to ask on: pass --non-interactive with --hub, --ca-pin and --credential")
+			}
+			if err := interactive(ctx, &c, accessible); err != nil {
+				return err
+			}
+		}
+		res, err := onboard.Run(ctx, c)
+		if output == "json" {
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(res)
+		} else if err == nil {
+			fmt.Fprintf(os.Stderr, "onboarded as %s (node id %s)\n", res.Name, res.NodeID)
+		}
+		return err
 	}
-	f := cmd.Flags()
+	f := &cmd.Flags
 	f.StringVar(&c.Hub, "hub", os.Getenv("TETHER_HUB"), "hub address HOST[:PORT] (default port 7443; env TETHER_HUB)")
 	f.StringVar(&c.CAPin, "ca-pin", os.Getenv("TETHER_CA_PIN"), "the hub CA's fingerprint sha256:HEX (ca_pin in `tether onboarding create -o json` on the hub); required with --non-interactive (env TETHER_CA_PIN)")
 	f.StringVar(&cred, "credential", "", "onboarding credential: @FILE or the value (default: env TETHER_ONBOARD_CREDENTIAL, which keeps it out of the process list)")
@@ -115,15 +134,32 @@ is then required.`,
 	f.BoolVar(&apply, "apply", false, "apply the cloud-init now and wait until the agent is connected (the default)")
 	f.BoolVar(&writeOnly, "write-only", false, "only write the cloud-init to --cloud-init-dir, for the next boot")
 	f.StringVar(&c.CloudInitDir, "cloud-init-dir", onboard.DefaultSeedDir, "NoCloud seed dir for --write-only")
-	f.StringVar(&c.Machine.StateDir, "state-dir", defaultStateDir(), "the agent's state dir (env TETHER_STATE_DIR)")
+	f.StringVar(&c.Machine.StateDir, "state-dir", edgecli.DefaultStateDir(), "the agent's state dir (env TETHER_STATE_DIR)")
 	f.BoolVar(&c.Force, "force", false, "onboard again although the state dir holds an identity (same key: the hub returns the same node)")
 	f.BoolVar(&nonInt, "non-interactive", false, "take every input from flags and the environment; never prompt")
 	f.BoolVar(&accessible, "accessible", false, "plain line prompts instead of the full-screen form (also when TERM=dumb)")
 	f.DurationVar(&c.Timeout, "timeout", 0, "with --apply: how long to wait for the agent to connect (default 2m)")
 	f.IntVar(&c.Attempts, "attempts", 6, "tries of each network step before giving up (backoff doubles from 1s, capped at 30s)")
-	f.StringVarP(&output, "output", "o", "text", "text or json (the result on stdout; tables and progress on stderr)")
+	f.StringVar(&output, "output", "text", "text or json (the result on stdout; tables and progress on stderr)")
 	f.StringVar(&root, "root", cmp.Or(os.Getenv("TETHER_ONBOARD_ROOT"), "/"), "the machine's root filesystem: facts are read and cloud-init files written under it (for image builds and tests; env TETHER_ONBOARD_ROOT)")
+	cmd.Alias("o", "output")
 	return cmd
+}
+
+// agentExe is the agent executable onboarding installs and starts: this
+// one, or the agent that ran this sibling (EnvAgentExe, an absolute path
+// to a file that exists).
+func agentExe() (string, error) {
+	if p := os.Getenv(EnvAgentExe); p != "" {
+		if !strings.HasPrefix(p, "/") {
+			return "", fmt.Errorf("%s=%q: want the absolute path of tether-edge", EnvAgentExe, p)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s: %w", EnvAgentExe, err)
+		}
+		return p, nil
+	}
+	return os.Executable()
 }
 
 // readCredential takes --credential @FILE or the value, else
