@@ -138,6 +138,12 @@ type hub struct {
 func (h *hub) apiAddr() string { return fmt.Sprintf("127.0.0.1:%d", h.apiPort) }
 func (h *hub) sshAddr() string { return fmt.Sprintf("127.0.0.1:%d", h.sshPort) }
 
+// quickDeadPeer are the earlier liveness defaults (heartbeats every 5 s, a
+// peer silent for 15 s is dead), for tests that kill a hub or an agent
+// without a goodbye and wait for the other side to notice: the defaults'
+// 60 s would outlast their waits.
+var quickDeadPeer = []string{"--keepalive", "5s", "--dead-peer-timeout", "15s"}
+
 func startHub(t *testing.T) *hub {
 	t.Helper()
 	return startHubIn(t, "", 0)
@@ -207,9 +213,12 @@ func (h *hub) nodes() map[string]nodeJSON {
 	return m
 }
 
+// waitOnline waits for node name to read online (over transport, "" for
+// either). 60 s: after a hub was killed and restarted a QUIC agent hears of
+// it only at its next heartbeat (every 20 s by default) and then backs off.
 func (h *hub) waitOnline(name, transport string) {
 	h.t.Helper()
-	waitFor(h.t, name+" online over "+transport, 30*time.Second, func() bool {
+	waitFor(h.t, name+" online over "+transport, 60*time.Second, func() bool {
 		n, ok := h.nodes()[name]
 		return ok && n.Online && (transport == "" || n.Transport == transport)
 	})

@@ -309,7 +309,9 @@ stat -c %a "$DEST" > "$OUT/$TETHER_NODE.mode"
 // gap), the remote processes were killed with the lost connection, and a
 // rerun of the interrupted nodes completes.
 func TestJobsSurviveHubCrash(t *testing.T) {
-	h := startHub(t)
+	// The agents must notice the killed hub (QUIC hears nothing from a
+	// SIGKILL) within the wait for their remote processes below.
+	h := startHubIn(t, "", 0, quickDeadPeer...)
 	join := h.token("--uses", "4")
 	for i := range 4 {
 		startAgent(t, join, fmt.Sprintf("c%d", i), "--ssh", "embedded")

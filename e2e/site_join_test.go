@@ -42,12 +42,6 @@ func (h *hub) sites() map[string]siteJSON {
 // restarts and takes joins while the root is down, and both come back by
 // themselves when it is up again. A node
 // token is refused as --parent with an error that says which token to use.
-// quickDeadPeer are the earlier liveness defaults (heartbeats every 5 s, a
-// peer silent for 15 s is dead), for tests that kill a hub or an agent
-// without a goodbye and wait for the other side to notice: the defaults'
-// 60 s would outlast their waits.
-var quickDeadPeer = []string{"--keepalive", "5s", "--dead-peer-timeout", "15s"}
-
 func TestSiteJoin(t *testing.T) {
 	root := startHubIn(t, "", 0, append([]string{"--site-status-interval", "1s"}, quickDeadPeer...)...)
 
