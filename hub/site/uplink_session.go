@@ -28,10 +28,16 @@ type uplinkSession struct {
 }
 
 func (s *uplinkSession) send(m *control.Message) error {
+	return s.write(func(w io.Writer) error { return control.Write(w, m) })
+}
+
+// write runs f on the control stream under the send lock and a write
+// deadline; heartbeats go through it pre-encoded (control.WriteHeartbeat).
+func (s *uplinkSession) write(f func(io.Writer) error) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	_ = s.ctrl.SetWriteDeadline(time.Now().Add(sendTimeout))
-	return control.Write(s.ctrl, m)
+	return f(s.ctrl)
 }
 
 // runOnce makes one session and serves it until it ends.
@@ -176,7 +182,7 @@ func (s *uplinkSession) heartbeat(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := s.send(&control.Message{Type: control.TypeHeartbeat}); err != nil {
+			if err := s.write(control.WriteHeartbeat); err != nil {
 				s.tun.Close()
 				return
 			}
