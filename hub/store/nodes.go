@@ -150,11 +150,7 @@ func scanNode(r scanner) (Node, error) {
 }
 
 func (s *SQLite) getNode(ctx context.Context, where, arg string) (Node, error) {
-	st, err := s.prepared(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE `+where+` = ?`)
-	if err != nil {
-		return Node{}, fmt.Errorf("store: node %q: %w", arg, err)
-	}
-	n, err := scanNode(st.QueryRowContext(ctx, arg))
+	n, err := scanNode(s.hot().QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE `+where+` = ?`, arg))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Node{}, fmt.Errorf("store: node %q: %w", arg, ErrNotFound)
 	}
@@ -190,20 +186,6 @@ func (s *SQLite) ListNodes(ctx context.Context) ([]Node, error) {
 		out = append(out, n)
 	}
 	return out, rows.Err()
-}
-
-// UpdateNodeSeen implements Store.
-func (s *SQLite) UpdateNodeSeen(ctx context.Context, id string, st Seen) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET online = ?, transport = CASE WHEN ? = '' THEN transport ELSE ? END,
-		agent_version = CASE WHEN ? = '' THEN agent_version ELSE ? END, last_seen = ? WHERE id = ?`,
-		st.Online, st.Transport, st.Transport, st.AgentVersion, st.AgentVersion, unix(st.At), id)
-	if err != nil {
-		return fmt.Errorf("store: update node %s: %w", id, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("store: node %s: %w", id, ErrNotFound)
-	}
-	return nil
 }
 
 // MarkAllOffline implements Store.
@@ -328,7 +310,7 @@ func (s *SQLite) LabelNodes(ctx context.Context, ids []string, c LabelChange, ch
 
 // SetReportedLabels implements Store.
 func (s *SQLite) SetReportedLabels(ctx context.Context, id string, labels map[string]string) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET reported_labels = ? WHERE id = ?`, encodeLabels(labels), id)
+	res, err := s.hot().ExecContext(ctx, `UPDATE nodes SET reported_labels = ? WHERE id = ?`, encodeLabels(labels), id)
 	if err != nil {
 		return fmt.Errorf("store: node %s reported labels: %w", id, err)
 	}
@@ -344,7 +326,7 @@ func (s *SQLite) SetNodeFacts(ctx context.Context, id string, facts control.Fact
 	if err != nil {
 		return fmt.Errorf("store: node %s facts: %w", id, err)
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET facts = ? WHERE id = ?`, string(b), id)
+	res, err := s.hot().ExecContext(ctx, `UPDATE nodes SET facts = ? WHERE id = ?`, string(b), id)
 	if err != nil {
 		return fmt.Errorf("store: node %s facts: %w", id, err)
 	}

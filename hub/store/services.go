@@ -152,7 +152,7 @@ func (s *SQLite) GetService(ctx context.Context, name string) (Service, error) {
 
 // ListServices implements ServiceStore.
 func (s *SQLite) ListServices(ctx context.Context) ([]Service, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, origin, target, port, generation, created_by, created_at, updated_at FROM services ORDER BY name`)
+	rows, err := s.hot().QueryContext(ctx, `SELECT name, origin, target, port, generation, created_by, created_at, updated_at FROM services ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list services: %w", err)
 	}
@@ -172,7 +172,7 @@ func (s *SQLite) ListServices(ctx context.Context) ([]Service, error) {
 		return nil, fmt.Errorf("store: list services: %w", err)
 	}
 	rows.Close()
-	bs, err := listBindings(ctx, s.db, "")
+	bs, err := listBindings(ctx, s.hot(), "")
 	if err != nil {
 		return nil, err
 	}

@@ -114,7 +114,7 @@ func insertSiteTx(ctx context.Context, tx *sql.Tx, n Node) error {
 
 // GetSite implements SiteStore.
 func (s *DB) GetSite(ctx context.Context, nodeID string) (Site, error) {
-	st, err := scanSite(s.db.QueryRowContext(ctx, `SELECT `+siteColumns+` FROM sites WHERE node_id = ?`, nodeID))
+	st, err := scanSite(s.hot().QueryRowContext(ctx, `SELECT `+siteColumns+` FROM sites WHERE node_id = ?`, nodeID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Site{}, fmt.Errorf("store: site %s: %w", nodeID, ErrNotFound)
 	}

@@ -204,7 +204,7 @@ func (s *SQLite) GetUpgrade(ctx context.Context, name string) (Upgrade, error) {
 
 // ListUpgrades implements UpgradeStore.
 func (s *SQLite) ListUpgrades(ctx context.Context) ([]Upgrade, error) {
-	rows, err := s.db.QueryContext(ctx, upgradeSelect+` ORDER BY created_at DESC, name`)
+	rows, err := s.hot().QueryContext(ctx, upgradeSelect+` ORDER BY created_at DESC, name`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list upgrades: %w", err)
 	}
@@ -252,7 +252,7 @@ func (s *SQLite) PutUpgradeNode(ctx context.Context, n UpgradeNode) error {
 const upgradeNodeSelect = `SELECT upgrade, node_id, node, batch, step, reason, from_version, confirmed_by, history, job_id, started_at, updated_at FROM upgrade_nodes`
 
 func (s *SQLite) listUpgradeNodes(ctx context.Context, where string, arg string) ([]UpgradeNode, error) {
-	rows, err := s.db.QueryContext(ctx, upgradeNodeSelect+` WHERE `+where+` ORDER BY batch, node`, arg)
+	rows, err := s.hot().QueryContext(ctx, upgradeNodeSelect+` WHERE `+where+` ORDER BY batch, node`, arg)
 	if err != nil {
 		return nil, fmt.Errorf("store: upgrade nodes: %w", err)
 	}
