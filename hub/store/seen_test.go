@@ -18,13 +18,8 @@ func TestSeenGroupCommit(t *testing.T) {
 		ctx := context.Background()
 		s := openTest(t)
 		const nodes = 40
-		if err := s.CreateToken(ctx, Token{ID: "a", SecretHash: []byte("h"), UsesLeft: nodes, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
-			t.Fatal(err)
-		}
 		for i := range nodes {
-			if _, err := s.Join(ctx, "a", accept, Node{ID: fmt.Sprint("id", i), Name: fmt.Sprint("n", i)}); err != nil {
-				t.Fatal(err)
-			}
+			addNode(t, s, fmt.Sprint("id", i), fmt.Sprint("n", i))
 		}
 		at := time.Now().Truncate(time.Second)
 
