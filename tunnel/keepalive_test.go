@@ -118,7 +118,8 @@ func (c *cutConn) Close() error {
 // (which replaces the pings) the sessions live on for many IdleTimeouts;
 // then the link is cut silently, and each side must end its session no
 // later than IdleTimeout after it last heard its peer. It fails if the
-// keepalive schedule lets a dead peer live longer.
+// keepalive schedule lets a dead peer live longer, or if a session that
+// hears its peer every interval is woken by its keepalive timer.
 //
 // The fake clock runs in a child process of the test binary: yamux keeps
 // timers in a global sync.Pool, and a timer made inside a synctest bubble
@@ -239,6 +240,16 @@ func deadPeerOnFakeClock(t *testing.T, name string, c *Config, traffic bool, fra
 	case <-agent.Done():
 		t.Fatalf("%s: agent session ended while its peer was alive", name)
 	default:
+	}
+	// Reads push the keepalive timer: a session that hears its peer every
+	// interval is never woken by it (at 10k idle sessions those wake-ups
+	// were as many as the heartbeats).
+	if traffic {
+		for _, s := range []*yamuxSession{hub, agent} {
+			if n := s.timerFired.Load(); n != 0 {
+				t.Errorf("%s: the keepalive timer fired %d times in %v of heartbeats every %v; want 0", name, n, 5*cfg.IdleTimeout, cfg.KeepAliveInterval)
+			}
+		}
 	}
 
 	// Both ends last heard each other no later than now. On a half-open

@@ -46,6 +46,8 @@ type yamuxSession struct {
 	closed bool           // Close was called; spawn no more goroutines
 	wg     sync.WaitGroup // open helpers and stream drainers, waited by Close
 	ping   *time.Timer    // next keepalive ping
+
+	timerFired atomic.Uint32 // how often ping fired (tests: a session that hears its peer is never woken)
 }
 
 var _ Session = (*yamuxSession)(nil)
@@ -78,6 +80,7 @@ func newYamuxSession(tc *tls.Conn, cfg *Config, server bool, log *slog.Logger) (
 		log:       log,
 	}
 	s.ping = time.AfterFunc(s.keepAlive, s.sendPing)
+	hc.keepAlive(s.ping, s.keepAlive)
 	return s, nil
 }
 
@@ -85,11 +88,14 @@ func newYamuxSession(tc *tls.Conn, cfg *Config, server bool, log *slog.Logger) (
 // keepAliveAfter, a ping that must be answered within keepAliveWait (yamux's
 // ConnectionWriteTimeout, which bounds Ping), or the session is closed, as
 // yamux's own keepalive loop does. A session that hears from its peer anyway
-// (heartbeats, streams) sends no pings: the timer is pushed to
-// keepAliveAfter past the last read, so the peer's last word plus
-// IdleTimeout still bounds when a dead peer is found. It runs from a timer,
-// so an idle session holds no goroutine for it.
+// (heartbeats, streams) sends no pings: reads push the timer to
+// keepAliveAfter past them (hookConn.Read), so it fires only after silence,
+// and should it fire early it re-arms for keepAliveAfter past the last
+// read: the peer's last word plus IdleTimeout still bounds when a dead peer
+// is found. It runs from a timer, so an idle session holds no goroutine for
+// it.
 func (s *yamuxSession) sendPing() {
+	s.timerFired.Add(1)
 	s.mu.Lock()
 	if s.closed || s.mux.IsClosed() {
 		s.mu.Unlock()
@@ -250,6 +256,24 @@ type hookConn struct {
 	cancel   context.CancelFunc
 	readErr  atomic.Pointer[error]
 	lastRead atomic.Int64 // monotonic nanoseconds since epoch of the last read with data
+
+	// The session's keepalive timer, pushed to after (keepAliveAfter) past
+	// a read at most every pushEvery (after/8), so that a session that
+	// hears its peer every heartbeat interval never wakes the process for
+	// its timer: a push costs a timer update, a firing a wake-up and a
+	// goroutine, and at 10k idle sessions the firings (one per session per
+	// heartbeat interval) were as many wake-ups as the heartbeats.
+	ping      atomic.Pointer[time.Timer]
+	after     time.Duration
+	pushEvery time.Duration
+	pushed    atomic.Int64 // lastRead when ping was last pushed
+}
+
+// keepAlive makes reads push t to after past them (see hookConn.ping).
+func (c *hookConn) keepAlive(t *time.Timer, after time.Duration) {
+	c.after, c.pushEvery = after, after/8
+	c.pushed.Store(int64(time.Since(epoch) - c.pushEvery)) // the next read pushes
+	c.ping.Store(t)
 }
 
 // epoch is the origin of hookConn.lastRead: time.Since on it is monotonic.
@@ -265,7 +289,12 @@ func newHookConn(c net.Conn) *hookConn {
 func (c *hookConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
-		c.lastRead.Store(int64(time.Since(epoch)))
+		now := int64(time.Since(epoch))
+		c.lastRead.Store(now)
+		if t := c.ping.Load(); t != nil && now-c.pushed.Load() >= int64(c.pushEvery) && c.ctx.Err() == nil {
+			c.pushed.Store(now)
+			t.Reset(c.after)
+		}
 	}
 	if err != nil {
 		c.readErr.CompareAndSwap(nil, &err)

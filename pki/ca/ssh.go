@@ -137,15 +137,13 @@ func (c *SSHCA) TrustedKeys() []ssh.PublicKey {
 // provisioning client key).
 func (c *SSHCA) Signer() ssh.Signer { return c.signer }
 
-// hostTemplate and userTemplate fix type, key id and principals from the
-// template data only: nothing a requester says is copied into a certificate.
-const sshTemplate = `{
-	"type": {{ toJson .Type }},
-	"keyId": {{ toJson .KeyID }},
-	"principals": {{ toJson .Principals }},
-	"extensions": {{ toJson .Extensions }}
-}`
-
+// sign certifies pub. Type, key id and principals come from the caller and
+// the extensions are smallstep's defaults for the type (none for hosts):
+// nothing a requester says is copied into a certificate. The certificate is
+// built as sshutil's own template would build it (type, key id,
+// principals, extensions; TestSSHCertMatchesTemplate) without rendering and
+// decoding that template on every call: a hub restart has every node's host
+// certificate signed at once, and the template was most of each signature.
 func (c *SSHCA) sign(ct sshutil.CertType, pub ssh.PublicKey, keyID string, principals []string, ttl time.Duration) (*ssh.Certificate, error) {
 	if pub == nil {
 		return nil, errors.New("ca: ssh certificate: no public key")
@@ -156,11 +154,7 @@ func (c *SSHCA) sign(ct sshutil.CertType, pub ssh.PublicKey, keyID string, princ
 	if len(principals) == 0 {
 		return nil, errors.New("ca: ssh certificate: no principals")
 	}
-	data := sshutil.CreateTemplateData(ct, keyID, principals)
-	tmpl, err := sshutil.NewCertificate(sshutil.CertificateRequest{Key: pub}, sshutil.WithTemplate(sshTemplate, data))
-	if err != nil {
-		return nil, fmt.Errorf("ca: ssh certificate template for %q: %w", keyID, err)
-	}
+	tmpl := sshutil.Certificate{Key: pub, Type: ct, KeyID: keyID, Principals: principals, Extensions: defaultExtensions(ct)}
 	cert := tmpl.GetCertificate()
 	now := time.Now()
 	cert.ValidAfter = uint64(now.Add(-sshClockSkew).Unix())
@@ -170,6 +164,21 @@ func (c *SSHCA) sign(ct sshutil.CertType, pub ssh.PublicKey, keyID string, princ
 		return nil, fmt.Errorf("ca: sign ssh certificate for %q: %w", keyID, err)
 	}
 	return signed, nil
+}
+
+// defaultExtensions are sshutil.DefaultExtensions(ct) as certificate
+// extensions (all of them flags: empty values).
+func defaultExtensions(ct sshutil.CertType) map[string]string {
+	ext := sshutil.DefaultExtensions(ct)
+	if len(ext) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(ext))
+	for k, v := range ext {
+		s, _ := v.(string)
+		out[k] = s
+	}
+	return out
 }
 
 // SignHost certifies a host key for the given host names.

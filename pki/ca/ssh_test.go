@@ -1,12 +1,16 @@
 package ca
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
+	"maps"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
+	"go.step.sm/crypto/sshutil"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -86,5 +90,68 @@ func TestSSHCARotation(t *testing.T) {
 	done, _ := LoadOrCreateSSH(dir, SSHUserCAFile)
 	if len(done.TrustedKeys()) != 1 || string(done.PublicKey().Marshal()) != string(rotated.PublicKey().Marshal()) {
 		t.Fatal("after finishing, only the new key should be trusted")
+	}
+}
+
+// TestSSHCertMatchesTemplate: the certificates the CA builds directly carry
+// what smallstep's template for them renders (type, key id, principals,
+// extensions, critical options, key), for both kinds; only nonce, serial,
+// validity and signature are per signature.
+func TestSSHCertMatchesTemplate(t *testing.T) {
+	const template = `{
+	"type": {{ toJson .Type }},
+	"keyId": {{ toJson .KeyID }},
+	"principals": {{ toJson .Principals }},
+	"extensions": {{ toJson .Extensions }}
+}`
+	ca, err := LoadOrCreateSSH(t.TempDir(), SSHHostCAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ct         sshutil.CertType
+		keyID      string
+		principals []string
+	}{
+		{sshutil.HostCert, "node n1 0123", []string{"n1", "n1.tether", "n1.eu.fra", "n1.eu.fra.tether"}},
+		{sshutil.UserCert, "operator alice", []string{"root", "alice"}},
+	} {
+		key := testKey(t)
+		want, err := sshutil.NewCertificate(sshutil.CertificateRequest{Key: key},
+			sshutil.WithTemplate(template, sshutil.CreateTemplateData(tc.ct, tc.keyID, tc.principals)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := want.GetCertificate()
+		got, err := ca.sign(tc.ct, key, tc.keyID, tc.principals, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.CertType != w.CertType || got.KeyId != w.KeyId || !slices.Equal(got.ValidPrincipals, w.ValidPrincipals) ||
+			!maps.Equal(got.Extensions, w.Extensions) || !maps.Equal(got.CriticalOptions, w.CriticalOptions) ||
+			!bytes.Equal(got.Key.Marshal(), w.Key.Marshal()) {
+			t.Errorf("%v certificate differs from the template's:\n got type %d id %q principals %q ext %v crit %v\nwant type %d id %q principals %q ext %v crit %v",
+				tc.ct, got.CertType, got.KeyId, got.ValidPrincipals, got.Extensions, got.CriticalOptions,
+				w.CertType, w.KeyId, w.ValidPrincipals, w.Extensions, w.CriticalOptions)
+		}
+		if tc.ct == sshutil.UserCert && len(got.Extensions) == 0 {
+			t.Error("user certificate without the default permit-* extensions")
+		}
+	}
+}
+
+// BenchmarkSignHost is what a reconnecting node's host certificate costs
+// the hub.
+func BenchmarkSignHost(b *testing.B) {
+	t := &testing.T{}
+	ca, err := LoadOrCreateSSH(b.TempDir(), SSHHostCAFile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	key := testKey(t)
+	for b.Loop() {
+		if _, err := ca.SignHost(key, "node n1 0123", []string{"n1", "n1.tether"}, time.Hour); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
