@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"sync"
 	"syscall"
 	"time"
@@ -232,6 +233,24 @@ type procState struct {
 	// in the session be killed when it ends, not only hung up.
 	killOnEnd bool
 }
+
+// hangupReachesSessions makes the processes of sessions start with SIGHUP at
+// its default, as under sshd, so that a session's end (SIGHUP to its
+// process group) ends its plain background jobs. An agent started with
+// SIGHUP ignored (nohup, some supervisors) would otherwise pass that on
+// through exec, and every background job would outlive its session. A
+// handler of the agent's own is reset to the default by exec instead. The
+// agent keeps ignoring hangups itself: nothing reads the channel, and a
+// signal that finds it full is dropped.
+func hangupReachesSessions() {
+	hangupOnce.Do(func() {
+		if signal.Ignored(syscall.SIGHUP) {
+			signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+		}
+	})
+}
+
+var hangupOnce sync.Once
 
 // KillOnEndRequest is the session request ("want reply" optional, no
 // payload) by which a client asks that, when the session ends, everything

@@ -150,6 +150,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	hangupReachesSessions()
 	if cfg.Shell == "" {
 		var why string
 		cfg.Shell, why = defaultShell()

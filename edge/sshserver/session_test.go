@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -314,7 +315,38 @@ func TestIdleTimeout(t *testing.T) {
 	}
 }
 
-func TestBackgroundJobsKilledWhenSessionEnds(t *testing.T) {
+func TestBackgroundJobsKilledWhenSessionEnds(t *testing.T) { backgroundJobKilled(t) }
+
+// underNohupEnv marks the child process of TestSessionsHangUpUnderNohup.
+const underNohupEnv = "SSHSERVER_TEST_UNDER_NOHUP"
+
+// TestSessionsHangUpUnderNohup: an agent started with SIGHUP ignored (here
+// the test binary, run again under nohup) still hangs up a session's plain
+// background jobs when the session ends, as sshd does. Without
+// hangupReachesSessions the ignored SIGHUP passes through exec and the job
+// outlives its session.
+func TestSessionsHangUpUnderNohup(t *testing.T) {
+	if os.Getenv(underNohupEnv) == "" {
+		nohup, err := exec.LookPath("nohup")
+		if err != nil {
+			t.Skip("nohup (coreutils) not installed")
+		}
+		cmd := exec.CommandContext(t.Context(), nohup, os.Args[0], "-test.run=^TestSessionsHangUpUnderNohup$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), underNohupEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		t.Logf("child under nohup:\n%s", out)
+		if err != nil {
+			t.Fatalf("child under nohup failed: %v", err)
+		}
+		return
+	}
+	if !signal.Ignored(syscall.SIGHUP) {
+		t.Fatal("the child does not start with SIGHUP ignored: the test would prove nothing")
+	}
+	backgroundJobKilled(t)
+}
+
+func backgroundJobKilled(t *testing.T) {
 	e := newTestEnv(t)
 	pidFile := filepath.Join(e.dir, "bg.pid")
 	// The background sleep does not hold stdout, so the session ends when
