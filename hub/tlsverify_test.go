@@ -20,7 +20,7 @@ type testCA struct {
 var testSerial int64
 
 // issueTestCert signs tmpl with parent (nil: self-signed).
-func issueTestCert(t *testing.T, tmpl *x509.Certificate, parent *testCA) *testCA {
+func issueTestCert(t testing.TB, tmpl *x509.Certificate, parent *testCA) *testCA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -133,11 +133,10 @@ func TestIssuerAnchorsAgreeWithFullVerification(t *testing.T) {
 // BenchmarkVerifyNodeChain: a node's chain through the full verification
 // (two signatures) and through a remembered issuer (one).
 func BenchmarkVerifyNodeChain(b *testing.B) {
-	t := &testing.T{}
 	now := time.Now()
-	root := issueTestCert(t, caTemplate("root", now.Add(-time.Hour), now.Add(time.Hour*24*365)), nil)
-	inter := issueTestCert(t, caTemplate("intermediate", now.Add(-time.Hour), now.Add(time.Hour*24*365)), root)
-	leaf := issueTestCert(t, leafTemplate("node", now.Add(-time.Minute), now.Add(time.Hour), x509.ExtKeyUsageClientAuth), inter)
+	root := issueTestCert(b, caTemplate("root", now.Add(-time.Hour), now.Add(time.Hour*24*365)), nil)
+	inter := issueTestCert(b, caTemplate("intermediate", now.Add(-time.Hour), now.Add(time.Hour*24*365)), root)
+	leaf := issueTestCert(b, leafTemplate("node", now.Add(-time.Minute), now.Add(time.Hour), x509.ExtKeyUsageClientAuth), inter)
 	roots := x509.NewCertPool()
 	roots.AddCert(root.cert)
 	chain := []*x509.Certificate{leaf.cert, inter.cert}

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-func testKey(t *testing.T) ssh.PublicKey {
+func testKey(t testing.TB) ssh.PublicKey {
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
 	k, err := ssh.NewPublicKey(pub)
 	if err != nil {
@@ -143,12 +143,11 @@ func TestSSHCertMatchesTemplate(t *testing.T) {
 // BenchmarkSignHost is what a reconnecting node's host certificate costs
 // the hub.
 func BenchmarkSignHost(b *testing.B) {
-	t := &testing.T{}
 	ca, err := LoadOrCreateSSH(b.TempDir(), SSHHostCAFile)
 	if err != nil {
 		b.Fatal(err)
 	}
-	key := testKey(t)
+	key := testKey(b)
 	for b.Loop() {
 		if _, err := ca.SignHost(key, "node n1 0123", []string{"n1", "n1.tether"}, time.Hour); err != nil {
 			b.Fatal(err)
