@@ -45,10 +45,29 @@ func (s *Server) applyAccessChange(ctx context.Context) {
 		return
 	}
 	s.endWithdrawnJumps(ctx)
-	select {
-	case s.pushKick <- struct{}{}:
-	default: // a round is already due; it will read the newest snapshot
+	s.kickPush() // if a round is already due, it reads the newest snapshot
+}
+
+// resyncAccess is the change feed's periodic full re-read (in case a
+// change from another replica was missed). Live jumps are re-checked as
+// after any change: they also depend on node rows the snapshot does not
+// hold. A push round starts only if the re-read snapshot differs from the
+// current one, which every earlier change already pushed: an unchanged
+// round still builds and hashes every node's messages, 0.4 s of CPU every
+// 30 s at 10,000 idle nodes. It reports whether a round was asked for.
+func (s *Server) resyncAccess(ctx context.Context) bool {
+	before := s.door.Snapshot()
+	snap, err := s.door.Reload(ctx)
+	if err != nil {
+		s.log.Error("access re-read failed", "err", err)
+		return false
 	}
+	s.endWithdrawnJumps(ctx)
+	if snap.Same(before) {
+		return false
+	}
+	s.kickPush()
+	return true
 }
 
 // runPusher pushes access state after changes until ctx ends. Changes that

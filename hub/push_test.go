@@ -13,6 +13,7 @@ import (
 
 	"github.com/tether-dev/tether/edge"
 	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
 )
@@ -132,5 +133,32 @@ func TestAccessChangePushesOnlyWhatChanged(t *testing.T) {
 	}
 	if k, tr := munich.counts(); k != 1 || tr != 2 {
 		t.Errorf("munich got %d key and %d trust pushes, want 1 (connect) and 2 (connect, its role): the berlin changes reached it", k, tr)
+	}
+}
+
+// TestResyncPushesOnlyAfterAChange: the change feed's periodic re-read
+// starts no push round when the stored access is what the nodes already
+// have, and does start one when it finds a change the hub was not told of
+// (another replica's notice lost), which then reaches the node.
+func TestResyncPushesOnlyAfterAChange(t *testing.T) {
+	s, c := testHub(t)
+	ctx := context.Background()
+	berlin := connectRecording(t, c, "berlin-1", map[string]string{"site": "berlin"})
+	if s.resyncAccess(ctx) {
+		t.Fatal("a re-read with nothing changed asked for a push round")
+	}
+	// Behind the hub's back, as another replica would write it.
+	if err := s.store.PutRole(ctx, store.Role{Name: "berlin-ops", Nodes: "site=berlin", Logins: []string{"ops"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.resyncAccess(ctx) {
+		t.Fatal("a re-read that found a new role asked for no push round")
+	}
+	waitFor(t, "berlin's principals for the role found by the re-read", func() bool { _, tr := berlin.counts(); return tr == 2 })
+	if _, trust := berlin.last(); len(trust.Principals["ops"]) != 1 {
+		t.Errorf("berlin's principals after the re-read: %v", trust.Principals)
+	}
+	if s.resyncAccess(ctx) {
+		t.Error("a second re-read of the same change asked for another push round")
 	}
 }

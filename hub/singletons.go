@@ -89,7 +89,7 @@ func (s *Server) startReplication(ctx context.Context, lead func(ctx context.Con
 		return nil, err
 	}
 	if r.feed, err = notify.New(notify.Config{Store: s.store, Origin: s.replicaID, Nudger: s.nudger,
-		Apply: r.apply, Resync: func(ctx context.Context) { s.applyAccessChange(ctx) }, Logger: log}); err != nil {
+		Apply: r.apply, Resync: func(ctx context.Context) { s.resyncAccess(ctx) }, Logger: log}); err != nil {
 		return nil, err
 	}
 	s.feed, s.repl = r.feed, r

@@ -2,6 +2,9 @@ package access
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
 	"log/slog"
 	"slices"
 	"strings"
@@ -9,6 +12,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/roles"
+	"github.com/tether-dev/tether/hub/store"
 )
 
 // Snapshot is an immutable view of who may do what: operators with their
@@ -27,6 +31,51 @@ type Snapshot struct {
 	// kubeoneByNode the identity each member node ID belongs to.
 	kubeone       map[string]*KubeOneIdentity
 	kubeoneByNode map[string]*KubeOneIdentity
+
+	// stored is a digest of the store rows the snapshot was built from
+	// (see Same).
+	stored [sha256.Size]byte
+}
+
+// Same reports whether s and o were built from the same stored state, so
+// that nothing decided from one can differ when decided from the other. A
+// periodic re-read that finds nothing changed then costs no work per node.
+func (s *Snapshot) Same(o *Snapshot) bool {
+	return s != nil && o != nil && s.stored == o.stored
+}
+
+// kubeOneGrants is what a snapshot takes from the KubeOne clusters: not
+// their status or their members' node rows, which change while nothing
+// granted does.
+func kubeOneGrants(clusters []store.KubeOneCluster) [][]string {
+	g := make([][]string, 0, len(clusters))
+	for _, c := range clusters {
+		row := []string{c.Name, c.ID, c.Login, c.PublicKey}
+		for _, m := range c.Members {
+			row = append(row, m.NodeID)
+		}
+		g = append(g, row)
+	}
+	return g
+}
+
+// digestRows hashes what load read. Rows are plain data with sorted JSON
+// map keys, so equal rows give equal digests; a row that cannot be encoded
+// (none can today) gives a digest of its own, so it is never taken as
+// unchanged.
+func digestRows(rows ...any) [sha256.Size]byte {
+	h := sha256.New()
+	enc := json.NewEncoder(h)
+	for _, r := range rows {
+		if err := enc.Encode(r); err != nil {
+			var unique [sha256.Size]byte
+			_, _ = rand.Read(unique[:])
+			return unique
+		}
+	}
+	var d [sha256.Size]byte
+	h.Sum(d[:0])
+	return d
 }
 
 // KubeOneIdentity is a KubeOne cluster's SSH identity as decisions see it:
@@ -71,7 +120,8 @@ func load(ctx context.Context, st Store, gen uint64, provisionLogin string, log 
 		return nil, err
 	}
 	s := &Snapshot{Generation: gen, operators: make(map[string]*Operator, len(ops)), revoked: revoked, provisionLogin: provisionLogin,
-		kubeone: make(map[string]*KubeOneIdentity, len(clusters)), kubeoneByNode: map[string]*KubeOneIdentity{}}
+		kubeone: make(map[string]*KubeOneIdentity, len(clusters)), kubeoneByNode: map[string]*KubeOneIdentity{},
+		stored: digestRows(ops, rs, revoked, kubeOneGrants(clusters), provisionLogin)}
 	for _, c := range clusters {
 		k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(c.PublicKey))
 		if err != nil {
