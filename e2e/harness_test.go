@@ -138,10 +138,12 @@ type hub struct {
 func (h *hub) apiAddr() string { return fmt.Sprintf("127.0.0.1:%d", h.apiPort) }
 func (h *hub) sshAddr() string { return fmt.Sprintf("127.0.0.1:%d", h.sshPort) }
 
-// quickDeadPeer are the earlier liveness defaults (heartbeats every 5 s, a
+// quickDeadPeer are the earlier liveness defaults (keepalives every 5 s, a
 // peer silent for 15 s is dead), for tests that kill a hub or an agent
 // without a goodbye and wait for the other side to notice: the defaults'
-// 60 s would outlast their waits.
+// 60 s would outlast their waits. A test that waits for agents to notice a
+// killed hub gives them to the agents too: agents ping, and on QUIC their
+// own timeout decides when they give a silent hub up.
 var quickDeadPeer = []string{"--keepalive", "5s", "--dead-peer-timeout", "15s"}
 
 func startHub(t *testing.T) *hub {

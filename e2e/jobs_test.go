@@ -310,11 +310,13 @@ stat -c %a "$DEST" > "$OUT/$TETHER_NODE.mode"
 // rerun of the interrupted nodes completes.
 func TestJobsSurviveHubCrash(t *testing.T) {
 	// The agents must notice the killed hub (QUIC hears nothing from a
-	// SIGKILL) within the wait for their remote processes below.
+	// SIGKILL) within the wait for their remote processes below: it is
+	// their own dead-peer timeout that counts, so they run with the
+	// shorter one too.
 	h := startHubIn(t, "", 0, quickDeadPeer...)
 	join := h.token("--uses", "4")
 	for i := range 4 {
-		startAgent(t, join, fmt.Sprintf("c%d", i), "--ssh", "embedded")
+		startAgent(t, join, fmt.Sprintf("c%d", i), append([]string{"--ssh", "embedded"}, quickDeadPeer...)...)
 	}
 	for i := range 4 {
 		h.waitOnline(fmt.Sprintf("c%d", i), "")

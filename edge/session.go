@@ -166,7 +166,7 @@ func (a *Agent) newSession(tun tunnel.Session, addr string) *session {
 // hello is what the agent announces on a new session.
 func (s *session) hello() *control.Message {
 	a := s.a
-	caps := []string{control.CapTCP, control.CapHeartbeat, control.CapServiceConnect}
+	caps := []string{control.CapTCP, control.CapHeartbeat, control.CapServiceConnect, control.CapTransportLiveness}
 	up := a.upgradeSupport()
 	if up != nil {
 		caps = append(caps, control.CapUpgrade)
@@ -255,7 +255,7 @@ func (s *session) serve(ctx context.Context, live control.Liveness) (next *moved
 
 	renewed := make(chan struct{}, 1)
 	s.binds = newServiceBinder(sctx, s.tun.OpenStream, s.log)
-	wg.Add(4)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		<-sctx.Done()
@@ -270,10 +270,9 @@ func (s *session) serve(ctx context.Context, live control.Liveness) (next *moved
 		defer wg.Done()
 		s.a.renewLoop(rctx, s.send, renewed, s.log)
 	}()
-	go func() {
-		defer wg.Done()
-		s.heartbeat(sctx, live.Every)
-	}()
+	if !live.Transport { // else the transport's keepalives carry liveness
+		wg.Go(func() { s.heartbeat(sctx, live.Every) })
+	}
 	ctlErr := make(chan error, 1)
 	wg.Go(func() {
 		ctlErr <- s.readControl(live.Deadline, renewed)

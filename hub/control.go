@@ -46,7 +46,11 @@ func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunn
 		// silent for live.Deadline is gone, or its link is half-open: close
 		// the session explicitly, before the transport's idle timeout would
 		// end it silently, so the agent hears of it if its side still works.
-		_ = ctrl.SetReadDeadline(time.Now().Add(live.Deadline))
+		// A TransportLive agent sends no heartbeats: its transport ends a
+		// session whose agent fell silent.
+		if !conn.TransportLive {
+			_ = ctrl.SetReadDeadline(time.Now().Add(live.Deadline))
+		}
 		msg, err := control.Read(ctrl)
 		if isTimeout(err) {
 			log.Warn("no heartbeat from the node; closing its session", "silent_for", live.Deadline)

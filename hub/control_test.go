@@ -2,19 +2,23 @@ package hub
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // TestHeartbeatAnswered: the hub heartbeats an agent that takes heartbeats
 // once at the welcome and then once per heartbeat the agent sends (no timer
-// of its own), and never heartbeats an agent without the capability.
+// of its own), and never heartbeats an agent without the capability, nor
+// one whose liveness is the transport's. Every welcome offers the latter.
 func TestHeartbeatAnswered(t *testing.T) {
 	_, c := testHub(t)
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		name  string
 		caps  []string
 		beats int // heartbeats the agent sends
@@ -22,9 +26,10 @@ func TestHeartbeatAnswered(t *testing.T) {
 	}{
 		{"takes heartbeats", []string{control.CapHeartbeat}, 3, 4},
 		{"no capability", nil, 3, 0},
+		{"transport liveness", []string{control.CapHeartbeat, control.CapTransportLiveness}, 3, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			name := "hb-" + map[bool]string{true: "cap", false: "nocap"}[tc.caps != nil]
+			name := fmt.Sprintf("hb-%d", i)
 			id := joinNode(t, c, name)
 			sess := dialAs(t, id, tunnel.TransportTCP)
 			ctrl, err := sess.OpenStream(context.Background())
@@ -38,6 +43,8 @@ func TestHeartbeatAnswered(t *testing.T) {
 			}
 			if m, err := control.Read(ctrl); err != nil || m.Type != control.TypeWelcome {
 				t.Fatalf("welcome: %v %v", m, err)
+			} else if !slices.Contains(m.Welcome.Capabilities, control.HubCapTransportLiveness) {
+				t.Errorf("welcome capabilities %q lack %q", m.Welcome.Capabilities, control.HubCapTransportLiveness)
 			}
 			for range tc.beats {
 				if err := control.Write(ctrl, &control.Message{Type: control.TypeHeartbeat}); err != nil {
@@ -68,6 +75,73 @@ func TestHeartbeatAnswered(t *testing.T) {
 						t.Fatal("hub heartbeat to an agent that does not take them")
 					}
 				}
+			}
+		})
+	}
+}
+
+// TestTransportLivenessSession: on a hub with a 3 s dead-peer timeout, an
+// agent whose liveness is the transport's sends nothing on its control
+// stream and keeps its session for many timeouts, shown heard (the presence
+// sweep follows its keepalives); an agent that promised heartbeats and
+// sends none is closed within the timeout, as before. Both transports.
+func TestTransportLivenessSession(t *testing.T) {
+	cfg := &tunnel.Config{KeepAliveInterval: time.Second, IdleTimeout: 3 * time.Second}
+	s, c := testHubWith(t, func(s *Server) { s.cfg.Tunnel = cfg })
+	for i, tr := range []tunnel.Transport{tunnel.TransportQUIC, tunnel.TransportTCP} {
+		t.Run(tr.String(), func(t *testing.T) {
+			t.Parallel()
+			live, silent := fmt.Sprintf("live-%d", i), fmt.Sprintf("silent-%d", i)
+			connect := func(name string, caps ...string) tunnel.Session {
+				id := joinNode(t, c, name)
+				d := &tunnel.Dialer{TLSConfig: pki.ClientTLSConfig(id.Cert, id.CA), Transport: tr, Config: cfg}
+				sess, err := d.Dial(t.Context(), id.Config.Hubs[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { sess.Close() })
+				ctrl, err := sess.OpenStream(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := hello(name)
+				h.Hello.Capabilities = caps
+				if err := control.Write(ctrl, h); err != nil {
+					t.Fatal(err)
+				}
+				go func() { // read (and drop) the welcome and the pushes
+					for {
+						if _, err := control.Read(ctrl); err != nil {
+							return
+						}
+					}
+				}()
+				return sess
+			}
+			liveSess := connect(live, control.CapHeartbeat, control.CapTransportLiveness)
+			silentSess := connect(silent, control.CapHeartbeat)
+
+			waitDone(t, silentSess, "an agent that promised heartbeats sent none")
+			var heard int64
+			waitFor(t, live+" registered", func() bool {
+				conn, ok := s.reg.Get(live)
+				if ok {
+					heard = conn.Heard.Load()
+				}
+				return ok
+			})
+			time.Sleep(3 * cfg.IdleTimeout)
+			select {
+			case <-liveSess.Done():
+				t.Fatalf("the hub closed a transport-liveness session with no heartbeats after %v; its dead-peer timeout is %v", 3*cfg.IdleTimeout, cfg.IdleTimeout)
+			default:
+			}
+			conn, ok := s.reg.Get(live)
+			if !ok || !conn.TransportLive {
+				t.Fatalf("%s: registered %v, TransportLive %v", live, ok, ok && conn.TransportLive)
+			}
+			if got := time.Since(time.Unix(0, conn.Heard.Load())); conn.Heard.Load() <= heard || got > 2*time.Second {
+				t.Errorf("%s last heard %v ago (at connect: %d, now %d): the presence sweep does not follow its keepalives", live, got.Round(time.Millisecond), heard, conn.Heard.Load())
 			}
 		})
 	}

@@ -26,7 +26,7 @@ import (
 // hub's capabilities.
 func (s *Server) welcome(nodeID, name string) *control.Welcome {
 	w := s.liveness().Welcome(nodeID, name)
-	w.Capabilities = []string{control.HubCapSSHEvents}
+	w.Capabilities = []string{control.HubCapSSHEvents, control.HubCapTransportLiveness}
 	if s.upgrades != nil {
 		w.Capabilities = append(w.Capabilities, control.HubCapUpgrades)
 	}

@@ -151,6 +151,9 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	}
 	conn.AgentVersion, conn.Arch = msg.Hello.AgentVersion, msg.Hello.Facts.Arch
 	conn.ReportsLogins = slices.Contains(msg.Hello.Capabilities, control.CapSSHLoginEvents)
+	if conn.TransportLive = slices.Contains(msg.Hello.Capabilities, control.CapTransportLiveness); conn.TransportLive {
+		conn.Heard.Store(time.Now().UnixNano()) // admitted: heard; the presence sweep goes on from here
+	}
 	conn.Labels = node.Labels
 	if msg.Hello.MovedFrom != "" {
 		// The agent moved transports (TCP fallback, then QUIC got
@@ -242,7 +245,10 @@ func (s *Server) holdSession(ctx context.Context, conn *registry.Conn, ctrl tunn
 	if hostKey != nil {
 		stopRenewal = s.renewHostCert(conn, log)
 	}
-	if !beats || heartbeat(conn) == nil {
+	switch {
+	case conn.TransportLive: // no heartbeats either way: the transport watches
+		s.readControl(ctx, conn, ctrl, false, log)
+	case !beats || heartbeat(conn) == nil:
 		s.readControl(ctx, conn, ctrl, beats, log)
 	}
 	consumerGone()
@@ -251,9 +257,11 @@ func (s *Server) holdSession(ctx context.Context, conn *registry.Conn, ctrl tunn
 	stopRenewal()
 
 	s.metrics.NodesConnected.WithLabelValues(transport).Dec()
+	conn.SeenMu.Lock()
 	if s.reg.Remove(conn) {
 		s.markSeen(context.Background(), log, conn.NodeID, store.Seen{Online: false, At: time.Now()})
 	}
+	conn.SeenMu.Unlock()
 	log.Info("node disconnected", "connected_for", time.Since(conn.Connected).Round(time.Second))
 }
 

@@ -54,19 +54,24 @@ const (
 // QUIC further caps the whole session at SessionWindow; yamux has no
 // session-level window, so on TCP MaxStreams*StreamWindow is the bound.
 type Config struct {
-	// KeepAliveInterval is how often an idle session sends a keepalive, so
-	// NAT bindings stay open and a dead peer is noticed. A keepalive is
-	// only sent when nothing was received from the peer for a little more
-	// than this (see keepAliveAfter): traffic, such as the control-stream
-	// heartbeat at this interval, stands in for it. Default 20s.
+	// KeepAliveInterval is how often an idle session's dialing side (the
+	// agent) sends a keepalive, so NAT bindings stay open and a dead peer
+	// is noticed. A keepalive is only sent when nothing was received from
+	// the peer for a little more than this (see keepAliveAfter): traffic
+	// stands in for it. The listening side (the hub) sends none: it answers
+	// its peers' keepalives and ends a session whose peer fell silent for
+	// IdleTimeout. Default 20s.
 	KeepAliveInterval time.Duration
 
 	// IdleTimeout bounds how long a dead peer goes unnoticed: the session
 	// ends (Done closes) when nothing has been heard from the peer for this
-	// long. QUIC: MaxIdleTimeout. yamux: a ping sent once the peer has been
-	// silent for a little more than KeepAliveInterval must be answered
-	// within the rest of IdleTimeout (yamux's ConnectionWriteTimeout, which
-	// also bounds each frame write), so the bound holds there too. Must
+	// long. QUIC: MaxIdleTimeout, and the dialing side closes explicitly
+	// half a keepalive interval earlier, so a hub on a half-open link hears
+	// of it (quicSession.watchPeer). yamux: the dialing side's ping, sent
+	// once the peer has been silent for a little more than
+	// KeepAliveInterval, must be answered within the rest of IdleTimeout
+	// (yamux's ConnectionWriteTimeout, which also bounds each frame write);
+	// the listening side closes a session silent for IdleTimeout. Must
 	// exceed KeepAliveInterval. Default 60s.
 	IdleTimeout time.Duration
 
@@ -167,6 +172,15 @@ func (c *Config) resolve() (*Config, error) {
 func (c *Config) keepAliveAfter() time.Duration {
 	margin := min(c.KeepAliveInterval/4, (c.IdleTimeout-c.KeepAliveInterval)/2)
 	return c.KeepAliveInterval + margin
+}
+
+// silentClose is how long the dialing side lets a QUIC peer stay silent
+// before it closes the session explicitly (quicSession.watchPeer): half a
+// keepalive interval short of IdleTimeout, as the control-stream watchdog
+// (so quic-go's silent idle close never comes first), but never before a
+// keepalive had half its wait to be answered.
+func (c *Config) silentClose() time.Duration {
+	return max(c.IdleTimeout-c.KeepAliveInterval/2, c.keepAliveAfter()+c.keepAliveWait()/2)
 }
 
 // keepAliveWait is how long a keepalive may go unanswered before the peer is

@@ -183,7 +183,9 @@ func (d *Dialer) dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config,
 		if err != nil {
 			return nil, busyFromQUIC(err, d.UDP.hints, ua)
 		}
-		return newQUICSession(conn), nil
+		s := newQUICSession(conn)
+		s.watchPeer(cfg)
+		return s, nil
 	}
 	// A transport of our own (not quic.DialAddr's) so that a refused dial
 	// can read the hub's retry hint (see quicBusyMagic).
@@ -214,7 +216,9 @@ func (d *Dialer) dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config,
 		_ = tr.Close()
 		_ = udp.Close()
 	})
-	return newQUICSession(conn), nil
+	s := newQUICSession(conn)
+	s.watchPeer(cfg)
+	return s, nil
 }
 
 // dialTCP opens TLS over TCP and starts yamux. It then pings the hub once:

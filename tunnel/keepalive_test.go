@@ -298,3 +298,59 @@ func TestDefaultKeepAliveKeepsUDPNATBindings(t *testing.T) {
 		t.Errorf("default dead-peer timeout %v, want three keepalive intervals (%v)", r.IdleTimeout, 3*r.KeepAliveInterval)
 	}
 }
+
+// TestQUICHalfOpenFoundWithinIdleTimeout runs real QUIC sessions through a
+// UDP proxy that stops carrying one direction. The hub sends no keepalives:
+// an idle session must live on on the agent's alone, and after the cut
+// both ends must be gone within the dead-peer timeout. When the hub's
+// packets are lost, the hub keeps hearing the agent's keepalives, so only
+// the agent can find out: without its explicit close (watchPeer), the
+// hub's session lived on until the agent's silent idle close plus its own
+// idle timeout, twice the timeout. The clock is real: the bound gets one
+// keepalive interval of slack for a loaded machine, far from that 2×.
+func TestQUICHalfOpenFoundWithinIdleTimeout(t *testing.T) {
+	cfg := &Config{KeepAliveInterval: time.Second, IdleTimeout: 3 * time.Second}
+	for _, tc := range []struct {
+		how  linkCut
+		drop func(*udpProxy)
+	}{
+		{cutHubToAgent, (*udpProxy).dropDown},
+		{cutAgentToHub, (*udpProxy).dropUp},
+		{cutBoth, (*udpProxy).blackhole},
+	} {
+		t.Run(tc.how.String(), func(t *testing.T) {
+			t.Parallel()
+			l := startListener(t, cfg)
+			p := newUDPProxy(t, l.udp.LocalAddr().String())
+			agent, hub := dialAccept(t, l, p.addr(), TransportQUIC, cfg)
+			heardBefore := hub.Heard()
+
+			time.Sleep(3 * cfg.IdleTimeout) // idle: keepalives only
+			for name, s := range map[string]Session{"hub": hub, "agent": agent} {
+				select {
+				case <-s.Done():
+					t.Fatalf("the %s's session ended while idle and alive", name)
+				default:
+				}
+			}
+			if hub.Heard() == heardBefore {
+				t.Fatal("the hub heard nothing from an idle agent in three dead-peer timeouts")
+			}
+
+			tc.drop(p)
+			cut := time.Now()
+			for name, s := range map[string]Session{"hub": hub, "agent": agent} {
+				select {
+				case <-s.Done():
+					took := time.Since(cut)
+					if took > cfg.IdleTimeout+cfg.KeepAliveInterval {
+						t.Errorf("the %s found its peer dead %v after the cut; want within the dead-peer timeout %v", name, took.Round(time.Millisecond), cfg.IdleTimeout)
+					}
+					t.Logf("the %s found its peer dead %v after the cut", name, took.Round(time.Millisecond))
+				case <-time.After(3 * cfg.IdleTimeout):
+					t.Fatalf("the %s's session still up %v after the cut", name, 3*cfg.IdleTimeout)
+				}
+			}
+		})
+	}
+}

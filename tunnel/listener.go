@@ -169,7 +169,12 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 		key := quic.StatelessResetKey(*lc.StatelessResetKey)
 		qtr.StatelessResetKey = &key
 	}
-	ql, err := qtr.Listen(tunnelTLS, cfg.quicConfig())
+	// The hub pings nobody: agents ping it (keepAliveAfter) and its idle
+	// timeout finds one that fell silent. Its keepalive timer per session
+	// would only fire when the agent is already gone.
+	qc := cfg.quicConfig()
+	qc.KeepAlivePeriod = 0
+	ql, err := qtr.Listen(tunnelTLS, qc)
 	if err != nil {
 		tickets.stop()
 		_ = tcpLn.Close()

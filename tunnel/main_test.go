@@ -257,12 +257,15 @@ func (p *tcpProxy) close() {
 }
 
 // udpProxy forwards the datagrams of one client to target until blackhole
-// is called, after which it drops them all.
+// is called, after which it drops them all; dropUp and dropDown drop one
+// direction only (a half-open link).
 type udpProxy struct {
-	front *net.UDPConn
-	back  *net.UDPConn // connected to target
-	holed atomic.Bool
-	wg    sync.WaitGroup
+	front   *net.UDPConn
+	back    *net.UDPConn // connected to target
+	holed   atomic.Bool
+	upHoled atomic.Bool // client to server
+	dnHoled atomic.Bool // server to client
+	wg      sync.WaitGroup
 
 	mu     sync.Mutex
 	client *net.UDPAddr
@@ -291,6 +294,8 @@ func newUDPProxy(t testing.TB, target string) *udpProxy {
 
 func (p *udpProxy) addr() string { return p.front.LocalAddr().String() }
 func (p *udpProxy) blackhole()   { p.holed.Store(true) }
+func (p *udpProxy) dropUp()      { p.upHoled.Store(true) }
+func (p *udpProxy) dropDown()    { p.dnHoled.Store(true) }
 
 func (p *udpProxy) fromClient() {
 	buf := make([]byte, 65536)
@@ -302,7 +307,7 @@ func (p *udpProxy) fromClient() {
 		p.mu.Lock()
 		p.client = from
 		p.mu.Unlock()
-		if !p.holed.Load() {
+		if !p.holed.Load() && !p.upHoled.Load() {
 			_, _ = p.back.Write(buf[:n])
 		}
 	}
@@ -321,7 +326,7 @@ func (p *udpProxy) fromServer() {
 		p.mu.Lock()
 		client := p.client
 		p.mu.Unlock()
-		if client != nil && !p.holed.Load() {
+		if client != nil && !p.holed.Load() && !p.dnHoled.Load() {
 			_, _ = p.front.WriteToUDP(buf[:n], client)
 		}
 	}

@@ -19,6 +19,9 @@ const (
 	// quicCodeClosed is the application error code of Session.Close and of
 	// Stream.Close's STOP_SENDING: a normal end, not a failure.
 	quicCodeClosed = 0
+	// quicCodeDeadPeer closes a session whose peer was silent for the
+	// dead-peer timeout (quicSession.watchPeer).
+	quicCodeDeadPeer = 1
 )
 
 // quicSession is a Session over one QUIC connection. quic-go does the
@@ -32,6 +35,38 @@ var _ Session = (*quicSession)(nil)
 
 func newQUICSession(conn *quic.Conn) *quicSession {
 	return &quicSession{conn: conn}
+}
+
+// watchPeer is the dialing side's dead-peer rule. quic-go pings once
+// nothing arrived for keepAliveAfter, and its idle timeout ends a session
+// whose peer stays silent, but silently: on a half-open link whose other
+// direction works, the hub, which sends no keepalives of its own and still
+// hears ours, would hold the session until ours stopped and its own idle
+// timeout ran out, twice the dead-peer timeout. So the session is closed
+// explicitly first, once nothing arrived for silentClose, and the
+// CONNECTION_CLOSE reaches a peer that can still hear. It samples the
+// received-packet count from a timer (no goroutine) every quarter
+// keepalive interval.
+func (s *quicSession) watchPeer(cfg *Config) {
+	every := cfg.KeepAliveInterval / 4
+	limit := cfg.silentClose() - every
+	last, heardAt := s.Heard(), time.Now()
+	var t *time.Timer
+	t = time.AfterFunc(every, func() {
+		if s.conn.Context().Err() != nil {
+			return
+		}
+		// Whatever arrived since the last sample arrived after that
+		// sample was taken: heardAt-every is the earliest it can be.
+		if h := s.Heard(); h != last {
+			last, heardAt = h, time.Now()
+		} else if time.Since(heardAt) >= limit {
+			_ = s.conn.CloseWithError(quicCodeDeadPeer, fmt.Sprintf("nothing heard from the peer for %v", cfg.silentClose()))
+			return
+		}
+		t.Reset(every)
+	})
+	context.AfterFunc(s.conn.Context(), func() { t.Stop() })
 }
 
 // OpenStream opens a stream with OpenStreamSync, which blocks while the peer's
@@ -75,6 +110,9 @@ func (s *quicSession) LocalAddr() net.Addr  { return s.conn.LocalAddr() }
 func (s *quicSession) RemoteAddr() net.Addr { return s.conn.RemoteAddr() }
 
 func (s *quicSession) Done() <-chan struct{} { return s.conn.Context().Done() }
+
+// Heard is the count of packets received (see Session.Heard).
+func (s *quicSession) Heard() uint64 { return s.conn.ConnectionStats().PacketsReceived }
 
 // context is done when the session ends; the Listener uses it to forget the
 // session.

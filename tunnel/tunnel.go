@@ -151,6 +151,11 @@ type Session interface {
 	// peer closing, the peer found dead by keepalives (Config.IdleTimeout),
 	// or the Listener that accepted it being closed.
 	Done() <-chan struct{}
+	// Heard is a mark that moves whenever anything arrives from the peer
+	// (keepalives included) and only then: two readings that differ say
+	// the peer was heard in between. It costs a few atomic loads, so a
+	// sweep over every session may call it.
+	Heard() uint64
 	// Close ends the session and all its streams at once (data not yet sent
 	// is dropped: close streams first for a graceful end). It is idempotent.
 	Close() error

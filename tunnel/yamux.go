@@ -39,13 +39,14 @@ type yamuxSession struct {
 	openSem   chan struct{} // one slot per stream we opened
 	acceptSem chan struct{} // one slot per stream the peer opened
 
-	keepAlive time.Duration // silence after which a keepalive ping is sent
+	keepAlive time.Duration // silence after which a keepalive ping is sent (dialing side)
+	idle      time.Duration // silence after which the peer is dead (listening side)
 	log       *slog.Logger
 
 	mu     sync.Mutex     // guards the following
 	closed bool           // Close was called; spawn no more goroutines
 	wg     sync.WaitGroup // open helpers and stream drainers, waited by Close
-	ping   *time.Timer    // next keepalive ping
+	ping   *time.Timer    // next keepalive ping, or the listening side's silence watch
 
 	timerFired atomic.Uint32 // how often ping fired (tests: a session that hears its peer is never woken)
 }
@@ -77,14 +78,56 @@ func newYamuxSession(tc *tls.Conn, cfg *Config, server bool, log *slog.Logger) (
 		openSem:   make(chan struct{}, cfg.MaxStreams),
 		acceptSem: make(chan struct{}, cfg.MaxStreams),
 		keepAlive: cfg.keepAliveAfter(),
+		idle:      cfg.IdleTimeout,
 		log:       log,
 	}
-	s.ping = time.AfterFunc(s.keepAlive, s.sendPing)
-	hc.keepAlive(s.ping, s.keepAlive)
+	if server {
+		s.ping = time.AfterFunc(s.idle, s.watchSilence)
+		hc.keepAlive(s.ping, s.idle)
+	} else {
+		s.ping = time.AfterFunc(s.keepAlive, s.sendPing)
+		hc.keepAlive(s.ping, s.keepAlive)
+	}
 	return s, nil
 }
 
-// sendPing is the keepalive: once nothing has been read from the peer for
+// watchSilence is the listening side's keepalive (the hub's, with one
+// session per agent): it sends nothing. The dialing side pings once it has
+// heard nothing for keepAliveAfter, so a live peer speaks at least that
+// often, and one unheard for IdleTimeout is dead: the session is closed,
+// which a peer whose direction of a half-open link still works hears at
+// once. An idle session then costs the hub one ping and its answer per
+// interval, and no timer firing at all (reads push it, as for sendPing).
+func (s *yamuxSession) watchSilence() {
+	if !s.silentFor(s.idle) {
+		return
+	}
+	s.mu.Unlock()
+	s.log.Debug("tunnel peer silent for the dead-peer timeout; closing session", "silent_for", s.idle)
+	_ = s.mux.Close()
+}
+
+// silentFor starts both keepalive timers' work: it counts the firing and
+// reports whether the peer has been silent for d, holding s.mu. Otherwise
+// (the session is closed, or the peer was heard since) it re-arms the timer
+// for the rest of d if the session lives, and returns false with s.mu
+// released.
+func (s *yamuxSession) silentFor(d time.Duration) bool {
+	s.timerFired.Add(1)
+	s.mu.Lock()
+	if s.closed || s.mux.IsClosed() {
+		s.mu.Unlock()
+		return false
+	}
+	if quiet := s.conn.sinceRead(); quiet < d {
+		s.ping.Reset(d - quiet)
+		s.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// sendPing is the dialing side's keepalive: once nothing has been read from the peer for
 // keepAliveAfter, a ping that must be answered within keepAliveWait (yamux's
 // ConnectionWriteTimeout, which bounds Ping), or the session is closed, as
 // yamux's own keepalive loop does. A session that hears from its peer anyway
@@ -95,15 +138,7 @@ func newYamuxSession(tc *tls.Conn, cfg *Config, server bool, log *slog.Logger) (
 // is found. It runs from a timer, so an idle session holds no goroutine for
 // it.
 func (s *yamuxSession) sendPing() {
-	s.timerFired.Add(1)
-	s.mu.Lock()
-	if s.closed || s.mux.IsClosed() {
-		s.mu.Unlock()
-		return
-	}
-	if quiet := s.conn.sinceRead(); quiet < s.keepAlive {
-		s.ping.Reset(s.keepAlive - quiet)
-		s.mu.Unlock()
+	if !s.silentFor(s.keepAlive) {
 		return
 	}
 	s.wg.Add(1) // Close waits for a ping in flight
@@ -229,6 +264,9 @@ func (s *yamuxSession) LocalAddr() net.Addr  { return s.tls.LocalAddr() }
 func (s *yamuxSession) RemoteAddr() net.Addr { return s.tls.RemoteAddr() }
 
 func (s *yamuxSession) Done() <-chan struct{} { return s.mux.CloseChan() }
+
+// Heard is the time of the last read with data (see Session.Heard).
+func (s *yamuxSession) Heard() uint64 { return uint64(s.conn.lastRead.Load()) }
 
 // context is done once the TLS connection is closed, which every way a yamux
 // session ends goes through.

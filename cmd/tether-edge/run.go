@@ -173,7 +173,7 @@ is never replaced while it runs (its child runs the installed version).`,
 	f.BoolVar(&supervise, "supervise", false, "run the agent as a supervised child: restarted when it exits or an upgrade asks (for machines without systemd)")
 	f.StringVar(&transport, "transport", "auto", "auto (race QUIC and TCP), quic, or tcp")
 	f.DurationVar(&cfg.BackoffMax, "backoff-max", 0, "cap of the reconnect backoff (default 30s)")
-	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel heartbeat and keepalive interval (at most about 25s keeps a QUIC agent's UDP NAT binding open; docs/architecture.md, Keepalive)")
+	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval: an agent pings its hub after a little more than this without hearing it (at most about 25s keeps a QUIC agent's UDP NAT binding open; docs/architecture.md, Keepalive)")
 	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead (set on hub and agents alike; 3 × --keepalive by default)")
 	return cmd
 }

@@ -41,10 +41,18 @@ type Conn struct {
 	// Labels are the node's labels when it connected: what access pushes
 	// decide on, without a store read per node.
 	Labels map[string]string
-	// Heard is when the agent last sent anything on its control stream
-	// (unix nanoseconds; 0 before its first heartbeat): the web console
-	// shows a session whose agent fell silent as stale.
+	// Heard is when the agent was last heard (unix nanoseconds; 0 before
+	// its first heartbeat): from its heartbeats, or for TransportLive
+	// sessions from the hub's presence sweep. The web console shows a
+	// session whose agent fell silent as stale.
 	Heard atomic.Int64
+	// TransportLive: the transport's keepalives are the agent's liveness
+	// (control.CapTransportLiveness), and it sends no heartbeats.
+	TransportLive bool
+	// SeenMu orders the hub's last_seen writes for this session: the
+	// presence sweep writes "online" only while the session is registered,
+	// and the disconnect writes "offline" as it unregisters it.
+	SeenMu sync.Mutex
 	// PushMu serializes building and sending key and trust updates, so
 	// they reach the node in the order of the changes.
 	PushMu sync.Mutex

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"slices"
 	"time"
 
 	"github.com/tether-dev/tether/tunnel"
@@ -13,15 +14,20 @@ import (
 //	hub  -> agent  welcome    the node ID and the heartbeat interval
 //	                          (or a fatal notice: this identity is refused)
 //	then, until the session ends, in any order:
-//	agent -> hub   heartbeat  every Liveness.Every
-//	hub  -> agent  heartbeat  every Liveness.Every, if the agent announced CapHeartbeat
+//	agent -> hub   heartbeat  every Liveness.Every, unless Liveness.Transport
+//	hub  -> agent  heartbeat  every Liveness.Every, if the agent announced CapHeartbeat,
+//	                          unless Liveness.Transport
 //	agent -> hub   renew      a CSR for a fresh node certificate; the hub answers renewed
 //	hub  -> agent  authorized_keys, ssh_trust  whenever access changes
 //	hub  -> agent  notice     human-readable; Fatal ends the session for good
 //	agent -> hub   ssh_event  audit reports of the embedded SSH server, only
 //	                          if the welcome listed HubCapSSHEvents
 //
-// Each side treats a peer silent for Liveness.Deadline as gone.
+// Each side treats a peer silent for Liveness.Deadline as gone. When the
+// agent announced CapTransportLiveness and the welcome lists it too
+// (Liveness.Transport), neither side heartbeats: the transport's keepalives
+// carry liveness (the agent pings, the hub watches), and the transport
+// closes a session whose peer fell silent (tunnel.Config.IdleTimeout).
 
 // Capabilities an agent announces in Hello.
 const (
@@ -40,7 +46,20 @@ const (
 	// SSHEvent) to a hub that takes SSH events, so the hub can put a
 	// refused login on the row of the jump that carried it.
 	CapSSHLoginEvents = "ssh-login-events"
+	// CapTransportLiveness: the agent keeps its session alive with the
+	// transport's keepalives alone when the hub's welcome lists
+	// HubCapTransportLiveness, and then sends no heartbeats.
+	CapTransportLiveness = "transport-liveness"
 )
+
+// HubCapTransportLiveness in Welcome.Capabilities: the hub takes the
+// transport's keepalives as the agent's liveness, from an agent that
+// announced CapTransportLiveness, and then neither side heartbeats on the
+// control stream. An idle session then costs the hub one keepalive and its
+// answer per interval, handled inside the transport: no control-stream
+// read, no answer to write, and on QUIC one packet each way instead of
+// three.
+const HubCapTransportLiveness = "transport-liveness"
 
 // DefaultHeartbeat is the agent's heartbeat interval when a welcome names
 // none.
@@ -51,6 +70,9 @@ const DefaultHeartbeat = 30 * time.Second
 type Liveness struct {
 	Every    time.Duration // heartbeat interval, whole seconds, at least one
 	Deadline time.Duration // a peer silent this long is gone
+	// Transport: the transport's keepalives carry liveness and nobody
+	// heartbeats (CapTransportLiveness on both sides).
+	Transport bool
 }
 
 // LivenessOf is the hub's side of the rule (AgentLiveness the agent's). It
@@ -89,7 +111,9 @@ func (l Liveness) Welcome(nodeID, name string) *Welcome {
 // interval the hub's welcome names (DefaultHeartbeat if none), and gives a
 // hub that heartbeats its own IdleTimeout (c as in LivenessOf), but at least
 // two of the hub's intervals should the two sides be configured
-// differently.
+// differently. Transport is set when the welcome lists
+// HubCapTransportLiveness (an agent that reads it announced
+// CapTransportLiveness).
 func AgentLiveness(c *tunnel.Config, w *Welcome) Liveness {
 	every := time.Duration(0)
 	if w != nil {
@@ -99,6 +123,7 @@ func AgentLiveness(c *tunnel.Config, w *Welcome) Liveness {
 	if l.Every <= 0 {
 		l.Every = DefaultHeartbeat
 	}
+	l.Transport = w != nil && slices.Contains(w.Capabilities, HubCapTransportLiveness)
 	return l
 }
 

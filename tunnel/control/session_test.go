@@ -40,6 +40,9 @@ func TestAgentLiveness(t *testing.T) {
 		{"hub beats slower than our idle timeout", &tunnel.Config{IdleTimeout: 3 * s}, &Welcome{HeartbeatSeconds: 5}, Liveness{Every: 5 * s, Deadline: 10 * s}},
 		{"no interval in the welcome", &tunnel.Config{IdleTimeout: s}, &Welcome{}, Liveness{Every: DefaultHeartbeat, Deadline: 2 * s}},
 		{"no welcome", nil, nil, Liveness{Every: DefaultHeartbeat, Deadline: 60 * s}},
+		{"a hub that takes transport liveness", nil, &Welcome{HeartbeatSeconds: 20, Capabilities: []string{HubCapSSHEvents, HubCapTransportLiveness}},
+			Liveness{Every: 20 * s, Deadline: 50 * s, Transport: true}},
+		{"a hub without it", nil, &Welcome{HeartbeatSeconds: 20, Capabilities: []string{HubCapSSHEvents}}, Liveness{Every: 20 * s, Deadline: 50 * s}},
 	} {
 		if got := AgentLiveness(tc.c, tc.w); got != tc.want {
 			t.Errorf("%s: AgentLiveness = %+v, want %+v", tc.name, got, tc.want)
