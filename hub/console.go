@@ -223,8 +223,10 @@ func (c *consoleShell) Close() error {
 // refusals) and apiHandler on every other; the console serves the API's
 // endpoints to signed-in browsers through apiHandler too.
 func (s *Server) withConsole(apiHandler http.Handler) (http.Handler, error) {
-	// Stale: two heartbeats missed, before the hub gives the session up
-	// (live.Deadline) and the node turns offline.
+	// Stale: two keepalive intervals unheard (two heartbeats missed, or a
+	// transport-liveness agent's pings, at most 1.25 intervals apart and
+	// swept every quarter, gone quiet), before the hub gives the session
+	// up (live.Deadline) and the node turns offline.
 	live := s.liveness()
 	staleAfter := 2 * live.Every
 	if staleAfter >= live.Deadline {

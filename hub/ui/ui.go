@@ -92,7 +92,7 @@ type Config struct {
 	// API is the hub's API handler, served to signed-in browsers.
 	API http.Handler
 	// StaleAfter: a node whose agent has been silent this long on a live
-	// session is shown stale (default 45s; the hub passes two heartbeats).
+	// session is shown stale (default 45s; the hub passes two keepalive intervals).
 	StaleAfter time.Duration
 	// FleetCacheTTL bounds how old the node list the fleet view filters
 	// may be (liveness is always current); default 3s.
