@@ -1,6 +1,7 @@
 package tunnel
 
 import (
+	"bytes"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -75,10 +76,12 @@ func (c *cutConn) Write(b []byte) (int, error) {
 		err error
 	}
 	// A write the peer no longer reads must not block: net.Pipe is
-	// unbuffered.
+	// unbuffered. The write goes on from a copy, which the caller's next
+	// use of b cannot race with.
 	done := make(chan result, 1)
+	buf := bytes.Clone(b)
 	go func() {
-		n, err := c.Conn.Write(b)
+		n, err := c.Conn.Write(buf)
 		done <- result{n, err}
 	}()
 	select {

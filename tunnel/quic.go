@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,25 +49,44 @@ func newQUICSession(conn *quic.Conn) *quicSession {
 // received-packet count from a timer (no goroutine) every quarter
 // keepalive interval.
 func (s *quicSession) watchPeer(cfg *Config) {
-	every := cfg.KeepAliveInterval / 4
-	limit := cfg.silentClose() - every
-	last, heardAt := s.Heard(), time.Now()
-	var t *time.Timer
-	t = time.AfterFunc(every, func() {
-		if s.conn.Context().Err() != nil {
-			return
-		}
-		// Whatever arrived since the last sample arrived after that
-		// sample was taken: heardAt-every is the earliest it can be.
-		if h := s.Heard(); h != last {
-			last, heardAt = h, time.Now()
-		} else if time.Since(heardAt) >= limit {
-			_ = s.conn.CloseWithError(quicCodeDeadPeer, fmt.Sprintf("nothing heard from the peer for %v", cfg.silentClose()))
-			return
-		}
-		t.Reset(every)
+	w := &peerWatch{s: s, every: cfg.KeepAliveInterval / 4, silent: cfg.silentClose(), last: s.Heard(), heardAt: time.Now()}
+	w.mu.Lock() // the first check waits for t
+	w.t = time.AfterFunc(w.every, w.check)
+	w.mu.Unlock()
+	context.AfterFunc(s.conn.Context(), func() {
+		w.mu.Lock()
+		w.t.Stop()
+		w.mu.Unlock()
 	})
-	context.AfterFunc(s.conn.Context(), func() { t.Stop() })
+}
+
+// peerWatch is the state of one session's watchPeer.
+type peerWatch struct {
+	s      *quicSession
+	every  time.Duration // how often the count is sampled
+	silent time.Duration // silence that closes the session
+
+	mu      sync.Mutex
+	t       *time.Timer
+	last    uint64    // the received-packet count at the last sample
+	heardAt time.Time // the sample at which last was first seen
+}
+
+func (w *peerWatch) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.s.conn.Context().Err() != nil {
+		return
+	}
+	// Whatever arrived since the previous sample arrived after it was
+	// taken: heardAt-every is the earliest the last packet can be.
+	if h := w.s.Heard(); h != w.last {
+		w.last, w.heardAt = h, time.Now()
+	} else if time.Since(w.heardAt) >= w.silent-w.every {
+		_ = w.s.conn.CloseWithError(quicCodeDeadPeer, fmt.Sprintf("nothing heard from the peer for %v", w.silent))
+		return
+	}
+	w.t.Reset(w.every)
 }
 
 // OpenStream opens a stream with OpenStreamSync, which blocks while the peer's
