@@ -1,6 +1,6 @@
 // Package sim runs many Tether agents in one process for load tests: each is
 // a real edge.Agent (real TLS or QUIC handshake, session resumption, control
-// stream, heartbeats, certificate renewal, stream services, the reconnect
+// stream, keepalives, certificate renewal, stream services, the reconnect
 // back-off and the hub's retry hints), with its identity kept in memory
 // instead of a state dir.
 //
@@ -19,7 +19,8 @@
 // what is left per agent is the real code path's: quic-go's client
 // connection and the TLS state it keeps after the handshake (~55 KiB of
 // heap), and eight goroutines (~44 KiB of stacks: the agent's session,
-// heartbeat, control reader, stream acceptor, renewal loop, quic-go's two).
+// heartbeat, control reader, stream acceptor, renewal loop, quic-go's two;
+// with a hub that takes transport liveness there is no heartbeat goroutine).
 //
 // A Fleet is a set of node identities enrolled through the hub's real join
 // endpoint (edge.Enroll), stored in one file so that a large fleet is
