@@ -270,8 +270,11 @@ func (s *session) serve(ctx context.Context, live control.Liveness) (next *moved
 		defer wg.Done()
 		s.a.renewLoop(rctx, s.send, renewed, s.log)
 	}()
-	if !live.Transport { // else the transport's keepalives carry liveness
+	switch {
+	case !live.Transport:
 		wg.Go(func() { s.heartbeat(sctx, live.Every) })
+	case s.tun.Transport() == tunnel.TransportQUIC: // else the transport's keepalives carry liveness
+		wg.Go(func() { s.nudge(sctx, s.a.keepAlive()) })
 	}
 	ctlErr := make(chan error, 1)
 	wg.Go(func() {
@@ -320,6 +323,45 @@ func (s *session) heartbeat(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if err := s.write(control.WriteHeartbeat); err != nil {
+				s.tun.Close()
+				return
+			}
+		}
+	}
+}
+
+// nudge runs beside a QUIC session whose liveness is the transport's. The
+// agent's keepalive is a QUIC PING, which a hub that was killed and
+// restarted on the same address drops without a word: the packet is too
+// small for a stateless reset (quic-go answers none below 43 bytes, so that
+// resets cannot be looped). A heartbeat is large enough. So when nothing
+// has arrived for longer than the keepalive and a quarter interval to
+// answer it, the agent sends one heartbeat, which a live hub takes as a
+// sign of life, and a restarted hub answers with a stateless reset: the agent
+// reconnects at once instead of at its dead-peer timeout. While the hub
+// answers the keepalives this sends nothing. It samples the session's
+// received-packet count every quarter interval.
+func (s *session) nudge(ctx context.Context, keepAlive time.Duration) {
+	every := keepAlive / 4
+	quietAfter := keepAlive + keepAlive/4 + every // keepAliveAfter, then one sample to answer
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last, heardAt, nudged := s.tun.Heard(), time.Now(), false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if h := s.tun.Heard(); h != last {
+				last, heardAt, nudged = h, now, false
+				continue
+			}
+			if nudged || now.Sub(heardAt) < quietAfter {
+				continue
+			}
+			nudged = true
+			s.log.Debug("hub silent past its keepalive; sending a heartbeat", "silent_for", now.Sub(heardAt).Round(time.Second))
 			if err := s.write(control.WriteHeartbeat); err != nil {
 				s.tun.Close()
 				return
@@ -400,4 +442,12 @@ func absStateDir(dir string) string {
 		return ""
 	}
 	return abs
+}
+
+// keepAlive is the agent's tunnel keepalive interval (--keepalive).
+func (a *Agent) keepAlive() time.Duration {
+	if c := a.cfg.Tunnel; c != nil && c.KeepAliveInterval > 0 {
+		return c.KeepAliveInterval
+	}
+	return tunnel.DefaultKeepAliveInterval
 }
