@@ -55,8 +55,9 @@ func listedNames(t *testing.T, conn ...string) ([]string, map[string]map[string]
 //     job with an offline node and no failure is partial (exit 3), not
 //     failed; --parallel 0 is refused.
 func TestFleetOperatorView(t *testing.T) {
-	// The hub is killed -9 and restarted below: its QUIC agents notice at
-	// their next heartbeat, within the earlier 5 s rather than 20 s.
+	// The hub is killed -9 and restarted below: its QUIC agents notice once
+	// their keepalive goes unanswered, which under this hub's 15 s timeout
+	// is due after 7.5 s rather than 25 s.
 	h := startHubIn(t, "", 0, quickDeadPeer...)
 	dev := h.token("--uses", "2", "--label", "env=dev")
 	prod := h.token("--uses", "2", "--label", "env=prod")

@@ -274,7 +274,9 @@ func (s *session) serve(ctx context.Context, live control.Liveness) (next *moved
 	case !live.Transport:
 		wg.Go(func() { s.heartbeat(sctx, live.Every) })
 	case s.tun.Transport() == tunnel.TransportQUIC: // else the transport's keepalives carry liveness
-		wg.Go(func() { s.nudge(sctx, s.a.keepAlive()) })
+		wg.Go(func() {
+			s.nudge(sctx, s.a.cfg.Tunnel.PingAfter(live.HubIdle), min(s.a.keepAlive(), live.Every))
+		})
 	}
 	ctlErr := make(chan error, 1)
 	wg.Go(func() {
@@ -335,39 +337,65 @@ func (s *session) heartbeat(ctx context.Context, every time.Duration) {
 // agent's keepalive is a QUIC PING, which a hub that was killed and
 // restarted on the same address drops without a word: the packet is too
 // small for a stateless reset (quic-go answers none below 43 bytes, so that
-// resets cannot be looped). A heartbeat is large enough. So when nothing
-// has arrived for longer than the keepalive and a quarter interval to
-// answer it, the agent sends one heartbeat, which a live hub takes as a
-// sign of life, and a restarted hub answers with a stateless reset: the agent
-// reconnects at once instead of at its dead-peer timeout. While the hub
-// answers the keepalives this sends nothing. It samples the session's
-// received-packet count every quarter interval.
-func (s *session) nudge(ctx context.Context, keepAlive time.Duration) {
-	every := keepAlive / 4
-	quietAfter := keepAlive + keepAlive/4 + every // keepAliveAfter, then one sample to answer
+// resets cannot be looped). A heartbeat is large enough. So once nothing
+// has arrived for pingAfter (when the agent's keepalive goes out) and a
+// tenth more for its answer, the agent sends a heartbeat, and another
+// every beat for as long as the hub stays silent: a live hub takes it as a
+// sign of life, a restarted hub answers with a stateless reset, and the
+// agent reconnects then instead of at its dead-peer timeout. beat is the
+// shorter of the agent's and the hub's keepalive intervals, the cadence at
+// which agents heartbeated before transport liveness. While the hub answers
+// the keepalives this sends nothing. It samples the session's
+// received-packet count every second (five times per pingAfter when that
+// is shorter).
+func (s *session) nudge(ctx context.Context, pingAfter, beat time.Duration) {
+	every := min(max(pingAfter/5, 10*time.Millisecond), time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
-	last, heardAt, nudged := s.tun.Heard(), time.Now(), false
+	// The keepalive's answer gets a tenth of pingAfter (2.5 s by default),
+	// at least one sample.
+	n := newNudger(pingAfter+max(pingAfter/10, every), beat, s.tun.Heard(), time.Now())
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			if h := s.tun.Heard(); h != last {
-				last, heardAt, nudged = h, now, false
+			if !n.due(s.tun.Heard(), now) {
 				continue
 			}
-			if nudged || now.Sub(heardAt) < quietAfter {
-				continue
-			}
-			nudged = true
-			s.log.Debug("hub silent past its keepalive; sending a heartbeat", "silent_for", now.Sub(heardAt).Round(time.Second))
+			s.log.Debug("hub silent past its keepalive; sending a heartbeat", "silent_for", now.Sub(n.heardAt).Round(100*time.Millisecond))
 			if err := s.write(control.WriteHeartbeat); err != nil {
 				s.tun.Close()
 				return
 			}
 		}
 	}
+}
+
+// nudger decides, from samples of a session's received-packet count, when
+// a silent hub is due a heartbeat: once it has been silent for quietAfter,
+// then every beat while the silence lasts.
+type nudger struct {
+	quietAfter, beat  time.Duration
+	last              uint64
+	heardAt, nudgedAt time.Time
+}
+
+func newNudger(quietAfter, beat time.Duration, heard uint64, now time.Time) *nudger {
+	return &nudger{quietAfter: quietAfter, beat: beat, last: heard, heardAt: now}
+}
+
+// due records a sample and reports whether to send a heartbeat now.
+func (n *nudger) due(heard uint64, now time.Time) bool {
+	if heard != n.last {
+		n.last, n.heardAt, n.nudgedAt = heard, now, time.Time{}
+		return false
+	}
+	if now.Sub(n.heardAt) < n.quietAfter || (!n.nudgedAt.IsZero() && now.Sub(n.nudgedAt) < n.beat) {
+		return false
+	}
+	n.nudgedAt = now
+	return true
 }
 
 // readControl handles the hub's control messages until the stream fails,

@@ -174,6 +174,23 @@ func (c *Config) keepAliveAfter() time.Duration {
 	return c.KeepAliveInterval + margin
 }
 
+// PingAfter is how long a dialed QUIC session stays silent before it sends
+// a keepalive, given the peer's idle timeout (0: not known): QUIC takes the
+// shorter idle timeout of the two sides, and quic-go pings after the
+// shorter of its KeepAlivePeriod (keepAliveAfter) and half that. An
+// invalid Config counts as the defaults, as Dial refuses it anyway.
+func (c *Config) PingAfter(peerIdle time.Duration) time.Duration {
+	r, err := c.resolve()
+	if err != nil {
+		r = DefaultConfig()
+	}
+	idle := r.IdleTimeout
+	if peerIdle > 0 {
+		idle = min(idle, peerIdle)
+	}
+	return min(r.keepAliveAfter(), idle/2)
+}
+
 // silentClose is how long the dialing side lets a QUIC peer stay silent
 // before it closes the session explicitly (quicSession.watchPeer): half a
 // keepalive interval short of IdleTimeout, as the control-stream watchdog

@@ -42,6 +42,31 @@ func TestKeepAliveSchedule(t *testing.T) {
 	}
 }
 
+// TestPingAfter: a dialed QUIC session pings after its own keepalive
+// schedule, or after half the peer's idle timeout when QUIC's negotiation
+// makes that the shorter.
+func TestPingAfter(t *testing.T) {
+	s := time.Second
+	for _, tc := range []struct {
+		name     string
+		c        *Config
+		peerIdle time.Duration
+		want     time.Duration
+	}{
+		{"defaults, peer not known", nil, 0, 25 * s},
+		{"defaults, peer alike", nil, 60 * s, 25 * s},
+		{"defaults under a 15 s peer", nil, 15 * s, 7500 * time.Millisecond},
+		{"a longer peer changes nothing", nil, 120 * s, 25 * s},
+		{"short own settings", &Config{KeepAliveInterval: s, IdleTimeout: 3 * s}, 0, 1250 * time.Millisecond},
+		{"own idle shorter than half the peer's", &Config{KeepAliveInterval: 10 * s, IdleTimeout: 11 * s}, 60 * s, 5500 * time.Millisecond},
+		{"an invalid config counts as the defaults", &Config{KeepAliveInterval: 10 * s, IdleTimeout: 5 * s}, 0, 25 * s},
+	} {
+		if got := tc.c.PingAfter(tc.peerIdle); got != tc.want {
+			t.Errorf("%s: PingAfter(%v) = %v, want %v", tc.name, tc.peerIdle, got, tc.want)
+		}
+	}
+}
+
 // cutConn is one end of an in-memory link that can be cut silently: after
 // cut, writes vanish and reads wait until Close, as on a link whose peer
 // died without a FIN or RST.

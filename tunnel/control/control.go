@@ -216,6 +216,11 @@ type Welcome struct {
 	NodeID           string `json:"node_id"`
 	Name             string `json:"name"`
 	HeartbeatSeconds int    `json:"heartbeat_seconds"`
+	// DeadPeerSeconds is the hub's dead-peer timeout (its QUIC idle
+	// timeout), rounded up; 0 from a hub of an earlier version. QUIC takes
+	// the shorter of the two sides', so the agent needs it to know when
+	// its own keepalive is due (tunnel.Config.PingAfter).
+	DeadPeerSeconds int `json:"dead_peer_seconds,omitempty"`
 	// Capabilities are the HubCap* constants this hub supports; an agent
 	// ignores the ones it does not know, and an older hub sends none.
 	Capabilities []string `json:"capabilities,omitempty"`
@@ -413,8 +418,16 @@ func (m *Message) Validate() error {
 			}
 		}
 	case TypeWelcome:
-		if m.Welcome == nil || m.Welcome.NodeID == "" || m.Welcome.HeartbeatSeconds < 0 {
+		if m.Welcome == nil || m.Welcome.NodeID == "" {
 			return fmt.Errorf("%w: welcome without node id", ErrBadMessage)
+		}
+		for _, f := range []struct {
+			name string
+			v    int
+		}{{"heartbeat_seconds", m.Welcome.HeartbeatSeconds}, {"dead_peer_seconds", m.Welcome.DeadPeerSeconds}} {
+			if f.v < 0 || f.v > maxLivenessSeconds {
+				return fmt.Errorf("%w: welcome %s %d is not between 0 and %d", ErrBadMessage, f.name, f.v, maxLivenessSeconds)
+			}
 		}
 		if err := checkString("name", m.Welcome.Name, maxShort); err != nil {
 			return err

@@ -73,7 +73,14 @@ type Liveness struct {
 	// Transport: the transport's keepalives carry liveness and nobody
 	// heartbeats (CapTransportLiveness on both sides).
 	Transport bool
+	// HubIdle is the hub's dead-peer timeout: LivenessOf's own, or what the
+	// welcome said (0: a hub of an earlier version did not say).
+	HubIdle time.Duration
 }
+
+// maxLivenessSeconds bounds the intervals a welcome may name (a week), so
+// that they convert to a time.Duration without overflow.
+const maxLivenessSeconds = 7 * 24 * 3600
 
 // LivenessOf is the hub's side of the rule (AgentLiveness the agent's). It
 // derives the control-stream
@@ -98,13 +105,14 @@ func LivenessOf(c *tunnel.Config) Liveness {
 		ka = c.KeepAliveInterval
 	}
 	every := max(time.Second, ka.Truncate(time.Second))
-	return Liveness{Every: every, Deadline: DeadPeerAfter(idle, every)}
+	return Liveness{Every: every, Deadline: DeadPeerAfter(idle, every), HubIdle: idle}
 }
 
 // Welcome is the hub's answer to a hello, announcing l's heartbeat
-// interval.
+// interval and dead-peer timeout (rounded up to whole seconds).
 func (l Liveness) Welcome(nodeID, name string) *Welcome {
-	return &Welcome{NodeID: nodeID, Name: name, HeartbeatSeconds: int(l.Every / time.Second)}
+	return &Welcome{NodeID: nodeID, Name: name, HeartbeatSeconds: int(l.Every / time.Second),
+		DeadPeerSeconds: int((l.HubIdle + time.Second - 1) / time.Second)}
 }
 
 // AgentLiveness is the agent's side of the same rule: it heartbeats at the
@@ -113,7 +121,7 @@ func (l Liveness) Welcome(nodeID, name string) *Welcome {
 // two of the hub's intervals should the two sides be configured
 // differently. Transport is set when the welcome lists
 // HubCapTransportLiveness (an agent that reads it announced
-// CapTransportLiveness).
+// CapTransportLiveness), HubIdle to the welcome's dead-peer timeout.
 func AgentLiveness(c *tunnel.Config, w *Welcome) Liveness {
 	every := time.Duration(0)
 	if w != nil {
@@ -123,7 +131,10 @@ func AgentLiveness(c *tunnel.Config, w *Welcome) Liveness {
 	if l.Every <= 0 {
 		l.Every = DefaultHeartbeat
 	}
-	l.Transport = w != nil && slices.Contains(w.Capabilities, HubCapTransportLiveness)
+	if w != nil {
+		l.Transport = slices.Contains(w.Capabilities, HubCapTransportLiveness)
+		l.HubIdle = time.Duration(w.DeadPeerSeconds) * time.Second
+	}
 	return l
 }
 

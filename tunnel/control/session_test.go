@@ -14,12 +14,12 @@ func TestLiveness(t *testing.T) {
 		c    *tunnel.Config
 		want Liveness
 	}{
-		{"defaults", nil, Liveness{Every: 20 * s, Deadline: 50 * s}},
-		{"zero fields are defaults", &tunnel.Config{}, Liveness{Every: 20 * s, Deadline: 50 * s}},
-		{"the earlier defaults", &tunnel.Config{KeepAliveInterval: 5 * s, IdleTimeout: 15 * s}, Liveness{Every: 5 * s, Deadline: 12500 * time.Millisecond}},
-		{"fast test links", &tunnel.Config{KeepAliveInterval: 200 * time.Millisecond, IdleTimeout: time.Second}, Liveness{Every: s, Deadline: 2 * s}},
-		{"whole seconds", &tunnel.Config{KeepAliveInterval: 2500 * time.Millisecond, IdleTimeout: 10 * s}, Liveness{Every: 2 * s, Deadline: 9 * s}},
-		{"two beats at least", &tunnel.Config{KeepAliveInterval: 10 * s, IdleTimeout: 12 * s}, Liveness{Every: 10 * s, Deadline: 20 * s}},
+		{"defaults", nil, Liveness{Every: 20 * s, Deadline: 50 * s, HubIdle: 60 * s}},
+		{"zero fields are defaults", &tunnel.Config{}, Liveness{Every: 20 * s, Deadline: 50 * s, HubIdle: 60 * s}},
+		{"the earlier defaults", &tunnel.Config{KeepAliveInterval: 5 * s, IdleTimeout: 15 * s}, Liveness{Every: 5 * s, Deadline: 12500 * time.Millisecond, HubIdle: 15 * s}},
+		{"fast test links", &tunnel.Config{KeepAliveInterval: 200 * time.Millisecond, IdleTimeout: time.Second}, Liveness{Every: s, Deadline: 2 * s, HubIdle: s}},
+		{"whole seconds", &tunnel.Config{KeepAliveInterval: 2500 * time.Millisecond, IdleTimeout: 10 * s}, Liveness{Every: 2 * s, Deadline: 9 * s, HubIdle: 10 * s}},
+		{"two beats at least", &tunnel.Config{KeepAliveInterval: 10 * s, IdleTimeout: 12 * s}, Liveness{Every: 10 * s, Deadline: 20 * s, HubIdle: 12 * s}},
 	} {
 		if got := LivenessOf(tc.c); got != tc.want {
 			t.Errorf("%s: LivenessOf = %+v, want %+v", tc.name, got, tc.want)
@@ -40,8 +40,9 @@ func TestAgentLiveness(t *testing.T) {
 		{"hub beats slower than our idle timeout", &tunnel.Config{IdleTimeout: 3 * s}, &Welcome{HeartbeatSeconds: 5}, Liveness{Every: 5 * s, Deadline: 10 * s}},
 		{"no interval in the welcome", &tunnel.Config{IdleTimeout: s}, &Welcome{}, Liveness{Every: DefaultHeartbeat, Deadline: 2 * s}},
 		{"no welcome", nil, nil, Liveness{Every: DefaultHeartbeat, Deadline: 60 * s}},
-		{"a hub that takes transport liveness", nil, &Welcome{HeartbeatSeconds: 20, Capabilities: []string{HubCapSSHEvents, HubCapTransportLiveness}},
-			Liveness{Every: 20 * s, Deadline: 50 * s, Transport: true}},
+		{"a hub that takes transport liveness", nil, &Welcome{HeartbeatSeconds: 20, DeadPeerSeconds: 60, Capabilities: []string{HubCapSSHEvents, HubCapTransportLiveness}},
+			Liveness{Every: 20 * s, Deadline: 50 * s, Transport: true, HubIdle: 60 * s}},
+		{"a hub that says its dead-peer timeout", nil, &Welcome{HeartbeatSeconds: 5, DeadPeerSeconds: 15}, Liveness{Every: 5 * s, Deadline: 57500 * time.Millisecond, HubIdle: 15 * s}},
 		{"a hub without it", nil, &Welcome{HeartbeatSeconds: 20, Capabilities: []string{HubCapSSHEvents}}, Liveness{Every: 20 * s, Deadline: 50 * s}},
 	} {
 		if got := AgentLiveness(tc.c, tc.w); got != tc.want {
