@@ -155,8 +155,11 @@ func (a *Agent) dialer(t tunnel.Transport) *tunnel.Dialer {
 	// hub restart the whole fleet reconnects at once, and a resumed
 	// handshake costs both sides far less than a full one.
 	tc.ClientSessionCache = a.sessionCache()
+	// AckLiveness: the agent sends something the hub acknowledges whenever
+	// the hub has acknowledged nothing for a keepalive interval (its
+	// heartbeats, or session.nudge's).
 	return &tunnel.Dialer{TLSConfig: tc, Config: a.cfg.Tunnel, Transport: t, Logger: a.log,
-		LocalIP: a.cfg.SourceIP, UDP: a.cfg.UDP}
+		LocalIP: a.cfg.SourceIP, UDP: a.cfg.UDP, AckLiveness: true}
 }
 
 func (a *Agent) newSession(tun tunnel.Session, addr string) *session {
@@ -345,9 +348,11 @@ func (s *session) heartbeat(ctx context.Context, every time.Duration) {
 // agent reconnects then instead of at its dead-peer timeout. beat is the
 // shorter of the agent's and the hub's keepalive intervals, the cadence at
 // which agents heartbeated before transport liveness. While the hub answers
-// the keepalives this sends nothing. It samples the session's
-// received-packet count every second (five times per pingAfter when that
-// is shorter).
+// the keepalives this sends nothing. It samples the session's Heard mark,
+// which moves with the hub's acknowledgements (tunnel.Dialer.AckLiveness),
+// every second (five times per pingAfter when that is shorter): so it also
+// heartbeats when the hub keeps sending but acknowledges nothing, which
+// gives the tunnel's dead-peer close its answer when the hub is alive.
 func (s *session) nudge(ctx context.Context, pingAfter, beat time.Duration) {
 	every := min(max(pingAfter/5, 10*time.Millisecond), time.Second)
 	t := time.NewTicker(every)

@@ -50,6 +50,18 @@ type Dialer struct {
 	// UDP, if set, carries QUIC dials on this shared socket instead of a new
 	// socket per dial (see UDPSocket). Closing the socket ends the session.
 	UDP *UDPSocket
+
+	// AckLiveness: on QUIC, only the hub's acknowledgements count as
+	// hearing it (Session.Heard), so that a half-open link whose
+	// agent-to-hub direction is lost is found within the dead-peer timeout
+	// even while the hub retransmits data it had in flight. Set it only if
+	// the session's owner sends something the hub acknowledges at least
+	// every keepalive interval whenever the hub sends no acknowledgement
+	// (Tether's agent: its heartbeats, or one whenever its keepalive went
+	// unanswered): quic-go's own keepalive waits for silence, so a session
+	// that keeps receiving a trickle and sends nothing of its own would be
+	// closed as dead.
+	AckLiveness bool
 }
 
 // Dial opens a session to the hub at addr ("host:port"; UDP and TCP use the
@@ -184,6 +196,7 @@ func (d *Dialer) dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config,
 			return nil, busyFromQUIC(err, d.UDP.hints, ua)
 		}
 		s := newQUICSession(conn)
+		s.acks = d.AckLiveness
 		s.watchPeer(cfg)
 		return s, nil
 	}
@@ -217,6 +230,7 @@ func (d *Dialer) dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config,
 		_ = udp.Close()
 	})
 	s := newQUICSession(conn)
+	s.acks = d.AckLiveness
 	s.watchPeer(cfg)
 	return s, nil
 }

@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -334,23 +335,41 @@ func TestDefaultKeepAliveKeepsUDPNATBindings(t *testing.T) {
 // packets are lost, the hub keeps hearing the agent's keepalives, so only
 // the agent can find out: without its explicit close (watchPeer), the
 // hub's session lived on until the agent's silent idle close plus its own
-// idle timeout, twice the timeout. The clock is real: the bound gets one
-// keepalive interval of slack for a loaded machine, far from that 2×.
+// idle timeout, twice the timeout. When the agent's packets are lost while
+// the hub has data in flight (inFlight), the hub retransmits it until its
+// own idle timeout; an agent that counted those packets as hearing the hub
+// (no Dialer.AckLiveness) closed only its own timeout after the hub's, 1.8
+// times the timeout. The clock is real: the bound gets one keepalive interval of
+// slack for a loaded machine, far from that 2×.
 func TestQUICHalfOpenFoundWithinIdleTimeout(t *testing.T) {
 	cfg := &Config{KeepAliveInterval: time.Second, IdleTimeout: 3 * time.Second}
-	for _, tc := range []struct {
-		how  linkCut
-		drop func(*udpProxy)
-	}{
-		{cutHubToAgent, (*udpProxy).dropDown},
-		{cutAgentToHub, (*udpProxy).dropUp},
-		{cutBoth, (*udpProxy).blackhole},
-	} {
-		t.Run(tc.how.String(), func(t *testing.T) {
+	type halfOpen struct {
+		how      linkCut
+		drop     func(*udpProxy)
+		acks     bool // Dialer.AckLiveness, as Tether's agent dials
+		inFlight bool // the hub writes to the agent just after the cut
+	}
+	var cases []halfOpen
+	for _, acks := range []bool{false, true} {
+		cases = append(cases,
+			halfOpen{cutHubToAgent, (*udpProxy).dropDown, acks, false},
+			halfOpen{cutAgentToHub, (*udpProxy).dropUp, acks, false},
+			halfOpen{cutBoth, (*udpProxy).blackhole, acks, false})
+	}
+	cases = append(cases, halfOpen{cutAgentToHub, (*udpProxy).dropUp, true, true})
+	for _, tc := range cases {
+		name := tc.how.String()
+		if tc.acks {
+			name += ", acks"
+		}
+		if tc.inFlight {
+			name += ", the hub sending"
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			l := startListener(t, cfg)
 			p := newUDPProxy(t, l.udp.LocalAddr().String())
-			agent, hub := dialAccept(t, l, p.addr(), TransportQUIC, cfg)
+			agent, hub := dialAccept(t, l, p.addr(), TransportQUIC, cfg, func(d *Dialer) { d.AckLiveness = tc.acks })
 			heardBefore := hub.Heard()
 
 			time.Sleep(3 * cfg.IdleTimeout) // idle: keepalives only
@@ -367,6 +386,15 @@ func TestQUICHalfOpenFoundWithinIdleTimeout(t *testing.T) {
 
 			tc.drop(p)
 			cut := time.Now()
+			if tc.inFlight {
+				st, err := hub.OpenStream(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := st.Write(make([]byte, 32<<10)); err != nil {
+					t.Fatal(err)
+				}
+			}
 			for name, s := range map[string]Session{"hub": hub, "agent": agent} {
 				select {
 				case <-s.Done():

@@ -132,11 +132,14 @@ func startListener(t testing.TB, cfg *Config) *Listener {
 }
 
 // dialAccept dials addr over tr and accepts the session on l.
-func dialAccept(t testing.TB, l *Listener, addr string, tr Transport, cfg *Config) (agent, hub Session) {
+func dialAccept(t testing.TB, l *Listener, addr string, tr Transport, cfg *Config, opts ...func(*Dialer)) (agent, hub Session) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	d := &Dialer{TLSConfig: clientTLS(true), Config: cfg, Transport: tr}
+	for _, o := range opts {
+		o(d)
+	}
 	agent, err := d.Dial(ctx, addr)
 	if err != nil {
 		t.Fatalf("Dial %v: %v", tr, err)

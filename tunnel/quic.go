@@ -30,6 +30,9 @@ const (
 // (MaxIncomingStreams) and keepalives; this type only adapts the API.
 type quicSession struct {
 	conn *quic.Conn
+	// acks: Heard marks the peer's acknowledgements, not its packets
+	// (Dialer.AckLiveness).
+	acks bool
 }
 
 var _ Session = (*quicSession)(nil)
@@ -45,9 +48,8 @@ func newQUICSession(conn *quic.Conn) *quicSession {
 // hears ours, would hold the session until ours stopped and its own idle
 // timeout ran out, twice the dead-peer timeout. So the session is closed
 // explicitly first, once nothing arrived for silentClose, and the
-// CONNECTION_CLOSE reaches a peer that can still hear. It samples the
-// received-packet count from a timer (no goroutine) every quarter
-// keepalive interval.
+// CONNECTION_CLOSE reaches a peer that can still hear. It samples Heard
+// from a timer (no goroutine) every quarter keepalive interval.
 func (s *quicSession) watchPeer(cfg *Config) {
 	w := &peerWatch{s: s, every: cfg.KeepAliveInterval / 4, silent: cfg.silentClose(), last: s.Heard(), heardAt: time.Now()}
 	w.mu.Lock() // the first check waits for t
@@ -68,7 +70,7 @@ type peerWatch struct {
 
 	mu      sync.Mutex
 	t       *time.Timer
-	last    uint64    // the received-packet count at the last sample
+	last    uint64    // the Heard mark at the last sample
 	heardAt time.Time // the sample at which last was first seen
 }
 
@@ -131,8 +133,27 @@ func (s *quicSession) RemoteAddr() net.Addr { return s.conn.RemoteAddr() }
 
 func (s *quicSession) Done() <-chan struct{} { return s.conn.Context().Done() }
 
-// Heard is the count of packets received (see Session.Heard).
-func (s *quicSession) Heard() uint64 { return s.conn.ConnectionStats().PacketsReceived }
+// Heard (see Session.Heard) is the count of packets received. With
+// Dialer.AckLiveness it moves with each RTT sample instead, that is each
+// acknowledgement of something the session sent (RFC 9002 §5.1): on a
+// half-open link whose dialer-to-peer direction is lost, a peer that had
+// data in flight keeps retransmitting it until its own idle timeout, and
+// counting those packets would put off watchPeer's close by as much.
+func (s *quicSession) Heard() uint64 {
+	st := s.conn.ConnectionStats()
+	if !s.acks {
+		return st.PacketsReceived
+	}
+	return rttMark(st)
+}
+
+// rttMark changes with every RTT sample: LatestRTT is the sample itself, and
+// the smoothed RTT and its mean deviation, averages of nanosecond samples,
+// move with it (all three staying put would take a sample equal to the
+// average with no deviation at all).
+func rttMark(st quic.ConnectionStats) uint64 {
+	return uint64(st.LatestRTT) ^ uint64(st.SmoothedRTT)<<21 ^ uint64(st.MeanDeviation)<<42
+}
 
 // context is done when the session ends; the Listener uses it to forget the
 // session.

@@ -153,8 +153,10 @@ type Session interface {
 	Done() <-chan struct{}
 	// Heard is a mark that moves whenever anything arrives from the peer
 	// (keepalives included) and only then: two readings that differ say
-	// the peer was heard in between. It costs a few atomic loads, so a
-	// sweep over every session may call it.
+	// the peer was heard in between. A QUIC session dialed with
+	// Dialer.AckLiveness counts only what shows the peer hears it too, its
+	// acknowledgements. It costs a few atomic loads, so a sweep over every
+	// session may call it.
 	Heard() uint64
 	// Close ends the session and all its streams at once (data not yet sent
 	// is dropped: close streams first for a graceful end). It is idempotent.
