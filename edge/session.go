@@ -278,7 +278,8 @@ func (s *session) serve(ctx context.Context, live control.Liveness) (next *moved
 		wg.Go(func() { s.heartbeat(sctx, live.Every) })
 	case s.tun.Transport() == tunnel.TransportQUIC: // else the transport's keepalives carry liveness
 		wg.Go(func() {
-			s.nudge(sctx, s.a.cfg.Tunnel.PingAfter(live.HubIdle), min(s.a.keepAlive(), live.Every))
+			pingAfter := s.a.cfg.Tunnel.PingAfter(live.HubIdle)
+			s.nudge(sctx, pingAfter, min(pingAfter, live.Every))
 		})
 	}
 	ctlErr := make(chan error, 1)
@@ -340,14 +341,14 @@ func (s *session) heartbeat(ctx context.Context, every time.Duration) {
 // agent's keepalive is a QUIC PING, which a hub that was killed and
 // restarted on the same address drops without a word: the packet is too
 // small for a stateless reset (quic-go answers none below 43 bytes, so that
-// resets cannot be looped). A heartbeat is large enough. So once nothing
-// has arrived for pingAfter (when the agent's keepalive goes out) and a
-// tenth more for its answer, the agent sends a heartbeat, and another
+// resets cannot be looped). A heartbeat is large enough. So once the hub
+// has acknowledged nothing for pingAfter (when the agent's keepalive goes
+// out) and a tenth more for the keepalive's answer, the agent sends a heartbeat, and another
 // every beat for as long as the hub stays silent: a live hub takes it as a
 // sign of life, a restarted hub answers with a stateless reset, and the
 // agent reconnects then instead of at its dead-peer timeout. beat is the
-// shorter of the agent's and the hub's keepalive intervals, the cadence at
-// which agents heartbeated before transport liveness. While the hub answers
+// hub's keepalive interval, the cadence at which agents heartbeated before
+// transport liveness, or pingAfter if that is shorter. While the hub answers
 // the keepalives this sends nothing. It samples the session's Heard mark,
 // which moves with the hub's acknowledgements (tunnel.Dialer.AckLiveness),
 // every second (five times per pingAfter when that is shorter): so it also
@@ -377,8 +378,8 @@ func (s *session) nudge(ctx context.Context, pingAfter, beat time.Duration) {
 	}
 }
 
-// nudger decides, from samples of a session's received-packet count, when
-// a silent hub is due a heartbeat: once it has been silent for quietAfter,
+// nudger decides, from samples of a session's Heard mark, when a silent
+// hub is due a heartbeat: once it has been silent for quietAfter,
 // then every beat while the silence lasts.
 type nudger struct {
 	quietAfter, beat  time.Duration
@@ -475,12 +476,4 @@ func absStateDir(dir string) string {
 		return ""
 	}
 	return abs
-}
-
-// keepAlive is the agent's tunnel keepalive interval (--keepalive).
-func (a *Agent) keepAlive() time.Duration {
-	if c := a.cfg.Tunnel; c != nil && c.KeepAliveInterval > 0 {
-		return c.KeepAliveInterval
-	}
-	return tunnel.DefaultKeepAliveInterval
 }

@@ -208,7 +208,9 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	// ends: a goroutine's stack only shrinks to a quarter of what it
 	// holds, so an idle session would keep that depth for its lifetime.
 	held = true
-	beats := slices.Contains(msg.Hello.Capabilities, control.CapHeartbeat)
+	// A transport-liveness agent announces heartbeats too (for hubs of
+	// earlier versions), but here neither side sends them.
+	beats := !conn.TransportLive && slices.Contains(msg.Hello.Capabilities, control.CapHeartbeat)
 	hello := msg.Hello
 	s.sessions.Add(1) // while this goroutine's own count is held
 	go func() {
@@ -245,10 +247,7 @@ func (s *Server) holdSession(ctx context.Context, conn *registry.Conn, ctrl tunn
 	if hostKey != nil {
 		stopRenewal = s.renewHostCert(conn, log)
 	}
-	switch {
-	case conn.TransportLive: // no heartbeats either way: the transport watches
-		s.readControl(ctx, conn, ctrl, false, log)
-	case !beats || heartbeat(conn) == nil:
+	if !beats || heartbeat(conn) == nil {
 		s.readControl(ctx, conn, ctrl, beats, log)
 	}
 	consumerGone()

@@ -195,10 +195,7 @@ func (d *Dialer) dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config,
 		if err != nil {
 			return nil, busyFromQUIC(err, d.UDP.hints, ua)
 		}
-		s := newQUICSession(conn)
-		s.acks = d.AckLiveness
-		s.watchPeer(cfg)
-		return s, nil
+		return d.quicSession(conn, cfg), nil
 	}
 	// A transport of our own (not quic.DialAddr's) so that a refused dial
 	// can read the hub's retry hint (see quicBusyMagic).
@@ -229,10 +226,16 @@ func (d *Dialer) dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config,
 		_ = tr.Close()
 		_ = udp.Close()
 	})
+	return d.quicSession(conn, cfg), nil
+}
+
+// quicSession wraps a dialed connection: the dialing side's dead-peer rule
+// (watchPeer) runs on it, on the peer's acknowledgements with AckLiveness.
+func (d *Dialer) quicSession(conn *quic.Conn, cfg *Config) *quicSession {
 	s := newQUICSession(conn)
 	s.acks = d.AckLiveness
 	s.watchPeer(cfg)
-	return s, nil
+	return s
 }
 
 // dialTCP opens TLS over TCP and starts yamux. It then pings the hub once:
