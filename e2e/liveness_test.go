@@ -10,13 +10,18 @@ import (
 // nudgeLog is what the agent logs (at debug) when it heartbeats a silent hub.
 const nudgeLog = "hub silent past its keepalive"
 
+// statelessReset is how quic-go words the end of a session by a stateless
+// reset, as the agent logs it.
+const statelessReset = "received a stateless reset"
+
 // TestQUICAgentBackAfterHubKill: a QUIC agent whose liveness is the
 // transport's comes back soon after its hub is killed -9 and restarted on
 // the same address, not at its dead-peer timeout. Its keepalive PINGs are
 // too small for the restarted hub to answer with a stateless reset; the
 // heartbeat the agent sends once its keepalive went unanswered is not, and
-// the reset ends the old session at once. While the hub answers, the agent
-// sends no heartbeat.
+// the reset ends the old session at once (a keepalive that also carries an
+// acknowledgement is sometimes large enough itself). While the hub
+// answers, the agent sends no heartbeat.
 //
 //   - alike: hub and agent at 1 s / 15 s. Without the heartbeat the agent
 //     waited for its own silence limit (14.3 s).
@@ -51,8 +56,11 @@ func TestQUICAgentBackAfterHubKill(t *testing.T) {
 			waitFor(t, "q1 connected to the restarted hub", 30*time.Second, func() bool { return h.connects("q1") > 0 })
 			took := time.Since(restarted)
 			t.Logf("q1 back %v after the restart", took.Round(100*time.Millisecond))
-			if !strings.Contains(agent.Log(), nudgeLog) {
-				t.Errorf("q1 came back without the heartbeat that draws the restarted hub's stateless reset:\n%s", agent.Tail(2000))
+			// The old session must end by the restarted hub's stateless reset,
+			// not by a timeout. Usually the heartbeat draws it; a keepalive
+			// that carries an acknowledgement too is large enough on its own.
+			if !strings.Contains(agent.Log(), statelessReset) {
+				t.Errorf("q1's old session did not end by the restarted hub's stateless reset (it timed out):\n%s", agent.Tail(2000))
 			}
 			if took > tc.within {
 				t.Errorf("q1 came back %v after its hub restarted, want within %v: the agent waited for a timeout instead of drawing a stateless reset", took.Round(100*time.Millisecond), tc.within)
