@@ -22,6 +22,7 @@ import (
 	"github.com/tether-dev/tether/hub/cluster"
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/kubeone"
+	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/mission"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/hub/upgrade"
@@ -73,14 +74,21 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	backlog := newFleetBacklog(ctx, s.store.CountNodes, s.reg, s.log)
+	defer backlog.wait()
 	ln, err := tunnel.Listen(ctx, s.cfg.Listen, tunnel.ListenConfig{
 		TunnelTLS: tlsTunnel, HTTPTLS: tlsHTTP, Config: s.cfg.Tunnel, Logger: s.log.With("component", "tunnel"),
-		StatelessResetKey: resetKey,
+		StatelessResetKey: resetKey, Backlog: backlog.waiting,
 	})
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", s.cfg.Listen, err)
 	}
 	defer ln.Close()
+	s.metrics.RegisterAdmission(func() metrics.Admission {
+		a := ln.AdmissionStats()
+		return metrics.Admission{RefusedQUIC: a.RefusedQUIC, RefusedTCPHinted: a.RefusedTCPHinted, RefusedTCPPlain: a.RefusedTCPPlain, RatePerSecond: a.AdmitRate,
+			HandshakesFailed: a.HandshakesFailed, FailedHeldSeconds: a.HandshakeFailedHeld.Seconds()}
+	})
 	advertise := advertiseFor(ln.Addr(), s.cfg.Advertise)
 
 	hubNames := bastionNames(s.cfg.SSHListen, advertise, append([]string{bastionAlias(s.cfg.NodeSuffix)}, s.cfg.SSHNames...))

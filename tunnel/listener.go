@@ -26,6 +26,15 @@ const (
 	// accept loops then never hold up quic-go's own short queue (32), whose
 	// overflow refuses a connection after its whole handshake was paid for.
 	acceptQueue = 256
+	// quicAcceptors is how many goroutines take handshaken QUIC connections
+	// from quic-go. One was not enough: on a hub saturated by a storm the
+	// scheduler left it waiting long enough for quic-go's queue to fill,
+	// and each overflow threw away a whole handshake and sent its agent away
+	// without a retry hint (one of the failed handshakes of a 10,000-agent
+	// storm: 199-425 with one, 75-162 with four). With several, one is
+	// nearly always parked on the queue and takes the next connection at
+	// once.
+	quicAcceptors = 4
 	// udpBindAttempts is how often Listen picks a new port when the TCP port
 	// it got for ":0" is taken on UDP.
 	udpBindAttempts = 8
@@ -75,6 +84,16 @@ type ListenConfig struct {
 	// timing out on a hub too busy to answer. Zero means
 	// DefaultMaxHandshakes.
 	MaxHandshakes int
+
+	// Backlog, if set, bounds how many agents may be waiting to connect
+	// (the hub: its enrolled nodes less those connected; negative:
+	// unknown). Agents refused at MaxHandshakes are asked back in a queue
+	// (see AdmissionStats); a QUIC refusal is counted per Initial packet,
+	// and a busy agent's retransmissions count again, so the queue can run
+	// ahead of the agents really waiting: it never counts more than
+	// Backlog. It is called on every refusal, from quic-go's packet
+	// handling too: it must return at once.
+	Backlog func() int
 }
 
 // Listener accepts tunnel sessions on one address: QUIC on UDP and TLS on
@@ -100,6 +119,7 @@ type Listener struct {
 	handshake chan struct{}  // semaphore of ListenConfig.MaxHandshakes
 	tickets   *ticketKeys    // nil without a StatelessResetKey
 	refuse    *refuser       // answers refused TCP connections with a retry hint
+	failed    *handshakeFailures
 
 	mu   sync.Mutex                  // guards the following
 	live map[trackedSession]struct{} // sessions not yet ended, closed by Close
@@ -162,9 +182,11 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 	// One pacer hands out return slots to refused agents of both
 	// transports; its WaitGroup is the Listener's, set below before any
 	// TCP refusal can happen (QUIC hints start no goroutine).
-	refuse := newRefuser(nil)
+	refuse := newRefuser(nil, maxHS)
+	refuse.backlog = lc.Backlog
 	qtr := &quic.Transport{Conn: udpConn}
-	qtr.ConnContext = quicAdmission(handshake, func(addr net.Addr) { refuse.hintQUIC(qtr, addr) })
+	failed := &handshakeFailures{}
+	qtr.ConnContext = quicAdmission(handshake, refuse.refusedRecently, func(addr net.Addr) { refuse.hintQUIC(qtr, addr) }, failed)
 	if lc.StatelessResetKey != nil {
 		key := quic.StatelessResetKey(*lc.StatelessResetKey)
 		qtr.StatelessResetKey = &key
@@ -196,6 +218,7 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 		cancel:    cancel,
 		done:      make(chan struct{}),
 		handshake: handshake,
+		failed:    failed,
 		tickets:   tickets,
 		live:      make(map[trackedSession]struct{}),
 	}
@@ -215,7 +238,9 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 		},
 	}
 	l.wg.Go(l.acceptTCP)
-	l.wg.Go(l.acceptQUIC)
+	for range quicAcceptors {
+		l.wg.Go(l.acceptQUIC)
+	}
 	l.log.Info("tunnel listener started", "addr", tcpLn.Addr().String())
 	return l, nil
 }
@@ -401,12 +426,14 @@ func (l *Listener) acceptTCP() {
 // the connection by its negotiated ALPN.
 func (l *Listener) serveTCP(raw net.Conn) {
 	log := l.log.With("remote", raw.RemoteAddr().String())
-	_ = raw.SetDeadline(time.Now().Add(l.cfg.HandshakeTimeout))
+	start := time.Now()
+	_ = raw.SetDeadline(start.Add(l.cfg.HandshakeTimeout))
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
 	tc := tls.Server(raw, l.tcpTLS)
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
+		l.failed.add(time.Since(start))
 		log.Debug("tunnel tls handshake failed", "err", err)
 		_ = raw.Close()
 		return

@@ -101,3 +101,58 @@ func New() *Metrics {
 	}
 	return m
 }
+
+// Admission is a reading of the tunnel listener's handshake admission: the
+// connections refused at its handshake limit, by transport and whether a
+// retry hint went with the refusal, and the admission rate the hints are
+// paced by.
+type Admission struct {
+	RefusedQUIC, RefusedTCPHinted, RefusedTCPPlain uint64
+	RatePerSecond                                  float64
+	// HandshakesFailed took a handshake slot and ended without a session;
+	// FailedHeldSeconds is how long they held their slots, in all.
+	HandshakesFailed  uint64
+	FailedHeldSeconds float64
+}
+
+// RegisterAdmission exports read as tether_tunnel_busy_refusals_total{transport,
+// hinted}, tether_tunnel_admission_rate_per_second,
+// tether_tunnel_handshakes_failed_total and
+// tether_tunnel_handshake_failed_slot_seconds_total, read at each scrape.
+func (m *Metrics) RegisterAdmission(read func() Admission) {
+	m.Registry.MustRegister(admissionCollector{read: read})
+}
+
+var (
+	refusedDesc = prometheus.NewDesc("tether_tunnel_busy_refusals_total",
+		"Tunnel connections refused at the hub's handshake limit before any cryptography, by transport and whether the refusal carried a retry hint (hinted=no: too many refusals at once; the agent waits out its own backoff).",
+		[]string{"transport", "hinted"}, nil)
+	admitRateDesc = prometheus.NewDesc("tether_tunnel_admission_rate_per_second",
+		"Sessions per second the hub is estimated to admit at its handshake limit; refused agents are asked back in a queue drained at this rate (0: not measured yet).",
+		nil, nil)
+	hsFailedDesc = prometheus.NewDesc("tether_tunnel_handshakes_failed_total",
+		"Tunnel connections that took one of the hub's handshake slots and ended without a session (both transports).",
+		nil, nil)
+	hsFailedHeldDesc = prometheus.NewDesc("tether_tunnel_handshake_failed_slot_seconds_total",
+		"Time the failed handshakes held their handshake slots, in all: slots that admitted nobody.",
+		nil, nil)
+)
+
+type admissionCollector struct{ read func() Admission }
+
+func (c admissionCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- refusedDesc
+	ch <- admitRateDesc
+	ch <- hsFailedDesc
+	ch <- hsFailedHeldDesc
+}
+
+func (c admissionCollector) Collect(ch chan<- prometheus.Metric) {
+	a := c.read()
+	ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(a.RefusedQUIC), "quic", "yes")
+	ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(a.RefusedTCPHinted), "tcp", "yes")
+	ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(a.RefusedTCPPlain), "tcp", "no")
+	ch <- prometheus.MustNewConstMetric(admitRateDesc, prometheus.GaugeValue, a.RatePerSecond)
+	ch <- prometheus.MustNewConstMetric(hsFailedDesc, prometheus.CounterValue, float64(a.HandshakesFailed))
+	ch <- prometheus.MustNewConstMetric(hsFailedHeldDesc, prometheus.CounterValue, a.FailedHeldSeconds)
+}

@@ -192,6 +192,13 @@ func (r *Registry) Get(name string) (*Conn, bool) {
 	return c, ok
 }
 
+// Len is how many nodes have a live session.
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.byName)
+}
+
 // All returns a snapshot of the live sessions.
 func (r *Registry) All() []*Conn {
 	r.mu.Lock()

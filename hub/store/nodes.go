@@ -188,6 +188,15 @@ func (s *SQLite) ListNodes(ctx context.Context) ([]Node, error) {
 	return out, rows.Err()
 }
 
+// CountNodes implements Store.
+func (s *SQLite) CountNodes(ctx context.Context) (int, error) {
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM nodes WHERE revoked_at = 0`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: count nodes: %w", err)
+	}
+	return n, nil
+}
+
 // MarkAllOffline implements Store.
 func (s *SQLite) MarkAllOffline(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, `UPDATE nodes SET online = 0 WHERE online != 0`); err != nil {

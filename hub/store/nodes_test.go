@@ -149,3 +149,36 @@ func TestNodeFacts(t *testing.T) {
 		t.Errorf("SetNodeFacts of an unknown node: %v, want ErrNotFound", err)
 	}
 }
+
+// TestCountNodes: the count is of enrolled nodes that are not revoked,
+// on both backends.
+func TestCountNodes(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend, openTest func(t *testing.T) *DB) {
+		ctx := context.Background()
+		s, err := b.open(ctx, b.newLoc(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		count := func(want int) {
+			t.Helper()
+			if n, err := s.CountNodes(ctx); err != nil || n != want {
+				t.Fatalf("CountNodes = %d, %v; want %d", n, err, want)
+			}
+		}
+		count(0)
+		if err := s.CreateToken(ctx, Token{ID: "t", SecretHash: []byte("h"), UsesLeft: 10, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []Node{{ID: "1", Name: "a"}, {ID: "2", Name: "b"}, {ID: "3", Name: "c"}} {
+			if _, err := s.Join(ctx, "t", accept, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		count(3)
+		if err := s.RevokeNode(ctx, "2", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		count(2)
+	})
+}

@@ -51,6 +51,8 @@ type Store interface {
 	GetNode(ctx context.Context, id string) (Node, error)
 	GetNodeByName(ctx context.Context, name string) (Node, error)
 	ListNodes(ctx context.Context) ([]Node, error)
+	// CountNodes is how many nodes are enrolled and not revoked.
+	CountNodes(ctx context.Context) (int, error)
 	UpdateNodeSeen(ctx context.Context, id string, s Seen) error
 	// MarkAllOffline is called at hub start: no session survives a restart.
 	MarkAllOffline(ctx context.Context) error

@@ -7,10 +7,12 @@
 // What is simulated, and why (so that 100k agents fit beside the hub):
 //   - identities come from one fleet file, and all share one parsed copy of
 //     the hub's CA certificates;
-//   - QUIC agents share UDP sockets (Config.PerSocket): a real fleet behind
-//     NATs has a socket per agent, but one process cannot hold 100k sockets
-//     in its port range and open-files limit, and the hub tells sessions
-//     apart by connection ID, not address;
+//   - QUIC agents may share UDP sockets (Config.PerSocket): a real fleet
+//     behind NATs has a socket per agent, but one process cannot hold 100k
+//     sockets in its port range and open-files limit. The hub tells
+//     sessions apart by connection ID, but refused attempts by address (its
+//     retry queue), so a storm of agents sharing a socket is paced less
+//     well than a real fleet's: P5 gives each agent a socket where it can;
 //   - every agent (or socket) dials from a loopback address of its own
 //     (Config.IPBase), so TCP agents do not exhaust one address's ports;
 //   - no SSH server unless the scenario asks for one (Config.SSHTarget).

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,7 +94,14 @@ type agentState struct {
 	everRefused bool
 	lastEvent   time.Time     // last status change (or Mark)
 	maxGap      time.Duration // longest time between status changes since Mark
+	eventErr    string        // LastError of the last status change
+	maxGapAfter string        // eventErr when the longest gap began: what the agent waited on
+	marked      time.Time     // the last Mark
+	trail       []string      // status changes since Mark (at most maxTrail), for Stragglers
 }
+
+// maxTrail bounds the status changes an agent keeps for Stragglers.
+const maxTrail = 12
 
 // IPFor is the source address of agent i (see Config.IPBase).
 func IPFor(base, i int) net.IP {
@@ -199,10 +207,13 @@ func (s *Sim) onStatus(i int) func(edge.Status) {
 		now := time.Now()
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		if !a.lastEvent.IsZero() {
-			a.maxGap = max(a.maxGap, now.Sub(a.lastEvent))
+		if !a.lastEvent.IsZero() && now.Sub(a.lastEvent) > a.maxGap {
+			a.maxGap, a.maxGapAfter = now.Sub(a.lastEvent), a.eventErr
 		}
-		a.lastEvent = now
+		a.lastEvent, a.eventErr = now, st.LastError
+		if !a.marked.IsZero() && len(a.trail) < maxTrail {
+			a.trail = append(a.trail, fmt.Sprintf("%.1fs %s %.120s", now.Sub(a.marked).Seconds(), st.State, st.LastError))
+		}
 		switch st.State {
 		case "connected":
 			if !a.connected {
@@ -334,7 +345,7 @@ func (s *Sim) Mark() {
 	for i := range s.agents {
 		a := &s.agents[i]
 		a.mu.Lock()
-		a.lastEvent, a.maxGap = now, 0
+		a.lastEvent, a.maxGap, a.maxGapAfter, a.marked, a.trail = now, 0, "", now, nil
 		a.mu.Unlock()
 	}
 }
@@ -352,8 +363,13 @@ type ReconnectStats struct {
 	// GapP50, GapP99 are the distribution of each agent's longest gap
 	// (how starved the typical and the unluckiest agents were).
 	GapP50, GapP99 time.Duration
-	ds             []time.Duration
-	gaps           []time.Duration
+	// LongGapAfter counts the agents whose longest gap was LongGap or
+	// more, by what the gap followed: "retry hint", "busy without hint",
+	// "timeout", "hub closed", "none" (the gap began without an error: the
+	// hub's restart) or "other".
+	LongGapAfter map[string]int
+	ds           []time.Duration
+	gaps         []time.Duration
 }
 
 // Merge combines the stats of several Sims observed from the same instant.
@@ -366,6 +382,12 @@ func Merge(all ...ReconnectStats) ReconnectStats {
 		rs.MaxGap = max(rs.MaxGap, r.MaxGap)
 		rs.ds = append(rs.ds, r.ds...)
 		rs.gaps = append(rs.gaps, r.gaps...)
+		for k, v := range r.LongGapAfter {
+			if rs.LongGapAfter == nil {
+				rs.LongGapAfter = map[string]int{}
+			}
+			rs.LongGapAfter[k] += v
+		}
 	}
 	rs.P50, rs.P99 = quantile(rs.ds, 0.5), quantile(rs.ds, 0.99)
 	rs.GapP50, rs.GapP99 = quantile(rs.gaps, 0.5), quantile(rs.gaps, 0.99)
@@ -387,6 +409,12 @@ func (s *Sim) Reconnects(since time.Time) ReconnectStats {
 		}
 		rs.MaxGap = max(rs.MaxGap, a.maxGap)
 		rs.gaps = append(rs.gaps, a.maxGap)
+		if a.maxGap >= LongGap {
+			if rs.LongGapAfter == nil {
+				rs.LongGapAfter = map[string]int{}
+			}
+			rs.LongGapAfter[gapCause(a.maxGapAfter)]++
+		}
 		a.mu.Unlock()
 	}
 	rs.Back = len(ds)
@@ -394,6 +422,30 @@ func (s *Sim) Reconnects(since time.Time) ReconnectStats {
 	rs.P50, rs.P99 = quantile(ds, 0.5), quantile(ds, 0.99)
 	rs.GapP50, rs.GapP99 = quantile(rs.gaps, 0.5), quantile(rs.gaps, 0.99)
 	return rs
+}
+
+// Stragglers returns, for the n agents that came back last after since,
+// their status changes since Mark ("12.3s connecting hub busy ...").
+func (s *Sim) Stragglers(since time.Time, n int) [][]string {
+	type back struct {
+		at    time.Time
+		trail []string
+	}
+	var all []back
+	for i := range s.agents {
+		a := &s.agents[i]
+		a.mu.Lock()
+		if a.connected && a.lastUp.After(since) {
+			all = append(all, back{a.lastUp, slices.Clone(a.trail)})
+		}
+		a.mu.Unlock()
+	}
+	slices.SortFunc(all, func(x, y back) int { return y.at.Compare(x.at) })
+	var out [][]string
+	for _, b := range all[:min(n, len(all))] {
+		out = append(out, b.trail)
+	}
+	return out
 }
 
 // Stop ends every agent and waits for them.
@@ -421,4 +473,25 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	c := append([]time.Duration(nil), ds...)
 	slices.Sort(c)
 	return c[min(len(c)-1, int(q*float64(len(c))))]
+}
+
+// LongGap is how long a wait of one agent must be to be counted in
+// ReconnectStats.LongGapAfter.
+const LongGap = 15 * time.Second
+
+// gapCause sorts the error a wait followed into a few kinds.
+func gapCause(err string) string {
+	switch {
+	case err == "":
+		return "none"
+	case strings.Contains(err, "asked to retry after"):
+		return "retry hint"
+	case strings.Contains(err, "hub busy"):
+		return "busy without hint"
+	case strings.Contains(err, "timeout") || strings.Contains(err, "deadline exceeded"):
+		return "timeout"
+	case strings.Contains(err, "EOF") || strings.Contains(err, "closed") || strings.Contains(err, "reset"):
+		return "hub closed"
+	}
+	return "other"
 }

@@ -1,0 +1,94 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/internal/testenv"
+)
+
+// TestFleetBacklog: the handshake queue's bound is the enrolled nodes less
+// the connected ones, answered from memory; the count is read once before
+// the first session, again only when a refusal finds it older than
+// backlogRefresh (in the background, one count at a time), a failed count
+// keeps the last good one, and nothing is counted once the hub stops.
+func TestFleetBacklog(t *testing.T) {
+	var calls atomic.Int32
+	var enrolled atomic.Int64
+	var failing atomic.Bool
+	enrolled.Store(10)
+	count := func(ctx context.Context) (int, error) {
+		calls.Add(1)
+		if failing.Load() {
+			return 0, errors.New("store down")
+		}
+		return int(enrolled.Load()), nil
+	}
+	reg := registry.New()
+	b := newFleetBacklog(t.Context(), count, reg, slog.New(slog.DiscardHandler))
+	if calls.Load() != 1 {
+		t.Fatalf("counts before the first session = %d, want 1", calls.Load())
+	}
+	if w := b.waiting(); w != 10 {
+		t.Fatalf("waiting with none connected = %d, want 10", w)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		reg.Put(registry.NewConn(name, name, nil, nil))
+	}
+	if w := b.waiting(); w != 7 {
+		t.Fatalf("waiting with 3 of 10 connected = %d, want 7", w)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("a fresh count was read again: %d counts", calls.Load())
+	}
+
+	// Stale: the next refusal starts one count and answers from memory.
+	enrolled.Store(2)
+	b.countedAt.Store(time.Now().Add(-2 * backlogRefresh).UnixNano())
+	if w := b.waiting(); w != 7 {
+		t.Fatalf("waiting while the count runs = %d, want the last answer 7", w)
+	}
+	testenv.WaitFor(t, "the background count", 5*time.Second, func() bool { return b.nodes.Load() == 2 })
+	if w := b.waiting(); w != 0 {
+		t.Fatalf("waiting with more connected than enrolled = %d, want 0", w)
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("counts = %d, want 2", calls.Load())
+	}
+
+	// A failed count keeps the last good one.
+	failing.Store(true)
+	enrolled.Store(50)
+	b.countedAt.Store(time.Now().Add(-2 * backlogRefresh).UnixNano())
+	b.waiting()
+	testenv.WaitFor(t, "the failed count", 5*time.Second, func() bool { return calls.Load() == 3 && !b.refreshing.Load() })
+	if n := b.nodes.Load(); n != 2 {
+		t.Fatalf("enrolled after a failed count = %d, want the last good 2", n)
+	}
+
+	// Stopped: no more counts, whatever the age.
+	failing.Store(false)
+	b.wait()
+	b.countedAt.Store(time.Now().Add(-2 * backlogRefresh).UnixNano())
+	b.waiting()
+	time.Sleep(50 * time.Millisecond)
+	if calls.Load() != 3 {
+		t.Fatalf("counts after wait = %d, want 3", calls.Load())
+	}
+}
+
+// TestFleetBacklogUnknown: before the store has ever answered, the bound is
+// unknown (-1) rather than zero, which would ask every refused agent back
+// in a second.
+func TestFleetBacklogUnknown(t *testing.T) {
+	b := newFleetBacklog(t.Context(), func(context.Context) (int, error) { return 0, errors.New("store down") }, registry.New(), slog.New(slog.DiscardHandler))
+	defer b.wait()
+	if w := b.waiting(); w != -1 {
+		t.Fatalf("waiting with no count = %d, want -1", w)
+	}
+}
