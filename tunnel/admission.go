@@ -35,12 +35,13 @@ type admissionKey struct{}
 // come free: it is the rest of that attempt's first flight, or a
 // retransmission, and the agent has given the attempt up. Admitted, it
 // would start a handshake from the middle of a ClientHello that nobody
-// finishes, holding a slot for the handshake idle timeout (343 such
-// handshakes held slots 1,508 s in all in one 10,000-agent storm).
+// finishes, holding a slot for the handshake idle timeout.
 func quicAdmission(sem chan struct{}, refusedRecently func(net.Addr) bool, refused func(net.Addr), failed *handshakeFailures) func(context.Context, *quic.ClientInfo) (context.Context, error) {
 	return func(ctx context.Context, ci *quic.ClientInfo) (context.Context, error) {
 		if refusedRecently != nil && refusedRecently(ci.RemoteAddr) {
-			refused(ci.RemoteAddr)
+			if refused != nil {
+				refused(ci.RemoteAddr)
+			}
 			return nil, errBusy
 		}
 		select {

@@ -27,13 +27,12 @@ const (
 	// overflow refuses a connection after its whole handshake was paid for.
 	acceptQueue = 256
 	// quicAcceptors is how many goroutines take handshaken QUIC connections
-	// from quic-go. One was not enough: on a hub saturated by a storm the
-	// scheduler left it waiting long enough for quic-go's queue to fill,
-	// and each overflow threw away a whole handshake and sent its agent away
-	// without a retry hint (one of the failed handshakes of a 10,000-agent
-	// storm: 199-425 with one, 75-162 with four). With several, one is
-	// nearly always parked on the queue and takes the next connection at
-	// once.
+	// from quic-go. With one, a hub saturated by a storm left it waiting for
+	// a core long enough for quic-go's queue to fill: the overflow throws
+	// away a whole handshake and sends its agent away without a retry hint
+	// (seen in a 10,000-agent storm: an agent's session refused while it
+	// waited for its welcome). With several, one is nearly always parked on
+	// the queue and takes the next connection at once.
 	quicAcceptors = 4
 	// udpBindAttempts is how often Listen picks a new port when the TCP port
 	// it got for ":0" is taken on UDP.
