@@ -94,9 +94,6 @@ type handshakeFailures struct {
 }
 
 func (f *handshakeFailures) add(held time.Duration) {
-	if f == nil {
-		return
-	}
 	f.n.Add(1)
 	f.held.Add(int64(held))
 }
@@ -246,14 +243,14 @@ func busyFromQUIC(err error, hints *hintBox, hub *net.UDPAddr) error {
 	if errors.As(err, &te) && te.Remote && te.ErrorCode == quic.ConnectionRefused {
 		be := &BusyError{Err: err}
 		if hints != nil {
-			be.RetryAfter, _ = hints.take(hub)
+			be.RetryAfter, _ = hints.take(hub, quicHintWait)
 		}
 		return be
 	}
 	var idle *quic.IdleTimeoutError
 	var hs *quic.HandshakeTimeoutError
 	if hints != nil && (errors.As(err, &idle) || errors.As(err, &hs)) {
-		if d, ok := hints.poll(hub); ok {
+		if d, ok := hints.take(hub, 0); ok {
 			return &BusyError{RetryAfter: d, Err: err}
 		}
 	}
@@ -348,15 +345,6 @@ func (p *retryPacer) updateLocked(now time.Time) {
 	}
 }
 
-// waiting is how many agents may be waiting to connect (ListenConfig.Backlog),
-// negative when unknown.
-func (r *refuser) waiting() int {
-	if r.backlog == nil {
-		return -1
-	}
-	return r.backlog()
-}
-
 // hint is the retry-after for one refused connection, in whole seconds
 // (at least 1). backlog, unless negative, bounds the queue: no more agents
 // than that can be waiting.
@@ -442,6 +430,15 @@ func newRefuser(wg *sync.WaitGroup, maxHandshakes int) *refuser {
 	r := &refuser{slots: make(chan struct{}, maxRefusing), wg: wg}
 	r.pacer.assumed = 2 * float64(maxHandshakes)
 	return r
+}
+
+// waiting is how many agents may be waiting to connect (ListenConfig.Backlog),
+// negative when unknown.
+func (r *refuser) waiting() int {
+	if r.backlog == nil {
+		return -1
+	}
+	return r.backlog()
 }
 
 // quicRefusal is a QUIC attempt refused within sameAttempt.

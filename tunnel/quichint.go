@@ -93,35 +93,31 @@ func watchHints(ctx context.Context, tr *quic.Transport, room int) *hintBox {
 }
 
 // take returns a hint from hub that arrived at most quicHintMaxAge ago,
-// waiting up to quicHintWait for one.
-func (b *hintBox) take(hub *net.UDPAddr) (time.Duration, bool) {
-	want := hub.AddrPort()
-	wait := time.NewTimer(quicHintWait)
-	defer wait.Stop()
+// waiting up to wait for one (0: only one that has already arrived).
+func (b *hintBox) take(hub *net.UDPAddr, wait time.Duration) (time.Duration, bool) {
+	want := unmap(hub.AddrPort())
+	var expired <-chan time.Time // nil: no wait has started
 	for {
+		var h quicHint
 		select {
-		case h := <-b.ch:
-			if unmap(h.from) == unmap(want) && time.Since(h.at) <= quicHintMaxAge {
-				return h.d, true
-			}
-		case <-wait.C:
-			return 0, false
-		}
-	}
-}
-
-// poll returns a hint from hub that has already arrived, at most
-// quicHintMaxAge ago, without waiting.
-func (b *hintBox) poll(hub *net.UDPAddr) (time.Duration, bool) {
-	want := hub.AddrPort()
-	for {
-		select {
-		case h := <-b.ch:
-			if unmap(h.from) == unmap(want) && time.Since(h.at) <= quicHintMaxAge {
-				return h.d, true
-			}
+		case h = <-b.ch:
 		default:
-			return 0, false
+			if wait <= 0 {
+				return 0, false
+			}
+			if expired == nil {
+				t := time.NewTimer(wait)
+				defer t.Stop()
+				expired = t.C
+			}
+			select {
+			case h = <-b.ch:
+			case <-expired:
+				return 0, false
+			}
+		}
+		if unmap(h.from) == want && time.Since(h.at) <= quicHintMaxAge {
+			return h.d, true
 		}
 	}
 }
