@@ -29,32 +29,35 @@ type fleetBacklog struct {
 	reg   *registry.Registry
 	log   *slog.Logger
 
-	nodes      atomic.Int64 // enrolled nodes at the last count; -1: unknown
-	countedAt  atomic.Int64 // unix nanoseconds of the last count
-	refreshing atomic.Bool
+	nodes     atomic.Int64 // enrolled nodes at the last count; -1: unknown
+	countedAt atomic.Int64 // unix nanoseconds of the last count
 
-	mu     sync.Mutex     // guards the following
-	wg     sync.WaitGroup // the count in flight
-	closed bool           // wait was called: no more counts
+	mu       sync.Mutex     // guards the following
+	wg       sync.WaitGroup // the count in flight
+	counting bool           // a count is in flight
+	closed   bool           // wait was called: no more counts
 }
 
 func newFleetBacklog(ctx context.Context, count func(context.Context) (int, error), reg *registry.Registry, log *slog.Logger) *fleetBacklog {
 	b := &fleetBacklog{ctx: ctx, count: count, reg: reg, log: log}
 	b.nodes.Store(-1)
-	b.refreshing.Store(true)
-	b.refresh() // before the first session: a restarted hub's storm starts at once
+	b.countNodes() // before the first session: a restarted hub's storm starts at once
 	return b
 }
 
 // waiting is the Backlog: enrolled nodes less the connected ones, or -1
 // while the store has not answered.
 func (b *fleetBacklog) waiting() int {
-	if time.Since(time.Unix(0, b.countedAt.Load())) > backlogRefresh && b.refreshing.CompareAndSwap(false, true) {
+	if time.Since(time.Unix(0, b.countedAt.Load())) > backlogRefresh {
 		b.mu.Lock()
-		if b.closed {
-			b.refreshing.Store(false)
-		} else {
-			b.wg.Go(b.refresh)
+		if !b.counting && !b.closed {
+			b.counting = true
+			b.wg.Go(func() {
+				b.countNodes()
+				b.mu.Lock()
+				b.counting = false
+				b.mu.Unlock()
+			})
 		}
 		b.mu.Unlock()
 	}
@@ -65,9 +68,8 @@ func (b *fleetBacklog) waiting() int {
 	return max(0, int(n)-b.reg.Len())
 }
 
-// refresh counts the enrolled nodes; the caller has set refreshing.
-func (b *fleetBacklog) refresh() {
-	defer b.refreshing.Store(false)
+// countNodes reads the count of enrolled nodes from the store.
+func (b *fleetBacklog) countNodes() {
 	ctx, cancel := context.WithTimeout(b.ctx, backlogCountTimeout)
 	defer cancel()
 	n, err := b.count(ctx)

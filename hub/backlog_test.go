@@ -21,9 +21,13 @@ func TestFleetBacklog(t *testing.T) {
 	var calls atomic.Int32
 	var enrolled atomic.Int64
 	var failing atomic.Bool
+	var gate atomic.Pointer[chan struct{}] // set: counts wait for it
 	enrolled.Store(10)
 	count := func(ctx context.Context) (int, error) {
 		calls.Add(1)
+		if g := gate.Load(); g != nil {
+			<-*g
+		}
 		if failing.Load() {
 			return 0, errors.New("store down")
 		}
@@ -47,12 +51,24 @@ func TestFleetBacklog(t *testing.T) {
 		t.Fatalf("a fresh count was read again: %d counts", calls.Load())
 	}
 
-	// Stale: the next refusal starts one count and answers from memory.
+	// Stale: the next refusals start one count between them and answer
+	// from memory while it runs.
 	enrolled.Store(2)
+	g := make(chan struct{})
+	gate.Store(&g)
 	b.countedAt.Store(time.Now().Add(-2 * backlogRefresh).UnixNano())
-	if w := b.waiting(); w != 7 {
-		t.Fatalf("waiting while the count runs = %d, want the last answer 7", w)
+	for range 5 {
+		if w := b.waiting(); w != 7 {
+			t.Fatalf("waiting while the count runs = %d, want the last answer 7", w)
+		}
 	}
+	testenv.WaitFor(t, "the count to start", 5*time.Second, func() bool { return calls.Load() == 2 })
+	time.Sleep(20 * time.Millisecond)
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("five refusals while stale started %d counts, want one", n-1)
+	}
+	gate.Store(nil)
+	close(g)
 	testenv.WaitFor(t, "the background count", 5*time.Second, func() bool { return b.nodes.Load() == 2 })
 	if w := b.waiting(); w != 0 {
 		t.Fatalf("waiting with more connected than enrolled = %d, want 0", w)
@@ -66,7 +82,11 @@ func TestFleetBacklog(t *testing.T) {
 	enrolled.Store(50)
 	b.countedAt.Store(time.Now().Add(-2 * backlogRefresh).UnixNano())
 	b.waiting()
-	testenv.WaitFor(t, "the failed count", 5*time.Second, func() bool { return calls.Load() == 3 && !b.refreshing.Load() })
+	testenv.WaitFor(t, "the failed count", 5*time.Second, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return calls.Load() == 3 && !b.counting
+	})
 	if n := b.nodes.Load(); n != 2 {
 		t.Fatalf("enrolled after a failed count = %d, want the last good 2", n)
 	}
