@@ -369,12 +369,12 @@ func (b *bench) storm(ctx context.Context, hub *harness.Hub, sims []*sim.Sim, n 
 		failed += s.FailedAttempts()
 	}
 	rs := sim.Merge(all...)
-	var late [][]string
+	var late []sim.Straggler
 	for _, s := range sims {
 		late = append(late, s.Stragglers(ready, 3)...)
 	}
-	for _, tr := range late[:min(3, len(late))] {
-		b.log.Info("storm straggler (status changes since the restart)", "transport", name, "trail", strings.Join(tr, " | "))
+	for _, st := range sim.LastBack(late, 3) {
+		b.log.Info("storm straggler (status changes since the restart)", "transport", name, "trail", strings.Join(st.Trail, " | "))
 	}
 	cpu := (st.CPU - cpu0).Seconds() / back.Seconds()
 	b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("reconnect storm, %d agents, %s: all back after hub restart", n, pathName(name)),
@@ -387,13 +387,13 @@ func (b *bench) storm(ctx context.Context, hub *harness.Hub, sims []*sim.Sim, n 
 	refusals := ""
 	if m, err := hub.Metrics(ctx); err == nil {
 		// The restarted hub's counters: this storm's refusals only.
-		refusals = fmt.Sprintf("; the hub refused %.0f QUIC and %.0f TCP attempts with a retry hint, %.0f TCP without (too many refusals at once), pacing them at %.0f admissions/s; %.0f handshakes took a slot and failed, holding slots %.0f s in all",
+		refusals = fmt.Sprintf("the hub refused %.0f QUIC and %.0f TCP attempts with a retry hint, %.0f TCP without (too many refusals at once), pacing them at %.0f admissions/s; %.0f handshakes took a slot and failed, holding slots %.0f s in all",
 			m[`tether_tunnel_busy_refusals_total{hinted="yes",transport="quic"}`], m[`tether_tunnel_busy_refusals_total{hinted="yes",transport="tcp"}`],
 			m[`tether_tunnel_busy_refusals_total{hinted="no",transport="tcp"}`], m[`tether_tunnel_admission_rate_per_second`],
 			m[`tether_tunnel_handshakes_failed_total`], m[`tether_tunnel_handshake_failed_slot_seconds_total`])
 	}
 	b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("reconnect storm, %d agents, %s: failed or refused attempts", n, pathName(name)),
-		Value: fmt.Sprintf("%d (most by one agent: %d)", failed, rs.MaxFailures), Comment: strings.TrimPrefix(refusals, "; ")})
+		Value: fmt.Sprintf("%d (most by one agent: %d)", failed, rs.MaxFailures), Comment: refusals})
 	capGap := simBackoffMax + tunnel.DefaultHandshakeTimeout + time.Second
 	b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("reconnect storm, %d agents, %s: longest wait of one agent between attempts", n, pathName(name)),
 		Value: fmt.Sprintf("%.1f s", rs.MaxGap.Seconds()), Target: fmt.Sprintf("≤ backoff cap %v + one handshake timeout", simBackoffMax),

@@ -424,28 +424,32 @@ func (s *Sim) Reconnects(since time.Time) ReconnectStats {
 	return rs
 }
 
-// Stragglers returns, for the n agents that came back last after since,
-// their status changes since Mark ("12.3s connecting hub busy ...").
-func (s *Sim) Stragglers(since time.Time, n int) [][]string {
-	type back struct {
-		at    time.Time
-		trail []string
-	}
-	var all []back
+// Straggler is an agent that came back late after a storm: when, and its
+// status changes since Mark ("12.3s connecting hub busy ...").
+type Straggler struct {
+	BackAt time.Time
+	Trail  []string
+}
+
+// Stragglers returns the n agents that came back last after since, last
+// first.
+func (s *Sim) Stragglers(since time.Time, n int) []Straggler {
+	var all []Straggler
 	for i := range s.agents {
 		a := &s.agents[i]
 		a.mu.Lock()
 		if a.connected && a.lastUp.After(since) {
-			all = append(all, back{a.lastUp, slices.Clone(a.trail)})
+			all = append(all, Straggler{a.lastUp, slices.Clone(a.trail)})
 		}
 		a.mu.Unlock()
 	}
-	slices.SortFunc(all, func(x, y back) int { return y.at.Compare(x.at) })
-	var out [][]string
-	for _, b := range all[:min(n, len(all))] {
-		out = append(out, b.trail)
-	}
-	return out
+	return LastBack(all, n)
+}
+
+// LastBack returns the n of all that came back last, last first.
+func LastBack(all []Straggler, n int) []Straggler {
+	slices.SortFunc(all, func(x, y Straggler) int { return y.BackAt.Compare(x.BackAt) })
+	return all[:min(n, len(all))]
 }
 
 // Stop ends every agent and waits for them.
