@@ -38,16 +38,7 @@ type presence struct {
 // console calls a node stale after two.
 func (s *Server) sweepPresence(ctx context.Context) {
 	p := &presence{marks: map[*registry.Conn]*presenceMark{}}
-	t := time.NewTicker(s.liveness().Every / 4)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			s.writeSeen(ctx, p.sweepOnce(s.reg.All(), now))
-		}
-	}
+	everyTick(ctx, s.liveness().Every/4, func(now time.Time) { s.writeSeen(ctx, p.sweepOnce(s.reg.All(), now)) })
 }
 
 // sweepOnce updates the marks and Heard of conns at now and returns the

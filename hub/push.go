@@ -91,6 +91,15 @@ func (s *Server) runPusher(ctx context.Context) {
 func (s *Server) pushAll(ctx context.Context) {
 	start := time.Now()
 	conns := s.reg.All()
+	changed := s.pushTo(ctx, conns)
+	took := time.Since(start)
+	s.metrics.AccessPushDuration.Observe(took.Seconds())
+	s.log.Info("access change pushed", "nodes", len(conns), "changed", changed, "took", took.Round(time.Millisecond))
+}
+
+// pushTo runs pushAccess for conns on at most pushWorkers goroutines and
+// returns how many were sent something.
+func (s *Server) pushTo(ctx context.Context, conns []*registry.Conn) int64 {
 	memo := &pushMemo{snap: s.door.Snapshot(), byLabels: map[string]nodeAccess{}}
 	work := make(chan *registry.Conn)
 	var (
@@ -116,9 +125,7 @@ feed:
 	}
 	close(work)
 	wg.Wait()
-	took := time.Since(start)
-	s.metrics.AccessPushDuration.Observe(took.Seconds())
-	s.log.Info("access change pushed", "nodes", len(conns), "changed", changed.Load(), "took", took.Round(time.Millisecond))
+	return changed.Load()
 }
 
 // nodeAccess is what one node is sent: the keys of its embedded server and
@@ -247,21 +254,12 @@ func (s *Server) certifyHost(c *registry.Conn, log *slog.Logger) gossh.PublicKey
 	cert, err := s.hostCA.SignHost(k, "node "+c.Name+" "+c.NodeID, s.hostPrincipals(c.Name), s.cfg.HostCertTTL)
 	if err != nil {
 		log.Warn("sign SSH host certificate", "err", err)
+		c.HostCertRenew.Store(time.Now().Add(renewRetry(s.cfg.HostCertTTL)).UnixNano())
 		return nil
 	}
+	c.HostCertRenew.Store(time.Now().Add(s.cfg.HostCertTTL * 2 / 3).UnixNano())
 	c.PushMu.Lock()
 	c.Pushed.HostCert = string(gossh.MarshalAuthorizedKey(cert))
 	c.PushMu.Unlock()
 	return k
-}
-
-// renewHostCert re-issues the node's host certificate at two thirds of its
-// lifetime and pushes it, until the returned stop is called (when the
-// session ends).
-func (s *Server) renewHostCert(c *registry.Conn, log *slog.Logger) (stop func()) {
-	return repeat(s.cfg.HostCertTTL*2/3, func() bool {
-		s.certifyHost(c, log)
-		s.pushAccess(c, false, nil)
-		return true
-	})
 }

@@ -1,9 +1,25 @@
 package hub
 
 import (
+	"context"
 	"sync"
 	"time"
 )
+
+// everyTick calls fn with the tick's time every interval until ctx ends,
+// on the caller's goroutine.
+func everyTick(ctx context.Context, interval time.Duration, fn func(now time.Time)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			fn(now)
+		}
+	}
+}
 
 // repeat calls fn every interval until fn returns false or stop is called;
 // stop waits for a call in flight. It runs from a timer, not a goroutine of

@@ -248,9 +248,10 @@ func (s *Server) Run(ctx context.Context) error {
 
 	defer s.startBlobGC(ctx, blobs)()
 	var wg sync.WaitGroup
-	errc := make(chan error, 6)
-	wg.Add(6)
+	errc := make(chan error, 7)
+	wg.Add(7)
 	go func() { defer wg.Done(); s.runPusher(ctx); errc <- nil }()
+	go func() { defer wg.Done(); s.renewHostCerts(ctx); errc <- nil }()
 	go func() { defer wg.Done(); s.sweepPresence(ctx); errc <- nil }()
 	go func() { defer wg.Done(); kruns.reapIdle(ctx); errc <- nil }()
 	go func() { defer wg.Done(); errc <- ignoreClosed(httpSrv.Serve(ln.HTTPListener())) }()

@@ -16,7 +16,6 @@ import (
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
-	gossh "golang.org/x/crypto/ssh"
 )
 
 const (
@@ -182,7 +181,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	conn.PushMu.Unlock()
 	// Registered first, then pushed: an operator or role change from now
 	// on reaches this session too.
-	hostKey := s.certifyHost(conn, log)
+	s.certifyHost(conn, log)
 	s.pushAccess(conn, true, nil)
 	transport := sess.Transport().String()
 	s.metrics.NodesConnected.WithLabelValues(transport).Inc()
@@ -215,7 +214,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	s.sessions.Add(1) // while this goroutine's own count is held
 	go func() {
 		defer s.sessions.Done()
-		s.holdSession(ctx, conn, ctrl, presence, hostKey, beats, transport, hello, siteWelcome, log)
+		s.holdSession(ctx, conn, ctrl, presence, beats, transport, hello, siteWelcome, log)
 	}()
 }
 
@@ -224,7 +223,7 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 // renews its host certificate, answers its heartbeats and reads its
 // control stream; then it unregisters the node and closes the session.
 func (s *Server) holdSession(ctx context.Context, conn *registry.Conn, ctrl tunnel.Stream, presence store.Presence,
-	hostKey gossh.PublicKey, beats bool, transport string, hello *control.Hello, siteWelcome *control.SiteWelcome, log *slog.Logger) {
+	beats bool, transport string, hello *control.Hello, siteWelcome *control.SiteWelcome, log *slog.Logger) {
 	sess := conn.Session
 	defer sess.Close()
 	defer ctrl.Close()
@@ -243,17 +242,12 @@ func (s *Server) holdSession(ctx context.Context, conn *registry.Conn, ctrl tunn
 			consumerGone = s.services.connected(ctx, conn)
 		}
 	}
-	stopRenewal := func() {}
-	if hostKey != nil {
-		stopRenewal = s.renewHostCert(conn, log)
-	}
 	if !beats || heartbeat(conn) == nil {
 		s.readControl(ctx, conn, ctrl, beats, log)
 	}
 	consumerGone()
 	stopStreams()
 	waitStreams()
-	stopRenewal()
 
 	s.metrics.NodesConnected.WithLabelValues(transport).Dec()
 	conn.SeenMu.Lock()

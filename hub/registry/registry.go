@@ -58,6 +58,10 @@ type Conn struct {
 	PushMu sync.Mutex
 	// Pushed is what the hub last sent the node (guarded by PushMu).
 	Pushed Pushed
+	// HostCertRenew is when the node's SSH host certificate is to be
+	// re-issued (unix nanoseconds; 0: it has none to renew), for the hub's
+	// renewal sweep.
+	HostCertRenew atomic.Int64
 
 	sendMu sync.Mutex // guards writes to the control stream
 	ctrl   tunnel.Stream

@@ -38,7 +38,8 @@ type sizes struct {
 	p3Runs       int // ssh -J true runs
 	p3Opens      int // stream opens
 	p4Counts     []int
-	p4TCPMax     int // TCP agents are limited by the hub's file descriptors
+	p4TCPMax     int           // TCP agents are limited by the hub's file descriptors
+	p4Settle     time.Duration // from the last agent connected to the idle window
 	p4Idle       time.Duration
 	p5Counts     []int
 	p6Nodes      []int
@@ -55,25 +56,25 @@ type sizes struct {
 
 var profiles = map[string]sizes{
 	"tiny": {name: "tiny", p1MiB: []int{8}, p1Runs: 1, p2Secs: 0.5, p3Runs: 2, p3Opens: 5,
-		p4Counts: []int{20}, p4TCPMax: 20, p4Idle: 2 * time.Second, p5Counts: []int{20},
+		p4Counts: []int{20}, p4TCPMax: 20, p4Settle: 2 * time.Second, p4Idle: 2 * time.Second, p5Counts: []int{20},
 		p6Nodes: []int{3}, p6Upload: 64 << 10, p7Idle: 2 * time.Second, p8Agents: 20, p9Agents: 10, p11Agents: 150, p13Sites: 2, p13Agents: 20},
 	// tiny skips Ansible (ten seconds even for three nodes): make test
 	// checks that the scenarios run, not the reference.
 	"quick": {name: "quick", p1MiB: []int{256}, p1Runs: 1, p2Secs: 2, p3Runs: 10, p3Opens: 50,
-		p4Counts: []int{2000}, p4TCPMax: 2000, p4Idle: 10 * time.Second, p5Counts: []int{2000},
+		p4Counts: []int{2000}, p4TCPMax: 2000, p4Settle: 10 * time.Second, p4Idle: 10 * time.Second, p5Counts: []int{2000},
 		p6Nodes: []int{50}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 50, p7Idle: 10 * time.Second, p8Agents: 2000, p9Agents: 100, p11Agents: 1500, p13Sites: 5, p13Agents: 200},
 	// full is what fits in 30 minutes on a 2-core machine, where the
 	// simulator's side of every handshake and session shares the cores with
 	// the hub: 10k agents per transport (about 90 s to connect each way),
 	// Ansible at 100 nodes only (1,000 would take it some 25 minutes).
 	"full": {name: "full", p1MiB: []int{1024, 4096}, p1Runs: 3, p2Secs: 5, p3Runs: 50, p3Opens: 200,
-		p4Counts: []int{10000}, p4TCPMax: 18000, p4Idle: 30 * time.Second, p5Counts: []int{10000},
+		p4Counts: []int{10000}, p4TCPMax: 18000, p4Settle: 30 * time.Second, p4Idle: 2 * time.Minute, p5Counts: []int{10000},
 		p6Nodes: []int{100, 1000}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 100, p7Idle: 60 * time.Second, p8Agents: 10000, p9Agents: 1000, p11Agents: 30000, p13Sites: 10, p13Agents: 1000},
 	// max is full with the fleet sizes of the targets (10k, 50k, 100k
 	// agents; storms of 10k and 100k): for a machine with 8+ cores and
 	// 32+ GiB and an open-files limit above 200k (make bench BENCH_SIZE=max).
 	"max": {name: "max", p1MiB: []int{1024, 4096}, p1Runs: 3, p2Secs: 5, p3Runs: 50, p3Opens: 200,
-		p4Counts: []int{10000, 50000, 100000}, p4TCPMax: 100000, p4Idle: 30 * time.Second, p5Counts: []int{10000, 100000},
+		p4Counts: []int{10000, 50000, 100000}, p4TCPMax: 100000, p4Settle: 30 * time.Second, p4Idle: 2 * time.Minute, p5Counts: []int{10000, 100000},
 		p6Nodes: []int{100, 1000}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 1000, p7Idle: 60 * time.Second, p8Agents: 10000, p9Agents: 1000, p11Agents: 30000, p13Sites: 10, p13Agents: 1000},
 }
 
