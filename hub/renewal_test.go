@@ -27,13 +27,11 @@ func hostCertOf(t *testing.T, r *pushRecorder) *gossh.Certificate {
 
 func connNamed(t *testing.T, s *Server, name string) *registry.Conn {
 	t.Helper()
-	for _, c := range s.reg.All() {
-		if c.Name == name {
-			return c
-		}
+	c, ok := s.reg.Get(name)
+	if !ok {
+		t.Fatalf("%s is not connected", name)
 	}
-	t.Fatalf("%s is not connected", name)
-	return nil
+	return c
 }
 
 // TestHostCertRenewal: the renewal sweep re-issues a host certificate once
