@@ -25,23 +25,29 @@ const statelessReset = "received a stateless reset"
 //
 //   - alike: hub and agent at 1 s / 15 s. Without the heartbeat the agent
 //     waited for its own silence limit (14.3 s).
-//   - agent at the defaults under a hub at 1 s / 15 s: QUIC takes the hub's
+//   - agent at the defaults under a hub at 10 s / 15 s: QUIC takes the hub's
 //     shorter idle timeout, so the agent pings after 7.5 s, not 25 s; it
 //     learns the hub's timeout from the welcome and heartbeats once that
 //     ping goes unanswered, before QUIC's idle timeout (15 s) would end the
 //     session silently.
+//   - agent at the defaults under a hub at 1 s / 15 s: its 7.5 s pings come
+//     later than that hub expects to hear it, so it heartbeats every second
+//     (control.Liveness.AgentHeartbeats), and the first heartbeat after
+//     the restart draws the reset.
 func TestQUICAgentBackAfterHubKill(t *testing.T) {
-	hubTiming := []string{"--keepalive", "1s", "--dead-peer-timeout", "15s"}
+	fast := []string{"--keepalive", "1s", "--dead-peer-timeout", "15s"}
 	for _, tc := range []struct {
 		name      string
+		hubArgs   []string
 		agentArgs []string
 		within    time.Duration // from the restart
 	}{
-		{"alike", hubTiming, 8 * time.Second},
-		{"agent at the defaults", nil, 12 * time.Second},
+		{"alike", fast, fast, 8 * time.Second},
+		{"agent at the defaults, hub at 10s", []string{"--keepalive", "10s", "--dead-peer-timeout", "15s"}, nil, 12 * time.Second},
+		{"agent at the defaults, hub at 1s", fast, nil, 5 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := startHubIn(t, "", 0, hubTiming...)
+			h := startHubIn(t, "", 0, tc.hubArgs...)
 			agent, _ := startAgent(t, h.token(), "q1", append([]string{"--transport", "quic", "--log-level", "debug"}, tc.agentArgs...)...)
 			h.waitOnline("q1", "quic")
 			time.Sleep(10 * time.Second) // idle: keepalives only, answered

@@ -273,14 +273,17 @@ func (s *session) serve(ctx context.Context, live control.Liveness) (next *moved
 		defer wg.Done()
 		s.a.renewLoop(rctx, s.send, renewed, s.log)
 	}()
+	pingAfter := s.a.cfg.Tunnel.PingAfter(s.tun.Transport(), live.HubIdle)
 	switch {
-	case !live.Transport:
+	case live.AgentHeartbeats(pingAfter):
+		// A hub without transport liveness, or one that expects to hear
+		// this agent sooner than its own keepalive would speak.
+		if live.Transport {
+			s.log.Debug("heartbeating at the hub's keepalive interval, shorter than this agent's", "every", live.Every, "own_keepalive_after", pingAfter)
+		}
 		wg.Go(func() { s.heartbeat(sctx, live.Every) })
 	case s.tun.Transport() == tunnel.TransportQUIC: // else the transport's keepalives carry liveness
-		wg.Go(func() {
-			pingAfter := s.a.cfg.Tunnel.PingAfter(live.HubIdle)
-			s.nudge(sctx, pingAfter, min(pingAfter, live.Every))
-		})
+		wg.Go(func() { s.nudge(sctx, pingAfter, min(pingAfter, live.Every)) })
 	}
 	ctlErr := make(chan error, 1)
 	wg.Go(func() {

@@ -255,14 +255,7 @@ func TestAttackBadStreamReplies(t *testing.T) {
 	if _, err := edge.Join(context.Background(), edge.JoinOptions{JoinString: tok.JoinString, StateDir: goodDir, Name: "good"}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := edge.New(edge.Config{StateDir: goodDir, SSHTarget: edge.SSHEmbedded, Transport: tunnel.TransportTCP})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentDone := make(chan error, 1)
-	go func() { agentDone <- a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-agentDone })
+	runAgent(t, context.Background(), edge.Config{StateDir: goodDir, SSHTarget: edge.SSHEmbedded, Transport: tunnel.TransportTCP})
 
 	liar := dialAs(t, bad, tunnel.TransportQUIC)
 	if _, m := connectAs(t, liar, "liar"); m.Type != control.TypeWelcome {

@@ -46,14 +46,20 @@ func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunn
 		// silent for live.Deadline is gone, or its link is half-open: close
 		// the session explicitly, before the transport's idle timeout would
 		// end it silently, so the agent hears of it if its side still works.
-		// A TransportLive agent sends no heartbeats: its transport ends a
-		// session whose agent fell silent.
+		// A TransportLive agent heartbeats only when its own keepalive
+		// setting is longer than this hub's (control.Liveness.AgentHeartbeats),
+		// and its transport ends a session whose agent fell silent: a
+		// timeout here is the transport's idle timeout.
 		if !conn.TransportLive {
 			_ = ctrl.SetReadDeadline(time.Now().Add(live.Deadline))
 		}
 		msg, err := control.Read(ctrl)
 		if isTimeout(err) {
-			log.Warn("no heartbeat from the node; closing its session", "silent_for", live.Deadline)
+			if conn.TransportLive {
+				log.Warn("nothing heard from the node; its tunnel's idle timeout ended the session", "silent_for", live.HubIdle)
+			} else {
+				log.Warn("no heartbeat from the node; closing its session", "silent_for", live.Deadline)
+			}
 			return
 		}
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/edge"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
@@ -142,6 +143,41 @@ func TestTransportLivenessSession(t *testing.T) {
 			}
 			if got := time.Since(time.Unix(0, conn.Heard.Load())); conn.Heard.Load() <= heard || got > 2*time.Second {
 				t.Errorf("%s last heard %v ago (at connect: %d, now %d): the presence sweep does not follow its keepalives", live, got.Round(time.Millisecond), heard, conn.Heard.Load())
+			}
+		})
+	}
+}
+
+// TestAgentOnLongerKeepaliveHeard: under a hub at 1 s keepalives, an agent
+// left at the default settings (it would ping after 7.5 s on QUIC, 25 s on
+// TCP) heartbeats at the hub's interval instead, so the hub hears it every
+// second or so and the console does not call a live node stale between its
+// pings (stale after two intervals). Counted, not timed: a window of 6 s
+// must see at least 3 fresh marks; the agent's own keepalives would give at
+// most one.
+func TestAgentOnLongerKeepaliveHeard(t *testing.T) {
+	s, c := testHubWith(t, func(s *Server) {
+		s.cfg.Tunnel = &tunnel.Config{KeepAliveInterval: time.Second, IdleTimeout: 15 * time.Second}
+	})
+	for i, tr := range []tunnel.Transport{tunnel.TransportQUIC, tunnel.TransportTCP} {
+		t.Run(tr.String(), func(t *testing.T) {
+			t.Parallel()
+			name := fmt.Sprintf("slow-%d", i)
+			runAgent(t, context.Background(), edge.Config{Identity: joinNode(t, c, name), Transport: tr})
+			waitFor(t, name+" registered", func() bool { _, ok := s.reg.Get(name); return ok })
+			time.Sleep(time.Second) // the admission's own traffic out of the window
+			conn, _ := s.reg.Get(name)
+			if !conn.TransportLive {
+				t.Fatalf("%s: not a transport-liveness session", name)
+			}
+			marks, last := 0, conn.Heard.Load()
+			for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+				if h := conn.Heard.Load(); h != last {
+					marks, last = marks+1, h
+				}
+			}
+			if marks < 3 {
+				t.Errorf("%s: heard %d times in 6 s under a hub at 1 s keepalives; want at least 3", name, marks)
 			}
 		})
 	}

@@ -75,6 +75,20 @@ func joinNode(t *testing.T, c *api.Client, name string) *edge.Identity {
 	return id
 }
 
+// runAgent runs a real agent of cfg until ctx ends or the test does, and
+// waits for it to return.
+func runAgent(t *testing.T, ctx context.Context, cfg edge.Config) {
+	t.Helper()
+	a, err := edge.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 func dialAs(t *testing.T, id *edge.Identity, transport tunnel.Transport) tunnel.Session {
 	t.Helper()
 	d := &tunnel.Dialer{TLSConfig: pki.ClientTLSConfig(id.Cert, id.CA), Transport: transport}

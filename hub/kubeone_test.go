@@ -39,14 +39,7 @@ func startAgents(t *testing.T, s *Server, c *api.Client, names ...string) {
 		if _, err := edge.Join(context.Background(), edge.JoinOptions{JoinString: tok.JoinString, StateDir: dir, Name: name}); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		a, err := edge.New(edge.Config{StateDir: dir, SSHTarget: edge.SSHEmbedded, Transport: tunnel.TransportTCP})
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- a.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
+		runAgent(t, context.Background(), edge.Config{StateDir: dir, SSHTarget: edge.SSHEmbedded, Transport: tunnel.TransportTCP})
 	}
 	waitFor(t, "agents online", func() bool {
 		nodes, err := c.ListNodes(context.Background())
@@ -496,14 +489,7 @@ func TestKubeOneManagedSSHD(t *testing.T) {
 	if err := mgr.Check(); err != nil {
 		t.Fatal(err)
 	}
-	actx, cancel := context.WithCancel(ctx)
-	a, err := edge.New(edge.Config{StateDir: state, SSHTarget: sshd.Addr, SSHDHostKey: sshd.HostKey.Path, ManageSSHD: mgr, Transport: tunnel.TransportTCP})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(actx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runAgent(t, ctx, edge.Config{StateDir: state, SSHTarget: sshd.Addr, SSHDHostKey: sshd.HostKey.Path, ManageSSHD: mgr, Transport: tunnel.TransportTCP})
 	waitFor(t, "m1 online", func() bool {
 		n, err := s.store.GetNodeByName(ctx, "m1")
 		return err == nil && n.Online

@@ -51,20 +51,13 @@ func TestMoveFromTCPToQUIC(t *testing.T) {
 
 	var mu sync.Mutex
 	var why []string
-	a, err := edge.New(edge.Config{Identity: id, Transport: tunnel.TransportAuto, AllowPorts: []uint16{port},
+	runAgent(t, context.Background(), edge.Config{Identity: id, Transport: tunnel.TransportAuto, AllowPorts: []uint16{port},
 		ReprobeMin: 200 * time.Millisecond, ReprobeMax: 400 * time.Millisecond,
 		OnStatus: func(st edge.Status) {
 			mu.Lock()
 			why = append(why, st.Transport+" ("+st.TransportWhy+")")
 			mu.Unlock()
 		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
 
 	conn := func() *registry.Conn {
 		cn, _ := s.reg.Get("mover")

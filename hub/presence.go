@@ -34,8 +34,10 @@ type presence struct {
 
 // sweepPresence runs a presence sweep every quarter keepalive interval
 // until ctx ends. An agent pings at most 1.25 intervals after it last heard
-// the hub, so Heard is at most 1.5 intervals old while the agent lives: the
-// console calls a node stale after two.
+// the hub, or heartbeats every interval when its own keepalive setting is
+// longer (control.Liveness.AgentHeartbeats), so Heard is at most 1.5
+// intervals old while the agent lives: the console calls a node stale
+// after two.
 func (s *Server) sweepPresence(ctx context.Context) {
 	p := &presence{marks: map[*registry.Conn]*presenceMark{}}
 	everyTick(ctx, s.liveness().Every/4, func(now time.Time) { s.writeSeen(ctx, p.sweepOnce(s.reg.All(), now)) })

@@ -174,15 +174,20 @@ func (c *Config) keepAliveAfter() time.Duration {
 	return c.KeepAliveInterval + margin
 }
 
-// PingAfter is how long a dialed QUIC session stays silent before it sends
-// a keepalive, given the peer's idle timeout (0: not known): QUIC takes the
-// shorter idle timeout of the two sides, and quic-go pings after the
-// shorter of its KeepAlivePeriod (keepAliveAfter) and half that. An
-// invalid Config counts as the defaults, as Dial refuses it anyway.
-func (c *Config) PingAfter(peerIdle time.Duration) time.Duration {
+// PingAfter is how long a dialed session of transport t stays silent
+// before it sends a keepalive, given the peer's idle timeout (0: not
+// known). On TCP that is keepAliveAfter (yamuxSession pings by its own
+// settings alone). On QUIC, which takes the shorter idle timeout of the two
+// sides, quic-go pings after the shorter of its KeepAlivePeriod
+// (keepAliveAfter) and half that. An invalid Config counts as the
+// defaults, as Dial refuses it anyway.
+func (c *Config) PingAfter(t Transport, peerIdle time.Duration) time.Duration {
 	r, err := c.resolve()
 	if err != nil {
 		r = DefaultConfig()
+	}
+	if t == TransportTCP {
+		return r.keepAliveAfter()
 	}
 	idle := r.IdleTimeout
 	if peerIdle > 0 {

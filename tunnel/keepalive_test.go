@@ -45,25 +45,30 @@ func TestKeepAliveSchedule(t *testing.T) {
 
 // TestPingAfter: a dialed QUIC session pings after its own keepalive
 // schedule, or after half the peer's idle timeout when QUIC's negotiation
-// makes that the shorter.
+// makes that the shorter; a TCP session by its own settings alone.
 func TestPingAfter(t *testing.T) {
 	s := time.Second
+	quic, tcp := TransportQUIC, TransportTCP
 	for _, tc := range []struct {
 		name     string
 		c        *Config
+		t        Transport
 		peerIdle time.Duration
 		want     time.Duration
 	}{
-		{"defaults, peer not known", nil, 0, 25 * s},
-		{"defaults, peer alike", nil, 60 * s, 25 * s},
-		{"defaults under a 15 s peer", nil, 15 * s, 7500 * time.Millisecond},
-		{"a longer peer changes nothing", nil, 120 * s, 25 * s},
-		{"short own settings", &Config{KeepAliveInterval: s, IdleTimeout: 3 * s}, 0, 1250 * time.Millisecond},
-		{"own idle shorter than half the peer's", &Config{KeepAliveInterval: 10 * s, IdleTimeout: 11 * s}, 60 * s, 5500 * time.Millisecond},
-		{"an invalid config counts as the defaults", &Config{KeepAliveInterval: 10 * s, IdleTimeout: 5 * s}, 0, 25 * s},
+		{"defaults, peer not known", nil, quic, 0, 25 * s},
+		{"defaults, peer alike", nil, quic, 60 * s, 25 * s},
+		{"defaults under a 15 s peer", nil, quic, 15 * s, 7500 * time.Millisecond},
+		{"a longer peer changes nothing", nil, quic, 120 * s, 25 * s},
+		{"short own settings", &Config{KeepAliveInterval: s, IdleTimeout: 3 * s}, quic, 0, 1250 * time.Millisecond},
+		{"own idle shorter than half the peer's", &Config{KeepAliveInterval: 10 * s, IdleTimeout: 11 * s}, quic, 60 * s, 5500 * time.Millisecond},
+		{"an invalid config counts as the defaults", &Config{KeepAliveInterval: 10 * s, IdleTimeout: 5 * s}, quic, 0, 25 * s},
+		{"tcp, defaults", nil, tcp, 0, 25 * s},
+		{"tcp: the peer's idle timeout is not negotiated", nil, tcp, 15 * s, 25 * s},
+		{"tcp, short own settings", &Config{KeepAliveInterval: s, IdleTimeout: 3 * s}, tcp, 0, 1250 * time.Millisecond},
 	} {
-		if got := tc.c.PingAfter(tc.peerIdle); got != tc.want {
-			t.Errorf("%s: PingAfter(%v) = %v, want %v", tc.name, tc.peerIdle, got, tc.want)
+		if got := tc.c.PingAfter(tc.t, tc.peerIdle); got != tc.want {
+			t.Errorf("%s: PingAfter(%v, %v) = %v, want %v", tc.name, tc.t, tc.peerIdle, got, tc.want)
 		}
 	}
 }

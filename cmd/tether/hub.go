@@ -102,7 +102,7 @@ Every hub takes sites below it: 'tether sites' lists them.`,
 	f.StringVar(&cfg.Site.Name, "site", "", "this hub's site name at its --parent (a DNS label: nodes below it are NAME.SITE there)")
 	f.DurationVar(&cfg.Site.StatusInterval, "site-status-interval", 10*time.Second, "how often a site hub reports its status to its parent; this hub shows its own sites stale after 3 times this without a report")
 	f.StringVar(&parentTransport, "parent-transport", "auto", "how the uplink to --parent dials: auto (QUIC raced against TCP), quic or tcp")
-	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval: an agent pings its hub after a little more than this without hearing it (at most about 25s keeps a QUIC agent's UDP NAT binding open; docs/architecture.md, Keepalive)")
+	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval: an agent pings its hub after a little more than this without hearing it, or heartbeats at this interval if its own --keepalive is longer (at most about 25s keeps a QUIC agent's UDP NAT binding open; docs/architecture.md, Keepalive)")
 	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead (set on hub and agents alike; 3 × --keepalive by default)")
 	return cmd
 }

@@ -78,6 +78,20 @@ type Liveness struct {
 	HubIdle time.Duration
 }
 
+// AgentHeartbeats reports whether an agent whose transport keepalive goes
+// out after pingAfter of silence (tunnel.Config.PingAfter) heartbeats on
+// the control stream every l.Every. It always does without transport
+// liveness. With it, the hub counts on hearing the agent within a quarter
+// interval past l.Every, as an agent on the hub's own settings pings
+// (the console calls a node silent for two intervals stale): an agent
+// whose own keepalive setting is longer would look stale between its
+// pings, so it heartbeats at the hub's interval instead, which the hub
+// takes without answering. On the same settings, or longer ones at the
+// hub, it sends none.
+func (l Liveness) AgentHeartbeats(pingAfter time.Duration) bool {
+	return !l.Transport || pingAfter > l.Every+l.Every/4
+}
+
 // maxLivenessSeconds bounds the intervals a welcome may name (a week), so
 // that they convert to a time.Duration without overflow.
 const maxLivenessSeconds = 7 * 24 * 3600

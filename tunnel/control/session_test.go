@@ -62,3 +62,44 @@ func TestLivenessSidesAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentHeartbeats: an agent heartbeats when the hub does not take
+// transport liveness, or when its own keepalive would leave the hub
+// without a word for longer than a quarter past the hub's interval; on the
+// hub's settings, or faster ones, it sends none.
+func TestAgentHeartbeats(t *testing.T) {
+	s := time.Second
+	fast := &tunnel.Config{KeepAliveInterval: s, IdleTimeout: 15 * s}
+	earlier := &tunnel.Config{KeepAliveInterval: 5 * s, IdleTimeout: 15 * s}
+	quic, tcp := tunnel.TransportQUIC, tunnel.TransportTCP
+	for _, tc := range []struct {
+		name       string
+		agent, hub *tunnel.Config
+		t          tunnel.Transport
+		transport  bool // the welcome lists transport liveness
+		want       bool
+	}{
+		{"defaults, quic", nil, nil, quic, true, false},
+		{"defaults, tcp", nil, nil, tcp, true, false},
+		{"a hub without transport liveness", nil, nil, quic, false, true},
+		{"default agent under a 1 s hub, quic (pings after 7.5 s)", nil, fast, quic, true, true},
+		{"default agent under a 1 s hub, tcp (pings after 25 s)", nil, fast, tcp, true, true},
+		{"agent on the hub's 1 s settings, quic", fast, fast, quic, true, false},
+		{"agent on the hub's 1 s settings, tcp", fast, fast, tcp, true, false},
+		{"default agent under the earlier 5 s hub", nil, earlier, quic, true, true},
+		{"a faster agent under a default hub", earlier, nil, quic, true, false},
+		{"a faster agent under a default hub, tcp", earlier, nil, tcp, true, false},
+		// The welcome's interval is whole seconds: 2 s for a hub at 2.5 s,
+		// which then expects an agent on its settings sooner than it pings.
+		{"whole seconds", &tunnel.Config{KeepAliveInterval: 2500 * time.Millisecond, IdleTimeout: 10 * s}, &tunnel.Config{KeepAliveInterval: 2500 * time.Millisecond, IdleTimeout: 10 * s}, tcp, true, true},
+	} {
+		w := LivenessOf(tc.hub).Welcome("id", "n1")
+		if tc.transport {
+			w.Capabilities = []string{HubCapTransportLiveness}
+		}
+		live := AgentLiveness(tc.agent, w)
+		if got := live.AgentHeartbeats(tc.agent.PingAfter(tc.t, live.HubIdle)); got != tc.want {
+			t.Errorf("%s: AgentHeartbeats = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
