@@ -208,10 +208,19 @@ func (s *quicStream) mapErr(err error) error {
 	switch {
 	case s.closed.Load():
 		return net.ErrClosed
+	case closedByPeer(err):
+		return fmt.Errorf("tunnel: stream: %w by the peer", ErrSessionClosed)
 	case isConnectionErr(err) || (s.conn.Context().Err() != nil && !isTimeout(err)):
 		return fmt.Errorf("tunnel: stream: %w: %w", ErrSessionClosed, err)
 	}
 	return err
+}
+
+// closedByPeer reports whether err is the peer's Session.Close, which quic-go
+// words as "Application error 0x0 (remote)".
+func closedByPeer(err error) bool {
+	var app *quic.ApplicationError
+	return errors.As(err, &app) && app.Remote && app.ErrorCode == quicCodeClosed
 }
 
 // isConnectionErr reports whether err is quic-go's report that the whole

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -509,6 +510,38 @@ func TestDeadPeer(t *testing.T) {
 			}
 			if _, err := hub.OpenStream(t.Context()); !errors.Is(err, ErrSessionClosed) {
 				t.Errorf("OpenStream on dead session: %v, want ErrSessionClosed", err)
+			}
+		})
+	}
+}
+
+// TestPeerCloseEndsStreams: when the peer closes its session (a hub that
+// stops cleanly), a blocked Read on a stream of ours ends with
+// ErrSessionClosed, never a clean io.EOF that would pass for the stream's
+// own end, and on QUIC says the peer closed it rather than quoting
+// quic-go's "Application error 0x0 (remote)".
+func TestPeerCloseEndsStreams(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.String(), func(t *testing.T) {
+			l := startListener(t, nil)
+			agent, hub := dialAccept(t, l, l.Addr().String(), tr, nil)
+			_, onAgent := openPair(t, hub, agent)
+			readErr := make(chan error, 1)
+			go func() {
+				_, err := onAgent.Read(make([]byte, 4))
+				readErr <- err
+			}()
+			hub.Close()
+			select {
+			case err := <-readErr:
+				if !errors.Is(err, ErrSessionClosed) || errors.Is(err, io.EOF) {
+					t.Errorf("Read after the peer closed the session: %v, want ErrSessionClosed and no io.EOF", err)
+				}
+				if tr == TransportQUIC && !strings.Contains(err.Error(), "session closed by the peer") {
+					t.Errorf("Read after the peer closed the session: %q, want it to say the peer closed it", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("blocked Read not released when the peer closed the session")
 			}
 		})
 	}

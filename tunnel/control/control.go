@@ -548,13 +548,15 @@ func WriteHeartbeat(w io.Writer) error {
 	return nil
 }
 
-// Read receives and validates one message. io.EOF is returned as is when the
-// stream ends cleanly between frames.
+// Read receives and validates one message. The reader's error is returned
+// as is when the stream ends between frames: io.EOF for a clean end, or
+// whatever the stream says of a session that ended (which may wrap
+// io.ErrUnexpectedEOF: that is no truncated frame).
 func Read(r io.Reader) (*Message, error) {
 	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("%w: truncated length", ErrBadMessage)
+	if n, err := io.ReadFull(r, hdr[:]); err != nil {
+		if n > 0 {
+			return nil, fmt.Errorf("%w: truncated length (%d of 4 bytes): %w", ErrBadMessage, n, err)
 		}
 		return nil, err
 	}

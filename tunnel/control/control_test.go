@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
@@ -81,6 +82,40 @@ func TestReadRejects(t *testing.T) {
 				t.Fatalf("Read = %v, want ErrBadMessage", err)
 			}
 		})
+	}
+}
+
+// endedReader ends with err after its bytes, as a tunnel stream whose
+// session ended does (tunnel.ErrSessionClosed wrapping
+// io.ErrUnexpectedEOF).
+type endedReader struct {
+	r   *bytes.Reader
+	err error
+}
+
+func (e *endedReader) Read(b []byte) (int, error) {
+	if e.r.Len() == 0 {
+		return 0, e.err
+	}
+	return e.r.Read(b)
+}
+
+// TestReadSessionEnded: a stream that ends between frames with an error of
+// its own gets that error back, not a malformed frame (an agent reported
+// "truncated length" whenever its TCP hub stopped cleanly); an end inside
+// the length prefix is still one.
+func TestReadSessionEnded(t *testing.T) {
+	ended := fmt.Errorf("tunnel: stream: session closed: %w", io.ErrUnexpectedEOF)
+	r := &endedReader{r: bytes.NewReader(frame(`{"type":"heartbeat"}`)), err: ended}
+	if m, err := Read(r); err != nil || m.Type != TypeHeartbeat {
+		t.Fatalf("first frame: %v, %v", m, err)
+	}
+	if _, err := Read(r); err != ended {
+		t.Fatalf("between frames: %v, want the stream's own error %v", err, ended)
+	}
+	r = &endedReader{r: bytes.NewReader([]byte{0, 0}), err: ended}
+	if _, err := Read(r); !errors.Is(err, ErrBadMessage) || !errors.Is(err, ended) {
+		t.Fatalf("inside the length prefix: %v, want ErrBadMessage wrapping the stream's error", err)
 	}
 }
 
