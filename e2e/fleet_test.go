@@ -55,9 +55,10 @@ func listedNames(t *testing.T, conn ...string) ([]string, map[string]map[string]
 //     job with an offline node and no failure is partial (exit 3), not
 //     failed; --parallel 0 is refused.
 func TestFleetOperatorView(t *testing.T) {
-	// The hub is killed -9 and restarted below: its QUIC agents notice once
-	// their keepalive goes unanswered, which under this hub's 15 s timeout
-	// is due after 7.5 s rather than 25 s.
+	// The hub is killed -9 and restarted below: its QUIC agents, at the
+	// defaults, would ping after 7.5 s under this hub's 15 s timeout, later
+	// than a hub at 5 s keepalives expects, so they heartbeat every 5 s,
+	// and the first heartbeat after the restart draws its stateless reset.
 	h := startHubIn(t, "", 0, quickDeadPeer...)
 	dev := h.token("--uses", "2", "--label", "env=dev")
 	prod := h.token("--uses", "2", "--label", "env=prod")
