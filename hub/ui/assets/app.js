@@ -52,6 +52,17 @@
     if (s < 172800) return Math.round(s / 3600) + 'h ago';
     return Math.round(s / 86400) + 'd ago';
   }
+  // onChange wraps a view's render so that data equal to what it last
+  // rendered is skipped: a view polled every few seconds would otherwise
+  // replace its buttons while the pointer is on them and swallow the click.
+  // forget() makes the next call render whatever it gets (after an error
+  // shown in the view's place).
+  function onChange(render) {
+    let last;
+    const f = d => { const s = JSON.stringify(d); if (s !== last) { last = s; render(d); } };
+    f.forget = () => { last = undefined; };
+    return f;
+  }
   function when(t) { return t && !t.startsWith('0001') ? new Date(t).toLocaleString() : '—'; }
   function showError(where, err) { where.replaceChildren(el('p', { class: 'error', text: String(err.message || err) })); }
 
@@ -305,16 +316,14 @@
     main.append(el('div', { class: 'filters' }, sel, cmd, run), err);
     const box = el('div', { id: 'jobs' });
     main.append(box);
+    const show = onChange(jobs => box.replaceChildren(el('table', { id: 'jobs-table' },
+      el('tr', {}, ['job', 'what', 'state', 'nodes', 'by', 'created'].map(h => el('th', { text: h }))),
+      jobs.map(j => el('tr', { 'data-job': j.id }, el('td', {}, el('a', { href: '/ui/jobs/' + j.id, text: j.id })),
+        el('td', { text: jobWhat(j) }), el('td', {}, stateBadge(j.state)),
+        el('td', { text: Object.entries(j.counts || {}).map(([k, v]) => v + ' ' + k).join(', ') }),
+        el('td', { text: j.created_by }), el('td', { text: when(j.created_at) }))))));
     const load = async () => {
-      try {
-        const jobs = await api('GET', '/v1/jobs?limit=100');
-        box.replaceChildren(el('table', { id: 'jobs-table' },
-          el('tr', {}, ['job', 'what', 'state', 'nodes', 'by', 'created'].map(h => el('th', { text: h }))),
-          jobs.map(j => el('tr', { 'data-job': j.id }, el('td', {}, el('a', { href: '/ui/jobs/' + j.id, text: j.id })),
-            el('td', { text: jobWhat(j) }), el('td', {}, stateBadge(j.state)),
-            el('td', { text: Object.entries(j.counts || {}).map(([k, v]) => v + ' ' + k).join(', ') }),
-            el('td', { text: j.created_by }), el('td', { text: when(j.created_at) })))));
-      } catch (e) { showError(box, e); }
+      try { show(await api('GET', '/v1/jobs?limit=100')); } catch (e) { show.forget(); showError(box, e); }
     };
     load();
     const t = setInterval(load, 3000);
@@ -326,7 +335,7 @@
     const head = el('div'), nodes = el('div', { id: 'job-nodes' }), log = el('pre', { class: 'log', id: 'job-log' });
     const err = el('div');
     main.append(head, err, el('h2', { text: 'Nodes' }), nodes, el('h2', {}, 'Log ', el('span', { class: 'live', id: 'log-status' })), log);
-    const render = d => {
+    const render = onChange(d => {
       head.replaceChildren(el('h1', {}, 'Job ' + d.id + ' ', stateBadge(d.state)),
         el('p', { class: 'muted', text: jobWhat(d) + ' · by ' + d.created_by + ' · ' + when(d.created_at) }),
         el('div', { class: 'row' },
@@ -336,7 +345,7 @@
         (d.nodes || []).map(n => el('tr', { 'data-node': n.node, 'data-state': n.state },
           el('td', {}, el('a', { href: '/ui/nodes/' + encodeURIComponent(n.node), text: n.node })), el('td', {}, stateBadge(n.state)),
           el('td', { text: n.exit_code ?? '—' }), el('td', { text: n.error || '' }), el('td', { text: n.log_bytes + ' B' })))));
-    };
+    });
     const act = async (what, body) => {
       err.replaceChildren();
       try {
@@ -398,16 +407,14 @@
     main.append(el('h1', { text: 'Upgrades' }));
     const box = el('div', { id: 'upgrades' });
     main.append(box);
+    const show = onChange(ups => box.replaceChildren(ups.length === 0 ? el('p', { class: 'muted', text: 'No upgrade yet: create one with tether upgrade create.' }) :
+      el('table', { id: 'upgrades-table' }, el('tr', {}, ['upgrade', 'artifact', 'state', 'progress', 'by', 'created'].map(h => el('th', { text: h }))),
+        ups.map(u => el('tr', { 'data-upgrade': u.name, 'data-state': u.state },
+          el('td', {}, el('a', { href: '/ui/upgrades/' + encodeURIComponent(u.name), text: u.name })),
+          el('td', { text: u.kind + ' ' + (u.version || '') + ' ' + u.reference }), el('td', {}, stateBadge(u.state)),
+          el('td', { text: stepSummary(u.counts, u.total) }), el('td', { text: u.created_by }), el('td', { text: when(u.created_at) }))))));
     const load = async () => {
-      try {
-        const ups = await api('GET', '/v1/upgrades');
-        box.replaceChildren(ups.length === 0 ? el('p', { class: 'muted', text: 'No upgrade yet: create one with tether upgrade create.' }) :
-          el('table', { id: 'upgrades-table' }, el('tr', {}, ['upgrade', 'artifact', 'state', 'progress', 'by', 'created'].map(h => el('th', { text: h }))),
-            ups.map(u => el('tr', { 'data-upgrade': u.name, 'data-state': u.state },
-              el('td', {}, el('a', { href: '/ui/upgrades/' + encodeURIComponent(u.name), text: u.name })),
-              el('td', { text: u.kind + ' ' + (u.version || '') + ' ' + u.reference }), el('td', {}, stateBadge(u.state)),
-              el('td', { text: stepSummary(u.counts, u.total) }), el('td', { text: u.created_by }), el('td', { text: when(u.created_at) })))));
-      } catch (e) { showError(box, e); }
+      try { show(await api('GET', '/v1/upgrades')); } catch (e) { show.forget(); showError(box, e); }
     };
     load();
     const t = setInterval(load, 3000);
@@ -430,6 +437,9 @@
     const load = async () => {
       let d;
       try { d = await api('GET', '/v1/upgrades/' + encodeURIComponent(name)); } catch (e) { showError(err, e); return; }
+      render(d);
+    };
+    const render = onChange(d => {
       head.replaceChildren(...[el('h1', {}, 'Upgrade ' + d.name + ' ', stateBadge(d.state)),
         d.reason ? el('p', { class: 'error', id: 'rollout-reason', text: d.reason }) : null,
         el('dl', { class: 'grid' }, el('dt', { text: 'artifact' }), el('dd', { text: d.kind + ' ' + (d.version || '') + ' · ' + d.reference }),
@@ -453,7 +463,7 @@
               el('td', {}, n.step === 'awaiting_confirmation' ? el('button', { class: 'primary confirm', 'data-node': n.node,
                 onclick: () => act('confirm', { node: n.node }) }, 'Confirm') : null)))));
       }));
-    };
+    });
     load();
     const t = setInterval(load, 2000);
     cleanup.push(() => clearInterval(t));
