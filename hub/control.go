@@ -81,8 +81,9 @@ func (s *Server) readControl(ctx context.Context, conn *registry.Conn, ctrl tunn
 			if answer && heartbeat(conn) != nil {
 				return // the session is going: the agent no longer reads
 			}
-			// Throttle store writes: last_seen at heartbeat granularity is plenty.
-			if time.Since(lastStored) >= seenStoreInterval {
+			// Throttle store writes: last_seen at heartbeat granularity is
+			// plenty. A TransportLive agent's is the presence sweep's to write.
+			if !conn.TransportLive && time.Since(lastStored) >= seenStoreInterval {
 				lastStored = time.Now()
 				s.markSeen(ctx, log, conn.NodeID, store.Seen{Online: true, At: lastStored})
 			}
