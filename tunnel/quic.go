@@ -117,7 +117,7 @@ func (s *quicSession) sessionErr(ctx context.Context, err error) error {
 		return err
 	}
 	if s.conn.Context().Err() != nil || isConnectionErr(err) {
-		return fmt.Errorf("%w: %w", ErrSessionClosed, err)
+		return sessionClosed(err)
 	}
 	return err
 }
@@ -208,19 +208,21 @@ func (s *quicStream) mapErr(err error) error {
 	switch {
 	case s.closed.Load():
 		return net.ErrClosed
-	case closedByPeer(err):
-		return fmt.Errorf("tunnel: stream: %w by the peer", ErrSessionClosed)
 	case isConnectionErr(err) || (s.conn.Context().Err() != nil && !isTimeout(err)):
-		return fmt.Errorf("tunnel: stream: %w: %w", ErrSessionClosed, err)
+		return fmt.Errorf("tunnel: stream: %w", sessionClosed(err))
 	}
 	return err
 }
 
-// closedByPeer reports whether err is the peer's Session.Close, which quic-go
-// words as "Application error 0x0 (remote)".
-func closedByPeer(err error) bool {
+// sessionClosed marks err, the end of the connection, with
+// ErrSessionClosed. The peer's Session.Close says so, instead of quic-go's
+// "Application error 0x0 (remote)".
+func sessionClosed(err error) error {
 	var app *quic.ApplicationError
-	return errors.As(err, &app) && app.Remote && app.ErrorCode == quicCodeClosed
+	if errors.As(err, &app) && app.Remote && app.ErrorCode == quicCodeClosed {
+		return fmt.Errorf("%w by the peer", ErrSessionClosed)
+	}
+	return fmt.Errorf("%w: %w", ErrSessionClosed, err)
 }
 
 // isConnectionErr reports whether err is quic-go's report that the whole

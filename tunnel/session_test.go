@@ -518,8 +518,8 @@ func TestDeadPeer(t *testing.T) {
 // TestPeerCloseEndsStreams: when the peer closes its session (a hub that
 // stops cleanly), a blocked Read on a stream of ours ends with
 // ErrSessionClosed, never a clean io.EOF that would pass for the stream's
-// own end, and on QUIC says the peer closed it rather than quoting
-// quic-go's "Application error 0x0 (remote)".
+// own end, and so does AcceptStream; on QUIC both say the peer closed it
+// rather than quoting quic-go's "Application error 0x0 (remote)".
 func TestPeerCloseEndsStreams(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.String(), func(t *testing.T) {
@@ -542,6 +542,13 @@ func TestPeerCloseEndsStreams(t *testing.T) {
 				}
 			case <-time.After(5 * time.Second):
 				t.Fatal("blocked Read not released when the peer closed the session")
+			}
+			_, err := agent.AcceptStream(t.Context())
+			if !errors.Is(err, ErrSessionClosed) {
+				t.Errorf("AcceptStream after the peer closed the session: %v, want ErrSessionClosed", err)
+			}
+			if tr == TransportQUIC && !strings.Contains(fmt.Sprint(err), "session closed by the peer") {
+				t.Errorf("AcceptStream after the peer closed the session: %v, want it to say the peer closed it", err)
 			}
 		})
 	}
