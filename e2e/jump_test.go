@@ -13,10 +13,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/internal/testenv"
 )
 
 // fleet is a hub with four nodes: embedded SSH and a real local sshd, each
@@ -209,6 +212,26 @@ func TestFleet(t *testing.T) {
 			if !strings.Contains(body, want) {
 				t.Errorf("metrics lack %q", want)
 			}
+		}
+	})
+
+	t.Run("idle hub on one P", func(t *testing.T) {
+		// The fleet is idle now: within 10 s of quiet (hub/idleprocs) the
+		// hub schedules its goroutines on one P. The widening under load is
+		// tested on the real runtime in hub/idleprocs.
+		if runtime.NumCPU() < 2 {
+			t.Skip("one CPU: the hub has nothing to narrow")
+		}
+		deadline := time.Now().Add(45 * time.Second)
+		for {
+			procs := testenv.SumMetrics(f.h.metrics(t))["go_sched_gomaxprocs_threads"]
+			if procs == 1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("go_sched_gomaxprocs_threads = %v after 45 s of an idle fleet, want 1", procs)
+			}
+			time.Sleep(time.Second)
 		}
 	})
 }

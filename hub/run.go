@@ -20,6 +20,7 @@ import (
 	"github.com/tether-dev/tether/hub/api"
 	"github.com/tether-dev/tether/hub/bastion"
 	"github.com/tether-dev/tether/hub/cluster"
+	"github.com/tether-dev/tether/hub/idleprocs"
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/kubeone"
 	"github.com/tether-dev/tether/hub/metrics"
@@ -56,6 +57,7 @@ func localAddr(addr net.Addr) string {
 // close, tunnels and operator connections end, the store is closed.
 func (s *Server) Run(ctx context.Context) error {
 	tuneGC()
+	defer idleprocs.Start(s.log.With("component", "sched"), idleprocs.DefaultPolicy)()
 	defer s.dirLock.release() // last: the store is closed before another hub may open it
 	defer s.store.Close()
 	defer s.keepLocalAdminFresh()()

@@ -39,7 +39,12 @@ certificate renewal), reports its status every --site-status-interval and its
 nodes, and keeps serving its own nodes and operators when the parent is
 unreachable. The identity at the parent is kept in DATA_DIR/parent, so a
 restart needs no token (the spent join string may stay on the command line).
-Every hub takes sites below it: 'tether sites' lists them.`,
+Every hub takes sites below it: 'tether sites' lists them.
+
+Go runtime: the hub collects garbage at GOGC=50 (with more headroom while it
+relays), and after 10 s below a fifth of a core it schedules goroutines on one
+thread (GOMAXPROCS=1), back to every core within a quarter second of load.
+GOGC or GOMAXPROCS in the environment turns the matching policy off.`,
 		Example: `  tether hub --data-dir ./hub --listen 127.0.0.1:7443 --ssh-listen 127.0.0.1:2222
   tether hub --data-dir /var/lib/tether --listen :7443 --advertise hub.example.com:7443
   tether hub --data-dir /var/lib/tether --store 'postgres://tether@db.example.com/tether?sslmode=verify-full' \
