@@ -7,9 +7,9 @@
 // moment. With more than one P, each of those events wakes a second OS
 // thread, which spins looking for work to steal and goes back to sleep
 // (futex wake-ups, the scheduler's search, timer checks across Ps). At
-// 10,000 idle QUIC agents that was a quarter of the hub's idle CPU (bench
-// P4: 6.9–7.5 % of a core on two Ps, 5.5 % on one). On one P the same
-// events run back to back on one thread. The moment the process uses a
+// 10,000 idle QUIC agents that was a sixth of the hub's idle CPU samples;
+// on one P the same events run back to back on one thread (bench P4: 7.2–
+// 7.4 % of a core before, 6.3–7.1 % with this package). The moment the process uses a
 // sizeable share of a core the runtime's default returns, so a relay or a
 // reconnect storm runs on every core after at most one short sample.
 package idleprocs
