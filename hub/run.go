@@ -57,7 +57,7 @@ func localAddr(addr net.Addr) string {
 // close, tunnels and operator connections end, the store is closed.
 func (s *Server) Run(ctx context.Context) error {
 	tuneGC()
-	defer idleprocs.Start(s.log.With("component", "sched"), idleprocs.DefaultPolicy)()
+	defer idleprocs.Start(s.log.With("component", "sched"))()
 	defer s.dirLock.release() // last: the store is closed before another hub may open it
 	defer s.store.Close()
 	defer s.keepLocalAdminFresh()()

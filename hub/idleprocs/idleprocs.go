@@ -25,9 +25,9 @@ import (
 	"time"
 )
 
-// Policy is when the process narrows to one P and when it widens again.
+// policy is when the process narrows to one P and when it widens again.
 // Loads are fractions of one core, averaged over one sample.
-type Policy struct {
+type policy struct {
 	// Sample is how often CPU time is read while wide. While narrow it is
 	// read every Sample/4, so new load is noticed within that.
 	Sample time.Duration
@@ -40,11 +40,11 @@ type Policy struct {
 	BusyLoad float64
 }
 
-// DefaultPolicy: narrow after 10 s below 20 % of a core, widen as soon as
+// defaultPolicy: narrow after 10 s below 20 % of a core, widen as soon as
 // a quarter-second sample exceeds half a core (a relayed stream or a burst
 // of handshakes does within milliseconds; 10,000 idle agents cost 2–7 %).
 // The gap between the two keeps a steady load from flapping.
-var DefaultPolicy = Policy{Sample: time.Second, IdleLoad: 0.20, IdleFor: 10 * time.Second, BusyLoad: 0.50}
+var defaultPolicy = policy{Sample: time.Second, IdleLoad: 0.20, IdleFor: 10 * time.Second, BusyLoad: 0.50}
 
 // state is the tuner's decision state: pure, so the policy is tested
 // without a clock or a runtime.
@@ -54,7 +54,7 @@ type state struct {
 }
 
 // next returns the state after a sample of load taken at now.
-func (p Policy) next(s state, load float64, now time.Time) state {
+func (p policy) next(s state, load float64, now time.Time) state {
 	if s.narrow {
 		if load > p.BusyLoad {
 			return state{}
@@ -74,7 +74,7 @@ func (p Policy) next(s state, load float64, now time.Time) state {
 }
 
 // interval is how long to wait before the next sample in state s.
-func (p Policy) interval(s state) time.Duration {
+func (p policy) interval(s state) time.Duration {
 	if s.narrow {
 		return p.Sample / 4
 	}
@@ -88,13 +88,17 @@ var (
 	done    chan struct{}      // closed when it has ended
 )
 
-// Start starts the process's tuner with policy p unless GOMAXPROCS is set
-// in the environment (the operator chose) or the runtime's default is
-// already one P. Several holders share one tuner (the first holder's
-// policy applies); the returned stop releases this holder's share, and the
-// last stop ends the tuner, waits for it and puts the runtime's default
-// back.
-func Start(log *slog.Logger, p Policy) (stop func()) {
+// Start starts the process's tuner with the hub's policy (narrow after
+// 10 s below a fifth of a core, widen above half a core) unless GOMAXPROCS
+// is set in the environment (the operator chose) or the runtime's default
+// is already one P. Several holders share one tuner; the returned stop
+// releases this holder's share, and the last stop ends the tuner, waits
+// for it and puts the runtime's default back.
+func Start(log *slog.Logger) (stop func()) { return start(log, defaultPolicy) }
+
+// start is Start with policy p (tests use shorter ones); the first
+// holder's policy applies.
+func start(log *slog.Logger, p policy) (stop func()) {
 	if _, set := os.LookupEnv("GOMAXPROCS"); set {
 		return func() {}
 	}
@@ -132,7 +136,7 @@ func Start(log *slog.Logger, p Policy) (stop func()) {
 // run samples the process's CPU time and sets GOMAXPROCS by p until ctx
 // ends or the CPU time cannot be read; it leaves the runtime's default in
 // place.
-func run(ctx context.Context, log *slog.Logger, p Policy, cpu func() (time.Duration, error)) {
+func run(ctx context.Context, log *slog.Logger, p policy, cpu func() (time.Duration, error)) {
 	defer runtime.SetDefaultGOMAXPROCS()
 	read := func() (time.Duration, bool) {
 		c, err := cpu()

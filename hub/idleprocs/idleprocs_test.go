@@ -16,7 +16,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestPolicyNext(t *testing.T) {
-	p := Policy{Sample: time.Second, IdleLoad: 0.10, IdleFor: 30 * time.Second, BusyLoad: 0.40}
+	p := policy{Sample: time.Second, IdleLoad: 0.10, IdleFor: 30 * time.Second, BusyLoad: 0.40}
 	t0 := time.Unix(1000, 0)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	cases := []struct {
@@ -72,9 +72,9 @@ func TestStartNarrowsAndWidens(t *testing.T) {
 		t.Skip("one CPU: nothing to narrow")
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p := Policy{Sample: 100 * time.Millisecond, IdleLoad: 0.10, IdleFor: 300 * time.Millisecond, BusyLoad: 0.40}
-	stop := Start(log, p)
-	stop2 := Start(log, p) // a second holder shares the tuner
+	p := policy{Sample: 100 * time.Millisecond, IdleLoad: 0.10, IdleFor: 300 * time.Millisecond, BusyLoad: 0.40}
+	stop := start(log, p)
+	stop2 := start(log, p) // a second holder shares the tuner
 	stop2()
 	waitProcs(t, 1, 5*time.Second)
 
@@ -98,7 +98,7 @@ func TestStartNarrowsAndWidens(t *testing.T) {
 	waitProcs(t, 1, 5*time.Second) // idle again
 	// A holder that comes while the process is narrow shares the tuner:
 	// the first holder's stop leaves it running for the later one.
-	late := Start(log, p)
+	late := start(log, p)
 	stop()
 	stop() // a second call is a no-op
 	if got := runtime.GOMAXPROCS(0); got != 1 {
@@ -122,7 +122,7 @@ func TestRunStopsWhenCPUCannotBeRead(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		run(t.Context(), slog.New(slog.NewTextHandler(io.Discard, nil)), Policy{Sample: 10 * time.Millisecond, IdleFor: time.Hour}, cpu)
+		run(t.Context(), slog.New(slog.NewTextHandler(io.Discard, nil)), policy{Sample: 10 * time.Millisecond, IdleFor: time.Hour}, cpu)
 	}()
 	select {
 	case <-done:
@@ -142,7 +142,7 @@ func TestStartOffWithGOMAXPROCSSet(t *testing.T) {
 		t.Skip("one CPU: nothing to narrow")
 	}
 	t.Setenv("GOMAXPROCS", strconv.Itoa(wide))
-	stop := Start(slog.New(slog.NewTextHandler(io.Discard, nil)), Policy{Sample: 20 * time.Millisecond, IdleLoad: 0.5, IdleFor: 40 * time.Millisecond, BusyLoad: 0.9})
+	stop := start(slog.New(slog.NewTextHandler(io.Discard, nil)), policy{Sample: 20 * time.Millisecond, IdleLoad: 0.5, IdleFor: 40 * time.Millisecond, BusyLoad: 0.9})
 	defer stop()
 	time.Sleep(500 * time.Millisecond)
 	if got := runtime.GOMAXPROCS(0); got != wide {
