@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/tether-dev/tether/pki"
@@ -40,43 +41,80 @@ func (a *Agent) checkExpiry() error {
 	return nil
 }
 
-// renewLoop asks for a fresh certificate at two thirds of the current one's
-// remaining lifetime, for as long as the session lives. Answers arrive on
-// the control stream and are handed over through renewed.
-func (a *Agent) renewLoop(ctx context.Context, send func(*control.Message) error, renewed <-chan struct{}, log *slog.Logger) {
-	for {
-		wait := time.Until(a.cert().Leaf.NotAfter) * 2 / 3
-		if wait < time.Second {
-			wait = time.Second
-		}
+// renewals asks for a fresh certificate at two thirds of the current one's
+// remaining lifetime, and again after each round, for as long as ctx lives.
+// Answers arrive on the control stream and are handed over through renewed.
+// Between rounds nothing runs but a timer: a session waits days for its
+// renewal, and a goroutine parked that long would hold its stack for
+// nothing. The returned wait, called after ctx ends, returns once a round in
+// progress has.
+func (a *Agent) renewals(ctx context.Context, send func(*control.Message) error, renewed <-chan struct{}, log *slog.Logger) (wait func()) {
+	var (
+		mu      sync.Mutex // guards t, and running.Add against wait
+		t       *time.Timer
+		running sync.WaitGroup
+	)
+	var schedule func() // with mu held
+	schedule = func() {
+		wait := max(time.Until(a.cert().Leaf.NotAfter)*2/3, time.Second)
 		log.Debug("certificate renewal scheduled", "in", wait.Round(time.Millisecond))
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		csr, err := pki.NewCSR(a.id.key, a.id.Config.Name)
-		if err != nil {
-			log.Error("renewal CSR", "err", err)
-			continue
-		}
-		if err := send(&control.Message{Type: control.TypeRenew, CSR: csr}); err != nil {
-			log.Info("could not ask for certificate renewal", "err", err)
-			return
-		}
-		t = time.NewTimer(renewResponseTimeout)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-renewed:
-			t.Stop()
-		case <-t.C:
-			log.Warn("no answer to certificate renewal; will retry", "valid_until", a.cert().Leaf.NotAfter)
-		}
+		t = time.AfterFunc(wait, func() {
+			mu.Lock()
+			if ctx.Err() != nil {
+				mu.Unlock()
+				return
+			}
+			running.Add(1)
+			mu.Unlock()
+			defer running.Done()
+			if !a.renewRound(ctx, send, renewed, log) {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if ctx.Err() == nil {
+				schedule()
+			}
+		})
 	}
+	mu.Lock()
+	schedule()
+	mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		mu.Lock()
+		t.Stop()
+		mu.Unlock()
+	})
+	return func() {
+		<-ctx.Done()
+		mu.Lock() // no round starts after this
+		mu.Unlock()
+		running.Wait()
+	}
+}
+
+// renewRound asks the hub for a fresh certificate once and waits up to
+// renewResponseTimeout for the answer. It reports false when the request
+// could not be sent (the session is going), so no further round is due.
+func (a *Agent) renewRound(ctx context.Context, send func(*control.Message) error, renewed <-chan struct{}, log *slog.Logger) bool {
+	csr, err := pki.NewCSR(a.id.key, a.id.Config.Name)
+	if err != nil {
+		log.Error("renewal CSR", "err", err)
+		return true
+	}
+	if err := send(&control.Message{Type: control.TypeRenew, CSR: csr}); err != nil {
+		log.Info("could not ask for certificate renewal", "err", err)
+		return false
+	}
+	t := time.NewTimer(renewResponseTimeout)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-renewed:
+	case <-t.C:
+		log.Warn("no answer to certificate renewal; will retry", "valid_until", a.cert().Leaf.NotAfter)
+	}
+	return true
 }
 
 // applyRenewed checks and stores a renewed certificate: it must chain to the

@@ -258,21 +258,13 @@ func (s *session) serve(ctx context.Context, live control.Liveness) (next *moved
 
 	renewed := make(chan struct{}, 1)
 	s.binds = newServiceBinder(sctx, s.tun.OpenStream, s.log)
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		<-sctx.Done()
-		s.binds.Wait()
-	}()
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		s.a.acceptStreams(sctx, s.tun, s.trusted, s.log, &wg, &s.live)
 		cancel()
 	}()
-	go func() {
-		defer wg.Done()
-		s.a.renewLoop(rctx, s.send, renewed, s.log)
-	}()
+	waitRenewals := s.a.renewals(rctx, s.send, renewed, s.log)
 	pingAfter := s.a.cfg.Tunnel.PingAfter(s.tun.Transport(), live.HubIdle)
 	switch {
 	case live.AgentHeartbeats(pingAfter):
@@ -301,6 +293,8 @@ func (s *session) serve(ctx context.Context, live control.Liveness) (next *moved
 		cancel()
 		s.tun.Close()
 		wg.Wait()
+		waitRenewals()
+		s.binds.Wait() // its listeners close with sctx
 		return <-ctlErr
 	}
 	select {

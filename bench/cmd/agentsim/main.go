@@ -117,6 +117,7 @@ func run(ctx context.Context, args []string) error {
 	if *ssh == edge.SSHEmbedded && *hostKey == "" {
 		return fmt.Errorf("-ssh embedded needs -ssh-host-key")
 	}
+	defer sim.CollectTighter()()
 	ctx, cancel := context.WithTimeout(ctx, *duration)
 	defer cancel()
 	s, err := sim.Start(ctx, sim.Config{Fleet: fleet, From: *from, Count: *n, Transport: tr, SSHTarget: *ssh, SSHHostKey: *hostKey,

@@ -58,6 +58,7 @@ func runP5(ctx context.Context, b *bench) error {
 // storm (P5).
 func (b *bench) fleetScenarios(ctx context.Context, p4, p5 bool) error {
 	b.ranP45 = true
+	defer sim.CollectTighter()()
 	env, err := harness.NewEnv(b.bin)
 	if err != nil {
 		return err
