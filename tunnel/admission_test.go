@@ -278,6 +278,55 @@ func TestParseQUICBusy(t *testing.T) {
 	}
 }
 
+// TestHintBeforeReaderRuns: a hint that reaches the dial's transport before
+// the hint reader goroutine has run (a busy scheduler) is still taken. The
+// reader is held back by a hook; the transport has started reading its
+// socket (as a dial starts it), so quic-go sorts the hint as soon as it
+// comes, and drops it unless watchHints already asked for non-QUIC packets.
+func TestHintBeforeReaderRuns(t *testing.T) {
+	release := make(chan struct{})
+	testHookHintReader = func() { <-release }
+	t.Cleanup(func() { testHookHintReader = nil })
+
+	agent, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Close()
+	hub, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hub.Close()
+	tr := &quic.Transport{Conn: agent}
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	hints := watchHints(ctx, tr, 2)
+	defer func() { cancel(); close(release); <-hints.done }()
+
+	// The agent's first packet starts its transport's socket reader, as a
+	// dial's Initial does; the hub answers it with the hint.
+	if _, err := tr.WriteTo([]byte{0x00, 'x'}, hub.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	_ = hub.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, _, err := hub.ReadFrom(buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hub.WriteTo(quicBusyRecord(4), agent.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	// Give quic-go's socket reader time to sort the hint while ours is
+	// still held back.
+	time.Sleep(200 * time.Millisecond)
+	release <- struct{}{}
+	d, ok := hints.take(hub.LocalAddr().(*net.UDPAddr), 2*time.Second)
+	if !ok || d != 4*time.Second {
+		t.Fatalf("hint %v, %v; want 4s, true (dropped before the reader ran)", d, ok)
+	}
+}
+
 func FuzzParseQUICBusy(f *testing.F) {
 	f.Add(quicBusyRecord(9))
 	f.Add([]byte{0xc0, 0, 0, 0, 1})

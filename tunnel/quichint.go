@@ -68,28 +68,52 @@ type hintBox struct {
 // watchHints reads tr's non-QUIC packets until ctx ends or tr closes; the
 // caller ends one of them, then may wait on done. room is how many hints
 // may wait to be taken (one per dial refused at once on tr).
+//
+// quic-go drops the non-QUIC packets that reach a Transport before its first
+// ReadNonQUICPacket call. So the first call is made here, with a context
+// already ended, before watchHints returns: a dial started after it cannot
+// lose its hint to a reader goroutine the scheduler has not run yet (on a
+// loaded box, a refused dial in the tests once read no hint this way).
 func watchHints(ctx context.Context, tr *quic.Transport, room int) *hintBox {
 	b := &hintBox{ch: make(chan quicHint, room), done: make(chan struct{})}
+	buf := make([]byte, 64)
+	ended, end := context.WithCancel(ctx)
+	end()
+	if n, from, err := tr.ReadNonQUICPacket(ended, buf); err == nil {
+		b.keep(buf[:n], from)
+	}
 	go func() {
 		defer close(b.done)
-		buf := make([]byte, 64)
+		if testHookHintReader != nil {
+			testHookHintReader()
+		}
 		for {
 			n, from, err := tr.ReadNonQUICPacket(ctx, buf)
 			if err != nil {
 				return
 			}
-			d, ok := parseQUICBusy(buf[:n])
-			ua, isUDP := from.(*net.UDPAddr)
-			if !ok || !isUDP {
-				continue
-			}
-			select {
-			case b.ch <- quicHint{from: ua.AddrPort(), d: d, at: time.Now()}:
-			default: // nobody is taking hints: drop
-			}
+			b.keep(buf[:n], from)
 		}
 	}()
 	return b
+}
+
+// testHookHintReader, when set, runs before watchHints' reader goroutine
+// reads: a test holds the reader back with it, as a busy scheduler would.
+var testHookHintReader func()
+
+// keep queues datagram p from if it is a hint; anything else, or a hint
+// nobody is taking, is dropped.
+func (b *hintBox) keep(p []byte, from net.Addr) {
+	d, ok := parseQUICBusy(p)
+	ua, isUDP := from.(*net.UDPAddr)
+	if !ok || !isUDP {
+		return
+	}
+	select {
+	case b.ch <- quicHint{from: ua.AddrPort(), d: d, at: time.Now()}:
+	default:
+	}
 }
 
 // take returns a hint from hub that arrived at most quicHintMaxAge ago,
