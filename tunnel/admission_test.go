@@ -327,6 +327,52 @@ func TestHintBeforeReaderRuns(t *testing.T) {
 	}
 }
 
+// TestHintBoxTakers: each waiting dial on a shared socket takes one hint
+// from a burst; hints beyond room, from another address, or too old are not
+// taken.
+func TestHintBoxTakers(t *testing.T) {
+	hub := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4433}
+	other := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 4433}
+	b := &hintBox{room: 3, signal: make(chan struct{}, 1), done: make(chan struct{})}
+	for range 5 {
+		b.keep(quicBusyRecord(2), hub)
+	}
+	for i := range 4 {
+		d, ok := b.take(hub, 0)
+		if want := i < 3; ok != want || (ok && d != 2*time.Second) {
+			t.Fatalf("take %d: %v, %v; want ok=%v (room 3)", i, d, ok, want)
+		}
+	}
+	b.keep(quicBusyRecord(2), other)
+	b.queue = append(b.queue, quicHint{from: hub.AddrPort(), d: time.Second, at: time.Now().Add(-2 * quicHintMaxAge)})
+	if d, ok := b.take(hub, 0); ok {
+		t.Fatalf("took %v: a foreign or stale hint", d)
+	}
+
+	const takers = 20
+	b.room = takers
+	got := make(chan bool, takers)
+	for range takers {
+		go func() {
+			_, ok := b.take(hub, 5*time.Second)
+			got <- ok
+		}()
+	}
+	// Let the takers wait first, as refused dials do for the hint.
+	time.Sleep(100 * time.Millisecond)
+	for range takers {
+		b.keep(quicBusyRecord(1), hub)
+	}
+	for i := range takers {
+		if !<-got {
+			t.Fatalf("taker %d of %d found no hint", i+1, takers)
+		}
+	}
+	if n := len(b.queue); n != 0 {
+		t.Errorf("%d hints left over after %d takes", n, takers)
+	}
+}
+
 func FuzzParseQUICBusy(f *testing.F) {
 	f.Add(quicBusyRecord(9))
 	f.Add([]byte{0xc0, 0, 0, 0, 1})

@@ -27,3 +27,24 @@ func TestGoroutinesByStart(t *testing.T) {
 		t.Fatalf("goroutinesByStart = %+v", got)
 	}
 }
+
+// TestSharedPerSocket: QUIC agents share sockets only beyond the open-files
+// limit, as few to a socket as the sockets left allow.
+func TestSharedPerSocket(t *testing.T) {
+	for _, tc := range []struct {
+		sizes []int
+		limit int
+		want  int
+	}{
+		{[]int{10000}, 18000, 0},
+		{[]int{10000, 50000, 100000}, 18000, 12}, // 90,000 over 8,000 sockets
+		{[]int{10000, 50000}, 18000, 5},
+		{[]int{50000}, 18000, 3},
+		{[]int{10000, 10500}, 10499, 2},
+		{[]int{18000, 20000}, 18000, 1000},
+	} {
+		if got := sharedPerSocket(tc.sizes, tc.limit); got != tc.want {
+			t.Errorf("sharedPerSocket(%v, %d) = %d, want %d", tc.sizes, tc.limit, got, tc.want)
+		}
+	}
+}
