@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -198,6 +199,21 @@ func TestFleet(t *testing.T) {
 		}
 	})
 
+	// Stock OpenSSH lists chacha20-poly1305 first; on a CPU with AES-GCM
+	// instructions the bastion offers only AES-GCM (bastion.DefaultCiphers),
+	// so the stock client negotiates aes128-gcm, with no option of its own.
+	t.Run("stock OpenSSH negotiates AES-GCM", func(t *testing.T) {
+		if !cpuHasAESGCM(t) {
+			t.Skip("no AES and PCLMULQDQ in /proc/cpuinfo: the bastion keeps x/crypto's cipher list")
+		}
+		_, errOut, _ := runCmd(t, 30*time.Second, "ssh", "-v", "-F", f.ssh.cfg, "-p", strconv.Itoa(f.h.sshPort), "alice@127.0.0.1", "id")
+		for _, dir := range []string{"server->client", "client->server"} {
+			if want := "kex: " + dir + " cipher: aes128-gcm@openssh.com"; !strings.Contains(errOut, want) {
+				t.Errorf("ssh -v lacks %q:\n%s", want, errOut)
+			}
+		}
+	})
+
 	t.Run("metrics", func(t *testing.T) {
 		body := f.h.metrics(t)
 		for _, want := range []string{
@@ -333,4 +349,21 @@ func TestAgentForwarding(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "e2e-operator") {
 		t.Fatalf("ssh -A through the jump: %v: %s", err, out)
 	}
+}
+
+// cpuHasAESGCM reports whether this machine's CPU has the AES-GCM
+// instructions the bastion's cipher choice looks for (x86: aes, pclmulqdq).
+func cpuHasAESGCM(t *testing.T) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Fatalf("read /proc/cpuinfo: %v", err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "flags" {
+			flags := strings.Fields(v)
+			return slices.Contains(flags, "aes") && slices.Contains(flags, "pclmulqdq")
+		}
+	}
+	return false
 }

@@ -33,6 +33,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/access"
+	"github.com/tether-dev/tether/hub/bastion"
 	"github.com/tether-dev/tether/hub/cluster"
 	"github.com/tether-dev/tether/hub/desired"
 	"github.com/tether-dev/tether/hub/kubeone"
@@ -73,6 +75,7 @@ type Config struct {
 	UserCertTTL time.Duration  // lifetime of operators' SSH user certificates from tether login, default 8h
 	NodeSuffix  string         // nodes answer to NAME and NAME.SUFFIX, default "tether"
 	SSHNames    []string       // extra host names in the bastion's host certificate
+	SSHCiphers  []string       // SSH ciphers the bastion offers operators; empty: bastion.DefaultCiphers
 	Tunnel      *tunnel.Config // nil means tunnel defaults
 	// StepCA, if set, delegates node certificate issuance (join and
 	// renewal) to an external step-ca; the hub's own CA still serves TLS
@@ -179,6 +182,9 @@ func (c *Config) CheckAndSetDefaults() error {
 	}
 	if c.MaxUploadBytes < 0 {
 		return errors.New("hub: max upload size must be positive")
+	}
+	if _, err := bastion.ParseCiphers(strings.Join(c.SSHCiphers, ",")); err != nil {
+		return fmt.Errorf("hub: --ssh-ciphers: %w", err)
 	}
 	if err := pki.ValidateName(c.NodeSuffix); err != nil {
 		return fmt.Errorf("hub: node suffix: %w", err)

@@ -106,6 +106,7 @@ func (s *Server) Run(ctx context.Context) error {
 		Addr: s.cfg.SSHListen, HostSigner: s.hostKey, HostCertSigner: certSigner, NodeSuffix: "." + s.cfg.NodeSuffix, IsSite: s.door.HasSite, Authorize: s.authorizeOperator, Dialer: jumpDialer{door: s.door, live: &s.jumps, reportsLogins: s.reportsLogins},
 		Logger: s.log.With("component", "bastion"), Metrics: s.metrics, OnJump: s.auditJump,
 		Limiter: s.guard.ssh, OnLoginFailure: s.auditLoginFailure, RateLimited: s.guard.rateLimited.WithLabelValues("ssh"),
+		Ciphers: s.cfg.SSHCiphers,
 	})
 	if err != nil {
 		return err

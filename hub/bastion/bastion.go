@@ -109,6 +109,9 @@ type Config struct {
 	// "n7.sub.berlin") is a node below it (SiteTarget). Nil accepts node
 	// names only.
 	IsSite func(name string) bool
+	// Ciphers are the SSH ciphers offered to operators, in order; empty:
+	// DefaultCiphers.
+	Ciphers []string
 }
 
 // Bastion is the operators' SSH server.
@@ -136,6 +139,9 @@ func New(cfg Config) (*Bastion, error) {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = 20 * time.Second
 	}
+	if len(cfg.Ciphers) == 0 {
+		cfg.Ciphers = DefaultCiphers()
+	}
 	b := &Bastion{cfg: cfg}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.srv = &ssh.Server{
@@ -157,6 +163,7 @@ func New(cfg Config) (*Bastion, error) {
 		ServerConfigCallback: func(ctx ssh.Context) *gossh.ServerConfig {
 			g := guardOf(ctx)
 			return &gossh.ServerConfig{
+				Config:          gossh.Config{Ciphers: cfg.Ciphers},
 				MaxAuthTries:    6,
 				AuthLogCallback: g.authLog,
 				BannerCallback:  g.banner,

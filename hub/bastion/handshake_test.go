@@ -43,13 +43,20 @@ func (f *failures) get() []LoginFailure {
 func testBastion(t *testing.T, key gossh.PublicKey, lim *ratelimit.Limiter, handshake time.Duration) (*Bastion, string, *failures) {
 	t.Helper()
 	fs := &failures{}
-	b, err := New(Config{
+	b, addr := startBastion(t, Config{
 		Addr: "127.0.0.1:0", HostSigner: newSigner(t), Dialer: noDialer{}, Limiter: lim, OnLoginFailure: fs.add,
 		HandshakeTimeout: handshake,
 		Authorize: func(user string, k gossh.PublicKey) bool {
 			return user == "alice" && string(k.Marshal()) == string(key.Marshal())
 		},
 	})
+	return b, addr, fs
+}
+
+// startBastion serves a bastion made from cfg until the test ends.
+func startBastion(t *testing.T, cfg Config) (*Bastion, string) {
+	t.Helper()
+	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +72,7 @@ func testBastion(t *testing.T, key gossh.PublicKey, lim *ratelimit.Limiter, hand
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return b, addr.String(), fs
+	return b, addr.String()
 }
 
 // login connects from source IP from as user with key; banner collects
