@@ -348,57 +348,89 @@ func (s *session) heartbeat(ctx context.Context, every time.Duration) {
 // transport liveness, or pingAfter if that is shorter. While the hub answers
 // the keepalives this sends nothing. It samples the session's Heard mark,
 // which moves with the hub's acknowledgements (tunnel.Dialer.AckLiveness),
-// every second (five times per pingAfter when that is shorter): so it also
-// heartbeats when the hub keeps sending but acknowledges nothing, which
-// gives the tunnel's dead-peer close its answer when the hub is alive.
+// so it also heartbeats when the hub keeps sending but acknowledges
+// nothing, which gives the tunnel's dead-peer close its answer when the hub
+// is alive. The samples are a second apart (a fifth of pingAfter when that
+// is shorter) only from when the keepalive's answer can first come; before
+// that the session sleeps (nudger.next): an idle agent wakes two or three
+// times per keepalive instead of every second.
 func (s *session) nudge(ctx context.Context, pingAfter, beat time.Duration) {
 	every := min(max(pingAfter/5, 10*time.Millisecond), time.Second)
-	t := time.NewTicker(every)
-	defer t.Stop()
 	// The keepalive's answer gets a tenth of pingAfter (2.5 s by default),
 	// at least one sample.
-	n := newNudger(pingAfter+max(pingAfter/10, every), beat, s.tun.Heard(), time.Now())
+	now := time.Now()
+	n := newNudger(pingAfter, pingAfter+max(pingAfter/10, every), beat, every, s.tun.Heard(), now)
+	t := time.NewTimer(n.next(now))
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			if !n.due(s.tun.Heard(), now) {
-				continue
+			if n.due(s.tun.Heard(), now) {
+				s.log.Debug("hub silent past its keepalive; sending a heartbeat", "silent_for", n.silentFor(now).Round(100*time.Millisecond))
+				if err := s.write(control.WriteHeartbeat); err != nil {
+					s.tun.Close()
+					return
+				}
 			}
-			s.log.Debug("hub silent past its keepalive; sending a heartbeat", "silent_for", now.Sub(n.heardAt).Round(100*time.Millisecond))
-			if err := s.write(control.WriteHeartbeat); err != nil {
-				s.tun.Close()
-				return
-			}
+			t.Reset(n.next(now))
 		}
 	}
 }
 
 // nudger decides, from samples of a session's Heard mark, when a silent
 // hub is due a heartbeat: once it has been silent for quietAfter,
-// then every beat while the silence lasts.
+// then every beat while the silence lasts; and when to take the next
+// sample.
+//
+// A change in the mark is known to have come after the sample before the
+// one that saw it (heardAfter), whenever that was. The keepalive goes out
+// pingAfter after the last thing heard, so its answer cannot come before
+// heardAfter+pingAfter: the samples until then are skipped, and from then
+// on come every apart. Silence is counted from heardAfter plus one every,
+// which is where a sampler a second apart would have counted it from; after
+// a skipped stretch in which the mark moved (traffic, not keepalives) it
+// counts from earlier than that, so a heartbeat may come early, never late.
 type nudger struct {
-	quietAfter, beat  time.Duration
-	last              uint64
-	heardAt, nudgedAt time.Time
+	pingAfter, quietAfter, beat, every time.Duration
+	last                               uint64
+	sampledAt, heardAfter, nudgedAt    time.Time
 }
 
-func newNudger(quietAfter, beat time.Duration, heard uint64, now time.Time) *nudger {
-	return &nudger{quietAfter: quietAfter, beat: beat, last: heard, heardAt: now}
+func newNudger(pingAfter, quietAfter, beat, every time.Duration, heard uint64, now time.Time) *nudger {
+	return &nudger{pingAfter: pingAfter, quietAfter: quietAfter, beat: beat, every: every,
+		last: heard, sampledAt: now, heardAfter: now.Add(-every)}
 }
 
 // due records a sample and reports whether to send a heartbeat now.
 func (n *nudger) due(heard uint64, now time.Time) bool {
+	prev := n.sampledAt
+	n.sampledAt = now
 	if heard != n.last {
-		n.last, n.heardAt, n.nudgedAt = heard, now, time.Time{}
+		n.last, n.heardAfter, n.nudgedAt = heard, prev, time.Time{}
 		return false
 	}
-	if now.Sub(n.heardAt) < n.quietAfter || (!n.nudgedAt.IsZero() && now.Sub(n.nudgedAt) < n.beat) {
+	if n.silentFor(now) < n.quietAfter || (!n.nudgedAt.IsZero() && now.Sub(n.nudgedAt) < n.beat) {
 		return false
 	}
 	n.nudgedAt = now
 	return true
+}
+
+// silentFor is how long the hub has been silent at now, as a sampler a
+// second apart would count it.
+func (n *nudger) silentFor(now time.Time) time.Duration {
+	return now.Sub(n.heardAfter) - n.every
+}
+
+// next is how long to wait after the sample at now for the next one.
+func (n *nudger) next(now time.Time) time.Duration {
+	answerFrom := n.heardAfter.Add(n.pingAfter)
+	if n.silentFor(now) >= n.quietAfter || !now.Before(answerFrom) {
+		return n.every
+	}
+	return max(n.every, answerFrom.Sub(now))
 }
 
 // readControl handles the hub's control messages until the stream fails,
