@@ -109,7 +109,8 @@ func TestServiceTunnelSingleHub(t *testing.T) {
 
 	h.cli("service", "expose", "a:"+strconv.Itoa(echo), "--name", "echo")
 	h.cli("service", "expose", "a:1", "--name", "closed") // not in a's allow-list
-	local, closedLocal := testenv.FreePort(t), testenv.FreePort(t)
+	ports := testenv.FreePorts(t, 2)
+	local, closedLocal := ports[0], ports[1]
 	h.cli("service", "connect", "echo", "--from", "b", "--local-port", strconv.Itoa(local))
 	h.cli("service", "connect", "closed", "--from", "b", "--local-port", strconv.Itoa(closedLocal))
 	addr := "127.0.0.1:" + strconv.Itoa(local)

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os/user"
@@ -34,30 +35,59 @@ type T interface {
 // UDP (the hub serves QUIC and TCP on one port). Another process may take
 // it before the caller binds it; StartSSHD retries for that reason.
 func PickPort() (int, error) {
-	for range 20 {
+	ports, err := PickPorts(1)
+	if err != nil {
+		return 0, err
+	}
+	return ports[0], nil
+}
+
+// PickPorts is PickPort for n ports, all different: each is held until all
+// are picked, since a port picked and closed may be handed out again at
+// once (a hub's --listen and --ssh-listen once got the same port, and the
+// hub failed to start).
+func PickPorts(n int) ([]int, error) {
+	var held []io.Closer
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 20*n {
+			return nil, fmt.Errorf("testenv: no %d ports free on both TCP and UDP after %d tries", n, tries)
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return 0, fmt.Errorf("testenv: pick a loopback port: %w", err)
+			return nil, fmt.Errorf("testenv: pick a loopback port: %w", err)
 		}
+		held = append(held, l)
 		port := l.Addr().(*net.TCPAddr).Port
 		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port, nil
+		if err != nil {
+			continue
 		}
+		held = append(held, u)
+		ports = append(ports, port)
 	}
-	return 0, errors.New("testenv: no port free on both TCP and UDP after 20 tries")
+	return ports, nil
 }
 
 // FreePort is PickPort for tests.
 func FreePort(t T) int {
 	t.Helper()
-	port, err := PickPort()
+	return FreePorts(t, 1)[0]
+}
+
+// FreePorts is PickPorts for tests.
+func FreePorts(t T, n int) []int {
+	t.Helper()
+	ports, err := PickPorts(n)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	return port
+	return ports
 }
 
 // pollEvery is how often the polls below look again.

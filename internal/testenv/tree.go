@@ -197,14 +197,11 @@ func AgentTransport(i int) string {
 // startHub starts the hub name, joined to parent as a site (nil: the
 // root).
 func (tr *Tree) startHub(ctx context.Context, name string, parent *TreeHub) (*TreeHub, error) {
-	port, err := PickPort()
+	ports, err := PickPorts(2)
 	if err != nil {
 		return nil, err
 	}
-	sshPort, err := PickPort()
-	if err != nil {
-		return nil, err
-	}
+	port, sshPort := ports[0], ports[1]
 	h := &TreeHub{Name: name, Parent: parent, tree: tr, DataDir: filepath.Join(tr.Cfg.Dir, "hub-"+name),
 		Listen: fmt.Sprintf("127.0.0.1:%d", port), SSH: fmt.Sprintf("127.0.0.1:%d", sshPort)}
 	if parent != nil {

@@ -33,15 +33,11 @@ type Hub struct {
 // StartHub starts `tether hub` on loopback with dataDir (created if new) and
 // waits until it is serving. extra are more hub flags.
 func (e *Env) StartHub(ctx context.Context, dataDir string, extra ...string) (*Hub, error) {
-	api, err := FreePort()
+	ports, err := testenv.PickPorts(2)
 	if err != nil {
 		return nil, err
 	}
-	ssh, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	h := &Hub{env: e, DataDir: dataDir, Listen: fmt.Sprintf("127.0.0.1:%d", api), SSH: fmt.Sprintf("127.0.0.1:%d", ssh), Extra: extra}
+	h := &Hub{env: e, DataDir: dataDir, Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), SSH: fmt.Sprintf("127.0.0.1:%d", ports[1]), Extra: extra}
 	return h, h.start(ctx)
 }
 
