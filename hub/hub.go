@@ -33,7 +33,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,7 +182,7 @@ func (c *Config) CheckAndSetDefaults() error {
 	if c.MaxUploadBytes < 0 {
 		return errors.New("hub: max upload size must be positive")
 	}
-	if _, err := bastion.ParseCiphers(strings.Join(c.SSHCiphers, ",")); err != nil {
+	if err := bastion.CheckCiphers(c.SSHCiphers); err != nil {
 		return fmt.Errorf("hub: --ssh-ciphers: %w", err)
 	}
 	if err := pki.ValidateName(c.NodeSuffix); err != nil {

@@ -41,23 +41,14 @@ func hasAESGCMHardware() bool {
 	return false
 }
 
-// ParseCiphers reads a comma-separated cipher list (--ssh-ciphers): each
-// must be one x/crypto implements without known weaknesses. "" is the
-// default (nil).
-func ParseCiphers(list string) ([]string, error) {
-	if strings.TrimSpace(list) == "" {
-		return nil, nil
-	}
+// CheckCiphers reports the first of names (--ssh-ciphers) that x/crypto
+// does not implement or lists as insecure.
+func CheckCiphers(names []string) error {
 	supported := gossh.SupportedAlgorithms().Ciphers
-	var out []string
-	for name := range strings.SplitSeq(list, ",") {
-		name = strings.TrimSpace(name)
+	for _, name := range names {
 		if !slices.Contains(supported, name) {
-			return nil, fmt.Errorf("unknown or weak SSH cipher %q; choose from %s", name, strings.Join(supported, ","))
-		}
-		if !slices.Contains(out, name) {
-			out = append(out, name)
+			return fmt.Errorf("unknown or weak SSH cipher %q; choose from %s", name, strings.Join(supported, ","))
 		}
 	}
-	return out, nil
+	return nil
 }
