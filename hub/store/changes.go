@@ -88,9 +88,11 @@ func (s *SQLite) RecordChange(ctx context.Context, c Change) (int64, error) {
 	return seq, nil
 }
 
-// ChangesSince implements ChangeStore.
+// ChangesSince implements ChangeStore. The feed polls it four times a
+// second on SQLite, so it is prepared once: parsing was two thirds of an
+// idle hub's poll.
 func (s *SQLite) ChangesSince(ctx context.Context, seq int64, limit int) ([]Change, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, kind, subject, origin, at FROM changes WHERE seq > ? ORDER BY seq LIMIT ?`, seq, limit)
+	rows, err := s.hot().QueryContext(ctx, `SELECT seq, kind, subject, origin, at FROM changes WHERE seq > ? ORDER BY seq LIMIT ?`, seq, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: read changes: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -159,6 +160,49 @@ func refs(names ...string) []NodeRef {
 }
 
 // addNode registers a node through a join token of its own.
+// TestListClusterMembersReadsMembersFirst checks SQLite's plan for the
+// cluster controller's periodic re-read: it must walk cluster_members and
+// look each member's node up, not walk every node (as it did, ordered by
+// name, with no table statistics to tell it members are few). The plan is
+// the point: at test sizes both orders are fast. The names must still come
+// out in order.
+func TestListClusterMembersReadsMembersFirst(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTestStore(t)
+	for _, n := range []string{"n3", "n1", "n2"} {
+		addNode(t, s, "id-"+n, n)
+		if n != "n2" {
+			if err := s.PutClusterMember(ctx, ClusterMember{NodeID: "id-" + n, Engine: "k3s", Desired: "active", State: "inactive", UpdatedAt: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rows, err := s.db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+listMembers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) == 0 || !strings.HasPrefix(plan[0], "SCAN m") || slices.ContainsFunc(plan, func(d string) bool { return strings.HasPrefix(d, "SCAN n") }) {
+		t.Fatalf("plan %q: want cluster_members (m) scanned and nodes (n) searched by ID", plan)
+	}
+	all, err := s.ListClusterMembers(ctx)
+	if err != nil || len(all) != 2 || all[0].Node != "n1" || all[1].Node != "n3" {
+		t.Fatalf("ListClusterMembers = %+v, %v; want n1, n3", all, err)
+	}
+}
+
 func addNode(t *testing.T, s *SQLite, id, name string) Node {
 	t.Helper()
 	ctx := context.Background()
