@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,6 +34,7 @@ type jumpSetup struct {
 	node      *harness.SSHD
 	bastion   *harness.SSHD
 	sshConfig string
+	stockSSH  string                   // sshConfig without the cipher pin (stockPath)
 	agents    map[string]*harness.Proc // transport -> agent
 	sink      *sink                    // P2's receiver; the agents allow its port
 }
@@ -80,6 +82,9 @@ func newJumpSetup(ctx context.Context, b *bench) (*jumpSetup, error) {
 	if s.sshConfig, err = env.SSHConfig(ctx); err != nil {
 		return nil, err
 	}
+	if s.stockSSH, err = env.StockSSHConfig(ctx); err != nil {
+		return nil, err
+	}
 	if s.hub, err = env.StartHub(ctx, env.Path("hub")); err != nil {
 		return nil, err
 	}
@@ -120,17 +125,32 @@ func (s *jumpSetup) Close() {
 }
 
 // jumpArgs are the ssh arguments that reach the node sshd as login through
-// path "openssh" (the stock bastion) or a tether transport.
+// path "openssh" (the stock bastion) or a tether transport, with the
+// cipher pinned, or as OpenSSH negotiates by itself for a path named with
+// stockPath.
 func (s *jumpSetup) jumpArgs(path string) []string {
 	login := harness.Login()
-	if path == "openssh" {
-		return []string{"-F", s.sshConfig, "-J", login + "@" + s.bastion.Addr, "-p", strconv.Itoa(s.node.Port), login + "@127.0.0.1"}
+	config := s.sshConfig
+	if p, ok := strings.CutSuffix(path, stockSuffix); ok {
+		path, config = p, s.stockSSH
 	}
-	return []string{"-F", s.sshConfig, "-J", "bench@" + s.hub.SSH, login + "@n-" + path}
+	if path == "openssh" {
+		return []string{"-F", config, "-J", login + "@" + s.bastion.Addr, "-p", strconv.Itoa(s.node.Port), login + "@127.0.0.1"}
+	}
+	return []string{"-F", config, "-J", "bench@" + s.hub.SSH, login + "@n-" + path}
 }
+
+// stockSuffix names a path's run with an unconfigured ssh client (no
+// cipher pin): stockPath("tcp") is the TLS agent reached that way.
+const stockSuffix = "-stock"
+
+func stockPath(path string) string { return path + stockSuffix }
 
 // pathName labels a path in the tables.
 func pathName(path string) string {
+	if p, ok := strings.CutSuffix(path, stockSuffix); ok {
+		return pathName(p) + ", stock ssh ciphers"
+	}
 	switch path {
 	case "openssh":
 		return "OpenSSH bastion"

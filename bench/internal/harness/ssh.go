@@ -63,13 +63,25 @@ func (e *Env) StartSSHD(ctx context.Context, name string, extra ...string) (*SSH
 }
 
 // SSHConfig writes an ssh_config for the operator key (aes128-gcm, no host
-// key checks on this throwaway loopback setup) and returns its path.
+// key checks on this throwaway loopback setup) and returns its path. The
+// cipher is pinned so that figures compare across runs and machines.
 func (e *Env) SSHConfig(ctx context.Context) (string, error) {
+	return e.sshConfig(ctx, "ssh_config", "  Ciphers aes128-gcm@openssh.com\n")
+}
+
+// StockSSHConfig is SSHConfig without the cipher pin: each hop negotiates
+// from OpenSSH's own preference (chacha20-poly1305 first), as an
+// operator's unconfigured ssh does.
+func (e *Env) StockSSHConfig(ctx context.Context) (string, error) {
+	return e.sshConfig(ctx, "ssh_config_stock", "")
+}
+
+func (e *Env) sshConfig(ctx context.Context, name, ciphers string) (string, error) {
 	key, err := e.OperatorKey(ctx)
 	if err != nil {
 		return "", err
 	}
-	p := e.Path("ssh_config")
+	p := e.Path(name)
 	conf := fmt.Sprintf(`Host *
   IdentityFile %s
   IdentitiesOnly yes
@@ -77,9 +89,8 @@ func (e *Env) SSHConfig(ctx context.Context) (string, error) {
   UserKnownHostsFile /dev/null
   LogLevel ERROR
   BatchMode yes
-  Ciphers aes128-gcm@openssh.com
-  Compression no
+%s  Compression no
   ControlMaster no
-`, key)
+`, key, ciphers)
 	return p, os.WriteFile(p, []byte(conf), 0o600)
 }
