@@ -3,7 +3,7 @@
 //	agentsim enroll -join JOIN -n 1000 -out fleet.gob [-prefix sim] [-parallel 16]
 //	agentsim run -fleet fleet.gob [-n N] [-from K] [-transport quic|tcp] [-hub HOST:PORT]
 //	             [-ssh embedded -ssh-host-key FILE | -ssh HOST:PORT] [-per-socket 1000]
-//	             [-ramp 2000] [-duration 10m]
+//	             [-ramp 2000] [-duration 10m] [-keepalive 20s -dead-peer-timeout 60s]
 //
 // run prints the number of connected agents every few seconds and exits after
 // -duration (or on Ctrl-C), closing every session.
@@ -92,7 +92,13 @@ func run(ctx context.Context, args []string) error {
 	every := fs.Duration("report", 5*time.Second, "print the connected count this often")
 	pprof := fs.String("pprof", "", "serve net/http/pprof on this address")
 	verbose := fs.Bool("v", false, "log agents' warnings")
+	keepAlive := fs.Duration("keepalive", 0, "the agents' --keepalive (0: the agent's default)")
+	deadPeer := fs.Duration("dead-peer-timeout", 0, "the agents' --dead-peer-timeout (0: the agent's default)")
 	_ = fs.Parse(args)
+	var tun *tunnel.Config
+	if *keepAlive > 0 || *deadPeer > 0 {
+		tun = &tunnel.Config{KeepAliveInterval: *keepAlive, IdleTimeout: *deadPeer}
+	}
 	tr, err := tunnel.ParseTransport(*transport)
 	if err != nil {
 		return err
@@ -121,7 +127,7 @@ func run(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, *duration)
 	defer cancel()
 	s, err := sim.Start(ctx, sim.Config{Fleet: fleet, From: *from, Count: *n, Transport: tr, SSHTarget: *ssh, SSHHostKey: *hostKey,
-		PerSocket: *perSocket, Ramp: *ramp, Logger: log})
+		PerSocket: *perSocket, Ramp: *ramp, Tunnel: tun, Logger: log})
 	if err != nil {
 		return err
 	}

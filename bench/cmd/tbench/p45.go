@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -80,7 +81,7 @@ func (b *bench) fleetScenarios(ctx context.Context, p4, p5 bool) error {
 		return err
 	}
 	for _, tr := range []tunnel.Transport{tunnel.TransportQUIC, tunnel.TransportTCP} {
-		if err := b.fleetRun(ctx, env, dataDir, fleet, tr, sizes, p4, p5); err != nil {
+		if err := b.fleetRun(ctx, env, dataDir, fleet, filepath.Join(b.cache, "fleet.gob"), tr, sizes, p4, p5); err != nil {
 			return fmt.Errorf("%v: %w", tr, err)
 		}
 	}
@@ -90,7 +91,7 @@ func (b *bench) fleetScenarios(ctx context.Context, p4, p5 bool) error {
 	return nil
 }
 
-func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, fleet *sim.Fleet, tr tunnel.Transport,
+func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, fleet *sim.Fleet, fleetPath string, tr tunnel.Transport,
 	sizes []int, p4, p5 bool) error {
 	hub, err := env.StartHub(ctx, dataDir, p4HubArgs()...)
 	if err != nil {
@@ -113,9 +114,13 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 	selfBase, _ := harness.Stats(selfPID())
 
 	var sims []*sim.Sim
+	var procs []*simProcess
 	defer func() {
 		for _, s := range sims {
 			s.Stop()
+		}
+		for _, p := range procs {
+			p.Stop(30 * time.Second)
 		}
 	}()
 	connected := func() int {
@@ -123,15 +128,26 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 		for _, s := range sims {
 			n += s.Connected()
 		}
+		for _, p := range procs {
+			n += p.Connected()
+		}
 		return n
+	}
+	childRSS := func() int64 {
+		var rss int64
+		for _, p := range procs {
+			rss += p.RSS()
+		}
+		return rss
 	}
 	name := tr.String()
 	have := 0
 	// TCP agents hold a file descriptor each in the hub and in this
-	// process (QUIC agents share the hub's one UDP socket and PerSocket's
-	// sockets here): stay under the open-files limit with room to spare.
+	// process, and QUIC agents a UDP socket each in this process: stay
+	// under the open-files limit with room to spare. QUIC agents beyond it
+	// run in agentsim child processes (simProcess), each with a limit of
+	// its own.
 	tcpMax := min(b.sz.p4TCPMax, int(nofileHard())-2000)
-	perShared := sharedPerSocket(sizes, tcpMax)
 	for _, n := range sizes {
 		if tr == tunnel.TransportTCP && n > tcpMax {
 			b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s", n, pathName(name)),
@@ -139,41 +155,48 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 				Comment: fmt.Sprintf("the hub holds one file descriptor per TCP agent and RLIMIT_NOFILE is capped at %d on this machine (no CAP_SYS_RESOURCE); measured up to %d", nofileHard(), tcpMax)})
 			continue
 		}
-		// The next step's memory, from what hub and simulator took per
+		// The next step's memory, from what hub and simulators took per
 		// agent so far: a fleet that does not fit is reported, not run
 		// into the OOM killer (which would take the machine's other work
 		// with it).
 		if have > 0 {
-			if need, avail, ok := fitsMemory(hub.PID(), base.RSS, selfBase.RSS, have, n); !ok {
+			if need, avail, ok := fitsMemory(hub.PID(), base.RSS, selfBase.RSS, childRSS(), have, n); !ok {
 				b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s", n, pathName(name)),
 					Value: "not measured", Target: "fits the machine", Met: "no",
-					Comment: fmt.Sprintf("needs ~%.1f GiB more (hub and simulator per agent as measured at %d), %.1f GiB available", need/(1<<30), have, avail/(1<<30))})
+					Comment: fmt.Sprintf("needs ~%.1f GiB more (hub and simulators per agent as measured at %d), %.1f GiB available", need/(1<<30), have, avail/(1<<30))})
 				break
 			}
 		}
 		start := time.Now()
-		// 1,000 agents a second: at 5,000 the simulator's own handshakes
-		// starved its connected agents of CPU on this 2-core box (their
-		// heartbeats went silent, the hub closed them: 345 of 10,000 up
-		// after 3 min 40 s), where 1,000 brought 10,000 up in 100 s.
-		// A QUIC agent has a UDP socket of its own, as in a real fleet,
-		// while the open-files limit allows. Beyond it (100k) agents share
-		// sockets, as few to a socket as the sockets left allow: the hub
-		// tells QUIC attempts apart by address (a refusal refuses the rest
-		// of the attempt's flight for half a second), so agents on one
-		// socket look like one agent retrying. At 1,000 to a socket a
-		// 50,000 step stalled at 10,767 agents after 4 min; 20,000 agents
-		// at 10 to a socket were all up in 105 s (agentsim, this machine).
-		perSocket := 0
-		if n > tcpMax {
-			perSocket = perShared
+		if n <= tcpMax {
+			// 1,000 agents a second: at 5,000 the simulator's own
+			// handshakes starved its connected agents of CPU on this
+			// 2-core box (their heartbeats went silent, the hub closed
+			// them: 345 of 10,000 up after 3 min 40 s), where 1,000
+			// brought 10,000 up in 100 s.
+			s, err := sim.Start(ctx, sim.Config{Fleet: fleet, From: have, Count: n - have, Transport: tr, Ramp: 1000, Tunnel: p4Tunnel(),
+				BackoffMin: simBackoffMin, BackoffMax: simBackoffMax, Logger: b.agentLog()})
+			if err != nil {
+				return err
+			}
+			sims = append(sims, s)
+		} else {
+			// One child at a time, each once the one before is up: their
+			// ramps together with the hub's handshakes fill two cores.
+			for _, share := range childShares(have, n, tcpMax) {
+				p, err := startSimProcess(env, b.bin, fleetPath, hub.Listen, tr, share[0], share[1])
+				if err != nil {
+					return err
+				}
+				procs = append(procs, p)
+				if err := harness.WaitFor(ctx, time.Duration(share[1])*10*time.Millisecond+2*time.Minute,
+					fmt.Sprintf("agentsim with fleet members %d-%d to connect", share[0], share[0]+share[1]-1), func() bool {
+						return p.Connected() >= share[1]
+					}); err != nil {
+					return fmt.Errorf("%w (agentsim: %s; hub: %s)", err, p.Tail(300), hub.Tail(500))
+				}
+			}
 		}
-		s, err := sim.Start(ctx, sim.Config{Fleet: fleet, From: have, Count: n - have, Transport: tr, PerSocket: perSocket, Ramp: 1000, Tunnel: p4Tunnel(),
-			BackoffMin: simBackoffMin, BackoffMax: simBackoffMax, Logger: b.agentLog()})
-		if err != nil {
-			return err
-		}
-		sims = append(sims, s)
 		have = n
 		timeout := time.Duration(n)*10*time.Millisecond + 2*time.Minute
 		if err := harness.WaitFor(ctx, timeout, fmt.Sprintf("%d %s agents to connect", n, name), func() bool {
@@ -182,7 +205,7 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 			return fmt.Errorf("%w (%d connected, hub: %s)", err, connected(), hub.Tail(500))
 		}
 		up := time.Since(start)
-		b.log.Info("fleet connected", "transport", name, "agents", n, "took", up.Round(time.Millisecond))
+		b.log.Info("fleet connected", "transport", name, "agents", n, "took", up.Round(time.Millisecond), "agentsim_processes", len(procs))
 		if err := harness.WaitFor(ctx, time.Minute, "the hub to count every agent", func() bool {
 			c, err := hub.Connected(ctx, name)
 			return err == nil && c >= n
@@ -190,11 +213,15 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 			return err
 		}
 		if p4 && slices.Contains(b.sz.p4Counts, n) {
-			if err := b.measureIdle(ctx, hub, n, name, up, base, baseG, baseHeap, baseStack, selfBase); err != nil {
+			if err := b.measureIdle(ctx, hub, n, name, up, base, baseG, baseHeap, baseStack, selfBase, childRSS()); err != nil {
 				return err
 			}
 		}
-		if p5 && slices.Contains(b.sz.p5Counts, n) {
+		if p5 && slices.Contains(b.sz.p5Counts, n) && len(procs) > 0 {
+			b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("reconnect storm, %d agents, %s", n, pathName(name)),
+				Value: "not measured", Met: "no",
+				Comment: fmt.Sprintf("agents beyond the open-files limit (%d) run in agentsim processes, which do not report each agent's reconnect", tcpMax)})
+		} else if p5 && slices.Contains(b.sz.p5Counts, n) {
 			if err := b.storm(ctx, hub, sims, n, name); err != nil {
 				return err
 			}
@@ -206,15 +233,16 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 // fitsMemory reports whether growing the fleet from have to n agents fits
 // in the memory available, at the per-agent cost the hub (pid, baseline
 // RSS hubBase) and this process (baseline selfBase) have shown so far, with
-// a 10 % margin.
-func fitsMemory(pid int, hubBase, selfBase int64, have, n int) (need, avail float64, ok bool) {
+// a 10 % margin. children is the RSS of the agentsim processes holding
+// part of the fleet.
+func fitsMemory(pid int, hubBase, selfBase, children int64, have, n int) (need, avail float64, ok bool) {
 	h, herr := harness.Stats(pid)
 	self, serr := harness.Stats(selfPID())
 	a, aerr := memAvailable()
 	if herr != nil || serr != nil || aerr != nil {
 		return 0, 0, true // unknown: try
 	}
-	per := float64(max(0, h.RSS-hubBase)+max(0, self.RSS-selfBase)) / float64(have)
+	per := float64(max(0, h.RSS-hubBase)+max(0, self.RSS+children-selfBase)) / float64(have)
 	need = per * float64(n-have) * 1.1
 	return need, float64(a), need <= float64(a)
 }
@@ -236,7 +264,7 @@ func memAvailable() (int64, error) {
 
 // measureIdle settles, then measures the hub over the idle window.
 func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name string, up time.Duration,
-	base harness.ProcStats, baseG, baseHeap, baseStack float64, selfBase harness.ProcStats) error {
+	base harness.ProcStats, baseG, baseHeap, baseStack float64, selfBase harness.ProcStats, children int64) error {
 	// What the first keepalive cycle after connecting costs once per session
 	// is not idle cost: each agent's first ping finds its session's goroutine
 	// stacks shrunk by the ramp's last collection, and quic-go's path MTU
@@ -308,7 +336,7 @@ func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name s
 	// The simulator keeps the heap of the previous transport's fleet
 	// mapped, so after the first transport its growth can be negative:
 	// only a growth is a figure.
-	if grew := float64(self.RSS) - float64(selfBase.RSS); grew > 0 {
+	if grew := float64(self.RSS+children) - float64(selfBase.RSS); grew > 0 {
 		b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: simulator RSS per agent (informational)", n, pathName(name)),
 			Value: fmt.Sprintf("%.1f KiB", grew/float64(n)/1024)})
 	}
@@ -507,25 +535,4 @@ func gapCauses(m map[string]int) string {
 		out = append(out, fmt.Sprintf("%s %d", k, m[k]))
 	}
 	return strings.Join(out, ", ")
-}
-
-// sharedPerSocket is how many QUIC agents share one UDP socket in the
-// steps beyond the open-files limit (limit): the agents of the steps within
-// it hold a socket each, the rest are spread evenly over the sockets left
-// (0: no agent shares; 1,000 when no socket is left).
-func sharedPerSocket(sizes []int, limit int) int {
-	own, largest := 0, 0
-	for _, n := range sizes {
-		if n <= limit {
-			own = max(own, n)
-		}
-		largest = max(largest, n)
-	}
-	if largest <= limit {
-		return 0
-	}
-	if own >= limit {
-		return 1000
-	}
-	return max(2, (largest-own+limit-own-1)/(limit-own))
 }

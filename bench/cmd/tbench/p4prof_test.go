@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -28,23 +29,39 @@ func TestGoroutinesByStart(t *testing.T) {
 	}
 }
 
-// TestSharedPerSocket: QUIC agents share sockets only beyond the open-files
-// limit, as few to a socket as the sockets left allow.
-func TestSharedPerSocket(t *testing.T) {
+// TestChildShares: members beyond the in-process agents are split into
+// consecutive shares of at most the limit, none empty, none overlapping.
+func TestChildShares(t *testing.T) {
 	for _, tc := range []struct {
-		sizes []int
-		limit int
-		want  int
+		from, to, per int
+		want          [][2]int
 	}{
-		{[]int{10000}, 18000, 0},
-		{[]int{10000, 50000, 100000}, 18000, 12}, // 90,000 over 8,000 sockets
-		{[]int{10000, 50000}, 18000, 5},
-		{[]int{50000}, 18000, 3},
-		{[]int{10000, 10500}, 10499, 2},
-		{[]int{18000, 20000}, 18000, 1000},
+		{10000, 50000, 18000, [][2]int{{10000, 18000}, {28000, 18000}, {46000, 4000}}},
+		{0, 18000, 18000, [][2]int{{0, 18000}}},
+		{50000, 50000, 18000, nil},
+		{0, 3, 1, [][2]int{{0, 1}, {1, 1}, {2, 1}}},
 	} {
-		if got := sharedPerSocket(tc.sizes, tc.limit); got != tc.want {
-			t.Errorf("sharedPerSocket(%v, %d) = %d, want %d", tc.sizes, tc.limit, got, tc.want)
+		if got := childShares(tc.from, tc.to, tc.per); !slices.Equal(got, tc.want) {
+			t.Errorf("childShares(%d, %d, %d) = %v, want %v", tc.from, tc.to, tc.per, got, tc.want)
+		}
+	}
+}
+
+// TestConnectedCount reads agentsim's progress lines, and nothing else.
+func TestConnectedCount(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want int
+		ok   bool
+	}{
+		{"    90s connected 17000/17000, failed attempts 0, sessions ended 0", 17000, true},
+		{"     1s connected 0/16000, failed attempts 3, sessions ended 0; stopping", 0, true},
+		{"agentsim: open fleet.gob: no such file or directory", 0, false},
+		{"", 0, false},
+	} {
+		got, ok := connectedCount(tc.line)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("connectedCount(%q) = %d, %v; want %d, %v", tc.line, got, ok, tc.want, tc.ok)
 		}
 	}
 }
