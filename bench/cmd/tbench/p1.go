@@ -23,12 +23,12 @@ func runP1(ctx context.Context, b *bench) error {
 		return err
 	}
 	cpu := relayCPU{}
-	stock := []string{stockPath("openssh"), stockPath("tcp")}
+	stockRef, stockTCP := stockPath("openssh"), stockPath("tcp")
 	for i, mib := range b.sz.p1MiB {
 		best := map[string]float64{}
 		paths := []string{"openssh", "quic", "tcp"}
 		if i == 0 {
-			paths = append(paths, stock...)
+			paths = append(paths, stockRef, stockTCP)
 		}
 		// Interleave the paths so drifting background load hits all alike.
 		for range b.sz.p1Runs {
@@ -51,8 +51,8 @@ func runP1(ctx context.Context, b *bench) error {
 				Target: "≥ 0.75×", Met: harness.YesNo(v >= 0.75*ref)})
 		}
 		if i == 0 {
-			v, ref := best[stock[1]], best[stock[0]]
-			b.report.Add(harness.Row{ID: "P1", What: fmt.Sprintf("%d MiB ssh -J copy, %s (best of %d)", mib, pathName(stock[1]), b.sz.p1Runs),
+			v, ref := best[stockTCP], best[stockRef]
+			b.report.Add(harness.Row{ID: "P1", What: fmt.Sprintf("%d MiB ssh -J copy, %s (best of %d)", mib, pathName(stockTCP), b.sz.p1Runs),
 				Value: fmt.Sprintf("%.0f MB/s", v), Ref: fmt.Sprintf("%.0f MB/s OpenSSH bastion, stock ssh ciphers", ref), Ratio: harness.Ratio(v, ref),
 				Target: "≥ 0.75×", Met: harness.YesNo(v >= 0.75*ref)})
 		}
@@ -62,7 +62,7 @@ func runP1(ctx context.Context, b *bench) error {
 		b.report.Add(cpuRow("P1", fmt.Sprintf("ssh -J copy, relay CPU per GiB: the tether hub, %s agent (all sizes and runs)", pathName(path)), cpu.perGiB(path), ref))
 	}
 	b.report.Add(cpuRow("P1", fmt.Sprintf("ssh -J copy with stock ssh ciphers (the reference's too), relay CPU per GiB: the tether hub, %s agent (first size)", pathName("tcp")),
-		cpu.perGiB(stock[1]), cpu.perGiB(stock[0])))
+		cpu.perGiB(stockTCP), cpu.perGiB(stockRef)))
 	return nil
 }
 
