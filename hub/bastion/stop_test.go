@@ -43,7 +43,7 @@ func TestStopEndsJump(t *testing.T) {
 			op := testenv.NewKey(t).Signer
 			records := make(chan JumpRecord, 1)
 			stops := make(chan func(error), 1)
-			b, err := New(Config{
+			_, addr := startBastion(t, Config{
 				Addr:       "127.0.0.1:0",
 				HostSigner: testenv.NewKey(t).Signer,
 				Authorize: func(user string, key gossh.PublicKey) bool {
@@ -63,16 +63,7 @@ func TestStopEndsJump(t *testing.T) {
 				}),
 				OnJump: func(r JumpRecord) { records <- r },
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr, err := b.Listen()
-			if err != nil {
-				t.Fatal(err)
-			}
-			go b.Serve()
-			t.Cleanup(func() { b.Close() })
-			client, err := gossh.Dial("tcp", addr.String(), &gossh.ClientConfig{User: "op", Auth: []gossh.AuthMethod{gossh.PublicKeys(op)},
+			client, err := gossh.Dial("tcp", addr, &gossh.ClientConfig{User: "op", Auth: []gossh.AuthMethod{gossh.PublicKeys(op)},
 				HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
