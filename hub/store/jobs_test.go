@@ -159,7 +159,6 @@ func refs(names ...string) []NodeRef {
 	return out
 }
 
-// addNode registers a node through a join token of its own.
 // TestListClusterMembersReadsMembersFirst checks SQLite's plan for the
 // cluster controller's periodic re-read: it must walk cluster_members and
 // look each member's node up, not walk every node (as it did, ordered by
@@ -203,6 +202,7 @@ func TestListClusterMembersReadsMembersFirst(t *testing.T) {
 	}
 }
 
+// addNode registers a node through a join token of its own.
 func addNode(t *testing.T, s *SQLite, id, name string) Node {
 	t.Helper()
 	ctx := context.Background()

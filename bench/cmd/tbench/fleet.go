@@ -12,6 +12,10 @@ import (
 	"github.com/tether-dev/tether/bench/internal/sim"
 )
 
+// fleetFile is where fleet keeps the enrolled fleet (sim.Fleet's file,
+// which agentsim child processes read too).
+func (b *bench) fleetFile() string { return filepath.Join(b.cache, "fleet.gob") }
+
 // fleet returns a hub data dir and at least n nodes enrolled on it. Both are
 // kept in b.cache between runs: enrolling 100k nodes through the join
 // endpoint takes minutes, and every scenario of every run reuses them. The
@@ -19,7 +23,7 @@ import (
 // expire.
 func (b *bench) fleet(ctx context.Context, env *harness.Env, n int) (string, *sim.Fleet, error) {
 	dataDir := filepath.Join(b.cache, "hub")
-	path := filepath.Join(b.cache, "fleet.gob")
+	path := b.fleetFile()
 	f, err := sim.LoadFleet(path)
 	if err == nil && !fleetUsable(f) {
 		b.log.Info("fleet cache is stale; enrolling again", "dir", b.cache)

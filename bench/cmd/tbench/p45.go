@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,7 +80,7 @@ func (b *bench) fleetScenarios(ctx context.Context, p4, p5 bool) error {
 		return err
 	}
 	for _, tr := range []tunnel.Transport{tunnel.TransportQUIC, tunnel.TransportTCP} {
-		if err := b.fleetRun(ctx, env, dataDir, fleet, filepath.Join(b.cache, "fleet.gob"), tr, sizes, p4, p5); err != nil {
+		if err := b.fleetRun(ctx, env, dataDir, fleet, tr, sizes, p4, p5); err != nil {
 			return fmt.Errorf("%v: %w", tr, err)
 		}
 	}
@@ -91,7 +90,7 @@ func (b *bench) fleetScenarios(ctx context.Context, p4, p5 bool) error {
 	return nil
 }
 
-func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, fleet *sim.Fleet, fleetPath string, tr tunnel.Transport,
+func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, fleet *sim.Fleet, tr tunnel.Transport,
 	sizes []int, p4, p5 bool) error {
 	hub, err := env.StartHub(ctx, dataDir, p4HubArgs()...)
 	if err != nil {
@@ -184,7 +183,7 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 			// One child at a time, each once the one before is up: their
 			// ramps together with the hub's handshakes fill two cores.
 			for _, share := range childShares(have, n, tcpMax) {
-				p, err := startSimProcess(env, b.bin, fleetPath, hub.Listen, tr, share[0], share[1])
+				p, err := startSimProcess(env, b.bin, b.fleetFile(), hub.Listen, tr, share[0], share[1])
 				if err != nil {
 					return err
 				}
