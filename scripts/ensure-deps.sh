@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs when it is missing: OpenSSH client and
-# server, systemd-analyze, ansible-core, rpm, cloud-init, sudo, prometheus, chromium and the
-# PostgreSQL server (Debian packages). As root it
+# server, systemd-analyze, ansible-core, rpm, cloud-init, sudo, prometheus, chromium, patch and
+# the PostgreSQL server (Debian packages). As root it
 # runs apt-get; otherwise it says exactly what to install.
 set -euo pipefail
 
@@ -26,6 +26,8 @@ command -v sudo >/dev/null 2>&1 || missing+=(sudo)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 # A headless Chromium drives the web console's browser tests (TestConsole*).
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
+# bench.TestUpstreamPatchesApply dry-runs bench/upstream's quic-go patches.
+command -v patch >/dev/null 2>&1 || missing+=(patch)
 # The store suite and the replica tests start throwaway PostgreSQL servers
 # (initdb + postgres in a temp dir; internal/testenv/pgtest).
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
