@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -163,6 +164,51 @@ func TestClusterLifecycle(t *testing.T) {
 		}
 	})
 
+	// `tether cluster register; tether cluster deregister` while the install
+	// runs: the deregister is kept, not overwritten when the install ends,
+	// and honoured then with the uninstall cached at the install's start.
+	t.Run("deregister_during_install", func(t *testing.T) {
+		testEngine(t, engines, markers) // the uninstall.sh an earlier subtest broke
+		os.Remove(filepath.Join(markers, "fail-k2"))
+		hold := filepath.Join(markers, "hold-k2")
+		os.WriteFile(hold, nil, 0o644)
+		defer os.Remove(hold)
+		h.cli("cluster", "register", "k2", "--engine", "testeng")
+		waitFor(t, "k2's install to run", 90*time.Second, func() bool {
+			_, err := os.Stat(filepath.Join(markers, "k2", "install-runs"))
+			return err == nil
+		})
+		h.cli("cluster", "deregister", "k2")
+		if m := h.members()["k2"]; m.Desired != "inactive" || m.State != "install_in_progress" {
+			t.Fatalf("right after the deregister: %+v", m)
+		}
+		os.Remove(hold)
+		m := h.waitMember("k2", "inactive", func(m memberJSON) bool {
+			_, err := os.Stat(filepath.Join(markers, "k2"))
+			return os.IsNotExist(err)
+		})
+		if m.Desired != "inactive" {
+			t.Fatalf("the deregister was lost when the install ended: %+v", m)
+		}
+		time.Sleep(2 * time.Second) // the controller's next looks change nothing
+		if m := h.members()["k2"]; m.Desired != "inactive" || m.State != "inactive" {
+			t.Fatalf("after the install and the uninstall: %+v", m)
+		}
+		audit := h.cli("audit", "--node", "k2")
+		for _, want := range []string{"the install under way ends first",
+			"install_in_progress -> active: installation command successful; the deregister requested during the install",
+			"active -> deregistering: deregister requested",
+			"deregistering -> uninstall_in_progress: uninstall command cached at install",
+			"uninstall_in_progress -> inactive: uninstallation command successful"} {
+			if !strings.Contains(audit, want) {
+				t.Errorf("audit lacks %q:\n%s", want, audit)
+			}
+		}
+		if strings.Contains(audit, "||") {
+			t.Errorf("the audit gives the diagram's labels, not what happened:\n%s", audit)
+		}
+	})
+
 	t.Run("hub_killed_during_install_resumes", func(t *testing.T) {
 		hold := filepath.Join(markers, "hold-k3")
 		os.WriteFile(hold, nil, 0o644)
@@ -177,10 +223,48 @@ func TestClusterLifecycle(t *testing.T) {
 		m := h.waitMember("k3", "active", nil)
 		runs, _ := os.ReadFile(filepath.Join(markers, "k3", "install-runs"))
 		if strings.Count(string(runs), "\n") != 2 || m.LastJob == first.LastJob {
-			t.Fatalf("install runs %q, jobs %s then %s: want the install re-run once after the restart", runs, first.LastJob, m.LastJob)
+			t.Fatalf("install runs %q, jobs %s then %s: want the install re-run once after the restart",
+				runs, first.LastJob, m.LastJob)
 		}
 		if j := h.job(first.LastJob); j.State != "interrupted" || j.Kind != "cluster_install" {
 			t.Fatalf("the install job the crash cut short reads %+v", j)
+		}
+	})
+
+	// One node, one Kubernetes: a node with an engine cannot join a KubeOne
+	// cluster, and a KubeOne member cannot be registered for an engine.
+	t.Run("one_kubernetes_per_node", func(t *testing.T) {
+		tether := filepath.Join(binDir, "tether")
+		_, errOut, code := runCmd(t, 30*time.Second, tether, "kubeone", "create", "edge3",
+			"--control-plane", "k3", "--kubernetes", "1.30.5", "--data-dir", h.dataDir)
+		if code == 0 || !strings.Contains(errOut, `node "k3" has the testeng engine`) ||
+			!strings.Contains(errOut, "tether cluster deregister k3") {
+			t.Fatalf("kubeone create on a node with an engine: exit %d: %s", code, errOut)
+		}
+		// This hub has no kubeone (unless one is on this machine's PATH): the
+		// version is checked against the releases it knows, and the warning
+		// says whose PATH was searched.
+		_, hasKubeOne := exec.LookPath("kubeone")
+		noKubeOne := hasKubeOne != nil
+		_, errOut, code = runCmd(t, 30*time.Second, tether, "kubeone", "create", "edge2",
+			"--control-plane", "k2", "--kubernetes", "1.30.5", "--data-dir", h.dataDir)
+		if code != 0 || noKubeOne && !strings.Contains(errOut, `no "kubeone" on the hub's PATH`) {
+			t.Fatalf("kubeone create on a node without an engine: exit %d: %s", code, errOut)
+		}
+		_, errOut, code = runCmd(t, 30*time.Second, tether, "cluster", "register", "k2", "--engine", "testeng",
+			"--data-dir", h.dataDir)
+		if code == 0 || !strings.Contains(errOut, `node "k2" is a member of KubeOne cluster "edge2"`) {
+			t.Fatalf("register of a KubeOne member: exit %d: %s", code, errOut)
+		}
+		if m := h.members()["k2"]; m.Desired != "inactive" {
+			t.Fatalf("the refused register changed k2: %+v", m)
+		}
+		if noKubeOne {
+			_, errOut, code = runCmd(t, 30*time.Second, tether, "kubeone", "apply", "edge2", "--data-dir", h.dataDir)
+			want := `no "kubeone" on the hub's PATH (the hub process's, on the hub's machine; not this CLI's)`
+			if code == 0 || !strings.Contains(errOut, want) {
+				t.Fatalf("apply on a hub without kubeone: exit %d: %s", code, errOut)
+			}
 		}
 	})
 }

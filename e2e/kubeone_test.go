@@ -494,7 +494,17 @@ func TestKubeOneWaitsForMembers(t *testing.T) {
 	for _, n := range []string{"wa", "wb", "wc"} {
 		h.waitOnline(n, "")
 	}
-	h.mustKubeOne("create", "site", "--control-plane", "wa", "--workers", "wb,wc", "--kubernetes", "1.31.2", "--login", loginUser)
+	// The hub asks its kubeone (the stand-in answers `kubeone version` as
+	// KubeOne 1.8.1, which installs 1.27 to 1.30) what it can install.
+	_, errOut, code := h.kubeone(time.Minute, "create", "site", "--control-plane", "wa", "--workers", "wb,wc",
+		"--kubernetes", "1.34.1", "--login", loginUser)
+	if code == 0 || !strings.Contains(errOut, "cannot be installed by the hub's kubeone 1.8.1 (") ||
+		!strings.Contains(errOut, "which installs 1.27 to 1.30") ||
+		!strings.Contains(errOut, "install KubeOne 1.12 to 1.14") {
+		t.Fatalf("create with a Kubernetes the hub's kubeone does not install: exit %d: %s", code, errOut)
+	}
+	h.mustKubeOne("create", "site", "--control-plane", "wa", "--workers", "wb,wc", "--kubernetes", "1.29.8",
+		"--login", loginUser)
 	late.Stop(syscall.SIGTERM, stopWait)
 	waitFor(t, "wc offline", 30*time.Second, func() bool { return !h.nodes()["wc"].Online })
 
@@ -571,12 +581,33 @@ func TestKubeOneCancelAndRestart(t *testing.T) {
 
 	id = strings.TrimSpace(h.mustKubeOne("apply", "hold", "--detach"))
 	run = waitForRunning(t, h, id)
+	time.Sleep(2500 * time.Millisecond) // the hub marks the job alive meanwhile
+	killed := time.Now()
 	h.p.Stop(syscall.SIGKILL, stopWait)
 	waitFor(t, "kubeone to die with its hub", 10*time.Second, func() bool { return !testenv.ProcessAlive(run.pid) })
 	api.release()
+	time.Sleep(3 * time.Second) // the hub is down
 	h.start()
 	if j := h.job(id); j.State != "interrupted" || j.Nodes[0].State != "interrupted" {
 		t.Fatalf("apply across a hub kill: %+v", j)
+	}
+	// The interrupted run ended when the hub last said it was alive (every
+	// 2 s), before it was killed: the downtime is not in its duration.
+	var shown struct {
+		FinishedAt time.Time `json:"finished_at"`
+		Nodes      []struct {
+			StartedAt  time.Time `json:"started_at"`
+			FinishedAt time.Time `json:"finished_at"`
+		} `json:"nodes"`
+	}
+	shownJSON := h.cli("jobs", "show", id, "-o", "json")
+	if err := json.Unmarshal([]byte(shownJSON), &shown); err != nil || len(shown.Nodes) != 1 {
+		t.Fatalf("jobs show %s: %v", id, err)
+	}
+	if r := shown.Nodes[0]; r.FinishedAt.After(killed) || r.FinishedAt.Before(killed.Add(-2500*time.Millisecond)) ||
+		shown.FinishedAt.After(killed) || !r.FinishedAt.After(r.StartedAt) {
+		t.Fatalf("the interrupted run reads %s to %s (job ended %s); the hub was killed at %s and down 3 s",
+			r.StartedAt, r.FinishedAt, shown.FinishedAt, killed)
 	}
 	if !gone(filepath.Dir(run.manifest)) {
 		t.Fatalf("the killed run's directory %s (it holds the cluster key) survived the restart", filepath.Dir(run.manifest))

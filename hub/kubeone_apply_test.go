@@ -99,7 +99,8 @@ func TestKubeOneRuns(t *testing.T) {
 		}
 	}
 	_, err := c.KubeOneRun(ctx, "k", "apply", api.KubeOneRunRequest{})
-	refused("no kubeone binary", err, 409, "start the hub with --kubeone PATH")
+	refused("no kubeone binary", err, 409, "--kubeone "+bin+" is not an executable on the hub's machine")
+	refused("no kubeone binary", err, 409, "start the hub with --kubeone /path/to/kubeone")
 
 	// KubeOne installed after the hub started: found at the next run.
 	script := "#!/bin/sh\necho \"fake kubeone $*\"\nwhile [ ! -e " + gate + " ]; do sleep 0.05; done\n"

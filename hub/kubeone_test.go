@@ -26,6 +26,14 @@ import (
 	"github.com/tether-dev/tether/tunnel"
 )
 
+// withoutKubeOne gives the hub a --kubeone that does not exist, so a
+// kubeone on the developer's PATH (whose release decides which Kubernetes
+// versions a create takes) changes nothing here.
+func withoutKubeOne(t *testing.T) func(*Server) {
+	missing := filepath.Join(t.TempDir(), "kubeone")
+	return func(s *Server) { s.cfg.KubeOne = missing }
+}
+
 // startAgents joins and runs real agents (embedded SSH server, TCP) in
 // this process and waits until the hub has them online with an address.
 func startAgents(t *testing.T, s *Server, c *api.Client, names ...string) {
@@ -215,7 +223,7 @@ func (kc kubeoneClient) viaOperator(t *testing.T, s *Server, op gossh.Signer, no
 // an operator makes the jump. A member that leaves, and every member when
 // the cluster is deleted, stop accepting it.
 func TestKubeOneIdentityReachesItsMembersOnly(t *testing.T) {
-	s, c := testHub(t)
+	s, c := testHubWith(t, withoutKubeOne(t))
 	ctx := context.Background()
 	startAgents(t, s, c, "n1", "n2", "n3", "n4")
 	op := newOperator(t, c)
@@ -315,7 +323,7 @@ func TestKubeOneIdentityReachesItsMembersOnly(t *testing.T) {
 // TestKubeOneKeyFiles: the private key is 0600 in a 0700 directory of the
 // data dir, and no API answer carries it.
 func TestKubeOneKeyFiles(t *testing.T) {
-	s, c := testHub(t)
+	s, c := testHubWith(t, withoutKubeOne(t))
 	ctx := context.Background()
 	startAgents(t, s, c, "n1")
 	cl, err := c.CreateKubeOne(ctx, kubeone.Spec{Name: "k", ControlPlane: []string{"n1"}, Kubernetes: "1.31.2"})
@@ -358,10 +366,11 @@ func TestKubeOneKeyFiles(t *testing.T) {
 // message that names the problem, are for admins only, are audited, and
 // status shows each member's tunnel.
 func TestKubeOneAPI(t *testing.T) {
-	s, c := testHub(t)
+	s, c := testHubWith(t, withoutKubeOne(t))
 	ctx := context.Background()
 	startAgents(t, s, c, "n1", "n2", "n3")
 	joinNode(t, c, "off") // registered, never connected
+	joinNode(t, c, "eng") // never connected: its engine waits in install_in_progress
 	joinNode(t, c, "rev")
 	if _, err := c.RevokeNode(ctx, "rev"); err != nil {
 		t.Fatal(err)
@@ -373,8 +382,11 @@ func TestKubeOneAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cl.Warnings) != 1 || !strings.Contains(cl.Warnings[0], "2 control-plane nodes") {
-		t.Errorf("warnings %q, want the even control plane's", cl.Warnings)
+	// This hub has no kubeone: the version is checked against the releases
+	// it knows only, which a warning says.
+	if len(cl.Warnings) != 2 || !strings.Contains(cl.Warnings[0], "2 control-plane nodes") ||
+		!strings.Contains(cl.Warnings[1], "the hub's kubeone could not be asked: kubeone: binary not found: --kubeone ") {
+		t.Errorf("warnings %q, want the even control plane's and the missing kubeone's", cl.Warnings)
 	}
 	for _, tc := range []struct {
 		name   string
@@ -383,7 +395,25 @@ func TestKubeOneAPI(t *testing.T) {
 		says   string
 	}{
 		{"name taken", func() error { _, err := c.CreateKubeOne(ctx, spec("n3")); return err }, 409, `a KubeOne cluster named "k" exists`},
-		{"member elsewhere", func() error { s := spec("n2"); s.Name = "j"; _, err := c.CreateKubeOne(ctx, s); return err }, 400, `node "n2" is already a member of KubeOne cluster "k"`},
+		{"member elsewhere", func() error { s := spec("n2"); s.Name = "j"; _, err := c.CreateKubeOne(ctx, s); return err },
+			409, `node "n2" is already a member of KubeOne cluster "k"`},
+		// One node, one Kubernetes, refused both ways with the owner named.
+		{"engine on a KubeOne member", func() error { _, err := c.ClusterRegister(ctx, "n1", "k3s"); return err }, 409,
+			`node "n1" is a member of KubeOne cluster "k"`},
+		{"KubeOne on a node with an engine", func() error {
+			if _, err := c.ClusterRegister(ctx, "eng", "rke2"); err != nil {
+				return err
+			}
+			s := spec("eng")
+			s.Name = "j"
+			_, err := c.CreateKubeOne(ctx, s)
+			return err
+		}, 409, `node "eng" has the rke2 engine of ` + "`tether cluster`"},
+		{"KubeOne members on a node with an engine", func() error {
+			_, err := c.SetKubeOneMembers(ctx, "k",
+				api.KubeOneMembersRequest{ControlPlane: []string{"n1"}, Workers: []string{"eng"}})
+			return err
+		}, 409, `node "eng" has the rke2 engine`},
 		{"unknown node", func() error { s := spec("nope"); s.Name = "j"; _, err := c.CreateKubeOne(ctx, s); return err }, 400, `no node named "nope"`},
 		{"revoked node", func() error { s := spec("rev"); s.Name = "j"; _, err := c.CreateKubeOne(ctx, s); return err }, 400, `node "rev" is revoked`},
 		{"bad version", func() error {
@@ -391,7 +421,7 @@ func TestKubeOneAPI(t *testing.T) {
 			s.Name, s.Kubernetes = "j", "1.20.1"
 			_, err := c.CreateKubeOne(ctx, s)
 			return err
-		}, 400, "KubeOne installs Kubernetes 1.30 to 1.35"},
+		}, 400, "KubeOne 1.8 and later install Kubernetes 1.27 to 1.36"},
 		{"no such cluster", func() error { _, err := c.KubeOneStatus(ctx, "nope"); return err }, 404, `no KubeOne cluster named "nope"`},
 		{"operator in the identities' names", func() error {
 			pub, _, err := ed25519.GenerateKey(rand.Reader)
@@ -468,7 +498,7 @@ func TestKubeOneAPI(t *testing.T) {
 // byte comparison needs), and after the cluster is deleted sshd refuses
 // the certificate.
 func TestKubeOneManagedSSHD(t *testing.T) {
-	s, c := testHub(t)
+	s, c := testHubWith(t, withoutKubeOne(t))
 	ctx := context.Background()
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "sshd_config.d"), 0o755); err != nil {

@@ -28,7 +28,11 @@ metrics). At install the engine's uninstall script is cached on the node, in
 the agent's state dir, and deregistration runs that cached script, so it works
 even if the engine definition changed since. Install and uninstall scripts
 must be idempotent: after a hub restart an unfinished step is run again.
-An offline node waits in its state until it comes back.
+An offline node waits in its state until it comes back. A deregister during an
+install is kept and honoured when the install ends, whether it succeeded or
+failed: the cached uninstall script runs next. A node runs one Kubernetes: a
+member of a KubeOne cluster cannot be registered (nor a node with an engine
+join a KubeOne cluster).
 
 Engines are directories of install.sh + uninstall.sh (+ optional engine.yaml);
 k3s and rke2 are built in, more come from 'tether hub --engines-dir DIR'.`,
@@ -54,9 +58,11 @@ k3s and rke2 are built in, more come from 'tether hub --engines-dir DIR'.`,
 		},
 	}
 	regFlags.register(register)
+	register.ValidArgsFunction = completeNodeArg(&regFlags)
 	register.Flags().StringVar(&engine, "engine", "", "engine name, e.g. k3s or rke2 (required)")
 	_ = register.MarkFlagRequired("engine")
-	dereg := argCommand(&cobra.Command{Use: "deregister NODE", Short: "Uninstall the engine from NODE (desired state: inactive)"},
+	dereg := nodeArgCommand(
+		&cobra.Command{Use: "deregister NODE", Short: "Uninstall the engine from NODE (desired state: inactive)"},
 		func(c *api.Client, ctx context.Context, node string) error {
 			m, err := c.ClusterDeregister(ctx, node)
 			if err != nil {

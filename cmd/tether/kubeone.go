@@ -80,8 +80,10 @@ kept by node ID: a removed node leaves its cluster.`,
 		},
 	}
 	createFlags.register(create)
-	members.register(create, true)
-	create.Flags().StringVar(&spec.Kubernetes, "kubernetes", "", fmt.Sprintf("Kubernetes version, e.g. 1.30.5 (1.%d to 1.%d) (required)", kubeone.MinKubernetesMinor, kubeone.MaxKubernetesMinor))
+	members.register(create, &createFlags, true)
+	create.Flags().StringVar(&spec.Kubernetes, "kubernetes", "", fmt.Sprintf("Kubernetes version, e.g. 1.30.5, "+
+		"one the hub's kubeone installs: its release decides (KubeOne 1.8 and later install 1.%d to 1.%d, "+
+		"each release three or four of those) (required)", kubeone.MinKubernetesMinor, kubeone.MaxKubernetesMinor))
 	_ = create.MarkFlagRequired("kubernetes")
 	create.Flags().StringVar(&spec.Login, "login", kubeone.DefaultLogin, "the login KubeOne uses on the members (it needs sudo unless root)")
 	create.Flags().StringVar(&spec.CNI, "cni", kubeone.DefaultCNI, "CNI: canal, cilium, weave-net, or external")
@@ -176,7 +178,7 @@ node reconnects or the hub restarts.`,
 		},
 	}
 	membersFlagsClient.register(membersCmd)
-	setMembers.register(membersCmd, true)
+	setMembers.register(membersCmd, &membersFlagsClient, true)
 
 	del := argCommand(&cobra.Command{
 		Use:   "delete NAME",
@@ -202,12 +204,16 @@ type membersFlags struct {
 	controlPlane, workers []string
 }
 
-func (m *membersFlags) register(cmd *cobra.Command, required bool) {
+// register adds the flags to cmd; the shell completes their node names
+// from the hub cf reaches.
+func (m *membersFlags) register(cmd *cobra.Command, cf *clientFlags, required bool) {
 	cmd.Flags().StringSliceVar(&m.controlPlane, "control-plane", nil, "control-plane node names, comma-separated (1, 3 or 5)")
 	cmd.Flags().StringSliceVar(&m.workers, "workers", nil, "worker node names, comma-separated")
 	if required {
 		_ = cmd.MarkFlagRequired("control-plane")
 	}
+	_ = cmd.RegisterFlagCompletionFunc("control-plane", completeNodeList(cf))
+	_ = cmd.RegisterFlagCompletionFunc("workers", completeNodeList(cf))
 }
 
 func readExtra(path string) ([]byte, error) {

@@ -229,49 +229,67 @@ func (c *Controller) request(ctx context.Context, name string, desired machine.D
 	if !n.RevokedAt.IsZero() {
 		return store.ClusterMember{}, fmt.Errorf("%w: node %q is revoked", ErrInvalid, node)
 	}
-	// One request at a time, so two registers cannot both create a member.
+	// c.mu orders this hub's requests with its workers' bookkeeping; the
+	// read-modify-write itself is one store transaction, which is what
+	// orders requests made on other hub replicas and a KubeOne cluster
+	// taking the node at the same moment.
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	m, err := c.cfg.Store.GetClusterMember(ctx, n.ID)
-	switch {
-	case errors.Is(err, store.ErrNotFound) && desired == machine.DesiredInactive:
-		return store.ClusterMember{}, fmt.Errorf("node %q is not a cluster member: %w", node, store.ErrNotFound)
-	case errors.Is(err, store.ErrNotFound):
-		m = store.ClusterMember{NodeID: n.ID, Node: node, Engine: engine, State: string(machine.StateInactive)}
-	case err != nil:
-		return store.ClusterMember{}, err
+	var from, to machine.State
+	m, err := c.cfg.Store.ChangeClusterMember(ctx, n.ID, func(m *store.ClusterMember, exists bool) error {
+		switch {
+		case !exists && desired == machine.DesiredInactive:
+			return fmt.Errorf("node %q is not a cluster member: %w", node, store.ErrNotFound)
+		case !exists:
+			m.Engine, m.State = engine, string(machine.StateInactive)
+		}
+		cur, err := machine.ParseState(m.State)
+		if err != nil {
+			return err
+		}
+		if engine != "" && engine != m.Engine {
+			if cur != machine.StateInactive {
+				return fmt.Errorf("%w: node %q runs engine %s (state %s); deregister it before switching to %s",
+					ErrConflict, node, m.Engine, m.State, engine)
+			}
+			m.Engine = engine
+		}
+		next, err := machine.Request(cur, desired)
+		if err != nil {
+			return err
+		}
+		now := time.Now().UTC()
+		if next != cur {
+			if err := machine.Transition(cur, next); err != nil {
+				return err
+			}
+			m.LastTransition = now
+		}
+		from, to = cur, next
+		m.Desired, m.State, m.UpdatedAt = string(desired), string(next), now
+		return nil
+	})
+	if owner, ok := errors.AsType[*store.KubernetesOwnerError](err); ok {
+		return store.ClusterMember{}, fmt.Errorf("%w: node %q is a member of KubeOne cluster %q: "+
+			"one node runs one Kubernetes; remove it from that cluster first "+
+			"(`tether kubeone members %s ...` or `tether kubeone delete %s`): %w",
+			ErrConflict, node, owner.KubeOneCluster, owner.KubeOneCluster, owner.KubeOneCluster, store.ErrKubernetesOwned)
 	}
-	cur, err := machine.ParseState(m.State)
 	if err != nil {
 		return store.ClusterMember{}, err
 	}
-	if engine != "" && engine != m.Engine {
-		if cur != machine.StateInactive {
-			return store.ClusterMember{}, fmt.Errorf("%w: node %q runs engine %s (state %s); deregister it before switching to %s", ErrConflict, node, m.Engine, m.State, engine)
-		}
-		m.Engine = engine
-	}
-	next, err := machine.Request(cur, desired)
-	if err != nil {
-		return store.ClusterMember{}, err
-	}
-	now := time.Now().UTC()
-	if next != cur {
-		if err := machine.Transition(cur, next); err != nil {
-			return store.ClusterMember{}, err
-		}
-		m.LastTransition = now
-		c.transitionMetrics(cur, next)
-	}
-	m.Desired, m.State, m.UpdatedAt = string(desired), string(next), now
-	if err := c.cfg.Store.PutClusterMember(ctx, m); err != nil {
-		return store.ClusterMember{}, err
+	if to != from {
+		c.transitionMetrics(from, to)
 	}
 	kind := "cluster_register"
 	if desired == machine.DesiredInactive {
 		kind = "cluster_deregister"
 	}
-	c.audit(store.AuditEvent{Kind: kind, Operator: by, Node: node, Result: "ok", Detail: fmt.Sprintf("engine %s, state %s, node id %s", m.Engine, m.State, m.NodeID)})
+	detail := fmt.Sprintf("engine %s, state %s, node id %s", m.Engine, m.State, m.NodeID)
+	if desired == machine.DesiredInactive && (to == machine.StateRegistering || to == machine.StateInstallInProgress) {
+		detail += "; the install under way ends first, then the uninstall cached at its start runs"
+	}
+	c.audit(store.AuditEvent{Kind: kind, Operator: by, Node: node, Result: "ok", Detail: detail})
 	w := c.startLocked(m.NodeID)
 	w.retryAt = time.Time{} // an explicit request retries at once
 	select {
@@ -406,19 +424,26 @@ func (c *Controller) reconcileSteps(ctx context.Context, nodeID string, w *worke
 				return c.cfg.Recheck
 			}
 		}
+		cached := m.EngineDigest != "" // an install ran and cached its uninstall script
 		actErr := c.act(ctx, &m, step.Action, log)
 		if ctx.Err() != nil {
 			return 0 // hub stopping: the state stays, the step resumes at restart
 		}
-		next := step.Next(machine.OutcomeOf(actErr))
+		step = c.redecide(ctx, step, nodeID)
+		outcome := machine.OutcomeOf(actErr)
+		path := step.Path(outcome)
 		now := time.Now().UTC()
 		m.UpdatedAt = now
 		m.LastError = ""
 		if actErr != nil {
 			m.LastError = actErr.Error()
 		}
-		if next == cur {
-			if err := c.cfg.Store.PutClusterMember(ctx, m); err != nil {
+		if len(path) == 0 {
+			err := c.cfg.Store.AdvanceClusterMember(ctx, m, string(cur))
+			if errors.Is(err, store.ErrMemberMoved) {
+				continue // a request moved it (a deregister): decide again
+			}
+			if err != nil {
 				log.Error("cluster: record error", "err", err)
 			}
 			c.mu.Lock()
@@ -426,25 +451,46 @@ func (c *Controller) reconcileSteps(ctx context.Context, nodeID string, w *worke
 			c.mu.Unlock()
 			return c.cfg.RetryAfter
 		}
-		if err := machine.Transition(cur, next); err != nil {
+		edges := make([][2]machine.State, 0, len(path))
+		prev := cur
+		for _, next := range path {
+			edges = append(edges, [2]machine.State{prev, next})
+			prev = next
+		}
+		if err := c.checkPath(edges); err != nil {
 			log.Error("cluster: refused transition", "err", err)
 			return c.cfg.Recheck
 		}
+		next := path[len(path)-1]
 		m.State, m.LastTransition = string(next), now
-		if err := c.cfg.Store.PutClusterMember(ctx, m); err != nil {
+		if next == machine.StateInactive && step.Action == machine.ActionUninstall && actErr == nil {
+			m.EngineDigest = "" // the uninstall removed the engine and its cached script
+		}
+		if err := c.cfg.Store.AdvanceClusterMember(ctx, m, string(cur)); err != nil {
+			if errors.Is(err, store.ErrMemberMoved) {
+				// A request moved the member while the step ran (a deregister on
+				// an inactive node): decide again from what it stored.
+				log.Info("cluster: member changed during the step; deciding again", "from", cur, "err", err)
+				continue
+			}
 			log.Error("cluster: persist transition; will retry", "from", cur, "to", next, "err", err)
 			return c.cfg.Recheck
 		}
-		c.transitionMetrics(cur, next)
 		c.refreshGauge(ctx)
-		trigger := step.Trigger(machine.OutcomeOf(actErr))
 		result := "ok"
 		if actErr != nil {
 			result = "failed"
 		}
-		c.audit(store.AuditEvent{Kind: "cluster_transition", Node: m.Node, Result: result,
-			Detail: strings.TrimSpace(fmt.Sprintf("%s -> %s (%s) %s", cur, next, trigger, m.LastError))})
-		log.Info("cluster transition", "from", cur, "to", next, "trigger", trigger, "err", actErr)
+		for _, e := range edges {
+			c.transitionMetrics(e[0], e[1])
+			reason := step.Reason(e[0], e[1], outcome, cached)
+			detail := fmt.Sprintf("%s -> %s: %s", e[0], e[1], reason)
+			if m.LastError != "" {
+				detail += "; error: " + m.LastError
+			}
+			c.audit(store.AuditEvent{Kind: "cluster_transition", Node: m.Node, Result: result, Detail: detail})
+			log.Info("cluster transition", "from", e[0], "to", e[1], "reason", reason, "err", actErr)
+		}
 		if actErr != nil && step.Action == machine.ActionInstall {
 			c.mu.Lock()
 			w.retryAt = now.Add(c.cfg.RetryAfter)
@@ -452,6 +498,36 @@ func (c *Controller) reconcileSteps(ctx context.Context, nodeID string, w *worke
 		}
 	}
 	return c.cfg.Recheck
+}
+
+// redecide is step as the member's desired state now decides it: a
+// deregister that arrived while the step's action ran (an install takes
+// minutes) changes where the step goes when it ends. The action already
+// ran, so a decision for another action keeps step.
+func (c *Controller) redecide(ctx context.Context, step machine.Step, nodeID string) machine.Step {
+	m, err := c.cfg.Store.GetClusterMember(ctx, nodeID)
+	if err != nil || m.State != string(step.From) {
+		return step
+	}
+	desired, err := machine.ParseDesired(m.Desired)
+	if err != nil {
+		return step
+	}
+	if now, err := machine.Decide(step.From, desired); err == nil && now.Action == step.Action {
+		return now
+	}
+	return step
+}
+
+// checkPath checks that every edge of a step's path is one of the state
+// machine's.
+func (c *Controller) checkPath(edges [][2]machine.State) error {
+	for _, e := range edges {
+		if err := machine.Transition(e[0], e[1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // cachePath is where the node keeps the engine's uninstall script.
@@ -546,9 +622,10 @@ func (c *Controller) runJob(ctx context.Context, m *store.ClusterMember, kind st
 	}
 	m.LastJob = j.ID
 	// Record the job before waiting, so `tether cluster status` points at
-	// the running install.
-	if err := c.cfg.Store.PutClusterMember(ctx, *m); err != nil {
-		return err
+	// the running install. The job runs whether or not this is recorded:
+	// the step's end records it again.
+	if err := c.cfg.Store.AdvanceClusterMember(ctx, *m, m.State); err != nil {
+		c.cfg.Logger.Warn("cluster: record the running job", "node", m.Node, "job", j.ID, "err", err)
 	}
 	done, err := c.cfg.Jobs.Wait(ctx, j.ID)
 	if err != nil {

@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -222,4 +224,179 @@ func TestMembersRegisteredElsewhereAreDrivenByTheLeader(t *testing.T) {
 	stop = term()
 	defer stop()
 	waitFor(t, "the leader's next term to install n2", installed("n2"))
+}
+
+// gatedConn holds every install until release is closed and ends it with
+// installExit; uninstalls end at once with 0 and are counted.
+type gatedConn struct {
+	fakeConn
+	installing  chan<- struct{}
+	release     <-chan struct{}
+	installExit int
+	uninstalls  *atomic.Int32
+}
+
+func (g gatedConn) Run(ctx context.Context, cmd jobs.Command, _, _ io.Writer) (int, error) {
+	if len(cmd.Script) > 0 { // install.sh
+		select {
+		case g.installing <- struct{}{}:
+		default:
+		}
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		}
+		return g.installExit, nil
+	}
+	if strings.Contains(cmd.Line, "uninstall.sh") {
+		g.uninstalls.Add(1)
+	}
+	return 0, nil
+}
+
+// clusterFixture is a store with node "edge" (id-edge) joined, a job
+// engine whose connections are made by conn, and a running controller
+// whose audit events are collected.
+type clusterFixture struct {
+	st     *store.DB
+	c      *Controller
+	mu     sync.Mutex
+	events []store.AuditEvent
+}
+
+func newClusterFixture(t *testing.T, conn func() jobs.Conn) *clusterFixture {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	dir := t.TempDir()
+	st, err := store.OpenSQLite(ctx, filepath.Join(dir, "tether.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs, err := jobs.NewBlobs(filepath.Join(dir, "blobs"), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := jobs.New(ctx, jobs.Config{Store: st, Blobs: blobs, FlushInterval: 10 * time.Millisecond,
+		PollInterval: 10 * time.Millisecond,
+		Connect:      func(context.Context, string) (jobs.Conn, error) { return conn(), nil }})
+	f := &clusterFixture{st: st}
+	f.c = New(Config{Store: st, Jobs: eng, Blobs: blobs, Recheck: 20 * time.Millisecond, RetryAfter: time.Hour,
+		Audit: func(e store.AuditEvent) {
+			f.mu.Lock()
+			f.events = append(f.events, e)
+			f.mu.Unlock()
+		}})
+	done := make(chan error, 1)
+	go func() { done <- f.c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		eng.Close()
+		st.Close()
+	})
+	<-f.c.started
+	tok := store.Token{ID: "t-edge", SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)}
+	if err := st.CreateToken(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	node := store.Node{ID: "id-edge", Name: "edge"}
+	if _, err := st.Join(ctx, tok.ID, func(store.Token) error { return nil }, node); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *clusterFixture) transitions() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, e := range f.events {
+		if e.Kind == "cluster_transition" {
+			out = append(out, e.Detail)
+		}
+	}
+	return out
+}
+
+// `tether cluster register n2; tether cluster deregister n2` while the
+// install runs: the deregister is kept (the install's end does not write
+// desired back to active) and honoured when the install ends, whether it
+// succeeded or failed, with the cached uninstall; the reasons say so, in
+// words of what happened rather than the diagram's labels.
+func TestDeregisterDuringInstall(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		installExit int
+		installed   string // the install's reason
+	}{
+		{"install succeeds", 0,
+			"install_in_progress -> active: installation command successful; the deregister requested during the install"},
+		{"install fails", 1,
+			"install_in_progress -> inactive: installation command failed; the deregister requested during the install"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			installing, release := make(chan struct{}, 1), make(chan struct{})
+			var uninstalls atomic.Int32
+			f := newClusterFixture(t, func() jobs.Conn {
+				return gatedConn{installing: installing, release: release, installExit: tc.installExit, uninstalls: &uninstalls}
+			})
+			ctx := context.Background()
+			if _, err := f.c.Register(ctx, "edge", "k3s", "test"); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-installing:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the install never started")
+			}
+			m, err := f.c.Deregister(ctx, "edge", "test")
+			if err != nil || m.Desired != "inactive" || m.State != "install_in_progress" {
+				t.Fatalf("deregister during the install: %+v, %v", m, err)
+			}
+			close(release)
+			waitFor(t, "the cached uninstall after the install", func() bool {
+				m, err := f.st.GetClusterMember(ctx, "id-edge")
+				return err == nil && m.State == "inactive" && uninstalls.Load() == 1
+			})
+			m, err = f.st.GetClusterMember(ctx, "id-edge")
+			if err != nil || m.Desired != "inactive" {
+				t.Fatalf("after the install ended: %+v, %v; the deregister was lost", m, err)
+			}
+			got := strings.Join(f.transitions(), "\n")
+			for _, want := range []string{tc.installed, "-> deregistering: deregister requested",
+				"uninstall_in_progress -> inactive: uninstallation command successful"} {
+				if !strings.Contains(got, want) {
+					t.Errorf("transitions lack %q:\n%s", want, got)
+				}
+			}
+			if strings.Contains(got, "||") {
+				t.Errorf("a reason is the diagram's label, not what happened:\n%s", got)
+			}
+			time.Sleep(100 * time.Millisecond) // a few rechecks: nothing more runs
+			if n := uninstalls.Load(); n != 1 {
+				t.Fatalf("%d uninstalls, want 1", n)
+			}
+		})
+	}
+}
+
+// One node, one Kubernetes: registering a member of a KubeOne cluster is a
+// conflict that names the cluster, and stores nothing.
+func TestRegisterRefusesKubeOneMember(t *testing.T) {
+	f := newClusterFixture(t, func() jobs.Conn { return fakeConn{} })
+	ctx := context.Background()
+	if err := f.st.CreateKubeOneCluster(ctx, store.KubeOneCluster{Name: "edge2", ID: "cid", Kubernetes: "1.30.5",
+		Login: "root", CNI: "canal", PublicKey: "ssh-ed25519 AAAA", Status: "created", CreatedAt: time.Now(),
+		Members: []store.KubeOneMember{{NodeID: "id-edge", Role: store.KubeOneControlPlane}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.c.Register(ctx, "edge", "rke2", "test")
+	if !errors.Is(err, ErrConflict) || !errors.Is(err, store.ErrKubernetesOwned) ||
+		!strings.Contains(err.Error(), `KubeOne cluster "edge2"`) {
+		t.Fatalf("register of a KubeOne member: %v; want a conflict naming KubeOne cluster edge2", err)
+	}
+	if _, err := f.st.GetClusterMember(ctx, "id-edge"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the refused register stored a member: %v", err)
+	}
 }

@@ -13,8 +13,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,6 +123,11 @@ type Config struct {
 	// PollInterval is how often a waiting run checks whether its node came
 	// online.
 	PollInterval time.Duration
+	// AliveInterval is how often the running jobs are marked alive in the
+	// store: a job this hub's death interrupts ends at its last mark, so
+	// at most this much of the run's recorded duration is not known to
+	// have happened, and none of the hub's downtime is. Default 2 s.
+	AliveInterval time.Duration
 }
 
 // Engine runs jobs. Close stops every running job and waits for them.
@@ -148,8 +155,39 @@ func New(ctx context.Context, cfg Config) *Engine {
 	if cfg.Online == nil {
 		cfg.Online = func(string) string { return "" }
 	}
+	if cfg.AliveInterval <= 0 {
+		cfg.AliveInterval = 2 * time.Second
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	return &Engine{cfg: cfg, ctx: ctx, cancel: cancel, live: map[string]*liveJob{}}
+	e := &Engine{cfg: cfg, ctx: ctx, cancel: cancel, live: map[string]*liveJob{}}
+	e.wg.Add(1)
+	go e.markAlive()
+	return e
+}
+
+// markAlive marks the live jobs alive every AliveInterval until the engine
+// stops.
+func (e *Engine) markAlive() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.cfg.AliveInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case now := <-t.C:
+			e.mu.Lock()
+			ids := slices.Collect(maps.Keys(e.live))
+			e.mu.Unlock()
+			if len(ids) == 0 {
+				continue
+			}
+			if err := e.cfg.Store.MarkJobsAlive(e.ctx, ids, now.UTC()); err != nil && e.ctx.Err() == nil {
+				e.cfg.Logger.Warn("jobs not marked alive (a hub crash now would end them at their last mark)",
+					"jobs", len(ids), "err", err)
+			}
+		}
+	}
 }
 
 // Recover marks jobs a previous hub process left running as interrupted;

@@ -140,3 +140,59 @@ func waitState(t *testing.T, st *store.SQLite, id, state string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A hub that dies during a run (a KubeOne apply here) and starts again an
+// hour later: the run is interrupted at the engine's last mark of life,
+// so its duration is the time it ran, not that plus the hour the hub was
+// down.
+func TestInterruptedRunLeavesTheDowntimeOut(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tether.db")
+	st, err := store.OpenSQLite(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := &fakeLocal{run: func(ctx context.Context, _ string, _ io.Writer) (int, error) {
+		<-ctx.Done()
+		return -1, ctx.Err()
+	}}
+	eng := New(context.Background(), Config{Store: st, FlushInterval: 10 * time.Millisecond,
+		AliveInterval: 20 * time.Millisecond, Local: map[string]Local{"kubeone_apply": local}})
+	t.Cleanup(func() { eng.Close(); st.Close() })
+	spec := store.JobSpec{Command: "kubeone apply"}
+	if err := Validate(&spec, nil); err != nil {
+		t.Fatal(err)
+	}
+	j, err := eng.Start(context.Background(), store.Job{Kind: "kubeone_apply", Spec: spec, CreatedBy: "tester"},
+		[]store.NodeRef{{ID: "cluster-1", Name: "edge1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, st, j.ID, store.RunRunning)
+	time.Sleep(300 * time.Millisecond) // marks of life while it runs
+	died := time.Now()
+
+	// The next hub process, an hour later, finds it running. (This engine
+	// stands for the dead hub: it is not stopped first, which would record
+	// the run's true end.)
+	next, err := store.OpenSQLite(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	if n, err := next.InterruptJobs(context.Background(), died.Add(time.Hour)); err != nil || n != 1 {
+		t.Fatalf("InterruptJobs = %d, %v", n, err)
+	}
+	run, err := next.GetJobNode(context.Background(), j.ID, "edge1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (The stand-in for the dead hub may mark once more meanwhile.)
+	ran := run.Duration(died.Add(2 * time.Hour))
+	if run.State != store.RunInterrupted || ran < 200*time.Millisecond || ran > time.Since(run.StartedAt) {
+		t.Fatalf("interrupted run %s after %s; want the ~300 ms it ran, not the hour the hub was down", run.State, ran)
+	}
+	got, err := next.GetJob(context.Background(), j.ID)
+	if err != nil || got.FinishedAt.After(time.Now()) {
+		t.Fatalf("job %+v, %v: finished after the hub died", got, err)
+	}
+}

@@ -60,6 +60,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/internal/validate"
+	k1 "github.com/tether-dev/tether/provisioners/kubeone"
 )
 
 // Sentinel errors callers branch on (the API answers 400, 404, 409).
@@ -81,21 +82,26 @@ func (e *invalid) Unwrap() error { return ErrInvalid }
 
 func invalidf(format string, args ...any) error { return &invalid{msg: fmt.Sprintf(format, args...)} }
 
+// conflict is an error of kind ErrConflict with a complete message.
+type conflict struct{ msg string }
+
+func (e *conflict) Error() string { return e.msg }
+func (e *conflict) Unwrap() error { return ErrConflict }
+
+func conflictf(format string, args ...any) error { return &conflict{msg: fmt.Sprintf(format, args...)} }
+
 // Status values of a cluster this package sets; the apply and reset jobs
 // set others.
 const (
 	StatusCreated = "created"
 )
 
-// Supported Kubernetes versions, from KubeOne's published compatibility
-// tables: 1.10 installs 1.30–1.32, 1.11 1.31–1.33, 1.12 1.32–1.34, 1.13
-// 1.33–1.35 (1.29 is end-of-life and no longer supported). The hub accepts
-// what some supported KubeOne release can install; the KubeOne binary that
-// runs refuses what it itself cannot do.
-const (
-	MinKubernetesMinor = 30
-	MaxKubernetesMinor = 35
-)
+// Kubernetes versions: a create is checked against what the hub's own
+// kubeone installs (its release, from `kubeone version`; the ranges per
+// release are in provisioners/kubeone). When the hub has no kubeone to
+// ask, against what some KubeOne release the hub runs (1.8 and later)
+// installs: MinKubernetesMinor to MaxKubernetesMinor.
+var MinKubernetesMinor, MaxKubernetesMinor = k1.KnownKubernetesMinors()
 
 // CNIs the generated manifest can name (--cni), as KubeOne's
 // clusterNetwork.cni field calls them.
@@ -181,27 +187,41 @@ func CheckMembers(controlPlane, workers []string) (warnings []string, err error)
 
 // CheckKubernetes checks a Kubernetes version KubeOne can install: a
 // release version MAJOR.MINOR.PATCH (no "v", no pre-release) within the
-// supported minors.
+// minors some KubeOne release the hub runs installs. Service.Create then
+// checks it against the hub's own kubeone.
 func CheckKubernetes(v string) error {
-	rule := fmt.Sprintf("KubeOne installs Kubernetes 1.%d to 1.%d (each KubeOne release three of those minors), given as MAJOR.MINOR.PATCH, e.g. 1.30.5",
-		MinKubernetesMinor, MaxKubernetesMinor)
+	rule := fmt.Sprintf("KubeOne %s and later install Kubernetes 1.%d to 1.%d "+
+		"(each release three or four of those minors), given as MAJOR.MINOR.PATCH, e.g. 1.30.5",
+		k1.MinRelease, MinKubernetesMinor, MaxKubernetesMinor)
+	minor, ok := kubernetesMinor(v)
+	if !ok {
+		return invalidf("Kubernetes version %.40q is not a release version: %s", v, rule)
+	}
+	if minor < 0 || minor < MinKubernetesMinor || minor > MaxKubernetesMinor {
+		return invalidf("Kubernetes version %s cannot be installed: %s", v, rule)
+	}
+	return nil
+}
+
+// kubernetesMinor returns the minor of a release version 1.MINOR.PATCH
+// (-1 for another major); ok is false if v is not MAJOR.MINOR.PATCH.
+func kubernetesMinor(v string) (int, bool) {
 	parts := strings.Split(v, ".")
 	nums := make([]int, 0, 3)
 	for _, p := range parts {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 0 || p == "" || (len(p) > 1 && p[0] == '0') {
-			nums = nil
-			break
+			return 0, false
 		}
 		nums = append(nums, n)
 	}
 	if len(nums) != 3 {
-		return invalidf("Kubernetes version %.40q is not a release version: %s", v, rule)
+		return 0, false
 	}
-	if nums[0] != 1 || nums[1] < MinKubernetesMinor || nums[1] > MaxKubernetesMinor {
-		return invalidf("Kubernetes version %s cannot be installed: %s", v, rule)
+	if nums[0] != 1 {
+		return -1, true
 	}
-	return nil
+	return nums[1], true
 }
 
 // ParseExtra reads --manifest-extra: a YAML mapping of KubeOneCluster
@@ -261,7 +281,10 @@ func checkJSONable(v any, path string) error {
 // members (memberOf: node ID → cluster name; cluster's own members are
 // free to stay) and the nodes with a Kubernetes engine of the cluster
 // state machine (engineOf: node ID → engine; two Kubernetes on one node
-// break both). Every problem is reported, not only the first.
+// break both). Every problem is reported, not only the first: a node that
+// does not exist or is revoked is ErrInvalid, a node with another
+// Kubernetes owner ErrConflict (the store checks that again, in the
+// transaction that stores the members).
 func ResolveMembers(cluster string, controlPlane, workers []string, byName map[string]store.Node, memberOf, engineOf map[string]string) ([]store.KubeOneMember, error) {
 	var errs []error
 	var out []store.KubeOneMember
@@ -274,9 +297,9 @@ func ResolveMembers(cluster string, controlPlane, workers []string, byName map[s
 			case !n.RevokedAt.IsZero():
 				errs = append(errs, invalidf("node %q is revoked: it can never be a cluster member", name))
 			case memberOf[n.ID] != "" && memberOf[n.ID] != cluster:
-				errs = append(errs, invalidf("node %q is already a member of KubeOne cluster %q (a node is in one cluster at most)", name, memberOf[n.ID]))
+				errs = append(errs, otherClusterConflict(name, memberOf[n.ID]))
 			case engineOf[n.ID] != "":
-				errs = append(errs, invalidf("node %q has the %s engine of `tether cluster` (see `tether cluster status`): deregister it first", name, engineOf[n.ID]))
+				errs = append(errs, engineConflict(name, engineOf[n.ID]))
 			default:
 				out = append(out, store.KubeOneMember{NodeID: n.ID, Role: role, Node: n})
 			}
@@ -288,6 +311,19 @@ func ResolveMembers(cluster string, controlPlane, workers []string, byName map[s
 		return nil, errors.Join(errs...)
 	}
 	return out, nil
+}
+
+// engineConflict refuses node because the cluster state machine's engine
+// owns its Kubernetes.
+func engineConflict(node, engine string) error {
+	return conflictf("node %q has the %s engine of `tether cluster` (see `tether cluster status`): "+
+		"one node runs one Kubernetes; `tether cluster deregister %s` and wait for it to be inactive first",
+		node, engine, node)
+}
+
+// otherClusterConflict refuses node because KubeOne cluster owns it.
+func otherClusterConflict(node, cluster string) error {
+	return conflictf("node %q is already a member of KubeOne cluster %q (a node is in one cluster at most)", node, cluster)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

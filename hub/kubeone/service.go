@@ -19,6 +19,7 @@ import (
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/store"
 	machine "github.com/tether-dev/tether/provisioners/cluster"
+	k1 "github.com/tether-dev/tether/provisioners/kubeone"
 )
 
 // Store is the part of the hub's store the service uses.
@@ -60,8 +61,13 @@ type Config struct {
 	// KubeHealth, if set, fills Status.Kube (the API server's /readyz
 	// through the tunnel).
 	KubeHealth func(ctx context.Context, c store.KubeOneCluster) *KubeHealth
-	Now        func() time.Time
-	Logger     *slog.Logger
+	// KubeOneRelease, if set, asks the hub's kubeone which release it is
+	// (`kubeone version`): a create is refused a Kubernetes version that
+	// release does not install. Nil, or a kubeone that cannot be asked,
+	// checks against the releases the hub knows only, with a warning.
+	KubeOneRelease func(ctx context.Context) (k1.Release, error)
+	Now            func() time.Time
+	Logger         *slog.Logger
 }
 
 // CheckAndSetDefaults validates c and fills defaults.
@@ -196,6 +202,11 @@ func (s *Service) Create(ctx context.Context, spec Spec) (Cluster, error) {
 	if err != nil {
 		return Cluster{}, err
 	}
+	w, err := s.checkRelease(ctx, spec.Kubernetes)
+	if err != nil {
+		return Cluster{}, err
+	}
+	warnings = append(warnings, w...)
 	extra, _ := ParseExtra(spec.ManifestExtra)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -225,7 +236,7 @@ func (s *Service) Create(ctx context.Context, spec Spec) (Cluster, error) {
 	}
 	if err := s.cfg.Store.CreateKubeOneCluster(ctx, c); err != nil {
 		_ = removeKey(s.cfg.DataDir, spec.Name)
-		return Cluster{}, storeErr(err)
+		return Cluster{}, storeErr(err, members)
 	}
 	s.cfg.AccessChanged()
 	s.cfg.Logger.Info("KubeOne cluster created", "cluster", c.Name, "members", len(members), "kubernetes", c.Kubernetes)
@@ -234,11 +245,60 @@ func (s *Service) Create(ctx context.Context, spec Spec) (Cluster, error) {
 	return v, nil
 }
 
-// storeErr turns the store's refusals into this package's kinds.
-func storeErr(err error) error {
+// checkRelease checks a Kubernetes version against what the hub's kubeone
+// installs. A kubeone the hub cannot ask (none installed yet, a failing
+// one) or whose release it does not know (a dev build, a release newer
+// than the hub) gets a warning instead: kubeone checks again at apply.
+func (s *Service) checkRelease(ctx context.Context, version string) ([]string, error) {
+	if s.cfg.KubeOneRelease == nil {
+		return nil, nil
+	}
+	known := fmt.Sprintf("Kubernetes %s was checked only against what KubeOne %s and later install (1.%d to 1.%d)",
+		version, k1.MinRelease, MinKubernetesMinor, MaxKubernetesMinor)
+	rel, err := s.cfg.KubeOneRelease(ctx)
+	if err != nil {
+		return []string{fmt.Sprintf("%s: the hub's kubeone could not be asked: %v", known, err)}, nil
+	}
+	if rel.TooOld() {
+		return nil, conflictf("the hub's %s is older than KubeOne %s, the first release that takes the SSH certificate "+
+			"the hub's manifests give it (sshCertFile): install KubeOne %s or later on the hub's machine",
+			rel, k1.MinRelease, k1.MinRelease)
+	}
+	lo, hi, ok := rel.KubernetesMinors()
+	if !ok {
+		return []string{fmt.Sprintf("%s: the hub's %s is a release the hub does not know; kubeone checks it itself at apply",
+			known, rel)}, nil
+	}
+	minor, _ := kubernetesMinor(version)
+	if minor < lo || minor > hi {
+		hint := "choose a version in that range"
+		if other := k1.ReleasesFor(minor); other != "" {
+			hint += fmt.Sprintf(", or install KubeOne %s on the hub's machine (it installs 1.%d)", other, minor)
+		}
+		return nil, invalidf("Kubernetes %s cannot be installed by the hub's %s, which installs 1.%d to 1.%d: %s",
+			version, rel, lo, hi, hint)
+	}
+	return nil, nil
+}
+
+// storeErr turns the store's refusals into this package's kinds; members
+// are the ones asked for (their names go into the message).
+func storeErr(err error, members []store.KubeOneMember) error {
+	if owner, ok := errors.AsType[*store.KubernetesOwnerError](err); ok {
+		name := owner.NodeID
+		for _, m := range members {
+			if m.NodeID == owner.NodeID {
+				name = m.Node.Name
+			}
+		}
+		if owner.Engine != "" {
+			return fmt.Errorf("%w (desired %s, state %s)", engineConflict(name, owner.Engine), owner.Desired, owner.State)
+		}
+		return otherClusterConflict(name, owner.KubeOneCluster)
+	}
 	switch {
 	case errors.Is(err, store.ErrInOtherCluster):
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return fmt.Errorf("%w: %w", ErrConflict, err)
 	case errors.Is(err, store.ErrNameTaken):
 		return fmt.Errorf("%w: %w", ErrConflict, err)
 	case errors.Is(err, store.ErrNotFound):
@@ -295,7 +355,7 @@ func (s *Service) SetMembers(ctx context.Context, name string, controlPlane, wor
 		return Cluster{}, err
 	}
 	if err := s.cfg.Store.SetKubeOneMembers(ctx, name, members, s.cfg.Now()); err != nil {
-		return Cluster{}, storeErr(err)
+		return Cluster{}, storeErr(err, members)
 	}
 	s.cfg.AccessChanged()
 	c, err := s.Load(ctx, name)

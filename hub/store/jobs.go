@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -171,8 +172,14 @@ type JobStore interface {
 	// GetJobNode returns one node's result with its log; node is the node's
 	// name as recorded in the job.
 	GetJobNode(ctx context.Context, jobID, node string) (JobNode, error)
+	// MarkJobsAlive records that the hub running these jobs is alive at
+	// at (a heartbeat): a job its hub's death interrupts ends at its last
+	// mark, not when it is found interrupted.
+	MarkJobsAlive(ctx context.Context, ids []string, at time.Time) error
 	// InterruptJobs marks every running job, and its live per-node runs,
-	// interrupted (called at hub start: no job survives a restart).
+	// interrupted (called at hub start: no job survives a restart). They
+	// end at the job's last MarkJobsAlive (or its creation), at the latest
+	// at: the time the hub was down is not part of their durations.
 	InterruptJobs(ctx context.Context, at time.Time) (jobs int, err error)
 	// InterruptJobsOf does the same to the running jobs of these owners
 	// (replica IDs; "" is a job from before replicas): a replica at start
@@ -202,8 +209,10 @@ func (s *SQLite) CreateJob(ctx context.Context, j Job, nodes []NodeRef) error {
 	if err := s.checkFence(ctx, tx); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO jobs (id, kind, spec, created_by, role, state, created_at, owner) VALUES (?,?,?,?,?,?,?,?)`,
-		j.ID, j.Kind, string(spec), j.CreatedBy, j.Spec.Role, j.State, unix(j.CreatedAt), j.Owner); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO jobs
+		(id, kind, spec, created_by, role, state, created_at, owner, alive_at) VALUES (?,?,?,?,?,?,?,?,?)`,
+		j.ID, j.Kind, string(spec), j.CreatedBy, j.Spec.Role, j.State, unix(j.CreatedAt), j.Owner,
+		unix(j.CreatedAt)); err != nil {
 		return fmt.Errorf("store: create job %s: %w", j.ID, err)
 	}
 	stmt, err := tx.PrepareContext(ctx, `INSERT INTO job_nodes (job_id, node_id, node, state) VALUES (?,?,?,?)`)
@@ -444,19 +453,50 @@ func (s *SQLite) InterruptOrphanedJobs(ctx context.Context, grace time.Duration,
 		(SELECT holder FROM leases WHERE name = '`+ReplicaLeasePrefix+`' || holder AND expires_at > ?)`, unix(now.Add(-grace)))
 }
 
+// markJobsAliveChunk bounds the IDs of one MarkJobsAlive statement.
+const markJobsAliveChunk = 500
+
+// MarkJobsAlive implements JobStore.
+func (s *SQLite) MarkJobsAlive(ctx context.Context, ids []string, at time.Time) error {
+	for chunk := range slices.Chunk(ids, markJobsAliveChunk) {
+		args := make([]any, 0, len(chunk)+2)
+		args = append(args, unix(at), JobRunning)
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		q := `UPDATE jobs SET alive_at = ? WHERE state = ? AND id IN (?` + strings.Repeat(",?", len(chunk)-1) + `)`
+		if _, err := s.db.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("store: mark %d jobs alive: %w", len(ids), err)
+		}
+	}
+	return nil
+}
+
+// interruptedAt is when a running job of table alias j that is being
+// interrupted at ? ended: its hub's last sign of life (alive_at), or ?
+// for a job without one or one marked after ? (clocks).
+const interruptedAt = `CASE WHEN j.alive_at > 0 AND j.alive_at < CAST(? AS BIGINT) THEN j.alive_at
+	ELSE CAST(? AS BIGINT) END`
+
 // interruptJobs marks the running jobs that match where (a condition on
-// jobs' columns) and their live runs interrupted, fenced by ctx.
+// jobs' columns) and their live runs interrupted, fenced by ctx. They end
+// at the job's last sign of life, so the downtime is not in a run's
+// duration; a run that started after it ends when it started.
 func (s *SQLite) interruptJobs(ctx context.Context, at time.Time, why, where string, args ...any) (int, error) {
 	var n int64
 	err := s.fencedTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `UPDATE job_nodes SET state = ?, error = 'the hub stopped while this run was live; rerun with `+"`tether jobs rerun`"+`',
-		finished_at = CASE WHEN started_at = 0 THEN 0 ELSE CAST(? AS BIGINT) END
+		finished_at = CASE WHEN started_at = 0 THEN 0
+			ELSE (SELECT CASE WHEN `+interruptedAt+` > job_nodes.started_at THEN `+interruptedAt+`
+				ELSE job_nodes.started_at END FROM jobs j WHERE j.id = job_nodes.job_id) END
 		WHERE state IN (?,?,?) AND job_id IN (SELECT id FROM jobs WHERE state = ? AND `+where+`)`,
-			append([]any{RunInterrupted, unix(at), RunPending, RunWaiting, RunRunning, JobRunning}, args...)...); err != nil {
+			append([]any{RunInterrupted, unix(at), unix(at), unix(at), unix(at), RunPending, RunWaiting, RunRunning, JobRunning},
+				args...)...); err != nil {
 			return fmt.Errorf("store: interrupt job nodes: %w", err)
 		}
-		res, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, error = ?, finished_at = ? WHERE state = ? AND `+where,
-			append([]any{JobInterrupted, why, unix(at), JobRunning}, args...)...)
+		res, err := tx.ExecContext(ctx, `UPDATE jobs AS j SET state = ?, error = ?, finished_at = `+interruptedAt+
+			` WHERE state = ? AND `+where,
+			append([]any{JobInterrupted, why, unix(at), unix(at), JobRunning}, args...)...)
 		if err != nil {
 			return fmt.Errorf("store: interrupt jobs: %w", err)
 		}

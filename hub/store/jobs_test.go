@@ -331,3 +331,79 @@ func TestMigrateNamesToNodeIDs(t *testing.T) {
 		t.Errorf("runs after migration: %d, want %d", len(runs), len(want))
 	}
 }
+
+// A hub that died with jobs running is down until it starts again; the
+// runs it interrupted end at its last sign of life (MarkJobsAlive, or the
+// job's creation), not at the restart, so their durations leave the
+// downtime out. A run started after the last mark ends when it started;
+// one never started gets no end; a mark after the restart (clocks) is not
+// taken.
+func TestInterruptedRunsLeaveTheDowntimeOut(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend, openTest func(t *testing.T) *DB) {
+		t.Parallel()
+		ctx := context.Background()
+		s := openTest(t)
+		for _, n := range []string{"a", "b", "c"} {
+			addNode(t, s, "id-"+n, n)
+		}
+		t0 := time.Now().UTC().Truncate(time.Millisecond)
+		for _, id := range []string{"marked", "unmarked", "future"} {
+			j := Job{ID: id, Kind: "run", State: JobRunning, CreatedAt: t0, Spec: JobSpec{Command: "x", Parallel: 3}}
+			if err := s.CreateJob(ctx, j, refs("a", "b", "c")); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.UpdateJobNodes(ctx, []JobNode{
+				{JobID: id, NodeID: "id-a", Node: "a", State: RunRunning, StartedAt: t0.Add(time.Second)},
+				{JobID: id, NodeID: "id-b", Node: "b", State: RunRunning, StartedAt: t0.Add(20 * time.Second)},
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		alive, restart := t0.Add(10*time.Second), t0.Add(time.Hour)
+		if err := s.MarkJobsAlive(ctx, []string{"marked"}, alive); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.MarkJobsAlive(ctx, []string{"future"}, restart.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.InterruptJobs(ctx, restart); err != nil || n != 3 {
+			t.Fatalf("InterruptJobs = %d, %v", n, err)
+		}
+		for _, tc := range []struct {
+			job            string
+			end            time.Time
+			durA, durB     time.Duration
+			jobFinishedEnd time.Time
+		}{
+			{"marked", alive, 9 * time.Second, 0, alive},
+			{"unmarked", t0, 0, 0, t0}, // ended no later than its creation's mark: 0, not the hour down
+			{"future", restart, time.Hour - time.Second, time.Hour - 20*time.Second, restart},
+		} {
+			j, err := s.GetJob(ctx, tc.job)
+			if err != nil || j.State != JobInterrupted || !j.FinishedAt.Equal(tc.jobFinishedEnd) {
+				t.Fatalf("%s: %+v, %v; want interrupted, finished at %s", tc.job, j, err, tc.jobFinishedEnd)
+			}
+			nodes, err := s.ListJobNodes(ctx, tc.job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range nodes {
+				var want time.Duration
+				switch n.Node {
+				case "a":
+					want = tc.durA
+				case "b":
+					want = tc.durB
+				case "c":
+					if !n.FinishedAt.IsZero() || n.Duration(restart) != 0 {
+						t.Errorf("%s: the run never started got an end: %+v", tc.job, n)
+					}
+					continue
+				}
+				if got := n.Duration(restart.Add(time.Hour)); got != want || n.State != RunInterrupted {
+					t.Errorf("%s/%s: %s, duration %s; want interrupted after %s", tc.job, n.Node, n.State, got, want)
+				}
+			}
+		}
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -63,8 +64,9 @@ type KubeOneApply struct {
 type KubeOneStore interface {
 	// CreateKubeOneCluster stores a new cluster with its members (c.Members'
 	// NodeID and Role). ErrNameTaken if the name is; ErrInOtherCluster if a
-	// member already belongs to a cluster; ErrNotFound if a member's node is
-	// not registered. Nothing is stored then.
+	// member already belongs to a cluster; a *KubernetesOwnerError if a
+	// member's node has an engine of the cluster state machine; ErrNotFound
+	// if a member's node is not registered. Nothing is stored then.
 	CreateKubeOneCluster(ctx context.Context, c KubeOneCluster) error
 	GetKubeOneCluster(ctx context.Context, name string) (KubeOneCluster, error)
 	ListKubeOneClusters(ctx context.Context) ([]KubeOneCluster, error)
@@ -92,7 +94,7 @@ func (s *SQLite) CreateKubeOneCluster(ctx context.Context, c KubeOneCluster) err
 	if err != nil {
 		return fmt.Errorf("store: create KubeOne cluster %s: %w", c.Name, err)
 	}
-	if err := putMembers(ctx, tx, c.Name, c.Members); err != nil {
+	if err := s.putMembers(ctx, tx, c.Name, c.Members); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -105,7 +107,22 @@ func orEmptyObject(s string) string {
 	return s
 }
 
-func putMembers(ctx context.Context, tx *sql.Tx, cluster string, members []KubeOneMember) error {
+// putMembers replaces cluster's members in tx. Each member's node must be
+// free of any other Kubernetes: no other KubeOne cluster
+// (ErrInOtherCluster) and no engine of the cluster state machine (a
+// *KubernetesOwnerError). The nodes are locked first, in ID order, as a
+// cluster member's write locks its node, so the two never both win.
+func (s *SQLite) putMembers(ctx context.Context, tx *sql.Tx, cluster string, members []KubeOneMember) error {
+	ids := make([]string, 0, len(members))
+	for _, m := range members {
+		ids = append(ids, m.NodeID)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if _, err := s.lockNode(ctx, tx, id); err != nil {
+			return fmt.Errorf("store: KubeOne cluster %s: %w", cluster, err)
+		}
+	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM kubeone_members WHERE cluster = ?`, cluster); err != nil {
 		return fmt.Errorf("store: KubeOne cluster %s: members: %w", cluster, err)
 	}
@@ -117,6 +134,15 @@ func putMembers(ctx context.Context, tx *sql.Tx, cluster string, members []KubeO
 			return fmt.Errorf("store: node %s is in KubeOne cluster %q: %w", m.NodeID, other, ErrInOtherCluster)
 		case !errors.Is(err, sql.ErrNoRows):
 			return fmt.Errorf("store: KubeOne cluster %s: member %s: %w", cluster, m.NodeID, err)
+		}
+		var engine, desired, state string
+		err = tx.QueryRowContext(ctx, `SELECT engine, desired, state FROM cluster_members WHERE node_id = ?`, m.NodeID).
+			Scan(&engine, &desired, &state)
+		switch {
+		case err == nil && (desired == memberDesiredActive || state != memberStateInactive):
+			return &KubernetesOwnerError{NodeID: m.NodeID, Engine: engine, Desired: desired, State: state}
+		case err != nil && !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("store: KubeOne cluster %s: member %s: engine: %w", cluster, m.NodeID, err)
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO kubeone_members (node_id, cluster, role, position) VALUES (?,?,?,?)`, m.NodeID, cluster, m.Role, i)
 		if isForeignKeyViolation(err) {
@@ -242,7 +268,7 @@ func (s *SQLite) SetKubeOneMembers(ctx context.Context, name string, members []K
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("store: KubeOne cluster %q: %w", name, ErrNotFound)
 	}
-	if err := putMembers(ctx, tx, name, members); err != nil {
+	if err := s.putMembers(ctx, tx, name, members); err != nil {
 		return err
 	}
 	return tx.Commit()

@@ -111,7 +111,16 @@ var migrations = []string{
 	// v19: service tunnels between nodes and sites, their consumers, and
 	// the roles' service permissions (services.go).
 	migrationServices,
+	// v20: each running job's last sign of life, where a hub that died
+	// ends it (jobs.go).
+	migrationJobAlive,
 }
+
+// migrationJobAlive adds the time a running job's hub last said it was
+// alive: a job the hub's death interrupted ended then, not when a hub
+// next started and found it, so its runs' durations leave the downtime
+// out.
+const migrationJobAlive = `ALTER TABLE jobs ADD COLUMN alive_at INTEGER NOT NULL DEFAULT 0;`
 
 // migrationConsole adds the web console's sign-in codes and sessions. Both
 // are stored by the SHA-256 of their secret only: a copy of the database

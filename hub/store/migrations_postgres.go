@@ -113,6 +113,8 @@ var pgMigrations = []string{
 	pgTypes(migrationDesired),
 	// v19: service tunnels and their consumers.
 	pgTypes(migrationServices),
+	// v20: each running job's last sign of life.
+	pgTypes(migrationJobAlive),
 }
 
 var (

@@ -42,8 +42,17 @@
 //
 // The state machine has no edges that cancel an install or uninstall under way: a deregister
 // that arrives while a node is registering or installing is honoured once the install
-// has finished (active -> deregistering), and a register that arrives while it is
-// deregistering once the uninstall has finished (inactive -> registering).
+// has ended, whichever way, with the uninstall script cached at the install's start: a
+// successful install goes on through active -> deregistering; a failed one, which may
+// have left half an engine, through inactive -> deregistering at once (Step.Path), in
+// one write, so a crash cannot drop the deregister. A register that arrives while a node
+// is deregistering is honoured once the uninstall has finished (inactive -> registering).
+// The desired state is the operator's alone: the controller records its progress
+// without ever writing it, so a request made during a step survives the step's end.
+//
+// Audit events and logs give each transition's reason (Step.Reason): of the trigger's
+// alternatives the one that happened ("uninstallation command failed", not the diagram's
+// "successful || failed"), and whether a deregister waits for the install.
 //
 // A deregister request for a node that is already inactive (for example after a failed
 // install, which may have left half an engine behind) uses the state machine's inactive ->

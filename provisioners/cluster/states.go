@@ -206,25 +206,102 @@ type Step struct {
 	// Failure is the next state when the action fails. It equals From when the step is
 	// retried in place (a failed register leaves the node inactive).
 	Failure State
+	// Deregister marks a step taken while the operator's deregister waits for an install
+	// to end (the state machine has no edge that cancels one): whichever way the install
+	// ends, the uninstall script cached at its start runs next. A successful install
+	// goes on through active -> deregistering; a failed one lands in inactive and takes
+	// inactive -> deregistering at once (see Path), so what it left behind is removed.
+	Deregister bool
 }
 
 // Done reports whether the node has reached the desired state: no action and no move.
 func (s Step) Done() bool { return s.Action == ActionNone && s.Success == s.From }
 
-// Next returns the state after the step's action ended with o. When it equals From
-// there is no transition: the controller persists nothing but the error.
+// Next returns the state after the step's action ended with o: the last state of
+// Path(o), or From when the node stays (the controller then persists nothing but the
+// error).
 func (s Step) Next(o Outcome) State {
-	if o == Failed {
-		return s.Failure
+	if p := s.Path(o); len(p) > 0 {
+		return p[len(p)-1]
 	}
-	return s.Success
+	return s.From
 }
 
-// Trigger returns the cluster agent's trigger of the edge the step takes for outcome o, or "" when
-// the step stays in From.
+// Path returns the states the node passes through, in order, after the step's action
+// ended with o: none when it stays in From, else one legal transition per state. A failed
+// install with a deregister waiting passes through inactive to deregistering; the
+// controller persists the last state in one write, so a crash between the two edges
+// cannot drop the deregister (Decide leaves an inactive node alone while inactive is
+// desired).
+func (s Step) Path(o Outcome) []State {
+	next := s.Success
+	if o == Failed {
+		next = s.Failure
+	}
+	switch {
+	case next == s.From:
+		return nil
+	case s.Deregister && s.From == StateInstallInProgress && next == StateInactive:
+		return []State{StateInactive, StateDeregistering}
+	}
+	return []State{next}
+}
+
+// Trigger returns the cluster agent's trigger of the last edge the step takes for
+// outcome o, as the state machine's diagram labels it, or "" when the step stays in
+// From. Reason says what happened.
 func (s Step) Trigger(o Outcome) string {
-	t, _ := Trigger(s.From, s.Next(o))
+	p := s.Path(o)
+	if len(p) == 0 {
+		return ""
+	}
+	from := s.From
+	if len(p) > 1 {
+		from = p[len(p)-2]
+	}
+	t, _ := Trigger(from, p[len(p)-1])
 	return t
+}
+
+// Reason says what fired the edge from -> to of this step's Path(o): of the cluster
+// agent's trigger, the alternative that happened, and whether an operator's deregister
+// waits for the install. cached tells whether the node holds an uninstall script
+// cached at install (else the engine catalog's current one runs). It returns "" for a
+// pair that is not an edge.
+func (s Step) Reason(from, to State, o Outcome, cached bool) string {
+	const waits = "; the deregister requested during the install runs the cached uninstall next"
+	switch {
+	case from == StateInactive && to == StateRegistering:
+		return "register requested (UpdateClusterStatusResponse(register))"
+	case from == StateInactive && to == StateDeregistering && s.Deregister:
+		return "deregister requested during the install, honoured now that it ended " +
+			"(UpdateClusterStatusResponse(deregister))"
+	case from == StateInactive && to == StateDeregistering, from == StateActive && to == StateDeregistering:
+		return "deregister requested (UpdateClusterStatusResponse(deregister))"
+	case from == StateRegistering && to == StateInstallInProgress && s.Deregister:
+		return "registration accepted (RegisterClusterResponse(success)); " +
+			"the deregister requested meanwhile waits for the install to end"
+	case from == StateRegistering && to == StateInstallInProgress:
+		return "registration accepted (RegisterClusterResponse(success))"
+	case from == StateInstallInProgress && to == StateActive && s.Deregister:
+		return "installation command successful" + waits
+	case from == StateInstallInProgress && to == StateActive:
+		return "installation command successful"
+	case from == StateInstallInProgress && to == StateInactive && s.Deregister:
+		return "installation command failed" + waits
+	case from == StateInstallInProgress && to == StateInactive:
+		return "installation command failed"
+	case from == StateDeregistering && to == StateUninstallInProgress && cached:
+		return "uninstall command cached at install"
+	case from == StateDeregistering && to == StateUninstallInProgress:
+		return "uninstall command from the engine catalog (RegisterClusterResponse(success)): " +
+			"none was cached at install"
+	case from == StateUninstallInProgress && to == StateInactive && o == Failed:
+		return "uninstallation command failed"
+	case from == StateUninstallInProgress && to == StateInactive:
+		return "uninstallation command successful"
+	}
+	return ""
 }
 
 // MaxSteps bounds a reconcile pass: when every action succeeds, Decide reaches a Done
@@ -241,15 +318,18 @@ const MaxSteps = 5
 //		step, err := Decide(cur, desired)      // load happened before the loop
 //		if err != nil || step.Done() { break }
 //		actErr := act(ctx, step.Action)       // none, register, install, uninstall
-//		next := step.Next(OutcomeOf(actErr))
-//		if next == cur { break }               // failed register: retry later
-//		if err := Transition(cur, next); err != nil { break }
+//		path := step.Path(OutcomeOf(actErr))  // usually one state, see Path
+//		if len(path) == 0 { break }            // failed register: retry later
+//		for each edge of cur, path...: if err := Transition(a, b); err != nil { break }
+//		next := path[len(path)-1]
 //		persist(next); cur = next
 //	}
 //
 // Every state has a step whatever the desired state, so a hub that restarts resumes any
 // persisted state; states in the middle of an install or uninstall finish it first,
-// because the state machine has no edge that cancels one.
+// because the state machine has no edge that cancels one. A deregister is honoured in
+// every state: one that arrives during an install runs the uninstall cached at the
+// install's start once the install ended, whether it succeeded or failed.
 func Decide(current State, desired Desired) (Step, error) {
 	if !current.Valid() {
 		return Step{}, fmt.Errorf("cluster: decide: %w %q (want one of %s)", ErrUnknownState, current, joinStates(States()))
@@ -275,12 +355,15 @@ func Decide(current State, desired Desired) (Step, error) {
 		// The hub is its own cluster manager and settled the registration on the way
 		// in, so this edge fires at once; after a crash it just continues. There is no
 		// edge back, so a deregister arriving now waits for the install.
-		return Step{From: current, Action: ActionNone, Success: StateInstallInProgress, Failure: StateInstallInProgress}, nil
+		return Step{From: current, Action: ActionNone, Success: StateInstallInProgress, Failure: StateInstallInProgress,
+			Deregister: desired == DesiredInactive}, nil
 	case StateInstallInProgress:
 		// Cluster agent: cache(uninstall_script), execute(install_script); -> active when the
 		// installation command succeeds, -> inactive when it fails. After a crash the
-		// install is re-run: scripts are idempotent.
-		return Step{From: current, Action: ActionInstall, Success: StateActive, Failure: StateInactive}, nil
+		// install is re-run: scripts are idempotent. A deregister that arrived meanwhile
+		// runs the cached uninstall when the install ends, either way (Step.Deregister).
+		return Step{From: current, Action: ActionInstall, Success: StateActive, Failure: StateInactive,
+			Deregister: desired == DesiredInactive}, nil
 	case StateActive:
 		if desired == DesiredActive {
 			return stay, nil

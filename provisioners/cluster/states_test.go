@@ -131,52 +131,62 @@ func TestDecideEveryPair(t *testing.T) {
 		desired          Desired
 		action           Action
 		success, failure State
-		done             bool
+		done, dereg      bool
 	}{
-		{StateInactive, a, ActionRegister, StateRegistering, StateInactive, false},
-		{StateInactive, i, ActionNone, StateInactive, StateInactive, true},
+		{StateInactive, a, ActionRegister, StateRegistering, StateInactive, false, false},
+		{StateInactive, i, ActionNone, StateInactive, StateInactive, true, false},
 		// Crash in registering: continue to install whatever is desired.
-		{StateRegistering, a, ActionNone, StateInstallInProgress, StateInstallInProgress, false},
-		{StateRegistering, i, ActionNone, StateInstallInProgress, StateInstallInProgress, false},
-		// Crash in install_in_progress: re-run install.
-		{StateInstallInProgress, a, ActionInstall, StateActive, StateInactive, false},
-		{StateInstallInProgress, i, ActionInstall, StateActive, StateInactive, false},
-		{StateActive, a, ActionNone, StateActive, StateActive, true},
-		{StateActive, i, ActionNone, StateDeregistering, StateDeregistering, false},
+		{StateRegistering, a, ActionNone, StateInstallInProgress, StateInstallInProgress, false, false},
+		{StateRegistering, i, ActionNone, StateInstallInProgress, StateInstallInProgress, false, true},
+		// Crash in install_in_progress: re-run install; a deregister waits for its end.
+		{StateInstallInProgress, a, ActionInstall, StateActive, StateInactive, false, false},
+		{StateInstallInProgress, i, ActionInstall, StateActive, StateInactive, false, true},
+		{StateActive, a, ActionNone, StateActive, StateActive, true, false},
+		{StateActive, i, ActionNone, StateDeregistering, StateDeregistering, false, false},
 		// Crash in deregistering: continue to uninstall.
-		{StateDeregistering, a, ActionNone, StateUninstallInProgress, StateUninstallInProgress, false},
-		{StateDeregistering, i, ActionNone, StateUninstallInProgress, StateUninstallInProgress, false},
+		{StateDeregistering, a, ActionNone, StateUninstallInProgress, StateUninstallInProgress, false, false},
+		{StateDeregistering, i, ActionNone, StateUninstallInProgress, StateUninstallInProgress, false, false},
 		// Crash in uninstall_in_progress: re-run uninstall; inactive either way.
-		{StateUninstallInProgress, a, ActionUninstall, StateInactive, StateInactive, false},
-		{StateUninstallInProgress, i, ActionUninstall, StateInactive, StateInactive, false},
+		{StateUninstallInProgress, a, ActionUninstall, StateInactive, StateInactive, false, false},
+		{StateUninstallInProgress, i, ActionUninstall, StateInactive, StateInactive, false, false},
 	} {
 		t.Run(string(tc.cur)+"/"+string(tc.desired), func(t *testing.T) {
 			step, err := Decide(tc.cur, tc.desired)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := Step{From: tc.cur, Action: tc.action, Success: tc.success, Failure: tc.failure}
+			want := Step{From: tc.cur, Action: tc.action, Success: tc.success, Failure: tc.failure, Deregister: tc.dereg}
 			if step != want {
 				t.Fatalf("Decide = %+v, want %+v", step, want)
 			}
 			if step.Done() != tc.done {
 				t.Fatalf("Done() = %v, want %v", step.Done(), tc.done)
 			}
-			// Every move a step makes is a legal edge with a cluster agent trigger; staying put
-			// is never presented as a transition.
+			// Every move a step makes is a path of legal edges, each with a cluster agent
+			// trigger and a reason; staying put is never presented as a transition.
 			for _, o := range []Outcome{Succeeded, Failed} {
-				next := step.Next(o)
-				if next == step.From {
-					if step.Trigger(o) != "" {
-						t.Errorf("outcome %s stays in %s but has trigger %q", o, next, step.Trigger(o))
+				path := step.Path(o)
+				if len(path) == 0 {
+					if step.Next(o) != step.From || step.Trigger(o) != "" {
+						t.Errorf("outcome %s stays in %s but moves to %s with trigger %q", o, step.From, step.Next(o), step.Trigger(o))
 					}
 					continue
 				}
-				if err := Transition(step.From, next); err != nil {
-					t.Errorf("outcome %s: %v", o, err)
+				if step.Next(o) != path[len(path)-1] {
+					t.Errorf("outcome %s: Next %s, path %v", o, step.Next(o), path)
+				}
+				from := step.From
+				for _, to := range path {
+					if err := Transition(from, to); err != nil {
+						t.Errorf("outcome %s: %v", o, err)
+					}
+					if step.Reason(from, to, o, true) == "" || step.Reason(from, to, o, false) == "" {
+						t.Errorf("outcome %s: no reason for %s -> %s", o, from, to)
+					}
+					from = to
 				}
 				if step.Trigger(o) == "" {
-					t.Errorf("outcome %s: no trigger for %s -> %s", o, step.From, next)
+					t.Errorf("outcome %s: no trigger for %s -> %v", o, step.From, path)
 				}
 			}
 		})
@@ -216,14 +226,16 @@ func reconcile(t *testing.T, cur State, desired Desired, act func(Action) Outcom
 			ran = append(ran, step.Action)
 			o = act(step.Action)
 		}
-		next := step.Next(o)
-		if next == cur {
+		path := step.Path(o)
+		if len(path) == 0 {
 			return cur, ran, false
 		}
-		if err := Transition(cur, next); err != nil {
-			t.Fatalf("step %+v: %v", step, err)
+		for _, next := range path {
+			if err := Transition(cur, next); err != nil {
+				t.Fatalf("step %+v: %v", step, err)
+			}
+			cur = next
 		}
-		cur = next
 	}
 	return cur, ran, false
 }
@@ -289,12 +301,68 @@ func TestReconcileFailures(t *testing.T) {
 			t.Fatalf("final %s, actions %v, converged %v; want inactive after one uninstall", final, ran, ok)
 		}
 	})
-	t.Run("deregister during install waits for it", func(t *testing.T) {
-		final, ran, ok := reconcile(t, StateInstallInProgress, DesiredInactive, func(Action) Outcome { return Succeeded })
-		if !ok || final != StateInactive || len(ran) != 2 || ran[0] != ActionInstall || ran[1] != ActionUninstall {
-			t.Fatalf("final %s, actions %v, converged %v; want install then uninstall", final, ran, ok)
-		}
-	})
+	// A deregister during an install is honoured when the install ends, whichever way:
+	// the cached uninstall runs after it, and the node ends inactive.
+	for _, tc := range []struct {
+		from    State
+		install Outcome
+	}{
+		{StateRegistering, Succeeded}, {StateRegistering, Failed},
+		{StateInstallInProgress, Succeeded}, {StateInstallInProgress, Failed},
+	} {
+		t.Run("deregister in "+string(tc.from)+", install "+tc.install.String(), func(t *testing.T) {
+			final, ran, ok := reconcile(t, tc.from, DesiredInactive, func(a Action) Outcome {
+				if a == ActionInstall {
+					return tc.install
+				}
+				return Succeeded
+			})
+			if !ok || final != StateInactive || len(ran) != 2 || ran[0] != ActionInstall || ran[1] != ActionUninstall {
+				t.Fatalf("final %s, actions %v, converged %v; want install then uninstall, inactive", final, ran, ok)
+			}
+		})
+	}
+}
+
+// Reasons say what happened: one alternative of the diagram's label, the one that
+// fired, never the label itself; and that a deregister waits for the install.
+func TestReasonsSayWhatHappened(t *testing.T) {
+	uninstall, _ := Decide(StateUninstallInProgress, DesiredInactive)
+	install, _ := Decide(StateInstallInProgress, DesiredInactive)
+	deregistering, _ := Decide(StateDeregistering, DesiredInactive)
+	for _, tc := range []struct {
+		name      string
+		step      Step
+		from, to  State
+		o         Outcome
+		cached    bool
+		want, not string
+	}{
+		{"uninstall ok", uninstall, StateUninstallInProgress, StateInactive, Succeeded, true,
+			"uninstallation command successful", "failed"},
+		{"uninstall failed", uninstall, StateUninstallInProgress, StateInactive, Failed, true,
+			"uninstallation command failed", "successful"},
+		{"cached", deregistering, StateDeregistering, StateUninstallInProgress, Succeeded, true,
+			"uninstall command cached", "RegisterClusterResponse"},
+		{"not cached", deregistering, StateDeregistering, StateUninstallInProgress, Succeeded, false,
+			"engine catalog", "uninstall command cached"},
+		{"install ok, deregister waits", install, StateInstallInProgress, StateActive, Succeeded, true,
+			"deregister requested during the install", "failed"},
+		{"install failed, deregister waits", install, StateInstallInProgress, StateInactive, Failed, true,
+			"installation command failed; the deregister", "successful"},
+		{"deregister honoured", install, StateInactive, StateDeregistering, Failed, true,
+			"deregister requested during the install, honoured", "||"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.step.Reason(tc.from, tc.to, tc.o, tc.cached)
+			if !strings.Contains(got, tc.want) || strings.Contains(got, tc.not) || strings.Contains(got, "||") {
+				t.Fatalf("Reason = %q, want %q and neither %q nor a diagram label", got, tc.want, tc.not)
+			}
+		})
+	}
+	if got := uninstall.Reason(StateActive, StateInactive, Succeeded, true); got != "" {
+		t.Fatalf("Reason of a non-edge = %q, want \"\"", got)
+	}
 }
 
 func TestRequestEveryPair(t *testing.T) {

@@ -102,7 +102,19 @@ func New(cfg Config) (*Runner, error) {
 func (r *Runner) Binary() (string, error) {
 	p, err := exec.LookPath(r.cfg.Binary)
 	if err != nil {
-		return "", fmt.Errorf("%w: %q: %w; install KubeOne (see the README, \"KubeOne clusters\") or start the hub with --kubeone PATH", ErrNoBinary, r.cfg.Binary, err)
+		// The operator reads this on another machine, with a PATH of
+		// their own: say whose PATH was searched.
+		where := fmt.Sprintf("no %q on the hub's PATH (the hub process's, on the hub's machine; not this CLI's)",
+			r.cfg.Binary)
+		if strings.ContainsRune(r.cfg.Binary, filepath.Separator) {
+			where = fmt.Sprintf("--kubeone %s is not an executable on the hub's machine", r.cfg.Binary)
+		}
+		if !errors.Is(err, exec.ErrNotFound) {
+			where += fmt.Sprintf(" (%v)", err)
+		}
+		return "", fmt.Errorf("%w: %s; install KubeOne %s or later on the hub's machine "+
+			"(see the README, \"KubeOne clusters\") or start the hub with --kubeone /path/to/kubeone",
+			ErrNoBinary, where, MinRelease)
 	}
 	return filepath.Abs(p)
 }

@@ -28,6 +28,15 @@
 //     server against the cluster CA it generated; the stand-in installs no
 //     CA, so it does not verify); it waits for the answer (KubeOne waits
 //     for the API server), which lets a test hold an apply running;
+//   - `kubeone version` prints what a KubeOne 1.8.1 release binary prints
+//     (pkg/cmd/version.go): indented JSON of two k8s.io/apimachinery
+//     version.Info, "kubeone" and "machine_controller". KubeOne prints no
+//     Kubernetes range there; the release implies it, and the stand-in is
+//     that release throughout:
+//   - it checks versions.kubernetes as KubeOne 1.8.1's ValidateVersionConfig
+//     does on every command that loads the manifest (constraints ">= 1.27"
+//     and "<= 1.30", minor-inclusive), refusing anything else with
+//     KubeOne's wording;
 //   - it exits 0 when every host succeeded, 1 otherwise; 2 for bad usage.
 //
 // It prints its pid and the manifest path first, so a test can check that a
@@ -49,6 +58,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,9 +131,88 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// The KubeOne release the stand-in is, and the Kubernetes minors that
+// release's validation accepts (pkg/apis/kubeone/validation at v1.8.1).
+const (
+	release            = "1.8.1"
+	machineController  = "v1.59.1"
+	lowerConstraint    = ">= 1.27"
+	upperConstraint    = "<= 1.30"
+	minMinor, maxMinor = 27, 30
+)
+
+// versionInfo is k8s.io/apimachinery's version.Info, which KubeOne's
+// `version` prints.
+type versionInfo struct {
+	Major        string `json:"major"`
+	Minor        string `json:"minor"`
+	GitVersion   string `json:"gitVersion"`
+	GitCommit    string `json:"gitCommit"`
+	GitTreeState string `json:"gitTreeState"`
+	BuildDate    string `json:"buildDate"`
+	GoVersion    string `json:"goVersion"`
+	Compiler     string `json:"compiler"`
+	Platform     string `json:"platform"`
+}
+
+// version prints `kubeone version` as KubeOne's pkg/cmd/version.go does.
+func version(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 0 {
+		// cobra.ExactArgs(0)
+		fmt.Fprintf(stderr, "Error: accepts 0 arg(s), received %d\n", len(args))
+		return 1
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(struct {
+		KubeOne           versionInfo `json:"kubeone"`
+		MachineController versionInfo `json:"machine_controller"`
+	}{
+		KubeOne: versionInfo{Major: "1", Minor: "8", GitVersion: release, GitCommit: "none", BuildDate: "unknown",
+			GoVersion: runtime.Version(), Compiler: runtime.Compiler, Platform: runtime.GOOS + "/" + runtime.GOARCH},
+		MachineController: versionInfo{Major: "1", Minor: "59", GitVersion: machineController, Platform: "linux/amd64"},
+	})
+	return 0
+}
+
+// semverish is what KubeOne's semver parser takes: an optional "v", and
+// a minor and patch that may be left out.
+var semverish = regexp.MustCompile(`^v?(\d+)(?:\.(\d+))?(?:\.\d+)?(?:[-+][0-9A-Za-z.-]+)?$`)
+
+// checkKubernetes is KubeOne's ValidateVersionConfig: a semver without a
+// leading "v", within the release's constraints (minor-inclusive, as
+// Masterminds/semver reads "<= 1.30").
+func checkKubernetes(v string) error {
+	field := fmt.Sprintf("versions.kubernetes: Invalid value: %q", v)
+	m := semverish.FindStringSubmatch(v)
+	if m == nil {
+		return fmt.Errorf("%s: .versions.kubernetes is not a semver string", field)
+	}
+	if strings.HasPrefix(v, "v") {
+		return fmt.Errorf("%s: .versions.kubernetes can't start with a leading 'v'", field)
+	}
+	major, _ := strconv.Atoi(m[1])
+	minor, _ := strconv.Atoi(m[2])
+	switch {
+	case major < 1 || major == 1 && minor < minMinor:
+		return fmt.Errorf("%s: kubernetes version does not satisfy version constraint '%s': %s is less than %s. "+
+			"You need to use an older KubeOne version to upgrade your cluster to a supported version. "+
+			"Please refer to the Compatibility section of docs for more details.",
+			field, lowerConstraint, v, strings.TrimPrefix(lowerConstraint, ">= "))
+	case major > 1 || minor > maxMinor:
+		return fmt.Errorf("%s: kubernetes version does not satisfy version constraint '%s': %s is greater than %s. "+
+			"This version is not yet supported. Please refer to the Compatibility section of docs for more details.",
+			field, upperConstraint, v, strings.TrimPrefix(upperConstraint, "<= "))
+	}
+	return nil
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "version" {
+		return version(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || (args[0] != "apply" && args[0] != "reset") {
-		fmt.Fprintln(stderr, "usage: kubeone apply|reset --manifest FILE [--auto-approve] [--verbose]")
+		fmt.Fprintln(stderr, "usage: kubeone apply|reset --manifest FILE [--auto-approve] [--verbose] | kubeone version")
 		return 2
 	}
 	cmd := args[0]
@@ -210,6 +300,9 @@ func load(path string) (cluster, error) {
 	}
 	if c.APIVersion != "kubeone.k8c.io/v1beta2" || c.Kind != "KubeOneCluster" {
 		return c, fmt.Errorf("manifest %s: apiVersion %q kind %q: want kubeone.k8c.io/v1beta2 KubeOneCluster", path, c.APIVersion, c.Kind)
+	}
+	if err := checkKubernetes(c.Versions.Kubernetes); err != nil {
+		return c, fmt.Errorf("manifest %s: %w", path, err)
 	}
 	if len(c.ControlPlane.Hosts) == 0 {
 		return c, fmt.Errorf("manifest %s: no control-plane hosts", path)
