@@ -45,9 +45,6 @@ func (s *Server) auditLimited(remote string, e store.AuditEvent) {
 	} else {
 		return
 	}
-	if e.At.IsZero() {
-		e.At = time.Now()
-	}
 	e.Remote = remote
 	s.audit(e)
 }
@@ -73,7 +70,8 @@ func joinDetail(parts ...string) string {
 	return out
 }
 
-// audit appends an event; a failure is logged, never fatal to the action.
+// audit appends an event (the store stamps an event given no time); a
+// failure is logged, never fatal to the action.
 func (s *Server) audit(e store.AuditEvent) {
 	if err := s.store.AppendAudit(context.Background(), e); err != nil {
 		s.log.Error("audit", "kind", e.Kind, "err", err)

@@ -33,8 +33,10 @@ func (d jumpDialer) Dial(ctx context.Context, req bastion.JumpRequest) (tunnel.S
 		// Registered before the decision: an access change that lands
 		// after the decision read the door finds this jump in the
 		// registry and ends it. It leaves the registry when the jump ends.
-		d.live.add(req.ID, liveJump{operator: req.Operator, key: req.Key, fingerprint: req.KeyFingerprint, nodeID: n.ID, node: n.Name, stop: req.Stop},
-			req.Header.Service == tunnel.ServiceSSH && d.reportsLogins(n.Name))
+		toSSH := req.Header.Service == tunnel.ServiceSSH
+		d.live.add(req.ID, liveJump{operator: req.Operator, key: req.Key, fingerprint: req.KeyFingerprint,
+			nodeID: n.ID, node: n.Name, toSSH: toSSH, stop: req.Stop, withdraw: req.Withdraw},
+			toSSH && d.reportsLogins(n.Name))
 		context.AfterFunc(ctx, func() { d.live.remove(req.ID) })
 		// Decide before saying anything about reachability: an operator
 		// outside the node's roles learns nothing of whether it is online.
@@ -59,7 +61,9 @@ type liveJump struct {
 	fingerprint string
 	nodeID      string
 	node        string
+	toSSH       bool // to the node's SSH server
 	stop        func(cause error)
+	withdraw    func(cause error, grace time.Duration)
 }
 
 // liveJumps is the hub's registry of jumps under way, so that withdrawing
@@ -210,14 +214,25 @@ func (l *liveJumps) settle(id uint64, o *loginOutcome, wait time.Duration) strin
 	return o.refuse
 }
 
+// goodbyeGrace bounds how long a withdrawn jump to a node's embedded SSH
+// server waits for the node to end the session itself, telling the
+// operator's client why; nothing the operator sends is relayed meanwhile.
+const goodbyeGrace = 2 * time.Second
+
 // endWithdrawnJumps asks the door, which has just reloaded, about every
-// live jump again, and stops those it no longer allows; the bastion then
+// live jump again, and ends those it no longer allows; the bastion then
 // records each as "ended: access withdrawn" with the door's reason. A
-// node that can no longer be looked up keeps its jumps (the store may be
+// jump to the SSH server of a node whose agent serves SSH itself (and
+// ends the sessions the new access no longer allows, saying why on their
+// stderr) is withdrawn: that node is sent its new access now, and the
+// node's goodbye still reaches the operator (goodbyeGrace); any other jump
+// (and any jump to a node removed or revoked) is stopped at once. A node
+// that can no longer be looked up keeps its jumps (the store may be
 // briefly unavailable); a removed or revoked node's jumps end.
 func (s *Server) endWithdrawnJumps(ctx context.Context) {
 	jumps := s.jumps.all()
 	nodes := map[string]store.Node{}
+	pushed := map[string]bool{} // nodes sent their new access by this call
 	ended := 0
 	for _, j := range jumps {
 		n, ok := nodes[j.nodeID]
@@ -233,6 +248,8 @@ func (s *Server) endWithdrawnJumps(ctx context.Context) {
 				continue
 			}
 		}
+		// A node removed or revoked is not trusted to end the session.
+		trusted := err == nil
 		if err == nil {
 			err = s.door.AuthorizeLiveJump(j.operator, j.key, n)
 		}
@@ -241,24 +258,35 @@ func (s *Server) endWithdrawnJumps(ctx context.Context) {
 		}
 		ended++
 		s.log.Info("ending live jump: access withdrawn", "operator", j.operator, "key", j.fingerprint, "node", j.node, "reason", err)
-		j.stop(fmt.Errorf("%w: %w", bastion.ErrAccessWithdrawn, err))
+		cause := fmt.Errorf("%w: %w", bastion.ErrAccessWithdrawn, err)
+		c, ok := s.reg.Get(j.node)
+		if !trusted || !j.toSSH || j.withdraw == nil || !ok || !c.ReportsLogins || c.NodeID != j.nodeID {
+			j.stop(cause)
+			continue
+		}
+		if !pushed[c.NodeID] {
+			pushed[c.NodeID] = true
+			s.pushAccess(c, false, nil)
+		}
+		j.withdraw(cause, goodbyeGrace)
 	}
 	if ended > 0 {
 		s.log.Info("live jumps re-checked after an access change", "live", len(jumps), "ended", ended)
 	}
 }
 
-// auditJump records a finished jump attempt. A login the node refused
-// inside it makes the row's result "login_refused", with the node's reason:
-// the bastion only relays the operator's encrypted SSH connection, so the
-// transport alone would read "ok".
+// auditJump records a finished jump attempt, under the fingerprint of the
+// operator's key (a certificate's serial and key id in the detail). A
+// login the node refused inside it makes the row's result "login_refused",
+// with the node's reason: the bastion only relays the operator's encrypted
+// SSH connection, so the transport alone would read "ok".
 func (s *Server) auditJump(r bastion.JumpRecord) {
 	if refused := s.jumps.refusalOf(r); refused != "" {
 		r.Result = "login_refused"
 		r.Error = refused
 	}
 	s.audit(store.AuditEvent{At: r.Start, Kind: "jump", Operator: r.Operator, Node: r.Node, KeyFingerprint: r.KeyFingerprint,
-		Remote: r.Remote, Result: r.Result, Detail: joinDetail(r.Header.String(), r.Error), EndedAt: r.End,
+		Remote: r.Remote, Result: r.Result, Detail: joinDetail(r.Header.String(), r.Cert, r.Error), EndedAt: r.End,
 		BytesToNode: r.BytesToNode, BytesFromNode: r.BytesFromNode})
 }
 

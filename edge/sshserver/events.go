@@ -1,8 +1,12 @@
 package sshserver
 
 import (
+	"errors"
+	"fmt"
 	"net"
+	"time"
 
+	"github.com/gliderlabs/ssh"
 	gossh "golang.org/x/crypto/ssh"
 )
 
@@ -93,16 +97,81 @@ func (st *connState) getLogin() login {
 	return st.login
 }
 
-// recheckConns closes every authenticated connection whose key may no
-// longer log in as its login under the trust just installed (an operator
-// removed, a key revoked, a role narrowed), so access taken away on the hub
-// ends live sessions too, not only new logins.
+// revokeGrace bounds how long a connection whose access was withdrawn
+// stays open after its sessions were told why and ended: the client
+// normally hangs up at once, having printed the reason.
+const revokeGrace = time.Second
+
+// liveSessions is a connection's shell and exec sessions, and whether
+// recheckConns already closed it.
+type liveSessions struct {
+	set     map[ssh.Session]struct{}
+	revoked bool
+}
+
+// addSession registers sess with its connection until the returned func
+// is called.
+func (st *connState) addSession(sess ssh.Session) (remove func()) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.sessions.set == nil {
+		st.sessions.set = map[ssh.Session]struct{}{}
+	}
+	st.sessions.set[sess] = struct{}{}
+	return func() {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		delete(st.sessions.set, sess)
+	}
+}
+
+// revoke marks the connection as closed for withdrawn access and returns
+// its live sessions; first is false if it was marked already (an earlier
+// trust change closed it, and it is still winding down).
+func (st *connState) revoke() (sessions []ssh.Session, first bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.sessions.revoked {
+		return nil, false
+	}
+	st.sessions.revoked = true
+	for sess := range st.sessions.set {
+		sessions = append(sessions, sess)
+	}
+	return sessions, true
+}
+
+// withdrawnReason says why l may no longer log in, err being check's
+// answer, in the words the operator and the audit read.
+func withdrawnReason(l login, err error) string {
+	fp := fingerprint(l.key)
+	var r *refusal
+	switch {
+	case errors.Is(err, errKeyRevoked):
+		return "the hub revoked key " + fp
+	case errors.As(err, &r):
+		return fmt.Sprintf("key %s may no longer log in as %q here", fp, l.user)
+	default:
+		return fmt.Sprintf("key %s is no longer accepted here: "+
+			"its operator was removed or their roles no longer select this node", fp)
+	}
+}
+
+// recheckConns ends every authenticated connection whose key may no longer
+// log in as its login under the trust just installed (an operator removed,
+// a key revoked, a role narrowed), so access taken away on the hub ends
+// live sessions too, not only new logins. Each session is first told why
+// on its stderr, which the operator's ssh prints, and ended; the
+// connection closes when the client hangs up, revokeGrace at the latest.
+// A connection is reported once, however many trust changes (keys, then
+// trust) arrive while it winds down.
 func (s *Server) recheckConns() {
 	s.mu.Lock()
 	type victim struct {
 		conn net.Conn
 		st   *connState
 		l    login
+		why  string
 	}
 	var victims []victim
 	for c, st := range s.conns {
@@ -110,16 +179,31 @@ func (s *Server) recheckConns() {
 			continue
 		}
 		l := st.getLogin()
-		if l.key == nil || s.allowedLogin(l.user, l.key) {
+		if l.key == nil {
 			continue
 		}
-		victims = append(victims, victim{c, st, l})
+		if _, err := s.check(l.user, l.key); err != nil {
+			victims = append(victims, victim{c, st, l, withdrawnReason(l, err)})
+		}
 	}
 	s.mu.Unlock()
 	for _, v := range victims {
-		v.st.log.Warn("access revoked by the hub; closing the connection", "user", v.l.user, "key", keyDescription(v.l.key))
-		v.conn.Close()
+		sessions, first := v.st.revoke()
+		if !first {
+			continue
+		}
+		v.st.log.Warn("access revoked by the hub; closing the connection", "user", v.l.user,
+			"key", keyDescription(v.l.key), "reason", v.why)
 		s.emit(Event{Kind: EventAccessRevoked, Login: v.l.user, Operator: v.l.operator, KeyFingerprint: fingerprint(v.l.key),
-			Detail: "live connection closed: the hub's trust no longer allows this key and login"})
+			Detail: "live connection closed: " + v.why})
+		for _, sess := range sessions {
+			fmt.Fprintf(sess.Stderr(), "\r\ntether: your access to this node was withdrawn (%s); session ended\r\n", v.why)
+			_ = sess.Exit(255)
+		}
+		if len(sessions) == 0 {
+			v.conn.Close()
+			continue
+		}
+		time.AfterFunc(revokeGrace, func() { v.conn.Close() })
 	}
 }

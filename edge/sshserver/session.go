@@ -223,6 +223,7 @@ func (s *Server) handleSession(sess ssh.Session) {
 	}
 	st := sctx.state
 	defer st.tasks.done()
+	defer st.addSession(sess)()
 
 	raw := sess.RawCommand()
 	kind := "exec"

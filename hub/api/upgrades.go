@@ -184,6 +184,68 @@ func (h *handler) createUpgrade(w http.ResponseWriter, r *http.Request, c caller
 	writeJSON(w, http.StatusCreated, UpgradeDetail{Upgrade: upgradeFrom(u, nodes), Nodes: nodes})
 }
 
+// upgradeView is u as caller c may see it, visible being the nodes of all
+// (the upgrade's) that c may see. The admin sees u as created; anyone else
+// learns no name of a node outside its roles: spec.nodes keeps the names it
+// sees, the reason names other nodes as "another node", and the selector
+// (which may name labels of nodes it does not see) is left out.
+func upgradeView(c caller, u store.Upgrade, all, visible []store.UpgradeNode) store.Upgrade {
+	if c.Admin {
+		return u
+	}
+	seen := map[string]bool{}
+	for _, n := range visible {
+		seen[n.Node] = true
+	}
+	var hidden []string
+	for _, n := range all {
+		if !seen[n.Node] {
+			hidden = append(hidden, n.Node)
+		}
+	}
+	var names []string
+	for _, n := range u.Spec.Nodes {
+		if seen[n] {
+			names = append(names, n)
+		}
+	}
+	u.Spec.Nodes, u.Spec.Selector = names, ""
+	u.Reason = withoutNames(u.Reason, hidden)
+	return u
+}
+
+// withoutNames replaces every whole occurrence of one of names in text
+// with "another node". A node name is a DNS label, so an occurrence is
+// whole when no letter, digit or '-' touches it.
+func withoutNames(text string, names []string) string {
+	label := func(b byte) bool {
+		return b == '-' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9'
+	}
+	for _, name := range names {
+		if name == "" {
+			continue
+		}
+		var out strings.Builder
+		rest := text
+		for {
+			i := strings.Index(rest, name)
+			if i < 0 {
+				out.WriteString(rest)
+				break
+			}
+			end := i + len(name)
+			if (i > 0 && label(rest[i-1])) || (end < len(rest) && label(rest[end])) {
+				out.WriteString(rest[:end])
+			} else {
+				out.WriteString(rest[:i] + "another node")
+			}
+			rest = rest[end:]
+		}
+		text = out.String()
+	}
+	return text
+}
+
 // visibleNodes are the upgrade's nodes the caller may see.
 func (h *handler) visibleNodes(ctx context.Context, c caller, nodes []store.UpgradeNode) []store.UpgradeNode {
 	if c.Admin {
@@ -216,27 +278,29 @@ func (h *handler) listUpgrades(w http.ResponseWriter, r *http.Request, c caller)
 			h.writeErr(w, r, internal("list upgrades", err))
 			return
 		}
-		if nodes = h.visibleNodes(r.Context(), c, nodes); len(nodes) > 0 || c.Admin {
-			out = append(out, upgradeFrom(u, nodes))
+		if visible := h.visibleNodes(r.Context(), c, nodes); len(visible) > 0 || c.Admin {
+			out = append(out, upgradeFrom(upgradeView(c, u, nodes, visible), visible))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-// upgradeFor loads an upgrade and the nodes of it the caller sees; one
-// the caller sees no node of does not exist for it.
+// upgradeFor loads an upgrade as the caller may see it (upgradeView) and
+// the nodes of it the caller sees; one the caller sees no node of does not
+// exist for it.
 func (h *handler) upgradeFor(w http.ResponseWriter, r *http.Request, c caller) (store.Upgrade, []store.UpgradeNode, bool) {
 	name := r.PathValue("name")
 	u, err := h.Store.GetUpgrade(r.Context(), name)
-	var nodes []store.UpgradeNode
+	var all, nodes []store.UpgradeNode
 	if err == nil {
-		nodes, err = h.Store.ListUpgradeNodes(r.Context(), name)
+		all, err = h.Store.ListUpgradeNodes(r.Context(), name)
 	}
 	if err == nil {
-		nodes = h.visibleNodes(r.Context(), c, nodes)
+		nodes = h.visibleNodes(r.Context(), c, all)
 		if len(nodes) == 0 && !c.Admin {
 			err = store.ErrNotFound
 		}
+		u = upgradeView(c, u, all, nodes)
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		h.writeErr(w, r, fail(ErrNotFound, "no upgrade %q (see `tether upgrade list`)", name))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/hub/upgrade"
 	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // fakeUpgrades records what the API asked of the controller.
@@ -125,6 +127,59 @@ func TestUpgradeEndpointsAccess(t *testing.T) {
 			t.Errorf("%s: %d %q, want %d %q", tc.what, code, msg, tc.want, tc.msg)
 		}
 	}
+	// An upgrade of both nodes, halted by their failures: a caller whose
+	// role selects berlin-1 sees it without munich-1 named anywhere.
+	if err := st.CreateUpgrade(ctx, store.Upgrade{Name: "both", Kind: control.UpgradeBundle, Reference: "oci://r/x:1",
+		Digest: "sha256:" + strings.Repeat("a", 64), Version: "1", State: store.UpgradeHalted,
+		Reason:    "2 of 2 nodes failed: berlin-1: install.sh exited 3; munich-1: install.sh exited 3",
+		Spec:      store.UpgradeSpec{Nodes: []string{"berlin-1", "munich-1"}, Selector: "site in (berlin,munich)"},
+		CreatedAt: time.Now(), UpdatedAt: time.Now()},
+		[]store.UpgradeNode{{NodeID: "id-b", Node: "berlin-1", Step: control.StepFailed},
+			{NodeID: "id-m", Node: "munich-1", Step: control.StepFailed}}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(tok, path string, into any) (body string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+		}
+		if err := json.Unmarshal(b, into); err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	var detail UpgradeDetail
+	var list []Upgrade
+	for path, into := range map[string]any{"/v1/upgrades/both": &detail, "/v1/upgrades": &list} {
+		if b := get(lead, path, into); strings.Contains(b, "munich") {
+			t.Errorf("GET %s as a caller that sees berlin-1 only names munich: %s", path, b)
+		}
+	}
+	if len(list) != 1 {
+		t.Fatalf("list: %+v", list)
+	}
+	for _, u := range []Upgrade{detail.Upgrade, list[0]} {
+		if len(u.Spec.Nodes) != 1 || u.Spec.Nodes[0] != "berlin-1" || u.Spec.Selector != "" || u.Total != 1 ||
+			u.Reason != "2 of 2 nodes failed: berlin-1: install.sh exited 3; another node: install.sh exited 3" {
+			t.Errorf("upgrade as the lead sees it: %+v", u)
+		}
+	}
+	if len(detail.Nodes) != 1 || detail.Nodes[0].Node != "berlin-1" {
+		t.Errorf("nodes as the lead sees them: %+v", detail.Nodes)
+	}
+	get(all, "/v1/upgrades/both", &detail)
+	if len(detail.Spec.Nodes) != 2 || detail.Spec.Selector != "" || len(detail.Nodes) != 2 {
+		t.Errorf("upgrade as a token that sees both nodes sees it: %+v", detail)
+	}
+
 	if len(fu.calls) != 1 || !strings.HasPrefix(fu.calls[0], "confirm u on berlin-1 by apitoken:") {
 		t.Errorf("controller calls %q, want the one allowed confirm", fu.calls)
 	}
@@ -140,5 +195,18 @@ func TestUpgradeEndpointsAccess(t *testing.T) {
 	}
 	if refused["upgrade_create"] != 1 || refused["upgrade_pause"] != 1 || refused["upgrade_confirm"] != 2 {
 		t.Errorf("refusals audited: %v", refused)
+	}
+}
+
+func TestWithoutNames(t *testing.T) {
+	for _, tc := range []struct{ text, want string }{
+		{"n1: failed; n10: failed", "another node: failed; n10: failed"},
+		{"n1, n1 and n1.", "another node, another node and another node."},
+		{"an-n1 n1-b xn1 n1x", "an-n1 n1-b xn1 n1x"},
+		{"", ""},
+	} {
+		if got := withoutNames(tc.text, []string{"n1", ""}); got != tc.want {
+			t.Errorf("withoutNames(%q) = %q, want %q", tc.text, got, tc.want)
+		}
 	}
 }

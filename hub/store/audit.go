@@ -8,7 +8,8 @@ import (
 
 // AuditEvent is one entry of the append-only audit log.
 type AuditEvent struct {
-	ID             int64     `json:"id"`
+	ID int64 `json:"id"`
+	// At is when it happened; AppendAudit stamps an event without one.
 	At             time.Time `json:"at"`
 	Kind           string    `json:"kind"` // join, jump, revoke, remove, operator_add, operator_remove, role_put, role_remove
 	Operator       string    `json:"operator,omitempty"`
@@ -32,8 +33,13 @@ type AuditFilter struct {
 	Limit    int       // newest N, default 1000
 }
 
-// AppendAudit implements Store.
+// AppendAudit implements Store. An event without a time is stamped with
+// the store's clock: every writer (hub, API, controllers) goes through
+// here, and a row at time zero would fall outside every --since window.
 func (s *SQLite) AppendAudit(ctx context.Context, e AuditEvent) error {
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
 	if _, err := s.db.ExecContext(ctx, `INSERT INTO audit (at, kind, operator, node, key_fingerprint, remote, result, detail, ended_at, bytes_to_node, bytes_from_node)
 		VALUES (?,?,?,?,?,?,?,?,?,?,?)`, unix(e.At), e.Kind, e.Operator, e.Node, e.KeyFingerprint, e.Remote, e.Result, e.Detail,
 		unix(e.EndedAt), e.BytesToNode, e.BytesFromNode); err != nil {

@@ -131,15 +131,8 @@ func New(cfg Config) (*Console, error) {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = DefaultSessionTTL
 	}
-	if audit := cfg.Audit; audit == nil {
+	if cfg.Audit == nil {
 		cfg.Audit = func(store.AuditEvent) {}
-	} else {
-		cfg.Audit = func(e store.AuditEvent) {
-			if e.At.IsZero() {
-				e.At = time.Now()
-			}
-			audit(e)
-		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -202,7 +202,14 @@ func (r *rig) start() {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	r.c = New(Config{Store: r.st, Source: r.src, Driver: r.drv, Target: r.target, Tick: 5 * time.Millisecond, HealthMargin: time.Second, Now: r.clock, Logger: testenv.Logger(r.t)})
+	// Audit as the hub wires it: straight into the store.
+	audit := func(e store.AuditEvent) {
+		if err := r.st.AppendAudit(context.Background(), e); err != nil {
+			r.t.Errorf("audit %s: %v", e.Kind, err)
+		}
+	}
+	r.c = New(Config{Store: r.st, Source: r.src, Driver: r.drv, Target: r.target, Tick: 5 * time.Millisecond,
+		HealthMargin: time.Second, Now: r.clock, Audit: audit, Logger: testenv.Logger(r.t)})
 	r.eng = jobs.New(ctx, jobs.Config{Store: r.st, Blobs: blobs, FlushInterval: 5 * time.Millisecond, PollInterval: 5 * time.Millisecond,
 		Local: map[string]jobs.Local{JobKind: r.c.Local()}})
 	if _, err := r.eng.Recover(ctx); err != nil {
@@ -535,6 +542,64 @@ func TestPauseResumeCancel(t *testing.T) {
 	}
 	if r.drv.drives["n03"] != 0 {
 		t.Error("n03 driven after the cancel")
+	}
+}
+
+// TestAuditRowsTimed: every row a rollout writes (creation, pause,
+// resume, each node's end, halt, done) carries its time, so `tether audit
+// --since` finds it.
+func TestAuditRowsTimed(t *testing.T) {
+	start := time.Now().Truncate(time.Millisecond)
+	ctx := context.Background()
+	r := newRig(t, bundleArtifact(t, "2"), 3)
+	r.drv.answer = func(_ Target, offer control.UpgradeOffer, _ string) (control.UpgradeStep, string) {
+		if offer.Name == "bad" {
+			return control.StepFailed, "install.sh exited 3"
+		}
+		return control.StepSucceeded, ""
+	}
+	r.drv.release = make(chan struct{})
+	r.create("ok", store.UpgradeSpec{Batch: "1"})
+	testenv.WaitFor(t, "first drive", 10*time.Second, func() bool {
+		r.drv.mu.Lock()
+		defer r.drv.mu.Unlock()
+		return r.drv.active == 1
+	})
+	if _, err := r.c.Pause(ctx, "ok", "admin"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.c.Resume(ctx, "ok", "admin"); err != nil {
+		t.Fatal(err)
+	}
+	close(r.drv.release)
+	r.waitState("ok", store.UpgradeDone)
+	r.create("bad", store.UpgradeSpec{Batch: "3"})
+	r.waitState("bad", store.UpgradeHalted)
+	end := time.Now()
+
+	all, err := r.st.ListAudit(ctx, store.AuditFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recent, err := r.st.ListAudit(ctx, store.AuditFilter{Since: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recent) != len(all) {
+		t.Errorf("%d audit rows since the test started, %d in all: %+v", len(recent), len(all), all)
+	}
+	kinds := map[string]bool{}
+	for _, e := range all {
+		kinds[e.Kind] = true
+		if e.At.Before(start) || e.At.After(end) {
+			t.Errorf("%s row at %s, want between %s and %s", e.Kind, e.At, start, end)
+		}
+	}
+	for _, k := range []string{"upgrade_create", "upgrade_pause", "upgrade_resume", "upgrade_node", "upgrade_done",
+		"upgrade_halt"} {
+		if !kinds[k] {
+			t.Errorf("no %s row in %+v", k, all)
+		}
 	}
 }
 
