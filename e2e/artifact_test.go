@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -61,22 +62,31 @@ func TestArtifactPushInspect(t *testing.T) {
 		return in
 	}
 
-	amd, amdDigest := write("edge-amd64", "agent for amd64")
-	arm, armDigest := write("edge-arm64", "agent for arm64")
+	// A real tether-edge of this platform at v1.4.0: the push checks the
+	// binary's platform, that it is tether-edge, and its version.
+	edge := testenv.EdgeVersion(t, "v1.4.0")
+	edgeBytes, err := os.ReadFile(edge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edgeSum := sha256.Sum256(edgeBytes)
+	platform := "linux/" + runtime.GOARCH
+	otherPlatform := map[bool]string{true: "linux/amd64", false: "linux/arm64"}[runtime.GOARCH == "arm64"]
+	script, _ := write("edge-script", "#!/bin/sh\necho v1.4.0\n")
 	agentRef := reg.Ref("tether/edge:v1.4.0")
 	var pushed struct{ Digest, Pinned string }
 	if err := json.Unmarshal([]byte(must("artifact", "push", "agent", agentRef, "--version", "v1.4.0",
-		"--binary", "linux/amd64="+amd, "--binary", "linux/arm64="+arm, "-o", "json")), &pushed); err != nil {
+		"--binary", platform+"="+edge, "-o", "json")), &pushed); err != nil {
 		t.Fatal(err)
 	}
 	in := inspect(agentRef)
 	if in.Digest != pushed.Digest || in.Kind != "agent" || in.Version != "v1.4.0" || in.Pinned != pushed.Pinned {
 		t.Fatalf("inspect %s: %+v, pushed %+v", agentRef, in, pushed)
 	}
-	for pl, want := range map[string]string{"linux/amd64": amdDigest, "linux/arm64": armDigest} {
-		if f := in.Files[pl]; len(f) != 1 || f[0].Digest != want || f[0].Name != "tether-edge" {
-			t.Errorf("%s: files %+v, want tether-edge %s", pl, f, want)
-		}
+	edgeDigest := "sha256:" + hex.EncodeToString(edgeSum[:])
+	if f := in.Files[platform]; len(in.Files) != 1 || len(f) != 1 || f[0].Digest != edgeDigest ||
+		f[0].Name != "tether-edge" {
+		t.Errorf("files %+v, want tether-edge %x for %s only", in.Files, edgeSum, platform)
 	}
 	if by := inspect(pushed.Pinned); by.Digest != pushed.Digest {
 		t.Errorf("inspect by digest: %s, want %s", by.Digest, pushed.Digest)
@@ -98,6 +108,12 @@ func TestArtifactPushInspect(t *testing.T) {
 	if err := testenv.WriteDockerConfig(wrongAuth, reg.Host, "ci", "nope"); err != nil {
 		t.Fatal(err)
 	}
+	// Pushes of an agent that the agents would fail to run, or that would
+	// report another version, are refused before anything is sent.
+	pushAgent := func(version, binary string) []string {
+		ref := reg.Ref("tether/edge:v1.4.1")
+		return append([]string{"artifact", "push", "agent", ref, "--version", version, "--binary", binary}, regFlags...)
+	}
 	refusals := []struct {
 		name string
 		args []string
@@ -109,7 +125,12 @@ func TestArtifactPushInspect(t *testing.T) {
 		{"no tag", append([]string{"artifact", "inspect", reg.Ref("tether/edge")}, regFlags...), "no :TAG"},
 		{"unknown tag", append([]string{"artifact", "inspect", reg.Ref("tether/edge:v9")}, regFlags...), "not found"},
 		{"bad file name", append([]string{"artifact", "push", "bundle", bundleRef, "--version", "43", "--install", install, "--file", filepath.Join(dir, "..")}, regFlags...), "not a regular file"},
-		{"bad binary flag", append([]string{"artifact", "push", "agent", agentRef, "--version", "1", "--binary", amd}, regFlags...), "OS/ARCH=PATH"},
+		{"bad binary flag", append([]string{"artifact", "push", "agent", agentRef, "--version", "1", "--binary", edge},
+			regFlags...), "OS/ARCH=PATH"},
+		{"agent: a script", pushAgent("v1.4.0", platform+"="+script), "not an ELF executable"},
+		{"agent: another platform", pushAgent("v1.4.0", otherPlatform+"="+edge),
+			"not for " + strings.TrimPrefix(otherPlatform, "linux/")},
+		{"agent: another version", pushAgent("v1.4.1", platform+"="+edge), `does not report version "v1.4.1"`},
 	}
 	for _, r := range refusals {
 		_, errOut, code := cli(r.args...)
@@ -117,9 +138,13 @@ func TestArtifactPushInspect(t *testing.T) {
 			t.Errorf("%s: exit %d, stderr %q; want an error saying %q", r.name, code, errOut, r.says)
 		}
 	}
-	// The refused push left the tag where it was.
+	// The refused push left the tag where it was, and pushed no agent.
 	if again := inspect(bundleRef); again.Version != "42" {
 		t.Errorf("after a refused push the tag names version %s", again.Version)
+	}
+	inspectRefused := append([]string{"artifact", "inspect", reg.Ref("tether/edge:v1.4.1")}, regFlags...)
+	if out, errOut, code := cli(inspectRefused...); code == 0 {
+		t.Errorf("a refused agent push published tether/edge:v1.4.1: %s%s", out, errOut)
 	}
 
 	startHubIn(t, "", 0, regFlags...)

@@ -192,6 +192,13 @@ type bulkFleet struct {
 // known_hosts.
 func newBulkFleet(t *testing.T, n int, notStarted, unknown map[int]bool) *bulkFleet {
 	t.Helper()
+	return newBulkFleetNamed(t, n, notStarted, unknown, nil)
+}
+
+// newBulkFleetNamed is newBulkFleet whose machine i has the host name
+// hostname(i) (nil: bulk-00i).
+func newBulkFleetNamed(t *testing.T, n int, notStarted, unknown map[int]bool, hostname func(int) string) *bulkFleet {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("bulk onboarding logs in as root to sshd instances in their own UTS namespaces: needs root (CI runs `make test` as root)")
 	}
@@ -207,6 +214,9 @@ func newBulkFleet(t *testing.T, n int, notStarted, unknown map[int]bool) *bulkFl
 	line := 2
 	for i := range n {
 		h := newBulkHost(t, i, cred)
+		if hostname != nil {
+			h.hostname = hostname(i)
+		}
 		if notStarted[i] {
 			h.port = freePort(t)
 			h.cfg.HostKey = testenv.NewKeyFile(t, filepath.Join(h.cfg.Dir, "ssh_host_ed25519_key"))
@@ -400,6 +410,70 @@ func TestOnboardBulk(t *testing.T) {
 			t.Errorf("third run's terminal lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// TestOnboardBulkNames: machines of one image share a host name (every
+// Raspberry Pi is "raspberrypi"), which the hub names nodes after. The
+// first such machine takes the name; the others are refused as "name
+// taken", saying what works with bulk: name=NODE on the host's line or
+// --name-pattern. With both, the same command finishes them under their
+// own names, and leaves the first as it is.
+func TestOnboardBulkNames(t *testing.T) {
+	f := newBulkFleetNamed(t, 3, nil, nil, func(int) string { return "raspberrypi" })
+	// One at a time: the first line takes the name, the others clash.
+	rows, errOut, code, _ := f.run(t, 1)
+	if code != 1 || len(rows) != 3 {
+		t.Fatalf("first run: exit %d, %d rows, want exit 1 and 3 rows\n%s", code, len(rows), errOut)
+	}
+	for i, h := range f.hosts {
+		r := rows[f.lineOf[h]]
+		if i == 0 {
+			if r.Status != "onboarded" || r.Node != "raspberrypi" {
+				t.Errorf("first Pi: %+v, want onboarded as raspberrypi", r)
+			}
+			continue
+		}
+		if r.Status != "failed" || r.Step != "onboard" || !strings.Contains(r.Error, `node name "raspberrypi" is taken`) ||
+			!strings.Contains(r.Error, "name=NODE on its inventory line or --name-pattern") {
+			t.Errorf("Pi %d: %+v, want refused as name taken, saying name= or --name-pattern", i, r)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// The second Pi named on its line, the third by the pattern.
+	inv, err := os.ReadFile(f.inventory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := "root@" + f.hosts[1].addr() + " "
+	fixed := strings.Replace(string(inv), second, second+"name=pi-kitchen ", 1)
+	testenv.WriteFile(t, f.inventory, []byte(fixed), 0o644)
+	rows, errOut, code, _ = runBulk(t, "--inventory", f.inventory, "--credential", "@"+f.credFile,
+		"--name-pattern", "pi-{n}", "--hub", f.h.apiAddr(), "--ca-pin", "sha256:"+f.pin, "-i", opKey,
+		"--known-hosts", f.known,
+		"--remote-path", f.agentPath, "--timeout", "3m")
+	if code != 0 {
+		t.Fatalf("second run: exit %d\n%v\n%s", code, failedRows(rows), errOut)
+	}
+	for i, want := range []struct{ status, node string }{
+		{"already-onboarded", "raspberrypi"}, {"onboarded", "pi-kitchen"}, {"onboarded", "pi-3"},
+	} {
+		if r := rows[f.lineOf[f.hosts[i]]]; r.Status != want.status || r.Node != want.node {
+			t.Errorf("second run, Pi %d: %+v, want %s as %s", i, r, want.status, want.node)
+		}
+	}
+	waitForState(t, "the three Pis online under their names", 30*time.Second, func() []string {
+		nodes := f.h.nodes()
+		var missing []string
+		for _, name := range []string{"raspberrypi", "pi-kitchen", "pi-3"} {
+			if n, ok := nodes[name]; !ok || !n.Online || n.Labels["fleet"] != "bulk" {
+				missing = append(missing, name)
+			}
+		}
+		return missing
+	}, func(missing []string) bool { return len(missing) == 0 })
 }
 
 // TestOnboardBulkScale measures bulk onboarding of 100 machines (100

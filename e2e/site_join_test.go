@@ -55,6 +55,31 @@ func TestSiteJoin(t *testing.T) {
 	if _, ok := root.sites()["bad"]; ok {
 		t.Fatal("a node token made a site")
 	}
+	// A site named like the root's node suffix would have its host CA
+	// trusted for every NODE.tether by `tether config ssh`: refused, and
+	// the site token is not spent.
+	suffixJoin := strings.TrimSpace(root.cli("site", "token", "create", "--ttl", "10m"))
+	_, errOut, code = runCmd(t, 60*time.Second, filepath.Join(binDir, "tether"), "hub",
+		"--data-dir", filepath.Join(t.TempDir(), "suffix"), "--listen", "127.0.0.1:0", "--ssh-listen", "127.0.0.1:0",
+		"--parent", suffixJoin, "--site", "tether")
+	if code == 0 || !strings.Contains(errOut, `invalid site name "tether": it is this hub's node suffix`) {
+		t.Fatalf("a site named tether: exit %d: %s", code, errOut)
+	}
+	if _, ok := root.sites()["tether"]; ok {
+		t.Fatal("a site named like the node suffix joined")
+	}
+	var toks []struct {
+		Kind     string `json:"kind"`
+		UsesLeft int    `json:"uses_left"`
+	}
+	if err := json.Unmarshal([]byte(root.cli("token", "list", "-o", "json")), &toks); err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range toks {
+		if tok.Kind == "site" && tok.UsesLeft != 1 {
+			t.Fatalf("the refused site join spent its token: %+v", toks)
+		}
+	}
 
 	// The sites live to the end of the test (no subtests): the root's
 	// restart below needs them.

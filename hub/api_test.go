@@ -43,6 +43,26 @@ func TestJoinEndpointRejects(t *testing.T) {
 		{"bad name", marshal(func() control.JoinRequest { r := valid(); r.Name = "127.0.0.1"; return r }()), 400, "invalid name"},
 		{"malformed token", marshal(func() control.JoinRequest { r := valid(); r.Token = "abc"; return r }()), 403, "malformed join token"},
 		{"reserved name", marshal(func() control.JoinRequest { r := valid(); r.Name = "tether-hub"; return r }()), 400, "reserved"},
+		// A site hub named like the hub's node suffix would have its host
+		// CA trusted for every NODE.tether by `tether config ssh`.
+		{"site named as the suffix", marshal(func() control.JoinRequest {
+			r := valid()
+			r.Name, r.Kind = "tether", control.JoinSite
+			return r
+		}()), 400, "node suffix"},
+	}
+	// Names the bastion calls "an address" and would never forward to: a
+	// node under one would get a host certificate and be unreachable.
+	for name, is := range map[string]string{
+		"localhost": "a loopback or local host name", "ip6-localhost": "a loopback or local host name",
+		"0x7f000001": "an IPv4 address or a number", "127-0-0-1": "an IPv4 address written with dashes", "1e3": "a number",
+	} {
+		cases = append(cases, struct {
+			name, body string
+			status     int
+			want       string
+		}{"address " + name, marshal(func() control.JoinRequest { r := valid(); r.Name = name; return r }()), 400,
+			`invalid name "` + name + `": it reads as ` + is})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

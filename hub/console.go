@@ -93,7 +93,8 @@ func (c consoleHub) Caller(sess store.ConsoleSession) (access.Caller, error) {
 // OpenTerminal opens a shell on a node for the browser terminal, deciding
 // as a jump through the bastion decides: the one door resolves the node
 // and the operator's roles must select it, before anything is said about
-// whether it is reachable; the login must be one those roles allow there.
+// whether it is reachable; the login must be one those roles allow there
+// (access.Door.AuthorizeTerminal, which the terminal's re-checks ask too).
 // The hub then logs in over the node's route with a fresh key and a user
 // certificate valid two minutes, carrying only the role-scoped principals
 // of this login (what `tether login` would certify), so the node decides
@@ -104,34 +105,16 @@ func (c consoleHub) OpenTerminal(ctx context.Context, req ui.TerminalRequest) (u
 		return nil, fmt.Errorf("%w: the browser terminal needs an operator identity (roles decide logins); sign in with `tether ui` after `tether login` as an operator", access.ErrDenied)
 	}
 	n, route, err := s.door.Resolve(ctx, access.ByName(req.Node))
+	var principals []string
 	if err == nil || errors.Is(err, access.ErrOffline) {
-		if aerr := s.door.AuthorizeJump(req.Caller.Operator, n); aerr != nil {
+		if p, aerr := s.door.AuthorizeTerminal(req.Caller.Operator, req.Login, n); aerr != nil {
 			err = aerr
+		} else {
+			principals = p
 		}
 	}
 	if err != nil {
 		return nil, err
-	}
-	o, ok := s.door.Snapshot().Operator(req.Caller.Operator)
-	if !ok {
-		return nil, fmt.Errorf("%w: operator %q is no longer registered", access.ErrDenied, req.Caller.Operator)
-	}
-	var principals []string
-	for _, r := range o.Roles {
-		if !r.Selects(n.Labels) {
-			continue
-		}
-		switch {
-		case slices.Contains(r.Logins, req.Login):
-			principals = append(principals, access.CertPrincipal(r.Name, req.Login))
-		case slices.Contains(r.Logins, roles.AnyLogin):
-			principals = append(principals, access.CertPrincipal(r.Name, roles.AnyLogin))
-		}
-	}
-	if len(principals) == 0 {
-		_, logins := roles.AllowedCompiled(o.Roles, n.Labels)
-		return nil, fmt.Errorf("%w: operator %q may not log in as %q on node %q; their roles allow: %s", access.ErrDenied,
-			req.Caller.Operator, req.Login, n.Name, strings.Join(logins, ", "))
 	}
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {

@@ -85,7 +85,14 @@ func newArtifactPushAgentCmd() *cobra.Command {
 		Short: "Publish tether-edge binaries as an agent artifact (a multi-arch index)",
 		Long: `Publish tether-edge binaries as one agent artifact: per --binary a manifest
 with the binary as its one layer, and an index of them tagged REF. The version
-is what the agents will report after the upgrade (tether-edge --version).`,
+is what the agents will report after the upgrade (tether-edge --version).
+
+Before anything is sent, each binary is checked: an ELF executable for the
+--binary's architecture, whose Go build info names tether-edge and that
+OS/ARCH, holding --version as its version (set at build time with
+-ldflags '-X github.com/tether-dev/tether/edge.Version=V', as make build
+VERSION=V does). A script, another program, another platform's build or
+another version is refused, saying which.`,
 		Example: `  tether artifact push agent oci://registry.example:5000/tether/edge:v1.4.0 --version v1.4.0 \
       --binary linux/amd64=dist/tether-edge-linux-amd64 --binary linux/arm64=dist/tether-edge-linux-arm64`,
 		Args: cobra.ExactArgs(1),
@@ -103,6 +110,11 @@ is what the agents will report after the upgrade (tether-edge --version).`,
 			}
 			if len(bins) == 0 {
 				return fmt.Errorf("give at least one --binary OS/ARCH=PATH")
+			}
+			for _, b := range bins {
+				if err := artifacts.CheckAgentBinary(b.Path, b.Platform, version); err != nil {
+					return err
+				}
 			}
 			c, err := rf.client()
 			if err != nil {

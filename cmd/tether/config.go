@@ -212,6 +212,14 @@ func siteKnownHosts(trust api.SSHTrust, suffix string) []string {
 		if validSitePath(s.Suffix) != nil {
 			continue // not a name below the hub: trust nothing for it
 		}
+		if s.Suffix == suffix || strings.HasSuffix(s.Suffix, "."+suffix) {
+			// A site named as the hub's suffix (which hubs now refuse at
+			// join): its CA would be trusted for *.SUFFIX, every node of
+			// the hub, or for the names of another site.
+			fmt.Fprintf(os.Stderr, "site %q is named like this hub's node suffix %q: its host CA is not trusted; "+
+				"rejoin that site hub under another --site name\n", s.Suffix, suffix)
+			continue
+		}
 		for _, ca := range s.HostCAs {
 			if strings.ContainsAny(ca, "\n\r") {
 				continue

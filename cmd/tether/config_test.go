@@ -116,7 +116,8 @@ func TestReplaceProfile(t *testing.T) {
 }
 
 // TestSiteKnownHosts: each site's host CA is written for names below that
-// site only; a suffix that is no site path is trusted for nothing.
+// site only; a suffix that is no site path, or a site named like the hub's
+// node suffix, is trusted for nothing.
 func TestSiteKnownHosts(t *testing.T) {
 	trust := fakeTrust(t, "tether", "127.0.0.1:2222")
 	trust.Sites = []api.SiteHostCA{
@@ -124,6 +125,10 @@ func TestSiteKnownHosts(t *testing.T) {
 		{Suffix: "sub.berlin", HostCAs: []string{"ssh-ed25519 AAAAsub"}},
 		{Suffix: "*", HostCAs: []string{"ssh-ed25519 AAAAevil"}},
 		{Suffix: "x,*", HostCAs: []string{"ssh-ed25519 AAAAevil"}},
+		// Named like the hub's suffix: trusted for *.tether, every node
+		// of the hub, and, below it, for another site's names.
+		{Suffix: "tether", HostCAs: []string{"ssh-ed25519 AAAAevil"}},
+		{Suffix: "berlin.tether", HostCAs: []string{"ssh-ed25519 AAAAevil"}},
 	}
 	got := strings.Join(siteKnownHosts(trust, "tether"), "\n")
 	want := "@cert-authority *.berlin,*.berlin.tether ssh-ed25519 AAAAberlin\n@cert-authority *.sub.berlin,*.sub.berlin.tether ssh-ed25519 AAAAsub"

@@ -29,7 +29,7 @@ func newOnboardCmd() *cobra.Command {
 }
 
 func newOnboardBulkCmd() *cobra.Command {
-	var inventory, credential, output, agentBin string
+	var inventory, credential, output, agentBin, namePattern string
 	var keys, knownHosts []string
 	cfg := bulkonboard.Config{}
 	home, _ := os.UserHomeDir()
@@ -40,7 +40,8 @@ func newOnboardBulkCmd() *cobra.Command {
 through SSH_AUTH_SOCK, and keys given with -i), copy tether-edge to it if it
 has none, and run the non-interactive onboarding there:
 
-  tether-edge onboard --non-interactive --apply -o json --credential @TMPFILE --hub HUB --ca-pin PIN [--labels K=V,...]
+  tether-edge onboard --non-interactive --apply -o json --credential @TMPFILE \
+      --hub HUB --ca-pin PIN [--name NODE] [--labels K=V,...]
 
 with the credential in a private temporary file it removes afterwards (the
 credential travels on the SSH channel, never on a command line). Hosts run
@@ -54,19 +55,28 @@ first use: a host whose key is not there fails, saying the key's
 fingerprint, and the others go on.
 
 The inventory has one machine per line, [USER@]HOST[:PORT] followed by
-optional labels KEY=VALUE that the machine reports (onboarding writes them to
-its labels file; the hub's own labels come from the credential); # starts a
-comment:
+an optional name=NODE, the node's name, and optional labels KEY=VALUE that
+the machine reports (onboarding writes them to its labels file; the hub's own
+labels come from the credential); # starts a comment:
 
   # Berlin shops
-  root@10.0.0.7 site=berlin
+  root@10.0.0.7 name=shop-7 site=berlin
   admin@shop-8.example:2222 site=berlin rack=2
   [2001:db8::9]:22
+
+A host without name= is named by --name-pattern when given: {host} is its
+HOST with every character a node name cannot hold as '-' (pi-{host}: 10.0.0.7
+becomes pi-10-0-0-7), {n} its position in the inventory (1, 2, ...). Without
+either the hub names the node after the machine's host name, so machines that
+share one (every Raspberry Pi is "raspberrypi") need name= or --name-pattern:
+the second is refused as "name taken". The names are checked, and two hosts
+asking for the same name refused, before any host is contacted.
 
 Running the same command again finishes the hosts that failed: hosts
 already onboarded are left as they are. The exit status is 0 when no host
 failed, 1 otherwise.`,
 		Example: `  tether onboard bulk --inventory hosts.txt --credential @cred --parallel 20
+  tether onboard bulk --inventory pis.txt --credential @cred --name-pattern 'pi-{host}'
   tether onboard bulk --inventory hosts.txt --credential @cred --ssh-user admin -i ~/.ssh/fleet_ed25519 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -79,6 +89,9 @@ failed, 1 otherwise.`,
 			}
 			cfg.Hosts, err = bulkonboard.ParseInventory(f)
 			f.Close()
+			if err == nil {
+				err = bulkonboard.NameHosts(cfg.Hosts, namePattern)
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", inventory, err)
 			}
@@ -136,7 +149,11 @@ failed, 1 otherwise.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&inventory, "inventory", "", "file with one host per line: [USER@]HOST[:PORT] [KEY=VALUE...] (required)")
+	f.StringVar(&inventory, "inventory", "",
+		"file with one host per line: [USER@]HOST[:PORT] [name=NODE] [KEY=VALUE...] (required)")
+	f.StringVar(&namePattern, "name-pattern", "", "node name of each host whose line has no name=: "+
+		"{host} (its HOST, as a name) and {n} (its position) are replaced, e.g. pi-{host} "+
+		"(default: the hub names it after the machine's host name)")
 	f.StringVar(&credential, "credential", "", "onboarding credential from `tether onboarding create`: @FILE (keeps it out of the process list) or the credential itself (required)")
 	f.IntVar(&cfg.Parallel, "parallel", bulkonboard.DefaultParallel, "hosts onboarded at the same time")
 	f.StringVar(&cfg.User, "ssh-user", bulkonboard.DefaultUser, "SSH login for hosts whose line names none")

@@ -347,6 +347,66 @@ func TestAuthorizeLiveJump(t *testing.T) {
 	}
 }
 
+// TestAuthorizeTerminal: a browser terminal needs a role that selects the
+// node and allows the login there; the principals name each such role,
+// and what takes the login away (a role removed) refuses it, as the
+// terminal's re-check asks.
+func TestAuthorizeTerminal(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	berlin := store.Node{Name: "berlin-1", Labels: map[string]string{"site": "berlin"}}
+	munich := store.Node{Name: "munich-1", Labels: map[string]string{"site": "munich"}}
+	for _, tc := range []struct {
+		operator, login string
+		node            store.Node
+		principals      []string
+		wantMsg         string
+	}{
+		{"alice", "ops", berlin, []string{"tether:berlin-ops:ops"}, ""},
+		{"alice", "root", berlin, nil, `may not log in as "root" on node "berlin-1"; their roles allow: ops`},
+		{"alice", "ops", munich, nil, `do not select node "munich-1"`},
+		{"root", "anyone", munich, []string{"tether:everything:*"}, ""},
+		{"nobody", "ops", berlin, nil, "do not select"},
+		{"mallory", "ops", berlin, nil, `operator "mallory" is no longer registered`},
+	} {
+		p, err := f.door.AuthorizeTerminal(tc.operator, tc.login, tc.node)
+		if tc.wantMsg == "" && (err != nil || !slices.Equal(p, tc.principals)) ||
+			tc.wantMsg != "" && (!errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), tc.wantMsg) || p != nil) {
+			t.Errorf("AuthorizeTerminal(%s, %s, %s) = %v, %v; want %v, %q",
+				tc.operator, tc.login, tc.node.Name, p, err, tc.principals, tc.wantMsg)
+		}
+	}
+	// alice also holds a role that selects berlin-1 with another login:
+	// when berlin-ops goes, the node is still selected, "ops" no longer
+	// allowed.
+	view := store.Role{Name: "berlin-view", Nodes: "site=berlin", Logins: []string{"viewer"}}
+	if err := f.st.PutRole(ctx, view); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.SetOperatorRoles(ctx, "alice", []string{"berlin-ops", "berlin-view"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.door.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.door.AuthorizeTerminal("alice", "ops", berlin); err != nil {
+		t.Fatalf("with both roles: %v", err)
+	}
+	if err := f.st.DeleteRole(ctx, "berlin-ops"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.door.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.door.AuthorizeJump("alice", berlin); err != nil {
+		t.Fatalf("berlin-view still selects berlin-1: %v", err)
+	}
+	_, err := f.door.AuthorizeTerminal("alice", "ops", berlin)
+	if !errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), "allow: viewer") {
+		t.Fatalf("after berlin-ops was removed: %v, want ops refused", err)
+	}
+}
+
 // Same tells a re-read that found nothing changed from one that found a
 // change, for every kind of row a snapshot is built from: that is what lets
 // the hub's periodic re-read skip a push round over the fleet.

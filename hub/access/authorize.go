@@ -228,6 +228,42 @@ func (d *Door) AuthorizeLiveJump(operator string, key gossh.PublicKey, n store.N
 	return d.AuthorizeJump(operator, n)
 }
 
+// AuthorizeTerminal decides whether operator may have, or keep, a shell
+// as login on node n through the hub's browser terminal, and returns the
+// principals of the user certificate the hub signs for it: one of the
+// operator's roles must select n (as for a jump) and allow login there, by
+// name or with "*". A jump's login travels encrypted and is the node's to
+// decide; the terminal's is known to the hub, which decides it here when
+// the terminal opens and at each re-check, so a role change that takes the
+// login away ends the terminal as a withdrawn jump ends.
+func (d *Door) AuthorizeTerminal(operator, login string, n store.Node) ([]string, error) {
+	o, ok := d.Snapshot().Operator(operator)
+	if !ok {
+		return nil, refuse(ErrDenied, "operator %q is no longer registered", operator)
+	}
+	selects, logins := roles.AllowedCompiled(o.Roles, n.Labels)
+	if !selects {
+		return nil, refuse(ErrDenied, "operator %q's roles (%s) do not select node %q", operator, o.roleNames(), n.Name)
+	}
+	var principals []string
+	for _, r := range o.Roles {
+		if !r.Selects(n.Labels) {
+			continue
+		}
+		switch {
+		case slices.Contains(r.Logins, login):
+			principals = append(principals, CertPrincipal(r.Name, login))
+		case slices.Contains(r.Logins, roles.AnyLogin):
+			principals = append(principals, CertPrincipal(r.Name, roles.AnyLogin))
+		}
+	}
+	if len(principals) == 0 {
+		return nil, refuse(ErrDenied, "operator %q may not log in as %q on node %q; their roles allow: %s",
+			operator, login, n.Name, strings.Join(logins, ", "))
+	}
+	return principals, nil
+}
+
 // AuthorizeJob decides whether c may run jobs on node n, which run as the
 // node's provisioning login: the admin may run anywhere; an API token's
 // role must select the node and allow that login.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/internal/validate"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel/control"
 )
@@ -116,6 +117,11 @@ func (h *handler) validateJoin(req control.JoinRequest) (tokenID, secret string,
 		// A node's host certificate names it; it must never be valid for
 		// the bastion's own names.
 		return "", "", nil, fail(ErrInvalid, "node name %q is reserved (it names the hub); choose another --name", req.Name)
+	}
+	if req.Kind == control.JoinSite {
+		if err := validate.SiteName(req.Name, h.SSHTrust.NodeSuffix); err != nil {
+			return "", "", nil, fail(ErrInvalid, "join refused: %s", err.Error())
+		}
 	}
 	tokenID, secret, err = pki.SplitToken(req.Token)
 	if err != nil {

@@ -48,7 +48,10 @@ type Pushed struct {
 // PushAgent publishes an agent artifact under ref (which must name a tag):
 // per platform a manifest with the binary as its one layer, and an index of
 // them, tagged. The documents are checked with the same parsers the hub
-// and the nodes use before anything is pushed.
+// and the nodes use before anything is pushed. The binaries are pushed as
+// given (tests publish broken agents to exercise the nodes' checks and
+// rollback); `tether artifact push agent` checks each with
+// CheckAgentBinary first.
 func (c *Client) PushAgent(ctx context.Context, ref, version string, bins []AgentBinary) (Pushed, error) {
 	r, repo, err := c.pushTarget(ref)
 	if err != nil {

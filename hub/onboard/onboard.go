@@ -158,14 +158,31 @@ func DefaultTemplate() string { return defaultTemplate }
 
 // funcs are the template functions besides text/template's own:
 // b64 (base64 of a string, for `encoding: b64`), quote (a YAML/JSON
-// double-quoted string) and indent N (every line but the first indented
-// by N spaces, for block scalars).
+// double-quoted string), indent N (every line but the first indented
+// by N spaces, for block scalars) and nodeenv (nodeEnv; bound to the
+// node's data when rendering).
 var funcs = template.FuncMap{
 	"b64":   func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) },
 	"quote": strconv.Quote,
 	"indent": func(n int, s string) string {
 		return strings.ReplaceAll(s, "\n", "\n"+strings.Repeat(" ", n))
 	},
+	"nodeenv": func() string { return "" },
+}
+
+// nodeEnv is what {{nodeenv}} renders: the first items of a runcmd argv
+// list that run the rest with the node's name and ID in its environment,
+// as jobs and missions see them:
+//
+//	runcmd:
+//	  - [{{nodeenv}}, /usr/local/sbin/site-setup]
+//
+// renders [env, "TETHER_NODE=n7", "TETHER_NODE_ID=…", /usr/local/sbin/site-setup].
+// runcmd entries are argv lists, run without a shell by cloud-init and by
+// tether-edge onboard --apply alike, so env(1) in the entry is the one way
+// both give a command an environment.
+func nodeEnv(d Data) string {
+	return "env, " + strconv.Quote("TETHER_NODE="+d.Name) + ", " + strconv.Quote("TETHER_NODE_ID="+d.NodeID)
 }
 
 // Parse parses a template ("" is the default).
@@ -187,6 +204,7 @@ func Render(text string, d Data) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	t.Funcs(template.FuncMap{"nodeenv": func() string { return nodeEnv(d) }})
 	var out bytes.Buffer
 	if err := t.Execute(&limitWriter{w: &out, left: control.MaxUserData}, d); err != nil {
 		return "", fmt.Errorf("onboard: render template: %w", err)

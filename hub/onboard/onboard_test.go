@@ -2,6 +2,8 @@ package onboard
 
 import (
 	"errors"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,5 +129,37 @@ func TestDefaultTemplate(t *testing.T) {
 	}
 	if got := LabelsFile(map[string]string{"b": "2", "a": "1"}); !strings.HasSuffix(got, "a=1\nb=2\n") {
 		t.Fatalf("labels file %q", got)
+	}
+}
+
+// TestNodeEnv: a runcmd entry that starts with {{nodeenv}} runs its
+// command with TETHER_NODE and TETHER_NODE_ID, as the argv list that
+// cloud-init and tether-edge onboard --apply both run without a shell.
+func TestNodeEnv(t *testing.T) {
+	tmpl := DefaultTemplate() + `  - [{{nodeenv}}, /bin/sh, -c, 'echo "node=$TETHER_NODE id=$TETHER_NODE_ID"']` + "\n"
+	if err := Validate(tmpl); err != nil {
+		t.Fatal(err)
+	}
+	d := SampleData()
+	d.Name, d.NodeID = "pi-kitchen", "0a1b2c3d4e5f6a7b"
+	out, err := Render(tmpl, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := control.ParseUserData(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := u.RunCmd[len(u.RunCmd)-1]
+	want := []string{"env", "TETHER_NODE=pi-kitchen", "TETHER_NODE_ID=0a1b2c3d4e5f6a7b", "/bin/sh", "-c"}
+	if len(argv) < 5 || !slices.Equal(argv[:5], want) {
+		t.Fatalf("runcmd %q, want it to start %q", argv, want)
+	}
+	got, err := exec.Command(argv[0], argv[1:]...).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "node=pi-kitchen id=0a1b2c3d4e5f6a7b\n" {
+		t.Fatalf("the command saw %q", got)
 	}
 }

@@ -26,6 +26,9 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
+	if err := private(path); err != nil {
+		return nil, err
+	}
 	q := url.Values{}
 	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(1)"} {
 		q.Add("_pragma", p)
@@ -46,11 +49,36 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("store: %w", err)
-	}
 	return s, nil
+}
+
+// sqliteSideFiles are the files SQLite keeps beside the database: the
+// write-ahead log and its shared-memory index hold recent writes, the
+// rollback journal old pages.
+var sqliteSideFiles = []string{"-wal", "-shm", "-journal"}
+
+// private makes the database file 0600 before SQLite opens it, creating it
+// if needed. SQLite creates its side files with the database file's mode,
+// so they are 0600 too; side files an earlier hub left with a wider mode
+// (a crash keeps the WAL) are narrowed as well.
+func private(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	err = f.Chmod(0o600)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	for _, side := range sqliteSideFiles {
+		if err := os.Chmod(path+side, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("store: %w", err)
+		}
+	}
+	return nil
 }
 
 func (s *DB) migrateSQLite(ctx context.Context) error {

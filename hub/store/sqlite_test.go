@@ -310,3 +310,45 @@ func TestRolesAuditRevoke(t *testing.T) {
 		}
 	})
 }
+
+// TestSQLiteFilesPrivate: the database and the files SQLite keeps beside
+// it (the WAL holds the latest writes: token hashes, operators' keys) are
+// readable by the hub's user only, under the common umask 022, for a new
+// database and for one an earlier hub left world-readable.
+func TestSQLiteFilesPrivate(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	for _, tc := range []struct {
+		name  string
+		older bool // files made 0644 by an earlier hub
+	}{{"new", false}, {"left by an earlier hub", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "tether.db")
+			if tc.older {
+				for _, f := range []string{path, path + "-wal"} {
+					if err := os.WriteFile(f, nil, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			s, err := OpenSQLite(context.Background(), path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			tok := Token{ID: "t", SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)}
+			if err := s.CreateToken(context.Background(), tok); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []string{path, path + "-wal", path + "-shm"} {
+				st, err := os.Stat(f)
+				if err != nil {
+					t.Fatalf("after a write: %v", err)
+				}
+				if st.Mode().Perm() != 0o600 {
+					t.Errorf("%s: mode %v, want -rw-------", filepath.Base(f), st.Mode().Perm())
+				}
+			}
+		})
+	}
+}

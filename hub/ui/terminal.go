@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -42,7 +41,8 @@ type Shell interface {
 }
 
 // terminalRecheck is how often a terminal re-asks whether its operator may
-// still reach the node (removed operator, revoked key, narrowed roles).
+// still log in on the node (removed operator, revoked key, narrowed roles,
+// a login no role allows any more, a removed or revoked node).
 const terminalRecheck = 5 * time.Second
 
 // termMsg is one message from the browser: the first authenticates
@@ -163,7 +163,7 @@ loop:
 		case <-ctx.Done():
 			break loop
 		case <-tick.C:
-			if err := c.stillMay(r, node); err != nil {
+			if err := c.stillMay(ctx, r, node, login); err != nil {
 				result = "ended: access withdrawn"
 				rec.Detail += ": " + err.Error()
 				fail("access withdrawn: " + err.Error())
@@ -183,18 +183,28 @@ loop:
 		"bytes_to_node", rec.BytesToNode, "bytes_from_node", rec.BytesFromNode)
 }
 
-// stillMay re-checks a live terminal: the session still stands and its
-// operator's roles still select the node.
-func (c *Console) stillMay(r *http.Request, node string) error {
+// stillMay re-checks a live terminal as the bastion re-checks a live
+// jump: the session still stands (its operator registered, with the key
+// it signed in with), the node is neither removed nor revoked, and the
+// door still lets the operator log in there as login. A node that cannot
+// be looked up keeps its terminal: the store may be briefly unavailable.
+func (c *Console) stillMay(ctx context.Context, r *http.Request, node, login string) error {
 	s, err := c.signedIn(r)
 	if err != nil {
 		return err
 	}
-	n, err := c.cfg.Store.GetNodeByName(context.Background(), node)
-	if err != nil {
-		return fmt.Errorf("node %q: %w", node, err)
+	n, _, err := c.cfg.Door.Resolve(ctx, access.ByName(node))
+	switch {
+	case err == nil || errors.Is(err, access.ErrOffline):
+	case errors.Is(err, access.ErrUnknownNode), errors.Is(err, access.ErrRevoked):
+		return err
+	default:
+		c.cfg.Logger.Warn("live terminal not re-checked: node lookup failed",
+			"operator", s.caller.Operator, "node", node, "err", err)
+		return nil
 	}
-	return c.cfg.Door.AuthorizeJump(s.caller.Operator, n)
+	_, err = c.cfg.Door.AuthorizeTerminal(s.caller.Operator, login, n)
+	return err
 }
 
 func terminalResult(err error) string {

@@ -378,3 +378,65 @@ func TestStateOf(t *testing.T) {
 		})
 	}
 }
+
+// TestTerminalRecheck: a live terminal is re-checked as a live jump is,
+// through the door: it ends when no role allows its login on the node any
+// more (though a role still selects the node), and when the node is
+// revoked or removed.
+func TestTerminalRecheck(t *testing.T) {
+	tc := newTestConsole(t)
+	ctx := context.Background()
+	if err := tc.st.CreateToken(ctx, store.Token{ID: "tok", SecretHash: []byte("x"), UsesLeft: 1,
+		ExpiresAt: time.Now().Add(time.Hour), CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	dev1 := store.Node{ID: "id-dev-1", Name: "dev-1", Labels: map[string]string{"env": "dev"}, CreatedAt: time.Now()}
+	if _, err := tc.st.Join(ctx, "tok", func(store.Token) error { return nil }, dev1); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []store.Role{
+		{Name: "dev-ops", Nodes: "env=dev", Logins: []string{"*"}},
+		{Name: "dev-audit", Nodes: "env=dev", Logins: []string{"auditor"}},
+	} {
+		if err := tc.st.PutRole(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := testenv.NewKey(t).Signer.PublicKey()
+	alice := store.Operator{Name: "alice", PublicKey: string(gossh.MarshalAuthorizedKey(k)),
+		Fingerprint: gossh.FingerprintSHA256(k), Roles: []string{"dev-ops", "dev-audit"}, CreatedAt: time.Now()}
+	if err := tc.st.AddOperator(ctx, alice); err != nil {
+		t.Fatal(err)
+	}
+	reload := func() {
+		t.Helper()
+		if _, err := tc.cfg.Door.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload()
+	ck, _ := tc.signIn(t)
+	r := httptest.NewRequest("GET", "https://hub.example:7443/ui/api/terminal?node=dev-1&login=root", nil)
+	r.AddCookie(ck)
+	check := func(node, login string, want error, says string) {
+		t.Helper()
+		err := tc.stillMay(ctx, r, node, login)
+		if want == nil && err != nil || want != nil && (!errors.Is(err, want) || !strings.Contains(err.Error(), says)) {
+			t.Errorf("stillMay(%s as %s) = %v, want %v saying %q", node, login, err, want, says)
+		}
+	}
+	check("dev-1", "root", nil, "")
+	check("dev-1", "auditor", nil, "")
+	// dev-audit still selects dev-1, but allows auditor only.
+	if err := tc.st.DeleteRole(ctx, "dev-ops"); err != nil {
+		t.Fatal(err)
+	}
+	reload()
+	check("dev-1", "root", access.ErrDenied, `may not log in as "root" on node "dev-1"; their roles allow: auditor`)
+	check("dev-1", "auditor", nil, "")
+	check("dev-2", "auditor", access.ErrUnknownNode, `no node named "dev-2"`)
+	if err := tc.st.RevokeNode(ctx, "id-dev-1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	check("dev-1", "auditor", access.ErrRevoked, `node "dev-1" was revoked`)
+}

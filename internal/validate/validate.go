@@ -1,5 +1,7 @@
 // Package validate is the one vocabulary of names Tether accepts: node
-// names, SSH logins, label keys and values, environment variable names.
+// and site names, SSH logins, label keys and values, environment variable
+// names, and which host names are addresses rather than names (the
+// bastion's refusal and the node names' rule are one).
 //
 // Every part that takes such a name from outside (the hub's API and jobs,
 // roles, the provisioning runner, the agent's SSH server and its managed
@@ -15,7 +17,10 @@ package validate
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
+	"strconv"
+	"strings"
 )
 
 // Bounds.
@@ -90,9 +95,131 @@ func Login(s string) error {
 }
 
 // NodeName checks a node (or operator) name, reported as "invalid name": a DNS label, so that NAME.tether
-// is a valid host name for ssh, and not all digits, so that a name can never
-// be mistaken for an IP address or a numeric ID.
+// is a valid host name for ssh, and not a name that reads as an address or a
+// number (see [Address]): the bastion refuses to forward to such a name, so a
+// node that took one would be unreachable.
 func NodeName(s string) error { return dnsLabel("name", s, false) }
+
+// SiteName checks the name a site hub takes below a hub whose nodes are
+// NAME.suffix: a node name, and not suffix itself. A site's nodes are
+// NODE.SITE.suffix, and `tether config ssh` trusts the site's host CA for
+// *.SITE; a site named suffix would be trusted for *.suffix, every node of
+// the hub above it.
+func SiteName(s, suffix string) error {
+	if err := dnsLabel("site name", s, false); err != nil {
+		return err
+	}
+	if s == suffix {
+		return bad("site name", s, "it is this hub's node suffix (nodes are NAME."+suffix+"): "+
+			"the site's host CA would be trusted for every node of this hub; choose another --site")
+	}
+	return nil
+}
+
+// loopbackNames are the host names that /etc/hosts of the common
+// distributions (Debian, Red Hat, macOS) map to loopback, link-local or
+// multicast addresses.
+var loopbackNames = []string{
+	"localhost", "localhost4", "localhost6", "ip6-localhost", "ip6-loopback", "ip6-localnet",
+	"ip6-mcastprefix", "ip6-allnodes", "ip6-allrouters", "ip6-allhosts", "broadcasthost",
+}
+
+// Address reports whether host reads as an address rather than a name to
+// the resolver, ssh, a browser or a YAML/JSON tool, and what it reads as:
+//   - an IP address, IPv6 (in brackets or not) or IPv4 in any form
+//     inet_aton(3) and URL parsers take: 127.0.0.1, 127.1, 2130706433,
+//     0x7f000001, 017700000001;
+//   - a name the hosts file or RFC 6761 gives an address: localhost (and
+//     any name below it), localhost.localdomain, ip6-localhost, ip6-loopback, …;
+//   - an IPv4 address written with dashes (127-0-0-1), which wildcard DNS
+//     services resolve to that address;
+//   - a number: all digits (an address to inet_aton, a numeric ID to
+//     people), hexadecimal (0x1f), octal or binary with 0o/0b, or a
+//     decimal with an exponent (1e3, a float to YAML and JSON).
+//
+// The bastion refuses to forward to such a host ("is an address"), and
+// node names are refused by the same rule, so a node that could not be
+// reached never joins.
+func Address(host string) (what string, ok bool) {
+	h := strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	if _, err := netip.ParseAddr(h); err == nil {
+		return "an IP address", true
+	}
+	h = strings.TrimSuffix(h, ".")
+	if h == "" {
+		return "", false
+	}
+	if inetAton(h) {
+		return "an IPv4 address or a number", true
+	}
+	bare := h
+	for _, dom := range []string{".localdomain", ".localdomain4", ".localdomain6"} {
+		bare = strings.TrimSuffix(bare, dom)
+	}
+	if slices.Contains(loopbackNames, bare) || strings.HasSuffix(h, ".localhost") {
+		return "a loopback or local host name", true
+	}
+	if dashedIPv4(h) {
+		return "an IPv4 address written with dashes", true
+	}
+	if number(h) {
+		return "a number", true
+	}
+	return "", false
+}
+
+// inetAton reports whether s is 1-4 dot-separated numbers, each decimal,
+// octal (leading 0) or hexadecimal (0x, digits optional), as glibc's
+// inet_aton and the WHATWG URL parser read IPv4 addresses.
+func inetAton(s string) bool {
+	parts := strings.Split(s, ".")
+	if len(parts) > 4 {
+		return false
+	}
+	for _, p := range parts {
+		if hex, ok := strings.CutPrefix(p, "0x"); ok {
+			if strings.Trim(hex, "0123456789abcdef") != "" {
+				return false
+			}
+			continue
+		}
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// dashedIPv4 reports whether s is four decimal numbers 0-255 joined by '-'.
+func dashedIPv4(s string) bool {
+	parts := strings.Split(s, "-")
+	if len(parts) != 4 {
+		return false
+	}
+	for _, p := range parts {
+		if len(p) == 0 || len(p) > 3 || strings.Trim(p, "0123456789") != "" {
+			return false
+		}
+		if v, _ := strconv.Atoi(p); v > 255 {
+			return false
+		}
+	}
+	return true
+}
+
+// number reports whether s is an integer with a 0o or 0b prefix, or a
+// decimal with an exponent (1e3, 1e-3, 2e+5); all digits and 0x are
+// inetAton's.
+func number(s string) bool {
+	for prefix, digits := range map[string]string{"0o": "01234567", "0b": "01"} {
+		if rest, ok := strings.CutPrefix(s, prefix); ok && rest != "" && strings.Trim(rest, digits) == "" {
+			return true
+		}
+	}
+	mant, exp, ok := strings.Cut(s, "e")
+	exp = strings.TrimLeft(exp, "+-")
+	return ok && mant != "" && exp != "" && strings.Trim(mant, "0123456789") == "" && strings.Trim(exp, "0123456789") == ""
+}
 
 // ClusterName checks a KubeOne cluster's name: a DNS label, as a node
 // name (KubeOne wants a DNS name; the hub makes a bastion user and a
@@ -107,6 +234,9 @@ func dnsLabel(what, s string, digitsOK bool) error {
 	rule := dnsLabelRule
 	if digitsOK {
 		rule = roleNameRule
+	} else if is, ok := Address(s); ok {
+		return bad(what, s, "it reads as "+is+", and the bastion forwards only to names that are not addresses "+
+			"or numbers; choose another ("+rule+")")
 	}
 	if len(s) == 0 || len(s) > MaxDNSLabelLen || s[0] == '-' || s[len(s)-1] == '-' {
 		return bad(what, s, rule)

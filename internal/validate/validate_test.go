@@ -75,6 +75,97 @@ func TestNodeName(t *testing.T) {
 	}
 }
 
+// TestAddress: the hosts the bastion calls "an address" are exactly the
+// names a node may not take, so no node joins under a name it cannot be
+// reached by.
+func TestAddress(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		is   string // "" for a name
+		node bool   // a valid node name (only names can be)
+	}{
+		{"localhost", "a loopback or local host name", false},
+		{"LOCALHOST", "a loopback or local host name", false},
+		{"localhost4", "a loopback or local host name", false},
+		{"localhost6", "a loopback or local host name", false},
+		{"ip6-localhost", "a loopback or local host name", false},
+		{"ip6-loopback", "a loopback or local host name", false},
+		{"ip6-allnodes", "a loopback or local host name", false},
+		{"ip6-allrouters", "a loopback or local host name", false},
+		{"broadcasthost", "a loopback or local host name", false},
+		{"localhost.localdomain", "a loopback or local host name", false},
+		{"localhost6.localdomain6", "a loopback or local host name", false},
+		{"app.localhost", "a loopback or local host name", false}, // RFC 6761
+		{"localhost.", "a loopback or local host name", false},
+		{"0x7f000001", "an IPv4 address or a number", false},
+		{"0x", "an IPv4 address or a number", false}, // inet_aton reads 0.0.0.0
+		{"0xdeadbeef", "an IPv4 address or a number", false},
+		{"2130706433", "an IPv4 address or a number", false},
+		{"017700000001", "an IPv4 address or a number", false},
+		{"127.1", "an IPv4 address or a number", false},
+		{"0x7f.1", "an IPv4 address or a number", false},
+		{"127.0.0.1", "an IP address", false},
+		{"::1", "an IP address", false},
+		{"[::1]", "an IP address", false},
+		{"fe80::1%eth0", "an IP address", false},
+		{"127-0-0-1", "an IPv4 address written with dashes", false},
+		{"10-0-0-255", "an IPv4 address written with dashes", false},
+		{"1e3", "a number", false},
+		{"1e-3", "a number", false},
+		{"0o17", "a number", false},
+		{"0b101", "a number", false},
+		{"node-1", "", true},
+		{"n7", "", true},
+		{"localhost-1", "", true}, // a name that only starts like one
+		{"my-localhost", "", true},
+		{"ip-10-0-0-1", "", true}, // EC2's host names are names
+		{"10-0-0-256", "", true},
+		{"1-2-3", "", true},
+		{"0xbox", "", true},
+		{"e3", "", true},
+		{"1e", "", true},
+		{"0b", "", true},
+		{"0b12", "", true},
+		{"7eleven", "", true},
+		{"deadbeef", "", true},
+		{"n7.berlin", "", false}, // a path, not an address; not a node name either
+	} {
+		is, ok := Address(tc.in)
+		if ok != (tc.is != "") || is != tc.is {
+			t.Errorf("Address(%q) = %q, %v; want %q", tc.in, is, ok, tc.is)
+		}
+		err := NodeName(tc.in)
+		if (err == nil) != tc.node {
+			t.Errorf("NodeName(%q) = %v, want ok=%v", tc.in, err, tc.node)
+		}
+		if tc.is != "" && strings.Trim(tc.in, "0123456789") != "" && tc.in == strings.ToLower(tc.in) && err != nil &&
+			!strings.Contains(err.Error(), "reads as "+tc.is) {
+			t.Errorf("NodeName(%q) = %v, want it to say it reads as %s", tc.in, err, tc.is)
+		}
+	}
+}
+
+func TestSiteName(t *testing.T) {
+	for _, tc := range []struct {
+		in, suffix string
+		says       string // "" when accepted
+	}{
+		{"berlin", "tether", ""},
+		{"tether", "tether", "node suffix"},
+		{"prod", "prod", "node suffix"},
+		{"tether", "prod", ""},
+		{"localhost", "tether", "reads as a loopback"},
+		{"123", "tether", "not all digits"},
+		{"a.b", "tether", "DNS label"},
+	} {
+		err := SiteName(tc.in, tc.suffix)
+		bad := err != nil && (!strings.Contains(err.Error(), tc.says) || !errors.Is(err, ErrInvalid))
+		if (err == nil) != (tc.says == "") || bad {
+			t.Errorf("SiteName(%q, %q) = %v, want an error saying %q", tc.in, tc.suffix, err, tc.says)
+		}
+	}
+}
+
 func TestLabels(t *testing.T) {
 	for _, tc := range []struct {
 		k, v string

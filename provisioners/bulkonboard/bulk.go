@@ -303,10 +303,14 @@ mv -f "$t" ` + p
 }
 
 // onboard runs `tether-edge onboard --non-interactive --apply -o json`
-// with the credential in a private temporary file.
+// with the credential in a private temporary file, and the host's node
+// name (--name) when the inventory gives one.
 func (r *run) onboard(c *ssh.Client, h Host, edge string) (node string, already bool, err error) {
 	args := []string{shellQuote(edge), "onboard", "--non-interactive", "--apply", "-o", "json", "--credential", `"@$c"`,
 		"--hub", shellQuote(r.cfg.Hub), "--ca-pin", shellQuote(r.cfg.CAPin)}
+	if h.Name != "" {
+		args = append(args, "--name", shellQuote(h.Name))
+	}
 	if len(h.Labels) > 0 {
 		kv := make([]string, len(h.Labels))
 		for i, l := range h.Labels {

@@ -27,6 +27,10 @@ type Host struct {
 	Host string
 	// Port is the SSH port (22 when the line names none).
 	Port int
+	// Name is the node name asked for (tether-edge onboard --name): the
+	// line's name=NAME, else what NameHosts made of --name-pattern; ""
+	// lets the hub name the node after the machine's host name.
+	Name string
 	// Labels are asked for at onboarding (tether-edge onboard --labels),
 	// in the order the line gives them: the machine's reported labels,
 	// written to its labels file. The hub's labels come from the
@@ -59,18 +63,23 @@ func (h Host) String() string {
 // a truncation.
 const maxInventoryLine = 64 << 10
 
+// NameField is the inventory field that names a host's node (name=NODE):
+// a field of the line, not a label the machine reports.
+const NameField = "name"
+
 // ParseInventory reads an inventory: one machine per line,
 //
-//	[USER@]HOST[:PORT] [KEY=VALUE...]
+//	[USER@]HOST[:PORT] [name=NODE] [KEY=VALUE...]
 //
 // with an IPv6 address in brackets when a port follows ([2001:db8::1]:2222),
 // blank lines, and comments from # to the end of a line. It reports every
-// bad line (with its number), not only the first, and a machine listed twice
-// (same user, host and port).
+// bad line (with its number), not only the first, a machine listed twice
+// (same user, host and port) and a node name asked for twice.
 func ParseInventory(r io.Reader) ([]Host, error) {
 	var hosts []Host
 	var errs []error
 	seen := map[string]int{}
+	names := map[string]int{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, maxInventoryLine)
 	n := 0
@@ -91,7 +100,11 @@ func ParseInventory(r io.Reader) ([]Host, error) {
 			errs = append(errs, fmt.Errorf("line %d: %s is already listed on line %d", n, h, first))
 			continue
 		}
-		seen[key] = n
+		if first, dup := names[h.Name]; dup && h.Name != "" {
+			errs = append(errs, fmt.Errorf("line %d: node name %q is already asked for on line %d", n, h.Name, first))
+			continue
+		}
+		seen[key], names[h.Name] = n, n
 		hosts = append(hosts, h)
 	}
 	if err := sc.Err(); err != nil {
@@ -101,7 +114,8 @@ func ParseInventory(r io.Reader) ([]Host, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInventory, errors.Join(errs...))
 	}
 	if len(hosts) == 0 {
-		return nil, fmt.Errorf("%w: no hosts in it (one [USER@]HOST[:PORT] [KEY=VALUE...] per line)", ErrInventory)
+		return nil, fmt.Errorf("%w: no hosts in it (one [USER@]HOST[:PORT] [name=NODE] [KEY=VALUE...] per line)",
+			ErrInventory)
 	}
 	return hosts, nil
 }
@@ -124,7 +138,17 @@ func parseHostLine(n int, fields []string) (Host, error) {
 	for _, kv := range fields[1:] {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
-			return h, fmt.Errorf("%q: want KEY=VALUE labels after the host", kv)
+			return h, fmt.Errorf("%q: want name=NODE and KEY=VALUE labels after the host", kv)
+		}
+		if k == NameField {
+			if h.Name != "" {
+				return h, fmt.Errorf("%s= given twice", NameField)
+			}
+			if err := validate.NodeName(v); err != nil {
+				return h, fmt.Errorf("%q: node %w", kv, err)
+			}
+			h.Name = v
+			continue
 		}
 		if err := validate.LabelKey(k); err != nil {
 			return h, fmt.Errorf("label %q: %w", kv, err)
@@ -199,4 +223,62 @@ func checkHostName(s string) error {
 		}
 	}
 	return nil
+}
+
+// NameHosts names, from pattern, every host whose line asks for no name:
+// {n} is the host's position in the inventory (1, 2, …), {host} its HOST
+// lowercased with every character a node name cannot hold turned into '-'
+// (10.0.0.7 → 10-0-0-7, shop-8.example → shop-8-example). Every name must
+// be a valid node name and no two hosts may ask for the same one; the
+// error names each line that fails. An empty pattern names no host (the
+// hub then names each node after the machine's host name).
+func NameHosts(hosts []Host, pattern string) error {
+	if pattern == "" {
+		return nil
+	}
+	if !strings.Contains(pattern, "{n}") && !strings.Contains(pattern, "{host}") && len(hosts) > 1 {
+		return fmt.Errorf("--name-pattern %q: give every host its own name with {n} (its position) or {host} (its address)",
+			pattern)
+	}
+	var errs []error
+	names := map[string]int{}
+	for _, h := range hosts {
+		if h.Name != "" {
+			names[h.Name] = h.Line
+		}
+	}
+	for i := range hosts {
+		h := &hosts[i]
+		if h.Name != "" {
+			continue
+		}
+		name := strings.NewReplacer("{n}", strconv.Itoa(i+1), "{host}", hostLabel(h.Host)).Replace(pattern)
+		if err := validate.NodeName(name); err != nil {
+			errs = append(errs, fmt.Errorf("line %d: --name-pattern %q gives node %w; put name=NODE on the line",
+				h.Line, pattern, err))
+			continue
+		}
+		if first, dup := names[name]; dup {
+			errs = append(errs, fmt.Errorf("line %d: --name-pattern %q gives node name %q, already that of line %d",
+				h.Line, pattern, name, first))
+			continue
+		}
+		names[name], h.Name = h.Line, name
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInventory, errors.Join(errs...))
+	}
+	return nil
+}
+
+// hostLabel is host as a part of a node name: lowercase letters, digits
+// and inner dashes.
+func hostLabel(host string) string {
+	b := []byte(strings.ToLower(host))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			b[i] = '-'
+		}
+	}
+	return strings.Trim(string(b), "-")
 }

@@ -59,6 +59,10 @@ func TestParseInventoryRejects(t *testing.T) {
 		{"bad ipv6", "[::1\n[10.0.0.1]:22\n1:2:3\n", []string{"line 1:", "line 2:", "line 3:"}},
 		{"every bad line is named", "ok\nbad:0\nok2\nalso bad:-1\n", []string{"line 2:", "line 4:"}},
 		{"overlong line", strings.Repeat("x", maxInventoryLine+1), []string{"too long"}},
+		{"bad node name", "a name=Pi_1\nb name=localhost\n", []string{"line 1:", "line 2:", "reads as a loopback"}},
+		{"name twice on a line", "a name=pi-1 name=pi-2\n", []string{"line 1:", "name= given twice"}},
+		{"name asked twice", "a name=pi-1\nb\nc name=pi-1\n",
+			[]string{"line 3:", `node name "pi-1" is already asked for on line 1`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseInventory(strings.NewReader(tc.in))
@@ -71,6 +75,63 @@ func TestParseInventoryRejects(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestNameHosts: name= on a line is the host's node name (a field, not a
+// reported label); --name-pattern names the hosts without one, and every
+// name is a node name no other host asks for, checked before any host is
+// contacted.
+func TestNameHosts(t *testing.T) {
+	const inv = "pi@10.0.0.7 name=kitchen site=home\npi@10.0.0.8\n[2001:db8::9]:2222\nShop-8.Example\n"
+	for _, tc := range []struct {
+		pattern string
+		want    []string // names in inventory order
+		err     []string // each in the error
+	}{
+		{"", []string{"kitchen", "", "", ""}, nil},
+		{"pi-{host}", []string{"kitchen", "pi-10-0-0-8", "pi-2001-db8--9", "pi-shop-8-example"}, nil},
+		{"pi-{n}", []string{"kitchen", "pi-2", "pi-3", "pi-4"}, nil},
+		{"{host}", nil, []string{"line 2:", "reads as an IPv4 address written with dashes", "put name=NODE on the line"}},
+		{"pi", nil, []string{"{n}", "{host}"}},
+		{"kitchen{n}x", []string{"kitchen", "kitchen2x", "kitchen3x", "kitchen4x"}, nil},
+		{"Pi-{n}", nil, []string{"line 2:", "line 3:", "line 4:", "lowercase"}},
+	} {
+		t.Run(tc.pattern, func(t *testing.T) {
+			hosts, err := ParseInventory(strings.NewReader(inv))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(hosts[0].Labels) != 1 || hosts[0].Labels[0] != (Label{"site", "home"}) {
+				t.Fatalf("name= taken as a label: %+v", hosts[0].Labels)
+			}
+			err = NameHosts(hosts, tc.pattern)
+			if tc.err != nil {
+				if err == nil {
+					t.Fatalf("NameHosts(%q) accepted: %+v", tc.pattern, hosts)
+				}
+				for _, w := range tc.err {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error lacks %q:\n%v", w, err)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, w := range tc.want {
+				if hosts[i].Name != w {
+					t.Errorf("host %d (%s) named %q, want %q", i, hosts[i], hosts[i].Name, w)
+				}
+			}
+		})
+	}
+	// A pattern may not give a name a line asks for.
+	hosts, _ := ParseInventory(strings.NewReader("a name=pi-2\nb\n"))
+	err := NameHosts(hosts, "pi-{n}")
+	if err == nil || !strings.Contains(err.Error(), `gives node name "pi-2", already that of line 1`) {
+		t.Fatalf("pattern clashing with a name=: %v", err)
 	}
 }
 
