@@ -35,6 +35,17 @@ func unitValues(t *testing.T, unit, key string) []string {
 	return vals
 }
 
+// restartPrevented returns the exit statuses tether-edge.service names in
+// RestartPreventExitStatus=: systemd does not restart the agent after them.
+func restartPrevented(t *testing.T) []string {
+	t.Helper()
+	lines := unitValues(t, "tether-edge.service", "RestartPreventExitStatus")
+	if len(lines) != 1 {
+		t.Fatalf("tether-edge.service: want one RestartPreventExitStatus=, have %q", lines)
+	}
+	return strings.Fields(lines[0])
+}
+
 // exitCode is how a stopped process exited (-1 if by a signal).
 func exitCode(t *testing.T, p *proc) int {
 	t.Helper()
@@ -53,9 +64,9 @@ func exitCode(t *testing.T, p *proc) int {
 // back; started again, as a supervisor would, it exits the same way
 // instead of retrying.
 func TestRefusedNodeExitsForGood(t *testing.T) {
-	prevent := unitValues(t, "tether-edge.service", "RestartPreventExitStatus")
-	if len(prevent) != 1 {
-		t.Fatalf("tether-edge.service: want one RestartPreventExitStatus=, have %q", prevent)
+	const refused = "77"
+	if prevent := restartPrevented(t); !slices.Contains(prevent, refused) {
+		t.Fatalf("tether-edge.service: RestartPreventExitStatus=%s lacks %s", strings.Join(prevent, " "), refused)
 	}
 	h := startHub(t)
 	join := h.token("--uses", "2")
@@ -75,8 +86,9 @@ func TestRefusedNodeExitsForGood(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("agent %s still running 20s after the hub refused it", a.name)
 		}
-		if code := exitCode(t, a.p); strconv.Itoa(code) != prevent[0] {
-			t.Fatalf("agent %s exited %d, want %s (RestartPreventExitStatus= of tether-edge.service)", a.name, code, prevent[0])
+		if code := exitCode(t, a.p); strconv.Itoa(code) != refused {
+			t.Fatalf("agent %s exited %d, want %s (RestartPreventExitStatus= of tether-edge.service)",
+				a.name, code, refused)
 		}
 		for _, want := range []string{"tether-edge: hub refused this node", "`tether nodes rm " + a.name + "`", "`tether token create`", "--join JOIN_STRING"} {
 			if !strings.Contains(a.p.Log(), want) {
@@ -96,8 +108,69 @@ func TestRefusedNodeExitsForGood(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("restarted revoked agent still running after 30s")
 	}
-	if code := exitCode(t, again); strconv.Itoa(code) != prevent[0] || !strings.Contains(again.Log(), "revoked") {
+	if code := exitCode(t, again); strconv.Itoa(code) != refused || !strings.Contains(again.Log(), "revoked") {
 		t.Fatalf("restarted revoked agent: exit %d:\n%s", code, again.Tail(2000))
+	}
+}
+
+// TestUnjoinedAgentExitsForGood: `tether-edge run` on a machine that has
+// not joined and has no join string (the packaged unit at every boot until
+// someone gives one) exits with a status the unit names in
+// RestartPreventExitStatus=, instead of being restarted every few seconds,
+// and says the commands that give it one, with the paths it really uses.
+// Under --supervise (machines without systemd) the supervisor stops too.
+func TestUnjoinedAgentExitsForGood(t *testing.T) {
+	const notJoined = "78"
+	if prevent := restartPrevented(t); !slices.Contains(prevent, notJoined) {
+		t.Fatalf("tether-edge.service: RestartPreventExitStatus=%s lacks %s", strings.Join(prevent, " "), notJoined)
+	}
+	dir := t.TempDir()
+	stateDir, joinFile := filepath.Join(dir, "state"), filepath.Join(dir, "etc", "join")
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "TETHER_JOIN=") })
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"run", nil},
+		{"supervised", []string{"--supervise"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(filepath.Join(binDir, "tether-edge"), append([]string{"run", "--state-dir", stateDir,
+				"--join-file", joinFile, "--ssh", "embedded"}, tc.args...)...)
+			cmd.Env = env
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				cmd.Process.Kill()
+				<-done
+				t.Fatalf("still running after 30s:\n%s", stderr.String())
+			}
+			if code := cmd.ProcessState.ExitCode(); strconv.Itoa(code) != notJoined {
+				t.Fatalf("exit %d, want %s (RestartPreventExitStatus= of tether-edge.service):\n%s",
+					code, notJoined, stderr.String())
+			}
+			for _, want := range []string{
+				"this node has not joined a hub yet (no node.json in " + stateDir + ")",
+				"or a line in " + joinFile,
+				"`tether token create`",
+				"install -D -m 0600 /dev/null " + joinFile + "\n",
+				"echo 'JOIN_STRING' > " + joinFile + "\n",
+			} {
+				if !strings.Contains(stderr.String(), want) {
+					t.Errorf("message lacks %q:\n%s", want, stderr.String())
+				}
+			}
+			if n := strings.Count(stderr.String(), "has not joined"); n != 1 {
+				t.Errorf("the agent ran %d times, want once:\n%s", n, stderr.String())
+			}
+		})
 	}
 }
 

@@ -352,6 +352,12 @@ func TestOnboardRefused(t *testing.T) {
 		if code == 0 || !strings.Contains(r.Error, "409") || !strings.Contains(r.Error, "with another key") {
 			t.Fatalf("exit %d, error %q", code, r.Error)
 		}
+		// The key is named where this machine keeps it (its --state-dir),
+		// not where the hub's onboarding puts it by default.
+		if key := filepath.Join(m.state, "node.key"); !strings.Contains(r.Error, key) ||
+			strings.Contains(r.Error, "/var/lib/tether-edge/node.key") {
+			t.Fatalf("error %q: want it to name the node key %s, and no other", r.Error, key)
+		}
 	})
 	if n := len(h.nodes()); n != 1 {
 		t.Fatalf("%d nodes after the refusals, want 1", n)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -9,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -188,9 +188,8 @@ func TestEmbeddedServerLoginRefused(t *testing.T) {
 }
 
 // TestEmbeddedServerLikeOpenSSH: through the hub with stock OpenSSH, the
-// embedded server reports a signal death as sshd does (ssh exits 255), lets
-// nohup'ed processes outlive the session, keeps relative SFTP symlink
-// targets, and runs sessions with --shell.
+// embedded server reports a signal death as sshd does (ssh exits 255), keeps
+// relative SFTP symlink targets, and runs sessions with --shell.
 func TestEmbeddedServerLikeOpenSSH(t *testing.T) {
 	h := startHub(t)
 	h.cli("operator", "add", "alice", "--key", opPub)
@@ -206,18 +205,6 @@ func TestEmbeddedServerLikeOpenSSH(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	pidFile := filepath.Join(dir, "nohup.pid")
-	_, errOut, code := c.run(30*time.Second, "like1", fmt.Sprintf(`nohup sh -c 'echo $$ > %[1]s.tmp && mv %[1]s.tmp %[1]s && exec sleep 300' >/dev/null 2>&1 </dev/null &
-		while [ ! -s %[1]s ]; do sleep 0.02; done`, pidFile))
-	if code != 0 {
-		t.Fatalf("nohup: exit %d, %q", code, errOut)
-	}
-	pid := readPidFile(t, pidFile)
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
-	if err := syscall.Kill(pid, 0); err != nil {
-		t.Fatalf("nohup'ed process %d did not outlive the session: %v", pid, err)
-	}
-
 	batch := filepath.Join(dir, "batch")
 	os.WriteFile(batch, []byte("cd "+dir+"\nln -s ../lib/target.so rel\n"), 0o644)
 	sftpArgs := []string{"-F", c.cfg, "-J", c.operator + "@" + h.sshAddr(), "-b", batch, loginUser + "@like1.tether"}
@@ -229,15 +216,50 @@ func TestEmbeddedServerLikeOpenSSH(t *testing.T) {
 	}
 }
 
-func readPidFile(t *testing.T, path string) int {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+// TestBackgroundJobsOutliveSessionLikeSSHD: what a command without a
+// terminal starts in the background outlives the session on the embedded
+// server as on stock sshd (here behind an agent's --ssh relay), typed as
+// users type it: `nohup cmd &`, `setsid cmd &`, a plain `cmd &`. Neither
+// server hangs up such a session when its command exits; a hangup sent then
+// would race nohup and setsid, and win most of the time.
+func TestBackgroundJobsOutliveSessionLikeSSHD(t *testing.T) {
+	h := startHub(t)
+	h.cli("operator", "add", "alice", "--key", opPub)
+	join := h.token("--uses", "2")
+	sd := startSSHD(t)
+	startAgent(t, join, "bg-emb", "--ssh", "embedded", "--shell", "/bin/sh")
+	startAgent(t, join, "bg-sshd", "--ssh", sd.Addr)
+	h.waitOnline("bg-emb", "")
+	h.waitOnline("bg-sshd", "")
+	c := newSSHClient(t, h)
+	c.trust("bg-sshd.tether", sd.hostPub)
+
+	for _, node := range []string{"bg-emb", "bg-sshd"} {
+		for _, prefix := range []string{"nohup ", "setsid ", ""} {
+			name := cmp.Or(strings.TrimSpace(prefix), "plain")
+			t.Run(node+"/"+name, func(t *testing.T) {
+				for i := range 3 {
+					marker := fmt.Sprintf("300.%d%d%d", os.Getpid(), time.Now().UnixNano()%1e6, i)
+					t.Cleanup(func() {
+						for _, pid := range testenv.ProcessesWithArgs("sleep", marker) {
+							syscall.Kill(pid, syscall.SIGKILL)
+						}
+					})
+					command := prefix + "sleep " + marker + " >/dev/null 2>&1 &"
+					if _, errOut, code := c.run(30*time.Second, node, command); code != 0 {
+						t.Fatalf("%q: exit %d, %q", command, code, errOut)
+					}
+					// ssh returned, so the session is over: whatever it sent
+					// the process was sent before the exit status.
+					pids := waitForState(t, command+" running", 10*time.Second,
+						func() []int { return testenv.ProcessesWithArgs("sleep", marker) },
+						func(p []int) bool { return len(p) > 0 })
+					time.Sleep(100 * time.Millisecond)
+					if !testenv.ProcessAlive(pids[0]) {
+						t.Fatalf("run %d: %q (pid %d) did not outlive the session", i+1, command, pids[0])
+					}
+				}
+			})
+		}
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return pid
 }

@@ -12,6 +12,9 @@ import (
 	"github.com/tether-dev/tether/pki"
 )
 
+// KeyPath is where the node key of state dir dir is kept.
+func KeyPath(dir string) string { return filepath.Join(dir, keyFile) }
+
 // PendingKey returns the node key kept in dir, making and persisting one
 // first when there is none. Onboarding keeps its key in the state dir before
 // it asks the hub for anything: a retry after a timeout or a crash sends a
@@ -19,7 +22,7 @@ import (
 // again from a second machine with the same UUID. The file has the layout
 // and mode Join gives it (dir 0700, key 0600, written atomically).
 func PendingKey(dir string) (key crypto.Signer, reused bool, err error) {
-	path := filepath.Join(dir, keyFile)
+	path := KeyPath(dir)
 	b, err := os.ReadFile(path)
 	switch {
 	case err == nil:

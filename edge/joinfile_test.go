@@ -42,6 +42,47 @@ func TestReadJoinFile(t *testing.T) {
 	}
 }
 
+// TestNoJoinString: the error of an agent with neither identity nor join
+// string names the state dir and the places a join string is read from,
+// and gives the commands that fix it, ending with the restart of its
+// systemd unit when it runs in one.
+func TestNoJoinString(t *testing.T) {
+	for _, tc := range []struct {
+		name, joinFile, unit string
+		want                 []string
+	}{
+		{"systemd", "/etc/tether-edge/join", "tether-edge.service", []string{
+			"has not joined a hub yet (no node.json in /srv/st)",
+			"(--join, TETHER_JOIN, or a line in /etc/tether-edge/join)",
+			"`tether token create`",
+			"\n  install -D -m 0600 /dev/null /etc/tether-edge/join\n",
+			"\n  echo 'JOIN_STRING' > /etc/tether-edge/join\n",
+			"\n  systemctl restart tether-edge.service",
+		}},
+		{"no service manager", "/tmp/j", "", []string{
+			"(--join, TETHER_JOIN, or a line in /tmp/j)",
+			"\n  echo 'JOIN_STRING' > /tmp/j\n",
+			"\nthen run this command again",
+		}},
+		{"no join file", "", "", []string{
+			"no join string was given (--join, TETHER_JOIN)",
+			"`tether token create` and give it with --join or TETHER_JOIN",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := NoJoinString("/srv/st", tc.joinFile, tc.unit)
+			if !errors.Is(err, ErrNotJoined) || !errors.Is(err, ErrNoJoinString) {
+				t.Fatalf("%v: does not match ErrNotJoined and ErrNoJoinString", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%s", w, err)
+				}
+			}
+		})
+	}
+}
+
 // FuzzParseJoinFile: any file content yields a trimmed, non-comment line or
 // an error, never a panic.
 func FuzzParseJoinFile(f *testing.F) {

@@ -30,6 +30,13 @@ import (
 // forever. Every other failure exits 1 and is retried.
 const exitRefused = 77
 
+// exitNotJoined is the exit status of `tether-edge run` on a node that has
+// not joined and was given no join string (edge.ErrNoJoinString):
+// sysexits' EX_CONFIG, 78/CONFIG to systemd. The shipped unit names it in
+// RestartPreventExitStatus= too: restarting cannot help until someone
+// gives a join string, and then restarts the unit.
+const exitNotJoined = 78
+
 // exitStatus is the process exit status for an error a command returned.
 func exitStatus(err error) int {
 	var se *statusError
@@ -38,6 +45,9 @@ func exitStatus(err error) int {
 	}
 	if edge.Refused(err) {
 		return exitRefused
+	}
+	if errors.Is(err, edge.ErrNoJoinString) {
+		return exitNotJoined
 	}
 	return 1
 }
@@ -70,8 +80,10 @@ hub (none by default).
 When the hub refuses this node for good (it was revoked or removed on the hub,
 or its certificate expired while it was offline), the agent says how to bring
 it back and exits with status 77 instead of 1, so that a supervisor stops
-restarting it (systemd: RestartPreventExitStatus=77). Every other failure
-is retried.
+restarting it (systemd: RestartPreventExitStatus=77). A node that has not
+joined and has no join string exits with status 78 (78/CONFIG to systemd),
+saying the commands that give it one; the unit does not restart on that
+either. Every other failure is retried.
 
 Upgrades: this command is also the launcher of installed agent versions.
 When an over-the-air upgrade has installed one (STATE_DIR/agent/current), it
@@ -119,7 +131,7 @@ is never replaced while it runs (its child runs the installed version).`,
 					}
 				}
 				if join == "" {
-					return fmt.Errorf("%w; give the join string from `tether token create` with --join, TETHER_JOIN or in %s", err, joinFile)
+					return edge.NoJoinString(cfg.StateDir, joinFile, upgrade.SystemdUnit())
 				}
 				id, err := edge.Join(ctx, edge.JoinOptions{JoinString: join, StateDir: cfg.StateDir, Name: name})
 				if err != nil {
@@ -199,7 +211,7 @@ func runSupervisor(ctx context.Context, stateDir string) error {
 	// The supervisor's start-up is over once its child runs.
 	t := time.AfterFunc(startupPagesDelay, func() { _, _ = releaseExePages() })
 	defer t.Stop()
-	code, err := upgrade.Supervise(ctx, n, self, args, []int{exitRefused})
+	code, err := upgrade.Supervise(ctx, n, self, args, []int{exitRefused, exitNotJoined})
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"text/tabwriter"
+	"time"
 
 	"github.com/tether-dev/tether/cmd/internal/edgecli"
 	"github.com/tether-dev/tether/edge"
@@ -86,11 +88,11 @@ announced (the launcher); they are also safe to run by hand to look.
 
   offer   --state-dir DIR         record an upgrade (offer JSON on stdin)
   apply   --state-dir DIR NAME    confirm (--confirmed-by), verify, install
-  status  --state-dir DIR [NAME]  the records as JSON
+  status  --state-dir DIR [NAME]  the records as JSON (-o text: a table)
   cancel  --state-dir DIR NAME    end an upgrade that has not begun installing
   watch   --state-dir DIR NAME    the updater of an agent upgrade (started by apply)
 
-Each prints the record(s) as JSON on stdout. Exit status: 0 when the
+Each prints the record(s) as JSON on stdout (status -o text: a table). Exit status: 0 when the
 record moved on (or is as far as it can be now), 3 when it ended failed or
 rolled_back (the reason is in the record), 1 when the command was refused
 or could not run (nothing changed).
@@ -156,11 +158,15 @@ the bundle has one (rolled_back), else the upgrade fails.`,
 	}
 	apply.Flags.StringVar(&confirmedBy, "confirmed-by", "", "who confirmed the upgrade on the hub (required while it awaits confirmation)")
 	apply.Flags.DurationVar(&scriptTimeout, "script-timeout", scriptTimeout, "bound of each bundle script (health.sh: the offer's health timeout)")
+	var output string
 	status := &edgecli.Command{
 		Use:   "status [NAME]",
-		Short: "Print the upgrade records (JSON array)",
+		Short: "Print the upgrade records (a JSON array, or a table with -o text)",
 		Args:  edgecli.MaximumArgs(1),
 		Run: func(ctx context.Context, cmd *edgecli.Command, args []string) error {
+			if output != "json" && output != "text" {
+				return fmt.Errorf("--output %q: want json or text", output)
+			}
 			n, err := upgradeNode(stateDir)
 			if err != nil {
 				return err
@@ -173,9 +179,17 @@ the bundle has one (rolled_back), else the upgrade fails.`,
 			if err != nil {
 				return err
 			}
+			if output == "text" {
+				printUpgrades(os.Stdout, l)
+				return nil
+			}
 			return printJSON(os.Stdout, l)
 		},
 	}
+	// JSON stays the default: it is what the hub reads over SSH, from agents
+	// old and new, and it calls without -o.
+	status.Flags.StringVar(&output, "output", "json", "output format: json or text")
+	status.Alias("o", "output")
 	cancel := &edgecli.Command{
 		Use:   "cancel NAME",
 		Short: "End an upgrade that has not begun installing and remove its files",
@@ -206,4 +220,20 @@ the bundle has one (rolled_back), else the upgrade fails.`,
 	}
 	cmd.Add(offer, apply, status, cancel, watch)
 	return cmd
+}
+
+// printUpgrades is the text form of `upgrade status`: one row per record,
+// the reason of a step that has one last.
+func printUpgrades(w io.Writer, l []upgrade.State) {
+	if len(l) == 0 {
+		fmt.Fprintln(w, "no upgrade records on this node")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tKIND\tVERSION\tSTEP\tUPDATED\tREASON")
+	for _, s := range l {
+		fmt.Fprintf(tw, "%s\t%s\t%s -> %s\t%s\t%s\t%s\n", s.Name, s.Kind, orDash(s.FromVersion), s.ToVersion, s.Step,
+			s.UpdatedAt.Local().Format(time.RFC3339), orDash(s.Reason))
+	}
+	tw.Flush()
 }

@@ -27,6 +27,12 @@ type Form struct {
 	Accessible bool
 
 	rd lineReader // the line prompts' buffered input
+
+	// size is the terminal's width and height for a form whose output is
+	// not a terminal (tests); lastFrame is what the last question left on
+	// the screen.
+	size      [2]int
+	lastFrame string
 }
 
 // lineReader is the buffered reader over the line prompts' input, kept

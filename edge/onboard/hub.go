@@ -130,6 +130,13 @@ func (e *RefusedError) Credential() bool {
 		(e.Status == http.StatusForbidden && strings.Contains(strings.ToLower(e.Reason), "credential"))
 }
 
+// MachineKey reports whether the hub refused because this machine's UUID
+// is onboarded already with another key: a second machine with the same
+// UUID, or this one reinstalled without its node key.
+func (e *RefusedError) MachineKey() bool {
+	return e.Status == http.StatusConflict && strings.Contains(e.Reason, "another key")
+}
+
 // Hub talks to a hub's onboarding endpoints.
 type Hub struct {
 	Addr  string

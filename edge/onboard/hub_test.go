@@ -233,14 +233,19 @@ func TestRunRefusals(t *testing.T) {
 		setup func(c *Config)
 		want  string
 		is    error
+		// keyPath: the error names this machine's node key where it is
+		// (the state dir given), for a UUID onboarded with another key.
+		keyPath bool
 	}{
-		{"wrong pin", func(c *Config) { c.CAPin = "sha256:" + strings.Repeat("ab", 32) }, "the hub serves sha256:" + h.ca.Pin(), ErrFingerprintMismatch},
-		{"no pin non-interactive", func(c *Config) { c.CAPin = "" }, "--ca-pin sha256:… is required", nil},
-		{"bad credential", func(c *Config) { c.Credential = "cred.wrong" }, "unknown onboarding credential", nil},
-		{"malformed credential", func(c *Config) { c.Credential = "nodot" }, "ID.SECRET", nil},
-		{"not root", func(c *Config) { c.Machine.EUID = 1000 }, "prerequisite", ErrPrerequisites},
-		{"unreachable hub", func(c *Config) { c.Hub = "127.0.0.1:1" }, "not reachable", nil},
-		{"duplicate uuid", func(c *Config) {}, "onboarded with another key", nil},
+		{"wrong pin", func(c *Config) { c.CAPin = "sha256:" + strings.Repeat("ab", 32) },
+			"the hub serves sha256:" + h.ca.Pin(), ErrFingerprintMismatch, false},
+		{"no pin non-interactive", func(c *Config) { c.CAPin = "" }, "--ca-pin sha256:… is required", nil, false},
+		{"bad credential", func(c *Config) { c.Credential = "cred.wrong" },
+			"unknown onboarding credential", nil, false},
+		{"malformed credential", func(c *Config) { c.Credential = "nodot" }, "ID.SECRET", nil, false},
+		{"not root", func(c *Config) { c.Machine.EUID = 1000 }, "prerequisite", ErrPrerequisites, false},
+		{"unreachable hub", func(c *Config) { c.Hub = "127.0.0.1:1" }, "not reachable", nil, false},
+		{"duplicate uuid", func(c *Config) {}, "onboarded with another key", nil, true},
 	}
 	// The duplicate case needs the UUID taken by another key first.
 	first := testConfig(t, h, fakeRoot(t, uuid))
@@ -257,6 +262,9 @@ func TestRunRefusals(t *testing.T) {
 			}
 			if tt.is != nil && !errors.Is(err, tt.is) {
 				t.Fatalf("err = %v, want errors.Is %v", err, tt.is)
+			}
+			if key := filepath.Join(c.Machine.StateDir, "node.key"); tt.keyPath != strings.Contains(err.Error(), key) {
+				t.Fatalf("err = %v; naming %s: %v, want %v", err, key, !tt.keyPath, tt.keyPath)
 			}
 		})
 	}

@@ -323,6 +323,12 @@ func run(ctx context.Context, c *Config, res *Result) error {
 			c.Credential = ""
 			continue
 		}
+		if errors.As(err, &refused) && refused.MachineKey() {
+			// The hub cannot know where this machine keeps its key.
+			return fmt.Errorf("%w; this machine's node key is %s: if it is the old machine reinstalled "+
+				"and its old node key was kept, put that back there and onboard again",
+				err, edge.KeyPath(m.StateDir))
+		}
 		if err != nil {
 			return err
 		}

@@ -175,8 +175,17 @@ func mustSucceed(t *testing.T, what string, r result) {
 func (e *testEnv) startSleeper() (*exec.Cmd, int) {
 	e.t.Helper()
 	pidFile := filepath.Join(e.dir, "sleeper.pid")
+	return e.startWithPid(pidFile, fmt.Sprintf("echo $$ > %[1]s.tmp && mv %[1]s.tmp %[1]s && exec sleep 300", pidFile))
+}
+
+// startWithPid starts `ssh node command`, where command writes a pid to
+// pidFile (atomically, by a rename) and keeps running, and returns the
+// client command and that pid once it is there. The client is killed when
+// the test ends.
+func (e *testEnv) startWithPid(pidFile, command string) (*exec.Cmd, int) {
+	e.t.Helper()
 	os.Remove(pidFile)
-	cmd := e.clientCmd(context.Background(), "ssh", testHost, fmt.Sprintf("echo $$ > %s.tmp && mv %s.tmp %s && exec sleep 300", pidFile, pidFile, pidFile))
+	cmd := e.clientCmd(context.Background(), "ssh", testHost, command)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

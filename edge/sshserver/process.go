@@ -95,7 +95,7 @@ func (s *Server) runPipes(sctx *sessionContext, sess ssh.Session, cmd *exec.Cmd)
 		defer out.Done()
 		io.Copy(sess.Stderr(), stderrR)
 	}()
-	res := supervise(sctx, cmd)
+	res := supervise(sctx, cmd, false)
 	drainOutput(sctx, &out, stdoutR, stderrR)
 	return res
 }
@@ -135,12 +135,16 @@ func startFailed(stderr io.Writer, newline string, err error) exitResult {
 // (and a tunnel stream) open for a session nobody can reach any more.
 const leaderGrace = 2 * time.Second
 
-// supervise waits for the session's process to exit, ends whatever is
-// left in its session (endSession), reaps it and returns its status. If the
-// session context ends first (client gone, Close, ServeConn's context), the
-// session is ended right away, and the main process, should it survive
-// that, is killed after leaderGrace.
-func supervise(sctx *sessionContext, cmd *exec.Cmd) exitResult {
+// supervise waits for the session's process to exit, reaps it and returns
+// its status. If the session context ends first (client gone, Close,
+// ServeConn's context), the session is ended (endSession) right away, and
+// the main process, should it survive that, is killed after leaderGrace.
+// When the process exits by itself, what it left in its session is ended
+// only on a terminal (the hangup of its closing terminal, as under sshd) or
+// after a KillOnEndRequest: without a terminal sshd sends nothing, and
+// `nohup cmd &` or `setsid cmd &` must not race a hangup sent the moment
+// the shell exits.
+func supervise(sctx *sessionContext, cmd *exec.Cmd, terminal bool) exitResult {
 	pid := cmd.Process.Pid
 	proc := &sctx.proc
 	proc.started(pid)
@@ -174,7 +178,9 @@ func supervise(sctx *sessionContext, cmd *exec.Cmd) exitResult {
 	close(stop)
 	<-watcherDone
 	proc.exited()
-	proc.endSession(pid)
+	if terminal || proc.killsOnEnd() {
+		proc.endSession(pid)
+	}
 	if !reaped {
 		cmd.Wait()
 	}
@@ -235,10 +241,10 @@ type procState struct {
 }
 
 // hangupReachesSessions makes the processes of sessions start with SIGHUP at
-// its default, as under sshd, so that a session's end (SIGHUP to its
-// process group) ends its plain background jobs. An agent started with
-// SIGHUP ignored (nohup, some supervisors) would otherwise pass that on
-// through exec, and every background job would outlive its session. A
+// its default, as under sshd, so that a session's hangup (a terminal
+// session's end, a client gone) ends its plain background jobs. An agent
+// started with SIGHUP ignored (nohup, some supervisors) would otherwise pass
+// that on through exec, and every background job would outlive a hangup. A
 // handler of the agent's own is reset to the default by exec instead. The
 // agent keeps ignoring hangups itself: nothing reads the channel, and a
 // signal that finds it full is dropped.
@@ -268,16 +274,19 @@ func (p *procState) setKillOnEnd() {
 	p.killOnEnd = true
 }
 
+// killsOnEnd reports whether the client sent KillOnEndRequest.
+func (p *procState) killsOnEnd() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.killOnEnd
+}
+
 // endSession ends what is left in session sid: SIGKILL to all of it if
 // the client sent KillOnEndRequest, else SIGHUP (and SIGCONT, so stopped
-// jobs see it), as the hangup of sshd's session does. A process that
-// ignores SIGHUP (nohup) or left the session (setsid, systemd-run) keeps
-// running, as after an sshd session.
+// jobs see it), as a terminal's hangup does. A process that ignores SIGHUP
+// (nohup) or left the session (setsid, systemd-run) keeps running.
 func (p *procState) endSession(sid int) {
-	p.mu.Lock()
-	kill := p.killOnEnd
-	p.mu.Unlock()
-	if kill {
+	if p.killsOnEnd() {
 		killSession(sid)
 		return
 	}

@@ -53,7 +53,7 @@ func (s *Server) runPTY(sctx *sessionContext, cmd *exec.Cmd, req ssh.Pty) exitRe
 		// Ends with EIO once no process holds the terminal any more.
 		io.Copy(ch, master)
 	}()
-	res := supervise(sctx, cmd)
+	res := supervise(sctx, cmd, true)
 	drainOutput(sctx, &out, master)
 	return res
 }

@@ -315,16 +315,13 @@ func TestIdleTimeout(t *testing.T) {
 	}
 }
 
-func TestBackgroundJobsKilledWhenSessionEnds(t *testing.T) { backgroundJobKilled(t) }
-
 // underNohupEnv marks the child process of TestSessionsHangUpUnderNohup.
 const underNohupEnv = "SSHSERVER_TEST_UNDER_NOHUP"
 
 // TestSessionsHangUpUnderNohup: an agent started with SIGHUP ignored (here
 // the test binary, run again under nohup) still hangs up a session's plain
-// background jobs when the session ends, as sshd does. Without
-// hangupReachesSessions the ignored SIGHUP passes through exec and the job
-// outlives its session.
+// background jobs when its client goes away. Without hangupReachesSessions
+// the ignored SIGHUP passes through exec and the job outlives its session.
 func TestSessionsHangUpUnderNohup(t *testing.T) {
 	if os.Getenv(underNohupEnv) == "" {
 		nohup, err := exec.LookPath("nohup")
@@ -343,56 +340,86 @@ func TestSessionsHangUpUnderNohup(t *testing.T) {
 	if !signal.Ignored(syscall.SIGHUP) {
 		t.Fatal("the child does not start with SIGHUP ignored: the test would prove nothing")
 	}
-	backgroundJobKilled(t)
+	backgroundJobHungUp(t)
 }
 
-func backgroundJobKilled(t *testing.T) {
+// TestBackgroundJobsHungUpWhenClientGoes: a client that goes away while its
+// command runs hangs up the session: a plain background job dies with it,
+// a nohup'ed one (once nohup ignores the hangup) lives on.
+func TestBackgroundJobsHungUpWhenClientGoes(t *testing.T) { backgroundJobHungUp(t) }
+
+func backgroundJobHungUp(t *testing.T) {
 	e := newTestEnv(t)
-	pidFile := filepath.Join(e.dir, "bg.pid")
-	// The background sleep does not hold stdout, so the session ends when
-	// the shell exits; the sleep must not survive it.
-	r := e.ssh(testHost, fmt.Sprintf("sleep 300 >/dev/null 2>&1 </dev/null & echo $! > %s", pidFile))
-	mustSucceed(t, "ssh background", r)
-	data, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
+	plain := filepath.Join(e.dir, "plain.pid")
+	detached := filepath.Join(e.dir, "nohup.pid")
+	client, _ := e.startWithPid(detached, fmt.Sprintf(`sleep 300 >/dev/null 2>&1 </dev/null & echo $! > %[1]s.tmp
+		mv %[1]s.tmp %[1]s
+		nohup sh -c 'echo $$ > %[2]s.tmp && mv %[2]s.tmp %[2]s && exec sleep 300' >/dev/null 2>&1 </dev/null &
+		sleep 300`, plain, detached))
+	nohupPid := readPid(t, detached)
+	t.Cleanup(func() { syscall.Kill(nohupPid, syscall.SIGKILL) })
+	plainPid := readPid(t, plain)
+	t.Cleanup(func() { syscall.Kill(plainPid, syscall.SIGKILL) })
+	client.Process.Kill()
+	client.Wait()
+	testenv.WaitProcessGone(t, plainPid, 10*time.Second)
+	if !testenv.ProcessAlive(nohupPid) {
+		t.Fatalf("nohup'ed process %d did not outlive the hangup", nohupPid)
 	}
-	var pid int
-	fmt.Sscan(string(data), &pid)
-	testenv.WaitProcessGone(t, pid, 10*time.Second)
 }
 
-// What the user detached outlives the session, as with sshd: nohup ignores
-// the hangup, setsid leaves the session. The plain background job dies.
-func TestDetachedProcessesSurviveSession(t *testing.T) {
-	for _, tc := range []struct {
-		name, cmd string
-		survives  bool
-	}{
-		{"nohup", "nohup", true},
-		{"setsid", "setsid", true},
-		{"plain", "", false},
+// A session without a terminal, like one of sshd, sends nothing to what its
+// command left running when the command exits: `nohup cmd &`, `setsid cmd &`
+// and a plain `cmd &` all outlive it. nohup and setsid start right away, as
+// a user types them; a hangup at the end of the session would race them and
+// usually win. Each case runs a few times, as a race would not lose every time.
+func TestBackgroundJobsOutliveExecSession(t *testing.T) {
+	e := newTestEnv(t)
+	for _, tc := range []struct{ name, prefix string }{
+		{"nohup", "nohup "},
+		{"setsid", "setsid "},
+		{"plain", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newTestEnv(t)
-			pidFile := filepath.Join(e.dir, "bg.pid")
-			// The session ends only once the detached process wrote its pid,
-			// so nohup has set its hangup to ignored by then (as with sshd,
-			// a hangup that wins that race kills it).
-			r := e.ssh(testHost, fmt.Sprintf(`%s sh -c 'echo $$ > %s.tmp && mv %s.tmp %s && exec sleep 300' >/dev/null 2>&1 </dev/null &
-				while [ ! -s %s ]; do sleep 0.02; done`, tc.cmd, pidFile, pidFile, pidFile, pidFile))
-			mustSucceed(t, "ssh "+tc.name, r)
-			pid := readPid(t, pidFile)
-			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
-			if !tc.survives {
-				testenv.WaitProcessGone(t, pid, 10*time.Second)
-				return
+			for i := range 5 {
+				marker := uniqueSleep(t)
+				command := tc.prefix + "sleep " + marker + " >/dev/null 2>&1 &"
+				mustSucceed(t, command, e.ssh(testHost, command))
+				// The session is over once ssh returned: anything it sent the
+				// process was sent before the exit status.
+				pid := waitSleeper(t, marker)
+				time.Sleep(100 * time.Millisecond)
+				if !testenv.ProcessAlive(pid) {
+					t.Fatalf("run %d: %q (pid %d) did not outlive the session", i+1, command, pid)
+				}
 			}
-			// The session is over once ssh returned: its hangup was sent
-			// before the exit status. A later session sees the process.
-			mustSucceed(t, "check", e.ssh(testHost, fmt.Sprintf("kill -0 %d", pid)))
 		})
 	}
+}
+
+// uniqueSleep returns a sleep argument no other process has, e.g.
+// "300.123450007", and kills whatever runs `sleep` with it when t ends.
+func uniqueSleep(t *testing.T) string {
+	t.Helper()
+	sleepSeq++
+	marker := fmt.Sprintf("300.%d%04d", os.Getpid(), sleepSeq)
+	t.Cleanup(func() {
+		for _, pid := range testenv.ProcessesWithArgs("sleep", marker) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	return marker
+}
+
+var sleepSeq int
+
+// waitSleeper waits for the process `sleep marker` and returns its pid.
+func waitSleeper(t *testing.T, marker string) int {
+	t.Helper()
+	pids := testenv.WaitForValue(t, "sleep "+marker+" to run", 10*time.Second,
+		func() []int { return testenv.ProcessesWithArgs("sleep", marker) },
+		func(p []int) bool { return len(p) > 0 })
+	return pids[0]
 }
 
 // The job runner asks for the old guarantee with KillOnEndRequest: what

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -39,4 +42,25 @@ func WaitProcessGone(t testing.TB, pid int, d time.Duration) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// ProcessesWithArgs returns the live processes whose command line is
+// exactly args. Tests give a process they cannot learn the pid of (started
+// in the background on a node) a unique argument, e.g. "sleep 300.4711",
+// find it with this and kill it by pid.
+func ProcessesWithArgs(args ...string) []int {
+	want := []byte(strings.Join(args, "\x00") + "\x00")
+	names, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var pids []int
+	for _, name := range names {
+		b, err := os.ReadFile(name)
+		if err != nil || !bytes.Equal(b, want) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(name)))
+		if err == nil && ProcessAlive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }

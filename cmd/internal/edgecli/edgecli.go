@@ -43,7 +43,7 @@ type Command struct {
 	// (Zero FlagSets are ready to use.)
 	Flags      flag.FlagSet
 	Persistent flag.FlagSet
-	// Version, on the root, adds --version, printing "NAME VERSION".
+	// Version, on the root, adds -v and --version, printing "NAME VERSION".
 	Version string
 
 	parent  *Command
@@ -159,7 +159,7 @@ func (root *Command) Execute(ctx context.Context, args []string, out io.Writer) 
 			if a == "--" {
 				break
 			}
-			if len(c.sub) == 0 || isHelp(a) || a == "--version" {
+			if len(c.sub) == 0 || isHelp(a) || isVersion(c, a) {
 				break
 			}
 			flagsBefore = append(flagsBefore, args[:n]...)
@@ -224,6 +224,11 @@ func (root *Command) Execute(ctx context.Context, args []string, out io.Writer) 
 
 func isHelp(a string) bool { return a == "-h" || a == "--help" || a == "-help" }
 
+// isVersion reports whether a asks c, the root, for its version.
+func isVersion(c *Command, a string) bool {
+	return c.parent == nil && c.Version != "" && (a == "--version" || a == "-version" || a == "-v")
+}
+
 func isBool(c *Command, name string) bool {
 	name, _, _ = strings.Cut(name, "=")
 	for p := c; p != nil; p = p.parent {
@@ -262,7 +267,14 @@ func (c *Command) flagSet() *flag.FlagSet {
 		add(&p.Persistent)
 	}
 	if c.parent == nil && c.Version != "" && fs.Lookup("version") == nil {
-		fs.Bool("version", false, "print the version")
+		v := fs.Bool("version", false, "print the version")
+		if fs.Lookup("v") == nil {
+			fs.BoolVar(v, "v", false, "print the version")
+			if c.short == nil {
+				c.short = map[string]string{}
+			}
+			c.short["v"] = "version"
+		}
 	}
 	return fs
 }
@@ -313,7 +325,7 @@ func (c *Command) Usage(w io.Writer) {
 	fmt.Fprintf(w, "\nFlags:\n")
 	own := [][2]string{{"-h, --help", "help for " + c.Name()}}
 	if c.parent == nil && c.Version != "" {
-		own = append(own, [2]string{"    --version", "print the version"})
+		own = append(own, [2]string{"-v, --version", "print the version"})
 	}
 	printFlags(w, own, &c.Flags, &c.Persistent)
 	var global []*flag.FlagSet
