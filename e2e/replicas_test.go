@@ -21,6 +21,8 @@ type replicaJSON struct {
 	ID     string   `json:"id"`
 	Self   bool     `json:"self"`
 	Health string   `json:"health"`
+	API    string   `json:"api"`
+	SSH    string   `json:"ssh"`
 	Links  []string `json:"links"`
 	Agents []string `json:"agents"`
 }
@@ -65,14 +67,15 @@ func sameIdentity(t *testing.T, what string, a, b map[string][]byte) {
 }
 
 // startReplicas starts n hub replicas on one store at once (they race to
-// create the identity) and waits until each serves.
-func startReplicas(t *testing.T, db string, n int) []*hub {
+// create the identity) and waits until each serves. extra are more `tether
+// hub` flags, the same for each.
+func startReplicas(t *testing.T, db string, n int, extra ...string) []*hub {
 	t.Helper()
 	hubs := make([]*hub, n)
 	for i := range hubs {
 		h := &hub{t: t, dataDir: filepath.Join(t.TempDir(), "hub"), apiPort: freePort(t), sshPort: freePort(t),
-			extraArgs: []string{"--store", db, "--replica-id", fmt.Sprintf("r%d", i+1), "--replica-lease", "3s",
-				"--peer-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t))}}
+			extraArgs: append([]string{"--store", db, "--replica-id", fmt.Sprintf("r%d", i+1), "--replica-lease", "3s",
+				"--peer-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, extra...)}
 		hubs[i] = h
 		h.p = start(t, fmt.Sprintf("hub-r%d", i+1), filepath.Join(binDir, "tether"), append([]string{"hub"},
 			testenv.HubArgs(h.dataDir, h.apiAddr(), h.sshAddr(), "debug", h.extraArgs...)...)...)
@@ -201,6 +204,24 @@ func testReplicas(t *testing.T, db string) {
 	})
 
 	t.Run("a killed replica's leases end", func(t *testing.T) { testReplicaKilled(t, hubs, clients) })
+}
+
+// TestReplicasShowOwnAddresses: replicas behind one address (the same
+// --advertise on each, as behind a load balancer) each show their own API
+// and SSH listeners in `tether replicas`, not the address they share.
+func TestReplicasShowOwnAddresses(t *testing.T) {
+	shared := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	hubs := startReplicas(t, filepath.Join(t.TempDir(), "shared.db"), 2, "--advertise", shared)
+	m := waitForState(t, "both replicas listed", 30*time.Second, hubs[1].replicas, func(m map[string]replicaJSON) bool {
+		return len(m) == 2
+	})
+	for i, h := range hubs {
+		id := fmt.Sprintf("r%d", i+1)
+		if r := m[id]; r.API != h.apiAddr() || r.SSH != h.sshAddr() {
+			t.Errorf("replica %s shows API %s, SSH %s; want its own %s and %s (the shared --advertise is %s)",
+				id, r.API, r.SSH, h.apiAddr(), h.sshAddr(), shared)
+		}
+	}
 }
 
 // A replica killed outright loses its presence when its lease ends: the

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -91,8 +92,11 @@ func replicaID(dataDir, configured string) (string, error) {
 }
 
 // startPeers joins the replica set: peer listener, lease, presence, and
-// the door's routes through other replicas. It returns the stop function.
-func (s *Server) startPeers(ctx context.Context, self store.Replica) (func(), error) {
+// the door's routes through other replicas. apiAddr and sshAddr are this
+// replica's bound API and bastion listeners, recorded for `tether replicas`.
+// It returns the stop function.
+func (s *Server) startPeers(ctx context.Context, apiAddr, sshAddr net.Addr) (func(), error) {
+	self := store.Replica{APIAddr: ownAddr(apiAddr), SSHAddr: ownAddr(sshAddr), Version: Version}
 	p, err := replica.New(ctx, replica.Config{
 		ID: s.replicaID, Store: s.store, CA: s.ca, Listen: s.cfg.PeerListen, Advertise: s.cfg.PeerAdvertise,
 		Hold: s.holdForPeer, Tunnel: s.cfg.Tunnel, LeaseTTL: s.cfg.LeaseTTL, Registerer: s.metrics.Registry,
@@ -109,6 +113,13 @@ func (s *Server) startPeers(ctx context.Context, self store.Replica) (func(), er
 	s.door.SetRemote(p)
 	return p.Close, nil
 }
+
+// ownAddr is the address a replica shows for one of its own listeners: the
+// bound address, with this machine's name for a wildcard host (as
+// --peer-advertise defaults). Never --advertise: replicas behind one load
+// balancer share it, and `tether replicas` would show every one of them at
+// the same place.
+func ownAddr(bound net.Addr) string { return advertiseFor(bound, nil)[0] }
 
 // holdForPeer serves a stream another replica forwards: the operator or
 // job was authorized there; here only the node must be one whose tunnel

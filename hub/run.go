@@ -25,7 +25,6 @@ import (
 	"github.com/tether-dev/tether/hub/kubeone"
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/mission"
-	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/hub/upgrade"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
@@ -177,7 +176,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.kubeone, err = kubeone.New(kubeone.Config{Store: s.store, DataDir: s.cfg.DataDir,
 		Live:     kubeoneLive{s: s, bastionAddr: localAddr(sshAddr), bastionKey: certSigner.PublicKey()},
 		SignUser: s.userCA.SignUser, AccessChanged: s.accessChanged, Logger: s.log.With("component", "kubeone"),
-		KubeHealth: kruns.KubeHealth}); err != nil {
+		KubeHealth: kruns.KubeHealth, KubeOneRelease: kruns.runner.Version}); err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
 	kruns.attach(s.kubeone, engine)
@@ -237,7 +236,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 	if s.cfg.PeerListen != "" {
 		// Before sessions are accepted: each one records its presence.
-		stopPeers, err := s.startPeers(ctx, store.Replica{APIAddr: advertise[0], SSHAddr: localAddr(sshAddr), Version: Version})
+		stopPeers, err := s.startPeers(ctx, ln.Addr(), sshAddr)
 		if err != nil {
 			return err
 		}

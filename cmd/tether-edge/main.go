@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -20,9 +21,18 @@ func main() {
 	defer stop()
 	if err := newRoot().Execute(ctx, os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "tether-edge:", err)
-		os.Exit(exitStatus(err))
+		code := exitStatus(err)
+		if errors.Is(err, edgecli.ErrUsage) {
+			code = exitUsage
+		}
+		os.Exit(code)
 	}
 }
+
+// exitUsage is the exit status of a command-line mistake (an unknown command
+// or flag, a flag value that does not parse, a wrong number of arguments), as
+// the tether CLI has it: scripts and unit files tell it from a run that failed.
+const exitUsage = 2
 
 var logLevel string
 

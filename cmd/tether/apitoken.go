@@ -26,7 +26,7 @@ jobs created under that role. Only a hash of the token is stored.`,
 	create := &cobra.Command{
 		Use:   "create --role ROLE",
 		Short: "Create an API token and print it (shown once)",
-		Example: `  tether role create automation --nodes 'site=lab' --logins root
+		Example: `  tether role create automation -l 'site=lab' --logins root
   TOKEN=$(tether apitoken create --role automation)
   curl --cacert DATA_DIR/admin/ca.crt --resolve hub.tether.internal:7443:127.0.0.1 \
        -H "Authorization: Bearer $TOKEN" https://hub.tether.internal:7443/v1/jobs`,

@@ -66,7 +66,7 @@ exit_code, started_at, finished_at, error and log size.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "table" && output != "json" {
-				return fmt.Errorf("--output %q: want table or json", output)
+				return usageErrorf("--output %q: want table or json", output)
 			}
 			c, err := cf.client()
 			if err != nil {
@@ -92,6 +92,7 @@ exit_code, started_at, finished_at, error and log size.`,
 			return tw.Flush()
 		},
 	}
+	cmd.ValidArgsFunction = completeJobArg(&cf, nil)
 	cf.register(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 	return cmd
@@ -151,9 +152,11 @@ output of a running job is streamed until it ends.`,
 			return err
 		},
 	}
+	cmd.ValidArgsFunction = completeJobArg(&cf, nil)
 	cf.register(cmd)
 	cmd.Flags().StringVar(&node, "node", "", "only this node's output")
 	cmd.Flags().BoolVarP(&followLive, "follow", "f", false, "stream a running job's output until it ends")
+	_ = cmd.RegisterFlagCompletionFunc("node", completeJobNode(&cf))
 	return cmd
 }
 
@@ -187,6 +190,7 @@ new job is followed like 'tether run' (same exit status).`,
 			return follow(cmd.Context(), c, j, output, progress)
 		},
 	}
+	cmd.ValidArgsFunction = completeJobArg(&cf, func(j api.Job) bool { return j.State != api.JobRunning })
 	cf.register(cmd)
 	cmd.Flags().BoolVar(&failed, "failed", false, "only the nodes that did not end ok")
 	cmd.Flags().BoolVar(&detach, "detach", false, "print the new job id and return at once")
@@ -215,6 +219,7 @@ func newJobsCancelCmd() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.ValidArgsFunction = completeJobArg(&cf, func(j api.Job) bool { return j.State == api.JobRunning })
 	cf.register(cmd)
 	return cmd
 }

@@ -26,12 +26,14 @@ LABELS are the hub-set labels (join token, 'tether nodes label'): roles select
 on them. REPORTED are the labels the node's agent reports from its labels file
 (tether-edge --labels-file): shown only, they never decide who reaches a node.
 
-Nodes below this hub's site hubs are listed too, named NAME.SITE ("n7.berlin",
-"n7.sub.berlin"), with the label site=SITE: SITE is the site they are below
-("-" for the hub's own nodes); their online state is what their site last
-reported. Roles and -l select them by their labels like any node.
+SITE is a node's site label, as the web console shows it ("-" without one):
+what 'tether nodes -l site=berlin' and roles select. Nodes below this hub's
+site hubs are listed too, named NAME.SITE ("n7.berlin", "n7.sub.berlin"),
+with the label site=SITE, SITE being the site they are below; their online
+state is what their site last reported. Roles and -l select them by their
+labels like any node.
 
--o json prints an array of objects with id, name, site (nodes below a site),
+-o json prints an array of objects with id, name, site (the site label),
 labels, reported_labels, online, transport (quic|tcp, of the live or last
 session), agent_version, os, last_seen and more.`,
 		Example: `  tether nodes -l env=dev
@@ -55,47 +57,51 @@ session), agent_version, os, last_seen and more.`,
 				dashIfEmpty(api.FormatLabels(n.Labels)), dashIfEmpty(api.FormatLabels(n.ReportedLabels)))
 		})
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "only nodes whose labels match this selector (e.g. env=dev)")
-	var rmFlags clientFlags
-	rm := &cobra.Command{
-		Use:   "rm NAME",
-		Short: "Remove a node: its tunnel is closed and it can no longer connect",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := rmFlags.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			n, err := c.RemoveNode(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(os.Stderr, "node %s (%s) removed\n", n.Name, n.ID)
-			return nil
-		},
-	}
-	rmFlags.register(rm)
-	var revokeFlags clientFlags
-	revoke := &cobra.Command{
-		Use:   "revoke NAME",
-		Short: "Revoke a node: its tunnel closes within a second and reconnects are refused (the record is kept)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := revokeFlags.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			n, err := c.RevokeNode(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(os.Stderr, "node %s (%s) revoked\n", n.Name, n.ID)
-			return nil
-		},
-	}
-	revokeFlags.register(revoke)
+	rm := eachNodeCommand(&cobra.Command{
+		Use:   "rm NAME...",
+		Short: "Remove nodes: their tunnels are closed and they can no longer connect",
+		Example: `  tether nodes rm n1
+  tether nodes rm n1 n2 n3`,
+	}, "removed", (*api.Client).RemoveNode)
+	revoke := eachNodeCommand(&cobra.Command{
+		Use:   "revoke NAME...",
+		Short: "Revoke nodes: their tunnels close within a second and reconnects are refused (the records are kept)",
+	}, "revoked", (*api.Client).RevokeNode)
 	cmd.AddCommand(rm, revoke, newNodesLabelCmd())
+	return cmd
+}
+
+// eachNodeCommand builds a command that calls one client method per named
+// node, as `nodes rm` and `nodes revoke` do: each node's outcome is its own
+// line (one node failing does not stop the others), and the exit status is
+// 1 if any failed.
+func eachNodeCommand(cmd *cobra.Command, done string,
+	call func(*api.Client, context.Context, string) (api.Node, error)) *cobra.Command {
+	var cf clientFlags
+	cmd.Args = cobra.MinimumNArgs(1)
+	cmd.ValidArgsFunction = completeNodeArgs(&cf)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		c, err := cf.client()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		failed := 0
+		for _, name := range args {
+			n, err := call(c, cmd.Context(), name)
+			if err != nil {
+				failed++
+				fmt.Fprintf(os.Stderr, "tether: node %s: %v\n", name, err)
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "node %s (%s) %s\n", n.Name, n.ID, done)
+		}
+		if failed > 0 {
+			return codedError{code: 1, msg: fmt.Sprintf("%d of %d nodes not %s", failed, len(args), done)}
+		}
+		return nil
+	}
+	cf.register(cmd)
 	return cmd
 }
 
@@ -127,11 +133,11 @@ and never select a node.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req, err := parseLabelArgs(args)
 			if err != nil {
-				return err
+				return usageErrorf("%v", err)
 			}
 			req.Selector = selector
 			if (selector == "") == (len(req.Nodes) == 0) {
-				return fmt.Errorf("name the nodes (NAME...) or give -l SELECTOR, not both")
+				return usageErrorf("name the nodes (NAME...) or give -l SELECTOR, not both")
 			}
 			c, err := cf.client()
 			if err != nil {
@@ -147,6 +153,13 @@ and never select a node.`,
 			}
 			return nil
 		},
+	}
+	cmd.ValidArgsFunction = func(cmd *cobra.Command, args []string, toComplete string) (
+		[]cobra.Completion, cobra.ShellCompDirective) {
+		if selector != "" || strings.Contains(toComplete, "=") {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return completeNodeArgs(&cf)(cmd, args, toComplete)
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label all nodes matching this selector (instead of naming them)")

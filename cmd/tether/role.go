@@ -8,12 +8,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/roles"
 )
 
 func newRoleCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "role",
-		Short: "Manage roles: which nodes (label selector) and logins an operator may use",
+		Short: "Manage roles: which nodes (by label selector) and logins an operator may use",
 		Long: `A role is a node label selector plus the logins it allows there. Operators
 get roles with 'tether operator add NAME --role ROLE'; without --role they get
 the built-in role "all" (every node, any login). Holding the built-in role
@@ -46,46 +47,99 @@ role may by default, and the admin always may.`,
 
 func newRoleCreateCmd() *cobra.Command {
 	var cf clientFlags
-	var nodes string
+	var selector, nodes string
 	var logins []string
 	var forwarding, confirm bool
 	var services []string
 	cmd := &cobra.Command{
-		Use:   "create NAME --nodes SELECTOR --logins LOGIN[,LOGIN]",
+		Use:   "create NAME -l SELECTOR --logins LOGIN[,LOGIN]",
 		Short: "Create or replace a role",
-		Example: `  tether role create fleet-ops --nodes 'site=lab,env!=prod' --logins root,ubuntu
-  tether role create auditors --nodes '*' --logins audit --forwarding=false
-  tether role create berlin-lead --nodes site=berlin --logins audit --confirm
-  tether role create db-links --nodes role=db --logins audit --services expose,connect`,
+		Long: `Create or replace a role: the nodes it reaches, given as a label selector
+with -l/--selector as in 'tether run -l' and 'tether nodes -l', and the logins
+it allows there. Roles select nodes by their hub-set labels only, never by
+name: to give a role certain nodes, label them ('tether nodes label n1 n2
+team=ops') and select the label (-l team=ops).
+
+--nodes is the old name of -l. It is refused when its value holds a bare
+name ("--nodes n1"): that is a selector for nodes that carry a label named n1,
+almost never what was meant.`,
+		Example: `  tether role create fleet-ops -l 'site=lab,env!=prod' --logins root,ubuntu
+  tether role create auditors -l '*' --logins audit --forwarding=false
+  tether role create berlin-lead -l site=berlin --logins audit --confirm
+  tether role create db-links -l role=db --logins audit --services expose,connect`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			sel, err := roleSelector(selector, nodes, cmd.Flags().Changed("selector"), cmd.Flags().Changed("nodes"))
+			if err != nil {
+				return err
+			}
 			c, err := cf.client()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			r, err := c.PutRole(cmd.Context(), args[0], api.RolePutRequest{Nodes: nodes, Logins: logins, Forwarding: &forwarding, Confirm: confirm, Services: services})
+			r, err := c.PutRole(cmd.Context(), args[0], api.RolePutRequest{Nodes: sel, Logins: logins, Forwarding: &forwarding,
+				Confirm: confirm, Services: services})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "role %s: nodes %q, logins %s, forwarding %s, confirm upgrades %s, services %s\n", r.Name, r.Nodes, strings.Join(r.Logins, ","), yesNo(r.Forwarding), yesNo(r.Confirm), orDash(strings.Join(r.Services, ",")))
+			fmt.Fprintf(os.Stderr, "role %s: selector %q, logins %s, forwarding %s, confirm upgrades %s, services %s\n",
+				r.Name, r.Nodes, strings.Join(r.Logins, ","), yesNo(r.Forwarding), yesNo(r.Confirm),
+				orDash(strings.Join(r.Services, ",")))
 			return nil
 		},
 	}
 	cf.register(cmd)
-	cmd.Flags().StringVar(&nodes, "nodes", "", "node label selector (required; \"*\" for all nodes)")
+	cmd.Flags().StringVarP(&selector, "selector", "l", "",
+		"label selector of the nodes the role reaches (required; \"*\" for all nodes)")
+	cmd.Flags().StringVar(&nodes, "nodes", "", "old name of -l/--selector (a label selector, not node names)")
+	_ = cmd.Flags().MarkDeprecated("nodes", "use -l/--selector (the same label selector)")
 	cmd.Flags().StringSliceVar(&logins, "logins", nil, "SSH logins allowed on those nodes (required)")
-	cmd.Flags().BoolVar(&forwarding, "forwarding", true, "allow port forwarding (ssh -L/-R on the nodes' loopback, embedded SSH server)")
-	cmd.Flags().BoolVar(&confirm, "confirm", false, "allow confirming over-the-air upgrades waiting on those nodes (`tether upgrade confirm`)")
-	cmd.Flags().StringSliceVar(&services, "services", nil, "service-tunnel permissions on those nodes: expose, connect (`tether service`)")
-	_ = cmd.MarkFlagRequired("nodes")
+	cmd.Flags().BoolVar(&forwarding, "forwarding", true,
+		"allow port forwarding (ssh -L/-R on the nodes' loopback, embedded SSH server)")
+	cmd.Flags().BoolVar(&confirm, "confirm", false,
+		"allow confirming over-the-air upgrades waiting on those nodes ('tether upgrade confirm')")
+	cmd.Flags().StringSliceVar(&services, "services", nil,
+		"service-tunnel permissions on those nodes: expose, connect ('tether service')")
 	_ = cmd.MarkFlagRequired("logins")
 	return cmd
 }
 
+// roleSelector is the selector `role create` stores, from -l/--selector or
+// its old name --nodes. Both are checked here rather than only by the hub
+// so that a mistake is a usage error naming the flag. An empty selector
+// is refused although the hub reads it as every node: an unset shell
+// variable must not grant the whole fleet; "*" says so on purpose.
+func roleSelector(selector, nodes string, selectorSet, nodesSet bool) (string, error) {
+	flag, value := "-l/--selector", selector
+	switch {
+	case selectorSet && nodesSet:
+		return "", usageErrorf("give -l/--selector only (--nodes is its old name)")
+	case nodesSet:
+		flag, value = "--nodes", nodes
+	case !selectorSet:
+		return "", usageErrorf("no nodes given: -l SELECTOR selects the nodes the role reaches by label " +
+			"(\"*\" for every node)")
+	}
+	if strings.TrimSpace(value) == "" {
+		return "", usageErrorf("%s is empty: give a label selector (\"*\" for every node)", flag)
+	}
+	sel, err := roles.ParseSelector(value)
+	if err != nil {
+		return "", usageErrorf("%s: %v", flag, err)
+	}
+	if keys := sel.PresenceKeys(); nodesSet && len(keys) > 0 {
+		return "", usageErrorf("--nodes %q: a role selects nodes by label, not by name, so this would select only nodes "+
+			"carrying a label named %s; use -l/--selector (-l %s if you mean that label), and to give a role certain nodes, "+
+			"label them (tether nodes label %s team=ops) and select the label (-l team=ops)",
+			nodes, strings.Join(keys, ", "), strings.Join(keys, ","), strings.Join(keys, " "))
+	}
+	return value, nil
+}
+
 func newRoleListCmd() *cobra.Command {
 	return listCommand(&cobra.Command{Use: "list", Short: "List roles"},
-		(*api.Client).ListRoles, "NAME\tNODES\tLOGINS\tFORWARDING\tCONFIRM\tSERVICES",
+		(*api.Client).ListRoles, "NAME\tSELECTOR\tLOGINS\tFORWARDING\tCONFIRM\tSERVICES",
 		func(r api.Role) string {
 			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", r.Name, r.Nodes, strings.Join(r.Logins, ","), yesNo(r.Forwarding), yesNo(r.Confirm), orDash(strings.Join(r.Services, ",")))
 		})

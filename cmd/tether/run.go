@@ -98,6 +98,7 @@ TETHER_API_TOKEN=tapi_... tether run --hub HOST:7443 --ca hub-ca.crt ...`,
 	f.BoolVar(&o.detach, "detach", false, "print the job id and return at once; follow with 'tether jobs logs ID --follow'")
 	f.StringVar(&o.progress, "progress", "auto", "progress line: auto (on a terminal), always or never")
 	o.cf.register(cmd)
+	_ = cmd.RegisterFlagCompletionFunc("nodes", completeNodeList(&o.cf))
 	return cmd
 }
 

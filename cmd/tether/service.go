@@ -109,6 +109,7 @@ func newServiceConnectCmd() *cobra.Command {
 	cmd.Flags().StringVar(&from, "from", "", "the consumer node (required)")
 	cmd.Flags().Uint16Var(&localPort, "local-port", 0, "the loopback port the consumer's agent listens on (required)")
 	_ = cmd.MarkFlagRequired("from")
+	_ = cmd.RegisterFlagCompletionFunc("from", completeNodeFlag(&cf))
 	_ = cmd.MarkFlagRequired("local-port")
 	return cmd
 }
@@ -133,6 +134,7 @@ func newServiceDisconnectCmd() *cobra.Command {
 	cf.register(cmd)
 	cmd.Flags().StringVar(&from, "from", "", "the consumer node (required)")
 	_ = cmd.MarkFlagRequired("from")
+	_ = cmd.RegisterFlagCompletionFunc("from", completeNodeFlag(&cf))
 	return cmd
 }
 

@@ -119,6 +119,7 @@ on the node. Creating upgrades is for the hub admin.`,
 	f.BoolVar(&wait, "watch", false, "follow the rollout until it ends (a progress bar on a terminal)")
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
 	_ = cmd.MarkFlagRequired("artifact")
+	_ = cmd.RegisterFlagCompletionFunc("nodes", completeNodeList(&cf))
 	return cmd
 }
 
@@ -356,5 +357,6 @@ confirmed is recorded on the node and in the audit log. On the node itself,
 	cf.register(cmd)
 	cmd.Flags().StringVar(&node, "node", "", "the node whose upgrade to confirm (required)")
 	_ = cmd.MarkFlagRequired("node")
+	_ = cmd.RegisterFlagCompletionFunc("node", completeNodeFlag(&cf))
 	return cmd
 }

@@ -225,7 +225,10 @@ type refusal struct {
 
 func (r *refusal) Error() string { return "sshserver: " + r.reason }
 
-var errUnknownKey = errors.New("sshserver: key not authorized")
+var (
+	errUnknownKey = errors.New("sshserver: key not authorized")
+	errKeyRevoked = errors.New("sshserver: key revoked")
+)
 
 // check decides whether key may log in as user, now. Errors of type
 // *refusal name a known key refused for this login.
@@ -236,14 +239,16 @@ func (s *Server) check(user string, key gossh.PublicKey) (grantOf, error) {
 	revoked := s.revoked.Load()
 	cert, isCert := key.(*gossh.Certificate)
 	if revoked.contains(key) || (isCert && revoked.contains(cert.Key)) {
-		return grantOf{}, errors.New("sshserver: key revoked")
+		return grantOf{}, errKeyRevoked
 	}
 	if g, ok := s.authorized.Load().grant(key); ok {
 		if g.logins == nil || slices.Contains(g.logins, user) {
 			return grantOf{plain: true, grant: g}, nil
 		}
 		return grantOf{}, &refusal{operator: g.name, reason: fmt.Sprintf(
-			"key %s (operator %q) may not log in as %q on this node; the operator's roles allow: %s. Log in as one of those, or ask a hub admin to add %q to a role of yours (tether role create ROLE --nodes ... --logins ...)",
+			"key %s (operator %q) may not log in as %q on this node; the operator's roles allow: %s. "+
+				"Log in as one of those, or ask a hub admin to add %q to a role of yours "+
+				"(tether role create ROLE -l SELECTOR --logins ...)",
 			gossh.FingerprintSHA256(key), g.name, user, strings.Join(g.logins, ","), user)}
 	}
 	if !isCert {

@@ -1,6 +1,7 @@
 package sshserver
 
 import (
+	"bytes"
 	"crypto/rand"
 	"fmt"
 	"os"
@@ -184,6 +185,10 @@ func TestLoginRefusedBanner(t *testing.T) {
 	if r.code != 255 || !strings.Contains(r.stderr, `may not log in as "operator"`) || !strings.Contains(r.stderr, "ubuntu,deploy") {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 	}
+	// The way out it names is the role create of today: a selector with -l.
+	if want := "tether role create ROLE -l SELECTOR --logins"; !strings.Contains(r.stderr, want) {
+		t.Fatalf("stderr %q does not say %q", r.stderr, want)
+	}
 	ev, ok := events.find(EventLoginRefused)
 	if !ok || ev.Login != "operator" || ev.Operator != "alice" || ev.KeyFingerprint != gossh.FingerprintSHA256(e.key.Pub()) {
 		t.Fatalf("event %+v, %v", ev, ok)
@@ -225,17 +230,20 @@ func TestNoneAuthRefused(t *testing.T) {
 }
 
 // Access taken away on the hub ends live sessions: the key removed, a
-// login narrowed, the key revoked.
+// login narrowed, the key revoked. The client's stderr says why, and the
+// connection is reported once however many trust changes follow while it
+// winds down (the hub pushes keys and trust one after the other).
 func TestTrustChangeEndsSessions(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		change func(e *testEnv)
+		why    string
 	}{
-		{"key removed", func(e *testEnv) { e.srv.SetAuthorizedKeyLogins(nil) }},
+		{"key removed", func(e *testEnv) { e.srv.SetAuthorizedKeyLogins(nil) }, "is no longer accepted here"},
 		{"login narrowed", func(e *testEnv) {
 			e.srv.SetAuthorizedKeyLogins([]AuthorizedKey{{Key: e.key.Pub(), Logins: []string{"ubuntu"}}})
-		}},
-		{"key revoked", func(e *testEnv) { e.srv.SetRevokedKeys([]gossh.PublicKey{e.key.Pub()}) }},
+		}, `may no longer log in as "operator" here`},
+		{"key revoked", func(e *testEnv) { e.srv.SetRevokedKeys([]gossh.PublicKey{e.key.Pub()}) }, "the hub revoked key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, events := newEventEnv(t)
@@ -244,15 +252,37 @@ func TestTrustChangeEndsSessions(t *testing.T) {
 			e.srv.SetAuthorizedKeyLogins([]AuthorizedKey{{Key: e.key.Pub(), Name: "alice"}, {Key: other.Pub(), Name: "bob"}})
 			cmd, pid := e.startSleeper()
 			tc.change(e)
+			tc.change(e)
 			if err := waitExit(t, cmd); err == nil {
 				t.Fatal("ssh exited 0 after its access was revoked")
 			}
 			testenv.WaitProcessGone(t, pid, 10*time.Second)
-			if ev, ok := events.find(EventAccessRevoked); !ok || ev.Operator != "alice" || ev.Login != "operator" {
+			stderr := cmd.Stderr.(*bytes.Buffer).String()
+			if !strings.Contains(stderr, "tether: your access to this node was withdrawn (") ||
+				!strings.Contains(stderr, tc.why) || !strings.Contains(stderr, "); session ended") {
+				t.Errorf("ssh's stderr does not say why the session ended (%q): %q", tc.why, stderr)
+			}
+			ev, ok := events.find(EventAccessRevoked)
+			if !ok || ev.Operator != "alice" || ev.Login != "operator" || !strings.Contains(ev.Detail, tc.why) {
 				t.Errorf("access-revoked event %+v, %v", ev, ok)
+			}
+			if n := events.count(EventAccessRevoked); n != 1 {
+				t.Errorf("%d access-revoked events for one connection, want 1", n)
 			}
 		})
 	}
+}
+
+func (l *eventLog) count(kind EventKind) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.events {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
 }
 
 // TestScopedUserCAs: a hub above the node's site hub has its user CA

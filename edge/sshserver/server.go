@@ -13,14 +13,16 @@
 // home directory. Run the agent as the account operators should get.
 //
 // Every session runs in its own POSIX session (setsid), which is also its own
-// process group. When the session ends for any reason (the command exits, the
-// client disconnects, the channel closes, ServeConn's context is cancelled or
-// Close is called) everything left in that session gets SIGHUP and SIGCONT,
-// as sshd's hangup does: a plain background job dies, while what the user
-// detached (nohup, setsid, systemd-run) keeps running. A session's main
-// process that survives the hangup after its client is gone is killed after
-// leaderGrace. A client that sends KillOnEndRequest (the hub's job runner)
-// gets SIGKILL for everything left in the session instead. One that keeps
+// process group. A command that exits by itself leaves its background jobs
+// running, as under sshd, unless it ran on a terminal: then everything left
+// in its session gets SIGHUP and SIGCONT, as from the closing terminal. When
+// the session is cut short instead (the client disconnects, the channel
+// closes, ServeConn's context is cancelled or Close is called) its session
+// is hung up with or without a terminal, and a main process that survives
+// that is killed after leaderGrace. What the user detached (nohup, setsid,
+// systemd-run) survives a hangup. A client that sends KillOnEndRequest (the
+// hub's job runner) gets SIGKILL for everything left in the session, however
+// it ends. One that keeps
 // the session's stdout or stderr open keeps the session open until the client
 // disconnects, as with sshd. Reaching the whole session relies on /proc and
 // is complete on Linux; elsewhere only the session's main process group is
@@ -321,6 +323,7 @@ type connState struct {
 	mu       sync.Mutex          // guards the following fields
 	login    login               // who authenticated, for recheckConns
 	reported map[string]struct{} // events already reported (firstReport)
+	sessions liveSessions        // shell and exec sessions; whether access was withdrawn (events.go)
 }
 
 type connStateKey struct{}

@@ -129,7 +129,9 @@ func (h *handler) createAPIToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !slices.ContainsFunc(all, func(x store.Role) bool { return x.Name == req.Role }) {
-		h.writeErr(w, r, fail(ErrInvalid, "no role named %q; create it first with `tether role create %s --nodes SELECTOR --logins LOGINS`", req.Role, req.Role))
+		h.writeErr(w, r, fail(ErrInvalid,
+			"no role named %q; create it first with `tether role create %s -l SELECTOR --logins LOGINS`",
+			req.Role, req.Role))
 		return
 	}
 	ttl := time.Duration(req.TTLSeconds) * time.Second

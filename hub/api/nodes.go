@@ -32,6 +32,13 @@ type Operators interface {
 // certificate is not an operator's API identity (it may be an admin's).
 var ErrNotOperatorIdentity = errors.New("not an operator API identity of this hub")
 
+// NodeSite is the site a node is shown under, from its hub-set labels: the
+// site label, which the door sets on every node below a site hub to its
+// site path (access.SiteNodeLabels) and which operators set on their own
+// nodes (site=berlin). Roles and -l selectors match that same label, so the
+// CLI's SITE column and the console show what site=… selects.
+func NodeSite(labels map[string]string) string { return labels[access.SiteLabel] }
+
 // lister wraps endpoints every authenticated caller may use, each seeing
 // only the nodes the door lets it list (access.Door.AuthorizeList): the
 // admin, an API token, or an operator's API identity from `tether login`.
@@ -126,13 +133,7 @@ func (h *handler) listNodes(w http.ResponseWriter, r *http.Request, c caller) {
 			nodes[i].ClusterEngine, nodes[i].ClusterState = m.Engine, m.State
 		}
 	}
-	out := convertAll(nodes, nodeFrom)
-	for i := range out {
-		if below[out[i].ID] {
-			out[i].Site = out[i].Labels["site"]
-		}
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, convertAll(nodes, nodeFrom))
 }
 
 // NodeLabelRequest is the body of POST /v1/nodes/labels: which nodes (by

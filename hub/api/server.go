@@ -447,7 +447,8 @@ func (h *handler) checkRoles(w http.ResponseWriter, r *http.Request, names []str
 	}
 	for _, name := range names {
 		if !slices.ContainsFunc(known, func(k store.Role) bool { return k.Name == name }) {
-			h.writeErr(w, r, fail(ErrInvalid, "no role named %q; create it with `tether role create %s --nodes SELECTOR --logins LOGINS`", name, name))
+			h.writeErr(w, r, fail(ErrInvalid,
+				"no role named %q; create it with `tether role create %s -l SELECTOR --logins LOGINS`", name, name))
 			return false
 		}
 	}
@@ -605,10 +606,9 @@ func (h *handler) deleteBy(key, what string, del func(context.Context, string) e
 	}
 }
 
+// audit appends e (the store stamps its time); a failure is logged, never
+// fatal to the request.
 func (h *handler) audit(e store.AuditEvent) {
-	if e.At.IsZero() {
-		e.At = time.Now()
-	}
 	if err := h.Store.AppendAudit(context.Background(), e); err != nil {
 		h.Logger.Error("audit", "kind", e.Kind, "err", err)
 	}

@@ -36,8 +36,9 @@ type Node struct {
 	// From the node's cluster membership, if any.
 	ClusterEngine string `json:"cluster_engine,omitempty"`
 	ClusterState  string `json:"cluster_state,omitempty"`
-	// Site is the site the node is below, as this hub names it ("berlin",
-	// "sub.berlin"); empty for the hub's own nodes.
+	// Site is the node's site (NodeSite): for a node below a site hub
+	// the site as this hub names it ("berlin", "sub.berlin"), for the
+	// hub's own nodes their hub-set site label; empty without one.
 	Site string `json:"site,omitempty"`
 }
 
@@ -47,6 +48,7 @@ func nodeFrom(n store.Node) Node {
 		MachineID: n.MachineID, AgentVersion: n.AgentVersion, Transport: n.Transport, Online: n.Online,
 		LastSeen: n.LastSeen, CreatedAt: n.CreatedAt, CertSerial: n.CertSerial, CertExpires: n.CertExpires,
 		RevokedAt: n.RevokedAt, ClusterEngine: n.ClusterEngine, ClusterState: n.ClusterState,
+		Site: NodeSite(n.Labels),
 	}
 }
 

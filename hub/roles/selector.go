@@ -212,6 +212,21 @@ func (s Selector) Matches(labels map[string]string) bool {
 	return true
 }
 
+// PresenceKeys returns the keys of the selector's bare "k" terms (node has
+// label k), in canonical order. A node name typed where a selector is
+// expected ("n1", "n1,n2") parses as exactly such terms and then selects
+// nothing, so callers that take a selector from a flag named like a list of
+// nodes use this to refuse the mix-up instead of storing it.
+func (s Selector) PresenceKeys() []string {
+	var keys []string
+	for _, r := range s.reqs {
+		if r.op == opExists {
+			keys = append(keys, r.key)
+		}
+	}
+	return keys
+}
+
 // String returns the canonical form: terms sorted by key then operator, set
 // values sorted and deduplicated, "==" written as "=", duplicate terms dropped,
 // and "*" for a selector that matches every node. ParseSelector(s.String())

@@ -254,3 +254,29 @@ func TestZeroSelectorMatchesNothing(t *testing.T) {
 		t.Error(`ParseSelector("<none>") succeeded`)
 	}
 }
+
+func TestSelectorPresenceKeys(t *testing.T) {
+	tests := []struct {
+		sel  string
+		want []string
+	}{
+		{"*", nil},
+		{"", nil},
+		{"site=lab", nil},
+		{"!gpu", nil},
+		{"env!=prod,site in (lab)", nil},
+		{"n1", []string{"n1"}},
+		{"n2,n1", []string{"n1", "n2"}},
+		{"site=lab,gpu", []string{"gpu"}},
+		{"n1,n1", []string{"n1"}},
+	}
+	for _, tt := range tests {
+		s, err := ParseSelector(tt.sel)
+		if err != nil {
+			t.Fatalf("ParseSelector(%q): %v", tt.sel, err)
+		}
+		if got := s.PresenceKeys(); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("ParseSelector(%q).PresenceKeys() = %q, want %q", tt.sel, got, tt.want)
+		}
+	}
+}

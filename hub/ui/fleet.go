@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tether-dev/tether/hub/api"
 	"github.com/tether-dev/tether/hub/registry"
 	"github.com/tether-dev/tether/hub/roles"
 	"github.com/tether-dev/tether/hub/store"
@@ -26,9 +27,6 @@ const (
 	StateOffline = "offline" // no live tunnel
 	StateRevoked = "revoked" // refused for good
 )
-
-// SiteLabel is the hub-set label the fleet view shows as a node's site.
-const SiteLabel = "site"
 
 // fleet serves the paged, filtered node list. It filters a cached copy of
 // the store's nodes joined with the registry's live sessions, which are
@@ -228,7 +226,7 @@ type hit struct {
 var sorters = map[string]func(a, b *hit) int{
 	"name":      func(a, b *hit) int { return 0 },
 	"state":     func(a, b *hit) int { return cmp.Compare(stateRank[a.state], stateRank[b.state]) },
-	"site":      func(a, b *hit) int { return cmp.Compare(a.n.Labels[SiteLabel], b.n.Labels[SiteLabel]) },
+	"site":      func(a, b *hit) int { return cmp.Compare(api.NodeSite(a.n.Labels), api.NodeSite(b.n.Labels)) },
 	"version":   func(a, b *hit) int { return cmp.Compare(a.n.AgentVersion, b.n.AgentVersion) },
 	"os":        func(a, b *hit) int { return cmp.Compare(a.n.OS, b.n.OS) },
 	"transport": func(a, b *hit) int { return cmp.Compare(a.n.Transport, b.n.Transport) },
@@ -319,7 +317,7 @@ func (f *fleet) Page(ctx context.Context, sees func(*store.Node) bool, q FleetQu
 	}
 	for _, h := range hits {
 		n := h.n
-		row := FleetNode{ID: n.ID, Name: n.Name, State: h.state, Site: n.Labels[SiteLabel], Labels: n.Labels,
+		row := FleetNode{ID: n.ID, Name: n.Name, State: h.state, Site: api.NodeSite(n.Labels), Labels: n.Labels,
 			AgentVersion: n.AgentVersion, OS: n.OS, Arch: n.Arch, Transport: n.Transport, LastSeen: n.LastSeen}
 		if h.conn != nil {
 			row.Transport, row.LastSeen = h.conn.Session.Transport().String(), now

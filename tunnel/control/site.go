@@ -131,7 +131,7 @@ type SiteWelcome struct {
 type TrustRole struct {
 	Name string `json:"name"`
 	// Selector is the role's node selector, in the hub's label selector
-	// syntax (what `tether role create --nodes` takes); it is matched
+	// syntax (what `tether role create -l` takes); it is matched
 	// against a node's labels as that hub sees them, which include
 	// site=SUFFIX (the node's site path relative to that hub).
 	Selector string   `json:"selector"`
