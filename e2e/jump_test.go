@@ -200,8 +200,10 @@ func TestFleet(t *testing.T) {
 	})
 
 	// Stock OpenSSH lists chacha20-poly1305 first; on a CPU with AES-GCM
-	// instructions the bastion offers only AES-GCM (bastion.DefaultCiphers),
-	// so the stock client negotiates aes128-gcm, with no option of its own.
+	// instructions the bastion offers an OpenSSH client that has AES-GCM
+	// only AES-GCM (hub/bastion/ciphers.go), so the stock client negotiates
+	// aes128-gcm, with no option of its own. Clients without AES-GCM:
+	// TestParamikoJump.
 	t.Run("stock OpenSSH negotiates AES-GCM", func(t *testing.T) {
 		if !cpuHasAESGCM(t) {
 			t.Skip("no AES-GCM instructions in /proc/cpuinfo: the bastion keeps x/crypto's cipher list")

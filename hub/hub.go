@@ -74,7 +74,7 @@ type Config struct {
 	UserCertTTL time.Duration  // lifetime of operators' SSH user certificates from tether login, default 8h
 	NodeSuffix  string         // nodes answer to NAME and NAME.SUFFIX, default "tether"
 	SSHNames    []string       // extra host names in the bastion's host certificate
-	SSHCiphers  []string       // SSH ciphers the bastion offers operators; empty: bastion.DefaultCiphers
+	SSHCiphers  []string       // SSH ciphers the bastion offers operators; empty: chosen per client
 	Tunnel      *tunnel.Config // nil means tunnel defaults
 	// StepCA, if set, delegates node certificate issuance (join and
 	// renewal) to an external step-ca; the hub's own CA still serves TLS

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs when it is missing: OpenSSH client and
-# server, systemd-analyze, ansible-core, rpm, cloud-init, sudo, prometheus, chromium, patch and
-# the PostgreSQL server (Debian packages). As root it
+# server, systemd-analyze, ansible-core, rpm, cloud-init, sudo, prometheus, chromium, patch,
+# the PostgreSQL server, python3-paramiko and sshfs (Debian packages). As root it
 # runs apt-get; otherwise it says exactly what to install.
 set -euo pipefail
 
@@ -31,6 +31,11 @@ command -v patch >/dev/null 2>&1 || missing+=(patch)
 # The store suite and the replica tests start throwaway PostgreSQL servers
 # (initdb + postgres in a temp dir; internal/testenv/pgtest).
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
+# Debian's paramiko (Ansible's paramiko connection, Fabric, Netmiko) and
+# sshfs jump through the bastion to SFTP on nodes (TestParamikoJump,
+# TestSSHFSJump); paramiko goes into Debian's own python3.
+[ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import paramiko' >/dev/null 2>&1 || missing+=(python3-paramiko)
+command -v sshfs >/dev/null 2>&1 || missing+=(sshfs)
 for pkg in "$@"; do
   case "$pkg" in
     iperf3|socat|ansible) command -v "$pkg" >/dev/null 2>&1 || missing+=("$pkg") ;;

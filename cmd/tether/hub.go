@@ -80,7 +80,11 @@ GOGC or GOMAXPROCS in the environment turns the matching policy off.`,
 	f.StringVar(&cfg.Store, "store", "", `where the hub's state lives: a SQLite file (PATH or sqlite:PATH), or "postgres://USER@HOST/DB?sslmode=verify-full" shared by several hub replicas (default: DATA_DIR/tether.db); put a password in ~/.pgpass or PGPASSWORD, not in the URL`)
 	f.StringVar(&cfg.Listen, "listen", ":7443", "tunnel + API address (UDP and TCP, same port)")
 	f.StringVar(&cfg.SSHListen, "ssh-listen", ":2222", "SSH bastion address for operators")
-	f.StringSliceVar(&cfg.SSHCiphers, "ssh-ciphers", nil, "comma-separated SSH ciphers the bastion offers operators, in order (default: aes128-gcm@openssh.com,aes256-gcm@openssh.com on a CPU with AES-GCM instructions, where a relay costs the hub about 0.6× the CPU of chacha20-poly1305; x/crypto's list otherwise)")
+	f.StringSliceVar(&cfg.SSHCiphers, "ssh-ciphers", nil, "comma-separated SSH ciphers the bastion offers every "+
+		"operator's client, in order (default: chosen per client: on a CPU with AES-GCM instructions, where a relay "+
+		"costs the hub about 0.6× the CPU of chacha20-poly1305, aes128-gcm@openssh.com,aes256-gcm@openssh.com to an "+
+		"OpenSSH client that has them; x/crypto's list, from which the client picks, to every other client, e.g. "+
+		"paramiko, and on other CPUs)")
 	f.StringSliceVar(&cfg.Advertise, "advertise", nil, "HOST:PORT agents should dial, put into join strings (repeatable; default: the --listen address, or this host's name if it is a wildcard)")
 	f.DurationVar(&cfg.NodeCertTTL, "node-cert-ttl", 24*time.Hour, "lifetime of node certificates (agents renew at about 2/3 of it over the tunnel)")
 	f.DurationVar(&cfg.HostCertTTL, "host-cert-ttl", 7*24*time.Hour, "lifetime of nodes' SSH host certificates (re-issued at 2/3)")

@@ -194,7 +194,8 @@ func (h *handler) onboard(w http.ResponseWriter, r *http.Request) {
 			h.refuseOnboard(w, r, &o, reasonOf(err), credentialRefusal(err))
 			return
 		case errors.Is(err, store.ErrNameTaken):
-			h.refuseOnboard(w, r, &o, ReasonConflict, fail(ErrConflict, "onboarding refused: node name %q is taken by another machine; run the onboarding again with another --name", o.name))
+			h.refuseOnboard(w, r, &o, ReasonConflict, fail(ErrConflict,
+				"onboarding refused: node name %q is taken by another machine; %s", o.name, anotherName))
 			return
 		case err != nil:
 			h.writeErr(w, r, internal("onboarding: record the node", err))
@@ -261,6 +262,12 @@ func (h *handler) issueOnboarded(ctx context.Context, o *onboardReq, n store.Nod
 	return resp, chain, nil
 }
 
+// anotherName says how each onboarding client asks for a node name, for a
+// name that is taken or refused: the machine's host name is the default,
+// and machines of one image share it.
+const anotherName = "onboard it again under another name: `tether-edge onboard --name NODE` on the machine, " +
+	"or with `tether onboard bulk`, name=NODE on its inventory line or --name-pattern (e.g. 'pi-{host}')"
+
 // validateOnboard checks everything about a request that needs no secret.
 func (h *handler) validateOnboard(o *onboardReq) error {
 	if err := o.Validate(); err != nil {
@@ -274,10 +281,10 @@ func (h *handler) validateOnboard(o *onboardReq) error {
 		o.name = nameFromHostname(o.Facts.Hostname)
 	}
 	if err := pki.ValidateName(o.name); err != nil {
-		return fail(ErrInvalid, "node %s; pass a node name (--name)", err.Error())
+		return fail(ErrInvalid, "node %s; %s", err.Error(), anotherName)
 	}
 	if slices.Contains(h.ReservedNames, o.name) {
-		return fail(ErrInvalid, "node name %q is reserved (it names the hub); pass another --name", o.name)
+		return fail(ErrInvalid, "node name %q is reserved (it names the hub); %s", o.name, anotherName)
 	}
 	if err := ValidateLabels(o.Labels); err != nil {
 		return fail(ErrInvalid, "%s", err.Error())
@@ -339,8 +346,10 @@ func credentialRefusal(err error) error {
 }
 
 func duplicateMachine(uuid string, m store.Machine) error {
-	return fail(ErrConflict, "onboarding refused: machine UUID %s is already node id %s (onboarded %s) with another key: a second machine with the same UUID, or this one reinstalled without its key (%s/node.key). If this machine replaces the old one, an admin removes the old node first (`tether nodes rm NAME`)",
-		uuid, m.NodeID, m.CreatedAt.UTC().Format(time.RFC3339), onboard.StateDir)
+	return fail(ErrConflict, "onboarding refused: machine UUID %s is already node id %s (onboarded %s) with another key: "+
+		"a second machine with the same UUID, or this one reinstalled without its key (node.key in the agent's state dir). "+
+		"If this machine replaces the old one, an admin removes the old node first (`tether nodes rm NAME`)",
+		uuid, m.NodeID, m.CreatedAt.UTC().Format(time.RFC3339))
 }
 
 // refuseOnboard answers a failed onboarding and audits it with its reason,

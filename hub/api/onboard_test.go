@@ -275,7 +275,14 @@ func TestOnboardRefusalReasons(t *testing.T) {
 		{"bad csr", func() control.OnboardRequest { r := m.request(good, "x1"); r.CSR = []byte("junk"); return r }(), 400, "invalid", "invalid CSR"},
 		{"no uuid", func() control.OnboardRequest { r := m.request(good, "x1"); r.Machine.UUID = ""; return r }(), 400, "invalid", "machine uuid"},
 		{"reserved name", m.request(good, "tether-hub"), 400, "invalid", "reserved"},
-		{"name taken", m.request(good, "s1"), 409, "name_taken", "taken"},
+		// A machine whose host name is localhost gets no node the bastion
+		// would refuse to reach.
+		{"address name", m.request(good, "localhost"), 400, "invalid", "reads as a loopback"},
+		// Machines of one image share a host name: the refusal says how
+		// each client names a node, bulk's inventory included.
+		{"name taken", m.request(good, "s1"), 409, "name_taken", "taken by another machine; onboard it again under another " +
+			"name: `tether-edge onboard --name NODE` on the machine, or with `tether onboard bulk`, name=NODE on its " +
+			"inventory line or --name-pattern"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

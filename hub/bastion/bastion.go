@@ -23,6 +23,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/ratelimit"
+	"github.com/tether-dev/tether/internal/validate"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
@@ -32,19 +33,31 @@ import (
 type JumpRequest struct {
 	// ID names this jump attempt among all of this bastion's, from 1; the
 	// record of its end carries the same ID.
-	ID             uint64
-	Operator       string
-	Key            gossh.PublicKey // the key or certificate that authenticated
-	KeyFingerprint string          // SHA256:… of Key
-	Remote         string          // operator's address
-	Node           string
-	Header         tunnel.Header
+	ID       uint64
+	Operator string
+	Key      gossh.PublicKey // the key or certificate that authenticated
+	// KeyFingerprint is SHA256:… of the key, for a certificate of the key
+	// it certifies: what `tether operator list` shows for the operator.
+	KeyFingerprint string
+	// Cert names a certificate that authenticated by serial and key id;
+	// "" for a plain key.
+	Cert   string
+	Remote string // operator's address
+	Node   string
+	Header tunnel.Header
 	// Stop ends the jump while it is live: the relay closes both sides and
 	// the jump is recorded with result "ended" ("ended: access withdrawn"
 	// when cause wraps ErrAccessWithdrawn) and cause as its error. A Dialer
 	// keeps it to end jumps whose access is withdrawn later. Safe to call
 	// at any time, more than once; calls after the first do nothing.
 	Stop func(cause error)
+	// Withdraw ends the jump for cause as Stop does, but lets the node have
+	// the last word: from the call on nothing more the operator sends is
+	// relayed, while what the node sends (its SSH server telling the
+	// operator's client why the session ends) still reaches the operator
+	// until the node closes the stream, grace at the latest. A jump not yet
+	// relaying is stopped at once.
+	Withdraw func(cause error, grace time.Duration)
 }
 
 // Dialer checks a jump request and opens the stream to the node. ctx is
@@ -109,8 +122,10 @@ type Config struct {
 	// "n7.sub.berlin") is a node below it (SiteTarget). Nil accepts node
 	// names only.
 	IsSite func(name string) bool
-	// Ciphers are the SSH ciphers offered to operators, in order; empty:
-	// DefaultCiphers.
+	// Ciphers are the SSH ciphers offered to every operator's client, in
+	// order (--ssh-ciphers); empty: chosen per client (ciphers.go): on a CPU
+	// with AES-GCM instructions, AES-GCM alone to an OpenSSH client that has
+	// it, x/crypto's list to everyone else.
 	Ciphers []string
 }
 
@@ -123,6 +138,8 @@ type Bastion struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	jumps  atomic.Uint64 // the last JumpRequest.ID given
+	// perClientCiphers: the cipher offer depends on the client's hello.
+	perClientCiphers bool
 }
 
 // New validates cfg and builds the server.
@@ -139,17 +156,15 @@ func New(cfg Config) (*Bastion, error) {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = 20 * time.Second
 	}
-	if len(cfg.Ciphers) == 0 {
-		cfg.Ciphers = DefaultCiphers()
-	}
-	b := &Bastion{cfg: cfg}
+	b := &Bastion{cfg: cfg, perClientCiphers: len(cfg.Ciphers) == 0 && hasAESGCMHardware()}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.srv = &ssh.Server{
-		Version:     "Tether",
+		Version:     serverVersion,
 		HostSigners: hostSigners(cfg),
 		// accept refuses rate-limited sources and arms the handshake
-		// deadline (handshake.go).
-		ConnCallback: b.accept,
+		// deadline (handshake.go); connCallback then reads the client's
+		// hello when the cipher offer depends on it (ciphers.go).
+		ConnCallback: b.connCallback,
 		// gliderlabs fixes ctx.User() at the first auth attempt, while a
 		// client may name another user in later attempts; the user that
 		// finally authenticated is re-checked against the key in
@@ -163,15 +178,19 @@ func New(cfg Config) (*Bastion, error) {
 		ServerConfigCallback: func(ctx ssh.Context) *gossh.ServerConfig {
 			g := guardOf(ctx)
 			return &gossh.ServerConfig{
-				Config:          gossh.Config{Ciphers: cfg.Ciphers},
+				Config:          gossh.Config{Ciphers: b.ciphersFor(ctx)},
 				MaxAuthTries:    6,
 				AuthLogCallback: g.authLog,
 				BannerCallback:  g.banner,
 			}
 		},
+		// The example names the node with the suffix: the @cert-authority
+		// line `tether login` and `tether config ssh` write vouches for
+		// *.SUFFIX only, so that is the name an operator's ssh verifies.
 		Handler: func(s ssh.Session) {
-			fmt.Fprintf(s.Stderr(), "tether: this is a jump host; it has no shell. Use it with ssh -J %s@HUB NODE, e.g. `ssh -J %s@%s root@NODE`\n",
-				s.User(), s.User(), cfg.Addr)
+			fmt.Fprintf(s.Stderr(), "tether: this is a jump host; it has no shell. "+
+				"Use it with ssh -J %s@HUB LOGIN@NODE%s, e.g. `ssh -J %s@%s root@NODE%s`\n",
+				s.User(), cfg.NodeSuffix, s.User(), cfg.Addr, cfg.NodeSuffix)
 			_ = s.Exit(1)
 		},
 		ChannelHandlers: map[string]ssh.ChannelHandler{
@@ -194,7 +213,7 @@ func hostSigners(cfg Config) []ssh.Signer {
 func (b *Bastion) Listen() (net.Addr, error) {
 	ln, err := net.Listen("tcp", b.cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("bastion: listen on %s: %w", b.cfg.Addr, err)
+		return nil, fmt.Errorf("bastion: %w", err) // it names the address: "listen tcp ADDR: …"
 	}
 	b.ln = ln
 	return ln.Addr(), nil
@@ -234,13 +253,20 @@ var ErrNotANode = errors.New("not a node")
 var ErrDenied = errors.New("access denied")
 
 // Target turns a direct-tcpip destination into a node name and stream header.
-// Only node names (optionally with the suffix) are accepted: IP addresses,
-// localhost and anything else that is not a valid node name are refused, so
-// the bastion can never be used to reach the hub's own network.
+// Only node names (optionally with the suffix) are accepted: addresses
+// (validate.Address: IP addresses in any notation, localhost and its kin,
+// numbers) and anything else that is not a valid node name are refused, so
+// the bastion can never be used to reach the hub's own network. Node names
+// are refused at join by the same rule, so no node has a name refused here.
 func Target(host string, port uint32, suffix string) (string, tunnel.Header, error) {
 	name := strings.TrimSuffix(strings.ToLower(host), suffix)
-	if net.ParseIP(strings.Trim(host, "[]")) != nil || name == "localhost" {
-		return "", tunnel.Header{}, fmt.Errorf("%w: %q is an address; tether forwards only to node names", ErrNotANode, host)
+	is, ok := validate.Address(host)
+	if !ok {
+		is, ok = validate.Address(name)
+	}
+	if ok {
+		return "", tunnel.Header{}, fmt.Errorf("%w: %q is an address (%s); tether forwards only to node names",
+			ErrNotANode, host, is)
 	}
 	if err := pki.ValidateName(name); err != nil {
 		return "", tunnel.Header{}, fmt.Errorf("%w: %v", ErrNotANode, err)
@@ -282,12 +308,34 @@ func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gos
 	// Close with context.Canceled.
 	jctx, stop := context.WithCancelCause(b.ctx)
 	defer stop(nil)
-	rec := JumpRecord{Start: time.Now(), JumpRequest: JumpRequest{ID: b.jumps.Add(1), Operator: conn.User(), Remote: conn.RemoteAddr().String(), Stop: stop}}
+	// withdrawal is the cause given to Withdraw while the node has its last
+	// word; operator is the operator's side of the relay, once relaying.
+	var (
+		withdrawal atomic.Pointer[error]
+		operator   atomic.Pointer[relayedChannel]
+	)
+	withdraw := func(cause error, grace time.Duration) {
+		if !withdrawal.CompareAndSwap(nil, &cause) {
+			return
+		}
+		op := operator.Load()
+		if op == nil || grace <= 0 {
+			stop(cause)
+			return
+		}
+		op.mute()
+		time.AfterFunc(grace, func() { stop(cause) })
+	}
+	rec := JumpRecord{Start: time.Now(), JumpRequest: JumpRequest{ID: b.jumps.Add(1), Operator: conn.User(),
+		Remote: conn.RemoteAddr().String(), Stop: stop, Withdraw: withdraw}}
 	key, _ := ctx.Value(ssh.ContextKeyPublicKey).(ssh.PublicKey)
 	if key != nil {
-		rec.Key, rec.KeyFingerprint = key, gossh.FingerprintSHA256(key)
+		rec.Key, rec.KeyFingerprint, rec.Cert = key, keyFingerprint(key), certName(key)
 	}
 	stopped := func() error {
+		if w := withdrawal.Load(); w != nil {
+			return *w
+		}
 		if cause := context.Cause(jctx); cause != nil && !errors.Is(cause, context.Canceled) {
 			return cause
 		}
@@ -379,7 +427,13 @@ func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gos
 			}
 		}
 	}
-	counts := tunnel.Pipe(channelConn{ch}, st, onBytes)
+	op := &relayedChannel{Channel: ch}
+	operator.Store(op)
+	if w := withdrawal.Load(); w != nil {
+		// Withdrawn between the dial and now, before there was a relay to mute.
+		stop(*w)
+	}
+	counts := tunnel.Pipe(op, st, onBytes)
 	rec.BytesToNode, rec.BytesFromNode = counts.AtoB, counts.BtoA
 	if cause := stopped(); cause != nil {
 		finish(endedResult(cause), cause)
@@ -390,10 +444,50 @@ func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gos
 	log.Info("jump ended", "node", node, "bytes_to_node", counts.AtoB, "bytes_from_node", counts.BtoA, "duration", rec.End.Sub(rec.Start).Round(time.Millisecond))
 }
 
-// channelConn adapts an SSH channel to io.ReadWriteCloser with CloseWrite
-// (EOF to the operator) so Pipe can half-close it.
-type channelConn struct{ gossh.Channel }
+// keyFingerprint is the SHA256 fingerprint of k, or for a certificate of
+// the key it certifies: a certificate from `tether login` is new each
+// time, the key under it is the one registered for the operator.
+func keyFingerprint(k gossh.PublicKey) string {
+	if c, ok := k.(*gossh.Certificate); ok {
+		k = c.Key
+	}
+	return gossh.FingerprintSHA256(k)
+}
 
-func (c channelConn) CloseWrite() error { return c.Channel.CloseWrite() }
+// certName names a certificate by serial and key id, "" for a plain key.
+func certName(k gossh.PublicKey) string {
+	c, ok := k.(*gossh.Certificate)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("certificate serial %d, key id %.128q", c.Serial, c.KeyId)
+}
 
-var _ io.ReadWriteCloser = channelConn{}
+// relayedChannel is the operator's side of a relay: an SSH channel as an
+// io.ReadWriteCloser with CloseWrite (EOF to the operator) so Pipe can
+// half-close it, which Withdraw can mute.
+type relayedChannel struct {
+	gossh.Channel
+	muted atomic.Bool
+}
+
+func (c *relayedChannel) CloseWrite() error { return c.Channel.CloseWrite() }
+
+// mute makes Read swallow what the operator sends from now on: it still
+// reads (the operator's window stays open, their EOF still ends the relay)
+// but returns only the channel's end.
+func (c *relayedChannel) mute() { c.muted.Store(true) }
+
+func (c *relayedChannel) Read(p []byte) (int, error) {
+	for {
+		n, err := c.Channel.Read(p)
+		if !c.muted.Load() {
+			return n, err
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+var _ io.ReadWriteCloser = (*relayedChannel)(nil)
