@@ -96,7 +96,7 @@ bench: build ## P1-P8 side by side with OpenSSH, socat, Ansible (bench/README.md
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./bench/cmd/tbench ./bench/cmd/agentsim
 	ulimit -n $$(ulimit -Hn) && $(BIN)/tbench -size $(BENCH_SIZE) -bin $(BIN) all
 
-bench-quick: build ## a ~2-minute smoke of every bench scenario at small sizes (appends to bench/RESULTS.md)
+bench-quick: build ## every bench scenario (P1-P13) at small sizes, about 7 minutes on 2 cores (appends to bench/RESULTS.md)
 	@./bench/deps.sh
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./bench/cmd/tbench ./bench/cmd/agentsim
 	ulimit -n $$(ulimit -Hn) && $(BIN)/tbench -size quick -bin $(BIN) all
@@ -109,4 +109,4 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 60s)
 	done
 
 clean:
-	rm -rf $(BIN) $(DIST) demo .tools
+	rm -rf $(BIN) $(DIST) demo quickstart .tools

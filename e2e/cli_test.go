@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/internal/testenv"
+	"github.com/tether-dev/tether/pki"
 )
 
 // TestTwoHubsOneDataDir: a second hub on a data dir a hub already holds is
@@ -220,5 +223,85 @@ func TestLoginWritesSSHProfile(t *testing.T) {
 		loginUser+"@n1.tether", "echo after-login")
 	if code != 0 || strings.TrimSpace(o) != "after-login" {
 		t.Fatalf("ssh with the profile from login: exit %d, out %q, err %q", code, o, errOut)
+	}
+}
+
+// TestLoginFromElsewhere is an operator on another machine: `tether ca pin`
+// on the hub's machine prints the pin the join strings carry; `tether login
+// --hub ADDR --ca-pin PIN --identity-file KEY` with it; then `tether nodes`
+// and `tether ca pin` with no --data-dir or --hub use the hub logged in to.
+// A data dir named outright still wins over the login.
+func TestLoginFromElsewhere(t *testing.T) {
+	for _, f := range []string{"hub.json", "ca/ca.crt"} {
+		if _, err := os.Stat(filepath.Join("/var/lib/tether", f)); err == nil {
+			t.Skipf("a hub's data dir is at the default /var/lib/tether on this machine (%s): commands would use it", f)
+		}
+	}
+	h := startHub(t)
+	h.cli("operator", "add", "alice", "--key", opPub, "--role", "admin")
+	join := h.token("--ttl", "10m")
+	startAgent(t, join, "n1", "--ssh", "embedded")
+	js, err := pki.ParseJoinString(join)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin := strings.TrimSpace(h.cli("ca", "pin"))
+	if pin != "sha256:"+js.CAPin {
+		t.Fatalf("tether ca pin printed %q; the join string's pin is sha256:%s", pin, js.CAPin)
+	}
+
+	home := t.TempDir() // the operator's machine: no hub, ~/.tether lands here
+	laptop := func(args ...string) (string, string, int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, filepath.Join(binDir, "tether"), args...)
+		var env []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "TETHER_") && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "SSH_AUTH_SOCK=") {
+				env = append(env, kv)
+			}
+		}
+		cmd.Env = append(env, "HOME="+home)
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("tether %v: %v", args, err)
+		}
+		return o.String(), e.String(), code
+	}
+	if _, errOut, code := laptop("nodes"); code == 0 || !strings.Contains(errOut, "no running hub") {
+		t.Fatalf("tether nodes before any login: exit %d, %q; want no running hub found", code, errOut)
+	}
+	login := []string{"login", "--hub", h.apiAddr(), "--ca-pin", pin, "--user", "alice"}
+	if _, errOut, code := laptop(append(login, "--identity-file", opKey)...); code != 0 {
+		t.Fatalf("tether login --hub --ca-pin PIN --identity-file: exit %d: %s", code, errOut)
+	}
+	h.waitOnline("n1", "")
+	out, errOut, code := laptop("nodes", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"name": "n1"`) {
+		t.Fatalf("tether nodes after login, no flags: exit %d, out %q, err %q", code, out, errOut)
+	}
+	out, errOut, code = laptop("nodes", "-o", "json", "--identity", filepath.Join(home, ".tether", "admin"))
+	if code != 0 || !strings.Contains(out, `"name": "n1"`) {
+		t.Fatalf("tether nodes --identity DIR (no --hub): exit %d, out %q, err %q", code, out, errOut)
+	}
+	if out, errOut, code := laptop("ca", "pin"); code != 0 || strings.TrimSpace(out) != pin {
+		t.Fatalf("tether ca pin after login: exit %d, out %q, err %q; want %s", code, out, errOut, pin)
+	}
+	// Named outright, a data dir is used, and one without a hub says so.
+	empty := t.TempDir()
+	_, errOut, code = laptop("nodes", "--data-dir", empty, "--wait", "0")
+	if code == 0 || !strings.Contains(errOut, empty) {
+		t.Fatalf("tether nodes --data-dir EMPTY after login: exit %d, %q; want it to name %s", code, errOut, empty)
+	}
+	// The flag's first name still works (hidden, said to be deprecated).
+	_, errOut, code = laptop(append(login, "--key", opKey)...)
+	if code != 0 || !strings.Contains(errOut, "--identity-file") {
+		t.Fatalf("tether login --key: exit %d, %q; want success and a pointer to --identity-file", code, errOut)
 	}
 }

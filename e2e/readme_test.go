@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,12 +42,17 @@ func quickStart(t *testing.T) string {
 	return block
 }
 
+// The Quick start's hub ports: not make demo's, so that both can run.
+const quickStartAPI, quickStartSSH = "127.0.0.1:17443", "127.0.0.1:12222"
+
 // TestReadmeQuickStart runs the README's Quick start as a bash script (-e:
 // every command must succeed, the final ssh included) in an empty directory
-// with the built binaries as bin/, a fresh $HOME holding an operator key at
-// ~/.ssh/id_ed25519, and free ports in place of 7443 and 2222. `make build`
-// is the one line not run: the binaries under test are already built. The
-// hub and agents the script leaves running are stopped at cleanup.
+// with the built binaries as bin/, a fresh $HOME with no SSH key, and free
+// ports in place of its own. `make build` is the one line not run: the
+// binaries under test are already built. The hub and agents the script
+// leaves running are stopped at cleanup. Run at the top of a checkout, it
+// must leave nothing there that git does not ignore, and its ports must not
+// be make demo's.
 func TestReadmeQuickStart(t *testing.T) {
 	script := quickStart(t)
 	var lines []string
@@ -55,7 +62,12 @@ func TestReadmeQuickStart(t *testing.T) {
 		}
 	}
 	script = strings.Join(lines, "\n")
-	for _, addr := range []string{"127.0.0.1:7443", "127.0.0.1:2222"} {
+	for _, port := range demoPorts(t) {
+		if strings.Contains(script, "127.0.0.1:"+port) {
+			t.Errorf("the Quick start uses port %s, make demo's: it fails while the demo runs", port)
+		}
+	}
+	for _, addr := range []string{quickStartAPI, quickStartSSH} {
 		if !strings.Contains(script, addr) {
 			t.Fatalf("the Quick start no longer uses %s; update this test's port substitution:\n%s", addr, script)
 		}
@@ -64,7 +76,9 @@ func TestReadmeQuickStart(t *testing.T) {
 
 	dir := t.TempDir()
 	home := filepath.Join(dir, "home")
-	testenv.NewKeyFile(t, filepath.Join(home, ".ssh", "id_ed25519"))
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	work := filepath.Join(dir, "work")
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		t.Fatal(err)
@@ -111,6 +125,46 @@ func TestReadmeQuickStart(t *testing.T) {
 			t.Errorf("Quick start output has no %q:\n%s", want, tail(out, 6000))
 		}
 	}
+	entries, err := os.ReadDir(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if name == "bin" || name == "quickstart.sh" {
+			continue
+		}
+		if e.IsDir() {
+			name += "/" // how git matches a directory pattern
+		}
+		check := exec.Command("git", "check-ignore", "--no-index", "-q", name)
+		check.Dir = ".." // the checkout's .gitignore
+		var ee *exec.ExitError
+		switch err := check.Run(); {
+		case errors.As(err, &ee) && ee.ExitCode() == 1:
+			t.Errorf("the Quick start leaves %s in the source tree, which git does not ignore", name)
+		case err != nil:
+			t.Logf("cannot ask git whether %s is ignored (not a git checkout?): %v", name, err)
+		}
+	}
+}
+
+// demoPorts are make demo's default ports, as scripts/demo.sh sets them.
+func demoPorts(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "scripts", "demo.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ports []string
+	for _, v := range []string{"DEMO_API_PORT", "DEMO_SSH_PORT"} {
+		m := regexp.MustCompile(`\$\{` + v + `:-(\d+)\}`).FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("scripts/demo.sh sets no default for %s", v)
+		}
+		ports = append(ports, string(m[1]))
+	}
+	return ports
 }
 
 // stopGroup ends the processes left in process group pgid: SIGTERM, then

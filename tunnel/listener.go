@@ -246,9 +246,12 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 
 // bindPair listens on addr over TCP and binds the same IP and port over UDP.
 func bindPair(ctx context.Context, addr string) (net.Listener, net.PacketConn, error) {
+	// The net errors below already name the operation and the address
+	// ("listen tcp 127.0.0.1:7443: bind: address already in use"); saying
+	// them again only doubles the message.
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tunnel: listen %q: %w", addr, err)
+		return nil, nil, fmt.Errorf("tunnel: %w", err)
 	}
 	var lc net.ListenConfig
 	attempts := 1
@@ -258,7 +261,7 @@ func bindPair(ctx context.Context, addr string) (net.Listener, net.PacketConn, e
 	for i := 0; ; i++ {
 		tcpLn, err := lc.Listen(ctx, "tcp", addr)
 		if err != nil {
-			return nil, nil, fmt.Errorf("tunnel: listen tcp %s: %w", addr, err)
+			return nil, nil, fmt.Errorf("tunnel: %w", err)
 		}
 		tcpAddr := tcpLn.Addr().(*net.TCPAddr)
 		udpHost := host
@@ -272,7 +275,7 @@ func bindPair(ctx context.Context, addr string) (net.Listener, net.PacketConn, e
 		}
 		_ = tcpLn.Close()
 		if i+1 >= attempts || !errors.Is(err, syscall.EADDRINUSE) {
-			return nil, nil, fmt.Errorf("tunnel: listen udp %s: %w", udpAddr, err)
+			return nil, nil, fmt.Errorf("tunnel: %w", err)
 		}
 	}
 }

@@ -34,6 +34,11 @@ func TestListenErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer udp.Close()
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
 
 	tests := []struct {
 		name string
@@ -47,6 +52,7 @@ func TestListenErrors(t *testing.T) {
 		{"bad config", "127.0.0.1:0", ListenConfig{TunnelTLS: tunnelServerTLS(), Config: &Config{MaxStreams: -1}}, "MaxStreams"},
 		{"bad address", "127.0.0.1", ListenConfig{TunnelTLS: tunnelServerTLS()}, "missing port"},
 		{"UDP port taken", udp.LocalAddr().String(), ListenConfig{TunnelTLS: tunnelServerTLS()}, "listen udp"},
+		{"TCP port taken", tcp.Addr().String(), ListenConfig{TunnelTLS: tunnelServerTLS()}, "listen tcp"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,6 +63,11 @@ func TestListenErrors(t *testing.T) {
 			}
 			if !strings.HasPrefix(err.Error(), "tunnel: ") || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Listen error %q, want it to mention %q", err, tt.want)
+			}
+			// The caller prefixes its flag and address; the error names
+			// the address once, where the system's error does.
+			if n := strings.Count(err.Error(), tt.addr); n > 1 || strings.Count(err.Error(), tt.want) > 1 {
+				t.Fatalf("Listen error %q repeats itself", err)
 			}
 		})
 	}

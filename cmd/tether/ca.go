@@ -8,11 +8,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
 )
 
 func newCACmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "ca", Short: "Hub CA maintenance (SSH CA rotation, admin certificate revocation)"}
+	cmd := &cobra.Command{Use: "ca", Short: "The hub's CA: its pin, SSH CA rotation, admin certificate revocation"}
 	var dataDir, kind string
 	var finish bool
 	rotate := &cobra.Command{
@@ -57,8 +59,66 @@ It edits files in DATA_DIR/ca; the hub reads them at start.`,
 	rotate.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "hub data dir")
 	rotate.Flags().StringVar(&kind, "kind", "", "host or user")
 	rotate.Flags().BoolVar(&finish, "finish", false, "end the overlap: stop trusting previous keys")
-	cmd.AddCommand(rotate, newCARevokeAdminCmd())
+	cmd.AddCommand(newCAPinCmd(), rotate, newCARevokeAdminCmd())
 	return cmd
+}
+
+func newCAPinCmd() *cobra.Command {
+	var dataDir string
+	cmd := &cobra.Command{
+		Use:   "pin",
+		Short: "Print the pin (sha256:HEX) of the hub's CA, for 'tether login --hub ADDR --ca-pin PIN'",
+		Long: `Print the SHA-256 pin of the hub's root CA certificate: the value join strings
+carry, and what 'tether login --hub ADDR --ca-pin PIN' on another machine checks
+the hub against (there is no trust on first use).
+
+On the hub's machine it reads DATA_DIR/ca/ca.crt. Given no --data-dir (nor
+TETHER_DATA_DIR) and finding no CA in the default data dir, it prints the pin
+of the hub CA your last 'tether login' verified (~/.tether/admin/ca.crt), to
+hand on to others.`,
+		Example: `  tether ca pin --data-dir /var/lib/tether
+  tether login --hub hub.example.com:7443 --ca-pin sha256:9f2c… --user alice   # on your machine`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			file := filepath.Join(dataDir, "ca", ca.CertFile)
+			if _, err := os.Stat(file); err != nil && !dataDirChosen(cmd.Flags()) {
+				if login := filepath.Join(defaultAdminIdentity(), api.AdminCAFile); fileExists(login) {
+					file = login
+				}
+			}
+			pin, err := caPin(file)
+			if err != nil {
+				return fmt.Errorf("%w (on the hub's machine pass --data-dir DIR, the hub's data dir; "+
+					"elsewhere run 'tether login' first)", err)
+			}
+			fmt.Println(pin)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "hub data dir (env TETHER_DATA_DIR)")
+	return cmd
+}
+
+// caPin is the join pin (sha256:HEX) of the first certificate in the PEM
+// file path: the hub's root CA.
+func caPin(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read the hub CA certificate: %w", err)
+	}
+	certs, err := pki.ParseCerts(b)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	if len(certs) == 0 {
+		return "", fmt.Errorf("%s holds no certificate", path)
+	}
+	return "sha256:" + pki.Fingerprint(certs[0]), nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func newCARevokeAdminCmd() *cobra.Command {

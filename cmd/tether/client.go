@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tether-dev/tether/hub"
 	"github.com/tether-dev/tether/hub/api"
@@ -34,6 +37,7 @@ type clientFlags struct {
 	apiToken string
 	caFile   string
 	wait     time.Duration
+	flags    *pflag.FlagSet // the command's, to tell a chosen --data-dir from the default
 }
 
 // defaultHubWait is how long a command waits for a hub that is starting
@@ -42,9 +46,13 @@ const defaultHubWait = 10 * time.Second
 
 func (c *clientFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&c.dataDir, "data-dir", defaultDataDir(), "on the hub's machine: the hub's data dir (env TETHER_DATA_DIR)")
-	f.StringVar(&c.hub, "hub", "", "from another machine: hub API address HOST:PORT (after 'tether login', or with TETHER_API_TOKEN and --ca)")
-	f.StringVar(&c.identity, "identity", "", "with --hub: admin identity directory (admin.crt, admin.key, ca.crt) from 'tether login' (default ~/.tether/admin)")
+	c.flags = f
+	f.StringVar(&c.dataDir, "data-dir", defaultDataDir(), "on the hub's machine: the hub's data dir "+
+		"(env TETHER_DATA_DIR; without either, and no hub running in the default one, the hub of your last 'tether login')")
+	f.StringVar(&c.hub, "hub", "", "from another machine: hub API address HOST:PORT "+
+		"(default after 'tether login': the hub logged in to; or with TETHER_API_TOKEN and --ca)")
+	f.StringVar(&c.identity, "identity", "",
+		"API identity directory (admin.crt, admin.key, ca.crt) from 'tether login' (default ~/.tether/admin)")
 	f.StringVar(&c.caFile, "ca", "", "with --hub and TETHER_API_TOKEN: hub CA certificate (PEM) to verify the hub with (DATA_DIR/admin/ca.crt on the hub's machine)")
 	f.DurationVar(&c.wait, "wait", defaultHubWait, "with --data-dir: how long to wait for a hub that is starting (0: do not wait)")
 	c.apiToken = os.Getenv("TETHER_API_TOKEN")
@@ -56,6 +64,26 @@ func (c *clientFlags) client() (*api.Client, error) {
 			return nil, fmt.Errorf("TETHER_API_TOKEN is set: also pass --hub HOST:PORT and --ca FILE (the hub CA certificate)")
 		}
 		return api.NewTokenClient(c.hub, c.caFile, c.apiToken)
+	}
+	if c.hub == "" && c.identity != "" && !dataDirChosen(c.flags) {
+		addr, err := loginHub(c.identity)
+		if err != nil {
+			return nil, fmt.Errorf("--identity %s without --hub: %w", c.identity, err)
+		}
+		c.hub = addr
+	}
+	if c.hub == "" && !dataDirChosen(c.flags) && !localHubAt(c.dataDir) {
+		// No data dir asked for and no hub in the default one: this is
+		// not the hub's machine, so the hub of the last `tether login`.
+		id := defaultAdminIdentity()
+		if addr, err := loginHub(id); err == nil {
+			cl, err := api.NewClient(addr, id)
+			if err != nil {
+				return nil, fmt.Errorf("the hub of your last 'tether login' (%s): %w; "+
+					"log in again, or on the hub's machine pass --data-dir DIR", addr, err)
+			}
+			return cl, nil
+		}
 	}
 	if c.hub != "" {
 		if c.identity == "" {
@@ -101,6 +129,39 @@ func defaultAdminIdentity() string {
 	return filepath.Join(home, ".tether", api.AdminDir)
 }
 
+// loginHubFile, in an API identity directory from `tether login`, holds the
+// API address (HOST:PORT) of the hub that issued it, so that commands find
+// that hub without --hub.
+const loginHubFile = "hub"
+
+// loginHub reads the hub address a login left in identity dir.
+func loginHub(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, loginHubFile))
+	if err != nil {
+		return "", fmt.Errorf("no hub address from 'tether login' in %s: %w (pass --hub HOST:PORT, or log in again)",
+			dir, err)
+	}
+	addr := strings.TrimSpace(string(b))
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", fmt.Errorf("%s: hub address %q: %w", filepath.Join(dir, loginHubFile), addr, err)
+	}
+	return addr, nil
+}
+
+// dataDirChosen reports whether the user named a data dir (--data-dir or
+// TETHER_DATA_DIR) rather than leaving the default.
+func dataDirChosen(f *pflag.FlagSet) bool {
+	return os.Getenv("TETHER_DATA_DIR") != "" || (f != nil && f.Changed("data-dir"))
+}
+
+// localHubAt reports whether a hub runs, or is starting, on dataDir.
+func localHubAt(dataDir string) bool {
+	if _, err := os.Stat(filepath.Join(dataDir, api.HubInfoFile)); err == nil {
+		return true
+	}
+	return hub.Starting(dataDir)
+}
+
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -116,7 +177,7 @@ func listCommand[T any](cmd *cobra.Command, fetch func(*api.Client, context.Cont
 	cmd.Args = cobra.NoArgs
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if output != "table" && output != "json" {
-			return fmt.Errorf("--output %q: want table or json", output)
+			return usageErrorf("--output %q: want table or json", output)
 		}
 		c, err := cf.client()
 		if err != nil {
@@ -148,7 +209,20 @@ func listCommand[T any](cmd *cobra.Command, fetch func(*api.Client, context.Cont
 // argCommand builds a command that takes one argument and calls one
 // admin-client method with it (the rm commands).
 func argCommand(cmd *cobra.Command, call func(*api.Client, context.Context, string) error) *cobra.Command {
-	var cf clientFlags
+	withClientArg(cmd, call)
+	return cmd
+}
+
+// nodeArgCommand is argCommand for a command whose argument is a node name,
+// which the shell completes.
+func nodeArgCommand(cmd *cobra.Command, call func(*api.Client, context.Context, string) error) *cobra.Command {
+	cmd.ValidArgsFunction = completeNodeArg(withClientArg(cmd, call))
+	return cmd
+}
+
+// withClientArg makes cmd an argCommand and returns its connection flags.
+func withClientArg(cmd *cobra.Command, call func(*api.Client, context.Context, string) error) *clientFlags {
+	cf := new(clientFlags)
 	cmd.Args = cobra.ExactArgs(1)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		c, err := cf.client()
@@ -159,5 +233,5 @@ func argCommand(cmd *cobra.Command, call func(*api.Client, context.Context, stri
 		return call(c, cmd.Context(), args[0])
 	}
 	cf.register(cmd)
-	return cmd
+	return cf
 }

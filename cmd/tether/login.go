@@ -35,11 +35,17 @@ and their logins (tether:ROLE:LOGIN); a node accepts it only for the roles
 that select that node. It is written to OUT_DIR/USER-cert.pub and, if an ssh-agent is running
 and the key file is readable, added to the agent with the certificate's lifetime.
 
+It also writes this hub's ssh profile, OUT_DIR/ssh_config and OUT_DIR/known_hosts
+(the hub's host CA), so 'ssh -F ~/.tether/ssh_config root@NODE.tether' verifies
+the hub and the node by certificate, with no prompt.
+
 Operators holding the admin role also get a short-lived admin client certificate
-for the HTTP API (as long as the SSH one, at most 24 h) in OUT_DIR/admin/; admin
-commands with --hub ADDR use it unless --identity says otherwise. Every other
+for the HTTP API (as long as the SSH one, at most 24 h) in OUT_DIR/admin/, with
+the hub's address: later commands given neither --data-dir (nor TETHER_DATA_DIR)
+nor --hub, and finding no hub in the default data dir, use this hub and that
+certificate (--identity names another directory). Every other
 operator gets an API certificate there instead, which lists only the nodes their
-roles select ('tether nodes --hub ADDR', 'tether ls', 'tether inventory') and
+roles select ('tether nodes', 'tether ls', 'tether inventory') and
 nothing else. It stops
 working when the operator is removed or loses the admin role, and after
 'tether ca revoke-admin'.
@@ -48,10 +54,12 @@ Nodes whose sshd is managed by tether-edge (--manage-sshd) and the embedded SSH
 server accept it; the bastion accepts it in place of your plain key.
 
 The hub is verified by its CA: with --data-dir from the data dir, otherwise by
---ca-pin (the sha256 pin from a join string or 'tether hub' logs). Trust on
-first use is never offered.`,
-		Example: `  tether login --hub hub.example.com:7443 --ca-pin sha256:9f2c… --user alice
-  ssh -o CertificateFile=~/.tether/alice-cert.pub -J alice@hub.example.com:2222 root@n1.tether`,
+--ca-pin (what 'tether ca pin' prints on the hub's machine; also in join strings
+and the 'tether hub' log). Trust on first use is never offered.`,
+		Example: `  tether ca pin                       # on the hub's machine: sha256:9f2c…
+  tether login --hub hub.example.com:7443 --ca-pin sha256:9f2c… --user alice
+  ssh -F ~/.tether/ssh_config root@n1.tether
+  tether nodes                        # the hub logged in to`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var tc *tls.Config
@@ -97,7 +105,8 @@ first use is never offered.`,
 			}
 			pubBytes, err := os.ReadFile(keyPath + ".pub")
 			if err != nil {
-				return fmt.Errorf("read your public key: %w (use --key PATH to the private key; PATH.pub must exist)", err)
+				return fmt.Errorf("read your public key: %w (use --identity-file PATH to the private key; "+
+					"PATH.pub must exist)", err)
 			}
 			pub, _, _, _, err := gossh.ParseAuthorizedKey(pubBytes)
 			if err != nil {
@@ -150,20 +159,22 @@ first use is never offered.`,
 				return err
 			}
 			if resp.AdminCert != "" {
-				dir, until, err := writeAdminLogin(outDir, resp.AdminCert, adminKey, hubCA)
+				dir, until, err := writeAdminLogin(outDir, hubAddr, resp.AdminCert, adminKey, hubCA)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(os.Stderr, "admin certificate valid until %s: %s (admin commands: --hub %s)\n", until.Local().Format(time.RFC3339), dir, hubAddr)
+				fmt.Fprintf(os.Stderr, "admin certificate valid until %s: %s (for hub %s)\n",
+					until.Local().Format(time.RFC3339), dir, hubAddr)
 			}
 			if resp.APICert != "" {
 				// Not an admin: an API identity that lists the nodes
 				// this operator's roles select, kept where --hub finds it.
-				dir, until, err := writeAdminLogin(outDir, resp.APICert, adminKey, hubCA)
+				dir, until, err := writeAdminLogin(outDir, hubAddr, resp.APICert, adminKey, hubCA)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(os.Stderr, "API certificate (lists your nodes: tether nodes --hub %s) valid until %s: %s\n", hubAddr, until.Local().Format(time.RFC3339), dir)
+				fmt.Fprintf(os.Stderr, "API certificate for hub %s (lists your nodes: tether nodes) valid until %s: %s\n",
+					hubAddr, until.Local().Format(time.RFC3339), dir)
 			}
 			if ag != nil && rawKey != nil {
 				life := time.Until(resp.ValidBefore)
@@ -182,7 +193,13 @@ first use is never offered.`,
 	cmd.Flags().StringVar(&hubAddr, "hub", "", "hub API address HOST:PORT (needs --ca-pin)")
 	cmd.Flags().StringVar(&pin, "ca-pin", "", "sha256:<hex> pin of the hub CA, as in join strings")
 	cmd.Flags().StringVar(&operator, "user", "", "your operator name (default: your login name)")
-	cmd.Flags().StringVar(&keyPath, "key", filepath.Join(home, ".ssh", "id_ed25519"), "your registered private key (PATH.pub must be next to it); ssh-agent is used if it holds the key")
+	defaultKey := filepath.Join(home, ".ssh", "id_ed25519")
+	cmd.Flags().StringVarP(&keyPath, "identity-file", "i", defaultKey,
+		"your registered private key (PATH.pub must be next to it); ssh-agent is used if it holds the key")
+	// The flag's first name, kept for scripts; --identity-file is the name
+	// the other commands (config ssh, inventory, onboard bulk) use for it.
+	cmd.Flags().StringVar(&keyPath, "key", defaultKey, "")
+	_ = cmd.Flags().MarkDeprecated("key", "use --identity-file")
 	cmd.Flags().StringVar(&outDir, "out-dir", filepath.Join(home, ".tether"), "where to write USER-cert.pub, the hub's ssh profile (ssh_config, known_hosts) and admin/ for admins")
 	profile.register(cmd)
 	return cmd
@@ -229,8 +246,10 @@ func loginSigner(keyPath string, pub gossh.PublicKey) (gossh.Signer, any, agent.
 }
 
 // writeAdminLogin stores the admin identity a login returned in
-// OUT_DIR/admin (0700; key 0600), where admin commands with --hub find it.
-func writeAdminLogin(outDir, chainPEM string, key crypto.Signer, hubCA *x509.Certificate) (string, time.Time, error) {
+// OUT_DIR/admin (0700; key 0600), with the hub's address, where commands
+// find it (without --data-dir or --hub, or with --hub).
+func writeAdminLogin(outDir, hubAddr, chainPEM string, key crypto.Signer, hubCA *x509.Certificate,
+) (string, time.Time, error) {
 	certs, err := pki.ParseCerts([]byte(chainPEM))
 	if err != nil || len(certs) == 0 || hubCA == nil {
 		return "", time.Time{}, fmt.Errorf("hub sent an unreadable admin certificate: %v", err)
@@ -251,6 +270,7 @@ func writeAdminLogin(outDir, chainPEM string, key crypto.Signer, hubCA *x509.Cer
 		{api.AdminKeyFile, keyPEM, 0o600},
 		{api.AdminCertFile, []byte(chainPEM), 0o644},
 		{api.AdminCAFile, pki.EncodeCerts(hubCA), 0o644},
+		{loginHubFile, []byte(hubAddr + "\n"), 0o644},
 	} {
 		if err := pki.WriteFileAtomic(filepath.Join(dir, f.name), f.data, f.perm); err != nil {
 			return "", time.Time{}, err
