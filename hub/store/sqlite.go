@@ -81,9 +81,41 @@ func private(path string) error {
 	return nil
 }
 
+// firstOpenWait bounds how long a hub waits for the first connection to a
+// database another process is opening (the busy_timeout's 10 s).
+const firstOpenWait = 10 * time.Second
+
+// firstRead reads the schema version on the store's first connection.
+// Opening it switches the file to WAL, which needs the database to itself:
+// SQLite answers SQLITE_BUSY at once, without its busy handler, while
+// another process does the same (hub replicas sharing one new file start
+// together; 6 of 40 such starts failed here). So a busy open is tried
+// again, for up to firstOpenWait.
+func (s *DB) firstRead(ctx context.Context) (int, error) {
+	deadline := time.Now().Add(firstOpenWait)
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
+		var v int
+		err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+		if err == nil || !isBusy(err) || time.Now().Add(pause).After(deadline) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(pause):
+		}
+	}
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY (any extended code).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
+}
+
 func (s *DB) migrateSQLite(ctx context.Context) error {
-	var v int
-	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+	v, err := s.firstRead(ctx)
+	if err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
 	if v > schemaVersion {

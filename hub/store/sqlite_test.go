@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -351,4 +352,62 @@ func TestSQLiteFilesPrivate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Hub replicas sharing one new SQLite file start together: every process's
+// first open must succeed (the first connection switches the file to WAL,
+// which SQLite refuses at once, without its busy handler, while another
+// process does the same). Six processes open the same new file at a signal,
+// over a few rounds.
+func TestSQLiteOpenedByManyAtOnce(t *testing.T) {
+	if os.Getenv("TETHER_STORE_OPEN_CHILD") != "" {
+		t.Skip("run as a child of itself")
+	}
+	const procs, rounds = 6, 5
+	for round := range rounds {
+		path := filepath.Join(t.TempDir(), "shared.db")
+		start := filepath.Join(t.TempDir(), "go")
+		cmds := make([]*exec.Cmd, procs)
+		outs := make([]bytes.Buffer, procs)
+		for i := range cmds {
+			cmds[i] = exec.Command(os.Args[0], "-test.run=^TestSQLiteOpenChild$", "-test.count=1", "-test.v")
+			cmds[i].Env = append(os.Environ(), "TETHER_STORE_OPEN_CHILD="+path, "TETHER_STORE_OPEN_START="+start)
+			cmds[i].Stdout, cmds[i].Stderr = &outs[i], &outs[i]
+			if err := cmds[i].Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The children wait for this file, so their opens meet.
+		time.Sleep(300 * time.Millisecond)
+		if err := os.WriteFile(start, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range cmds {
+			if err := c.Wait(); err != nil {
+				t.Errorf("round %d: process %d of %d opening %s at once: %v\n%s", round, i, procs, path, err, outs[i].Bytes())
+			}
+		}
+	}
+}
+
+// TestSQLiteOpenChild is a process of TestSQLiteOpenedByManyAtOnce.
+func TestSQLiteOpenChild(t *testing.T) {
+	path := os.Getenv("TETHER_STORE_OPEN_CHILD")
+	if path == "" {
+		t.Skip("helper process for TestSQLiteOpenedByManyAtOnce")
+	}
+	start := os.Getenv("TETHER_STORE_OPEN_START")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, err := os.Stat(start); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no start signal %s", start)
+		}
+	}
+	s, err := OpenSQLite(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
 }
