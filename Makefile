@@ -19,7 +19,7 @@ PKG_VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null) &
 TEST_TIMEOUT ?= 20m
 BENCH_SIZE ?= full
 
-.PHONY: all build package test vet soak demo demo-stop bench bench-quick fuzz deps tools clean ui-assets
+.PHONY: all build package test vet soak demo demo-stop bench bench-quick fuzz deps tools clean ui-assets depaware
 
 all: build
 
@@ -77,6 +77,12 @@ vet:
 
 test: deps tools build vet ## everything: unit, fuzz seed corpora, end-to-end with real OpenSSH and step-ca
 	TETHER_BIN_DIR=$(BIN) TETHER_STEP_CA=$(TOOLS)/step-ca TETHER_NFPM=$(TOOLS)/nfpm $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# Each binary's third-party packages are listed in cmd/*/depaware.txt (for
+# linux/amd64 and the tags above); TestDepaware in each fails when the build
+# and the list differ. After a reviewed dependency change, rewrite them:
+depaware: ## rewrite cmd/*/depaware.txt, the third-party packages each binary links (then review the diff)
+	TETHER_DEPAWARE_UPDATE=1 $(GO) test -count=1 -run '^TestDepaware$$' ./cmd/tether ./cmd/tether-edge ./cmd/tether-edge-onboard
 
 # The long fault runs of SECURITY.md: 5-minute flaps per transport, 100k
 # login and join attempts, five stall rounds.
