@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,7 +17,6 @@ import (
 	"github.com/tether-dev/tether/edge/upgrade"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
-	"github.com/tether-dev/tether/tunnel/uplink"
 )
 
 // SSHEmbedded selects the embedded SSH server as the target of ssh streams.
@@ -241,32 +241,63 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer cancel()
 	}
 	defer a.drains.Wait()
-	r := uplink.Retry{
-		BackoffMin: a.cfg.BackoffMin, BackoffMax: a.cfg.BackoffMax, RetryAfter: true,
-		Before: func() error {
-			if err := a.checkExpiry(); err != nil {
-				err = fmt.Errorf("%w; %s", err, a.rejoinAdvice())
-				a.setState(StateRejoinNeeded, transition{err: err})
-				return err
-			}
+	attempt := 0
+	for {
+		if err := a.checkExpiry(); err != nil {
+			err = fmt.Errorf("%w; %s", err, a.rejoinAdvice())
+			a.setState(StateRejoinNeeded, transition{err: err})
+			return err
+		}
+		connected, err := a.runOnce(ctx)
+		if ctx.Err() != nil {
+			a.setState(StateStopped, transition{})
 			return nil
-		},
-		Stop: func(err error) error {
-			if errors.Is(err, ErrRefused) {
-				err = fmt.Errorf("%w; %s", err, a.rejoinAdvice())
-				a.setState(StateRefused, transition{err: err})
-				return err
-			}
+		}
+		if errors.Is(err, ErrRefused) {
+			err = fmt.Errorf("%w; %s", err, a.rejoinAdvice())
+			a.setState(StateRefused, transition{err: err})
+			return err
+		}
+		if connected {
+			attempt = 0
+		}
+		wait := backoff(attempt, a.cfg.BackoffMin, a.cfg.BackoffMax)
+		if hint, ok := tunnel.RetryAfter(err); ok && hint > 0 {
+			// The hub was at its handshake limit and said when it can
+			// take us: its queue, not our guess.
+			wait = hinted(hint, a.cfg.BackoffMax)
+		}
+		attempt++
+		a.log.Warn("hub connection lost; retrying", "err", err, "in", wait.Round(time.Millisecond))
+		a.setState(StateBackoff, transition{err: err})
+		select {
+		case <-ctx.Done():
+			a.setState(StateStopped, transition{})
 			return nil
-		},
-		Waiting: func(err error, wait time.Duration) {
-			a.log.Warn("hub connection lost; retrying", "err", err, "in", wait.Round(time.Millisecond))
-			a.setState(StateBackoff, transition{err: err})
-		},
+		case <-time.After(wait):
+		}
 	}
-	if err := r.Run(ctx, a.runOnce); err != nil {
-		return err
+}
+
+// hinted is the wait for a hub's retry-after hint: the hint ±20 %, so
+// agents handed the same second do not return in the same instant, and
+// never past the backoff cap (the hint is not authenticated: it comes
+// before the TLS handshake).
+func hinted(hint, cap time.Duration) time.Duration {
+	hint = min(hint, cap)
+	j := time.Duration(rand.Int64N(int64(hint)*2/5+1)) - hint/5
+	return min(hint+j, cap)
+}
+
+// backoff is "full jitter": uniform in [0, min(cap, base*2^attempt)], with
+// the base as a floor so a flapping hub is not hammered.
+func backoff(attempt int, base, max time.Duration) time.Duration {
+	d := base
+	for i := 0; i < attempt && d < max; i++ {
+		d *= 2
 	}
-	a.setState(StateStopped, transition{})
-	return nil
+	if d > max {
+		d = max
+	}
+	return base/2 + time.Duration(rand.Int64N(int64(d)))
 }

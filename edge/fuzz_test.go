@@ -63,7 +63,7 @@ func FuzzLoadIdentity(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if id.Config.NodeID == "" || id.Config.Name == "" || len(id.Config.Hubs) == 0 || id.CA == nil || id.NodeCA == nil || id.Key() == nil {
+		if id.Config.NodeID == "" || id.Config.Name == "" || len(id.Config.Hubs) == 0 || id.CA == nil || id.NodeCA == nil || id.key == nil {
 			t.Fatalf("incomplete identity loaded from %q: %+v", nodeJSON, id.Config)
 		}
 	})

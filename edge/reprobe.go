@@ -7,7 +7,6 @@ import (
 
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
-	"github.com/tether-dev/tether/tunnel/uplink"
 )
 
 // The move from a TCP fallback to QUIC. An agent on TransportAuto that
@@ -46,7 +45,7 @@ func (s *session) reprobe(ctx context.Context, out chan<- *moved) {
 		case <-t.C:
 		}
 		every = min(2*every, a.cfg.ReprobeMax)
-		dctx, cancel := context.WithTimeout(ctx, uplink.DialTimeout)
+		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 		tun, err := a.dialer(tunnel.TransportQUIC).Dial(dctx, s.hub)
 		cancel()
 		if err != nil {

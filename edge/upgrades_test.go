@@ -12,7 +12,6 @@ import (
 
 	"github.com/tether-dev/tether/edge/upgrade"
 	"github.com/tether-dev/tether/tunnel/control"
-	"github.com/tether-dev/tether/tunnel/uplink"
 )
 
 // After a welcome, the agent marks its own upgrade healthy first, then
@@ -47,7 +46,7 @@ func TestUpgradeSession(t *testing.T) {
 			a := &Agent{cfg: Config{Upgrade: n}, log: slog.New(slog.DiscardHandler)}
 			hubEnd, agentEnd := net.Pipe()
 			defer hubEnd.Close()
-			s := &session{a: a, conn: uplink.NewControlConn(pipeStream{agentEnd}, hubPeer, a.log), log: a.log}
+			s := &session{a: a, ctrl: pipeStream{agentEnd}, log: a.log}
 			got := make(chan *control.Message, 4)
 			go func() {
 				for {

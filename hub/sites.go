@@ -64,7 +64,7 @@ func (s *Server) setupSites(ctx context.Context) error {
 		if cfg.Name == "" && !site.Joined(dir) {
 			return errors.New("hub: --parent needs --site NAME (this hub's name at the parent)")
 		}
-		joined, err := site.JoinParent(ctx, dir, cfg.ParentJoin, cfg.Name, Version)
+		joined, err := site.JoinParent(ctx, dir, cfg.ParentJoin, cfg.Name)
 		if err != nil {
 			return fmt.Errorf("hub: %w", err)
 		}

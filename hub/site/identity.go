@@ -13,9 +13,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/tether-dev/tether/edge"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel/control"
-	"github.com/tether-dev/tether/tunnel/uplink"
 )
 
 // Files of the parent identity, in the directory given to JoinParent and
@@ -34,7 +34,7 @@ var ErrNotJoined = errors.New("site: this hub has not joined a parent hub")
 
 // parentConfig is what parent.json holds.
 type parentConfig struct {
-	uplink.NodeConfig
+	edge.NodeConfig
 	// Path and Ancestors are from the parent's last welcome.
 	Path      string   `json:"path,omitempty"`
 	Ancestors []string `json:"ancestors,omitempty"`
@@ -46,7 +46,7 @@ type identity struct {
 
 	mu  sync.Mutex // guards the following fields
 	cfg parentConfig
-	id  *uplink.Identity
+	id  *edge.Identity
 }
 
 // Joined reports whether dir holds a parent identity.
@@ -56,10 +56,9 @@ func Joined(dir string) bool {
 }
 
 // JoinParent joins the parent hub named by joinString as site name, with a
-// site token, and stores the identity in dir; version is this hub's, sent
-// in the join request. A dir that already holds one is kept as it is (a
-// restart needs no token): joined is false then.
-func JoinParent(ctx context.Context, dir, joinString, name, version string) (joined bool, err error) {
+// site token, and stores the identity in dir. A dir that already holds one
+// is kept as it is (a restart needs no token): joined is false then.
+func JoinParent(ctx context.Context, dir, joinString, name string) (joined bool, err error) {
 	if Joined(dir) {
 		return false, nil
 	}
@@ -69,10 +68,9 @@ func JoinParent(ctx context.Context, dir, joinString, name, version string) (joi
 	if err := control.ValidSiteLabel("site name", name); err != nil {
 		return false, fmt.Errorf("site: --site: %w", err)
 	}
-	id, err := uplink.Enroll(ctx, uplink.EnrollOptions{JoinString: joinString, Name: name, Kind: control.JoinSite,
-		AgentVersion: version})
+	id, err := edge.Enroll(ctx, edge.JoinOptions{JoinString: joinString, Name: name, Kind: control.JoinSite})
 	if err != nil {
-		if errors.Is(err, uplink.ErrJoinRefused) {
+		if errors.Is(err, edge.ErrJoinRefused) {
 			return false, fmt.Errorf("site: the parent hub refused this site hub: %w", err)
 		}
 		return false, fmt.Errorf("site: join the parent hub: %w", err)
@@ -130,7 +128,7 @@ func loadIdentity(dir string) (*identity, error) {
 			return nil, fmt.Errorf("site: load parent identity: %w", err)
 		}
 	}
-	id, err := uplink.ParseIdentity(cfg.NodeConfig, files[0], files[1], files[2], files[3])
+	id, err := edge.ParseIdentity(cfg.NodeConfig, files[0], files[1], files[2], files[3])
 	if err != nil {
 		return nil, fmt.Errorf("site: load parent identity from %s: %w", dir, err)
 	}
@@ -168,16 +166,34 @@ func (i *identity) setPlace(path string, ancestors []string) error {
 // renewed checks and stores a renewed certificate: it chains to the
 // parent's node CA and is for this site's key.
 func (i *identity) renewed(pemChain string) (*x509.Certificate, error) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	certs, cert, err := uplink.VerifyRenewed(pemChain, i.id.NodeCA, i.id.Key())
+	certs, err := pki.ParseCerts([]byte(pemChain))
 	if err != nil {
 		return nil, err
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(i.id.NodeCA)
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return nil, fmt.Errorf("renewed certificate does not verify: %w", err)
+	}
+	pub, ok := certs[0].PublicKey.(interface{ Equal(x any) bool })
+	if !ok || !pub.Equal(i.id.Cert.Leaf.PublicKey) {
+		return nil, errors.New("renewed certificate is not for this site's key")
 	}
 	if err := pki.WriteFileAtomic(filepath.Join(i.dir, certFile), pki.EncodeCerts(certs...), 0o600); err != nil {
 		return nil, err
 	}
-	i.id.Cert = cert
+	chain := make([][]byte, len(certs))
+	for k, c := range certs {
+		chain[k] = c.Raw
+	}
+	i.id.Cert = tls.Certificate{Certificate: chain, PrivateKey: i.id.Cert.PrivateKey, Leaf: certs[0]}
 	return certs[0], nil
 }
 

@@ -5,19 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
-	"github.com/tether-dev/tether/tunnel/uplink"
 )
 
-// Timeouts of the site's own exchanges; the connection's are the shared
-// uplink client's (uplink.DialTimeout and the rest).
+// Timeouts of one uplink attempt (as the agent's).
 const (
-	routeTimeout = 15 * time.Second // opening a route stream and its reply
+	dialTimeout    = 20 * time.Second
+	openCtlTimeout = 10 * time.Second
+	welcomeTimeout = 15 * time.Second
+	sendTimeout    = 10 * time.Second
+	routeTimeout   = 15 * time.Second
+	renewAnswer    = 30 * time.Second
 	// inventoryPage bounds the entries of one site_nodes message so it
 	// stays well under control.MaxFrame.
 	inventoryPage = 1000
@@ -295,24 +299,44 @@ func (u *Uplink) Err() error {
 // site for good (ErrRefused, ErrCycle): then it stops and says why. The
 // status heartbeat runs beside it.
 func (u *Uplink) Run(ctx context.Context) error {
-	r := uplink.Retry{
-		BackoffMin: u.cfg.BackoffMin, BackoffMax: u.cfg.BackoffMax,
-		Stop: func(err error) error {
-			if errors.Is(err, ErrRefused) || errors.Is(err, ErrCycle) {
-				u.mu.Lock()
-				u.fatal = err
-				u.mu.Unlock()
-				u.log.Error("uplink stopped; this hub keeps serving its own nodes and sites", "err", err)
-				return err
-			}
+	attempt := 0
+	for {
+		connected, err := u.runOnce(ctx)
+		if ctx.Err() != nil {
 			return nil
-		},
-		Waiting: func(err error, wait time.Duration) {
+		}
+		if errors.Is(err, ErrRefused) || errors.Is(err, ErrCycle) {
 			u.mu.Lock()
-			u.lastErr = err
+			u.fatal = err
 			u.mu.Unlock()
-			u.log.Warn("uplink to the parent hub down; retrying", "err", err, "in", wait.Round(time.Millisecond))
-		},
+			u.log.Error("uplink stopped; this hub keeps serving its own nodes and sites", "err", err)
+			return err
+		}
+		if connected {
+			attempt = 0
+		}
+		u.mu.Lock()
+		u.lastErr = err
+		u.mu.Unlock()
+		wait := backoff(attempt, u.cfg.BackoffMin, u.cfg.BackoffMax)
+		attempt++
+		u.log.Warn("uplink to the parent hub down; retrying", "err", err, "in", wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
 	}
-	return r.Run(ctx, u.runOnce)
+}
+
+// backoff is "full jitter" with the base as a floor, as the agent's.
+func backoff(attempt int, base, max time.Duration) time.Duration {
+	d := base
+	for i := 0; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return base/2 + time.Duration(rand.Int64N(int64(d)))
 }

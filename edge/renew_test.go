@@ -1,9 +1,10 @@
-package uplink
+package edge
 
 import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"log/slog"
@@ -26,8 +27,8 @@ func TestRenewals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, key, _ := ed25519.GenerateKey(rand.Reader)
 		start := time.Now()
-		var leafMu sync.Mutex // guards leaf
-		leaf := &x509.Certificate{NotAfter: start.Add(90 * time.Minute)}
+		a := &Agent{log: slog.New(slog.DiscardHandler), id: &Identity{Config: NodeConfig{Name: "n1"}, key: key,
+			Cert: tls.Certificate{Leaf: &x509.Certificate{NotAfter: start.Add(90 * time.Minute)}}}}
 		var (
 			mu      sync.Mutex
 			asked   []time.Duration // when each CSR was sent, from start
@@ -46,19 +47,15 @@ func TestRenewals(t *testing.T) {
 			}
 			asked = append(asked, time.Since(start))
 			if answer { // a 90-minute certificate from now
-				leafMu.Lock()
-				leaf = &x509.Certificate{NotAfter: time.Now().Add(90 * time.Minute)}
-				leafMu.Unlock()
+				a.idMu.Lock()
+				a.id.Cert.Leaf = &x509.Certificate{NotAfter: time.Now().Add(90 * time.Minute)}
+				a.idMu.Unlock()
 				renewed <- struct{}{}
 			}
 			return nil
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		wait := Renewals(ctx, Renewal{
-			Leaf:     func() *x509.Certificate { leafMu.Lock(); defer leafMu.Unlock(); return leaf },
-			Identity: &Identity{Config: NodeConfig{Name: "n1"}, key: key},
-			Send:     send, Renewed: renewed, Log: slog.New(slog.DiscardHandler),
-		})
+		wait := a.renewals(ctx, send, renewed, a.log)
 		synctest.Wait()
 		if n := renewalGoroutines(); n != 0 {
 			t.Errorf("%d renewal goroutines while waiting for the first round, want none (a timer only)", n)
@@ -75,12 +72,12 @@ func TestRenewals(t *testing.T) {
 		answer = false
 		mu.Unlock()
 
-		// Unanswered: the next round 60 min on waits RenewResponseTimeout,
+		// Unanswered: the next round 60 min on waits renewResponseTimeout,
 		// then retries at two thirds of the 30 min - 30 s left.
-		time.Sleep(60*time.Minute + RenewResponseTimeout + 20*time.Minute - time.Minute)
+		time.Sleep(60*time.Minute + renewResponseTimeout + 20*time.Minute - time.Minute)
 		synctest.Wait()
 		mu.Lock()
-		retry := 180*time.Minute + RenewResponseTimeout + (30*time.Minute-RenewResponseTimeout)*2/3
+		retry := 180*time.Minute + renewResponseTimeout + (30*time.Minute-renewResponseTimeout)*2/3
 		if len(asked) != 4 || asked[2] != 180*time.Minute || asked[3] != retry {
 			t.Errorf("rounds at %v, want a third at 3h and a retry at %v", asked, retry)
 		}
@@ -111,7 +108,7 @@ func renewalGoroutines() int {
 	buf := make([]byte, 1<<20)
 	n := 0
 	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-		if strings.Contains(g, "uplink.Renewals") || strings.Contains(g, "uplink.renewRound") {
+		if strings.Contains(g, "edge.(*Agent).renew") {
 			n++
 		}
 	}
@@ -123,15 +120,11 @@ func renewalGoroutines() int {
 func TestRenewalsWaitForARoundInProgress(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, key, _ := ed25519.GenerateKey(rand.Reader)
-		leaf := &x509.Certificate{NotAfter: time.Now().Add(3 * time.Second)}
+		a := &Agent{log: slog.New(slog.DiscardHandler), id: &Identity{Config: NodeConfig{Name: "n1"}, key: key,
+			Cert: tls.Certificate{Leaf: &x509.Certificate{NotAfter: time.Now().Add(3 * time.Second)}}}}
 		sent := make(chan struct{}, 1)
 		ctx, cancel := context.WithCancel(context.Background())
-		wait := Renewals(ctx, Renewal{
-			Leaf:     func() *x509.Certificate { return leaf },
-			Identity: &Identity{Config: NodeConfig{Name: "n1"}, key: key},
-			Send:     func(*control.Message) error { sent <- struct{}{}; return nil },
-			Renewed:  make(chan struct{}), Log: slog.New(slog.DiscardHandler),
-		})
+		wait := a.renewals(ctx, func(*control.Message) error { sent <- struct{}{}; return nil }, make(chan struct{}), a.log)
 		<-sent // at 2 s; the round now waits for an answer
 		cancel()
 		done := make(chan struct{})
