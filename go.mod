@@ -33,6 +33,7 @@ require (
 	golang.org/x/sys v0.49.0
 	golang.org/x/term v0.47.0
 	golang.org/x/time v0.16.0
+	gopkg.in/yaml.v2 v2.4.0
 	modernc.org/sqlite v1.61.1
 	oras.land/oras-go/v2 v2.7.0
 )

@@ -40,7 +40,8 @@ func TestScenariosTiny(t *testing.T) {
 	tools := t.TempDir()
 	build(t, tools, "./cmd/tbench", "./cmd/agentsim", "./cmd/hubprof")
 	start := time.Now()
-	cmd := exec.Command(filepath.Join(tools, "tbench"), "-size", "tiny", "-results", "-", "-bin", bin, "-cache", t.TempDir(), "all")
+	cmd := exec.Command(filepath.Join(tools, "tbench"), "-size", "tiny", "-results", "-", "-bin", bin, "-cache",
+		t.TempDir(), "all")
 	out, err := cmd.CombinedOutput()
 	t.Logf("tbench -size tiny all took %v", time.Since(start).Round(time.Millisecond))
 	if err != nil {
@@ -65,15 +66,19 @@ func TestAgentsimTiny(t *testing.T) {
 	if err := testenv.WaitHub(context.Background(), hub, work+"/hub", 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := exec.Command(filepath.Join(bin, "tether"), "token", "create", "--uses", "2", "--data-dir", work+"/hub").Output()
+	tok, err := exec.Command(filepath.Join(bin, "tether"), "token", "create", "--uses", "2", "--data-dir",
+		work+"/hub").Output()
 	if err != nil {
 		t.Fatalf("token create: %v", err)
 	}
 	fleet := work + "/fleet.gob"
-	if out, err := exec.Command(filepath.Join(tools, "agentsim"), "enroll", "-join", strings.TrimSpace(string(tok)), "-n", "2", "-out", fleet).CombinedOutput(); err != nil {
+	if out, err := exec.Command(
+		filepath.Join(tools, "agentsim"), "enroll", "-join", strings.TrimSpace(string(tok)), "-n", "2", "-out", fleet,
+	).CombinedOutput(); err != nil {
 		t.Fatalf("agentsim enroll: %v\n%s", err, out)
 	}
-	out, err := exec.Command(filepath.Join(tools, "agentsim"), "run", "-fleet", fleet, "-transport", "tcp", "-duration", "3s", "-report", "1s").CombinedOutput()
+	out, err := exec.Command(filepath.Join(tools, "agentsim"), "run", "-fleet", fleet, "-transport", "tcp",
+		"-duration", "3s", "-report", "1s").CombinedOutput()
 	if err != nil {
 		t.Fatalf("agentsim run: %v\n%s", err, out)
 	}

@@ -41,7 +41,8 @@ func TestUpstreamPatchesApply(t *testing.T) {
 		cmd := exec.Command("patch", "--dry-run", "--force", "-p1", "-d", src)
 		cmd.Stdin = bytes.NewReader(body)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("%s does not apply to %s: %v\n%s\nrefresh it against this quic-go, or delete it if quic-go now does the same", p, src, err, out)
+			t.Errorf("%s does not apply to %s: %v\n%s\nrefresh it against this quic-go, or delete it if quic-go now "+
+				"does the same", p, src, err, out)
 		}
 	}
 }

@@ -96,9 +96,12 @@ func TestArtifactPushInspect(t *testing.T) {
 	health, _ := write("check.sh", "#!/bin/sh\nexit 0\n")
 	payload, payloadDigest := write("openssl_3.0.15.deb", "a package")
 	bundleRef := reg.Ref("patches/openssl:42")
-	must("artifact", "push", "bundle", bundleRef, "--version", "42", "--install", install, "--health", health, "--file", payload)
+	must("artifact", "push", "bundle", bundleRef, "--version", "42", "--install", install, "--health", health,
+		"--file", payload)
 	text := must("artifact", "inspect", bundleRef)
-	for _, want := range []string{"kind      bundle", "version   42", "install.sh", "health.sh", "openssl_3.0.15.deb", payloadDigest} {
+	for _, want := range []string{
+		"kind      bundle", "version   42", "install.sh", "health.sh", "openssl_3.0.15.deb", payloadDigest,
+	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("inspect %s does not show %q:\n%s", bundleRef, want, text)
 		}
@@ -119,12 +122,19 @@ func TestArtifactPushInspect(t *testing.T) {
 		args []string
 		says string
 	}{
-		{"untrusted certificate", []string{"artifact", "inspect", agentRef, "--registry-auth", reg.AuthFile}, "--registry-ca"},
-		{"wrong credentials", []string{"artifact", "inspect", agentRef, "--registry-ca", reg.CAFile, "--registry-auth", wrongAuth}, "--registry-auth"},
-		{"bad reference", append([]string{"artifact", "inspect", strings.TrimPrefix(agentRef, "oci://")}, regFlags...), "does not start with oci://"},
+		{"untrusted certificate", []string{"artifact", "inspect", agentRef, "--registry-auth", reg.AuthFile},
+			"--registry-ca"},
+		{"wrong credentials",
+			[]string{"artifact", "inspect", agentRef, "--registry-ca", reg.CAFile, "--registry-auth", wrongAuth},
+			"--registry-auth"},
+		{"bad reference",
+			append([]string{"artifact", "inspect", strings.TrimPrefix(agentRef, "oci://")}, regFlags...),
+			"does not start with oci://"},
 		{"no tag", append([]string{"artifact", "inspect", reg.Ref("tether/edge")}, regFlags...), "no :TAG"},
 		{"unknown tag", append([]string{"artifact", "inspect", reg.Ref("tether/edge:v9")}, regFlags...), "not found"},
-		{"bad file name", append([]string{"artifact", "push", "bundle", bundleRef, "--version", "43", "--install", install, "--file", filepath.Join(dir, "..")}, regFlags...), "not a regular file"},
+		{"bad file name",
+			append([]string{"artifact", "push", "bundle", bundleRef, "--version", "43", "--install", install,
+				"--file", filepath.Join(dir, "..")}, regFlags...), "not a regular file"},
 		{"bad binary flag", append([]string{"artifact", "push", "agent", agentRef, "--version", "1", "--binary", edge},
 			regFlags...), "OS/ARCH=PATH"},
 		{"agent: a script", pushAgent("v1.4.0", platform+"="+script), "not an ELF executable"},
@@ -149,8 +159,9 @@ func TestArtifactPushInspect(t *testing.T) {
 
 	startHubIn(t, "", 0, regFlags...)
 	notCA, _ := write("not-a-ca.pem", "hello")
-	_, errOut, code := cli(append([]string{"hub"}, testenv.HubArgs(filepath.Join(t.TempDir(), "hub"), "127.0.0.1:"+strconv.Itoa(freePort(t)),
-		"127.0.0.1:"+strconv.Itoa(freePort(t)), "info", "--registry-ca", notCA)...)...)
+	_, errOut, code := cli(append([]string{"hub"},
+		testenv.HubArgs(filepath.Join(t.TempDir(), "hub"), "127.0.0.1:"+strconv.Itoa(freePort(t)),
+			"127.0.0.1:"+strconv.Itoa(freePort(t)), "info", "--registry-ca", notCA)...)...)
 	if code == 0 || !strings.Contains(errOut, "--registry-ca") {
 		t.Errorf("hub with a CA file that is none: exit %d, %s", code, errOut)
 	}

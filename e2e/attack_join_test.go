@@ -22,7 +22,8 @@ func TestAttackJoinRefusalsAudited(t *testing.T) {
 	h := startHubArgs(t, 0)
 	edgeBin := filepath.Join(binDir, "tether-edge")
 	join := func(js, name string) (string, int) {
-		_, errOut, code := runCmd(t, 30*time.Second, edgeBin, "join", js, "--name", name, "--state-dir", filepath.Join(t.TempDir(), name))
+		_, errOut, code := runCmd(t, 30*time.Second, edgeBin, "join", js, "--name", name,
+			"--state-dir", filepath.Join(t.TempDir(), name))
 		return errOut, code
 	}
 	once := h.token("--uses", "1")
@@ -79,7 +80,8 @@ func TestAttackJoinRefusalsAudited(t *testing.T) {
 		status           int
 		want             string
 	}{
-		{"malformed token", body(control.JoinRequest{Token: "not-a-token", Name: "n-malformed", CSR: csr}), "n-malformed", 403, "malformed join token"},
+		{"malformed token", body(control.JoinRequest{Token: "not-a-token", Name: "n-malformed", CSR: csr}),
+			"n-malformed", 403, "malformed join token"},
 		{"garbage body", "\x00\x01garbage", "", 400, "invalid request body"},
 		{"unknown field", `{"token":"x","admin":true}`, "", 400, "unknown field"},
 		{"oversized body", `{"token":"` + strings.Repeat("a", 1<<20) + `"}`, "", 400, "too large"},
@@ -103,7 +105,8 @@ func TestAttackJoinRefusalsAudited(t *testing.T) {
 	for _, tc := range cases {
 		found := false
 		for _, e := range events {
-			if e.Kind == "join" && e.Result == tc.auditResult && e.Node == tc.node && strings.Contains(e.Detail, tc.auditDetail) {
+			if e.Kind == "join" && e.Result == tc.auditResult && e.Node == tc.node &&
+				strings.Contains(e.Detail, tc.auditDetail) {
 				found = true
 			}
 		}

@@ -38,16 +38,23 @@ func TestAttackJumpRefusalsAudited(t *testing.T) {
 		node   string // audit node
 		detail string
 	}{
-		{"loopback IP", alice, "127.0.0.1:22", "tether forwards only to node names", "not_a_node", "127.0.0.1", "is an address"},
+		{"loopback IP", alice, "127.0.0.1:22", "tether forwards only to node names", "not_a_node", "127.0.0.1",
+			"is an address"},
 		{"private IP", alice, "10.0.0.7:22", "tether forwards only to node names", "not_a_node", "10.0.0.7", "is an address"},
 		{"IPv6 loopback", alice, "[::1]:22", "tether forwards only to node names", "not_a_node", "::1", "is an address"},
-		{"localhost", alice, "localhost:22", "tether forwards only to node names", "not_a_node", "localhost", "is an address"},
-		{"hub API port", alice, h.apiAddr(), "tether forwards only to node names", "not_a_node", "127.0.0.1", "is an address"},
-		{"hub SSH port", alice, h.sshAddr(), "tether forwards only to node names", "not_a_node", "127.0.0.1", "is an address"},
-		{"hub by name", alice, "tether-hub:" + sshPort, `no node named "tether-hub"`, "dial_failed", "tether-hub", "no node named"},
+		{"localhost", alice, "localhost:22", "tether forwards only to node names", "not_a_node", "localhost",
+			"is an address"},
+		{"hub API port", alice, h.apiAddr(), "tether forwards only to node names", "not_a_node", "127.0.0.1",
+			"is an address"},
+		{"hub SSH port", alice, h.sshAddr(), "tether forwards only to node names", "not_a_node", "127.0.0.1",
+			"is an address"},
+		{"hub by name", alice, "tether-hub:" + sshPort, `no node named "tether-hub"`, "dial_failed", "tether-hub",
+			"no node named"},
 		{"DNS name", alice, "example.com:443", "not a node", "not_a_node", "example.com", "invalid name"},
-		{"port not allowed on the node", alice, "target1.tether:8080", "port 8080 is not in this node's allow-list", "dial_failed", "target1", "allow-list"},
-		{"node outside the role", bob, "target1.tether:22", `roles (elsewhere) do not select node "target1"`, "denied", "target1", "do not select"},
+		{"port not allowed on the node", alice, "target1.tether:8080", "port 8080 is not in this node's allow-list",
+			"dial_failed", "target1", "allow-list"},
+		{"node outside the role", bob, "target1.tether:22", `roles (elsewhere) do not select node "target1"`,
+			"denied", "target1", "do not select"},
 	}
 	for _, tc := range cases {
 		op := tc.c.operator
@@ -58,7 +65,8 @@ func TestAttackJumpRefusalsAudited(t *testing.T) {
 	}
 	// The allow-listed port is forwarded (nothing listens there, so the
 	// node says that instead): the refusals above are policy, not plumbing.
-	_, errOut, _ := runCmd(t, 30*time.Second, "ssh", "-F", alice.cfg, "-W", "target1.tether:1", "-p", sshPort, "alice@127.0.0.1")
+	_, errOut, _ := runCmd(t, 30*time.Second, "ssh", "-F", alice.cfg, "-W", "target1.tether:1", "-p", sshPort,
+		"alice@127.0.0.1")
 	if !strings.Contains(errOut, "local port at 127.0.0.1:1 unreachable") {
 		t.Errorf("allowed port: %q", errOut)
 	}
@@ -67,7 +75,8 @@ func TestAttackJumpRefusalsAudited(t *testing.T) {
 	for _, tc := range cases {
 		found := false
 		for _, e := range events {
-			if e.Kind == "jump" && e.Operator == tc.c.operator && e.Result == tc.result && e.Node == tc.node && strings.Contains(e.Detail, tc.detail) {
+			if e.Kind == "jump" && e.Operator == tc.c.operator && e.Result == tc.result && e.Node == tc.node &&
+				strings.Contains(e.Detail, tc.detail) {
 				found = true
 			}
 		}

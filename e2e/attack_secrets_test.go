@@ -31,7 +31,8 @@ func TestSecretsNeverInLogs(t *testing.T) {
 	var outputs []string // command outputs that are logs too
 	agent, stateA := startAgent(t, runJoin, "sec1", "--ssh", "embedded")
 	stateB := filepath.Join(t.TempDir(), "sec2")
-	out, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether-edge"), "join", runJoin, "--name", "sec2", "--state-dir", stateB, "--log-level", "debug")
+	out, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether-edge"), "join", runJoin,
+		"--name", "sec2", "--state-dir", stateB, "--log-level", "debug")
 	if code != 0 {
 		t.Fatalf("tether-edge join: %d %s", code, errOut)
 	}
@@ -39,7 +40,8 @@ func TestSecretsNeverInLogs(t *testing.T) {
 	js, _ := pki.ParseJoinString(runJoin)
 	_, secret, _ := strings.Cut(js.Token, ".")
 	wrong := strings.Repeat("b", 32)
-	_, errOut, code = runCmd(t, 30*time.Second, filepath.Join(binDir, "tether-edge"), "join", strings.Replace(runJoin, secret, wrong, 1),
+	_, errOut, code = runCmd(t, 30*time.Second, filepath.Join(binDir, "tether-edge"), "join",
+		strings.Replace(runJoin, secret, wrong, 1),
 		"--name", "sec3", "--state-dir", filepath.Join(t.TempDir(), "sec3"), "--log-level", "debug")
 	if code == 0 {
 		t.Fatal("join with a wrong secret succeeded")
@@ -50,7 +52,8 @@ func TestSecretsNeverInLogs(t *testing.T) {
 	if out, errOut, code := c.run(30*time.Second, "sec1", "echo hi"); code != 0 || strings.TrimSpace(out) != "hi" {
 		t.Fatalf("jump: %d %q %q", code, out, errOut)
 	}
-	out, errOut, code = runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir, "--user", "carol",
+	out, errOut, code = runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login",
+		"--data-dir", h.dataDir, "--user", "carol",
 		"--key", carolKey, "--out-dir", t.TempDir(), "--log-level", "debug")
 	if code != 0 {
 		t.Fatalf("tether login: %d %s", code, errOut)
@@ -76,7 +79,8 @@ func TestSecretsNeverInLogs(t *testing.T) {
 	if len(keyFiles) < 6 {
 		t.Fatalf("found key material in only %d files: %v", len(keyFiles), keyFiles)
 	}
-	logs := map[string]string{"hub log": h.p.Log(), "agent sec1 log": agent.Log(), "command output": strings.Join(outputs, "\n")}
+	logs := map[string]string{"hub log": h.p.Log(), "agent sec1 log": agent.Log(),
+		"command output": strings.Join(outputs, "\n")}
 	for what, text := range logs {
 		if strings.Contains(text, "PRIVATE KEY") {
 			t.Errorf("%s holds a PEM private key", what)

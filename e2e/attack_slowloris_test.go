@@ -74,7 +74,8 @@ func TestAttackSlowloris(t *testing.T) {
 	}
 	// Meanwhile, the operator jumps as usual.
 	start := time.Now()
-	if out, errOut, code := c.run(30*time.Second, "slow1", "echo during"); code != 0 || strings.TrimSpace(out) != "during" {
+	if out, errOut, code := c.run(30*time.Second, "slow1", "echo during"); code != 0 ||
+		strings.TrimSpace(out) != "during" {
 		t.Fatalf("jump during the slowloris: exit %d %q %q", code, out, errOut)
 	}
 	t.Logf("a jump during the attack took %s", time.Since(start).Round(time.Millisecond))
@@ -98,7 +99,8 @@ func TestAttackSlowloris(t *testing.T) {
 			sshHeld++
 		}
 	}
-	t.Logf("slowloris from one address: %d TLS handshakes cut at ~%s; %d SSH handshakes cut at ~%s, %d more refused at once by the rate limiter",
+	t.Logf("slowloris from one address: %d TLS handshakes cut at ~%s; %d SSH handshakes cut at ~%s, "+
+		"%d more refused at once by the rate limiter",
 		tlsHeld, tlsTimeout, sshHeld, sshTimeout, sshRefused)
 	// 20 attempts, plus now and then (one per 2 s) a refusal explained in
 	// a banner, which takes a handshake that can stall too.

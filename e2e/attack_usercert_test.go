@@ -37,7 +37,8 @@ func TestAttackExpiredAndRevokedUserCerts(t *testing.T) {
 	h.waitOnline("cert-emb", "")
 	h.waitOnline("cert-sshd", "")
 	revokedFile := filepath.Join(managed.dir, "tether", "revoked_keys")
-	waitFor(t, "managed sshd configured", 20*time.Second, func() bool { _, err := os.Stat(revokedFile); return err == nil })
+	waitFor(t, "managed sshd configured", 20*time.Second,
+		func() bool { _, err := os.Stat(revokedFile); return err == nil })
 
 	// Alice jumps; carol's certificate (only) authenticates to the nodes:
 	// her plain key is an operator key the hub pushes to embedded servers,
@@ -48,10 +49,12 @@ func TestAttackExpiredAndRevokedUserCerts(t *testing.T) {
 	waitFor(t, "ssh-agent", 10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil })
 	alice := newSSHClient(t, h)
 	cfg, _ := os.ReadFile(alice.cfg)
-	os.WriteFile(alice.cfg, append([]byte(fmt.Sprintf("Host cert-*.tether\n  IdentityAgent %s\n  IdentitiesOnly no\n  PubkeyAcceptedAlgorithms ssh-ed25519-cert-v01@openssh.com\n", sock)), cfg...), 0o600)
+	os.WriteFile(alice.cfg, append([]byte(fmt.Sprintf("Host cert-*.tether\n  IdentityAgent %s\n"+
+		"  IdentitiesOnly no\n  PubkeyAcceptedAlgorithms ssh-ed25519-cert-v01@openssh.com\n", sock)), cfg...), 0o600)
 	login := func() time.Time {
 		t.Helper()
-		_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir, "--user", "carol", "--key", carolKey, "--out-dir", dir)
+		_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login",
+			"--data-dir", h.dataDir, "--user", "carol", "--key", carolKey, "--out-dir", dir)
 		if code != 0 {
 			t.Fatalf("tether login: exit %d, %q", code, errOut)
 		}
@@ -119,7 +122,8 @@ func TestAttackExpiredAndRevokedUserCerts(t *testing.T) {
 		logins, removed, jumps = 0, 0, 0
 		for _, e := range h.audit("--since", "1h") {
 			switch {
-			case e.Kind == "login" && e.Operator == "carol" && e.Result == "ok" && strings.HasPrefix(e.Detail, "user certificate"):
+			case e.Kind == "login" && e.Operator == "carol" && e.Result == "ok" &&
+				strings.HasPrefix(e.Detail, "user certificate"):
 				logins++
 			case e.Kind == "operator_remove" && e.Operator == "carol":
 				removed++

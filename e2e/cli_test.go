@@ -28,7 +28,8 @@ import (
 func TestTwoHubsOneDataDir(t *testing.T) {
 	h := startHub(t)
 	second := []string{"hub"}
-	second = append(second, testenv.HubArgs(h.dataDir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t)), "info")...)
+	second = append(second, testenv.HubArgs(h.dataDir, fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		fmt.Sprintf("127.0.0.1:%d", freePort(t)), "info")...)
 	_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), second...)
 	if code == 0 {
 		t.Fatalf("second hub on %s exited 0", h.dataDir)
@@ -71,7 +72,8 @@ func TestHubHTTPSNamesAndHealth(t *testing.T) {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}}
+	c := &http.Client{Timeout: 10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}}
 	defer c.CloseIdleConnections()
 	for path, status := range map[string]int{"/healthz": 200, "/readyz": 200, "/v1/openapi.yaml": 200, "/v1/nodes": 401} {
 		resp, err := c.Get(base + path)
@@ -115,7 +117,8 @@ func TestCLIWaitsForStartingHub(t *testing.T) {
 		_ = cli.Process.Signal(syscall.SIGKILL)
 		<-done
 	})
-	waitFor(t, "the CLI to say it waits", 30*time.Second, func() bool { return strings.Contains(stderr.String(), "waiting for hub at "+dataDir) })
+	waitFor(t, "the CLI to say it waits", 30*time.Second,
+		func() bool { return strings.Contains(stderr.String(), "waiting for hub at "+dataDir) })
 
 	apiPort := freePort(t)
 	startHubIn(t, dataDir, apiPort)
@@ -131,7 +134,8 @@ func TestCLIWaitsForStartingHub(t *testing.T) {
 	// No hub coming: bounded, and the error says what to do.
 	empty := t.TempDir()
 	start := time.Now()
-	_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "nodes", "--data-dir", empty, "--wait", "1s")
+	_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "nodes", "--data-dir", empty,
+		"--wait", "1s")
 	if code == 0 || !strings.Contains(errOut, "no running hub") || !strings.Contains(errOut, "tether hub --data-dir") {
 		t.Fatalf("no hub: exit %d, err %q", code, errOut)
 	}
@@ -170,7 +174,8 @@ func TestSSHProfilesTwoHubsE2E(t *testing.T) {
 	for _, x := range hubs {
 		x.h.cli("operator", "add", "alice", "--key", opPub)
 		startAgent(t, x.h.token("--ttl", "10m"), x.node, "--ssh", "embedded")
-		args := []string{"config", "ssh", "--user", "alice", "--known-hosts", known, "--identity-file", opKey, "--ssh-config", cfg}
+		args := []string{"config", "ssh", "--user", "alice", "--known-hosts", known, "--identity-file", opKey,
+			"--ssh-config", cfg}
 		if x.name != "" {
 			args = append(args, "--name", x.name)
 		}
@@ -183,7 +188,8 @@ func TestSSHProfilesTwoHubsE2E(t *testing.T) {
 	// Strict checking against that known_hosts only; nothing is learned.
 	full := filepath.Join(dir, "full_config")
 	base, _ := os.ReadFile(cfg)
-	testenv.WriteFile(t, full, append(base, []byte("Host *\n  GlobalKnownHostsFile /dev/null\n  BatchMode yes\n  ConnectTimeout 10\n")...), 0o600)
+	testenv.WriteFile(t, full, append(base,
+		[]byte("Host *\n  GlobalKnownHostsFile /dev/null\n  BatchMode yes\n  ConnectTimeout 10\n")...), 0o600)
 	for _, x := range hubs {
 		x.h.waitOnline(x.node, "")
 		target := loginUser + "@" + x.node + "." + x.suffix
@@ -207,19 +213,24 @@ func TestLoginWritesSSHProfile(t *testing.T) {
 	h.cli("operator", "add", "alice", "--key", opPub)
 	startAgent(t, h.token("--ttl", "10m"), "n1", "--ssh", "embedded")
 	out := filepath.Join(t.TempDir(), "tether")
-	login := exec.Command(filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir, "--user", "alice", "--key", opKey, "--out-dir", out)
+	login := exec.Command(filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir, "--user", "alice",
+		"--key", opKey, "--out-dir", out)
 	login.Env = append(os.Environ(), "SSH_AUTH_SOCK=") // the key file, not a developer's agent
 	if b, err := login.CombinedOutput(); err != nil {
 		t.Fatalf("tether login: %v\n%s", err, b)
 	}
 	cfg, _ := os.ReadFile(filepath.Join(out, "ssh_config"))
-	for _, want := range []string{"# BEGIN tether profile tether", "Host tether-hub", "Host *.tether", "CertificateFile " + filepath.Join(out, "alice-cert.pub")} {
+	for _, want := range []string{
+		"# BEGIN tether profile tether", "Host tether-hub", "Host *.tether",
+		"CertificateFile " + filepath.Join(out, "alice-cert.pub"),
+	} {
 		if !strings.Contains(string(cfg), want) {
 			t.Errorf("ssh_config from login has no %q:\n%s", want, cfg)
 		}
 	}
 	h.waitOnline("n1", "")
-	o, errOut, code := runCmd(t, 60*time.Second, "ssh", "-F", filepath.Join(out, "ssh_config"), "-o", "BatchMode=yes", "-o", "GlobalKnownHostsFile=/dev/null",
+	o, errOut, code := runCmd(t, 60*time.Second, "ssh", "-F", filepath.Join(out, "ssh_config"),
+		"-o", "BatchMode=yes", "-o", "GlobalKnownHostsFile=/dev/null",
 		loginUser+"@n1.tether", "echo after-login")
 	if code != 0 || strings.TrimSpace(o) != "after-login" {
 		t.Fatalf("ssh with the profile from login: exit %d, out %q, err %q", code, o, errOut)

@@ -66,7 +66,8 @@ set -eu
 rm -rf "$MARKER_DIR/$TETHER_NODE"
 echo "$TETHER_NODE" >> "$MARKER_DIR/uninstalled-by-original"
 `), 0o755)
-	os.WriteFile(filepath.Join(d, "engine.yaml"), []byte(fmt.Sprintf("description: test engine\ntimeout: 2m\nenv:\n  MARKER_DIR: %q\n", markers)), 0o644)
+	os.WriteFile(filepath.Join(d, "engine.yaml"),
+		[]byte(fmt.Sprintf("description: test engine\ntimeout: 2m\nenv:\n  MARKER_DIR: %q\n", markers)), 0o644)
 }
 
 // TestClusterLifecycle drives the cluster-agent state machine end to end:
@@ -92,8 +93,10 @@ func TestClusterLifecycle(t *testing.T) {
 	})
 
 	t.Run("unknown_engine", func(t *testing.T) {
-		_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "cluster", "register", "k1", "--engine", "nope", "--data-dir", h.dataDir)
-		if code == 0 || !strings.Contains(errOut, "nope") || !strings.Contains(errOut, "k3s") || !strings.Contains(errOut, "testeng") {
+		_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "cluster", "register", "k1",
+			"--engine", "nope", "--data-dir", h.dataDir)
+		if code == 0 || !strings.Contains(errOut, "nope") || !strings.Contains(errOut, "k3s") ||
+			!strings.Contains(errOut, "testeng") {
 			t.Fatalf("exit %d: %s", code, errOut)
 		}
 	})
@@ -124,7 +127,8 @@ func TestClusterLifecycle(t *testing.T) {
 		}
 		// The engine definition changes; deregistration must still run the
 		// script cached at install.
-		os.WriteFile(filepath.Join(engines, "testeng", "uninstall.sh"), []byte("#!/bin/sh\necho new >> \"$MARKER_DIR/uninstalled-by-new\"\nexit 1\n"), 0o755)
+		os.WriteFile(filepath.Join(engines, "testeng", "uninstall.sh"),
+			[]byte("#!/bin/sh\necho new >> \"$MARKER_DIR/uninstalled-by-new\"\nexit 1\n"), 0o755)
 		h.cli("cluster", "deregister", "k1")
 		m = h.waitMember("k1", "inactive", nil)
 		if m.Desired != "inactive" || m.LastError != "" {
@@ -143,7 +147,8 @@ func TestClusterLifecycle(t *testing.T) {
 			t.Fatalf("cache not removed after a successful uninstall: %v", err)
 		}
 		audit := h.cli("audit", "--node", "k1")
-		for _, want := range []string{"inactive -> registering", "registering -> install_in_progress", "install_in_progress -> active",
+		for _, want := range []string{"inactive -> registering", "registering -> install_in_progress",
+			"install_in_progress -> active",
 			"active -> deregistering", "deregistering -> uninstall_in_progress", "uninstall_in_progress -> inactive"} {
 			if !strings.Contains(audit, want) {
 				t.Errorf("audit lacks %q:\n%s", want, audit)

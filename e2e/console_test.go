@@ -32,7 +32,8 @@ func chromiumPath(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("no Chromium found (chromium, chromium-browser, google-chrome): install Debian's chromium (make deps does) to run the console's browser tests")
+	t.Skip("no Chromium found (chromium, chromium-browser, google-chrome): install Debian's chromium (make deps " +
+		"does) to run the console's browser tests")
 	return ""
 }
 
@@ -115,7 +116,8 @@ func waitJS(t *testing.T, ctx context.Context, what, expr string, timeout time.D
 	})
 	if err != nil {
 		var body string
-		_ = chromedp.Run(ctx, chromedp.Evaluate(`document.body.innerText + (window.tetherTerminalText ? '\n--- terminal:\n' + window.tetherTerminalText() : '')`, &body))
+		_ = chromedp.Run(ctx, chromedp.Evaluate(`document.body.innerText + `+
+			`(window.tetherTerminalText ? '\n--- terminal:\n' + window.tetherTerminalText() : '')`, &body))
 		t.Fatalf("%v\npage text:\n%s", err, body)
 	}
 }
@@ -123,7 +125,10 @@ func waitJS(t *testing.T, ctx context.Context, what, expr string, timeout time.D
 func evalJS[T any](t *testing.T, ctx context.Context, expr string) T {
 	t.Helper()
 	var v T
-	if err := chromedp.Run(ctx, chromedp.Evaluate(expr, &v, func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) })); err != nil {
+	if err := chromedp.Run(
+		ctx, chromedp.Evaluate(expr, &v,
+			func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }),
+	); err != nil {
 		t.Fatalf("evaluate %s: %v", expr, err)
 	}
 	return v
@@ -159,7 +164,9 @@ func startConsoleFleet(t *testing.T) *consoleFleet {
 func (f *consoleFleet) signInLink(t *testing.T, operator, key string) (link string, identity []string) {
 	t.Helper()
 	out := t.TempDir()
-	if _, errOut, code := tetherAs(t, "login", "--data-dir", f.h.dataDir, "--user", operator, "--key", key, "--out-dir", out); code != 0 {
+	if _, errOut, code := tetherAs(
+		t, "login", "--data-dir", f.h.dataDir, "--user", operator, "--key", key, "--out-dir", out,
+	); code != 0 {
 		t.Fatalf("tether login as %s: exit %d: %s", operator, code, errOut)
 	}
 	identity = []string{"--hub", f.h.apiAddr(), "--identity", filepath.Join(out, "admin")}
@@ -190,7 +197,8 @@ func TestConsoleAdmin(t *testing.T) {
 
 	// item 1: sign in; the cookie's flags.
 	must(t, ctx, "open the sign-in link", chromedp.Navigate(link))
-	waitJS(t, ctx, "fleet table with dev-1", `!!document.querySelector('#fleet-table tr[data-node="dev-1"]')`, 20*time.Second)
+	waitJS(t, ctx, "fleet table with dev-1", `!!document.querySelector('#fleet-table tr[data-node="dev-1"]')`,
+		20*time.Second)
 	if path := evalJS[string](t, ctx, `location.pathname + location.search`); path != "/ui/" {
 		t.Fatalf("after sign-in the browser is at %q, want /ui/ (the code gone from the address bar)", path)
 	}
@@ -201,14 +209,16 @@ func TestConsoleAdmin(t *testing.T) {
 		return err
 	}))
 	if len(cookies) != 1 || cookies[0].Name != "__Host-tether_console" || !cookies[0].HTTPOnly || !cookies[0].Secure ||
-		cookies[0].SameSite != network.CookieSameSiteStrict || cookies[0].Path != "/" || cookies[0].Expires-float64(time.Now().Unix()) < 7*3600 {
+		cookies[0].SameSite != network.CookieSameSiteStrict || cookies[0].Path != "/" ||
+		cookies[0].Expires-float64(time.Now().Unix()) < 7*3600 {
 		t.Fatalf("session cookie: %+v", cookies)
 	}
 	if js := evalJS[string](t, ctx, `document.cookie`); strings.Contains(js, "tether_console") {
 		t.Fatalf("the session cookie is readable from JavaScript: %q", js)
 	}
 	waitJS(t, ctx, "who", `document.getElementById('who').textContent === 'alice (admin)'`, 5*time.Second)
-	waitJS(t, ctx, "three nodes online", `document.querySelectorAll('#fleet-table tr[data-state="online"]').length === 3`, 10*time.Second)
+	waitJS(t, ctx, "three nodes online",
+		`document.querySelectorAll('#fleet-table tr[data-state="online"]').length === 3`, 10*time.Second)
 	screenshot(t, ctx, shots, "1-fleet")
 
 	t.Run("item1_reused_link_refused", func(t *testing.T) {
@@ -221,32 +231,47 @@ func TestConsoleAdmin(t *testing.T) {
 
 	t.Run("item2_filter_and_search", func(t *testing.T) {
 		must(t, ctx, "filter by label", chromedp.SendKeys("#label-filter", "site=paris\r"))
-		waitJS(t, ctx, "only prod-1", `(() => { const r = [...document.querySelectorAll('#fleet-table tbody tr')].map(r => r.dataset.node); return r.join() === 'prod-1' })()`, 10*time.Second)
+		waitJS(t, ctx, "only prod-1",
+			`(() => { const r = [...document.querySelectorAll('#fleet-table tbody tr')].map(r => r.dataset.node); `+
+				`return r.join() === 'prod-1' })()`, 10*time.Second)
 		screenshot(t, ctx, shots, "3-fleet-filtered")
-		must(t, ctx, "clear the label filter, search", chromedp.Evaluate(`(() => { const l = document.querySelector('#label-filter');
+		must(t, ctx, "clear the label filter, search",
+			chromedp.Evaluate(`(() => { const l = document.querySelector('#label-filter');
 			l.value = ''; l.dispatchEvent(new Event('change')) })()`, nil), chromedp.SendKeys("#search", "dev-"))
-		waitJS(t, ctx, "dev-1 and dev-2", `(() => { const r = [...document.querySelectorAll('#fleet-table tbody tr')].map(r => r.dataset.node); return r.join() === 'dev-1,dev-2' && document.querySelector('#count-total b').textContent === '2' })()`, 10*time.Second)
+		waitJS(t, ctx, "dev-1 and dev-2",
+			`(() => { const r = [...document.querySelectorAll('#fleet-table tbody tr')].map(r => r.dataset.node); `+
+				`return r.join() === 'dev-1,dev-2' && document.querySelector('#count-total b').textContent === '2' })()`,
+			10*time.Second)
 	})
 
 	t.Run("item2_node_goes_offline_live", func(t *testing.T) {
 		// A marker a reload would lose: the row must change without one.
 		must(t, ctx, "mark the page", chromedp.Evaluate(`window.__noReload = true`, nil))
 		f.agents["dev-2"].Kill()
-		waitJS(t, ctx, "dev-2 offline without a reload", `window.__noReload === true && document.querySelector('#fleet-table tr[data-node="dev-2"]')?.dataset.state === 'offline' && document.querySelector('#count-offline b').textContent === '1'`, 20*time.Second)
+		waitJS(t, ctx, "dev-2 offline without a reload",
+			`window.__noReload === true && `+
+				`document.querySelector('#fleet-table tr[data-node="dev-2"]')?.dataset.state === 'offline' && `+
+				`document.querySelector('#count-offline b').textContent === '1'`, 20*time.Second)
 		screenshot(t, ctx, shots, "4-fleet-dev2-offline")
 		// An agent that falls silent (stopped) turns stale, then back.
-		must(t, ctx, "clear the search", chromedp.Evaluate(`(() => { const s = document.querySelector('#search'); s.value = ''; s.dispatchEvent(new Event('input')) })()`, nil))
+		must(t, ctx, "clear the search",
+			chromedp.Evaluate(`(() => { const s = document.querySelector('#search'); s.value = ''; `+
+				`s.dispatchEvent(new Event('input')) })()`, nil))
 		pid := f.agents["prod-1"].PID()
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
-		waitJS(t, ctx, "prod-1 stale without a reload", `window.__noReload === true && document.querySelector('#fleet-table tr[data-node="prod-1"]')?.dataset.state === 'stale' && document.querySelector('#count-stale b').textContent === '1'`, 12*time.Second)
+		waitJS(t, ctx, "prod-1 stale without a reload",
+			`window.__noReload === true && `+
+				`document.querySelector('#fleet-table tr[data-node="prod-1"]')?.dataset.state === 'stale' && `+
+				`document.querySelector('#count-stale b').textContent === '1'`, 12*time.Second)
 		screenshot(t, ctx, shots, "4b-fleet-prod1-stale")
 		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
-		waitJS(t, ctx, "prod-1 online again", `document.querySelector('#fleet-table tr[data-node="prod-1"]')?.dataset.state === 'online'`, 30*time.Second)
+		waitJS(t, ctx, "prod-1 online again",
+			`document.querySelector('#fleet-table tr[data-node="prod-1"]')?.dataset.state === 'online'`, 30*time.Second)
 	})
 
 	t.Run("item3_run_job_follow_log", func(t *testing.T) {
@@ -254,8 +279,11 @@ func TestConsoleAdmin(t *testing.T) {
 			chromedp.SendKeys("#job-selector", "site=berlin"),
 			chromedp.SendKeys("#job-command", "echo from-$(hostname)-start; sleep 1; echo job-$((6*7))-done"),
 			chromedp.Click("#job-run"))
-		waitJS(t, ctx, "the job's log followed to its end", `document.querySelector('#job-log')?.textContent.includes('[dev-1] job-42-done')`, 30*time.Second)
-		waitJS(t, ctx, "dev-1 ok, dev-2 skipped (offline)", `document.querySelector('#job-nodes tr[data-node="dev-1"]')?.dataset.state === 'ok' && document.querySelector('#job-nodes tr[data-node="dev-2"]')?.dataset.state === 'skipped'`, 15*time.Second)
+		waitJS(t, ctx, "the job's log followed to its end",
+			`document.querySelector('#job-log')?.textContent.includes('[dev-1] job-42-done')`, 30*time.Second)
+		waitJS(t, ctx, "dev-1 ok, dev-2 skipped (offline)",
+			`document.querySelector('#job-nodes tr[data-node="dev-1"]')?.dataset.state === 'ok' && `+
+				`document.querySelector('#job-nodes tr[data-node="dev-2"]')?.dataset.state === 'skipped'`, 15*time.Second)
 		screenshot(t, ctx, shots, "5-job")
 		// Rerun the failed: a new job of dev-2 alone (still offline: skipped).
 		first := evalJS[string](t, ctx, `location.pathname`)
@@ -267,15 +295,19 @@ func TestConsoleAdmin(t *testing.T) {
 		must(t, ctx, "a long job", chromedp.Navigate(base+"/ui/jobs"), chromedp.WaitVisible("#job-run"),
 			chromedp.SendKeys("#job-selector", "env=dev"), chromedp.SendKeys("#job-command", "echo long-start; sleep 60"),
 			chromedp.Click("#job-run"))
-		waitJS(t, ctx, "running on dev-1", `document.querySelector('#job-log')?.textContent.includes('long-start') && !document.querySelector('#job-cancel').disabled`, 20*time.Second)
+		waitJS(t, ctx, "running on dev-1",
+			`document.querySelector('#job-log')?.textContent.includes('long-start') && `+
+				`!document.querySelector('#job-cancel').disabled`, 20*time.Second)
 		must(t, ctx, "cancel", chromedp.Click("#job-cancel"))
-		waitJS(t, ctx, "cancelled", `document.querySelector('h1 .state')?.textContent === 'cancelled' && document.querySelector('#job-nodes tr[data-node="dev-1"]')?.dataset.state === 'cancelled'`, 20*time.Second)
+		waitJS(t, ctx, "cancelled", `document.querySelector('h1 .state')?.textContent === 'cancelled' && `+
+			`document.querySelector('#job-nodes tr[data-node="dev-1"]')?.dataset.state === 'cancelled'`, 20*time.Second)
 	})
 
 	t.Run("item6_terminal", func(t *testing.T) {
 		must(t, ctx, "node page", chromedp.Navigate(base+"/ui/nodes/dev-1"), chromedp.WaitVisible("#open-terminal"),
 			chromedp.SetValue("#login", loginUser), chromedp.Click("#open-terminal"))
-		waitJS(t, ctx, "terminal connected", `document.querySelector('#terminal')?.dataset.connected === 'true'`, 15*time.Second)
+		waitJS(t, ctx, "terminal connected", `document.querySelector('#terminal')?.dataset.connected === 'true'`,
+			15*time.Second)
 		typeIn := func(s string) {
 			must(t, ctx, "type "+s, chromedp.SendKeys("#terminal textarea", s))
 		}
@@ -303,7 +335,9 @@ func TestConsoleAdmin(t *testing.T) {
 			}
 		}
 		typeIn("echo after-$((40+2))-ctrlc\r")
-		waitJS(t, ctx, "the shell answers after Ctrl-C", `window.tetherTerminalText().includes('after-42-ctrlc') && !window.tetherTerminalText().includes('not-2-interrupted')`, 10*time.Second)
+		waitJS(t, ctx, "the shell answers after Ctrl-C",
+			`window.tetherTerminalText().includes('after-42-ctrlc') && `+
+				`!window.tetherTerminalText().includes('not-2-interrupted')`, 10*time.Second)
 		// A resize reaches the node's pty.
 		must(t, ctx, "resize", chromedp.Evaluate(`window.tetherTerminal.resize(91, 27)`, nil))
 		typeIn("stty size\r")
@@ -315,7 +349,8 @@ func TestConsoleAdmin(t *testing.T) {
 		// Leaving the node page closes the terminal; its audit row follows.
 		must(t, ctx, "audit page", chromedp.Navigate(base+"/ui/audit"), chromedp.WaitVisible("#audit-search"))
 		waitJS(t, ctx, "audit table", `!!document.querySelector('#audit .audit-table')`, 10*time.Second)
-		must(t, ctx, "search", chromedp.SendKeys("#audit-kind", "console_terminal"), chromedp.SendKeys("#audit-node", "dev-1"))
+		must(t, ctx, "search", chromedp.SendKeys("#audit-kind", "console_terminal"),
+			chromedp.SendKeys("#audit-node", "dev-1"))
 		waitJS(t, ctx, "the terminal's audit row: start, end, bytes", `(() => {
 			document.querySelector('#audit-search').click();
 			const rows = [...document.querySelectorAll('#audit .audit-table tr[data-kind]')];
@@ -326,24 +361,28 @@ func TestConsoleAdmin(t *testing.T) {
 	})
 
 	t.Run("item1_csrf_refused", func(t *testing.T) {
-		status := evalJS[float64](t, ctx, `fetch('/ui/api/v1/jobs', {method: 'POST', headers: {'Content-Type': 'application/json'},
+		status := evalJS[float64](t, ctx,
+			`fetch('/ui/api/v1/jobs', {method: 'POST', headers: {'Content-Type': 'application/json'},
 			body: JSON.stringify({selector: '*', command: 'touch /tmp/csrf'})}).then(r => r.status)`)
 		if status != 403 {
 			t.Fatalf("a POST without the CSRF token answered %v, want 403", status)
 		}
-		wrong := evalJS[float64](t, ctx, `fetch('/ui/api/v1/jobs', {method: 'POST', headers: {'Content-Type': 'application/json', 'X-CSRF-Token': 'guess'},
+		wrong := evalJS[float64](t, ctx,
+			`fetch('/ui/api/v1/jobs', {method: 'POST', headers: {'Content-Type': 'application/json', 'X-CSRF-Token': 'guess'},
 			body: JSON.stringify({selector: '*', command: 'true'})}).then(r => r.status)`)
 		if wrong != 403 {
 			t.Fatalf("a POST with a wrong CSRF token answered %v, want 403", wrong)
 		}
 		csp := evalJS[string](t, ctx, `fetch('/ui/').then(r => r.headers.get('content-security-policy'))`)
-		if !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") || !strings.Contains(csp, "frame-ancestors 'none'") {
+		if !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") ||
+			!strings.Contains(csp, "frame-ancestors 'none'") {
 			t.Fatalf("Content-Security-Policy %q", csp)
 		}
 	})
 
 	t.Run("item1_sign_out", func(t *testing.T) {
-		must(t, ctx, "sign out", chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible("#fleet-table"), chromedp.Click("#signout"))
+		must(t, ctx, "sign out", chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible("#fleet-table"),
+			chromedp.Click("#signout"))
 		waitJS(t, ctx, "signed out", `document.querySelector('main h1')?.textContent === 'Signed out'`, 10*time.Second)
 		if st := evalJS[float64](t, ctx, `fetch('/ui/api/me').then(r => r.status)`); st != 401 {
 			t.Fatalf("after sign-out /ui/api/me answers %v, want 401", st)
@@ -368,14 +407,19 @@ func TestConsoleOutsideRole(t *testing.T) {
 	base := "https://" + h.apiAddr()
 
 	must(t, ctx, "sign in", chromedp.Navigate(link))
-	waitJS(t, ctx, "bob's fleet", `(() => { const r = [...document.querySelectorAll('#fleet-table tbody tr')].map(r => r.dataset.node); return r.join() === 'dev-1,dev-2' })()`, 20*time.Second)
-	if total := evalJS[string](t, ctx, `document.querySelector('#count-total').innerText`); !strings.HasPrefix(total, "2") {
+	waitJS(t, ctx, "bob's fleet",
+		`(() => { const r = [...document.querySelectorAll('#fleet-table tbody tr')].map(r => r.dataset.node); `+
+			`return r.join() === 'dev-1,dev-2' })()`, 20*time.Second)
+	if total := evalJS[string](
+		t, ctx, `document.querySelector('#count-total').innerText`,
+	); !strings.HasPrefix(total, "2") {
 		t.Fatalf("bob's count: %q, want 2 nodes", total)
 	}
 	screenshot(t, ctx, shots, "1-fleet-bob")
 
 	must(t, ctx, "prod-1's page", chromedp.Navigate(base+"/ui/nodes/prod-1"))
-	waitJS(t, ctx, "refused", `document.querySelector('main .error')?.textContent.includes('no node named "prod-1"')`, 10*time.Second)
+	waitJS(t, ctx, "refused",
+		`document.querySelector('main .error')?.textContent.includes('no node named "prod-1"')`, 10*time.Second)
 	screenshot(t, ctx, shots, "2-prod1-refused")
 	if st := evalJS[float64](t, ctx, `fetch('/ui/api/fleet?q=prod').then(r => r.json()).then(p => p.matched)`); st != 0 {
 		t.Fatalf("bob's fleet search for prod matched %v nodes", st)
@@ -393,7 +437,8 @@ func TestConsoleOutsideRole(t *testing.T) {
 	// Where bob may go, the terminal works.
 	must(t, ctx, "dev-1's page", chromedp.Navigate(base+"/ui/nodes/dev-1"), chromedp.WaitVisible("#open-terminal"),
 		chromedp.SetValue("#login", loginUser), chromedp.Click("#open-terminal"))
-	waitJS(t, ctx, "terminal connected", `document.querySelector('#terminal')?.dataset.connected === 'true'`, 15*time.Second)
+	waitJS(t, ctx, "terminal connected", `document.querySelector('#terminal')?.dataset.connected === 'true'`,
+		15*time.Second)
 	must(t, ctx, "type", chromedp.SendKeys("#terminal textarea", "echo bob-$((6*7))\r"))
 	waitJS(t, ctx, "bob's command output", `window.tetherTerminalText().includes('bob-42')`, 15*time.Second)
 
@@ -412,7 +457,8 @@ func TestConsoleOutsideRole(t *testing.T) {
 	// Removing bob ends his open terminal within the re-check interval,
 	// and his console session at its next request.
 	h.cli("operator", "rm", "bob")
-	waitJS(t, ctx, "the terminal closed: access withdrawn", `document.querySelector('#terminal-status')?.textContent.includes('access withdrawn')`, 15*time.Second)
+	waitJS(t, ctx, "the terminal closed: access withdrawn",
+		`document.querySelector('#terminal-status')?.textContent.includes('access withdrawn')`, 15*time.Second)
 	screenshot(t, ctx, shots, "3-terminal-withdrawn")
 	if st := evalJS[float64](t, ctx, `fetch('/ui/api/me').then(r => r.status)`); st != 401 {
 		t.Fatalf("after `tether operator rm bob` his session answers %v, want 401", st)
@@ -432,10 +478,13 @@ func TestConsoleUpgrades(t *testing.T) {
 	startUpFleet(t, h, "cu", 2)
 	dir := t.TempDir()
 	p := writeScript(t, dir, "install.sh", "echo ok >> "+filepath.Join(dir, "ran")+"\n")
-	if _, err := reg.PushBundle(context.Background(), reg.Ref("patches/cu:1"), "1", map[string]string{"install.sh": p}); err != nil {
+	if _, err := reg.PushBundle(
+		context.Background(), reg.Ref("patches/cu:1"), "1", map[string]string{"install.sh": p},
+	); err != nil {
 		t.Fatal(err)
 	}
-	h.cli("upgrade", "create", "cu-1", "--artifact", reg.Ref("patches/cu:1"), "--nodes", "cu-00,cu-01", "--batch", "1", "--require-confirmation")
+	h.cli("upgrade", "create", "cu-1", "--artifact", reg.Ref("patches/cu:1"), "--nodes", "cu-00,cu-01",
+		"--batch", "1", "--require-confirmation")
 	h.cli("operator", "add", "alice", "--key", opPub, "--role", "admin")
 	f := &consoleFleet{h: h}
 	link, _ := f.signInLink(t, "alice", opKey)
@@ -450,12 +499,14 @@ func TestConsoleUpgrades(t *testing.T) {
 	screenshot(t, ctx, shots, "1-upgrades")
 	must(t, ctx, "open cu-1", chromedp.Click(`#upgrades-table tr[data-upgrade="cu-1"] a`))
 	waitJS(t, ctx, "cu-00 awaiting confirmation in batch 0, cu-01 waiting in batch 1",
-		`!!document.querySelector('.batch[data-batch="0"] tr[data-node="cu-00"][data-step="awaiting_confirmation"] button.confirm') &&
+		`!!document.querySelector('.batch[data-batch="0"] `+
+			`tr[data-node="cu-00"][data-step="awaiting_confirmation"] button.confirm') &&
 		 !!document.querySelector('.batch[data-batch="1"] tr[data-node="cu-01"]')`, 60*time.Second)
 	screenshot(t, ctx, shots, "2-rollout-awaiting")
 
 	must(t, ctx, "pause", chromedp.Click("#rollout-pause"))
-	waitJS(t, ctx, "paused", `document.querySelector('h1 .state')?.textContent === 'paused' && !document.querySelector('#rollout-resume').disabled`, 10*time.Second)
+	waitJS(t, ctx, "paused", `document.querySelector('h1 .state')?.textContent === 'paused' && `+
+		`!document.querySelector('#rollout-resume').disabled`, 10*time.Second)
 	must(t, ctx, "resume", chromedp.Click("#rollout-resume"))
 	waitJS(t, ctx, "running again", `document.querySelector('h1 .state')?.textContent === 'running'`, 10*time.Second)
 
@@ -468,25 +519,33 @@ func TestConsoleUpgrades(t *testing.T) {
 	}
 	waitJS(t, ctx, "the rollout done", `document.querySelector('h1 .state')?.textContent === 'done'`, 30*time.Second)
 	screenshot(t, ctx, shots, "3-rollout-done")
-	n := evalJS[float64](t, ctx, `fetch('/ui/api/v1/audit?kind=upgrade_confirm').then(r => r.json()).then(l => l.filter(e => e.result === 'ok' && (e.operator || '').includes('alice')).length)`)
+	n := evalJS[float64](t, ctx, `fetch('/ui/api/v1/audit?kind=upgrade_confirm').then(r => r.json()).then(l => `+
+		`l.filter(e => e.result === 'ok' && (e.operator || '').includes('alice')).length)`)
 	if n < 2 {
 		t.Fatalf("%v confirmations by alice audited, want 2", n)
 	}
 	// A bad bundle: each node's failure reason and the rollout's halt.
 	bad := writeScript(t, dir, "bad.sh", "echo \"broken on purpose\" >&2\nexit 3\n")
-	if _, err := reg.PushBundle(context.Background(), reg.Ref("patches/cu:2"), "2", map[string]string{"install.sh": bad}); err != nil {
+	if _, err := reg.PushBundle(
+		context.Background(), reg.Ref("patches/cu:2"), "2", map[string]string{"install.sh": bad},
+	); err != nil {
 		t.Fatal(err)
 	}
 	h.cli("upgrade", "create", "cu-2", "--artifact", reg.Ref("patches/cu:2"), "--nodes", "cu-00,cu-01")
 	must(t, ctx, "cu-2's page", chromedp.Navigate(base+"/ui/upgrades/cu-2"))
-	waitJS(t, ctx, "failure reasons shown", `(() => { const rows = [...document.querySelectorAll('#rollout tr[data-node]')];
-		return rows.length === 2 && rows.every(r => r.dataset.step === 'failed' && r.innerText.includes('install.sh exited with status 3')) })()`, 60*time.Second)
-	waitJS(t, ctx, "the rollout halted with its reason", `document.querySelector('h1 .state')?.textContent === 'halted' && !!document.querySelector('#rollout-reason')?.textContent`, 30*time.Second)
+	waitJS(t, ctx, "failure reasons shown",
+		`(() => { const rows = [...document.querySelectorAll('#rollout tr[data-node]')];
+		return rows.length === 2 && rows.every(r => r.dataset.step === 'failed' && `+
+			`r.innerText.includes('install.sh exited with status 3')) })()`, 60*time.Second)
+	waitJS(t, ctx, "the rollout halted with its reason",
+		`document.querySelector('h1 .state')?.textContent === 'halted' && `+
+			`!!document.querySelector('#rollout-reason')?.textContent`, 30*time.Second)
 	screenshot(t, ctx, shots, "4-rollout-failed")
 	// The node page shows its upgrade history.
 	must(t, ctx, "cu-00's page", chromedp.Navigate(base+"/ui/nodes/cu-00"))
 	waitJS(t, ctx, "upgrade history", `(() => { const t = document.querySelector('#node-upgrades')?.innerText || '';
-		return t.includes('cu-1') && t.includes('succeeded') && t.includes('cu-2') && t.includes('failed') })()`, 15*time.Second)
+		return t.includes('cu-1') && t.includes('succeeded') && t.includes('cu-2') && t.includes('failed') `+
+		`})()`, 15*time.Second)
 	screenshot(t, ctx, shots, "5-node-upgrade-history")
 }
 
@@ -515,19 +574,24 @@ func TestConsoleScale(t *testing.T) {
 			load := evalJS[float64](t, ctx, `window.tetherFleetRendered`)
 			// A second load: the hub's node list is cached now.
 			must(t, ctx, "reload", chromedp.Reload())
-			waitJS(t, ctx, "the first page again", `document.querySelectorAll('#fleet-table tbody tr').length === 50`, 60*time.Second)
+			waitJS(t, ctx, "the first page again", `document.querySelectorAll('#fleet-table tbody tr').length === 50`,
+				60*time.Second)
 			warm := evalJS[float64](t, ctx, `window.tetherFleetRendered`)
 			timed := func(setup, done string) float64 {
 				return evalJS[float64](t, ctx, `(() => { const t0 = performance.now(); `+setup+`;
-					return new Promise(res => { const check = () => (window.tetherFleetRendered > t0 && (`+done+`)) ? res(window.tetherFleetRendered - t0) : setTimeout(check, 2); check(); }); })()`)
+					return new Promise(res => { const check = () => (window.tetherFleetRendered > t0 && `+
+					`(`+done+`)) ? res(window.tetherFleetRendered - t0) : setTimeout(check, 2); check(); }); })()`)
 			}
-			filter := timed(`const l = document.querySelector('#label-filter'); l.value = 'site=s42,env=dev'; l.dispatchEvent(new Event('change'))`,
+			filter := timed(`const l = document.querySelector('#label-filter'); l.value = 'site=s42,env=dev'; `+
+				`l.dispatchEvent(new Event('change'))`,
 				`[...document.querySelectorAll('#fleet-table tbody tr')].every(r => r.innerText.includes('site=s42'))`)
-			search := timed(`const l = document.querySelector('#label-filter'); l.value = ''; l.dispatchEvent(new Event('change'));
+			search := timed(`const l = document.querySelector('#label-filter'); l.value = ''; `+
+				`l.dispatchEvent(new Event('change'));
 				const s = document.querySelector('#search'); s.value = 'node-0012'; s.dispatchEvent(new Event('input'))`,
 				`document.querySelector('#fleet-table tbody tr')?.dataset.node.startsWith('node-0012')`)
 			// The search box waits 200 ms after the last keystroke.
-			t.Logf("console at %d nodes: page load %.0f ms (first, store read), %.0f ms (cached); label filter %.0f ms; search %.0f ms (+ the 200 ms typing pause)",
+			t.Logf("console at %d nodes: page load %.0f ms (first, store read), %.0f ms (cached); label filter %.0f "+
+				"ms; search %.0f ms (+ the 200 ms typing pause)",
 				n, load, warm, filter, search-200)
 		})
 	}

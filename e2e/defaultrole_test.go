@@ -36,15 +36,18 @@ func TestDefaultRoleReachesEveryNode(t *testing.T) {
 	})
 
 	dir := t.TempDir()
-	_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir, "--user", "alice", "--key", opKey, "--out-dir", dir)
+	_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir,
+		"--user", "alice", "--key", opKey, "--out-dir", dir)
 	if code != 0 || !strings.Contains(errOut, "tether:all:*") {
 		t.Fatalf("tether login: exit %d, %q", code, errOut)
 	}
 	alice := newSSHClient(t, h)
 	cfg, _ := os.ReadFile(alice.cfg)
-	os.WriteFile(alice.cfg, append([]byte(fmt.Sprintf("Host *.tether\n  CertificateFile %s\n", filepath.Join(dir, "alice-cert.pub"))), cfg...), 0o600)
+	os.WriteFile(alice.cfg, append([]byte(fmt.Sprintf("Host *.tether\n  CertificateFile %s\n",
+		filepath.Join(dir, "alice-cert.pub"))), cfg...), 0o600)
 	for _, node := range []string{"managed1", "embedded1"} {
-		if out, errOut, code := alice.run(30*time.Second, node, "echo reached "+node); code != 0 || strings.TrimSpace(out) != "reached "+node {
+		if out, errOut, code := alice.run(30*time.Second, node, "echo reached "+node); code != 0 ||
+			strings.TrimSpace(out) != "reached "+node {
 			t.Fatalf("default role to %s: exit %d, %q %q", node, code, out, errOut)
 		}
 	}
@@ -56,7 +59,8 @@ func TestDefaultRoleReachesEveryNode(t *testing.T) {
 		b, err := os.ReadFile(anyLoginFile)
 		return err == nil && !strings.Contains(string(b), "tether:all:*")
 	})
-	if _, errOut, code := alice.run(30*time.Second, "managed1", "true"); code != 255 || !strings.Contains(errOut, "Permission denied") {
+	if _, errOut, code := alice.run(30*time.Second, "managed1", "true"); code != 255 ||
+		!strings.Contains(errOut, "Permission denied") {
 		t.Fatalf("after the role no longer allows any login: exit %d, %q", code, errOut)
 	}
 }

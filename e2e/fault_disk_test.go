@@ -25,7 +25,9 @@ func mountTmpfs(t *testing.T, dir string, mib int) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm,mode=0700", mib), "tmpfs", dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command(
+		"mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm,mode=0700", mib), "tmpfs", dir,
+	).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a tmpfs here (container without CAP_SYS_ADMIN?): %v: %s", err, out)
 	}
 	t.Cleanup(func() {
@@ -104,7 +106,8 @@ func TestFaultDiskFull(t *testing.T) {
 		from := sess.lines()
 		waitFor(t, "the session on steady to keep printing "+when, 30*time.Second, func() bool {
 			if sess.exited() {
-				t.Fatalf("the SSH session on steady ended %s (exit %d, %d lines, %s)", when, sess.exitCode, sess.lines(), sess.err.String())
+				t.Fatalf("the SSH session on steady ended %s (exit %d, %d lines, %s)", when, sess.exitCode, sess.lines(),
+					sess.err.String())
 			}
 			return sess.lines() >= from+2
 		})
@@ -124,14 +127,16 @@ func TestFaultDiskFull(t *testing.T) {
 	if n := h.nodes()["steady"]; !n.Online {
 		t.Fatal("node not shown online while the disk is full")
 	}
-	if out, errOut, code := c.run(30*time.Second, "bounce", "echo still-here"); code != 0 || strings.TrimSpace(out) != "still-here" {
+	if out, errOut, code := c.run(30*time.Second, "bounce", "echo still-here"); code != 0 ||
+		strings.TrimSpace(out) != "still-here" {
 		t.Fatalf("jump while the disk is full: exit %d %q %q", code, out, errOut)
 	}
 	connects := h.connects("bounce")
 	bounce.Stop(syscall.SIGKILL, stopWait)
 	again := start2(t, bounceState)
 	h.waitConnected("bounce", connects)
-	if out, errOut, code := c.run(30*time.Second, "bounce", "echo reconnected"); code != 0 || strings.TrimSpace(out) != "reconnected" {
+	if out, errOut, code := c.run(30*time.Second, "bounce", "echo reconnected"); code != 0 ||
+		strings.TrimSpace(out) != "reconnected" {
 		t.Fatalf("jump after a reconnect on a full disk: exit %d %q %q", code, out, errOut)
 	}
 	keepsRunning("while another node reconnected on a full disk")

@@ -55,14 +55,16 @@ func TestFaultFlapLatencyLoss(t *testing.T) {
 	jumpAll(t, c, "ok", "flap-quic", "flap-tcp")
 	base := h.steadyLoad(t)
 	if os.Getenv("TETHER_DEBUG_LEAK") != "" {
-		out, _ := exec.Command("sh", "-c", fmt.Sprintf("ls -l /proc/%d/fd; ss -tanup | grep pid=%d", h.p.PID(), h.p.PID())).CombinedOutput()
+		out, _ := exec.Command("sh", "-c",
+			fmt.Sprintf("ls -l /proc/%d/fd; ss -tanup | grep pid=%d", h.p.PID(), h.p.PID())).CombinedOutput()
 		t.Logf("fds at start:\n%s", out)
 	}
 	agentFDs := map[string]int{}
 	for name, a := range agents {
 		agentFDs[name] = countFDs(t, a.PID())
 	}
-	t.Logf("link: %s one way ±%s, %.0f%% loss each way, flap every %s; run %s; baseline hub %s", faults.Latency, faults.Jitter, faults.Loss*100, period, run, base)
+	t.Logf("link: %s one way ±%s, %.0f%% loss each way, flap every %s; run %s; baseline hub %s", faults.Latency,
+		faults.Jitter, faults.Loss*100, period, run, base)
 
 	type result struct {
 		down      time.Duration
@@ -115,7 +117,8 @@ func TestFaultFlapLatencyLoss(t *testing.T) {
 				}
 				if logCount(text, "node connected", n) > connects[n] {
 					r.back[n] = time.Since(upAt)
-				} else if time.Since(downAt) > r.down+deadPeer+2*time.Second && logCount(text, "node disconnected", n) == logCount(logBefore, "node disconnected", n) {
+				} else if time.Since(downAt) > r.down+deadPeer+2*time.Second &&
+					logCount(text, "node disconnected", n) == logCount(logBefore, "node disconnected", n) {
 					r.back[n] = 0 // the session survived the outage
 				}
 			}
@@ -124,10 +127,12 @@ func TestFaultFlapLatencyLoss(t *testing.T) {
 		for _, n := range names {
 			d, ok := r.back[n]
 			if !ok {
-				t.Fatalf("flap %d (down %s): %s not back %s after the link came up", i, r.down, n, time.Since(upAt).Round(time.Millisecond))
+				t.Fatalf("flap %d (down %s): %s not back %s after the link came up", i, r.down, n,
+					time.Since(upAt).Round(time.Millisecond))
 			}
 			if d > backoffCap+allowance {
-				t.Errorf("flap %d (down %s): %s back after %s, more than the %s backoff cap + %s", i, r.down, n, d.Round(time.Millisecond), backoffCap, allowance)
+				t.Errorf("flap %d (down %s): %s back after %s, more than the %s backoff cap + %s", i, r.down, n,
+					d.Round(time.Millisecond), backoffCap, allowance)
 			}
 		}
 
@@ -143,7 +148,8 @@ func TestFaultFlapLatencyLoss(t *testing.T) {
 			r.sessFate = fmt.Sprintf("ended: exit %d, %q", sess.exitCode, lastLine(sess.err.String()))
 			r.sessAfter = sess.ended.Sub(upAt)
 		default:
-			t.Errorf("flap %d: session on %s ended without an error: exit %d, stderr %q", i, r.sessNode, sess.exitCode, sess.err.String())
+			t.Errorf("flap %d: session on %s ended without an error: exit %d, stderr %q", i, r.sessNode, sess.exitCode,
+				sess.err.String())
 		}
 		sess.stop()
 		results = append(results, r)
@@ -169,10 +175,21 @@ func TestFaultFlapLatencyLoss(t *testing.T) {
 		percentile(backs, 50).Round(time.Millisecond), percentile(backs, 100).Round(time.Millisecond), len(backs))
 
 	// Leak check: the same state as the baseline (two nodes connected, no
-	// jump in progress) must cost the same.
+	// jump in progress) must cost the same. A sample counts the scrape's
+	// own goroutines too (the registry gathers on as many workers as the
+	// scheduler lets it start), a few more on a loaded machine, and a
+	// jump's streams may still be closing over the lossy link; so while
+	// over the limit, sample on for a while: a leaked goroutine stays.
+	over := func(l load) bool { return l.goroutines > base.goroutines+5 || l.fds > base.fds+2 }
 	end := h.steadyLoad(t)
+	for settle := time.Now().Add(15 * time.Second); over(end) && time.Now().Before(settle); {
+		t.Logf("hub at %s after the run (baseline %s): sampling again", end, base)
+		l := h.steadyLoad(t)
+		end = load{goroutines: min(end.goroutines, l.goroutines), fds: min(end.fds, l.fds)}
+	}
 	if os.Getenv("TETHER_DEBUG_LEAK") != "" {
-		out, _ := exec.Command("sh", "-c", fmt.Sprintf("ls -l /proc/%d/fd; ss -tanup | grep pid=%d", h.p.PID(), h.p.PID())).CombinedOutput()
+		out, _ := exec.Command("sh", "-c",
+			fmt.Sprintf("ls -l /proc/%d/fd; ss -tanup | grep pid=%d", h.p.PID(), h.p.PID())).CombinedOutput()
 		t.Logf("fds at end:\n%s", out)
 		// The goroutine dump goes to the hub's log (shown as the test fails).
 		h.p.Cmd.Process.Signal(syscall.SIGQUIT)
@@ -180,7 +197,7 @@ func TestFaultFlapLatencyLoss(t *testing.T) {
 		t.Errorf("TETHER_DEBUG_LEAK: hub stopped with a goroutine dump")
 	}
 	t.Logf("hub after %d flaps: %s (baseline %s)", len(results), end, base)
-	if end.goroutines > base.goroutines+5 || end.fds > base.fds+2 {
+	if over(end) {
 		t.Errorf("hub grew across the run: %s -> %s", base, end)
 	}
 	for name, a := range agents {

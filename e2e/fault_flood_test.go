@@ -74,12 +74,16 @@ func TestFaultLoginAndJoinFlood(t *testing.T) {
 	<-done
 	floodFor := time.Since(floodStart)
 
-	t.Logf("SSH flood: %d attempts in %s (%.0f/s): %d reached authentication (all refused), %d refused with a banner, %d cut before key exchange, %d other errors",
-		attempts, floodFor.Round(time.Millisecond), float64(attempts)/floodFor.Seconds(), sshStats.reached.Load(), sshStats.explained.Load(), sshStats.cut.Load(), sshStats.other.Load())
-	t.Logf("join flood: %d attempts: %d reached the join handler (all refused), %d got 429, %d other", attempts, joinStats.reached.Load(), joinStats.limited.Load(), joinStats.other.Load())
+	t.Logf("SSH flood: %d attempts in %s (%.0f/s): %d reached authentication (all refused), %d refused with a "+
+		"banner, %d cut before key exchange, %d other errors",
+		attempts, floodFor.Round(time.Millisecond), float64(attempts)/floodFor.Seconds(), sshStats.reached.Load(),
+		sshStats.explained.Load(), sshStats.cut.Load(), sshStats.other.Load())
+	t.Logf("join flood: %d attempts: %d reached the join handler (all refused), %d got 429, %d other", attempts,
+		joinStats.reached.Load(), joinStats.limited.Load(), joinStats.other.Load())
 	bp50, bp95, bmax := percentile(base, 50), percentile(base, 95), percentile(base, 100)
 	fp50, fp95, fmax := percentile(during, 50), percentile(during, 95), percentile(during, 100)
-	t.Logf("legitimate ssh -J: baseline p50 %s p95 %s max %s (%d); under the flood p50 %s p95 %s max %s (%d); added p50 %s, p95 %s",
+	t.Logf("legitimate ssh -J: baseline p50 %s p95 %s max %s (%d); under the flood p50 %s p95 %s max %s (%d); "+
+		"added p50 %s, p95 %s",
 		bp50.Round(time.Millisecond), bp95.Round(time.Millisecond), bmax.Round(time.Millisecond), len(base),
 		fp50.Round(time.Millisecond), fp95.Round(time.Millisecond), fmax.Round(time.Millisecond), len(during),
 		(fp50 - bp50).Round(time.Millisecond), (fp95 - bp95).Round(time.Millisecond))
@@ -110,10 +114,12 @@ func TestFaultLoginAndJoinFlood(t *testing.T) {
 		}
 	}
 	t.Logf("audit events from the floods: %v", counts)
-	if counts["ssh_login/rate_limited"] == 0 || counts["join/rate_limited"] == 0 || counts["ssh_login/refused"] == 0 || counts["join/refused"] == 0 {
+	if counts["ssh_login/rate_limited"] == 0 || counts["join/rate_limited"] == 0 ||
+		counts["ssh_login/refused"] == 0 || counts["join/refused"] == 0 {
 		t.Errorf("the floods are not in the audit log: %v", counts)
 	}
-	if total := counts["ssh_login/refused"] + counts["ssh_login/rate_limited"] + counts["join/refused"] + counts["join/rate_limited"]; total > 400 {
+	if total := counts["ssh_login/refused"] + counts["ssh_login/rate_limited"] +
+		counts["join/refused"] + counts["join/rate_limited"]; total > 400 {
 		t.Errorf("%d audit events for %d attempts: the audit log is flooded", total, 2*attempts)
 	}
 	body := h.metrics(t)
@@ -129,7 +135,8 @@ type floodStats struct {
 }
 
 func (s *floodStats) String() string {
-	return fmt.Sprintf("reached %d explained %d cut %d limited %d other %d", s.reached.Load(), s.explained.Load(), s.cut.Load(), s.limited.Load(), s.other.Load())
+	return fmt.Sprintf("reached %d explained %d cut %d limited %d other %d", s.reached.Load(), s.explained.Load(),
+		s.cut.Load(), s.limited.Load(), s.other.Load())
 }
 
 // sshFlood makes n login attempts with a key the bastion does not know.

@@ -71,7 +71,8 @@ func TestFleetOperatorView(t *testing.T) {
 	startAgent(t, dev, "dev-2", "--ssh", "embedded", "--labels-file", "/nonexistent")
 	startAgent(t, prod, "prod-1", "--ssh", "embedded", "--labels-file", labelsFile)
 	// A node that joined and never connected: offline.
-	if _, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether-edge"), "join", prod, "--name", "prod-off",
+	if _, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether-edge"), "join", prod,
+		"--name", "prod-off",
 		"--state-dir", filepath.Join(t.TempDir(), "prod-off")); code != 0 {
 		t.Fatalf("join prod-off: %s", errOut)
 	}
@@ -82,7 +83,9 @@ func TestFleetOperatorView(t *testing.T) {
 	h.cli("operator", "add", "alice", "--key", opPub, "--role", "dev-ops")
 
 	outDir := t.TempDir()
-	if _, errOut, code := tetherAs(t, "login", "--data-dir", h.dataDir, "--user", "alice", "--key", opKey, "--out-dir", outDir); code != 0 || !strings.Contains(errOut, "API certificate") {
+	if _, errOut, code := tetherAs(
+		t, "login", "--data-dir", h.dataDir, "--user", "alice", "--key", opKey, "--out-dir", outDir,
+	); code != 0 || !strings.Contains(errOut, "API certificate") {
 		t.Fatalf("tether login as alice: exit %d: %s", code, errOut)
 	}
 	alice := []string{"--hub", h.apiAddr(), "--identity", filepath.Join(outDir, "admin")}
@@ -128,7 +131,9 @@ func TestFleetOperatorView(t *testing.T) {
 			t.Fatalf("no node_label audit event:\n%s", out)
 		}
 		// By selector, and durable across a kill -9 of the hub.
-		if _, errOut, code := tetherAs(t, "nodes", "label", "-l", "tier=edge", "tier-", "site=lab", "--data-dir", h.dataDir); code != 0 {
+		if _, errOut, code := tetherAs(
+			t, "nodes", "label", "-l", "tier=edge", "tier-", "site=lab", "--data-dir", h.dataDir,
+		); code != 0 {
 			t.Fatalf("nodes label -l: %s", errOut)
 		}
 		h.p.Kill()
@@ -139,16 +144,21 @@ func TestFleetOperatorView(t *testing.T) {
 		for _, n := range []string{"dev-1", "dev-2", "prod-1"} {
 			h.waitOnline(n, "")
 		}
-		if _, errOut, code := tetherAs(t, "nodes", "label", "prod-1", "Bad=1", "--data-dir", h.dataDir); code == 0 || !strings.Contains(errOut, "label key") {
+		if _, errOut, code := tetherAs(
+			t, "nodes", "label", "prod-1", "Bad=1", "--data-dir", h.dataDir,
+		); code == 0 || !strings.Contains(errOut, "label key") {
 			t.Fatalf("invalid label accepted or unclear: exit %d: %s", code, errOut)
 		}
 	})
 
 	t.Run("item6_run_json_output_and_partial", func(t *testing.T) {
-		if _, errOut, code := h.run(30*time.Second, "--parallel", "0", "-l", "*", "--", "true"); code != 2 || !strings.Contains(errOut, "--parallel 0") {
+		if _, errOut, code := h.run(
+			30*time.Second, "--parallel", "0", "-l", "*", "--", "true",
+		); code != 2 || !strings.Contains(errOut, "--parallel 0") {
 			t.Fatalf("--parallel 0: exit %d: %s", code, errOut)
 		}
-		out, errOut, code := h.run(time.Minute, "-o", "json", "-l", "env=prod", "--", `echo "out $TETHER_NODE"; echo "err $TETHER_NODE" >&2`)
+		out, errOut, code := h.run(time.Minute, "-o", "json", "-l", "env=prod",
+			"--", `echo "out $TETHER_NODE"; echo "err $TETHER_NODE" >&2`)
 		if code != 3 {
 			t.Fatalf("exit %d, want 3 (none failed, one skipped): %s", code, errOut)
 		}
@@ -167,7 +177,8 @@ func TestFleetOperatorView(t *testing.T) {
 		if j.State != "partial" || len(j.Nodes) != 1 || j.Nodes[0].Node != "prod-off" || j.Nodes[0].State != "skipped" {
 			t.Fatalf("job %s, nodes %+v; want partial with prod-off skipped (prod-1 is env=dev now)", j.State, j.Nodes)
 		}
-		out, errOut, code = h.run(time.Minute, "-o", "json", "--nodes", "dev-1,prod-off", "--", `echo "out $TETHER_NODE"; echo "err $TETHER_NODE" >&2`)
+		out, errOut, code = h.run(time.Minute, "-o", "json", "--nodes", "dev-1,prod-off",
+			"--", `echo "out $TETHER_NODE"; echo "err $TETHER_NODE" >&2`)
 		if err := json.Unmarshal([]byte(out), &j); err != nil || code != 3 || j.State != "partial" {
 			t.Fatalf("run -o json: exit %d, %v: %s %s", code, err, out, errOut)
 		}
@@ -201,7 +212,8 @@ func TestFleetOperatorView(t *testing.T) {
 			t.Fatalf("alice's inventory has a group env_prod:\n%s", out)
 		}
 		if _, err := exec.LookPath("ansible-inventory"); err != nil {
-			t.Skip("ansible not installed (./scripts/ensure-deps.sh ansible installs it); the format is checked by TestAnsibleInventoryShape")
+			t.Skip("ansible not installed (./scripts/ensure-deps.sh ansible installs it); the format is checked by " +
+				"TestAnsibleInventoryShape")
 		}
 		out, errOut, code = runCmd(t, time.Minute, "ansible-inventory", "-i", inv, "--list")
 		if code != 0 || strings.Contains(errOut, "WARNING") {
@@ -219,7 +231,8 @@ func TestFleetOperatorView(t *testing.T) {
 			t.Fatal(err)
 		}
 		slices.Sort(parsed.EnvDev.Hosts)
-		if !slices.Equal(parsed.EnvDev.Hosts, []string{"dev-1", "dev-2", "prod-1"}) || parsed.Meta.Hostvars["dev-1"]["ansible_host"] != "dev-1.tether" {
+		if !slices.Equal(parsed.EnvDev.Hosts, []string{"dev-1", "dev-2", "prod-1"}) ||
+			parsed.Meta.Hostvars["dev-1"]["ansible_host"] != "dev-1.tether" {
 			t.Fatalf("ansible-inventory sees:\n%s", out)
 		}
 		out, errOut, code = runCmd(t, 3*time.Minute, "ansible", "-i", inv, "env_dev", "-m", "ping", "-o")
@@ -230,7 +243,8 @@ func TestFleetOperatorView(t *testing.T) {
 
 	t.Run("item2_removed_operator", func(t *testing.T) {
 		h.cli("operator", "rm", "alice")
-		if _, errOut, code := tetherAs(t, append([]string{"nodes"}, alice...)...); code == 0 || !strings.Contains(errOut, "alice") {
+		if _, errOut, code := tetherAs(t, append([]string{"nodes"}, alice...)...); code == 0 ||
+			!strings.Contains(errOut, "alice") {
 			t.Fatalf("removed operator still lists nodes: exit %d: %s", code, errOut)
 		}
 	})

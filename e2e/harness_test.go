@@ -179,7 +179,8 @@ func (h *hub) start() {
 // cli runs `tether ARGS --data-dir D` and fails the test on error.
 func (h *hub) cli(args ...string) string {
 	h.t.Helper()
-	out, errOut, code := runCmd(h.t, 30*time.Second, filepath.Join(binDir, "tether"), append(args, "--data-dir", h.dataDir)...)
+	out, errOut, code := runCmd(h.t, 30*time.Second, filepath.Join(binDir, "tether"),
+		append(args, "--data-dir", h.dataDir)...)
 	if code != 0 {
 		h.t.Fatalf("tether %v: exit %d: %s", args, code, errOut)
 	}
@@ -261,7 +262,8 @@ func readHostPub(t *testing.T, path string) gossh.PublicKey {
 func startAgent(t *testing.T, join, name string, extra ...string) (*proc, string) {
 	t.Helper()
 	stateDir := filepath.Join(t.TempDir(), name)
-	args := testenv.AgentArgs(join, stateDir, name, append([]string{"--backoff-max", "2s", "--log-level", "debug"}, extra...)...)
+	args := testenv.AgentArgs(join, stateDir, name,
+		append([]string{"--backoff-max", "2s", "--log-level", "debug"}, extra...)...)
 	return start(t, "agent-"+name, filepath.Join(binDir, "tether-edge"), args...), stateDir
 }
 
@@ -276,7 +278,8 @@ type sshd struct {
 // managedArgs are the tether-edge flags that let the agent manage this sshd.
 func (s *sshd) managedArgs() []string {
 	return []string{"--ssh", s.Addr, "--manage-sshd", "--sshd-host-key", s.HostKey.Path,
-		"--sshd-dir", filepath.Join(s.dir, "tether"), "--sshd-drop-in", filepath.Join(s.dir, "sshd_config.d", "50-tether.conf"),
+		"--sshd-dir", filepath.Join(s.dir, "tether"),
+		"--sshd-drop-in", filepath.Join(s.dir, "sshd_config.d", "50-tether.conf"),
 		"--sshd-config", s.Config, "--sshd-pid-file", s.PidFile}
 }
 
@@ -316,7 +319,8 @@ func newSSHClient(t *testing.T, h *hub) *sshClient {
 // newSSHClientAs is an ssh client for operator name with the given key.
 func newSSHClientAs(t *testing.T, h *hub, operator, key string) *sshClient {
 	dir := t.TempDir()
-	c := &sshClient{t: t, h: h, operator: operator, cfg: filepath.Join(dir, "ssh_config"), known: filepath.Join(dir, "known_hosts")}
+	c := &sshClient{t: t, h: h, operator: operator, cfg: filepath.Join(dir, "ssh_config"),
+		known: filepath.Join(dir, "known_hosts")}
 	// The real `tether config ssh` output: hub host CA as @cert-authority,
 	// strict checking, nothing learned on first use.
 	generated := h.cli("config", "ssh", "--user", operator, "--known-hosts", c.known, "--identity-file", key)
@@ -346,7 +350,8 @@ func (c *sshClient) trust(host string, key gossh.PublicKey) {
 // jumpArgs are the ssh arguments for plain `ssh -J alice@HUB login@NODE.tether`;
 // hub and node are both verified by their host certificates.
 func (c *sshClient) jumpArgs(node string, extra ...string) []string {
-	return append([]string{"-F", c.cfg, "-J", c.operator + "@" + c.h.sshAddr()}, append(extra, loginUser+"@"+node+".tether")...)
+	return append([]string{"-F", c.cfg, "-J", c.operator + "@" + c.h.sshAddr()},
+		append(extra, loginUser+"@"+node+".tether")...)
 }
 
 func (c *sshClient) run(timeout time.Duration, node string, command ...string) (string, string, int) {

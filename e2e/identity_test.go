@@ -53,7 +53,8 @@ func TestRolesRevokeAudit(t *testing.T) {
 	bob := newSSHClientAs(t, h, "bob", bobKey)
 	alice := newSSHClient(t, h)
 
-	if out, errOut, code := bob.run(30*time.Second, "lab1", "echo bob-in"); code != 0 || strings.TrimSpace(out) != "bob-in" {
+	if out, errOut, code := bob.run(30*time.Second, "lab1", "echo bob-in"); code != 0 ||
+		strings.TrimSpace(out) != "bob-in" {
 		t.Fatalf("bob to lab1: %d %q %q", code, out, errOut)
 	}
 	_, errOut, code := bob.run(30*time.Second, "prod1", "true")
@@ -61,7 +62,8 @@ func TestRolesRevokeAudit(t *testing.T) {
 		t.Fatalf("bob to prod1: exit %d, %q", code, errOut)
 	}
 	// The role allows only loginUser: another login is refused by the node.
-	_, errOut, code = runCmd(t, 30*time.Second, "ssh", "-F", bob.cfg, "-J", "bob@"+h.sshAddr(), "nobody-else@lab1.tether", "true")
+	_, errOut, code = runCmd(t, 30*time.Second, "ssh", "-F", bob.cfg, "-J", "bob@"+h.sshAddr(),
+		"nobody-else@lab1.tether", "true")
 	if code != 255 || !strings.Contains(errOut, "Permission denied") {
 		t.Fatalf("bob as another login: exit %d, %q", code, errOut)
 	}
@@ -104,14 +106,16 @@ func TestRolesRevokeAudit(t *testing.T) {
 		switch {
 		case e.Kind == "join" && e.Result == "ok":
 			sawJoin = true
-		case e.Kind == "jump" && e.Operator == "bob" && e.Result == "ok" && e.BytesToNode > 0 && e.BytesFromNode > 0 && strings.HasPrefix(e.KeyFP, "SHA256:") && e.Remote != "":
+		case e.Kind == "jump" && e.Operator == "bob" && e.Result == "ok" && e.BytesToNode > 0 &&
+			e.BytesFromNode > 0 && strings.HasPrefix(e.KeyFP, "SHA256:") && e.Remote != "":
 			sawBobJump = true
 		case e.Kind == "revoke":
 			sawRevoke = true
 		}
 	}
 	if !sawJoin || !sawBobJump || !sawRevoke {
-		t.Fatalf("audit for lab1 misses events (join %v, bob's jump %v, revoke %v): %+v", sawJoin, sawBobJump, sawRevoke, events)
+		t.Fatalf("audit for lab1 misses events (join %v, bob's jump %v, revoke %v): %+v", sawJoin, sawBobJump,
+			sawRevoke, events)
 	}
 	denied := h.audit("--operator", "bob", "--since", "1h")
 	found := false
@@ -139,7 +143,8 @@ func TestRenewalKeepsSessionAlive(t *testing.T) {
 	start := time.Now()
 	out, errOut, code := c.run(2*time.Minute, "short", "for i in $(seq 60); do echo $i; sleep 1; done")
 	if code != 0 || len(strings.Fields(out)) != 60 {
-		t.Fatalf("60 s session: exit %d after %s, %d lines, stderr %q", code, time.Since(start).Round(time.Second), len(strings.Fields(out)), errOut)
+		t.Fatalf("60 s session: exit %d after %s, %d lines, stderr %q", code, time.Since(start).Round(time.Second),
+			len(strings.Fields(out)), errOut)
 	}
 	renewals := 0
 	for _, e := range h.audit("--node", "short") {
@@ -167,7 +172,8 @@ func TestRenewalKeepsSessionAlive(t *testing.T) {
 		return strings.Contains(runEdge(t, "status", "--state-dir", stateDir, "-o", "json"), `"cert_expires"`) &&
 			certExpired(t, stateDir)
 	})
-	_, errOut, code = runCmd(t, 30*time.Second, filepath.Join(binDir, "tether-edge"), "run", "--state-dir", stateDir, "--ssh", "embedded")
+	_, errOut, code = runCmd(t, 30*time.Second, filepath.Join(binDir, "tether-edge"), "run",
+		"--state-dir", stateDir, "--ssh", "embedded")
 	if code != 77 || !strings.Contains(errOut, "re-join needed") || !strings.Contains(errOut, "tether nodes rm short") {
 		t.Fatalf("run with expired certificate: exit %d, %q", code, errOut)
 	}
@@ -177,7 +183,8 @@ func TestRenewalKeepsSessionAlive(t *testing.T) {
 }
 
 func start2(t *testing.T, stateDir string) *proc {
-	return start(t, "agent-again", filepath.Join(binDir, "tether-edge"), testenv.AgentArgs("", stateDir, "", "--ssh", "embedded", "--log-level", "debug")...)
+	return start(t, "agent-again", filepath.Join(binDir, "tether-edge"),
+		testenv.AgentArgs("", stateDir, "", "--ssh", "embedded", "--log-level", "debug")...)
 }
 
 func runEdge(t *testing.T, args ...string) string {
@@ -217,30 +224,37 @@ func TestLoginCertificates(t *testing.T) {
 	startAgent(t, h.token(), "m1", certOnly.managedArgs()...)
 	h.waitOnline("m1", "")
 	revokedFile := filepath.Join(certOnly.dir, "tether", "revoked_keys")
-	waitFor(t, "managed sshd configured", 20*time.Second, func() bool { _, err := os.Stat(revokedFile); return err == nil })
+	waitFor(t, "managed sshd configured", 20*time.Second,
+		func() bool { _, err := os.Stat(revokedFile); return err == nil })
 
 	// Alice jumps; carol's certificate authenticates to the node.
 	alice := newSSHClient(t, h)
 	certPath := filepath.Join(dir, "carol-cert.pub")
 	cfg, _ := os.ReadFile(alice.cfg)
-	os.WriteFile(alice.cfg, append([]byte(fmt.Sprintf("Host m1.tether\n  IdentityFile %s\n  CertificateFile %s\n", carolKey, certPath)), cfg...), 0o600)
+	os.WriteFile(alice.cfg, append([]byte(fmt.Sprintf("Host m1.tether\n  IdentityFile %s\n  CertificateFile %s\n",
+		carolKey, certPath)), cfg...), 0o600)
 	login := func() {
-		_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir, "--user", "carol", "--key", carolKey, "--out-dir", dir)
+		_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login",
+			"--data-dir", h.dataDir, "--user", "carol", "--key", carolKey, "--out-dir", dir)
 		if code != 0 || !strings.Contains(errOut, "principals tether:certs:"+loginUser) {
 			t.Fatalf("tether login: exit %d, %q", code, errOut)
 		}
 	}
 	login()
-	if out, errOut, code := alice.run(30*time.Second, "m1", "echo cert-ok"); code != 0 || strings.TrimSpace(out) != "cert-ok" {
+	if out, errOut, code := alice.run(30*time.Second, "m1", "echo cert-ok"); code != 0 ||
+		strings.TrimSpace(out) != "cert-ok" {
 		t.Fatalf("with a fresh certificate: exit %d, %q %q", code, out, errOut)
 	}
 	// The certificate also names tether:elsewhere:daemon, but role
 	// "elsewhere" does not select m1, so m1's sshd refuses that login.
-	if _, errOut, code := runCmd(t, 30*time.Second, "ssh", "-F", alice.cfg, "-J", "alice@"+h.sshAddr(), "daemon@m1.tether", "true"); code != 255 || !strings.Contains(errOut, "Permission denied") {
+	if _, errOut, code := runCmd(
+		t, 30*time.Second, "ssh", "-F", alice.cfg, "-J", "alice@"+h.sshAddr(), "daemon@m1.tether", "true",
+	); code != 255 || !strings.Contains(errOut, "Permission denied") {
 		t.Fatalf("login of another role's node: exit %d, %q", code, errOut)
 	}
 	time.Sleep(7 * time.Second)
-	if _, errOut, code := alice.run(30*time.Second, "m1", "true"); code != 255 || !strings.Contains(errOut, "Permission denied") {
+	if _, errOut, code := alice.run(30*time.Second, "m1", "true"); code != 255 ||
+		!strings.Contains(errOut, "Permission denied") {
 		t.Fatalf("with an expired certificate: exit %d, %q", code, errOut)
 	}
 	login()
@@ -250,11 +264,13 @@ func TestLoginCertificates(t *testing.T) {
 		b, _ := os.ReadFile(revokedFile)
 		return strings.Contains(string(b), strings.Fields(string(carolPub))[1])
 	})
-	if _, errOut, code := alice.run(30*time.Second, "m1", "true"); code != 255 || !strings.Contains(errOut, "Permission denied") {
+	if _, errOut, code := alice.run(30*time.Second, "m1", "true"); code != 255 ||
+		!strings.Contains(errOut, "Permission denied") {
 		t.Fatalf("removed operator's valid certificate: exit %d, %q", code, errOut)
 	}
 	// Login itself is refused for a removed operator, and audited.
-	_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir, "--user", "carol", "--key", carolKey, "--out-dir", dir)
+	_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir,
+		"--user", "carol", "--key", carolKey, "--out-dir", dir)
 	if code == 0 || !strings.Contains(errOut, `no operator "carol" with this key`) {
 		t.Fatalf("login after removal: exit %d, %q", code, errOut)
 	}

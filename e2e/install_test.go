@@ -90,7 +90,10 @@ func TestRefusedNodeExitsForGood(t *testing.T) {
 			t.Fatalf("agent %s exited %d, want %s (RestartPreventExitStatus= of tether-edge.service)",
 				a.name, code, refused)
 		}
-		for _, want := range []string{"tether-edge: hub refused this node", "`tether nodes rm " + a.name + "`", "`tether token create`", "--join JOIN_STRING"} {
+		for _, want := range []string{
+			"tether-edge: hub refused this node", "`tether nodes rm " + a.name + "`", "`tether token create`",
+			"--join JOIN_STRING",
+		} {
 			if !strings.Contains(a.p.Log(), want) {
 				t.Fatalf("agent %s's last words lack %q:\n%s", a.name, want, a.p.Tail(2000))
 			}
@@ -102,7 +105,8 @@ func TestRefusedNodeExitsForGood(t *testing.T) {
 
 	// Restarted, the revoked agent is refused at its handshake and exits
 	// the same way.
-	again := start(t, "agent-rev-again", filepath.Join(binDir, "tether-edge"), "run", "--state-dir", revDir, "--ssh", "embedded", "--shell", "/bin/sh", "--backoff-max", "2s")
+	again := start(t, "agent-rev-again", filepath.Join(binDir, "tether-edge"), "run", "--state-dir", revDir,
+		"--ssh", "embedded", "--shell", "/bin/sh", "--backoff-max", "2s")
 	select {
 	case <-again.Done():
 	case <-time.After(30 * time.Second):
@@ -184,8 +188,10 @@ func TestWrongPinNamesTheJoinString(t *testing.T) {
 	if wrong == join {
 		t.Fatalf("no pin in join string %q", join)
 	}
-	_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether-edge"), "join", wrong, "--state-dir", filepath.Join(t.TempDir(), "n"), "--name", "n")
-	if code != 1 || !strings.Contains(errOut, "join string") || !strings.Contains(errOut, "tether token create") || strings.Contains(errOut, "no hub reachable") {
+	_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether-edge"), "join", wrong,
+		"--state-dir", filepath.Join(t.TempDir(), "n"), "--name", "n")
+	if code != 1 || !strings.Contains(errOut, "join string") || !strings.Contains(errOut, "tether token create") ||
+		strings.Contains(errOut, "no hub reachable") {
 		t.Fatalf("join with a wrong pin: exit %d: %s", code, errOut)
 	}
 	_, errOut, code = runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login", "--hub", h.apiAddr(),
@@ -203,7 +209,9 @@ func TestEdgeStatusWording(t *testing.T) {
 	h := startHub(t)
 	dir := filepath.Join(t.TempDir(), "st")
 	edgeBin := filepath.Join(binDir, "tether-edge")
-	if _, errOut, code := runCmd(t, 30*time.Second, edgeBin, "join", h.token(), "--state-dir", dir, "--name", "st"); code != 0 {
+	if _, errOut, code := runCmd(
+		t, 30*time.Second, edgeBin, "join", h.token(), "--state-dir", dir, "--name", "st",
+	); code != 0 {
 		t.Fatalf("join: %s", errOut)
 	}
 	status := func() string {
@@ -230,7 +238,8 @@ func TestEdgeStatusWording(t *testing.T) {
 		t.Fatalf("tether nodes: no row for st with LAST SEEN \"now\":\n%s", listing)
 	}
 	a.Kill()
-	if out := status(); !strings.Contains(out, "not running (agent pid "+strconv.Itoa(a.PID())+" exited; it was connected since") {
+	if out := status(); !strings.Contains(out,
+		"not running (agent pid "+strconv.Itoa(a.PID())+" exited; it was connected since") {
 		t.Fatalf("status after the agent was killed:\n%s", out)
 	}
 }
@@ -263,7 +272,9 @@ func TestSystemdUnits(t *testing.T) {
 			}
 		}
 		local := filepath.Join(dir, filepath.Base(u))
-		if err := os.WriteFile(local, []byte(strings.NewReplacer("/usr/local/bin/", binDir+"/", "ExecStart=tether-edge ", "ExecStart="+binDir+"/tether-edge ").Replace(string(b))), 0o644); err != nil {
+		if err := os.WriteFile(local, []byte(strings.NewReplacer(
+			"/usr/local/bin/", binDir+"/", "ExecStart=tether-edge ", "ExecStart="+binDir+"/tether-edge ",
+		).Replace(string(b))), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		out, err := exec.Command(analyze, "verify", local).CombinedOutput()
@@ -271,7 +282,8 @@ func TestSystemdUnits(t *testing.T) {
 			t.Errorf("systemd-analyze verify %s: %v\n%s", filepath.Base(u), err, out)
 		}
 	}
-	out, err := exec.Command(analyze, "security", "--offline=true", "--threshold=20", filepath.Join(dir, "tether.service")).CombinedOutput()
+	out, err := exec.Command(analyze, "security", "--offline=true", "--threshold=20",
+		filepath.Join(dir, "tether.service")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("systemd-analyze security tether.service: %v\n%s", err, out)
 	}
@@ -293,7 +305,7 @@ func baseNames(paths []string) []string {
 }
 
 // TestShellCompletion: both binaries print completion scripts for bash, zsh
-// and fish (the README's completion section), the bash one parses, and the
+// and fish (docs/install.md, "Shell completion"), the bash one parses, and the
 // completion requests the scripts make are answered.
 func TestShellCompletion(t *testing.T) {
 	for _, tc := range []struct {

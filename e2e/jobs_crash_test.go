@@ -44,7 +44,8 @@ func TestHubKilledDuringFanOut(t *testing.T) {
 	// Half the nodes finish at once, the other half wait for the gate.
 	gate := filepath.Join(t.TempDir(), "gate")
 	out, errOut, code := h.run(time.Minute, "--detach", "-l", "*", "--parallel", "100", "--",
-		fmt.Sprintf(`case "$TETHER_NODE" in *[02468]) exit 0;; esac; i=0; while [ ! -f %s ] && [ $i -lt 120 ]; do sleep 0.5; i=$((i+1)); done`, gate))
+		fmt.Sprintf(`case "$TETHER_NODE" in *[02468]) exit 0;; esac; i=0; while [ ! -f %s ] && [ $i -lt 120 ]; `+
+			`do sleep 0.5; i=$((i+1)); done`, gate))
 	if code != 0 {
 		t.Fatalf("run: %d %s", code, errOut)
 	}

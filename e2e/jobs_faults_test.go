@@ -61,7 +61,8 @@ type victim struct {
 func startVictim(t *testing.T, hubArgs ...string) *victim {
 	h := startHubIn(t, "", 0, hubArgs...)
 	v := &victim{t: t, h: h}
-	v.p, v.stateDir = startAgent(t, h.token("--uses", "1"), "victim", "--ssh", "embedded", "--keepalive", "1s", "--dead-peer-timeout", "4s")
+	v.p, v.stateDir = startAgent(t, h.token("--uses", "1"), "victim", "--ssh", "embedded", "--keepalive", "1s",
+		"--dead-peer-timeout", "4s")
 	h.waitOnline("victim", "")
 	return v
 }
@@ -75,7 +76,8 @@ func (v *victim) restart() {
 	v.t.Helper()
 	connects := v.h.connects("victim")
 	v.p = start(v.t, "agent-victim", filepath.Join(binDir, "tether-edge"), testenv.AgentArgs("", v.stateDir, "",
-		"--ssh", "embedded", "--backoff-max", "2s", "--keepalive", "1s", "--dead-peer-timeout", "4s", "--log-level", "debug")...)
+		"--ssh", "embedded", "--backoff-max", "2s", "--keepalive", "1s", "--dead-peer-timeout", "4s",
+		"--log-level", "debug")...)
 	v.h.waitConnected("victim", connects)
 }
 

@@ -58,7 +58,8 @@ func (h *hub) job(id string) jobJSON {
 // run runs `tether run` and returns stdout, stderr and the exit code.
 func (h *hub) run(timeout time.Duration, args ...string) (string, string, int) {
 	h.t.Helper()
-	return runCmd(h.t, timeout, filepath.Join(binDir, "tether"), append([]string{"run", "--data-dir", h.dataDir, "--progress", "never"}, args...)...)
+	return runCmd(h.t, timeout, filepath.Join(binDir, "tether"),
+		append([]string{"run", "--data-dir", h.dataDir, "--progress", "never"}, args...)...)
 }
 
 // runJSON runs `tether run -o json` and decodes the final job record.
@@ -130,7 +131,8 @@ func TestJobs(t *testing.T) {
 	})
 
 	t.Run("output_prefixed_and_exit_codes", func(t *testing.T) {
-		out, errOut, code := h.run(time.Minute, "--nodes", "n01,n02,real", "--", `echo "out $TETHER_NODE"; echo "err $TETHER_NODE" >&2; [ "$TETHER_NODE" != n02 ] || exit 4`)
+		out, errOut, code := h.run(time.Minute, "--nodes", "n01,n02,real",
+			"--", `echo "out $TETHER_NODE"; echo "err $TETHER_NODE" >&2; [ "$TETHER_NODE" != n02 ] || exit 4`)
 		if code != 1 {
 			t.Fatalf("exit %d, want 1", code)
 		}
@@ -183,7 +185,8 @@ stat -c %a "$DEST" > "$OUT/$TETHER_NODE.mode"
 			}
 		}
 		// A destination whose directory is missing fails clearly.
-		j, code := h.runJSON(time.Minute, "--nodes", "n03", "--upload", local+":"+filepath.Join(dir, "missing", "x"), "--", "true")
+		j, code := h.runJSON(time.Minute, "--nodes", "n03", "--upload", local+":"+filepath.Join(dir, "missing", "x"),
+			"--", "true")
 		if code != 1 || j.node("n03").State != "failed" || !strings.Contains(j.node("n03").Error, "missing") {
 			t.Fatalf("missing dir: exit %d, %+v", code, j.node("n03"))
 		}
@@ -191,7 +194,8 @@ stat -c %a "$DEST" > "$OUT/$TETHER_NODE.mode"
 
 	t.Run("max_failures_stops", func(t *testing.T) {
 		j, code := h.runJSON(time.Minute, "-l", "site=lab", "--parallel", "1", "--max-failures", "2", "--", "exit 1")
-		if code != 1 || j.State != "failed" || j.Counts["failed"] != 3 || j.Counts["skipped"] != j.Total-3 || !strings.Contains(j.Error, "max-failures") {
+		if code != 1 || j.State != "failed" || j.Counts["failed"] != 3 || j.Counts["skipped"] != j.Total-3 ||
+			!strings.Contains(j.Error, "max-failures") {
 			t.Fatalf("exit %d, job %+v", code, j)
 		}
 		// Rerun of the failed nodes (now succeeding is up to the command:
@@ -207,7 +211,8 @@ stat -c %a "$DEST" > "$OUT/$TETHER_NODE.mode"
 		for _, node := range []string{"n04", "real"} {
 			pidFile := filepath.Join(t.TempDir(), "pid")
 			start := time.Now()
-			j, code := h.runJSON(time.Minute, "--nodes", node, "--timeout", "2s", "--", fmt.Sprintf("sleep 300 & echo $! > %s; wait", pidFile))
+			j, code := h.runJSON(time.Minute, "--nodes", node, "--timeout", "2s",
+				"--", fmt.Sprintf("sleep 300 & echo $! > %s; wait", pidFile))
 			if code != 1 || !strings.Contains(j.node(node).Error, "timed out after 2s") {
 				t.Fatalf("%s: exit %d, %+v", node, code, j.node(node))
 			}
@@ -254,12 +259,14 @@ stat -c %a "$DEST" > "$OUT/$TETHER_NODE.mode"
 			t.Fatalf("token %q", token)
 		}
 		curl := func(method, path, body, tok string) (int, string) {
-			args := []string{"-sS", "-o", "-", "-w", "\n%{http_code}", "-X", method, "--cacert", filepath.Join(h.dataDir, "admin", "ca.crt"),
+			args := []string{"-sS", "-o", "-", "-w", "\n%{http_code}", "-X", method,
+				"--cacert", filepath.Join(h.dataDir, "admin", "ca.crt"),
 				"--resolve", fmt.Sprintf("hub.tether.internal:%d:127.0.0.1", h.apiPort), "-H", "Authorization: Bearer " + tok}
 			if body != "" {
 				args = append(args, "-H", "Content-Type: application/json", "--data", body)
 			}
-			out, errOut, code := runCmd(t, time.Minute, "curl", append(args, fmt.Sprintf("https://hub.tether.internal:%d%s", h.apiPort, path))...)
+			out, errOut, code := runCmd(t, time.Minute, "curl",
+				append(args, fmt.Sprintf("https://hub.tether.internal:%d%s", h.apiPort, path))...)
 			if code != 0 {
 				t.Fatalf("curl: %d %s", code, errOut)
 			}
@@ -287,7 +294,8 @@ stat -c %a "$DEST" > "$OUT/$TETHER_NODE.mode"
 		if status != 200 || json.Unmarshal([]byte(body), &list) != nil || len(list) != 1 || list[0].ID != j.ID {
 			t.Fatalf("a token sees only its role's jobs: %d %s", status, body)
 		}
-		if status, body = curl("GET", "/v1/tokens", "", token); status != 403 || !strings.Contains(body, "needs the admin identity") {
+		if status, body = curl("GET", "/v1/tokens", "", token); status != 403 ||
+			!strings.Contains(body, "needs the admin identity") {
 			t.Fatalf("admin endpoint with a valid API token: %d %s; want 403 (authenticated, not allowed)", status, body)
 		}
 		status, body = curl("GET", "/v1/jobs", "", "tapi_aaaaaaaa.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb")
@@ -325,7 +333,8 @@ func TestJobsSurviveHubCrash(t *testing.T) {
 	gate := filepath.Join(t.TempDir(), "gate")
 	// c0 finishes at once; the others are still running when the hub dies.
 	// Once the gate exists the same command finishes at once everywhere.
-	out, errOut, code := h.run(time.Minute, "--detach", "-l", "*", "--", fmt.Sprintf(`[ "$TETHER_NODE" = c0 ] || [ -f %s ] || sleep %s`, gate, marker))
+	out, errOut, code := h.run(time.Minute, "--detach", "-l", "*",
+		"--", fmt.Sprintf(`[ "$TETHER_NODE" = c0 ] || [ -f %s ] || sleep %s`, gate, marker))
 	if code != 0 {
 		t.Fatalf("tether run --detach: exit %d: %s", code, errOut)
 	}

@@ -71,7 +71,8 @@ func TestFleet(t *testing.T) {
 		got := f.h.nodes()
 		for _, name := range nodes {
 			n := got[name]
-			if !n.Online || n.ID == "" || n.Labels["site"] != "lab" || n.AgentVersion == "" || n.OS == "" || n.LastSeen.IsZero() {
+			if !n.Online || n.ID == "" || n.Labels["site"] != "lab" || n.AgentVersion == "" || n.OS == "" ||
+				n.LastSeen.IsZero() {
 				t.Errorf("node %s: %+v", name, n)
 			}
 			if want := name[strings.Index(name, "-")+1:]; n.Transport != want {
@@ -108,7 +109,8 @@ func TestFleet(t *testing.T) {
 			}
 		}
 		c := newSSHClient(t, f.h) // trusts only the host CA
-		if out, errOut, code := c.run(30*time.Second, "sshd-quic", "echo managed"); code != 0 || strings.TrimSpace(out) != "managed" {
+		if out, errOut, code := c.run(30*time.Second, "sshd-quic", "echo managed"); code != 0 ||
+			strings.TrimSpace(out) != "managed" {
 			t.Fatalf("exit %d, out %q, err %q", code, out, errOut)
 		}
 	})
@@ -133,7 +135,8 @@ func TestFleet(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				dst := filepath.Join(t.TempDir(), "copy")
 				start := time.Now()
-				_, errOut, code := runCmd(t, 2*time.Minute, "scp", "-F", f.ssh.cfg, "-J", "alice@"+f.h.sshAddr(), src, loginUser+"@"+name+".tether:"+dst)
+				_, errOut, code := runCmd(t, 2*time.Minute, "scp", "-F", f.ssh.cfg, "-J", "alice@"+f.h.sshAddr(), src,
+					loginUser+"@"+name+".tether:"+dst)
 				if code != 0 {
 					t.Fatalf("scp: exit %d: %s", code, errOut)
 				}
@@ -168,14 +171,16 @@ func TestFleet(t *testing.T) {
 		}
 		for _, tc := range cases {
 			t.Run(tc.target, func(t *testing.T) {
-				_, errOut, code := runCmd(t, 30*time.Second, "ssh", "-F", f.ssh.cfg, "-J", "alice@"+f.h.sshAddr(), loginUser+"@"+tc.target, "true")
+				_, errOut, code := runCmd(t, 30*time.Second, "ssh", "-F", f.ssh.cfg, "-J", "alice@"+f.h.sshAddr(),
+					loginUser+"@"+tc.target, "true")
 				if code == 0 || !strings.Contains(errOut, tc.want) {
 					t.Fatalf("ssh -J to %s: exit %d, stderr %q, want it to contain %q", tc.target, code, errOut, tc.want)
 				}
 			})
 		}
 		// The hub's own ports are not reachable either: -W to the hub's API port by IP.
-		_, errOut, code := runCmd(t, 30*time.Second, "ssh", "-F", f.ssh.cfg, "-W", f.h.apiAddr(), "alice@127.0.0.1", "-p", strconv.Itoa(f.h.sshPort))
+		_, errOut, code := runCmd(t, 30*time.Second, "ssh", "-F", f.ssh.cfg, "-W", f.h.apiAddr(), "alice@127.0.0.1",
+			"-p", strconv.Itoa(f.h.sshPort))
 		if code == 0 || !strings.Contains(errOut, "tether forwards only to node names") {
 			t.Fatalf("-W to hub API: exit %d, %q", code, errOut)
 		}
@@ -193,7 +198,8 @@ func TestFleet(t *testing.T) {
 	})
 
 	t.Run("bastion has no shell", func(t *testing.T) {
-		_, errOut, code := runCmd(t, 30*time.Second, "ssh", "-F", f.ssh.cfg, "-p", strconv.Itoa(f.h.sshPort), "alice@127.0.0.1", "id")
+		_, errOut, code := runCmd(t, 30*time.Second, "ssh", "-F", f.ssh.cfg, "-p", strconv.Itoa(f.h.sshPort),
+			"alice@127.0.0.1", "id")
 		if code == 0 || !strings.Contains(errOut, "jump host") {
 			t.Fatalf("shell on bastion: exit %d, %q", code, errOut)
 		}
@@ -208,7 +214,8 @@ func TestFleet(t *testing.T) {
 		if !cpuHasAESGCM(t) {
 			t.Skip("no AES-GCM instructions in /proc/cpuinfo: the bastion keeps x/crypto's cipher list")
 		}
-		_, errOut, _ := runCmd(t, 30*time.Second, "ssh", "-v", "-F", f.ssh.cfg, "-p", strconv.Itoa(f.h.sshPort), "alice@127.0.0.1", "id")
+		_, errOut, _ := runCmd(t, 30*time.Second, "ssh", "-v", "-F", f.ssh.cfg, "-p", strconv.Itoa(f.h.sshPort),
+			"alice@127.0.0.1", "id")
 		for _, dir := range []string{"server->client", "client->server"} {
 			if want := "kex: " + dir + " cipher: aes128-gcm@openssh.com"; !strings.Contains(errOut, want) {
 				t.Errorf("ssh -v lacks %q:\n%s", want, errOut)
@@ -305,7 +312,8 @@ func TestTCPService(t *testing.T) {
 		t.Fatalf("echo through allowed port: exit %d, out %q, err %q", code, out, errOut)
 	}
 	other := freePort(t)
-	_, errOut, code = runCmdInput(t, 30*time.Second, "x", "ssh", "-F", c.cfg, "-p", strconv.Itoa(h.sshPort), "-W", fmt.Sprintf("web:%d", other), "alice@127.0.0.1")
+	_, errOut, code = runCmdInput(t, 30*time.Second, "x", "ssh", "-F", c.cfg, "-p", strconv.Itoa(h.sshPort),
+		"-W", fmt.Sprintf("web:%d", other), "alice@127.0.0.1")
 	if code == 0 || !strings.Contains(errOut, "not in this node's allow-list") {
 		t.Fatalf("non-allow-listed port: exit %d, %q", code, errOut)
 	}
@@ -338,7 +346,8 @@ func TestAgentForwarding(t *testing.T) {
 	c := newSSHClient(t, h)
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	ag := start(t, "ssh-agent", "/usr/bin/ssh-agent", "-D", "-a", sock)
-	waitFor(t, "ssh-agent socket", 10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil && !ag.Exited() })
+	waitFor(t, "ssh-agent socket", 10*time.Second,
+		func() bool { _, err := os.Stat(sock); return err == nil && !ag.Exited() })
 	env := append(os.Environ(), "SSH_AUTH_SOCK="+sock)
 	add := execCommand(10*time.Second, "ssh-add", opKey)
 	add.Env = env

@@ -68,7 +68,8 @@ func startAPIServer(t *testing.T) *apiServer {
 		t.Fatal(err)
 	}
 	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes"}, IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour)}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +90,8 @@ func startAPIServer(t *testing.T) *apiServer {
 		t.Fatal(err)
 	}
 	a := &apiServer{caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: key}}})
+	ln, err := tls.Listen("tcp", "127.0.0.1:0",
+		&tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: key}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,14 +192,16 @@ func kubeoneHub(t *testing.T, api *apiServer) *hub {
 	// The hub passes its environment to kubeone: the stand-in finds the
 	// test's API server port there.
 	t.Setenv(testenv.KubeOneStandInEnv, strconv.Itoa(api.port))
-	return startHubIn(t, "", 0, "--kubeone", standin, "--kube-apiserver-port", strconv.Itoa(api.port), "--kubeone-admin-conf", api.adminConf(t))
+	return startHubIn(t, "", 0, "--kubeone", standin, "--kube-apiserver-port", strconv.Itoa(api.port),
+		"--kubeone-admin-conf", api.adminConf(t))
 }
 
 // kubeone runs `tether kubeone ARGS` and returns stdout, stderr and the
 // exit code.
 func (h *hub) kubeone(timeout time.Duration, args ...string) (string, string, int) {
 	h.t.Helper()
-	return runCmd(h.t, timeout, filepath.Join(binDir, "tether"), append(append([]string{"kubeone"}, args...), "--data-dir", h.dataDir)...)
+	return runCmd(h.t, timeout, filepath.Join(binDir, "tether"),
+		append(append([]string{"kubeone"}, args...), "--data-dir", h.dataDir)...)
 }
 
 func (h *hub) mustKubeOne(args ...string) string {
@@ -284,7 +288,8 @@ func TestKubeOneApply(t *testing.T) {
 	for _, n := range []struct{ name, transport string }{{"kq", "quic"}, {"kt", "tcp"}, {"ks", "quic"}, {"kw", "tcp"}} {
 		h.waitOnline(n.name, n.transport)
 	}
-	h.mustKubeOne("create", "edge1", "--control-plane", "kq,kt,ks", "--workers", "kw", "--kubernetes", "1.30.5", "--login", loginUser)
+	h.mustKubeOne("create", "edge1", "--control-plane", "kq,kt,ks", "--workers", "kw", "--kubernetes", "1.30.5",
+		"--login", loginUser)
 
 	out, errOut, code := h.kubeone(2*time.Minute, "apply", "edge1", "--follow")
 	if code != 0 {
@@ -340,10 +345,12 @@ func TestKubeOneApply(t *testing.T) {
 		!strings.Contains(kc, base64.StdEncoding.EncodeToString(api.caPEM)) {
 		t.Fatalf("kubeconfig not pointed at the proxy, or without the cluster CA:\n%s", kc)
 	}
-	start(t, "kubeone-proxy", filepath.Join(binDir, "tether"), "kubeone", "proxy", "edge1", "--listen", proxyAddr, "--data-dir", h.dataDir)
+	start(t, "kubeone-proxy", filepath.Join(binDir, "tether"), "kubeone", "proxy", "edge1", "--listen", proxyAddr,
+		"--data-dir", h.dataDir)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(api.caPEM)
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "kubernetes"}}}
+	client := &http.Client{Timeout: 10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "kubernetes"}}}
 	before := api.readyz.Load()
 	body := waitForState(t, "the API server through tether kubeone proxy", 20*time.Second, func() string {
 		resp, err := client.Get("https://" + proxyAddr + "/readyz")
@@ -359,7 +366,8 @@ func TestKubeOneApply(t *testing.T) {
 	}
 
 	metrics := h.metrics(t)
-	for _, want := range []string{`tether_kubeone_runs_total{action="apply",result="succeeded"} 1`, `tether_kubeone_apiserver_checks_total{result="ready"}`,
+	for _, want := range []string{`tether_kubeone_runs_total{action="apply",result="succeeded"} 1`,
+		`tether_kubeone_apiserver_checks_total{result="ready"}`,
 		`tether_kubeone_proxy_connections_total{result="ok"}`, "tether_kubeone_run_duration_seconds_count"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
@@ -379,7 +387,8 @@ func TestKubeOneApply(t *testing.T) {
 		via = append(via, parseStandin(t, out).setup["ks"])
 	}
 	solo := measureThroughHub(t, h, "edge1", "ks", 5)
-	t.Logf("KubeOne SSH set-up to the managed-sshd node: through the hub (bastion + QUIC tunnel) median %s %v with the 3 other hosts at once, %s %v alone; direct to its sshd median %s %v",
+	t.Logf("KubeOne SSH set-up to the managed-sshd node: through the hub (bastion + QUIC tunnel) median %s %v "+
+		"with the 3 other hosts at once, %s %v alone; direct to its sshd median %s %v",
 		median(via), via, median(solo), solo, median(direct), direct)
 }
 
@@ -542,7 +551,8 @@ func TestKubeOneWaitsForMembers(t *testing.T) {
 // startAgent2 restarts a node's agent from its state dir (no join).
 func startAgent2(t *testing.T, stateDir, name string) *proc {
 	t.Helper()
-	args := testenv.AgentArgs("", stateDir, "", "--ssh", "embedded", "--transport", "tcp", "--backoff-max", "2s", "--log-level", "debug")
+	args := testenv.AgentArgs("", stateDir, "", "--ssh", "embedded", "--transport", "tcp", "--backoff-max", "2s",
+		"--log-level", "debug")
 	return start(t, "agent-"+name+"-again", filepath.Join(binDir, "tether-edge"), args...)
 }
 
@@ -629,7 +639,8 @@ func TestKubeOneCancelAndRestart(t *testing.T) {
 	}
 	// A KubeOne job is run again with `tether kubeone apply` (a fresh
 	// manifest), not replayed.
-	if _, errOut, code := runCmd(t, time.Minute, filepath.Join(binDir, "tether"), "jobs", "rerun", id, "--data-dir", h.dataDir); code == 0 ||
+	if _, errOut, code := runCmd(t, time.Minute, filepath.Join(binDir, "tether"), "jobs", "rerun", id,
+		"--data-dir", h.dataDir); code == 0 ||
 		!strings.Contains(errOut, "tether kubeone apply") {
 		t.Fatalf("jobs rerun of a KubeOne job: exit %d: %s", code, errOut)
 	}
@@ -641,7 +652,8 @@ func TestKubeOneCancelAndRestart(t *testing.T) {
 		t.Fatalf("reset: exit %d\n%s\n%s", code, out, errOut)
 	}
 	run = parseStandin(t, out)
-	if len(run.setup) != 3 || len(run.readyz) != 0 || api.readyz.Load() != before || !strings.Contains(out, "INFO reset cluster") {
+	if len(run.setup) != 3 || len(run.readyz) != 0 || api.readyz.Load() != before ||
+		!strings.Contains(out, "INFO reset cluster") {
 		t.Fatalf("reset reached %v, probed %v:\n%s", run.setup, run.readyz, out)
 	}
 	if st := h.kubeoneStatus("hold"); st.Status != "reset" || st.LastApply.Result != "succeeded" || st.Kube != nil {
@@ -675,7 +687,8 @@ func TestKubeOneKeyScope(t *testing.T) {
 	for _, n := range []string{"sa1", "sa2", "sb1"} {
 		h.waitOnline(n, "")
 	}
-	h.mustKubeOne("create", "ca", "--control-plane", "sa1", "--workers", "sa2", "--kubernetes", "1.30.5", "--login", loginUser)
+	h.mustKubeOne("create", "ca", "--control-plane", "sa1", "--workers", "sa2", "--kubernetes", "1.30.5",
+		"--login", loginUser)
 	h.mustKubeOne("create", "cb", "--control-plane", "sb1", "--kubernetes", "1.30.5", "--login", loginUser)
 	h.mustKubeOne("manifest", "ca") // issues ca's certificate file
 	keyA := readSigner(t, kubeone.PrivateKeyPath(h.dataDir, "ca"))
@@ -726,17 +739,21 @@ func TestKubeOneKeyScope(t *testing.T) {
 	// KubeOne with ca's key and a manifest naming cb's node fails closed.
 	manifestB := h.mustKubeOne("manifest", "cb")
 	manifestB = strings.ReplaceAll(manifestB, "bastionUser: kubeone-cb", "bastionUser: kubeone-ca")
-	manifestB = strings.ReplaceAll(manifestB, kubeone.PrivateKeyPath(h.dataDir, "cb"), kubeone.PrivateKeyPath(h.dataDir, "ca"))
+	manifestB = strings.ReplaceAll(manifestB, kubeone.PrivateKeyPath(h.dataDir, "cb"),
+		kubeone.PrivateKeyPath(h.dataDir, "ca"))
 	manifestB = strings.ReplaceAll(manifestB, kubeone.CertPath(h.dataDir, "cb"), kubeone.CertPath(h.dataDir, "ca"))
 	path := filepath.Join(t.TempDir(), "cross.yaml")
 	os.WriteFile(path, []byte(manifestB), 0o600)
-	if out, errOut, code := runCmd(t, time.Minute, kubeoneStandIn(t), "apply", "--manifest", path, "--auto-approve"); code == 0 {
+	if out, errOut, code := runCmd(
+		t, time.Minute, kubeoneStandIn(t), "apply", "--manifest", path, "--auto-approve",
+	); code == 0 {
 		t.Fatalf("kubeone with cluster ca's key reached cluster cb's node:\n%s\n%s", out, errOut)
 	}
 
 	// sa2 leaves cluster ca: it loses the key at once.
 	h.mustKubeOne("members", "ca", "--control-plane", "sa1")
-	waitFor(t, "sa2 to refuse cluster ca's key", 20*time.Second, func() bool { return nodeLogin(t, h, keyA, "sa2") != nil })
+	waitFor(t, "sa2 to refuse cluster ca's key", 20*time.Second,
+		func() bool { return nodeLogin(t, h, keyA, "sa2") != nil })
 	if err := bastionJump(t, h, "kubeone-ca", keyA, "sa2"); err == nil {
 		t.Fatal("the bastion still lets cluster ca's identity to its former member sa2")
 	}
@@ -779,8 +796,10 @@ func readCertSigner(t *testing.T, key gossh.Signer, path string) gossh.Signer {
 // channel to node:22; it returns why that failed, or nil.
 func bastionJump(t *testing.T, h *hub, user string, signer gossh.Signer, node string) error {
 	t.Helper()
-	c, err := gossh.Dial("tcp", h.sshAddr(), &gossh.ClientConfig{User: user, Auth: []gossh.AuthMethod{gossh.PublicKeys(signer)},
-		HostKeyCallback: gossh.FixedHostKey(h.hostPublicKey()), HostKeyAlgorithms: []string{gossh.KeyAlgoED25519}, Timeout: 10 * time.Second})
+	c, err := gossh.Dial("tcp", h.sshAddr(),
+		&gossh.ClientConfig{User: user, Auth: []gossh.AuthMethod{gossh.PublicKeys(signer)},
+			HostKeyCallback: gossh.FixedHostKey(h.hostPublicKey()), HostKeyAlgorithms: []string{gossh.KeyAlgoED25519},
+			Timeout: 10 * time.Second})
 	if err != nil {
 		return fmt.Errorf("bastion login as %s: %w", user, err)
 	}
@@ -805,8 +824,10 @@ func nodeLogin(t *testing.T, h *hub, signer gossh.Signer, node string) error {
 func nodeSession(t *testing.T, h *hub, signer gossh.Signer, node string, use func(*gossh.Client)) error {
 	t.Helper()
 	op := readSigner(t, opKey)
-	c, err := gossh.Dial("tcp", h.sshAddr(), &gossh.ClientConfig{User: "alice", Auth: []gossh.AuthMethod{gossh.PublicKeys(op)},
-		HostKeyCallback: gossh.FixedHostKey(h.hostPublicKey()), HostKeyAlgorithms: []string{gossh.KeyAlgoED25519}, Timeout: 10 * time.Second})
+	c, err := gossh.Dial("tcp", h.sshAddr(),
+		&gossh.ClientConfig{User: "alice", Auth: []gossh.AuthMethod{gossh.PublicKeys(op)},
+			HostKeyCallback: gossh.FixedHostKey(h.hostPublicKey()), HostKeyAlgorithms: []string{gossh.KeyAlgoED25519},
+			Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatalf("alice to the bastion: %v", err)
 	}
@@ -822,8 +843,9 @@ func nodeSession(t *testing.T, h *hub, signer gossh.Signer, node string, use fun
 	defer stop()
 	// This hop is about the node's decision on the client's key; the host
 	// is verified by the runs above (pinned) and the jump tests.
-	cc, chans, reqs, err := gossh.NewClientConn(conn, node, &gossh.ClientConfig{User: loginUser, Auth: []gossh.AuthMethod{gossh.PublicKeys(signer)},
-		HostKeyCallback: gossh.InsecureIgnoreHostKey()}) //nolint:gosec // see above
+	cc, chans, reqs, err := gossh.NewClientConn(conn, node,
+		&gossh.ClientConfig{User: loginUser, Auth: []gossh.AuthMethod{gossh.PublicKeys(signer)},
+			HostKeyCallback: gossh.InsecureIgnoreHostKey()}) //nolint:gosec // see above
 	if err != nil {
 		return err
 	}
@@ -853,8 +875,10 @@ func TestKubeOneManagedSSHDWithoutForwarding(t *testing.T) {
 	h.waitOnline("nofwd", "")
 	h.mustKubeOne("create", "nf", "--control-plane", "nofwd", "--kubernetes", "1.30.5", "--login", loginUser)
 	out, errOut, code := h.kubeone(2*time.Minute, "apply", "nf")
-	if code != 1 || !strings.Contains(out+errOut, "kube-apiserver 127.0.0.1:") || !strings.Contains(out, "[nofwd] hostname: ") {
-		t.Fatalf("apply over a node refusing forwarding: exit %d, want 1 after reaching it and failing on its API server\n%s\n%s", code, out, errOut)
+	if code != 1 || !strings.Contains(out+errOut, "kube-apiserver 127.0.0.1:") ||
+		!strings.Contains(out, "[nofwd] hostname: ") {
+		t.Fatalf("apply over a node refusing forwarding: exit %d, want 1 after reaching it and failing on its API "+
+			"server\n%s\n%s", code, out, errOut)
 	}
 	if st := h.kubeoneStatus("nf"); st.Status != "apply_failed" || st.LastApply == nil || st.LastApply.Result != "failed" {
 		t.Fatalf("status: %s %+v", st.Status, st.LastApply)

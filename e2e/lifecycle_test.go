@@ -55,7 +55,8 @@ type agentStatus struct {
 
 func readStatus(t *testing.T, stateDir string) agentStatus {
 	t.Helper()
-	out, _, _ := runCmd(t, 10*time.Second, filepath.Join(binDir, "tether-edge"), "status", "--state-dir", stateDir, "-o", "json")
+	out, _, _ := runCmd(t, 10*time.Second, filepath.Join(binDir, "tether-edge"), "status", "--state-dir", stateDir,
+		"-o", "json")
 	var st agentStatus
 	_ = json.Unmarshal([]byte(out), &st)
 	return st
@@ -74,7 +75,8 @@ func TestReconnectReplacesSession(t *testing.T) {
 	// half-dead link would, so the hub still holds that session.
 	syscall.Kill(a1.PID(), syscall.SIGSTOP)
 	defer syscall.Kill(a1.PID(), syscall.SIGCONT)
-	a2 := start(t, "agent-dup-2", filepath.Join(binDir, "tether-edge"), "run", "--state-dir", dir, "--ssh", "embedded", "--shell", "/bin/sh", "--transport", "quic", "--log-level", "debug")
+	a2 := start(t, "agent-dup-2", filepath.Join(binDir, "tether-edge"), "run", "--state-dir", dir,
+		"--ssh", "embedded", "--shell", "/bin/sh", "--transport", "quic", "--log-level", "debug")
 	h.waitOnline("dup", "quic")
 	if !strings.Contains(h.p.Log(), "replaced its previous session") {
 		t.Fatal("hub did not log the replacement")
@@ -109,7 +111,8 @@ func TestRunJoinsOnlyOnce(t *testing.T) {
 	h := startHub(t)
 	join := h.token("--uses", "1")
 	stateDir := filepath.Join(t.TempDir(), "boot")
-	args := []string{"run", "--join", join, "--state-dir", stateDir, "--name", "boot", "--ssh", "embedded", "--backoff-max", "2s"}
+	args := []string{"run", "--join", join, "--state-dir", stateDir, "--name", "boot", "--ssh", "embedded",
+		"--backoff-max", "2s"}
 	first := start(t, "agent-boot-1", filepath.Join(binDir, "tether-edge"), args...)
 	h.waitOnline("boot", "")
 	id := h.nodes()["boot"].ID

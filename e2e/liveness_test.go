@@ -43,12 +43,14 @@ func TestQUICAgentBackAfterHubKill(t *testing.T) {
 		within    time.Duration // from the restart
 	}{
 		{"alike", fast, fast, 8 * time.Second},
-		{"agent at the defaults, hub at 10s", []string{"--keepalive", "10s", "--dead-peer-timeout", "15s"}, nil, 12 * time.Second},
+		{"agent at the defaults, hub at 10s", []string{"--keepalive", "10s", "--dead-peer-timeout", "15s"}, nil,
+			12 * time.Second},
 		{"agent at the defaults, hub at 1s", fast, nil, 5 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := startHubIn(t, "", 0, tc.hubArgs...)
-			agent, _ := startAgent(t, h.token(), "q1", append([]string{"--transport", "quic", "--log-level", "debug"}, tc.agentArgs...)...)
+			agent, _ := startAgent(t, h.token(), "q1",
+				append([]string{"--transport", "quic", "--log-level", "debug"}, tc.agentArgs...)...)
 			h.waitOnline("q1", "quic")
 			time.Sleep(10 * time.Second) // idle: keepalives only, answered
 			if strings.Contains(agent.Log(), nudgeLog) {
@@ -66,10 +68,12 @@ func TestQUICAgentBackAfterHubKill(t *testing.T) {
 			// not by a timeout. Usually the heartbeat draws it; a keepalive
 			// that carries an acknowledgement too is large enough on its own.
 			if !strings.Contains(agent.Log(), statelessReset) {
-				t.Errorf("q1's old session did not end by the restarted hub's stateless reset (it timed out):\n%s", agent.Tail(2000))
+				t.Errorf("q1's old session did not end by the restarted hub's stateless reset (it timed out):\n%s",
+					agent.Tail(2000))
 			}
 			if took > tc.within {
-				t.Errorf("q1 came back %v after its hub restarted, want within %v: the agent waited for a timeout instead of drawing a stateless reset", took.Round(100*time.Millisecond), tc.within)
+				t.Errorf("q1 came back %v after its hub restarted, want within %v: the agent waited for a timeout "+
+					"instead of drawing a stateless reset", took.Round(100*time.Millisecond), tc.within)
 			}
 		})
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 // TestMissions drives missions through a tree of real hubs: a root and two
@@ -52,13 +52,14 @@ func TestMissions(t *testing.T) {
 		}
 		return p
 	}
-	deploy := script("deploy.sh", fmt.Sprintf("echo \"$TETHER_NODE $TETHER_MISSION g$TETHER_MISSION_GENERATION\" >> %s\n", marks))
+	deploy := script("deploy.sh",
+		fmt.Sprintf("echo \"$TETHER_NODE $TETHER_MISSION g$TETHER_MISSION_GENERATION\" >> %s\n", marks))
 	check := script("check.sh", fmt.Sprintf("grep -q \"^$TETHER_NODE $TETHER_MISSION \" %s\n", marks))
 
 	t.Run("placed by sites and labels", func(t *testing.T) {
 		root.cli("mission", "create", "pos", "--script", deploy, "--state-check", check, "--interval", "5s",
 			"--sites", "berlin", "--match-labels", "role=pos")
-		d := waitMission(t, root, "pos", func(d api.MissionDetail) bool {
+		d := waitMission(t, root, "pos", func(d apitype.MissionDetail) bool {
 			n := nodeRows(d)
 			return n["b1.berlin"] == "applied/ok" && siteRow(d, "munich").Reported
 		})
@@ -81,7 +82,7 @@ func TestMissions(t *testing.T) {
 		root.cli("mission", "create", "pos", "--script", deploy, "--state-check", check, "--interval", "5s",
 			"--sites", "berlin", "--match-labels", "role=pos")
 		// The site holds it, and its own show names its node without a suffix.
-		waitMission(t, berlin, "pos", func(d api.MissionDetail) bool { return nodeRows(d)["b1"] == "applied/ok" })
+		waitMission(t, berlin, "pos", func(d apitype.MissionDetail) bool { return nodeRows(d)["b1"] == "applied/ok" })
 		checkMarks(t, marks, "pos", map[string]int{"b1 pos g1": 1})
 	})
 
@@ -91,9 +92,9 @@ func TestMissions(t *testing.T) {
 		// the same, and the root catches up when it is back.
 		root.p.Stop(syscall.SIGTERM, stopWait)
 		startAgent(t, berlin.token("--label", "role=pos"), "b3", "--ssh", "embedded")
-		waitMission(t, berlin, "pos", func(d api.MissionDetail) bool { return nodeRows(d)["b3"] == "applied/ok" })
+		waitMission(t, berlin, "pos", func(d apitype.MissionDetail) bool { return nodeRows(d)["b3"] == "applied/ok" })
 		root.start()
-		waitMission(t, root, "pos", func(d api.MissionDetail) bool {
+		waitMission(t, root, "pos", func(d apitype.MissionDetail) bool {
 			n := nodeRows(d)
 			return n["b1.berlin"] == "applied/ok" && n["b3.berlin"] == "applied/ok" && !siteRow(d, "berlin").Stale
 		})
@@ -101,7 +102,8 @@ func TestMissions(t *testing.T) {
 	})
 
 	t.Run("site killed mid-mission", func(t *testing.T) {
-		slow := script("slow.sh", fmt.Sprintf("echo \"$TETHER_NODE $TETHER_MISSION g$TETHER_MISSION_GENERATION\" >> %s\nsleep 30\n", marks))
+		slow := script("slow.sh",
+			fmt.Sprintf("echo \"$TETHER_NODE $TETHER_MISSION g$TETHER_MISSION_GENERATION\" >> %s\nsleep 30\n", marks))
 		root.cli("mission", "create", "slow", "--script", slow, "--sites", "munich", "--match-labels", "role=pos")
 		waitFor(t, "m1 to start the slow mission", 60*time.Second, func() bool {
 			return readMarks(t, marks)["m1 slow g1"] == 1
@@ -109,7 +111,7 @@ func TestMissions(t *testing.T) {
 		munich.p.Kill()
 		munich.start()
 		startAgent(t, m2Join, "m2", "--ssh", "embedded")
-		d := waitMission(t, root, "slow", func(d api.MissionDetail) bool {
+		d := waitMission(t, root, "slow", func(d apitype.MissionDetail) bool {
 			n := nodeRows(d)
 			return n["m1.munich"] == "failed/" && (n["m2.munich"] == "running/" || n["m2.munich"] == "applied/")
 		})
@@ -120,7 +122,8 @@ func TestMissions(t *testing.T) {
 		}
 		// m2 is recorded running before its script starts: its line comes
 		// a moment later.
-		waitFor(t, "m2's run of the slow mission", 30*time.Second, func() bool { return readMarks(t, marks)["m2 slow g1"] > 0 })
+		waitFor(t, "m2's run of the slow mission", 30*time.Second,
+			func() bool { return readMarks(t, marks)["m2 slow g1"] > 0 })
 		checkMarks(t, marks, "slow", map[string]int{"m1 slow g1": 1, "m2 slow g1": 1})
 		// Nothing else ran anywhere: the pos mission was not repeated by
 		// munich's restart (munich never ran it) nor by berlin's reconnects.
@@ -130,21 +133,22 @@ func TestMissions(t *testing.T) {
 	t.Run("delete", func(t *testing.T) {
 		root.cli("mission", "delete", "pos")
 		waitFor(t, "berlin to drop the deleted mission", 30*time.Second, func() bool {
-			var list []api.Mission
+			var list []apitype.Mission
 			if err := json.Unmarshal([]byte(berlin.cli("mission", "list", "-o", "json")), &list); err != nil {
 				t.Fatal(err)
 			}
-			return !slices.ContainsFunc(list, func(m api.Mission) bool { return m.Name == "pos" })
+			return !slices.ContainsFunc(list, func(m apitype.Mission) bool { return m.Name == "pos" })
 		})
 	})
 }
 
 // waitMission polls `tether mission show NAME -o json` at h until cond.
-func waitMission(t *testing.T, h *hub, name string, cond func(api.MissionDetail) bool) api.MissionDetail {
+func waitMission(t *testing.T, h *hub, name string, cond func(apitype.MissionDetail) bool) apitype.MissionDetail {
 	t.Helper()
-	return waitForState(t, "mission "+name+" at "+filepath.Base(h.dataDir), 90*time.Second, func() api.MissionDetail {
-		out, _, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "mission", "show", name, "-o", "json", "--data-dir", h.dataDir)
-		var d api.MissionDetail
+	return waitForState(t, "mission "+name+" at "+filepath.Base(h.dataDir), 90*time.Second, func() apitype.MissionDetail {
+		out, _, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "mission", "show", name,
+			"-o", "json", "--data-dir", h.dataDir)
+		var d apitype.MissionDetail
 		if code == 0 {
 			_ = json.Unmarshal([]byte(out), &d)
 		}
@@ -153,7 +157,7 @@ func waitMission(t *testing.T, h *hub, name string, cond func(api.MissionDetail)
 }
 
 // nodeRows is node → "phase/check" of a mission's node lines.
-func nodeRows(d api.MissionDetail) map[string]string {
+func nodeRows(d apitype.MissionDetail) map[string]string {
 	m := map[string]string{}
 	for _, n := range d.Nodes {
 		m[n.Node] = n.Phase + "/" + n.Check
@@ -161,7 +165,7 @@ func nodeRows(d api.MissionDetail) map[string]string {
 	return m
 }
 
-func siteRow(d api.MissionDetail, path string) (row struct {
+func siteRow(d apitype.MissionDetail, path string) (row struct {
 	Reported, Placed   bool
 	Stale              bool
 	ObservedGeneration int64

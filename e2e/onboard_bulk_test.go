@@ -43,7 +43,8 @@ func bulkSSHDStarter(t *testing.T, hostname string) testenv.Starter {
 	}
 	logs := t.TempDir()
 	return func(name string, cmd *exec.Cmd) (*testenv.Proc, error) {
-		c := exec.Command(unshare, append([]string{"--uts", "/bin/sh", "-c", `hostname "$0" && exec "$@"`, hostname}, cmd.Args...)...)
+		c := exec.Command(unshare, append([]string{"--uts", "/bin/sh", "-c", `hostname "$0" && exec "$@"`, hostname},
+			cmd.Args...)...)
 		p, err := testenv.StartProc(name, filepath.Join(logs, name+".log"), c)
 		if err == nil {
 			t.Cleanup(func() {
@@ -136,7 +137,8 @@ func runBulk(t *testing.T, args ...string) (map[int]bulkResult, string, int, tim
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "tether"), append([]string{"onboard", "bulk", "-o", "json"}, args...)...)
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "tether"),
+		append([]string{"onboard", "bulk", "-o", "json"}, args...)...)
 	cmd.Env = envWithoutAgent()
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -200,13 +202,15 @@ func newBulkFleet(t *testing.T, n int, notStarted, unknown map[int]bool) *bulkFl
 func newBulkFleetNamed(t *testing.T, n int, notStarted, unknown map[int]bool, hostname func(int) string) *bulkFleet {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("bulk onboarding logs in as root to sshd instances in their own UTS namespaces: needs root (CI runs `make test` as root)")
+		t.Skip("bulk onboarding logs in as root to sshd instances in their own UTS namespaces: needs root (CI runs " +
+			"`make test` as root)")
 	}
 	f := &bulkFleet{h: startOnboardHub(t), lineOf: map[*bulkHost]int{}}
 	cred, pin := f.h.credential("--uses", fmt.Sprint(n+10), "--label", "fleet=bulk")
 	f.pin = pin
 	dir := t.TempDir()
-	f.known, f.inventory, f.credFile = filepath.Join(dir, "known_hosts"), filepath.Join(dir, "hosts.txt"), filepath.Join(dir, "cred")
+	f.known, f.inventory, f.credFile = filepath.Join(dir, "known_hosts"), filepath.Join(dir, "hosts.txt"),
+		filepath.Join(dir, "cred")
 	f.agentPath = filepath.Join(dir, "opt", "tether-edge")
 	testenv.WriteFile(t, f.credFile, []byte(cred+"\n"), 0o600)
 	var known, inv strings.Builder
@@ -295,7 +299,8 @@ func TestOnboardBulk(t *testing.T) {
 	noPin := exec.Command(filepath.Join(binDir, "tether"), "onboard", "bulk", "--inventory", f.inventory,
 		"--credential", "@"+f.credFile, "--hub", f.h.apiAddr(), "-i", opKey, "--known-hosts", f.known)
 	noPin.Env = envWithoutAgent()
-	if out, err := noPin.CombinedOutput(); noPin.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "pin are both required") {
+	if out, err := noPin.CombinedOutput(); noPin.ProcessState.ExitCode() != 1 ||
+		!strings.Contains(string(out), "pin are both required") {
 		t.Fatalf("bulk without --ca-pin: %v: %s", err, out)
 	}
 
@@ -315,7 +320,8 @@ func TestOnboardBulk(t *testing.T) {
 				t.Errorf("host with an unknown key: %+v", r)
 			}
 		case downHost:
-			if r.Status != "failed" || r.Step != "connect" || !strings.Contains(r.Error, "unreachable") || !strings.Contains(r.Error, "connection refused") {
+			if r.Status != "failed" || r.Step != "connect" || !strings.Contains(r.Error, "unreachable") ||
+				!strings.Contains(r.Error, "connection refused") {
 				t.Errorf("host whose sshd is down: %+v", r)
 			}
 		default:
@@ -389,7 +395,8 @@ func TestOnboardBulk(t *testing.T) {
 	if out, err := add.CombinedOutput(); err != nil {
 		t.Fatalf("ssh-add: %v\n%s", err, out)
 	}
-	cmd := exec.Command(filepath.Join(binDir, "tether"), "onboard", "bulk", "--inventory", f.inventory, "--credential", "@"+f.credFile,
+	cmd := exec.Command(filepath.Join(binDir, "tether"), "onboard", "bulk", "--inventory", f.inventory,
+		"--credential", "@"+f.credFile,
 		"--hub", f.h.apiAddr(), "--ca-pin", "sha256:"+f.pin, "--known-hosts", f.known, "--remote-path", f.agentPath)
 	cmd.Env = append(envWithoutAgent(), "SSH_AUTH_SOCK="+sock)
 	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 160})
@@ -405,7 +412,10 @@ func TestOnboardBulk(t *testing.T) {
 	}
 	<-drained // the pty reports EOF (EIO) once the command and its output are gone
 	out := screen.String()
-	for _, want := range []string{"\r[" + strings.Repeat("#", 30) + "] 10/10  10 ok  0 failed", "LINE", "already-onboarded", "0 onboarded, 10 already onboarded, 0 failed"} {
+	for _, want := range []string{
+		"\r[" + strings.Repeat("#", 30) + "] 10/10  10 ok  0 failed", "LINE", "already-onboarded",
+		"0 onboarded, 10 already onboarded, 0 failed",
+	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("third run's terminal lacks %q:\n%s", want, out)
 		}

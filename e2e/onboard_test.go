@@ -20,8 +20,7 @@ import (
 
 	"github.com/tether-dev/tether/edge/onboard"
 	"github.com/tether-dev/tether/internal/testenv"
-
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/onboardproto"
 )
 
 // onboardHub is a hub with an OS profile for the fake machines' Debian 12.
@@ -53,7 +52,9 @@ func (h onboardHub) credentialJSON(args ...string) credentialJSON {
 	h.t.Helper()
 	var out credentialJSON
 	name := fmt.Sprintf("site-%d", time.Now().UnixNano())
-	if err := json.Unmarshal([]byte(h.cli(append([]string{"onboarding", "create", name, "-o", "json"}, args...)...)), &out); err != nil {
+	if err := json.Unmarshal(
+		[]byte(h.cli(append([]string{"onboarding", "create", name, "-o", "json"}, args...)...)), &out,
+	); err != nil {
 		h.t.Fatal(err)
 	}
 	if out.Credential == "" || out.CAPin == "" {
@@ -72,7 +73,8 @@ type machine struct {
 func newMachine(t *testing.T, uuid, cred string) machine {
 	t.Helper()
 	d := t.TempDir()
-	m := machine{root: filepath.Join(d, "root"), state: filepath.Join(d, "state"), seed: filepath.Join(d, "seed"), credFile: filepath.Join(d, "cred"), name: "m-" + uuid[:8]}
+	m := machine{root: filepath.Join(d, "root"), state: filepath.Join(d, "state"), seed: filepath.Join(d, "seed"),
+		credFile: filepath.Join(d, "cred"), name: "m-" + uuid[:8]}
 	for p, c := range map[string]string{
 		"sys/class/dmi/id/product_uuid":   uuid + "\n",
 		"sys/class/dmi/id/product_serial": "SN-" + uuid[:8] + "\n",
@@ -135,7 +137,8 @@ func (m machine) stopAgent() {
 
 func (m machine) args(h onboardHub, pin string, extra ...string) []string {
 	return append([]string{"onboard", "--hub", h.apiAddr(), "--ca-pin", "sha256:" + pin, "--credential", "@" + m.credFile,
-		"--non-interactive", "--name", m.name, "--root", m.root, "--state-dir", m.state, "--cloud-init-dir", m.seed, "--attempts", "3", "-o", "json"}, extra...)
+		"--non-interactive", "--name", m.name, "--root", m.root, "--state-dir", m.state, "--cloud-init-dir", m.seed,
+		"--attempts", "3", "-o", "json"}, extra...)
 }
 
 type onboardResult struct {
@@ -180,11 +183,13 @@ func TestOnboardNonInteractiveApply(t *testing.T) {
 	h := startOnboardHub(t)
 	cred, pin := h.credential("--uses", "5", "--label", "site=berlin")
 	m := newMachine(t, "4c4c4544-0042-3510-8052-b4c04f333231", cred)
-	r, errOut, code := onboardCmd(t, m.args(h, pin, "--apply", "--timeout", "60s", "--site", "shop-7", "--labels", "rack=r1")...)
+	r, errOut, code := onboardCmd(t,
+		m.args(h, pin, "--apply", "--timeout", "60s", "--site", "shop-7", "--labels", "rack=r1")...)
 	if code != 0 {
 		t.Fatalf("onboard: exit %d: %s\n%s", code, r.Error, errOut)
 	}
-	if r.Existing || r.Profile != "debian-12" || r.MatchedBy != "version" || !r.Supervised || r.AgentState != "connected" || r.AgentPID == 0 {
+	if r.Existing || r.Profile != "debian-12" || r.MatchedBy != "version" || !r.Supervised ||
+		r.AgentState != "connected" || r.AgentPID == 0 {
 		t.Fatalf("result %+v", r)
 	}
 	for _, want := range []string{"CHECK", "machine uuid", "clock skew", "matches --ca-pin"} {
@@ -240,7 +245,7 @@ func TestOnboardWriteOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := control.ParseUserData(string(ud))
+	u, err := onboardproto.ParseUserData(string(ud))
 	if err != nil {
 		t.Fatalf("user-data: %v\n%s", err, ud)
 	}
@@ -374,7 +379,8 @@ func TestOnboardInteractive(t *testing.T) {
 	m := newMachine(t, "bc4c4544-0042-3510-8052-b4c04f333231", cred)
 	cmd := exec.Command(filepath.Join(binDir, "tether-edge"), "onboard", "--root", m.root, "--state-dir", m.state,
 		"--cloud-init-dir", m.seed, "--timeout", "60s")
-	cmd.Env = append(os.Environ(), "TERM=xterm-256color", "HTTPS_PROXY=", "https_proxy=", "TETHER_HUB=", "TETHER_CA_PIN=", "TETHER_ONBOARD_CREDENTIAL=")
+	cmd.Env = append(os.Environ(), "TERM=xterm-256color", "HTTPS_PROXY=", "https_proxy=", "TETHER_HUB=",
+		"TETHER_CA_PIN=", "TETHER_ONBOARD_CREDENTIAL=")
 	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
 	if err != nil {
 		t.Fatal(err)
@@ -388,7 +394,10 @@ func TestOnboardInteractive(t *testing.T) {
 
 	expect := func(what string) {
 		t.Helper()
-		if err := testenv.Poll(context.Background(), 30*time.Second, fmt.Sprintf("the prompt %q", what), func() bool { return screen.CountAfter(what) }); err != nil {
+		if err := testenv.Poll(
+			context.Background(), 30*time.Second, fmt.Sprintf("the prompt %q", what),
+			func() bool { return screen.CountAfter(what) },
+		); err != nil {
 			t.Fatalf("%v; the terminal shows:\n%s\nraw tail: %q", err, screen.String(), screen.rawTail(400))
 		}
 	}

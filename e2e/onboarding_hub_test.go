@@ -16,6 +16,7 @@ import (
 
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/onboardproto"
 )
 
 // TestOnboardingHubSide drives the hub side of onboarding with the real
@@ -32,22 +33,29 @@ func TestOnboardingHubSide(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("#cloud-config\nbootcmd: [[reboot]]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, errOut, code := runCmd(t, 30*time.Second, tether, "osprofile", "add", "bad", "--distro", "x", "--version", "1", "--cloud-init", bad, "--data-dir", h.dataDir); code == 0 || !strings.Contains(errOut, "field bootcmd not found") {
+	if _, errOut, code := runCmd(
+		t, 30*time.Second, tether, "osprofile", "add", "bad", "--distro", "x", "--version", "1", "--cloud-init", bad,
+		"--data-dir", h.dataDir,
+	); code == 0 || !strings.Contains(errOut, "field bootcmd not found") {
 		t.Fatalf("bad template: exit %d, %s", code, errOut)
 	}
 	if out := h.cli("osprofile", "list"); !strings.Contains(out, "debian-12") || strings.Contains(out, "bad") {
 		t.Fatalf("osprofile list:\n%s", out)
 	}
 
-	cred := strings.TrimSpace(h.cli("onboarding", "create", "berlin-shop", "--role", "onboarder", "--uses", "50", "--ttl", "7d", "--label", "site=berlin"))
+	cred := strings.TrimSpace(h.cli("onboarding", "create", "berlin-shop", "--role", "onboarder", "--uses", "50",
+		"--ttl", "7d", "--label", "site=berlin"))
 	if !regexp.MustCompile(`^[a-z2-7]{8}\.[a-z2-7]{32}$`).MatchString(cred) {
 		t.Fatalf("onboarding create printed %q, want only ID.SECRET", cred)
 	}
 
 	// The CA, fetched without trust, is checked against the pin.
-	insecure := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	insecure := &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
+	}
 	defer insecure.CloseIdleConnections()
-	resp, err := insecure.Get("https://" + h.apiAddr() + control.OnboardCAPath)
+	resp, err := insecure.Get("https://" + h.apiAddr() + onboardproto.CAPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,17 +79,17 @@ func TestOnboardingHubSide(t *testing.T) {
 
 	key, _ := pki.GenerateKey()
 	csr, _ := pki.NewCSR(key, "m")
-	onboard := func(cred, uuid string) (int, control.OnboardResponse, string) {
-		b, _ := json.Marshal(control.OnboardRequest{Credential: cred, CSR: csr, AgentVersion: "e2e",
+	onboard := func(cred, uuid string) (int, onboardproto.Response, string) {
+		b, _ := json.Marshal(onboardproto.Request{Credential: cred, CSR: csr, AgentVersion: "e2e",
 			Facts:   control.Facts{Hostname: "shop-1", OSID: "ubuntu", OSVersion: "24.04", Arch: "amd64"},
-			Machine: control.MachineFacts{UUID: uuid, UUIDSource: "/etc/machine-id", OSIDLike: "debian"}})
-		resp, err := hc.Post("https://"+h.apiAddr()+control.OnboardPath, "application/json", bytes.NewReader(b))
+			Machine: onboardproto.MachineFacts{UUID: uuid, UUIDSource: "/etc/machine-id", OSIDLike: "debian"}})
+		resp, err := hc.Post("https://"+h.apiAddr()+onboardproto.Path, "application/json", bytes.NewReader(b))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		var out control.OnboardResponse
+		var out onboardproto.Response
 		_ = json.Unmarshal(body, &out)
 		return resp.StatusCode, out, string(body)
 	}
@@ -89,7 +97,7 @@ func TestOnboardingHubSide(t *testing.T) {
 	if status != 200 || first.Existing || first.Profile != "debian-12" || first.MatchedBy != "family" {
 		t.Fatalf("onboard: %d %s", status, body)
 	}
-	if _, err := control.ParseUserData(first.UserData); err != nil {
+	if _, err := onboardproto.ParseUserData(first.UserData); err != nil {
 		t.Fatal(err)
 	}
 	certs, err := pki.ParseCerts([]byte(first.Cert))

@@ -161,7 +161,9 @@ func TestPackageDeb(t *testing.T) {
 
 	// The units: ExecStart= at the packaged binaries (the agent's by a bare
 	// name systemd resolves to /usr/bin/tether-edge), valid for systemd.
-	for unit, execLine := range map[string]string{"tether-edge.service": "ExecStart=tether-edge run ", "tether.service": "ExecStart=/usr/bin/tether hub "} {
+	for unit, execLine := range map[string]string{
+		"tether-edge.service": "ExecStart=tether-edge run ", "tether.service": "ExecStart=/usr/bin/tether hub ",
+	} {
 		b, err := os.ReadFile("/usr/lib/systemd/system/" + unit)
 		if err != nil {
 			t.Fatal(err)
@@ -171,7 +173,8 @@ func TestPackageDeb(t *testing.T) {
 		}
 	}
 	if analyze, err := exec.LookPath("systemd-analyze"); err == nil {
-		out, err := exec.Command(analyze, "verify", "/usr/lib/systemd/system/tether-edge.service", "/usr/lib/systemd/system/tether.service").CombinedOutput()
+		out, err := exec.Command(analyze, "verify", "/usr/lib/systemd/system/tether-edge.service",
+			"/usr/lib/systemd/system/tether.service").CombinedOutput()
 		if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 			t.Errorf("systemd-analyze verify of the installed units: %v\n%s", err, out)
 		}
@@ -190,7 +193,8 @@ func TestPackageDeb(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no system user tether after installing the hub package: %v", err)
 	}
-	if f := strings.Split(strings.TrimSpace(string(pw)), ":"); len(f) != 7 || f[5] != "/var/lib/tether" || !strings.Contains(f[6], "nologin") && f[6] != "/bin/false" {
+	if f := strings.Split(strings.TrimSpace(string(pw)), ":"); len(f) != 7 || f[5] != "/var/lib/tether" ||
+		!strings.Contains(f[6], "nologin") && f[6] != "/bin/false" {
 		t.Errorf("system user tether: %q", pw)
 	}
 	conffiles, _ := exec.Command("dpkg-query", "-W", "-f", "${Conffiles}", "tether-edge").Output()
@@ -229,7 +233,9 @@ func TestPackageDeb(t *testing.T) {
 	if st, _ := dpkgStatus(t, "tether-edge"); st != "config-files" {
 		t.Errorf("tether-edge after remove: %s, want config-files", st)
 	}
-	for _, gone := range []string{"/usr/bin/tether-edge", "/usr/bin/tether-edge-onboard", "/usr/lib/systemd/system/tether-edge.service"} {
+	for _, gone := range []string{
+		"/usr/bin/tether-edge", "/usr/bin/tether-edge-onboard", "/usr/lib/systemd/system/tether-edge.service",
+	} {
 		if _, err := os.Stat(gone); !os.IsNotExist(err) {
 			t.Errorf("%s after remove: %v", gone, err)
 		}
@@ -265,7 +271,8 @@ func TestRunJoinFile(t *testing.T) {
 	if err := os.WriteFile(joinFile, []byte("# from tether token create\n\n"+h.token()+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	start(t, "agent-joinfile", edgeBin, "run", "--state-dir", filepath.Join(dir, "state"), "--join-file", joinFile, "--name", "jf", "--ssh", "embedded", "--shell", "/bin/sh")
+	start(t, "agent-joinfile", edgeBin, "run", "--state-dir", filepath.Join(dir, "state"), "--join-file", joinFile,
+		"--name", "jf", "--ssh", "embedded", "--shell", "/bin/sh")
 	h.waitOnline("jf", "")
 }
 
@@ -283,20 +290,26 @@ func TestPackageRPM(t *testing.T) {
 		files   []string // "FLAGS MODE PATH" as rpm prints them
 		scripts []string
 	}{
-		{"tether-edge", []string{"cn -rw------- /etc/tether-edge/tether-edge.env", " -rwxr-xr-x /usr/bin/tether-edge", " -rwxr-xr-x /usr/bin/tether-edge-onboard", " -rw-r--r-- /usr/lib/systemd/system/tether-edge.service"},
+		{"tether-edge",
+			[]string{"cn -rw------- /etc/tether-edge/tether-edge.env", " -rwxr-xr-x /usr/bin/tether-edge",
+				" -rwxr-xr-x /usr/bin/tether-edge-onboard", " -rw-r--r-- /usr/lib/systemd/system/tether-edge.service"},
 			[]string{"postinstall scriptlet", "preuninstall scriptlet", "postuninstall scriptlet"}},
-		{"tether", []string{"cn -rw------- /etc/tether/tether.env", " -rwxr-xr-x /usr/bin/tether", " -rw-r--r-- /usr/lib/systemd/system/tether.service"},
+		{"tether",
+			[]string{"cn -rw------- /etc/tether/tether.env", " -rwxr-xr-x /usr/bin/tether",
+				" -rw-r--r-- /usr/lib/systemd/system/tether.service"},
 			[]string{"preinstall scriptlet", "postinstall scriptlet", "preuninstall scriptlet", "postuninstall scriptlet"}},
 	} {
 		matches, _ := filepath.Glob(filepath.Join(dir, tc.pkg+"-0.1.0-1.*.rpm"))
 		if len(matches) != 1 {
 			t.Fatalf("%s: rpm files %v", tc.pkg, matches)
 		}
-		out, err := exec.Command("rpm", "-qp", "--qf", "[%{FILEFLAGS:fflags} %{FILEMODES:perms} %{FILENAMES}\n]", matches[0]).CombinedOutput()
+		out, err := exec.Command("rpm", "-qp", "--qf", "[%{FILEFLAGS:fflags} %{FILEMODES:perms} %{FILENAMES}\n]",
+			matches[0]).CombinedOutput()
 		if err != nil {
 			t.Fatalf("rpm -qp %s: %v\n%s", matches[0], err, out)
 		}
-		if got := strings.Split(strings.TrimSpace(string(out)), "\n"); strings.Join(got, "\n") != strings.Join(tc.files, "\n") {
+		if got := strings.Split(strings.TrimSpace(string(out)), "\n"); strings.Join(got,
+			"\n") != strings.Join(tc.files, "\n") {
 			t.Errorf("%s files:\n%s\nwant:\n%s", tc.pkg, out, strings.Join(tc.files, "\n"))
 		}
 		scripts, err := exec.Command("rpm", "-qp", "--scripts", matches[0]).CombinedOutput()

@@ -28,7 +28,8 @@ func TestHubSurvivesPostgresRestart(t *testing.T) {
 	startAgent(t, h.token(), "n1", "--ssh", "embedded")
 	h.waitOnline("n1", "")
 	ssh := newSSHClient(t, h)
-	if out, errOut, code := ssh.run(30*time.Second, "n1", "echo", "before"); code != 0 || strings.TrimSpace(out) != "before" {
+	if out, errOut, code := ssh.run(30*time.Second, "n1", "echo", "before"); code != 0 ||
+		strings.TrimSpace(out) != "before" {
 		t.Fatalf("jump before the restart: %q %q exit %d", out, errOut, code)
 	}
 	connects := h.connects("n1")
@@ -64,7 +65,8 @@ func TestHubSurvivesPostgresRestart(t *testing.T) {
 	startAgent(t, h.token(), "n2", "--ssh", "embedded")
 	h.waitOnline("n2", "")
 	for _, node := range []string{"n1", "n2"} {
-		if out, errOut, code := ssh.run(30*time.Second, node, "echo", "after"); code != 0 || strings.TrimSpace(out) != "after" {
+		if out, errOut, code := ssh.run(30*time.Second, node, "echo", "after"); code != 0 ||
+			strings.TrimSpace(out) != "after" {
 			t.Fatalf("jump to %s after the restart: %q %q exit %d", node, out, errOut, code)
 		}
 	}

@@ -63,11 +63,13 @@ func startHAReplicas(t *testing.T, db string, n int, extra ...string) *haReplica
 		ports[i] = freePort(t)
 	}
 	for i := range n {
-		args := []string{"--store", db, "--leader-ttl", haLeaderTTL.String(), "--peer-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+		args := []string{"--store", db, "--leader-ttl", haLeaderTTL.String(),
+			"--peer-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t))}
 		for k := range n {
 			args = append(args, "--advertise", fmt.Sprintf("127.0.0.1:%d", ports[(i+k)%n]))
 		}
-		h := &hub{t: t, dataDir: filepath.Join(dir, fmt.Sprintf("replica-%c", 'a'+i)), apiPort: ports[i], sshPort: freePort(t),
+		h := &hub{t: t, dataDir: filepath.Join(dir, fmt.Sprintf("replica-%c", 'a'+i)), apiPort: ports[i],
+			sshPort:   freePort(t),
 			extraArgs: append(args, extra...)}
 		h.start()
 		// hub.json is written before the replica joins its peers.
@@ -122,7 +124,8 @@ func testRevocationCutsSessionElsewhere(t *testing.T, rs *haReplicas) {
 	a, c := rs.hubs[0], rs.hubs[2]
 	dir := t.TempDir()
 	a.cli("role", "create", "lab", "--nodes", "site=lab", "--logins", loginUser)
-	keys := []*testenv.Key{testenv.NewKeyFile(t, filepath.Join(dir, "k0")), testenv.NewKeyFile(t, filepath.Join(dir, "k1"))}
+	keys := []*testenv.Key{testenv.NewKeyFile(t, filepath.Join(dir, "k0")),
+		testenv.NewKeyFile(t, filepath.Join(dir, "k1"))}
 	authorized := append(gossh.MarshalAuthorizedKey(keys[0].Pub()), gossh.MarshalAuthorizedKey(keys[1].Pub())...)
 	sd := testenv.StartSSHD(t, testenv.SSHDConfig{Dir: filepath.Join(dir, "sshd"), AuthorizedKeys: authorized})
 	startAgent(t, c.token("--label", "site=lab"), "ha1", "--ssh", sd.Addr)
@@ -138,7 +141,9 @@ func testRevocationCutsSessionElsewhere(t *testing.T, rs *haReplicas) {
 		if s != nil && !s.Exited() {
 			return strings.Contains(s.Log(), "started")
 		}
-		s = start(t, "ssh-loop", "ssh", append(cl.jumpArgs("ha1", "-T"), "echo started; i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo finished")...)
+		s = start(t, "ssh-loop", "ssh",
+			append(cl.jumpArgs("ha1", "-T"),
+				"echo started; i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo finished")...)
 		return false
 	})
 	waitFor(t, "hop's loop to start", 30*time.Second, func() bool { return strings.Contains(s.Log(), "started") })
@@ -159,7 +164,8 @@ func testRevocationCutsSessionElsewhere(t *testing.T, rs *haReplicas) {
 	// The audit row comes from C, whichever replica is asked.
 	waitFor(t, "the withdrawn jump's audit row", 10*time.Second, func() bool {
 		for _, e := range a.audit("--operator", "hop") {
-			if e.Kind == "jump" && e.Result == "ended: access withdrawn" && e.Node == "ha1" && strings.Contains(e.Detail, "was revoked") {
+			if e.Kind == "jump" && e.Result == "ended: access withdrawn" && e.Node == "ha1" &&
+				strings.Contains(e.Detail, "was revoked") {
 				return true
 			}
 		}
@@ -168,7 +174,8 @@ func testRevocationCutsSessionElsewhere(t *testing.T, rs *haReplicas) {
 	// The other key still jumps through C.
 	other := newSSHClientAs(t, c, "hop", keys[1].Path)
 	other.trust("ha1.tether", sd.HostKey.Pub())
-	if out, errOut, code := other.run(30*time.Second, "ha1", "echo other-key"); code != 0 || strings.TrimSpace(out) != "other-key" {
+	if out, errOut, code := other.run(30*time.Second, "ha1", "echo other-key"); code != 0 ||
+		strings.TrimSpace(out) != "other-key" {
 		t.Fatalf("jump with the operator's remaining key: exit %d %q %q", code, out, errOut)
 	}
 
@@ -179,7 +186,8 @@ func testRevocationCutsSessionElsewhere(t *testing.T, rs *haReplicas) {
 	a.cli("nodes", "revoke", "ha2")
 	revoked := time.Now()
 	waitFor(t, "the agent of the node revoked at A to stop", 20*time.Second, agent.Exited)
-	t.Logf("node revoked at A -> its tunnel at C closed and the agent stopped %s later", time.Since(revoked).Round(time.Millisecond))
+	t.Logf("node revoked at A -> its tunnel at C closed and the agent stopped %s later",
+		time.Since(revoked).Round(time.Millisecond))
 	if !strings.Contains(agent.Log(), "revoked") {
 		t.Fatalf("agent log does not say it was revoked:\n%s", agent.Tail(2000))
 	}
@@ -283,7 +291,8 @@ func testKilledLeaderFailover(t *testing.T, rs *haReplicas) {
 		return leader != nil && back != 0
 	})
 	if len(ls) == 1 && ls[0] == a {
-		t.Logf("leadership moved to %s %s after kill -9 of the leader (lease TTL %s)", filepath.Base(leader.dataDir), moved.Round(time.Millisecond), haLeaderTTL)
+		t.Logf("leadership moved to %s %s after kill -9 of the leader (lease TTL %s)", filepath.Base(leader.dataDir),
+			moved.Round(time.Millisecond), haLeaderTTL)
 		if bound := haLeaderTTL + haLeaderTTL/3 + time.Second; moved > bound {
 			t.Errorf("leadership moved after %s, want within %s", moved, bound)
 		}
@@ -294,7 +303,8 @@ func testKilledLeaderFailover(t *testing.T, rs *haReplicas) {
 	}
 	// The agents' join string names A, then B, then C: B holds them now.
 	b := rs.hubs[1]
-	t.Logf("%d agents back on the other replicas %s after the kill (backoff cap %s)", n, back.Round(time.Millisecond), backoffMax)
+	t.Logf("%d agents back on the other replicas %s after the kill (backoff cap %s)", n,
+		back.Round(time.Millisecond), backoffMax)
 	if bound := backoffMax + 5*time.Second; back > bound {
 		t.Errorf("agents took %s to come back, want within their backoff cap plus start-up (%s)", back, bound)
 	}
@@ -310,7 +320,8 @@ func testKilledLeaderFailover(t *testing.T, rs *haReplicas) {
 	// Rerun through C, which holds none of the nodes: its runs are
 	// forwarded to B.
 	c := rs.hubs[2]
-	out, errOut, code = runCmd(t, 3*time.Minute, filepath.Join(binDir, "tether"), "jobs", "rerun", id, "-o", "json", "--progress", "never", "--data-dir", c.dataDir)
+	out, errOut, code = runCmd(t, 3*time.Minute, filepath.Join(binDir, "tether"), "jobs", "rerun", id,
+		"-o", "json", "--progress", "never", "--data-dir", c.dataDir)
 	var rerun jobJSON
 	if err := json.Unmarshal([]byte(out), &rerun); err != nil || code != 0 {
 		t.Fatalf("rerun on replica %s: exit %d (%v): %s\n%s", filepath.Base(c.dataDir), code, err, errOut, out)
@@ -362,7 +373,8 @@ func TestReplicasSurvivePostgresRestart(t *testing.T) {
 	waitFor(t, "the leader to step down with the database gone", 10*haLeaderTTL, func() bool {
 		return l.p.LogCount("stepping down") > 0
 	})
-	t.Logf("leader stepped down %s after the database stopped (lease TTL %s)", time.Since(stopped).Round(time.Millisecond), haLeaderTTL)
+	t.Logf("leader stepped down %s after the database stopped (lease TTL %s)",
+		time.Since(stopped).Round(time.Millisecond), haLeaderTTL)
 	for _, h := range rs.hubs {
 		waitFor(t, filepath.Base(h.dataDir)+" to say the change feed is unreadable", 30*time.Second, func() bool {
 			return h.p.LogCount("change feed not readable") > 0
@@ -384,7 +396,8 @@ func TestReplicasSurvivePostgresRestart(t *testing.T) {
 	}
 	started := time.Now()
 	l = rs.waitLeader(10*haLeaderTTL, nil)
-	t.Logf("%s leads %s after the database came back", filepath.Base(l.dataDir), time.Since(started).Round(time.Millisecond))
+	t.Logf("%s leads %s after the database came back", filepath.Base(l.dataDir),
+		time.Since(started).Round(time.Millisecond))
 	for _, h := range rs.hubs {
 		if h.p.Exited() {
 			t.Fatalf("%s exited during the database restart:\n%s", filepath.Base(h.dataDir), h.p.Tail(3000))

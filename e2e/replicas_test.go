@@ -136,15 +136,16 @@ func testReplicas(t *testing.T, db string) {
 	for _, n := range nodes {
 		hubs[0].waitOnline(n, "") // held elsewhere, shown online through presence
 	}
-	waitForState(t, "each replica holding its agent", 30*time.Second, hubs[1].replicas, func(m map[string]replicaJSON) bool {
-		for i, id := range ids {
-			r := m[id]
-			if r.Health != "ok" || len(r.Agents) != 1 || r.Agents[0] != nodes[i] {
-				return false
+	waitForState(t, "each replica holding its agent", 30*time.Second, hubs[1].replicas,
+		func(m map[string]replicaJSON) bool {
+			for i, id := range ids {
+				r := m[id]
+				if r.Health != "ok" || len(r.Agents) != 1 || r.Agents[0] != nodes[i] {
+					return false
+				}
 			}
-		}
-		return len(m) == 3
-	})
+			return len(m) == 3
+		})
 
 	// Every replica's own `tether config ssh` (its bastion address, the
 	// shared host CA): entering at each, reach the nodes held elsewhere.
@@ -169,7 +170,8 @@ func testReplicas(t *testing.T, db string) {
 			t.Errorf("r1 after jumping to both peers' nodes: %+v, want self with links to r2 and r3", r)
 		}
 		body := hubs[0].metrics(t)
-		if !strings.Contains(body, `tether_peer_streams_total{direction="out",result="ok"}`) || !strings.Contains(body, `tether_peer_links{direction="out"} 2`) {
+		if !strings.Contains(body, `tether_peer_streams_total{direction="out",result="ok"}`) ||
+			!strings.Contains(body, `tether_peer_links{direction="out"} 2`) {
 			t.Errorf("r1's peer metrics lack its forwarded streams or links:\n%s", grepLines(body, "tether_peer_"))
 		}
 	})
@@ -189,7 +191,8 @@ func testReplicas(t *testing.T, db string) {
 		h.waitConnected("n2", 0) // the new process's log
 		// known_hosts written before the restart still verifies r2's
 		// bastion and the nodes behind it.
-		if out, errOut, code := clients[1].run(time.Minute, "n3", "echo", "again"); code != 0 || strings.TrimSpace(out) != "again" {
+		if out, errOut, code := clients[1].run(time.Minute, "n3", "echo", "again"); code != 0 ||
+			strings.TrimSpace(out) != "again" {
 			t.Fatalf("ssh -J r2 (restarted) to n3: exit %d, out %q, err %s", code, out, errOut)
 		}
 		// A join string made before the restart, and one made after, pin
@@ -198,7 +201,8 @@ func testReplicas(t *testing.T, db string) {
 		startAgent(t, h.token("--ttl", "10m"), "n5", "--ssh", "embedded")
 		hubs[0].waitOnline("n4", "")
 		hubs[0].waitOnline("n5", "")
-		if out, errOut, code := clients[0].run(time.Minute, "n5", "echo", "n5-ok"); code != 0 || strings.TrimSpace(out) != "n5-ok" {
+		if out, errOut, code := clients[0].run(time.Minute, "n5", "echo", "n5-ok"); code != 0 ||
+			strings.TrimSpace(out) != "n5-ok" {
 			t.Fatalf("ssh -J r1 to n5 (on restarted r2): exit %d, out %q, err %s", code, out, errOut)
 		}
 	})
@@ -237,7 +241,8 @@ func testReplicaKilled(t *testing.T, hubs []*hub, clients []*sshClient) {
 		t.Fatalf("ssh -J r1 to n3 (its replica killed): exit %d, stderr %s; want refused as offline", code, errOut)
 	}
 	// The other replicas keep serving each other's nodes.
-	if out, errOut, code := clients[1].run(time.Minute, "n1", "echo", "still"); code != 0 || strings.TrimSpace(out) != "still" {
+	if out, errOut, code := clients[1].run(time.Minute, "n1", "echo", "still"); code != 0 ||
+		strings.TrimSpace(out) != "still" {
 		t.Fatalf("ssh -J r2 to n1 after r3 died: exit %d, out %q, err %s", code, out, errOut)
 	}
 }

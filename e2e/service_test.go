@@ -182,7 +182,8 @@ func TestServiceTunnelSingleHub(t *testing.T) {
 			seen["carried"] = true
 		}
 	}
-	for _, want := range []string{"service_expose/ok", "service_connect_add/ok", "service_connect/ok", "service_connect/refused",
+	for _, want := range []string{"service_expose/ok", "service_connect_add/ok", "service_connect/ok",
+		"service_connect/refused",
 		"service_connect_remove/ok", "service_delete/ok", "carried"} {
 		if !seen[want] {
 			t.Errorf("no %s audit event", want)
@@ -236,7 +237,8 @@ func TestServiceTunnelTree(t *testing.T) {
 		t.Fatalf("direct: %v", err)
 	}
 	mbps := func(d time.Duration) float64 { return 2 * size / d.Seconds() / 1e6 }
-	t.Logf("throughput munich → region → berlin (8 MiB echoed, both directions): tunnel %.0f MB/s (%s), direct loopback %.0f MB/s (%s)",
+	t.Logf("throughput munich → region → berlin (8 MiB echoed, both directions): tunnel %.0f MB/s (%s), "+
+		"direct loopback %.0f MB/s (%s)",
 		mbps(through), through.Round(time.Millisecond), mbps(direct), direct.Round(time.Millisecond))
 
 	testenv.WaitFor(t, "the region to count the service's bytes", 20*time.Second, func() bool {
@@ -267,7 +269,9 @@ func TestServiceTunnelTree(t *testing.T) {
 		})
 	}
 	// A site cannot change what the root created.
-	if out, err := munich.Tether(ctx, "service", "connect", "db", "--from", "n1", "--local-port", strconv.Itoa(testenv.FreePort(t))); err == nil {
+	if out, err := munich.Tether(
+		ctx, "service", "connect", "db", "--from", "n1", "--local-port", strconv.Itoa(testenv.FreePort(t)),
+	); err == nil {
 		t.Fatalf("a site changed a service of the root: %s", out)
 	}
 }

@@ -49,7 +49,8 @@ func TestSiteJoin(t *testing.T) {
 	_, errOut, code := runCmd(t, 60*time.Second, filepath.Join(binDir, "tether"), "hub",
 		"--data-dir", filepath.Join(t.TempDir(), "bad"), "--listen", "127.0.0.1:0", "--ssh-listen", "127.0.0.1:0",
 		"--parent", nodeJoin, "--site", "bad")
-	if code == 0 || !strings.Contains(errOut, "this is a node token; a site hub joins with a site token (`tether site token create` on the parent)") {
+	if code == 0 || !strings.Contains(errOut,
+		"this is a node token; a site hub joins with a site token (`tether site token create` on the parent)") {
 		t.Fatalf("a node token as --parent: exit %d: %s", code, errOut)
 	}
 	if _, ok := root.sites()["bad"]; ok {
@@ -87,13 +88,16 @@ func TestSiteJoin(t *testing.T) {
 	for _, tc := range []struct{ name, transport string }{{"berlin", "quic"}, {"munich", "tcp"}} {
 		t.Logf("site %s over %s", tc.name, tc.transport)
 		join := strings.TrimSpace(root.cli("site", "token", "create", "--ttl", "10m"))
-		site := startHubIn(t, "", 0, append([]string{"--parent", join, "--site", tc.name, "--site-status-interval", "1s", "--parent-transport", tc.transport}, quickDeadPeer...)...)
+		site := startHubIn(t, "", 0, append([]string{"--parent", join, "--site", tc.name,
+			"--site-status-interval", "1s", "--parent-transport", tc.transport}, quickDeadPeer...)...)
 		sites[tc.name] = site
 		startAgent(t, site.token(), "n1", "--ssh", "embedded")
 		startAgent(t, site.token(), "n2", "--ssh", "embedded")
-		waitForState(t, tc.name+" healthy at the root with 2 of 2 nodes online", 60*time.Second, func() siteJSON { return root.sites()[tc.name] },
+		waitForState(t, tc.name+" healthy at the root with 2 of 2 nodes online", 60*time.Second,
+			func() siteJSON { return root.sites()[tc.name] },
 			func(s siteJSON) bool {
-				return s.Health == "healthy" && s.Connected && !s.Stale && s.NodesOnline == 2 && s.NodesTotal == 2 && s.Path == tc.name
+				return s.Health == "healthy" && s.Connected && !s.Stale && s.NodesOnline == 2 && s.NodesTotal == 2 &&
+					s.Path == tc.name
 			})
 		if n := root.nodes()[tc.name]; !n.Online || n.Transport != tc.transport {
 			t.Fatalf("the site's uplink at the root: %+v, want online over %s", n, tc.transport)
@@ -106,7 +110,8 @@ func TestSiteJoin(t *testing.T) {
 			t.Fatalf("a stale site keeps its last counts: %+v", s)
 		}
 		table := root.cli("sites")
-		if !strings.Contains(table, tc.name) || !strings.Contains(table, "stale for ") || !strings.Contains(table, "unreachable since") {
+		if !strings.Contains(table, tc.name) || !strings.Contains(table, "stale for ") ||
+			!strings.Contains(table, "unreachable since") {
 			t.Fatalf("tether sites:\n%s", table)
 		}
 
@@ -130,7 +135,8 @@ func TestSiteJoin(t *testing.T) {
 	berlin.waitOnline("n3", "")
 	root.start()
 	for name, total := range map[string]int{"berlin": 3, "munich": 2} {
-		waitForState(t, name+" healthy after the root restarted", 60*time.Second, func() siteJSON { return root.sites()[name] },
+		waitForState(t, name+" healthy after the root restarted", 60*time.Second,
+			func() siteJSON { return root.sites()[name] },
 			func(s siteJSON) bool {
 				return s.Health == "healthy" && s.Connected && !s.Stale && s.NodesTotal == total
 			})

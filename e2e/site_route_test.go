@@ -23,7 +23,8 @@ import (
 func TestSiteRoute(t *testing.T) {
 	root := startHubIn(t, "", 0, append([]string{"--site-status-interval", "1s"}, quickDeadPeer...)...)
 	join := strings.TrimSpace(root.cli("site", "token", "create", "--ttl", "10m"))
-	site := startHubIn(t, "", 0, append([]string{"--parent", join, "--site", "berlin", "--site-status-interval", "1s"}, quickDeadPeer...)...)
+	site := startHubIn(t, "", 0, append([]string{"--parent", join, "--site", "berlin",
+		"--site-status-interval", "1s"}, quickDeadPeer...)...)
 	startAgent(t, site.token("--label", "role=pos"), "n1", "--ssh", "embedded")
 	sd := startSSHD(t)
 	startAgent(t, site.token("--label", "role=kiosk"), "n2", sd.managedArgs()...)
@@ -37,9 +38,10 @@ func TestSiteRoute(t *testing.T) {
 	}
 	root.cli("operator", "add", "carol", "--key", carol.Path+".pub", "--role", "berlin-all")
 
-	waitForState(t, "n1.berlin and n2.berlin online at the root", 60*time.Second, root.nodes, func(ns map[string]nodeJSON) bool {
-		return ns["n1.berlin"].Online && ns["n2.berlin"].Online && ns["n1.berlin"].Labels["site"] == "berlin"
-	})
+	waitForState(t, "n1.berlin and n2.berlin online at the root", 60*time.Second, root.nodes,
+		func(ns map[string]nodeJSON) bool {
+			return ns["n1.berlin"].Online && ns["n2.berlin"].Online && ns["n1.berlin"].Labels["site"] == "berlin"
+		})
 	if out := root.cli("nodes"); !strings.Contains(out, "SITE") || !strings.Contains(out, "n2.berlin") {
 		t.Fatalf("tether nodes at the root:\n%s", out)
 	}
@@ -48,7 +50,8 @@ func TestSiteRoute(t *testing.T) {
 	managedKeys := filepath.Join(sd.dir, "tether", "authorized_keys", loginUser)
 	waitFor(t, "the root's CA scoped on n2's sshd", 30*time.Second, func() bool {
 		b, _ := os.ReadFile(managedKeys)
-		return strings.Contains(string(b), "cert-authority,principals=") && strings.Contains(string(b), "tether:berlin-all:"+loginUser)
+		return strings.Contains(string(b), "cert-authority,principals=") &&
+			strings.Contains(string(b), "tether:berlin-all:"+loginUser)
 	})
 	if b, _ := os.ReadFile(managedKeys); strings.Contains(string(b), "berlin-pos") {
 		t.Fatalf("n2 (role=kiosk) trusts the root's berlin-pos role:\n%s", b)
@@ -68,7 +71,8 @@ func TestSiteRoute(t *testing.T) {
 	// the site's host CA for *.berlin only), ssh -J op@root root@n1.berlin.
 	jump := func(c *sshClient, cert, node string, command ...string) (string, string, int) {
 		t.Helper()
-		args := append([]string{"-F", c.cfg, "-o", "CertificateFile=" + cert, "-J", c.operator + "@" + root.sshAddr(), loginUser + "@" + node}, command...)
+		args := append([]string{"-F", c.cfg, "-o", "CertificateFile=" + cert, "-J", c.operator + "@" + root.sshAddr(),
+			loginUser + "@" + node}, command...)
 		return runCmd(t, 45*time.Second, "ssh", args...)
 	}
 	alice := newSSHClient(t, root)
@@ -76,24 +80,30 @@ func TestSiteRoute(t *testing.T) {
 	if kh, _ := os.ReadFile(alice.known); !strings.Contains(string(kh), "@cert-authority *.berlin,*.berlin.tether ") {
 		t.Fatalf("tether config ssh at the root wrote no line for site berlin:\n%s", kh)
 	}
-	if out, errOut, code := jump(alice, aliceCert, "n1.berlin", "echo reached-n1"); code != 0 || strings.TrimSpace(out) != "reached-n1" {
+	if out, errOut, code := jump(alice, aliceCert, "n1.berlin", "echo reached-n1"); code != 0 ||
+		strings.TrimSpace(out) != "reached-n1" {
 		t.Fatalf("alice to n1.berlin: exit %d, %q, %s", code, out, errOut)
 	}
-	if out, errOut, code := jump(carolSSH, carolCert, "n2.berlin", "echo reached-n2"); code != 0 || strings.TrimSpace(out) != "reached-n2" {
+	if out, errOut, code := jump(
+		carolSSH, carolCert, "n2.berlin", "echo reached-n2",
+	); code != 0 || strings.TrimSpace(out) != "reached-n2" {
 		t.Fatalf("carol to n2.berlin (managed sshd): exit %d, %q, %s", code, out, errOut)
 	}
 	// The root's role does not select n2 for alice: refused at the root.
-	if _, errOut, code := jump(alice, aliceCert, "n2.berlin", "true"); code == 0 || !strings.Contains(errOut, "administratively prohibited") {
+	if _, errOut, code := jump(alice, aliceCert, "n2.berlin", "true"); code == 0 ||
+		!strings.Contains(errOut, "administratively prohibited") {
 		t.Fatalf("alice to n2.berlin: exit %d, %s", code, errOut)
 	}
 	// A name outside the root's tree resolves to nothing.
-	if _, errOut, code := jump(alice, aliceCert, "n1.paris", "true"); code == 0 || !strings.Contains(errOut, "administratively prohibited: tether: not a node") {
+	if _, errOut, code := jump(alice, aliceCert, "n1.paris", "true"); code == 0 ||
+		!strings.Contains(errOut, "administratively prohibited: tether: not a node") {
 		t.Fatalf("n1.paris: exit %d, %s", code, errOut)
 	}
 
 	// A job from the root fans out through the site, by labels.
 	j, code := root.runJSON(90*time.Second, "-l", "site=berlin", "--", "uptime")
-	if code != 0 || j.State != "succeeded" || len(j.Nodes) != 2 || j.node("n1.berlin").State != "ok" || j.node("n2.berlin").State != "ok" {
+	if code != 0 || j.State != "succeeded" || len(j.Nodes) != 2 || j.node("n1.berlin").State != "ok" ||
+		j.node("n2.berlin").State != "ok" {
 		t.Fatalf("tether run -l site=berlin at the root: exit %d, %+v", code, j)
 	}
 	// Every node at the root is the nodes below berlin, never the site hub
@@ -101,7 +111,9 @@ func TestSiteRoute(t *testing.T) {
 	if j, code := root.runJSON(90*time.Second, "-l", "*", "--", "true"); code != 0 || len(j.Nodes) != 2 {
 		t.Fatalf("tether run -l '*' at the root: exit %d, %+v (want n1.berlin and n2.berlin only)", code, j)
 	}
-	if _, errOut, code := root.run(30*time.Second, "--nodes", "berlin", "--", "true"); code == 0 || !strings.Contains(errOut, "is a site hub, not a node") {
+	if _, errOut, code := root.run(
+		30*time.Second, "--nodes", "berlin", "--", "true",
+	); code == 0 || !strings.Contains(errOut, "is a site hub, not a node") {
 		t.Fatalf("tether run --nodes berlin: exit %d, %s", code, errOut)
 	}
 	// Every hop audited at the site, with the root's operator.
@@ -146,8 +158,10 @@ func TestSiteRoute(t *testing.T) {
 // from the root runs there; region and berlin both audit the hop.
 func TestSiteRouteTwoLevels(t *testing.T) {
 	root := startHubIn(t, "", 0, "--site-status-interval", "1s")
-	region := startHubIn(t, "", 0, "--parent", strings.TrimSpace(root.cli("site", "token", "create")), "--site", "region", "--site-status-interval", "1s")
-	berlin := startHubIn(t, "", 0, "--parent", strings.TrimSpace(region.cli("site", "token", "create")), "--site", "berlin", "--site-status-interval", "1s")
+	region := startHubIn(t, "", 0, "--parent", strings.TrimSpace(root.cli("site", "token", "create")),
+		"--site", "region", "--site-status-interval", "1s")
+	berlin := startHubIn(t, "", 0, "--parent", strings.TrimSpace(region.cli("site", "token", "create")),
+		"--site", "berlin", "--site-status-interval", "1s")
 	startAgent(t, berlin.token("--label", "role=pos"), "n1", "--ssh", "embedded")
 	root.cli("role", "create", "eu-pos", "--nodes", "site=berlin.region,role=pos", "--logins", loginUser)
 	root.cli("operator", "add", "alice", "--key", opPub, "--role", "eu-pos")
@@ -168,7 +182,8 @@ func TestSiteRouteTwoLevels(t *testing.T) {
 	var out, errOut string
 	code := -1
 	waitFor(t, "alice reaches n1.berlin.region (the root's trust reached n1)", 30*time.Second, func() bool {
-		out, errOut, code = runCmd(t, 45*time.Second, "ssh", "-F", alice.cfg, "-o", "CertificateFile="+filepath.Join(dir, "alice-cert.pub"),
+		out, errOut, code = runCmd(t, 45*time.Second, "ssh", "-F", alice.cfg,
+			"-o", "CertificateFile="+filepath.Join(dir, "alice-cert.pub"),
 			"-J", "alice@"+root.sshAddr(), loginUser+"@n1.berlin.region", "echo reached")
 		return code == 0
 	})

@@ -94,7 +94,8 @@ func TestSitesTree(t *testing.T) {
 	})
 
 	t.Run("job from the root to one site's leaves", func(t *testing.T) {
-		out, errOut, code := treeRun(t, root, 60*time.Second, "run", "-l", "site=berlin.region", "--", "echo ran-on-$TETHER_TREE_NODE")
+		out, errOut, code := treeRun(t, root, 60*time.Second, "run", "-l", "site=berlin.region",
+			"--", "echo ran-on-$TETHER_TREE_NODE")
 		if code != 0 {
 			t.Fatalf("tether run at the root: exit %d: %s%s", code, out, errOut)
 		}
@@ -119,7 +120,8 @@ func TestSitesTree(t *testing.T) {
 		rootBefore, regionBefore := metricsOf(t, root), metricsOf(t, region)
 		treeCLI(t, root, "service", "expose", fmt.Sprintf("n3.berlin.region:%d", echoPort), "--name", "berlin-echo")
 		local := freePort(t)
-		treeCLI(t, root, "service", "connect", "berlin-echo", "--from", "n2.munich.region", "--local-port", strconv.Itoa(local))
+		treeCLI(t, root, "service", "connect", "berlin-echo", "--from", "n2.munich.region",
+			"--local-port", strconv.Itoa(local))
 		const size = 4 << 20
 		var c net.Conn
 		waitFor(t, "the service listener on n2.munich", 60*time.Second, func() bool {
@@ -178,7 +180,8 @@ func TestSitesTree(t *testing.T) {
 		join := strings.TrimSpace(treeCLI(t, region, "site", "token", "create", "--ttl", "10m"))
 		dir := t.TempDir()
 		p := start(t, "hub-impostor", filepath.Join(binDir, "tether"), append([]string{"hub"},
-			testenv.HubArgs(filepath.Join(dir, "hub"), fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t)), "debug",
+			testenv.HubArgs(filepath.Join(dir, "hub"), fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+				fmt.Sprintf("127.0.0.1:%d", freePort(t)), "debug",
 				"--parent", join, "--site", "r1")...)...)
 		// The join endpoint refuses the name (names outside a site's
 		// subtree in a crafted inventory are hub/site's unit tests).
@@ -236,11 +239,13 @@ func TestSitesTree(t *testing.T) {
 		began := time.Now()
 		out, errOut, code := treeRun(t, root, 30*time.Second, "run", "--nodes", "n1.berlin.region", "--", "true")
 		if code == 0 || !strings.Contains(out+errOut, "unreachable since") {
-			t.Errorf("tether run at the root during the cut: exit %d, %q %q; want a failure saying unreachable since", code, out, errOut)
+			t.Errorf("tether run at the root during the cut: exit %d, %q %q; want a failure saying unreachable since",
+				code, out, errOut)
 		}
 		out, errOut, code = runCmd(t, 30*time.Second, "ssh", rootSSH.args("n1.berlin.region", "true")...)
 		if code == 0 || !strings.Contains(out+errOut, "unreachable since") {
-			t.Errorf("ssh -J the root to n1.berlin.region during the cut: exit %d, %q; want a refusal saying unreachable since", code, errOut)
+			t.Errorf("ssh -J the root to n1.berlin.region during the cut: exit %d, %q; want a refusal saying "+
+				"unreachable since", code, errOut)
 		}
 		if d := time.Since(began); d > 15*time.Second {
 			t.Errorf("the root took %v to refuse two commands for an unreachable site", d)
@@ -251,7 +256,9 @@ func TestSitesTree(t *testing.T) {
 		if errs := jumpErrors(berlinSSH, []string{"n1", "n2", "n3"}, "true"); errs != "" {
 			t.Errorf("local jumps at berlin during the cut: %s", errs)
 		}
-		if out, errOut, code := treeRun(t, berlin, 60*time.Second, "run", "-l", "*", "--", "echo local-$TETHER_TREE_NODE"); code != 0 || strings.Count(out, "local-") < 3 {
+		if out, errOut, code := treeRun(
+			t, berlin, 60*time.Second, "run", "-l", "*", "--", "echo local-$TETHER_TREE_NODE",
+		); code != 0 || strings.Count(out, "local-") < 3 {
 			t.Errorf("a job at berlin during the cut: exit %d: %s%s", code, out, errOut)
 		}
 		n4, err := tr.AddAgent(ctx, berlin, "n4", "tcp", "role=db")
@@ -280,7 +287,8 @@ func TestSitesTree(t *testing.T) {
 			return tr.Healthy(ctx, root) == "" && treeMissionDone(root, "pos-agent", 2, want)
 		})
 		catchUp := time.Since(upAt)
-		t.Logf("catch-up after a %v cut of the region's uplink: %v (cut end → root shows every site healthy, %s online and the mission's new generation done; the region's uplink was back after %v)",
+		t.Logf("catch-up after a %v cut of the region's uplink: %v (cut end → root shows every site healthy, "+
+			"%s online and the mission's new generation done; the region's uplink was back after %v)",
 			treeCut, catchUp.Round(10*time.Millisecond), n4.Path(), reconnected.Round(10*time.Millisecond))
 		checkTreeMarks(t, marks, "pos-agent", map[int][]string{1: want, 2: want})
 	})
@@ -325,7 +333,9 @@ func newTreeSSH(t *testing.T, h *testenv.TreeHub, cert bool) *treeSSH {
 	}
 	generated := treeCLI(t, h, args...)
 	cfg := filepath.Join(dir, "ssh_config")
-	conf := generated + fmt.Sprintf("Host *\n  IdentityFile %s\n%s  IdentitiesOnly yes\n  UserKnownHostsFile %s\n  GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking yes\n  BatchMode yes\n  ConnectTimeout 10\n",
+	conf := generated + fmt.Sprintf("Host *\n  IdentityFile %s\n%s  IdentitiesOnly yes\n"+
+		"  UserKnownHostsFile %s\n  GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking yes\n  BatchMode yes\n"+
+		"  ConnectTimeout 10\n",
 		opKey, certLine, known)
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)

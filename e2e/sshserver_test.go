@@ -96,12 +96,14 @@ func TestEmbeddedServerForwarding(t *testing.T) {
 
 	// ssh -L: a local port on the operator's side reaches the node's loopback.
 	local := freePort(t)
-	startSSH(t, alice.jumpArgs("fwd1", "-N", "-o", "ExitOnForwardFailure=yes", "-L", fmt.Sprintf("127.0.0.1:%d:127.0.0.1:%d", local, echo))...)
+	startSSH(t, alice.jumpArgs("fwd1", "-N", "-o", "ExitOnForwardFailure=yes",
+		"-L", fmt.Sprintf("127.0.0.1:%d:127.0.0.1:%d", local, echo))...)
 	waitFor(t, "ssh -L answers", 30*time.Second, func() bool { return echoVia(local) == "echo:through-tether\n" })
 
 	// ssh -R: a port on the node's loopback reaches the operator's side.
 	remote := freePort(t)
-	startSSH(t, alice.jumpArgs("fwd1", "-N", "-o", "ExitOnForwardFailure=yes", "-R", fmt.Sprintf("%d:127.0.0.1:%d", remote, echo))...)
+	startSSH(t, alice.jumpArgs("fwd1", "-N", "-o", "ExitOnForwardFailure=yes",
+		"-R", fmt.Sprintf("%d:127.0.0.1:%d", remote, echo))...)
 	waitFor(t, "ssh -R answers", 30*time.Second, func() bool { return echoVia(remote) == "echo:through-tether\n" })
 
 	// Off the loopback: refused with the reason.
@@ -110,10 +112,12 @@ func TestEmbeddedServerForwarding(t *testing.T) {
 		t.Fatalf("ssh -W off the loopback: exit %d, %q", code, errOut)
 	}
 	// bob's role refuses forwarding; his shell still works.
-	if out, errOut, code := bob.run(30*time.Second, "fwd1", "echo bob-in"); code != 0 || strings.TrimSpace(out) != "bob-in" {
+	if out, errOut, code := bob.run(30*time.Second, "fwd1", "echo bob-in"); code != 0 ||
+		strings.TrimSpace(out) != "bob-in" {
 		t.Fatalf("bob's shell: exit %d, %q %q", code, out, errOut)
 	}
-	_, errOut, code = runCmdInput(t, 30*time.Second, "x\n", "ssh", bob.jumpArgs("fwd1", "-W", fmt.Sprintf("127.0.0.1:%d", echo))...)
+	_, errOut, code = runCmdInput(t, 30*time.Second, "x\n", "ssh",
+		bob.jumpArgs("fwd1", "-W", fmt.Sprintf("127.0.0.1:%d", echo))...)
 	if code != 255 || !strings.Contains(errOut, "none of your roles") {
 		t.Fatalf("bob forwarding: exit %d, %q", code, errOut)
 	}
@@ -146,8 +150,10 @@ func TestEmbeddedServerLoginRefused(t *testing.T) {
 	h.waitOnline("lr1", "")
 	bob := newSSHClientAs(t, h, "bob", bobKey)
 
-	_, errOut, code := runCmd(t, 30*time.Second, "ssh", "-F", bob.cfg, "-J", "bob@"+h.sshAddr(), "nobody-else@lr1.tether", "true")
-	if code != 255 || !strings.Contains(errOut, `may not log in as "nobody-else"`) || !strings.Contains(errOut, loginUser) {
+	_, errOut, code := runCmd(t, 30*time.Second, "ssh", "-F", bob.cfg, "-J", "bob@"+h.sshAddr(),
+		"nobody-else@lr1.tether", "true")
+	if code != 255 || !strings.Contains(errOut, `may not log in as "nobody-else"`) ||
+		!strings.Contains(errOut, loginUser) {
 		t.Fatalf("login outside the role: exit %d, %q", code, errOut)
 	}
 	// Two rows: the node's report, and the jump that carried the attempt,
@@ -156,7 +162,8 @@ func TestEmbeddedServerLoginRefused(t *testing.T) {
 		var reported, jump bool
 		for _, e := range h.audit("--node", "lr1") {
 			switch {
-			case e.Kind == "login_refused" && e.Operator == "bob" && strings.Contains(e.Detail, "nobody-else") && strings.HasPrefix(e.KeyFP, "SHA256:"):
+			case e.Kind == "login_refused" && e.Operator == "bob" && strings.Contains(e.Detail, "nobody-else") &&
+				strings.HasPrefix(e.KeyFP, "SHA256:"):
 				reported = true
 			case e.Kind == "jump" && e.Operator == "bob":
 				if e.Result != "login_refused" || !strings.Contains(e.Detail, `"nobody-else"`) {

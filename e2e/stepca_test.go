@@ -111,7 +111,8 @@ func TestStepCAMode(t *testing.T) {
 	url, root := startStepCA(t, password)
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	os.WriteFile(pwFile, []byte(password+"\n"), 0o600)
-	h := startHubIn(t, "", 0, "--ca", "step-ca", "--step-ca-url", url, "--step-ca-root", root, "--step-ca-provisioner", "tether",
+	h := startHubIn(t, "", 0, "--ca", "step-ca", "--step-ca-url", url, "--step-ca-root", root,
+		"--step-ca-provisioner", "tether",
 		"--step-ca-password-file", pwFile, "--node-cert-ttl", "15s")
 	h.cli("operator", "add", "alice", "--key", opPub)
 	_, stateDir := startAgent(t, h.token(), "stepnode", "--ssh", "embedded")
@@ -130,7 +131,8 @@ func TestStepCAMode(t *testing.T) {
 		t.Fatalf("identity in step-ca certificate: %+v %v", id, err)
 	}
 	c := newSSHClient(t, h)
-	if out, errOut, code := c.run(30*time.Second, "stepnode", "echo via-step-ca"); code != 0 || strings.TrimSpace(out) != "via-step-ca" {
+	if out, errOut, code := c.run(30*time.Second, "stepnode", "echo via-step-ca"); code != 0 ||
+		strings.TrimSpace(out) != "via-step-ca" {
 		t.Fatalf("jump: %d %q %q", code, out, errOut)
 	}
 	// Renewal goes through the step-ca too (15 s certificates).
@@ -144,7 +146,8 @@ func TestStepCAMode(t *testing.T) {
 	})
 	renewedPEM, _ := os.ReadFile(filepath.Join(stateDir, "node.crt"))
 	renewed, _ := pki.ParseCerts(renewedPEM)
-	if renewed[0].SerialNumber.Cmp(chain[0].SerialNumber) == 0 || !strings.Contains(renewed[0].Issuer.CommonName, "Step Intermediate") {
+	if renewed[0].SerialNumber.Cmp(chain[0].SerialNumber) == 0 ||
+		!strings.Contains(renewed[0].Issuer.CommonName, "Step Intermediate") {
 		t.Fatalf("renewed certificate: serial %v issuer %q", renewed[0].SerialNumber, renewed[0].Issuer.CommonName)
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/tether-dev/tether/edge/upgrade"
 	"github.com/tether-dev/tether/internal/testenv"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 const (
@@ -70,7 +70,8 @@ func startUpNode(t *testing.T, h *hub, name string) *upNode {
 }
 
 func (n *upNode) start(join string) {
-	args := testenv.AgentArgs(join, n.dir, n.name, "--backoff-max", "1s", "--log-level", "debug", "--ssh", "embedded", "--supervise")
+	args := testenv.AgentArgs(join, n.dir, n.name, "--backoff-max", "1s", "--log-level", "debug",
+		"--ssh", "embedded", "--supervise")
 	n.sup = start(n.t, "agent-"+n.name, n.launcher, args...)
 }
 
@@ -91,7 +92,7 @@ func (n *upNode) verb(stdin []byte, env []string, args ...string) (stdout, stder
 	return o.String(), e.String(), code
 }
 
-func (n *upNode) offer(o control.UpgradeOffer) upgrade.State {
+func (n *upNode) offer(o upgradeproto.Offer) upgrade.State {
 	n.t.Helper()
 	b, _ := json.Marshal(o)
 	out, errOut, code := n.verb(b, nil, "offer")
@@ -179,7 +180,7 @@ func (n *upNode) agentUpgrade(name string, binary []byte, timeout int, env ...st
 	n.t.Helper()
 	o := testenv.AgentOffer(n.t, name, newVersion, binary)
 	o.HealthTimeoutSeconds = timeout
-	if s := n.offer(o); s.Step != control.StepDownloading {
+	if s := n.offer(o); s.Step != upgradeproto.StepDownloading {
 		n.t.Fatalf("offer: %s %q", s.Step, s.Reason)
 	}
 	testenv.UploadUpgradeFiles(n.t, n.dir, name, binary)
@@ -204,11 +205,11 @@ func TestUpgradeEdgeAgent(t *testing.T) {
 	n := startUpNode(t, h, "up-1")
 	before := h.connects("up-1")
 	s := n.agentUpgrade("edge-1.1", readFile(t, testenv.EdgeVersion(t, newVersion)), 30)
-	if s.Step != control.StepInstalling {
+	if s.Step != upgradeproto.StepInstalling {
 		t.Fatalf("apply: %s %q", s.Step, s.Reason)
 	}
 	s = n.waitEnd("edge-1.1", 60*time.Second)
-	if s.Step != control.StepSucceeded || s.FromVersion != oldVersion || s.ToVersion != newVersion {
+	if s.Step != upgradeproto.StepSucceeded || s.FromVersion != oldVersion || s.ToVersion != newVersion {
 		t.Fatalf("%s %q (%s -> %s)", s.Step, s.Reason, s.FromVersion, s.ToVersion)
 	}
 	n.waitVersion(newVersion, before)
@@ -217,13 +218,19 @@ func TestUpgradeEdgeAgent(t *testing.T) {
 	}
 	// The same offer again is the record as it is; the version running
 	// now is skipped.
-	if again := n.offer(testenv.AgentOffer(t, "edge-1.1", newVersion, readFile(t, testenv.EdgeVersion(t, newVersion)))); again.Step != control.StepSucceeded {
+	if again := n.offer(
+		testenv.AgentOffer(t, "edge-1.1", newVersion, readFile(t, testenv.EdgeVersion(t, newVersion))),
+	); again.Step != upgradeproto.StepSucceeded {
 		t.Fatalf("offer again: %s", again.Step)
 	}
-	if s := n.offer(testenv.AgentOffer(t, "edge-1.1b", newVersion, []byte("x"))); s.Step != control.StepSkipped || s.Reason != "already at "+newVersion {
+	if s := n.offer(
+		testenv.AgentOffer(t, "edge-1.1b", newVersion, []byte("x")),
+	); s.Step != upgradeproto.StepSkipped || s.Reason != "already at "+newVersion {
 		t.Fatalf("offer of the running version: %s %q", s.Step, s.Reason)
 	}
-	if s := n.offer(testenv.AgentOffer(t, "edge-1.0", oldVersion, []byte("x"))); s.Step != control.StepFailed || !strings.Contains(s.Reason, "downgrade from v1.1.0 to v1.0.0 refused") {
+	if s := n.offer(
+		testenv.AgentOffer(t, "edge-1.0", oldVersion, []byte("x")),
+	); s.Step != upgradeproto.StepFailed || !strings.Contains(s.Reason, "downgrade from v1.1.0 to v1.0.0 refused") {
 		t.Fatalf("downgrade: %s %q", s.Step, s.Reason)
 	}
 }
@@ -237,7 +244,8 @@ func TestUpgradeEdgeAgentNoReconnect(t *testing.T) {
 	began := time.Now()
 	n.agentUpgrade("edge-1.1", []byte("#!/bin/sh\nexec sleep 600\n"), 5)
 	s := n.waitEnd("edge-1.1", 60*time.Second)
-	if s.Step != control.StepRolledBack || s.Reason != "new version v1.1.0 did not reconnect within 5s; back on v1.0.0" {
+	if s.Step != upgradeproto.StepRolledBack ||
+		s.Reason != "new version v1.1.0 did not reconnect within 5s; back on v1.0.0" {
 		t.Fatalf("%s %q", s.Step, s.Reason)
 	}
 	n.waitVersion(oldVersion, before)
@@ -254,7 +262,7 @@ func TestUpgradeEdgeAgentCrashLoop(t *testing.T) {
 	before := h.connects("up-3")
 	n.agentUpgrade("edge-1.1", []byte("#!/bin/sh\necho broken release >&2\nexit 1\n"), 120)
 	s := n.waitEnd("edge-1.1", 60*time.Second)
-	if s.Step != control.StepRolledBack || s.Reason != "new version v1.1.0 crashed 3 times; back on v1.0.0" {
+	if s.Step != upgradeproto.StepRolledBack || s.Reason != "new version v1.1.0 crashed 3 times; back on v1.0.0" {
 		t.Fatalf("%s %q", s.Step, s.Reason)
 	}
 	n.waitVersion(oldVersion, before)
@@ -287,12 +295,17 @@ func TestUpgradeEdgeKilledMidSwitch(t *testing.T) {
 			}
 			n.agentPID(pid)
 			s := n.waitEnd("edge-1.1", 60*time.Second)
-			want := map[string]control.UpgradeStep{"before-switch": control.StepRolledBack, "after-previous": control.StepRolledBack,
-				"after-switch": control.StepRolledBack, "after-health-check": control.StepSucceeded, "after-restart": control.StepSucceeded}[point]
+			want := map[string]upgradeproto.Step{
+				"before-switch": upgradeproto.StepRolledBack, "after-previous": upgradeproto.StepRolledBack,
+				"after-switch": upgradeproto.StepRolledBack, "after-health-check": upgradeproto.StepSucceeded,
+				"after-restart": upgradeproto.StepSucceeded,
+			}[point]
 			if s.Step != want {
 				t.Fatalf("killed at %s: %s %q, want %s", point, s.Step, s.Reason, want)
 			}
-			v := map[control.UpgradeStep]string{control.StepRolledBack: oldVersion, control.StepSucceeded: newVersion}[want]
+			v := map[upgradeproto.Step]string{
+				upgradeproto.StepRolledBack: oldVersion, upgradeproto.StepSucceeded: newVersion,
+			}[want]
 			if c := n.link("current"); c != v {
 				t.Fatalf("current %q, want %s", c, v)
 			}
@@ -325,12 +338,14 @@ func TestUpgradeEdgePowerCutOverdue(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the health deadline to pass", 30*time.Second, func() bool { return time.Now().After(sw.Deadline) })
-	if s := n.status("edge-1.1"); s.Step != control.StepHealthCheck || n.link("current") != newVersion {
-		t.Fatalf("after the power cut: %s %q on %s, want health_check on the new version", s.Step, s.Reason, n.link("current"))
+	if s := n.status("edge-1.1"); s.Step != upgradeproto.StepHealthCheck || n.link("current") != newVersion {
+		t.Fatalf("after the power cut: %s %q on %s, want health_check on the new version", s.Step, s.Reason,
+			n.link("current"))
 	}
 	n.start("")
 	s := n.waitEnd("edge-1.1", 30*time.Second)
-	if s.Step != control.StepRolledBack || s.Reason != "new version v1.1.0 did not reconnect within 3s (the updater was not running); back on v1.0.0" {
+	if s.Step != upgradeproto.StepRolledBack ||
+		s.Reason != "new version v1.1.0 did not reconnect within 3s (the updater was not running); back on v1.0.0" {
 		t.Fatalf("%s %q", s.Step, s.Reason)
 	}
 	n.waitVersion(oldVersion, before)
@@ -346,16 +361,21 @@ func TestUpgradeEdgeTampered(t *testing.T) {
 	n.offer(o)
 	evil := []byte("#!/bin/sh\necho pwned\n")
 	testenv.UploadUpgradeFiles(t, n.dir, "edge-1.1", evil)
-	if err := os.Rename(filepath.Join(control.UpgradeIncomingDir(n.dir, "edge-1.1"), control.DigestHex(control.DigestOf(evil))),
-		filepath.Join(control.UpgradeIncomingDir(n.dir, "edge-1.1"), control.DigestHex(control.DigestOf(good)))); err != nil {
+	if err := os.Rename(
+		filepath.Join(upgradeproto.IncomingDir(n.dir, "edge-1.1"), upgradeproto.DigestHex(upgradeproto.DigestOf(evil))),
+		filepath.Join(upgradeproto.IncomingDir(n.dir, "edge-1.1"), upgradeproto.DigestHex(upgradeproto.DigestOf(good))),
+	); err != nil {
 		t.Fatal(err)
 	}
 	s, _, code := n.apply("edge-1.1")
-	want := "digest mismatch (want " + control.DigestOf(good) + ", got " + control.DigestOf(evil) + ")"
-	if s.Step != control.StepFailed || s.Reason != want || code != 3 {
+	want := "digest mismatch (want " + upgradeproto.DigestOf(good) + ", got " + upgradeproto.DigestOf(evil) + ")"
+	if s.Step != upgradeproto.StepFailed || s.Reason != want || code != 3 {
 		t.Fatalf("%s %q (exit %d), want failed %q", s.Step, s.Reason, code, want)
 	}
-	for _, p := range []string{control.UpgradeIncomingDir(n.dir, "edge-1.1"), filepath.Join(n.dir, "upgrades", "edge-1.1", "stage"), filepath.Join(n.dir, "agent", "versions", newVersion)} {
+	for _, p := range []string{
+		upgradeproto.IncomingDir(n.dir, "edge-1.1"), filepath.Join(n.dir, "upgrades", "edge-1.1", "stage"),
+		filepath.Join(n.dir, "agent", "versions", newVersion),
+	} {
 		if _, err := os.Stat(p); err == nil {
 			t.Errorf("%s left on disk", p)
 		}
@@ -378,11 +398,12 @@ func TestUpgradeEdgeConfirm(t *testing.T) {
 	install := []byte("echo installing >&2\ntouch " + filepath.Join(out, "installed") + "\n")
 	o := testenv.BundleOffer(t, "patch-42", "42", map[string][]byte{"install.sh": install})
 	o.FromVersion, o.RequireConfirmation = "41", true
-	if s := n.offer(o); s.Step != control.StepAwaitingConfirmation {
+	if s := n.offer(o); s.Step != upgradeproto.StepAwaitingConfirmation {
 		t.Fatalf("offer: %s", s.Step)
 	}
 	testenv.UploadUpgradeFiles(t, n.dir, "patch-42", install)
-	if _, errOut, code := n.verb(nil, nil, "apply", "patch-42"); code != 1 || !strings.Contains(errOut, "waits for confirmation") {
+	if _, errOut, code := n.verb(nil, nil, "apply", "patch-42"); code != 1 ||
+		!strings.Contains(errOut, "waits for confirmation") {
 		t.Fatalf("apply unconfirmed: exit %d %s", code, errOut)
 	}
 	// The agent restarts (kill -9, the supervisor starts it again).
@@ -417,7 +438,7 @@ func TestUpgradeEdgeConfirm(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, "only root may confirm") {
 			t.Fatalf("nobody's confirm: exit %d %s", code, errOut)
 		}
-		if s := n.status("patch-42"); s.Step != control.StepAwaitingConfirmation {
+		if s := n.status("patch-42"); s.Step != upgradeproto.StepAwaitingConfirmation {
 			t.Fatalf("after nobody's confirm: %s", s.Step)
 		}
 	}
@@ -427,11 +448,11 @@ func TestUpgradeEdgeConfirm(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "confirmed patch-42 (41 -> 42, "+o.Digest+") as "+who) {
 		t.Fatalf("confirm: exit %d %s %s", code, stdout, errOut)
 	}
-	if s := n.status("patch-42"); s.Step != control.StepDownloading || s.ConfirmedBy != who {
+	if s := n.status("patch-42"); s.Step != upgradeproto.StepDownloading || s.ConfirmedBy != who {
 		t.Fatalf("%s by %q", s.Step, s.ConfirmedBy)
 	}
 	s, errOut, _ := n.apply("patch-42")
-	if s.Step != control.StepSucceeded || !strings.Contains(errOut, "installing") {
+	if s.Step != upgradeproto.StepSucceeded || !strings.Contains(errOut, "installing") {
 		t.Fatalf("apply: %s %q, stderr %s", s.Step, s.Reason, errOut)
 	}
 	// Without a running agent, confirm says so.
@@ -459,7 +480,8 @@ func TestUpgradeEdgeBundleRollback(t *testing.T) {
 		testenv.UploadUpgradeFiles(t, n.dir, "app-2", b)
 	}
 	s, errOut, code := n.apply("app-2")
-	if s.Step != control.StepRolledBack || s.Reason != "health.sh exited with status 9; rollback.sh ran" || code != 3 {
+	if s.Step != upgradeproto.StepRolledBack || s.Reason != "health.sh exited with status 9; rollback.sh ran" ||
+		code != 3 {
 		t.Fatalf("%s %q exit %d\n%s", s.Step, s.Reason, code, errOut)
 	}
 	for _, w := range []string{"install ran", "health failing", "rollback ran"} {

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/internal/testenv"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // otaHub is a hub that trusts the test registry.
@@ -62,19 +62,20 @@ func writeScript(t *testing.T, dir, name, body string) string {
 	return p
 }
 
-func upgradeShow(h *hub, name string) api.UpgradeDetail {
+func upgradeShow(h *hub, name string) apitype.UpgradeDetail {
 	h.t.Helper()
-	var d api.UpgradeDetail
+	var d apitype.UpgradeDetail
 	if err := json.Unmarshal([]byte(h.cli("upgrade", "show", name, "-o", "json")), &d); err != nil {
 		h.t.Fatal(err)
 	}
 	return d
 }
 
-func waitUpgrade(h *hub, name string, within time.Duration, states ...string) api.UpgradeDetail {
+func waitUpgrade(h *hub, name string, within time.Duration, states ...string) apitype.UpgradeDetail {
 	h.t.Helper()
-	return waitForState(h.t, "upgrade "+name+" to be "+strings.Join(states, "|"), within, func() api.UpgradeDetail { return upgradeShow(h, name) },
-		func(d api.UpgradeDetail) bool {
+	return waitForState(h.t, "upgrade "+name+" to be "+strings.Join(states, "|"), within,
+		func() apitype.UpgradeDetail { return upgradeShow(h, name) },
+		func(d apitype.UpgradeDetail) bool {
 			for _, s := range states {
 				if d.State == s {
 					return true
@@ -84,8 +85,8 @@ func waitUpgrade(h *hub, name string, within time.Duration, states ...string) ap
 		})
 }
 
-func nodeSteps(d api.UpgradeDetail) map[string]api.UpgradeNode {
-	m := map[string]api.UpgradeNode{}
+func nodeSteps(d apitype.UpgradeDetail) map[string]apitype.UpgradeNode {
+	m := map[string]apitype.UpgradeNode{}
 	for _, n := range d.Nodes {
 		m[n.Node] = n
 	}
@@ -115,23 +116,25 @@ func TestUpgradeRollout(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "installed")
-	install := writeScript(t, dir, "install.sh", "echo \"installing on $(hostname)\" >&2\necho \"$TETHER_UPGRADE_DIR\" >> "+marker+"\n")
+	install := writeScript(t, dir, "install.sh",
+		"echo \"installing on $(hostname)\" >&2\necho \"$TETHER_UPGRADE_DIR\" >> "+marker+"\n")
 	pushed, err := reg.PushBundle(ctx, reg.Ref("patches/motd:1"), "1", map[string]string{"install.sh": install})
 	if err != nil {
 		t.Fatal(err)
 	}
 	served := reg.BlobBytesServed()
 	began := time.Now()
-	h.cli("upgrade", "create", "motd-1", "--artifact", reg.Ref("patches/motd:1"), "-l", "*", "--batch", "25%", "--max-unavailable", "5")
-	d := waitUpgrade(h, "motd-1", 90*time.Second, api.UpgradeDone, api.UpgradeHalted)
+	h.cli("upgrade", "create", "motd-1", "--artifact", reg.Ref("patches/motd:1"), "-l", "*", "--batch", "25%",
+		"--max-unavailable", "5")
+	d := waitUpgrade(h, "motd-1", 90*time.Second, apitype.UpgradeDone, apitype.UpgradeHalted)
 	t.Logf("20 nodes upgraded in %s", time.Since(began).Round(100*time.Millisecond))
-	if d.State != api.UpgradeDone || d.Digest != pushed.Digest || d.Counts[control.StepSucceeded] != 20 {
+	if d.State != apitype.UpgradeDone || d.Digest != pushed.Digest || d.Counts[apitype.StepSucceeded] != 20 {
 		t.Fatalf("upgrade %s %q, digest %s (pushed %s), counts %v", d.State, d.Reason, d.Digest, pushed.Digest, d.Counts)
 	}
 	batches := map[int]int{}
 	for _, n := range d.Nodes {
 		batches[n.Batch]++
-		if len(n.History) < 3 || n.History[0].Step != control.StepPending || n.JobID == "" {
+		if len(n.History) < 3 || n.History[0].Step != apitype.StepPending || n.JobID == "" {
 			t.Errorf("%s: history %+v job %q", n.Node, n.History, n.JobID)
 		}
 	}
@@ -164,14 +167,16 @@ func TestUpgradeRollout(t *testing.T) {
 	if _, err := reg.PushBundle(ctx, reg.Ref("patches/motd:2"), "2", map[string]string{"install.sh": bad}); err != nil {
 		t.Fatal(err)
 	}
-	h.cli("upgrade", "create", "motd-2", "--artifact", reg.Ref("patches/motd:2"), "-l", "*", "--batch", "5", "--failure-tolerance", "2")
-	d = waitUpgrade(h, "motd-2", 60*time.Second, api.UpgradeHalted, api.UpgradeDone)
-	if d.State != api.UpgradeHalted || !strings.Contains(d.Reason, "more than the failure tolerance") {
+	h.cli("upgrade", "create", "motd-2", "--artifact", reg.Ref("patches/motd:2"), "-l", "*", "--batch", "5",
+		"--failure-tolerance", "2")
+	d = waitUpgrade(h, "motd-2", 60*time.Second, apitype.UpgradeHalted, apitype.UpgradeDone)
+	if d.State != apitype.UpgradeHalted || !strings.Contains(d.Reason, "more than the failure tolerance") {
 		t.Fatalf("bad bundle: %s %q", d.State, d.Reason)
 	}
 	// Drives under way when it halted finish.
-	d = waitForState(t, "every node of motd-2 to end", 60*time.Second, func() api.UpgradeDetail { return upgradeShow(h, "motd-2") },
-		func(d api.UpgradeDetail) bool {
+	d = waitForState(t, "every node of motd-2 to end", 60*time.Second,
+		func() apitype.UpgradeDetail { return upgradeShow(h, "motd-2") },
+		func(d apitype.UpgradeDetail) bool {
 			for _, n := range d.Nodes {
 				if !n.Step.Terminal() {
 					return false
@@ -182,12 +187,12 @@ func TestUpgradeRollout(t *testing.T) {
 	failed := 0
 	for _, n := range d.Nodes {
 		switch n.Step {
-		case control.StepFailed:
+		case apitype.StepFailed:
 			failed++
 			if !strings.Contains(n.Reason, "install.sh exited with status 3") {
 				t.Errorf("%s: reason %q", n.Node, n.Reason)
 			}
-		case control.StepCancelled:
+		case apitype.StepCancelled:
 		default:
 			t.Errorf("%s: %s %q", n.Node, n.Step, n.Reason)
 		}
@@ -256,9 +261,10 @@ func TestUpgradePinnedDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	push("3", "three")
-	h.cli("upgrade", "create", "tampered", "--artifact", reg.Ref("patches/pin:3"), "-l", "*", "--failure-tolerance", "100%")
+	h.cli("upgrade", "create", "tampered", "--artifact", reg.Ref("patches/pin:3"), "-l", "*",
+		"--failure-tolerance", "100%")
 	// The blob of three.sh, as the registry stores it.
-	threeSum := control.DigestOf(readFile(t, filepath.Join(dir, "three.sh")))
+	threeSum := upgradeproto.DigestOf(readFile(t, filepath.Join(dir, "three.sh")))
 	if err := reg.TamperBlob(threeSum); err != nil {
 		t.Fatal(err)
 	}
@@ -266,16 +272,16 @@ func TestUpgradePinnedDigest(t *testing.T) {
 	for _, n := range fleet {
 		n.start(join)
 	}
-	d := waitUpgrade(h, "pinned", 60*time.Second, api.UpgradeDone, api.UpgradeHalted)
-	if d.State != api.UpgradeDone || d.Digest != one || d.Counts[control.StepSucceeded] != 3 {
+	d := waitUpgrade(h, "pinned", 60*time.Second, apitype.UpgradeDone, apitype.UpgradeHalted)
+	if d.State != apitype.UpgradeDone || d.Digest != one || d.Counts[apitype.StepSucceeded] != 3 {
 		t.Fatalf("pinned: %s %q %s counts %v", d.State, d.Reason, d.Digest, d.Counts)
 	}
-	d = waitUpgrade(h, "tampered", 60*time.Second, api.UpgradeHalted, api.UpgradeDone)
-	if d.State != api.UpgradeHalted || !strings.Contains(d.Reason, "digest mismatch") {
+	d = waitUpgrade(h, "tampered", 60*time.Second, apitype.UpgradeHalted, apitype.UpgradeDone)
+	if d.State != apitype.UpgradeHalted || !strings.Contains(d.Reason, "digest mismatch") {
 		t.Fatalf("tampered: %s %q", d.State, d.Reason)
 	}
 	for _, n := range d.Nodes {
-		if n.Step != control.StepFailed || !strings.HasPrefix(n.Reason, "digest mismatch (want "+threeSum) {
+		if n.Step != apitype.StepFailed || !strings.HasPrefix(n.Reason, "digest mismatch (want "+threeSum) {
 			t.Errorf("%s: %s %q", n.Node, n.Step, n.Reason)
 		}
 	}
@@ -298,17 +304,21 @@ func TestUpgradeConfirm(t *testing.T) {
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "ran")
 	p := writeScript(t, dir, "install.sh", "echo ok >> "+marker+"\n")
-	if _, err := reg.PushBundle(context.Background(), reg.Ref("patches/cf:1"), "1", map[string]string{"install.sh": p}); err != nil {
+	if _, err := reg.PushBundle(
+		context.Background(), reg.Ref("patches/cf:1"), "1", map[string]string{"install.sh": p},
+	); err != nil {
 		t.Fatal(err)
 	}
-	h.cli("upgrade", "create", "cf-1", "--artifact", reg.Ref("patches/cf:1"), "--nodes", "cf-00,cf-01", "--require-confirmation")
-	waitForState(t, "both nodes awaiting confirmation", 60*time.Second, func() api.UpgradeDetail { return upgradeShow(h, "cf-1") },
-		func(d api.UpgradeDetail) bool { return d.Counts[control.StepAwaitingConfirmation] == 2 })
+	h.cli("upgrade", "create", "cf-1", "--artifact", reg.Ref("patches/cf:1"), "--nodes", "cf-00,cf-01",
+		"--require-confirmation")
+	waitForState(t, "both nodes awaiting confirmation", 60*time.Second,
+		func() apitype.UpgradeDetail { return upgradeShow(h, "cf-1") },
+		func(d apitype.UpgradeDetail) bool { return d.Counts[apitype.StepAwaitingConfirmation] == 2 })
 	// The agent of cf-01 restarts while it waits.
 	pid := fleet[1].agentPID(0)
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 	fleet[1].agentPID(pid)
-	if d := upgradeShow(h, "cf-1"); d.Counts[control.StepAwaitingConfirmation] != 2 || len(markerLines(t, marker)) != 0 {
+	if d := upgradeShow(h, "cf-1"); d.Counts[apitype.StepAwaitingConfirmation] != 2 || len(markerLines(t, marker)) != 0 {
 		t.Fatalf("after the agent restart: %v, ran %v", d.Counts, markerLines(t, marker))
 	}
 	h.cli("upgrade", "confirm", "cf-1", "--node", "cf-00")
@@ -318,10 +328,11 @@ func TestUpgradeConfirm(t *testing.T) {
 		return o
 	}, func(s string) bool { return strings.Contains(s, "confirmed cf-1") })
 	t.Logf("%s", strings.TrimSpace(out))
-	d := waitUpgrade(h, "cf-1", 60*time.Second, api.UpgradeDone, api.UpgradeHalted)
+	d := waitUpgrade(h, "cf-1", 60*time.Second, apitype.UpgradeDone, apitype.UpgradeHalted)
 	steps := nodeSteps(d)
 	host, _ := os.Hostname()
-	if d.State != api.UpgradeDone || steps["cf-00"].Step != control.StepSucceeded || steps["cf-01"].Step != control.StepSucceeded {
+	if d.State != apitype.UpgradeDone || steps["cf-00"].Step != apitype.StepSucceeded ||
+		steps["cf-01"].Step != apitype.StepSucceeded {
 		t.Fatalf("%s %q: %+v", d.State, d.Reason, steps)
 	}
 	if by := steps["cf-00"].ConfirmedBy; !strings.HasPrefix(by, "admin:") {
@@ -349,40 +360,51 @@ func TestUpgradeAgent(t *testing.T) {
 	h := otaHub(t, reg)
 	fleet := startUpFleet(t, h, "ag", 3)
 	ctx := context.Background()
-	if _, err := reg.PushAgent(ctx, reg.Ref("tether/edge:"+newVersion), newVersion, map[string]string{"linux/amd64": testenv.EdgeVersion(t, newVersion)}); err != nil {
+	if _, err := reg.PushAgent(ctx, reg.Ref("tether/edge:"+newVersion), newVersion, map[string]string{
+		"linux/amd64": testenv.EdgeVersion(t, newVersion),
+	}); err != nil {
 		t.Fatal(err)
 	}
 	before := h.connects("ag-00")
-	h.cli("upgrade", "create", "edge-good", "--artifact", reg.Ref("tether/edge:"+newVersion), "--nodes", "ag-00", "--health-timeout", "30s")
-	d := waitUpgrade(h, "edge-good", 90*time.Second, api.UpgradeDone, api.UpgradeHalted)
-	if n := nodeSteps(d)["ag-00"]; d.State != api.UpgradeDone || n.Step != control.StepSucceeded || n.FromVersion != oldVersion {
+	h.cli("upgrade", "create", "edge-good", "--artifact", reg.Ref("tether/edge:"+newVersion), "--nodes", "ag-00",
+		"--health-timeout", "30s")
+	d := waitUpgrade(h, "edge-good", 90*time.Second, apitype.UpgradeDone, apitype.UpgradeHalted)
+	if n := nodeSteps(d)["ag-00"]; d.State != apitype.UpgradeDone || n.Step != apitype.StepSucceeded ||
+		n.FromVersion != oldVersion {
 		t.Fatalf("good release: %s %q: %+v", d.State, d.Reason, n)
 	}
 	fleet[0].waitVersion(newVersion, before)
 
-	if _, err := reg.PushAgent(ctx, reg.Ref("tether/edge:"+oldVersion), oldVersion, map[string]string{"linux/amd64": testenv.EdgeVersion(t, oldVersion)}); err != nil {
+	if _, err := reg.PushAgent(ctx, reg.Ref("tether/edge:"+oldVersion), oldVersion, map[string]string{
+		"linux/amd64": testenv.EdgeVersion(t, oldVersion),
+	}); err != nil {
 		t.Fatal(err)
 	}
-	_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "upgrade", "create", "edge-back", "--artifact", reg.Ref("tether/edge:"+oldVersion),
-		"--nodes", "ag-00", "--data-dir", h.dataDir)
+	_, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "upgrade", "create", "edge-back",
+		"--artifact", reg.Ref("tether/edge:"+oldVersion), "--nodes", "ag-00", "--data-dir", h.dataDir)
 	if code == 0 || !strings.Contains(errOut, "--allow-downgrade") {
 		t.Fatalf("downgrade without the flag: exit %d %s", code, errOut)
 	}
 
 	broken := writeScript(t, t.TempDir(), "tether-edge", "exec sleep 600\n")
-	if _, err := reg.PushAgent(ctx, reg.Ref("tether/edge:v1.2.0"), "v1.2.0", map[string]string{"linux/amd64": broken}); err != nil {
+	if _, err := reg.PushAgent(
+		ctx, reg.Ref("tether/edge:v1.2.0"), "v1.2.0", map[string]string{"linux/amd64": broken},
+	); err != nil {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	h.cli("upgrade", "create", "edge-bad", "--artifact", reg.Ref("tether/edge:v1.2.0"), "--nodes", "ag-01,ag-02", "--health-timeout", "5s", "--failure-tolerance", "100%")
-	d = waitUpgrade(h, "edge-bad", 90*time.Second, api.UpgradeDone, api.UpgradeHalted)
+	h.cli("upgrade", "create", "edge-bad", "--artifact", reg.Ref("tether/edge:v1.2.0"), "--nodes", "ag-01,ag-02",
+		"--health-timeout", "5s", "--failure-tolerance", "100%")
+	d = waitUpgrade(h, "edge-bad", 90*time.Second, apitype.UpgradeDone, apitype.UpgradeHalted)
 	for _, name := range []string{"ag-01", "ag-02"} {
 		n := nodeSteps(d)[name]
-		if n.Step != control.StepRolledBack || n.Reason != "new version v1.2.0 did not reconnect within 5s; back on "+oldVersion {
+		if n.Step != apitype.StepRolledBack ||
+			n.Reason != "new version v1.2.0 did not reconnect within 5s; back on "+oldVersion {
 			t.Errorf("%s: %s %q", name, n.Step, n.Reason)
 		}
 	}
-	t.Logf("both nodes back on %s %s after the create (health timeout 5s)", oldVersion, time.Since(began).Round(100*time.Millisecond))
+	t.Logf("both nodes back on %s %s after the create (health timeout 5s)", oldVersion,
+		time.Since(began).Round(100*time.Millisecond))
 	for _, n := range fleet[1:] {
 		waitFor(t, n.name+" online on "+oldVersion, 30*time.Second, func() bool {
 			nd := h.nodes()[n.name]
@@ -405,27 +427,31 @@ func TestUpgradeHubKilled(t *testing.T) {
 	startUpFleet(t, h, "hk", 6)
 	dir := t.TempDir()
 	marker, started := filepath.Join(dir, "ran"), filepath.Join(dir, "started")
-	p := writeScript(t, dir, "install.sh", "echo \"$TETHER_UPGRADE_DIR\" >> "+started+"\nsleep 2\necho \"$TETHER_UPGRADE_DIR\" >> "+marker+"\n")
-	if _, err := reg.PushBundle(context.Background(), reg.Ref("patches/hk:1"), "1", map[string]string{"install.sh": p}); err != nil {
+	p := writeScript(t, dir, "install.sh",
+		"echo \"$TETHER_UPGRADE_DIR\" >> "+started+"\nsleep 2\necho \"$TETHER_UPGRADE_DIR\" >> "+marker+"\n")
+	if _, err := reg.PushBundle(
+		context.Background(), reg.Ref("patches/hk:1"), "1", map[string]string{"install.sh": p},
+	); err != nil {
 		t.Fatal(err)
 	}
-	h.cli("upgrade", "create", "hk-1", "--artifact", reg.Ref("patches/hk:1"), "-l", "*", "--batch", "2", "--failure-tolerance", "100%")
+	h.cli("upgrade", "create", "hk-1", "--artifact", reg.Ref("patches/hk:1"), "-l", "*", "--batch", "2",
+		"--failure-tolerance", "100%")
 	// Killed while the second batch installs: the first is done.
 	waitFor(t, "the second batch installing", 60*time.Second, func() bool {
 		return len(markerLines(t, marker)) >= 2 && len(markerLines(t, started)) > len(markerLines(t, marker))
 	})
 	h.p.Kill()
 	h.start()
-	d := waitUpgrade(h, "hk-1", 90*time.Second, api.UpgradeDone, api.UpgradeHalted)
-	if d.State != api.UpgradeDone {
+	d := waitUpgrade(h, "hk-1", 90*time.Second, apitype.UpgradeDone, apitype.UpgradeHalted)
+	if d.State != apitype.UpgradeDone {
 		t.Fatalf("%s %q", d.State, d.Reason)
 	}
 	ok, interrupted := 0, 0
 	for _, n := range d.Nodes {
 		switch {
-		case n.Step == control.StepSucceeded:
+		case n.Step == apitype.StepSucceeded:
 			ok++
-		case n.Step == control.StepFailed && strings.Contains(n.Reason, "interrupted in installing"):
+		case n.Step == apitype.StepFailed && strings.Contains(n.Reason, "interrupted in installing"):
 			interrupted++
 		default:
 			t.Errorf("%s: %s %q", n.Node, n.Step, n.Reason)

@@ -89,7 +89,9 @@ func TestWithdrawnAccessEndsJumps(t *testing.T) {
 			cl.trust("w1.tether", sd.HostKey.Pub())
 
 			// The loop would run for a minute.
-			s := start(t, "ssh-loop-"+op, "ssh", append(cl.jumpArgs("w1", "-T"), "echo started; i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo finished")...)
+			s := start(t, "ssh-loop-"+op, "ssh",
+				append(cl.jumpArgs("w1", "-T"),
+					"echo started; i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo finished")...)
 			waitFor(t, op+"'s loop to start", 30*time.Second, func() bool { return strings.Contains(s.Log(), "started") })
 
 			at := time.Now()
@@ -109,14 +111,17 @@ func TestWithdrawnAccessEndsJumps(t *testing.T) {
 					ended = &e
 				}
 			}
-			if ended == nil || !strings.Contains(ended.Detail, c.reason) || ended.Node != "w1" || ended.KeyFP != gossh.FingerprintSHA256(ks[0].Pub()) {
-				t.Fatalf("audit of %s: want a jump ended by access withdrawal (%q), got %+v", op, c.reason, h.audit("--operator", op))
+			if ended == nil || !strings.Contains(ended.Detail, c.reason) || ended.Node != "w1" ||
+				ended.KeyFP != gossh.FingerprintSHA256(ks[0].Pub()) {
+				t.Fatalf("audit of %s: want a jump ended by access withdrawal (%q), got %+v", op, c.reason,
+					h.audit("--operator", op))
 			}
 			if c.name == "key revoked" {
 				// The operator's other key still jumps.
 				other := newSSHClientAs(t, h, op, ks[1].Path)
 				other.trust("w1.tether", sd.HostKey.Pub())
-				if out, errOut, code := other.run(30*time.Second, "w1", "echo other-key"); code != 0 || strings.TrimSpace(out) != "other-key" {
+				if out, errOut, code := other.run(30*time.Second, "w1", "echo other-key"); code != 0 ||
+					strings.TrimSpace(out) != "other-key" {
 					t.Fatalf("jump with the operator's remaining key: exit %d %q %q", code, out, errOut)
 				}
 				if _, errOut, code := cl.run(30*time.Second, "w1", "true"); code == 0 {
@@ -166,7 +171,8 @@ func TestOperatorKeysSurviveKill(t *testing.T) {
 		t.Fatalf("after kill -9: %+v, want keys %v and roles [all lab]", ops, want)
 	}
 	login := func(k *testenv.Key) int {
-		_, _, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir, "--user", "bob", "--key", k.Path, "--out-dir", t.TempDir())
+		_, _, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether"), "login", "--data-dir", h.dataDir,
+			"--user", "bob", "--key", k.Path, "--out-dir", t.TempDir())
 		return code
 	}
 	if login(keys[1]) != 0 || login(keys[2]) != 0 {

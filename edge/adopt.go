@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/tunnel/uplink"
 )
 
 // KeyPath is where the node key of state dir dir is kept.
@@ -57,8 +58,9 @@ func PendingKey(dir string) (key crypto.Signer, reused bool, err error) {
 // not by a join string) in dir, with Join's layout. The certificate must be
 // for key and chain to the node CA (nodeCAPEM, or ca when empty) exactly as
 // Join requires; ca is the hub CA the caller verified by its fingerprint.
-func AdoptIdentity(dir string, cfg NodeConfig, key crypto.Signer, certPEM, nodeCAPEM []byte, ca *x509.Certificate) (*Identity, error) {
-	certs, nodeCA, err := verifyIssued(certPEM, nodeCAPEM, ca, key)
+func AdoptIdentity(
+	dir string, cfg NodeConfig, key crypto.Signer, certPEM, nodeCAPEM []byte, ca *x509.Certificate) (*Identity, error) {
+	certs, nodeCA, err := uplink.VerifyIssued(certPEM, nodeCAPEM, ca, key)
 	if err != nil {
 		return nil, err
 	}
@@ -69,34 +71,4 @@ func AdoptIdentity(dir string, cfg NodeConfig, key crypto.Signer, certPEM, nodeC
 		return nil, fmt.Errorf("save identity: %w", err)
 	}
 	return LoadIdentity(dir)
-}
-
-// verifyIssued checks a certificate chain the hub issued: it is for key and
-// verifies, for client auth, against the node CA (nodeCAPEM, else ca).
-func verifyIssued(certPEM, nodeCAPEM []byte, ca *x509.Certificate, key crypto.Signer) ([]*x509.Certificate, *x509.Certificate, error) {
-	certs, err := pki.ParseCerts(certPEM)
-	if err != nil {
-		return nil, nil, fmt.Errorf("hub sent a bad certificate: %w", err)
-	}
-	// Node certificates chain to the hub's CA, or to the external CA the
-	// hub delegates to (told over the pinned, authenticated channel).
-	nodeCA := ca
-	if len(nodeCAPEM) > 0 {
-		ncs, err := pki.ParseCerts(nodeCAPEM)
-		if err != nil {
-			return nil, nil, fmt.Errorf("hub sent a bad node CA: %w", err)
-		}
-		nodeCA = ncs[0]
-	}
-	inter := x509.NewCertPool()
-	for _, c := range certs[1:] {
-		inter.AddCert(c)
-	}
-	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: poolOf(nodeCA), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-		return nil, nil, fmt.Errorf("issued certificate does not verify against the node CA: %w", err)
-	}
-	if !samePublicKey(certs[0].PublicKey, key.Public()) {
-		return nil, nil, errors.New("issued certificate is not for this node's key")
-	}
-	return certs, nodeCA, nil
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/tether-dev/tether/edge/upgrade"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/uplink"
 )
 
 // SSHEmbedded selects the embedded SSH server as the target of ssh streams.
@@ -77,7 +77,7 @@ type Config struct {
 	// pushes of an access change this way.
 	OnControl func(*control.Message)
 	// Upgrade, if set, is the node-side updater on StateDir: the agent
-	// announces it (control.CapUpgrade), marks its own upgrade healthy when
+	// announces it (upgradeproto.CapUpgrade), marks its own upgrade healthy when
 	// the hub welcomes it, serves the confirm socket and reports the
 	// node's upgrade records.
 	Upgrade *upgrade.Node
@@ -90,7 +90,9 @@ func (c *Config) CheckAndSetDefaults() error {
 	}
 	if c.SSHTarget == SSHEmbedded && c.SSHHostKey == "" {
 		if c.StateDir == "" {
-			return errors.New("edge: the embedded SSH server needs a host key file (SSHHostKey) when there is no state dir")
+			return errors.New(
+				"edge: the embedded SSH server needs a host key file (SSHHostKey) when there is no state dir",
+			)
 		}
 		c.SSHHostKey = filepath.Join(c.StateDir, hostKeyFile)
 	}
@@ -177,10 +179,16 @@ func Refused(err error) bool {
 func (a *Agent) rejoinAdvice() string {
 	here := "join again here"
 	if a.cfg.StateDir != "" {
-		here = fmt.Sprintf("here, delete %s and start `tether-edge run --join JOIN_STRING` (or `tether-edge join JOIN_STRING`)", absStateDir(a.cfg.StateDir))
+		here = fmt.Sprintf(
+			"here, delete %s and start `tether-edge run --join JOIN_STRING` (or `tether-edge join JOIN_STRING`)",
+			absStateDir(a.cfg.StateDir))
 	}
-	return fmt.Sprintf("to bring this node back: on the hub, `tether nodes rm %s` (if it is still listed) and `tether token create` for a new join string; %s",
-		a.id.Config.Name, here)
+	return fmt.Sprintf(
+		"to bring this node back: on the hub, `tether nodes rm %s` (if it is still listed) "+
+			"and `tether token create` for a new join string; %s",
+		a.id.Config.Name,
+		here,
+	)
 }
 
 // New loads the identity from the state dir and prepares services.
@@ -214,8 +222,15 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	a.state = StateConnecting
-	a.status = Status{Name: id.Config.Name, NodeID: id.Config.NodeID, State: a.state.statusName(), Since: time.Now().UTC(),
-		CertExpires: id.Cert.Leaf.NotAfter, PID: os.Getpid(), Version: Version}
+	a.status = Status{
+		Name:        id.Config.Name,
+		NodeID:      id.Config.NodeID,
+		State:       a.state.statusName(),
+		Since:       time.Now().UTC(),
+		CertExpires: id.Cert.Leaf.NotAfter,
+		PID:         os.Getpid(),
+		Version:     Version,
+	}
 	return a, nil
 }
 
@@ -241,63 +256,32 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer cancel()
 	}
 	defer a.drains.Wait()
-	attempt := 0
-	for {
-		if err := a.checkExpiry(); err != nil {
-			err = fmt.Errorf("%w; %s", err, a.rejoinAdvice())
-			a.setState(StateRejoinNeeded, transition{err: err})
-			return err
-		}
-		connected, err := a.runOnce(ctx)
-		if ctx.Err() != nil {
-			a.setState(StateStopped, transition{})
+	r := uplink.Retry{
+		BackoffMin: a.cfg.BackoffMin, BackoffMax: a.cfg.BackoffMax, RetryAfter: true,
+		Before: func() error {
+			if err := a.checkExpiry(); err != nil {
+				err = fmt.Errorf("%w; %s", err, a.rejoinAdvice())
+				a.setState(StateRejoinNeeded, transition{err: err})
+				return err
+			}
 			return nil
-		}
-		if errors.Is(err, ErrRefused) {
-			err = fmt.Errorf("%w; %s", err, a.rejoinAdvice())
-			a.setState(StateRefused, transition{err: err})
-			return err
-		}
-		if connected {
-			attempt = 0
-		}
-		wait := backoff(attempt, a.cfg.BackoffMin, a.cfg.BackoffMax)
-		if hint, ok := tunnel.RetryAfter(err); ok && hint > 0 {
-			// The hub was at its handshake limit and said when it can
-			// take us: its queue, not our guess.
-			wait = hinted(hint, a.cfg.BackoffMax)
-		}
-		attempt++
-		a.log.Warn("hub connection lost; retrying", "err", err, "in", wait.Round(time.Millisecond))
-		a.setState(StateBackoff, transition{err: err})
-		select {
-		case <-ctx.Done():
-			a.setState(StateStopped, transition{})
+		},
+		Stop: func(err error) error {
+			if errors.Is(err, ErrRefused) {
+				err = fmt.Errorf("%w; %s", err, a.rejoinAdvice())
+				a.setState(StateRefused, transition{err: err})
+				return err
+			}
 			return nil
-		case <-time.After(wait):
-		}
+		},
+		Waiting: func(err error, wait time.Duration) {
+			a.log.Warn("hub connection lost; retrying", "err", err, "in", wait.Round(time.Millisecond))
+			a.setState(StateBackoff, transition{err: err})
+		},
 	}
-}
-
-// hinted is the wait for a hub's retry-after hint: the hint ±20 %, so
-// agents handed the same second do not return in the same instant, and
-// never past the backoff cap (the hint is not authenticated: it comes
-// before the TLS handshake).
-func hinted(hint, cap time.Duration) time.Duration {
-	hint = min(hint, cap)
-	j := time.Duration(rand.Int64N(int64(hint)*2/5+1)) - hint/5
-	return min(hint+j, cap)
-}
-
-// backoff is "full jitter": uniform in [0, min(cap, base*2^attempt)], with
-// the base as a floor so a flapping hub is not hammered.
-func backoff(attempt int, base, max time.Duration) time.Duration {
-	d := base
-	for i := 0; i < attempt && d < max; i++ {
-		d *= 2
+	if err := r.Run(ctx, a.runOnce); err != nil {
+		return err
 	}
-	if d > max {
-		d = max
-	}
-	return base/2 + time.Duration(rand.Int64N(int64(d)))
+	a.setState(StateStopped, transition{})
+	return nil
 }

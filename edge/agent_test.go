@@ -54,28 +54,3 @@ func TestRunExpiredSaysHowToComeBack(t *testing.T) {
 		t.Errorf("status %+v", st)
 	}
 }
-
-// TestHinted: a hub's retry-after hint is honoured within ±20 % (spread, so
-// agents handed the same second do not come back together) and never past
-// the backoff cap, which bounds a forged hint.
-func TestHinted(t *testing.T) {
-	for _, tc := range []struct {
-		hint, cap, lo, hi time.Duration
-	}{
-		{10 * time.Second, 30 * time.Second, 8 * time.Second, 12 * time.Second},
-		{time.Second, 30 * time.Second, 800 * time.Millisecond, 1200 * time.Millisecond},
-		{255 * time.Second, 30 * time.Second, 24 * time.Second, 30 * time.Second},
-	} {
-		seen := map[time.Duration]bool{}
-		for range 200 {
-			w := hinted(tc.hint, tc.cap)
-			if w < tc.lo || w > tc.hi {
-				t.Fatalf("hinted(%v, cap %v) = %v, want %v..%v", tc.hint, tc.cap, w, tc.lo, tc.hi)
-			}
-			seen[w] = true
-		}
-		if len(seen) < 2 {
-			t.Errorf("hinted(%v) is not jittered", tc.hint)
-		}
-	}
-}

@@ -62,7 +62,8 @@ func TestSetStateStatus(t *testing.T) {
 		}
 		st := seen[n]
 		if st.State != step.published || st.LastError != step.lastError || st.Transport != step.transport {
-			t.Errorf("step %d: status %+v, want state %q, last error %q, transport %q", i, st, step.published, step.lastError, step.transport)
+			t.Errorf("step %d: status %+v, want state %q, last error %q, transport %q", i, st, step.published,
+				step.lastError, step.transport)
 		}
 		file, err := ReadStatus(dir)
 		if err != nil || file.State != st.State || !file.Since.Equal(st.Since) {

@@ -31,7 +31,9 @@ func fuzzStateDir(f *testing.F) string {
 	}
 	cert, _ := x509.ParseCertificate(der)
 	keyPEM, _ := pki.EncodeKey(key)
-	for name, data := range map[string][]byte{keyFile: keyPEM, certFile: pki.EncodeCerts(cert), caFile: pki.EncodeCerts(cert)} {
+	for name, data := range map[string][]byte{
+		keyFile: keyPEM, certFile: pki.EncodeCerts(cert), caFile: pki.EncodeCerts(cert),
+	} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 			f.Fatal(err)
 		}
@@ -43,7 +45,8 @@ func fuzzStateDir(f *testing.F) string {
 // identity returns an error or a complete identity, never panics.
 func FuzzLoadIdentity(f *testing.F) {
 	dir := fuzzStateDir(f)
-	good, _ := json.Marshal(NodeConfig{NodeID: "0123456789abcdef", Name: "n1", Hubs: []string{"hub:7443"}, JoinedAt: time.Unix(0, 0)})
+	good, _ := json.Marshal(NodeConfig{NodeID: "0123456789abcdef", Name: "n1", Hubs: []string{"hub:7443"},
+		JoinedAt: time.Unix(0, 0)})
 	ca, _ := os.ReadFile(filepath.Join(dir, caFile))
 	f.Add(good, ca)
 	f.Add(good, []byte{})
@@ -63,7 +66,8 @@ func FuzzLoadIdentity(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if id.Config.NodeID == "" || id.Config.Name == "" || len(id.Config.Hubs) == 0 || id.CA == nil || id.NodeCA == nil || id.key == nil {
+		if id.Config.NodeID == "" || id.Config.Name == "" || len(id.Config.Hubs) == 0 || id.CA == nil ||
+			id.NodeCA == nil || id.Key() == nil {
 			t.Fatalf("incomplete identity loaded from %q: %+v", nodeJSON, id.Config)
 		}
 	})
@@ -73,7 +77,8 @@ func FuzzLoadIdentity(f *testing.F) {
 // error, and a status that reads writes back and reads the same.
 func FuzzReadStatus(f *testing.F) {
 	dir := f.TempDir()
-	good, _ := json.Marshal(Status{Name: "n1", NodeID: "id", State: "connected", Hub: "hub:7443", Transport: "quic", PID: 42})
+	good, _ := json.Marshal(Status{Name: "n1", NodeID: "id", State: "connected", Hub: "hub:7443",
+		Transport: "quic", PID: 42})
 	f.Add(good)
 	f.Add([]byte(`{"state":"refused","last_error":"this node was removed","since":"2026-01-02T03:04:05Z"}`))
 	f.Add([]byte(`{"since":"not a time"}`))

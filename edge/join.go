@@ -1,23 +1,11 @@
 package edge
 
 import (
-	"bytes"
 	"context"
-	"crypto"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
-	"net/http"
-	"slices"
-	"strconv"
 	"time"
 
-	"github.com/tether-dev/tether/pki"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/uplink"
 )
 
 // Version is the agent version, set at build time.
@@ -25,7 +13,7 @@ var Version = "dev"
 
 // ErrJoinRefused is returned when the hub refused the join (bad, used-up or
 // expired token; name taken). Retrying will not help.
-var ErrJoinRefused = errors.New("join refused by hub")
+var ErrJoinRefused = uplink.ErrJoinRefused
 
 // JoinOptions are the inputs of Join.
 type JoinOptions struct {
@@ -43,13 +31,14 @@ type JoinOptions struct {
 // is trusted only if it proves the CA pinned in the join string.
 func Join(ctx context.Context, o JoinOptions) (*Identity, error) {
 	if _, err := LoadIdentity(o.StateDir); err == nil {
-		return nil, fmt.Errorf("%s already holds a node identity; use another --state-dir or delete it to re-join", o.StateDir)
+		return nil, fmt.Errorf(
+			"%s already holds a node identity; use another --state-dir or delete it to re-join", o.StateDir)
 	}
 	id, err := Enroll(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	if err := saveIdentity(o.StateDir, id.Config, id.key, id.chain, id.CA, id.NodeCA); err != nil {
+	if err := saveIdentity(o.StateDir, id.Config, id.Key(), id.Chain(), id.CA, id.NodeCA); err != nil {
 		return nil, fmt.Errorf("join: save identity: %w", err)
 	}
 	return LoadIdentity(o.StateDir)
@@ -60,191 +49,9 @@ func Join(ctx context.Context, o JoinOptions) (*Identity, error) {
 // thousands of nodes through the real join endpoint this way and keeps their
 // identities in one file (see ParseIdentity and Identity.KeyPEM).
 func Enroll(ctx context.Context, o JoinOptions) (*Identity, error) {
-	js, err := pki.ParseJoinString(o.JoinString)
-	if err != nil {
-		return nil, err
-	}
 	if o.Name == "" {
 		o.Name = DefaultName()
 	}
-	if err := pki.ValidateName(o.Name); err != nil {
-		return nil, fmt.Errorf("node %w", err)
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 30 * time.Second
-	}
-	key, err := pki.GenerateKey()
-	if err != nil {
-		return nil, err
-	}
-	csr, err := pki.NewCSR(key, o.Name)
-	if err != nil {
-		return nil, err
-	}
-	body, _ := json.Marshal(control.JoinRequest{Token: js.Token, Name: o.Name, CSR: csr, Facts: GatherFacts(), AgentVersion: Version, Kind: o.Kind})
-
-	// A busy hub (429 or 503 with Retry-After, e.g. a whole site behind one
-	// address joining at once) is asked again after the time it names, with
-	// jitter, a few times; anything else fails at once.
-	var (
-		resp *control.JoinResponse
-		ca   *x509.Certificate
-	)
-	for round := 1; ; round++ {
-		var errs []error
-		var wait time.Duration
-		resp, ca, errs, wait = tryJoin(ctx, js, body, o.Timeout)
-		if resp != nil {
-			break
-		}
-		if wait == 0 || round == joinBusyRounds {
-			if len(errs) == 1 && errors.Is(errs[0], ErrJoinRefused) {
-				return nil, errs[0]
-			}
-			if allPinMismatch(errs) { // reached, but not the hub the join string names
-				return nil, fmt.Errorf("join: %w", errors.Join(errs...))
-			}
-			return nil, fmt.Errorf("join: no hub reachable: %w", errors.Join(errs...))
-		}
-		wait += rand.N(wait/2 + time.Second)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("join: %w (hub busy: %w)", ctx.Err(), errors.Join(errs...))
-		case <-time.After(wait):
-		}
-	}
-	certs, nodeCA, err := verifyIssued([]byte(resp.Cert), []byte(resp.NodeCA), ca, key)
-	if err != nil {
-		return nil, fmt.Errorf("join: %w", err)
-	}
-	hubs := resp.Hubs
-	if len(hubs) == 0 {
-		hubs = js.Addrs
-	}
-	cfg := NodeConfig{NodeID: resp.NodeID, Name: resp.Name, Hubs: hubs, JoinedAt: time.Now().UTC()}
-	chain := make([][]byte, len(certs))
-	for i, c := range certs {
-		chain[i] = c.Raw
-	}
-	return &Identity{Config: cfg, Cert: tls.Certificate{Certificate: chain, PrivateKey: key, Leaf: certs[0]},
-		CA: ca, NodeCA: nodeCA, key: key, chain: certs}, nil
-}
-
-// joinBusyRounds bounds how often a busy hub is asked again.
-const joinBusyRounds = 8
-
-// tryJoin posts the join request to each hub address in turn. It returns
-// the first answer, or the errors and, if every hub was only busy, how long
-// the soonest one asked to wait. A refusal (bad token, name taken) ends the
-// attempt at once, as the only error.
-func tryJoin(ctx context.Context, js pki.JoinString, body []byte, timeout time.Duration) (*control.JoinResponse, *x509.Certificate, []error, time.Duration) {
-	var errs []error
-	var wait time.Duration
-	for _, addr := range js.Addrs {
-		resp, ca, err := postJoin(ctx, addr, js.CAPin, body, timeout)
-		if err == nil {
-			return resp, ca, nil, 0
-		}
-		if errors.Is(err, ErrJoinRefused) {
-			return nil, nil, []error{err}, 0
-		}
-		var busy *hubBusyError
-		if errors.As(err, &busy) {
-			if wait == 0 || busy.after < wait {
-				wait = busy.after
-			}
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
-	}
-	if len(errs) != len(js.Addrs) || !allBusy(errs) {
-		wait = 0
-	}
-	return nil, nil, errs, wait
-}
-
-func allPinMismatch(errs []error) bool {
-	return len(errs) > 0 && !slices.ContainsFunc(errs, func(err error) bool { return !errors.Is(err, pki.ErrPinMismatch) })
-}
-
-func allBusy(errs []error) bool {
-	for _, err := range errs {
-		var busy *hubBusyError
-		if !errors.As(err, &busy) {
-			return false
-		}
-	}
-	return true
-}
-
-// hubBusyError is a 429 or 503 answer: try again after the given time.
-type hubBusyError struct {
-	after time.Duration
-	msg   string
-}
-
-func (e *hubBusyError) Error() string { return e.msg }
-
-func poolOf(c *x509.Certificate) *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AddCert(c)
-	return p
-}
-
-func samePublicKey(a, b crypto.PublicKey) bool {
-	type equaler interface{ Equal(x crypto.PublicKey) bool }
-	ea, ok := a.(equaler)
-	return ok && ea.Equal(b)
-}
-
-func postJoin(ctx context.Context, addr, pin string, body []byte, timeout time.Duration) (*control.JoinResponse, *x509.Certificate, error) {
-	var ca *x509.Certificate
-	tc, err := pki.PinnedTLSConfig(pin, func(c *x509.Certificate) { ca = c })
-	if err != nil {
-		return nil, nil, err
-	}
-	tc.NextProtos = []string{"http/1.1"}
-	client := &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: tc, TLSHandshakeTimeout: 10 * time.Second}}
-	defer client.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+control.JoinPath, bytes.NewReader(body))
-	if err != nil {
-		return nil, nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if errors.Is(err, pki.ErrPinMismatch) {
-		return nil, nil, pki.ErrPinMismatch // without the URL: the address is named by the caller
-	} else if err != nil {
-		return nil, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e control.ErrorResponse
-		_ = json.Unmarshal(b, &e)
-		if e.Error == "" {
-			e.Error = resp.Status
-		}
-		if resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusBadRequest {
-			return nil, nil, fmt.Errorf("%w: %s", ErrJoinRefused, e.Error)
-		}
-		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-			after := time.Second
-			if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
-				after = min(time.Duration(secs)*time.Second, time.Minute)
-			}
-			return nil, nil, &hubBusyError{after: after, msg: e.Error}
-		}
-		return nil, nil, errors.New(e.Error)
-	}
-	var jr control.JoinResponse
-	if err := json.Unmarshal(b, &jr); err != nil {
-		return nil, nil, fmt.Errorf("decode join response: %w", err)
-	}
-	if ca == nil {
-		return nil, nil, pki.ErrPinMismatch
-	}
-	return &jr, ca, nil
+	return uplink.Enroll(ctx, uplink.EnrollOptions{JoinString: o.JoinString, Name: o.Name, Timeout: o.Timeout,
+		Kind: o.Kind, AgentVersion: Version})
 }

@@ -17,7 +17,8 @@ func TestReadLabels(t *testing.T) {
 		want       map[string]string
 		wantErr    string
 	}{
-		{"pairs, comments, blanks", "# set by cloud-init\nenv=dev\n\n rack = r7 \nempty=\n", map[string]string{"env": "dev", "rack": "r7", "empty": ""}, ""},
+		{"pairs, comments, blanks", "# set by cloud-init\nenv=dev\n\n rack = r7 \nempty=\n",
+			map[string]string{"env": "dev", "rack": "r7", "empty": ""}, ""},
 		{"no equals", "env\n", nil, "line 1"},
 		{"twice", "a=1\na=2\n", nil, "given twice"},
 		{"bad key", "Env=dev\n", nil, "label key"},

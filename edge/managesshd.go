@@ -74,11 +74,15 @@ func principalsCommandUser() string {
 // that allow every login on this node ("*", as the built-in role "all"):
 // sshd accepts them for every account it lets log in, so such a role
 // reaches the same accounts as on the embedded server.
-func (m *SSHDManager) apply(cert *gossh.Certificate, userCAs, revoked []gossh.PublicKey, principals map[string][]string, anyLogin []string, scoped []sshdconf.ScopedCA, log *slog.Logger) error {
+func (m *SSHDManager) apply(cert *gossh.Certificate, userCAs, revoked []gossh.PublicKey,
+	principals map[string][]string, anyLogin []string, scoped []sshdconf.ScopedCA, log *slog.Logger) error {
 	if len(userCAs) == 0 {
 		return errors.New("hub sent no user CA")
 	}
-	changed, err := sshdconf.Apply(m.Paths, sshdconf.Files{HostCert: cert, UserCAs: userCAs, RevokedKeys: revoked, Principals: nonNil(principals), AnyLogin: anyLogin, ScopedCAs: scoped})
+	changed, err := sshdconf.Apply(m.Paths, sshdconf.Files{
+		HostCert: cert, UserCAs: userCAs, RevokedKeys: revoked, Principals: nonNil(principals),
+		AnyLogin: anyLogin, ScopedCAs: scoped,
+	})
 	if errors.Is(err, sshdconf.ErrSkipped) {
 		// Everything else, revocations above all, was written: reload.
 		log.Error("some logins accept no certificate on this node", "err", err)
@@ -96,8 +100,8 @@ func (m *SSHDManager) apply(cert *gossh.Certificate, userCAs, revoked []gossh.Pu
 	if err := m.Reload(ctx); err != nil {
 		return fmt.Errorf("reload sshd: %w", err)
 	}
-	log.Info("local sshd configured from hub", "host_cert", cert != nil, "user_cas", len(userCAs), "revoked_keys", len(revoked),
-		"logins", len(principals), "any_login_principals", len(anyLogin))
+	log.Info("local sshd configured from hub", "host_cert", cert != nil, "user_cas", len(userCAs),
+		"revoked_keys", len(revoked), "logins", len(principals), "any_login_principals", len(anyLogin))
 	return nil
 }
 

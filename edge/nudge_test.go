@@ -40,8 +40,11 @@ func TestNudger(t *testing.T) {
 		{"keepalives answered", answered(0, end), -1, 3},
 		{"silent from the start", nil, 0, 0},
 		{"silent after 5 keepalives", answered(0, 5*(pingAfter+rtt)+1), 5 * (pingAfter + rtt), 3},
-		{"traffic in a skipped stretch, then silence", append(answered(0, 2*(pingAfter+rtt)+1), 2*(pingAfter+rtt)+7*s), 2*(pingAfter+rtt) + 7*s, 3},
-		{"traffic just before the answer, then silence", append(answered(0, pingAfter+rtt+1), pingAfter+rtt+19*s+500*time.Millisecond), pingAfter + rtt + 19*s + 500*time.Millisecond, 4},
+		{"traffic in a skipped stretch, then silence",
+			append(answered(0, 2*(pingAfter+rtt)+1), 2*(pingAfter+rtt)+7*s), 2*(pingAfter+rtt) + 7*s, 3},
+		{"traffic just before the answer, then silence",
+			append(answered(0, pingAfter+rtt+1), pingAfter+rtt+19*s+500*time.Millisecond),
+			pingAfter + rtt + 19*s + 500*time.Millisecond, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t0 := time.Unix(1_000_000, 0)
@@ -90,7 +93,8 @@ func TestNudger(t *testing.T) {
 				t.Fatalf("no heartbeat to a hub silent from %v", tc.silentAt)
 			}
 			if first := beats[0]; first > tc.silentAt+quietAfter+2*every || first < tc.silentAt+quietAfter-pingAfter {
-				t.Errorf("first heartbeat at %v, hub silent from %v: want by %v", first, tc.silentAt, tc.silentAt+quietAfter+2*every)
+				t.Errorf("first heartbeat at %v, hub silent from %v: want by %v", first, tc.silentAt,
+					tc.silentAt+quietAfter+2*every)
 			}
 			for i := 1; i < len(beats); i++ {
 				if gap := beats[i] - beats[i-1]; gap < beat || gap > beat+every {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/uplink"
 )
 
 // The move from a TCP fallback to QUIC. An agent on TransportAuto that
@@ -45,7 +46,7 @@ func (s *session) reprobe(ctx context.Context, out chan<- *moved) {
 		case <-t.C:
 		}
 		every = min(2*every, a.cfg.ReprobeMax)
-		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+		dctx, cancel := context.WithTimeout(ctx, uplink.DialTimeout)
 		tun, err := a.dialer(tunnel.TransportQUIC).Dial(dctx, s.hub)
 		cancel()
 		if err != nil {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/tunnel"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // connectTimeout bounds opening a service connect stream and waiting for
@@ -19,7 +19,7 @@ import (
 const connectTimeout = 30 * time.Second
 
 // serviceBinder runs the local listeners of the service tunnels this node
-// consumes (control.TypeServiceBindings): one per binding, on a loopback
+// consumes (siteproto.TypeServiceBindings): one per binding, on a loopback
 // address only. Each connection it accepts becomes a tunnel.ServiceConnect
 // stream to the hub, which carries it to the service's target. It lives as
 // long as one hub session: the hub pushes the bindings again on the next.
@@ -41,7 +41,9 @@ type serviceListener struct {
 
 // newServiceBinder returns a binder whose streams open is opens on the
 // session; everything it starts ends when ctx does (Wait waits for it).
-func newServiceBinder(ctx context.Context, open func(ctx context.Context) (tunnel.Stream, error), log *slog.Logger) *serviceBinder {
+func newServiceBinder(
+	ctx context.Context, open func(ctx context.Context) (tunnel.Stream, error), log *slog.Logger,
+) *serviceBinder {
 	b := &serviceBinder{ctx: ctx, open: open, log: log, listeners: map[string]*serviceListener{}}
 	context.AfterFunc(ctx, func() { b.apply(nil) })
 	return b
@@ -66,7 +68,7 @@ func (b *serviceBinder) Listening() map[string]string {
 // listed (or listed on another address) and opens the new ones. A binding
 // whose address cannot be listened on is logged and skipped; the others
 // still apply. Connections already carried are not touched.
-func (b *serviceBinder) apply(bindings []control.ServiceBinding) {
+func (b *serviceBinder) apply(bindings []siteproto.ServiceBinding) {
 	want := map[string]string{}
 	if b.ctx.Err() == nil {
 		for _, sb := range bindings {
@@ -171,7 +173,7 @@ func (b *serviceBinder) connect(ctx context.Context, name string) (tunnel.Stream
 	if err := tunnel.WriteHeader(st, tunnel.Header{Service: tunnel.ServiceConnect}); err != nil {
 		return fail(err)
 	}
-	if err := control.WriteServiceConnect(st, &control.ServiceConnectRequest{Name: name}); err != nil {
+	if err := siteproto.WriteServiceConnect(st, &siteproto.ServiceConnectRequest{Name: name}); err != nil {
 		return fail(err)
 	}
 	rep, err := tunnel.ReadReply(st)

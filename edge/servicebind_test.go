@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/tunnel"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // fakeHub answers service connect streams: it accepts the ones for
@@ -69,7 +69,7 @@ func (h *fakeHub) serve(c *net.TCPConn) {
 		h.t.Errorf("fake hub: header %v %v", hd, err)
 		return
 	}
-	req, err := control.ReadServiceConnect(c)
+	req, err := siteproto.ReadServiceConnect(c)
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return
 	}
@@ -125,7 +125,8 @@ func TestServiceBinderLifecycle(t *testing.T) {
 	b := newServiceBinder(ctx, hub.open, slog.New(slog.DiscardHandler))
 	a1, a2, a3 := freePort(t), freePort(t), freePort(t)
 
-	b.apply([]control.ServiceBinding{{Name: "db", Listen: a1}, {Name: "cache", Listen: a2}, {Name: "evil", Listen: "0.0.0.0:" + strings.Split(a3, ":")[1]}})
+	b.apply([]siteproto.ServiceBinding{{Name: "db", Listen: a1}, {Name: "cache", Listen: a2},
+		{Name: "evil", Listen: "0.0.0.0:" + strings.Split(a3, ":")[1]}})
 	got := b.Listening()
 	if got["db"] != a1 || got["cache"] != a2 || len(got) != 2 {
 		t.Fatalf("listening %v after the first bindings (a non-loopback one must be refused)", got)
@@ -135,7 +136,7 @@ func TestServiceBinderLifecycle(t *testing.T) {
 	}
 
 	// cache goes, db moves to a3.
-	b.apply([]control.ServiceBinding{{Name: "db", Listen: a3}})
+	b.apply([]siteproto.ServiceBinding{{Name: "db", Listen: a3}})
 	if got := b.Listening(); got["db"] != a3 || len(got) != 1 {
 		t.Fatalf("listening %v, want db on %s only", got, a3)
 	}
@@ -152,7 +153,7 @@ func TestServiceBinderLifecycle(t *testing.T) {
 		t.Fatal("a listener outlived its session")
 	}
 	// Bindings pushed after the end open nothing.
-	b.apply([]control.ServiceBinding{{Name: "db", Listen: a3}})
+	b.apply([]siteproto.ServiceBinding{{Name: "db", Listen: a3}})
 	if got := b.Listening(); len(got) != 0 {
 		t.Fatalf("listening %v after the session ended", got)
 	}
@@ -167,7 +168,7 @@ func TestServiceBinderCarries(t *testing.T) {
 	b := newServiceBinder(ctx, hub.open, slog.New(slog.DiscardHandler))
 	defer func() { cancel(); b.Wait() }()
 	dbAddr, otherAddr := freePort(t), freePort(t)
-	b.apply([]control.ServiceBinding{{Name: "db", Listen: dbAddr}, {Name: "other", Listen: otherAddr}})
+	b.apply([]siteproto.ServiceBinding{{Name: "db", Listen: dbAddr}, {Name: "other", Listen: otherAddr}})
 
 	payload := make([]byte, 3<<20)
 	_, _ = rand.Read(payload)

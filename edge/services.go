@@ -21,7 +21,8 @@ const headerTimeout = 10 * time.Second
 // existed.
 const trustWait = 5 * time.Second
 
-func (a *Agent) acceptStreams(ctx context.Context, sess tunnel.Session, trusted <-chan struct{}, log *slog.Logger, wg *sync.WaitGroup, live *atomic.Int64) {
+func (a *Agent) acceptStreams(ctx context.Context, sess tunnel.Session, trusted <-chan struct{},
+	log *slog.Logger, wg *sync.WaitGroup, live *atomic.Int64) {
 	for {
 		st, err := sess.AcceptStream(ctx)
 		if err != nil {

@@ -2,11 +2,8 @@ package edge
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -15,15 +12,14 @@ import (
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
+	"github.com/tether-dev/tether/tunnel/uplink"
 )
 
-// Timeouts of one connection attempt.
-const (
-	dialTimeout    = 20 * time.Second // per hub address
-	openCtlTimeout = 10 * time.Second // opening the control stream
-	welcomeTimeout = 15 * time.Second // from hello to welcome
-	sendTimeout    = 10 * time.Second // one control message
-)
+// hubPeer is the agent's side of the shared uplink client: the hub above,
+// whose fatal notice is ErrRefused.
+var hubPeer = uplink.Peer{Name: "hub", Refused: ErrRefused}
 
 // session is one connection to the hub: the tunnel, its control stream
 // (see control's protocol: hello, welcome, then heartbeats, renewals,
@@ -31,12 +27,10 @@ const (
 // them ends.
 type session struct {
 	a    *Agent
+	conn *uplink.Conn // the tunnel and its control stream
 	tun  tunnel.Session
 	hub  string // the address dialed
 	log  *slog.Logger
-	ctrl tunnel.Stream
-
-	sendMu sync.Mutex // serializes writes on ctrl
 
 	// trusted is closed once the hub's first SSH trust (host certificate,
 	// user CAs, principals) is applied: the hub may route a jump here
@@ -83,20 +77,12 @@ func (a *Agent) runOnce(ctx context.Context) (connected bool, err error) {
 
 // start opens the control stream and runs the hello/welcome handshake;
 // movedFrom is set when this session replaces a live one (Hello.MovedFrom).
+// A fatal notice instead of the welcome is ErrRefused.
 func (s *session) start(ctx context.Context, movedFrom string) (*control.Welcome, error) {
-	octx, cancel := context.WithTimeout(ctx, openCtlTimeout)
-	ctrl, err := s.tun.OpenStream(octx)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("open control stream: %w", err)
-	}
-	s.ctrl = ctrl
-	welcome, err := s.handshake(movedFrom)
-	if err != nil {
-		ctrl.Close()
-		return nil, err
-	}
-	return welcome, nil
+	hello := s.hello()
+	hello.Hello.MovedFrom = movedFrom
+	hello.Hello.TransportWhy = s.note
+	return s.conn.Start(ctx, hello)
 }
 
 // run serves a welcomed session until it ends (its error), or until it has
@@ -115,14 +101,14 @@ func (s *session) run(ctx context.Context, welcome *control.Welcome) (*moved, er
 	clearHub()
 	if next == nil {
 		stop()
-		s.ctrl.Close()
+		s.conn.Control().Close()
 		s.tun.Close()
 		return nil, err
 	}
 	a.drains.Go(func() {
 		defer stop()
 		s.drain(ctx, finish)
-		s.ctrl.Close()
+		s.conn.Control().Close()
 		s.tun.Close()
 	})
 	return next, nil
@@ -130,22 +116,15 @@ func (s *session) run(ctx context.Context, welcome *control.Welcome) (*moved, er
 
 // dial opens a tunnel to the first of the node's hubs that answers.
 func (a *Agent) dial(ctx context.Context) (*session, error) {
-	d := a.dialer(a.cfg.Transport)
-	var errs []error
-	for _, addr := range a.id.Config.Hubs {
-		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
-		tun, err := d.Dial(dctx, addr)
-		cancel()
-		if err == nil {
-			s := a.newSession(tun, addr)
-			if a.cfg.Transport == tunnel.TransportAuto && tun.Transport() == tunnel.TransportTCP {
-				s.note = "udp blocked, re-probing"
-			}
-			return s, nil
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	tun, addr, err := uplink.Dial(ctx, a.dialer(a.cfg.Transport), a.id.Config.Hubs)
+	if err != nil {
+		return nil, err
 	}
-	return nil, errors.Join(errs...)
+	s := a.newSession(tun, addr)
+	if a.cfg.Transport == tunnel.TransportAuto && tun.Transport() == tunnel.TransportTCP {
+		s.note = "udp blocked, re-probing"
+	}
+	return s, nil
 }
 
 // dialer is the tunnel dialer for transport t.
@@ -163,16 +142,18 @@ func (a *Agent) dialer(t tunnel.Transport) *tunnel.Dialer {
 }
 
 func (a *Agent) newSession(tun tunnel.Session, addr string) *session {
-	return &session{a: a, tun: tun, hub: addr, trusted: make(chan struct{}), log: a.log.With("hub", addr, "transport", tun.Transport().String())}
+	log := a.log.With("hub", addr, "transport", tun.Transport().String())
+	return &session{a: a, conn: uplink.NewConn(tun, hubPeer, log), tun: tun, hub: addr, log: log,
+		trusted: make(chan struct{})}
 }
 
 // hello is what the agent announces on a new session.
 func (s *session) hello() *control.Message {
 	a := s.a
-	caps := []string{control.CapTCP, control.CapHeartbeat, control.CapServiceConnect, control.CapTransportLiveness}
+	caps := []string{control.CapTCP, control.CapHeartbeat, siteproto.CapServiceConnect, control.CapTransportLiveness}
 	up := a.upgradeSupport()
 	if up != nil {
-		caps = append(caps, control.CapUpgrade)
+		caps = append(caps, upgradeproto.CapUpgrade)
 	}
 	if a.sshd != nil {
 		caps = append(caps, control.CapSSHEmbedded, control.CapSSHLoginEvents)
@@ -207,43 +188,10 @@ func (a *Agent) reportedLabels(log *slog.Logger) map[string]string {
 	return l
 }
 
-// handshake sends the hello and waits for the welcome. A fatal notice
-// instead of the welcome is ErrRefused.
-func (s *session) handshake(movedFrom string) (*control.Welcome, error) {
-	hello := s.hello()
-	hello.Hello.MovedFrom = movedFrom
-	hello.Hello.TransportWhy = s.note
-	if err := s.send(hello); err != nil {
-		return nil, err
-	}
-	_ = s.ctrl.SetReadDeadline(time.Now().Add(welcomeTimeout))
-	msg, err := control.Read(s.ctrl)
-	if err != nil {
-		return nil, fmt.Errorf("waiting for welcome: %w", err)
-	}
-	switch {
-	case msg.Type == control.TypeNotice && msg.Fatal:
-		return nil, fmt.Errorf("%w: %s", ErrRefused, msg.Notice)
-	case msg.Type == control.TypeNotice:
-		return nil, fmt.Errorf("hub: %s", msg.Notice)
-	case msg.Type != control.TypeWelcome:
-		return nil, fmt.Errorf("hub sent %s instead of welcome", msg.Type)
-	}
-	_ = s.ctrl.SetReadDeadline(time.Time{})
-	return msg.Welcome, nil
-}
-
 // send writes one control message; safe for concurrent use.
-func (s *session) send(m *control.Message) error {
-	return s.write(func(w io.Writer) error { return control.Write(w, m) })
-}
+func (s *session) send(m *control.Message) error { return s.conn.Send(m) }
 
-func (s *session) write(f func(io.Writer) error) error {
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
-	_ = s.ctrl.SetWriteDeadline(time.Now().Add(sendTimeout))
-	return f(s.ctrl)
-}
+func (s *session) write(f func(io.Writer) error) error { return s.conn.Write(f) }
 
 // serve runs the welcomed session: the hub's streams, certificate renewal
 // and heartbeats beside the control stream's reader, until one ends. It
@@ -271,9 +219,11 @@ func (s *session) serve(ctx context.Context, live control.Liveness) (next *moved
 		// A hub without transport liveness, or one that expects to hear
 		// this agent sooner than its own keepalive would speak.
 		if live.Transport {
-			s.log.Debug("heartbeating at the hub's keepalive interval, shorter than this agent's", "every", live.Every, "own_keepalive_after", pingAfter)
+			s.log.Debug(
+				"heartbeating at the hub's keepalive interval, shorter than this agent's", "every", live.Every,
+				"own_keepalive_after", pingAfter)
 		}
-		wg.Go(func() { s.heartbeat(sctx, live.Every) })
+		wg.Go(func() { s.conn.Heartbeat(sctx, live.Every) })
 	case s.tun.Transport() == tunnel.TransportQUIC: // else the transport's keepalives carry liveness
 		wg.Go(func() { s.nudge(sctx, pingAfter, min(pingAfter, live.Every)) })
 	}
@@ -305,7 +255,7 @@ func (s *session) serve(ctx context.Context, live control.Liveness) (next *moved
 		// serve it: close it, and the next connect starts afresh.
 		select {
 		case m := <-movedTo:
-			m.s.ctrl.Close()
+			m.s.conn.Control().Close()
 			m.s.tun.Close()
 		default:
 		}
@@ -313,24 +263,6 @@ func (s *session) serve(ctx context.Context, live control.Liveness) (next *moved
 	case m := <-movedTo:
 		stopRenew() // the new session renews from now on
 		return m, finish, nil
-	}
-}
-
-// heartbeat sends a heartbeat every interval until ctx ends; a failed send
-// closes the session.
-func (s *session) heartbeat(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := s.write(control.WriteHeartbeat); err != nil {
-				s.tun.Close()
-				return
-			}
-		}
 	}
 }
 
@@ -368,7 +300,8 @@ func (s *session) nudge(ctx context.Context, pingAfter, beat time.Duration) {
 			return
 		case now := <-t.C:
 			if n.due(s.tun.Heard(), now) {
-				s.log.Debug("hub silent past its keepalive; sending a heartbeat", "silent_for", n.silentFor(now).Round(100*time.Millisecond))
+				s.log.Debug(
+					"hub silent past its keepalive; sending a heartbeat", "silent_for", n.silentFor(now).Round(100*time.Millisecond))
 				if err := s.write(control.WriteHeartbeat); err != nil {
 					s.tun.Close()
 					return
@@ -433,35 +366,15 @@ func (n *nudger) next(now time.Time) time.Duration {
 	return max(n.every, answerFrom.Sub(now))
 }
 
-// readControl handles the hub's control messages until the stream fails,
-// the hub falls silent for longer than silent once it has heartbeaten, or
-// a fatal notice arrives (ErrRefused).
+// readControl handles the hub's control messages (uplink.Conn.ReadControl)
+// until the stream fails, the hub falls silent for longer than silent once
+// it has heartbeaten, or a fatal notice arrives (ErrRefused).
 func (s *session) readControl(silent time.Duration, renewed chan<- struct{}) error {
 	a, log := s.a, s.log
-	hubBeats := false // set by the hub's first heartbeat
-	for {
-		if hubBeats {
-			// A hub that heartbeats and falls silent is gone, or the link
-			// is half-open: close explicitly (the hub hears of it if its
-			// direction still works) before QUIC's idle timeout, which
-			// never fires while packets still arrive, would end it silently.
-			_ = s.ctrl.SetReadDeadline(time.Now().Add(silent))
-		}
-		msg, err := control.Read(s.ctrl)
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return errors.New("hub closed the control stream")
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				return fmt.Errorf("no heartbeat from the hub for %s: the hub is gone or the link is half-open", silent)
-			}
-			return fmt.Errorf("control stream: %w", err)
-		}
+	return s.conn.ReadControl(silent, func(msg *control.Message) error {
 		switch msg.Type {
-		case control.TypeHeartbeat:
-			hubBeats = true
-		case control.TypeServiceBindings:
+		case control.TypeHeartbeat, control.TypeNotice: // the reader's own
+		case siteproto.TypeServiceBindings:
 			s.binds.apply(msg.ServiceBindings)
 		case control.TypeAuthorizedKeys:
 			a.setAuthorizedKeys(msg.AuthorizedKeys, log)
@@ -471,7 +384,7 @@ func (s *session) readControl(silent time.Duration, renewed chan<- struct{}) err
 		case control.TypeRenewed:
 			if err := a.applyRenewed(msg.Cert); err != nil {
 				log.Error("renewed certificate rejected", "err", err)
-				continue
+				return nil
 			}
 			leaf := a.cert().Leaf
 			log.Info("node certificate renewed", "valid_until", leaf.NotAfter.UTC().Format(time.RFC3339))
@@ -480,18 +393,14 @@ func (s *session) readControl(silent time.Duration, renewed chan<- struct{}) err
 			case renewed <- struct{}{}:
 			default:
 			}
-		case control.TypeNotice:
-			log.Warn("hub notice", "notice", msg.Notice)
-			if msg.Fatal {
-				return fmt.Errorf("%w: %s", ErrRefused, msg.Notice)
-			}
 		default:
 			log.Warn("unexpected control message from hub", "type", msg.Type)
 		}
 		if a.cfg.OnControl != nil {
 			a.cfg.OnControl(msg)
 		}
-	}
+		return nil
+	})
 }
 
 // absStateDir is the state dir as an absolute, clean path for the hub ("" if

@@ -44,7 +44,8 @@ func (a *Agent) onSSHEvent(e sshserver.Event) {
 			d = d[:len(d)-1]
 		}
 	}
-	ev := control.SSHEvent{Kind: string(e.Kind), Login: e.Login, Operator: e.Operator, KeyFingerprint: e.KeyFingerprint, Detail: d}
+	ev := control.SSHEvent{Kind: string(e.Kind), Login: e.Login, Operator: e.Operator,
+		KeyFingerprint: e.KeyFingerprint, Detail: d}
 	select {
 	case a.events.queue <- ev:
 	default:

@@ -2,12 +2,11 @@
 // outbound tunnel to it and serves the streams the hub opens (ssh to a local
 // sshd or the embedded SSH server, tcp to allow-listed local ports).
 //
-// The agent links no hub, database or CA-signing code (the import rules in docs/architecture.md).
+// The agent links no hub, database or CA-signing code (the import rules in docs/design/layout.md).
 package edge
 
 import (
 	"crypto"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/pki"
+	"github.com/tether-dev/tether/tunnel/uplink"
 )
 
 // Files in the agent's state dir (0700; keys 0600).
@@ -34,28 +34,17 @@ const (
 var ErrNotJoined = errors.New("this node has not joined a hub yet")
 
 // NodeConfig is what join stores besides the key and certificates.
-type NodeConfig struct {
-	NodeID   string    `json:"node_id"`
-	Name     string    `json:"name"`
-	Hubs     []string  `json:"hubs"`
-	JoinedAt time.Time `json:"joined_at"`
-}
+type NodeConfig = uplink.NodeConfig
 
 // Identity is a joined node's credentials.
-type Identity struct {
-	Config NodeConfig
-	Cert   tls.Certificate
-	CA     *x509.Certificate   // the hub's pinned root (TLS trust for the hub)
-	NodeCA *x509.Certificate   // root the node certificate chains to (CA unless an external step-ca issues)
-	key    crypto.Signer       // Cert's key, for renewal CSRs
-	chain  []*x509.Certificate // Cert parsed; set by Enroll only (for saving)
-}
+type Identity = uplink.Identity
 
 // LoadIdentity reads the identity from dir.
 func LoadIdentity(dir string) (*Identity, error) {
 	cfgBytes, err := os.ReadFile(filepath.Join(dir, configFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w (no %s in %s): run `tether-edge join JOIN_STRING --state-dir %s`", ErrNotJoined, configFile, dir, dir)
+		return nil, fmt.Errorf(
+			"%w (no %s in %s): run `tether-edge join JOIN_STRING --state-dir %s`", ErrNotJoined, configFile, dir, dir)
 	}
 	if err != nil {
 		return nil, err
@@ -84,40 +73,14 @@ func LoadIdentity(dir string) (*Identity, error) {
 // the hub CA). A process that runs many agents without a state dir each
 // (the agent simulator in bench/) keeps its identities this way.
 func ParseIdentity(cfg NodeConfig, certPEM, keyPEM, caPEM, nodeCAPEM []byte) (*Identity, error) {
-	if cfg.NodeID == "" || cfg.Name == "" || len(cfg.Hubs) == 0 {
-		return nil, fmt.Errorf("%s is incomplete (node_id, name and hubs are required); re-join", configFile)
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("node certificate: %w", err)
-	}
-	cas, err := pki.ParseCerts(caPEM)
-	if err != nil {
-		return nil, fmt.Errorf("hub CA: %w", err)
-	}
-	key, ok := cert.PrivateKey.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("node key type %T cannot sign", cert.PrivateKey)
-	}
-	id := &Identity{Config: cfg, Cert: cert, CA: cas[0], NodeCA: cas[0], key: key}
-	if len(nodeCAPEM) > 0 {
-		ncs, err := pki.ParseCerts(nodeCAPEM)
-		if err != nil {
-			return nil, fmt.Errorf("node CA: %w", err)
-		}
-		id.NodeCA = ncs[0]
-	}
-	return id, nil
+	return uplink.ParseIdentity(cfg, certPEM, keyPEM, caPEM, nodeCAPEM)
 }
-
-// KeyPEM is the node's private key in PEM, the counterpart of ParseIdentity's
-// keyPEM.
-func (id *Identity) KeyPEM() ([]byte, error) { return pki.EncodeKey(id.key) }
 
 // saveIdentity writes a new identity. Every file is written atomically and
 // node.json last, so a crash mid-join leaves "not joined" rather than a
 // half identity.
-func saveIdentity(dir string, cfg NodeConfig, key crypto.Signer, chain []*x509.Certificate, ca, nodeCA *x509.Certificate) error {
+func saveIdentity(
+	dir string, cfg NodeConfig, key crypto.Signer, chain []*x509.Certificate, ca, nodeCA *x509.Certificate) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}

@@ -78,7 +78,10 @@ func (a *Agent) applySSHTrust(t *control.SSHTrust, log *slog.Logger) {
 		return
 	}
 	if a.cfg.ManageSSHD != nil {
-		if err := a.cfg.ManageSSHD.apply(cert, cas, parseKeys(t.RevokedKeys, log), t.Principals, t.AnyLogin, sshdScopedCAs(scopedCAs(t.ScopedUserCAs, log)), log); err != nil {
+		if err := a.cfg.ManageSSHD.apply(
+			cert, cas, parseKeys(t.RevokedKeys, log), t.Principals, t.AnyLogin,
+			sshdScopedCAs(scopedCAs(t.ScopedUserCAs, log)), log,
+		); err != nil {
 			log.Error("configure local sshd", "err", err)
 		}
 		return
@@ -98,7 +101,8 @@ func scopedCAs(in []control.ScopedUserCA, log *slog.Logger) []sshserver.ScopedCA
 		if len(keys) == 0 {
 			continue
 		}
-		out = append(out, sshserver.ScopedCA{Keys: keys, PerLogin: nonNil(c.Principals), AnyLogin: c.AnyLogin, NoForwarding: c.NoForwarding})
+		out = append(out, sshserver.ScopedCA{Keys: keys, PerLogin: nonNil(c.Principals), AnyLogin: c.AnyLogin,
+			NoForwarding: c.NoForwarding})
 	}
 	return out
 }
@@ -107,7 +111,8 @@ func scopedCAs(in []control.ScopedUserCA, log *slog.Logger) []sshserver.ScopedCA
 func sshdScopedCAs(in []sshserver.ScopedCA) []sshdconf.ScopedCA {
 	out := make([]sshdconf.ScopedCA, 0, len(in))
 	for _, c := range in {
-		out = append(out, sshdconf.ScopedCA{Keys: c.Keys, Principals: c.PerLogin, AnyLogin: c.AnyLogin, NoForwarding: c.NoForwarding})
+		out = append(out, sshdconf.ScopedCA{Keys: c.Keys, Principals: c.PerLogin, AnyLogin: c.AnyLogin,
+			NoForwarding: c.NoForwarding})
 	}
 	return out
 }

@@ -50,7 +50,8 @@ func TestScopedCAs(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	got := scopedCAs([]control.ScopedUserCA{
 		{Keys: []string{"garbage"}, Principals: map[string][]string{"root": {"p"}}},
-		{Keys: []string{key}, Principals: map[string][]string{"root": {"tether:pos:root"}}, NoForwarding: []string{"tether:pos:root"}},
+		{Keys: []string{key}, Principals: map[string][]string{"root": {"tether:pos:root"}},
+			NoForwarding: []string{"tether:pos:root"}},
 		{Keys: []string{key}},
 	}, log)
 	if len(got) != 2 || !slices.Equal(got[0].PerLogin["root"], []string{"tether:pos:root"}) || got[1].PerLogin == nil {

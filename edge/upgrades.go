@@ -13,9 +13,10 @@ import (
 
 	"github.com/tether-dev/tether/edge/upgrade"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
-// maxReportedUpgrades bounds one report (control's limit).
+// maxReportedUpgrades bounds one report (the upgrade contract's limit).
 const maxReportedUpgrades = 64
 
 // upgradeReports carries upgrade records to the connected hub.
@@ -25,14 +26,14 @@ type upgradeReports struct {
 }
 
 // upgradeSupport is the hello's Upgrade for this agent (nil without the updater).
-func (a *Agent) upgradeSupport() *control.UpgradeSupport {
+func (a *Agent) upgradeSupport() *upgradeproto.Support {
 	u := a.cfg.Upgrade
 	// The hub refuses a hello whose Exe is not a clean absolute path: an
 	// agent that cannot name itself so connects without the updater.
 	if u == nil || !filepath.IsAbs(u.Exe) || filepath.Clean(u.Exe) != u.Exe || len(u.Exe) > 256 {
 		return nil
 	}
-	return &control.UpgradeSupport{Exe: u.Exe, Previous: u.PreviousVersion()}
+	return &upgradeproto.Support{Exe: u.Exe, Previous: u.PreviousVersion()}
 }
 
 // upgradeSession runs after the welcome: an agent upgrade to this version
@@ -46,7 +47,7 @@ func (a *Agent) upgradeSession(s *session, w *control.Welcome) (clear func()) {
 	for _, st := range u.MarkHealthy(Version) {
 		s.log.Info("agent upgrade succeeded: the hub welcomed this version", "upgrade", st.Name, "version", Version)
 	}
-	if w == nil || !slices.Contains(w.Capabilities, control.HubCapUpgrades) {
+	if w == nil || !slices.Contains(w.Capabilities, upgradeproto.HubCapUpgrades) {
 		return func() {}
 	}
 	a.upgrades.mu.Lock()
@@ -79,7 +80,7 @@ func (a *Agent) reportUpgrades(states []upgrade.State) {
 	if send == nil {
 		return
 	}
-	if err := send(&control.Message{Type: control.TypeUpgradeState, UpgradeStates: states}); err != nil {
+	if err := send(&control.Message{Type: upgradeproto.TypeState, UpgradeStates: states}); err != nil {
 		a.log.Warn("upgrade state not delivered to the hub", "err", err)
 	}
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/tether-dev/tether/edge/upgrade"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
+	"github.com/tether-dev/tether/tunnel/uplink"
 )
 
 // After a welcome, the agent marks its own upgrade healthy first, then
@@ -20,10 +22,14 @@ import (
 func TestUpgradeSession(t *testing.T) {
 	dir := t.TempDir()
 	n := &upgrade.Node{Dir: dir, Version: Version, Exe: "/usr/bin/tether-edge"}
-	waiting := upgrade.State{Name: "patch", Kind: control.UpgradeBundle, Digest: control.DigestOf(nil), ToVersion: "2", Step: control.StepPending}
-	ours := upgrade.State{Name: "edge", Kind: control.UpgradeAgent, Digest: control.DigestOf([]byte("x")), ToVersion: Version, Step: control.StepPending}
-	_ = waiting.Move(control.StepAwaitingConfirmation, "", time.Now())
-	for _, st := range []control.UpgradeStep{control.StepDownloading, control.StepVerifying, control.StepInstalling, control.StepHealthCheck} {
+	waiting := upgrade.State{Name: "patch", Kind: upgradeproto.KindBundle, Digest: upgradeproto.DigestOf(nil),
+		ToVersion: "2", Step: upgradeproto.StepPending}
+	ours := upgrade.State{Name: "edge", Kind: upgradeproto.KindAgent, Digest: upgradeproto.DigestOf([]byte("x")),
+		ToVersion: Version, Step: upgradeproto.StepPending}
+	_ = waiting.Move(upgradeproto.StepAwaitingConfirmation, "", time.Now())
+	for _, st := range []upgradeproto.Step{
+		upgradeproto.StepDownloading, upgradeproto.StepVerifying, upgradeproto.StepInstalling, upgradeproto.StepHealthCheck,
+	} {
 		if err := ours.Move(st, "", time.Now()); err != nil {
 			t.Fatal(err)
 		}
@@ -41,12 +47,12 @@ func TestUpgradeSession(t *testing.T) {
 		name string
 		caps []string
 		want int // records reported
-	}{{"hub without upgrades", nil, 0}, {"hub with upgrades", []string{control.HubCapUpgrades}, 2}} {
+	}{{"hub without upgrades", nil, 0}, {"hub with upgrades", []string{upgradeproto.HubCapUpgrades}, 2}} {
 		t.Run(c.name, func(t *testing.T) {
 			a := &Agent{cfg: Config{Upgrade: n}, log: slog.New(slog.DiscardHandler)}
 			hubEnd, agentEnd := net.Pipe()
 			defer hubEnd.Close()
-			s := &session{a: a, ctrl: pipeStream{agentEnd}, log: a.log}
+			s := &session{a: a, conn: uplink.NewControlConn(pipeStream{agentEnd}, hubPeer, a.log), log: a.log}
 			got := make(chan *control.Message, 4)
 			go func() {
 				for {
@@ -59,7 +65,7 @@ func TestUpgradeSession(t *testing.T) {
 				}
 			}()
 			clear := a.upgradeSession(s, &control.Welcome{Capabilities: c.caps})
-			if st, _ := n.Load("edge"); st.Step != control.StepSucceeded {
+			if st, _ := n.Load("edge"); st.Step != upgradeproto.StepSucceeded {
 				t.Fatalf("own upgrade: %s, want succeeded after the welcome", st.Step)
 			}
 			a.reportUpgrades([]upgrade.State{waiting})
@@ -76,11 +82,12 @@ func TestUpgradeSession(t *testing.T) {
 				}
 				return
 			}
-			if len(msgs) != 2 || msgs[0].Type != control.TypeUpgradeState || len(msgs[0].UpgradeStates) != c.want || len(msgs[1].UpgradeStates) != 1 {
+			if len(msgs) != 2 || msgs[0].Type != upgradeproto.TypeState || len(msgs[0].UpgradeStates) != c.want ||
+				len(msgs[1].UpgradeStates) != 1 {
 				t.Fatalf("messages %+v", msgs)
 			}
 			for _, st := range msgs[0].UpgradeStates {
-				if st.Name == "edge" && st.Step != control.StepSucceeded {
+				if st.Name == "edge" && st.Step != upgradeproto.StepSucceeded {
 					t.Fatalf("reported %s before the health mark", st.Step)
 				}
 			}
@@ -89,7 +96,8 @@ func TestUpgradeSession(t *testing.T) {
 	// The hello announces the updater.
 	a := &Agent{cfg: Config{Upgrade: n}, id: &Identity{}, log: slog.New(slog.DiscardHandler)}
 	h := (&session{a: a, log: a.log}).hello().Hello
-	if h.Upgrade == nil || h.Upgrade.Exe != "/usr/bin/tether-edge" || !slices.Contains(h.Capabilities, control.CapUpgrade) {
+	if h.Upgrade == nil || h.Upgrade.Exe != "/usr/bin/tether-edge" ||
+		!slices.Contains(h.Capabilities, upgradeproto.CapUpgrade) {
 		t.Fatalf("hello %+v %v", h.Upgrade, h.Capabilities)
 	}
 }

@@ -11,16 +11,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/hub/operator"
+
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
 )
 
 // startHubAt runs a hub on dir (which may hold an earlier hub's state) until
 // the returned stop is called (also at cleanup).
-func startHubAt(t *testing.T, dir string) (*Server, *api.Client, func()) {
+func startHubAt(t *testing.T, dir string) (*Server, *apiclient.Client, func()) {
 	t.Helper()
 	s, err := New(context.Background(), Config{DataDir: dir, Listen: "127.0.0.1:0", SSHListen: "127.0.0.1:0"})
 	if err != nil {
@@ -29,9 +32,9 @@ func startHubAt(t *testing.T, dir string) (*Server, *api.Client, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	var c *api.Client
+	var c *apiclient.Client
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err = api.NewLocalClient(dir); err == nil {
+		if c, err = apiclient.NewLocalClient(dir); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -56,7 +59,7 @@ func startHubAt(t *testing.T, dir string) (*Server, *api.Client, func()) {
 
 func readLeaf(t *testing.T, dir string) *x509.Certificate {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, api.AdminCertFile))
+	b, err := os.ReadFile(filepath.Join(dir, apitype.AdminCertFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +75,7 @@ func readLeaf(t *testing.T, dir string) *x509.Certificate {
 func copyDir(t *testing.T, from string) string {
 	t.Helper()
 	to := t.TempDir()
-	for _, f := range []string{api.AdminCertFile, api.AdminKeyFile, api.AdminCAFile} {
+	for _, f := range []string{apitype.AdminCertFile, apitype.AdminKeyFile, apitype.AdminCAFile} {
 		b, err := os.ReadFile(filepath.Join(from, f))
 		if err != nil {
 			t.Fatal(err)
@@ -86,7 +89,7 @@ func copyDir(t *testing.T, from string) string {
 
 func hubAddr(t *testing.T, s *Server) string {
 	t.Helper()
-	info, err := api.LocalHub(s.cfg.DataDir)
+	info, err := apiclient.LocalHub(s.cfg.DataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +98,7 @@ func hubAddr(t *testing.T, s *Server) string {
 
 // wantRefused asserts that an admin call fails with a 403 whose message
 // contains want.
-func wantRefused(t *testing.T, c *api.Client, want string) {
+func wantRefused(t *testing.T, c *apiclient.Client, want string) {
 	t.Helper()
 	_, err := c.ListOperators(context.Background())
 	if err == nil || !strings.Contains(err.Error(), want) {
@@ -108,7 +111,7 @@ func wantRefused(t *testing.T, c *api.Client, want string) {
 // missing or past half its life.
 func TestLocalAdminIdentityShortLivedAndReminted(t *testing.T) {
 	s, c := testHub(t)
-	dir := filepath.Join(s.cfg.DataDir, api.AdminDir)
+	dir := filepath.Join(s.cfg.DataDir, apitype.AdminDir)
 	leaf := readLeaf(t, dir)
 	if life := leaf.NotAfter.Sub(leaf.NotBefore); life > 9*time.Hour {
 		t.Fatalf("local admin certificate lives %s; want hours (8h)", life)
@@ -118,13 +121,13 @@ func TestLocalAdminIdentityShortLivedAndReminted(t *testing.T) {
 	}
 
 	// Missing: back after the hub's next check.
-	if err := os.Remove(filepath.Join(dir, api.AdminCertFile)); err != nil {
+	if err := os.Remove(filepath.Join(dir, apitype.AdminCertFile)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.refreshLocalAdmin(context.Background()); err != nil {
+	if err := s.operators.RefreshLocalAdmin(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	c2, err := api.NewLocalClient(s.cfg.DataDir)
+	c2, err := apiclient.NewLocalClient(s.cfg.DataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,21 +137,22 @@ func TestLocalAdminIdentityShortLivedAndReminted(t *testing.T) {
 	}
 
 	// Near expiry: replaced by one with the full lifetime.
-	near, keyPEM, err := s.ca.IssueKeyPair(pki.Identity{Kind: pki.KindAdmin, ID: localAdminID}, "local-admin", time.Hour)
+	near, keyPEM, err := s.ca.IssueKeyPair(pki.Identity{Kind: pki.KindAdmin, ID: operator.LocalAdminID},
+		"local-admin", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	writeIdentity(t, dir, pki.EncodeCerts(near.Leaf, s.ca.Intermediate()), keyPEM, pki.EncodeCerts(s.ca.Certificate()))
-	if err := s.refreshLocalAdmin(context.Background()); err != nil {
+	if err := s.operators.RefreshLocalAdmin(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if fresh := readLeaf(t, dir); !fresh.NotAfter.After(near.Leaf.NotAfter.Add(LocalAdminTTL / 2)) {
+	if fresh := readLeaf(t, dir); !fresh.NotAfter.After(near.Leaf.NotAfter.Add(operator.LocalAdminTTL / 2)) {
 		t.Fatalf("near-expiry local identity not re-minted: valid until %s", fresh.NotAfter)
 	}
 
 	// Fresh: left alone (a reader never races a needless rewrite).
 	before := readLeaf(t, dir)
-	if err := s.refreshLocalAdmin(context.Background()); err != nil {
+	if err := s.operators.RefreshLocalAdmin(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if after := readLeaf(t, dir); !after.Equal(before) {
@@ -161,7 +165,9 @@ func writeIdentity(t *testing.T, dir string, chainPEM, keyPEM, caPEM []byte) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	for name, b := range map[string][]byte{api.AdminCertFile: chainPEM, api.AdminKeyFile: keyPEM, api.AdminCAFile: caPEM} {
+	for name, b := range map[string][]byte{
+		apitype.AdminCertFile: chainPEM, apitype.AdminKeyFile: keyPEM, apitype.AdminCAFile: caPEM,
+	} {
 		if err := pki.WriteFileAtomic(filepath.Join(dir, name), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -175,8 +181,8 @@ func writeIdentity(t *testing.T, dir string, chainPEM, keyPEM, caPEM []byte) {
 func TestRevokeAdminRefusesCopiedCert(t *testing.T) {
 	dataDir := t.TempDir()
 	s, c, stop := startHubAt(t, dataDir)
-	copied := copyDir(t, filepath.Join(dataDir, api.AdminDir))
-	cc, err := api.NewClient(hubAddr(t, s), copied)
+	copied := copyDir(t, filepath.Join(dataDir, apitype.AdminDir))
+	cc, err := apiclient.NewClient(hubAddr(t, s), copied)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,14 +195,14 @@ func TestRevokeAdminRefusesCopiedCert(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantRefused(t, cc, "revoke-admin")
-	local, err := api.NewLocalClient(dataDir)
+	local, err := apiclient.NewLocalClient(dataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := local.ListOperators(context.Background()); err != nil {
 		t.Fatalf("re-minted local identity: %v", err)
 	}
-	events, err := local.ListAudit(context.Background(), api.AuditQuery{})
+	events, err := local.ListAudit(context.Background(), apiclient.AuditQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +218,7 @@ func TestRevokeAdminRefusesCopiedCert(t *testing.T) {
 
 	// Durable: a restarted hub still refuses the copy.
 	s, _, _ = startHubAt(t, dataDir)
-	cc2, err := api.NewClient(hubAddr(t, s), copied)
+	cc2, err := apiclient.NewClient(hubAddr(t, s), copied)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +240,7 @@ func adminLogin(t *testing.T, s *Server, operator string, key ed25519.PrivateKey
 	return dir
 }
 
-func addOperator(t *testing.T, c *api.Client, name string, roleNames ...string) ed25519.PrivateKey {
+func addOperator(t *testing.T, c *apiclient.Client, name string, roleNames ...string) ed25519.PrivateKey {
 	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -244,7 +250,9 @@ func addOperator(t *testing.T, c *api.Client, name string, roleNames ...string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.AddOperator(context.Background(), api.OperatorAddRequest{Name: name, PublicKey: string(gossh.MarshalAuthorizedKey(sshPub)), Roles: roleNames}); err != nil {
+	if _, err := c.AddOperator(context.Background(), apitype.OperatorAddRequest{
+		Name: name, PublicKey: string(gossh.MarshalAuthorizedKey(sshPub)), Roles: roleNames,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	return priv
@@ -270,15 +278,16 @@ func TestAdminOperatorLoginAndRemoval(t *testing.T) {
 	if aliceDir == "" || carolDir == "" {
 		t.Fatal("an operator with the admin role got no admin certificate")
 	}
-	if life := readLeaf(t, aliceDir).NotAfter.Sub(readLeaf(t, aliceDir).NotBefore); life > MaxAdminCertTTL+clockSkewAllowance {
+	if life := readLeaf(t, aliceDir).NotAfter.Sub(readLeaf(t, aliceDir).NotBefore); life >
+		operator.MaxAdminCertTTL+operator.ClockSkewAllowance {
 		t.Fatalf("operator admin certificate lives %s", life)
 	}
-	alice, err := api.NewClient(hubAddr(t, s), aliceDir)
+	alice, err := apiclient.NewClient(hubAddr(t, s), aliceDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer alice.Close()
-	carol, err := api.NewClient(hubAddr(t, s), carolDir)
+	carol, err := apiclient.NewClient(hubAddr(t, s), carolDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +313,7 @@ func TestAdminOperatorLoginAndRemoval(t *testing.T) {
 	}
 	wantRefused(t, carol, `no longer holds the "admin" role`)
 
-	events, err := c.ListAudit(ctx, api.AuditQuery{})
+	events, err := c.ListAudit(ctx, apiclient.AuditQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,13 +337,14 @@ func TestAdminCertExpiredOrLegacy(t *testing.T) {
 	s, _ := testHub(t)
 	caPEM := pki.EncodeCerts(s.ca.Certificate())
 
-	expired, keyPEM, err := s.ca.IssueKeyPair(pki.Identity{Kind: pki.KindAdmin, ID: localAdminID}, "local-admin", -time.Minute)
+	expired, keyPEM, err := s.ca.IssueKeyPair(pki.Identity{Kind: pki.KindAdmin, ID: operator.LocalAdminID},
+		"local-admin", -time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "expired")
 	writeIdentity(t, dir, pki.EncodeCerts(expired.Leaf, s.ca.Intermediate()), keyPEM, caPEM)
-	c, err := api.NewClient(hubAddr(t, s), dir)
+	c, err := apiclient.NewClient(hubAddr(t, s), dir)
 	if err == nil {
 		_, err = c.ListOperators(context.Background())
 		c.Close()
@@ -343,13 +353,14 @@ func TestAdminCertExpiredOrLegacy(t *testing.T) {
 		t.Fatalf("expired admin certificate: err %v; want one naming the expiry and `tether login`", err)
 	}
 
-	legacy, keyPEM, err := s.ca.IssueKeyPair(pki.Identity{Kind: pki.KindAdmin, ID: "local-admin"}, "local-admin", 365*24*time.Hour)
+	legacy, keyPEM, err := s.ca.IssueKeyPair(pki.Identity{Kind: pki.KindAdmin, ID: "local-admin"}, "local-admin",
+		365*24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir = filepath.Join(t.TempDir(), "legacy")
 	writeIdentity(t, dir, pki.EncodeCerts(legacy.Leaf, s.ca.Intermediate()), keyPEM, caPEM)
-	c, err = api.NewClient(hubAddr(t, s), dir)
+	c, err = apiclient.NewClient(hubAddr(t, s), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,25 +378,27 @@ func TestUpgradeReplacesLegacyLocalIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	legacy, legacyKey, err := authority.IssueKeyPair(pki.Identity{Kind: pki.KindAdmin, ID: "local-admin"}, "local-admin", 365*24*time.Hour)
+	legacy, legacyKey, err := authority.IssueKeyPair(pki.Identity{Kind: pki.KindAdmin, ID: "local-admin"},
+		"local-admin", 365*24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	localDir := filepath.Join(dataDir, api.AdminDir)
-	writeIdentity(t, localDir, pki.EncodeCerts(legacy.Leaf, authority.Intermediate()), legacyKey, pki.EncodeCerts(authority.Certificate()))
+	localDir := filepath.Join(dataDir, apitype.AdminDir)
+	writeIdentity(t, localDir, pki.EncodeCerts(legacy.Leaf, authority.Intermediate()), legacyKey,
+		pki.EncodeCerts(authority.Certificate()))
 	copied := copyDir(t, localDir)
 
 	s, local, _ := startHubAt(t, dataDir)
 	if _, err := local.ListOperators(context.Background()); err != nil {
 		t.Fatalf("upgraded local identity: %v", err)
 	}
-	if key, _ := os.ReadFile(filepath.Join(localDir, api.AdminKeyFile)); string(key) == string(legacyKey) {
+	if key, _ := os.ReadFile(filepath.Join(localDir, apitype.AdminKeyFile)); string(key) == string(legacyKey) {
 		t.Fatal("the upgraded local identity kept the pre-upgrade key")
 	}
 	if leaf := readLeaf(t, localDir); leaf.NotAfter.Sub(leaf.NotBefore) > 9*time.Hour {
 		t.Fatalf("upgraded local identity lives %s", leaf.NotAfter.Sub(leaf.NotBefore))
 	}
-	old, err := api.NewClient(hubAddr(t, s), copied)
+	old, err := apiclient.NewClient(hubAddr(t, s), copied)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel/control"
 )
@@ -23,7 +23,7 @@ import (
 // error that says what was wrong, and none consumes the token.
 func TestJoinEndpointRejects(t *testing.T) {
 	s, c := testHub(t)
-	tok, err := c.CreateToken(context.Background(), api.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
+	tok, err := c.CreateToken(context.Background(), apitype.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,10 +39,14 @@ func TestJoinEndpointRejects(t *testing.T) {
 		{"unknown field", `{"token":"x","admin":true}`, 400, "unknown field"},
 		{"too large", `{"token":"` + strings.Repeat("a", 70<<10) + `"}`, 400, "too large"},
 		{"no csr", marshal(control.JoinRequest{Token: js.Token, Name: "n1"}), 400, "csr"},
-		{"bad csr", marshal(func() control.JoinRequest { r := valid(); r.CSR = []byte("junk"); return r }()), 400, "invalid CSR"},
-		{"bad name", marshal(func() control.JoinRequest { r := valid(); r.Name = "127.0.0.1"; return r }()), 400, "invalid name"},
-		{"malformed token", marshal(func() control.JoinRequest { r := valid(); r.Token = "abc"; return r }()), 403, "malformed join token"},
-		{"reserved name", marshal(func() control.JoinRequest { r := valid(); r.Name = "tether-hub"; return r }()), 400, "reserved"},
+		{"bad csr", marshal(func() control.JoinRequest { r := valid(); r.CSR = []byte("junk"); return r }()), 400,
+			"invalid CSR"},
+		{"bad name", marshal(func() control.JoinRequest { r := valid(); r.Name = "127.0.0.1"; return r }()), 400,
+			"invalid name"},
+		{"malformed token", marshal(func() control.JoinRequest { r := valid(); r.Token = "abc"; return r }()), 403,
+			"malformed join token"},
+		{"reserved name", marshal(func() control.JoinRequest { r := valid(); r.Name = "tether-hub"; return r }()),
+			400, "reserved"},
 		// A site hub named like the hub's node suffix would have its host
 		// CA trusted for every NODE.tether by `tether config ssh`.
 		{"site named as the suffix", marshal(func() control.JoinRequest {
@@ -99,7 +103,9 @@ func TestAdminEndpointsNeedAdmin(t *testing.T) {
 	cas, _ := pki.ParseCerts(caPEM)
 	noCert := pki.ClientTLSConfig(tls.Certificate{}, cas[0])
 	noCert.Certificates = nil
-	for name, cfg := range map[string]*tls.Config{"no certificate": noCert, "node certificate": pki.ClientTLSConfig(node.Cert, cas[0])} {
+	for name, cfg := range map[string]*tls.Config{
+		"no certificate": noCert, "node certificate": pki.ClientTLSConfig(node.Cert, cas[0]),
+	} {
 		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
 		for _, ep := range []struct{ method, path string }{
 			{"GET", "/v1/nodes"}, {"POST", "/v1/tokens"}, {"GET", "/v1/tokens"}, {"DELETE", "/v1/nodes/n1"},

@@ -18,7 +18,8 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/edge"
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
@@ -29,11 +30,11 @@ import (
 // and a well-behaved node on the same hub is not disturbed.
 
 // waitAudit waits until the audit log holds an event matching want.
-func waitAudit(t *testing.T, c *api.Client, what string, want func(api.AuditEvent) bool) api.AuditEvent {
+func waitAudit(t *testing.T, c *apiclient.Client, what string, want func(apitype.AuditEvent) bool) apitype.AuditEvent {
 	t.Helper()
-	var last []api.AuditEvent
+	var last []apitype.AuditEvent
 	for range 100 {
-		evs, err := c.ListAudit(context.Background(), api.AuditQuery{})
+		evs, err := c.ListAudit(context.Background(), apiclient.AuditQuery{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,11 +47,11 @@ func waitAudit(t *testing.T, c *api.Client, what string, want func(api.AuditEven
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("no audit event for %s in %d events: %+v", what, len(last), last)
-	return api.AuditEvent{}
+	return apitype.AuditEvent{}
 }
 
-func refusedConnect(node, detail string) func(api.AuditEvent) bool {
-	return func(e api.AuditEvent) bool {
+func refusedConnect(node, detail string) func(apitype.AuditEvent) bool {
+	return func(e apitype.AuditEvent) bool {
 		return e.Kind == "connect" && e.Result == "refused" && e.Node == node && strings.Contains(e.Detail, detail)
 	}
 }
@@ -92,7 +93,8 @@ func TestAttackSessionRefusalsAudited(t *testing.T) {
 	t.Run("node A's certificate claims node B", func(t *testing.T) {
 		sess := dialAs(t, mallory, tunnel.TransportTCP)
 		_, m := connectAs(t, sess, "victim")
-		if m.Type != control.TypeNotice || !m.Fatal || !strings.Contains(m.Notice, `belongs to node "mallory", not "victim"`) {
+		if m.Type != control.TypeNotice || !m.Fatal ||
+			!strings.Contains(m.Notice, `belongs to node "mallory", not "victim"`) {
 			t.Fatalf("answer: %+v", m)
 		}
 		waitDone(t, sess, "a false name")
@@ -117,7 +119,8 @@ func TestAttackSessionRefusalsAudited(t *testing.T) {
 		binary.BigEndian.PutUint32(b[:], control.MaxFrame+1)
 		ctrl.Write(b[:])
 		waitDone(t, sess, "an oversized frame")
-		waitAudit(t, c, "oversized frame", refusedConnect("mallory", "control stream closed: control: bad message: frame length"))
+		waitAudit(t, c, "oversized frame",
+			refusedConnect("mallory", "control stream closed: control: bad message: frame length"))
 	})
 
 	t.Run("hub message sent by an agent", func(t *testing.T) {
@@ -146,7 +149,7 @@ func TestAttackSessionRefusalsAudited(t *testing.T) {
 				t.Fatalf("stream to the hub (%s): %+v %v", target, rep, err)
 			}
 		}
-		waitAudit(t, c, "stream refusal", func(e api.AuditEvent) bool {
+		waitAudit(t, c, "stream refusal", func(e apitype.AuditEvent) bool {
 			return e.Kind == "stream" && e.Result == "refused" && e.Node == "mallory"
 		})
 	})
@@ -175,8 +178,9 @@ func TestAttackSessionRefusalsAudited(t *testing.T) {
 				break
 			}
 		}
-		waitAudit(t, c, "renewal refusal", func(e api.AuditEvent) bool {
-			return e.Kind == "renew" && e.Result == "refused" && e.Node == "mallory" && strings.Contains(e.Detail, "not for this node's key")
+		waitAudit(t, c, "renewal refusal", func(e apitype.AuditEvent) bool {
+			return e.Kind == "renew" && e.Result == "refused" && e.Node == "mallory" &&
+				strings.Contains(e.Detail, "not for this node's key")
 		})
 	})
 
@@ -198,7 +202,7 @@ func TestAttackSessionRefusalsAudited(t *testing.T) {
 		t.Fatal("the good node's session ended")
 	default:
 	}
-	if conn, ok := s.reg.Get("good"); !ok || conn.NodeID != good.Config.NodeID {
+	if conn, ok := s.conns.Get("good"); !ok || conn.NodeID != good.Config.NodeID {
 		t.Fatal("good node no longer registered")
 	}
 }
@@ -225,7 +229,7 @@ func TestAttackForeignCertAudited(t *testing.T) {
 			t.Fatalf("%s: a foreign certificate got a working session", tr)
 		}
 	}
-	waitAudit(t, c, "foreign certificate", func(e api.AuditEvent) bool {
+	waitAudit(t, c, "foreign certificate", func(e apitype.AuditEvent) bool {
 		return e.Kind == "connect" && e.Result == "refused" &&
 			strings.Contains(e.Detail, `TLS client certificate "stranger"`) && strings.Contains(e.Detail, "unknown authority")
 	})
@@ -247,15 +251,18 @@ func TestAttackBadStreamReplies(t *testing.T) {
 	bad := joinNode(t, c, "liar")
 
 	// The good node is a real agent with the embedded SSH server.
-	tok, err := c.CreateToken(context.Background(), api.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
+	tok, err := c.CreateToken(context.Background(), apitype.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	goodDir := filepath.Join(t.TempDir(), "good")
-	if _, err := edge.Join(context.Background(), edge.JoinOptions{JoinString: tok.JoinString, StateDir: goodDir, Name: "good"}); err != nil {
+	if _, err := edge.Join(context.Background(), edge.JoinOptions{
+		JoinString: tok.JoinString, StateDir: goodDir, Name: "good",
+	}); err != nil {
 		t.Fatal(err)
 	}
-	runAgent(t, context.Background(), edge.Config{StateDir: goodDir, SSHTarget: edge.SSHEmbedded, Transport: tunnel.TransportTCP})
+	runAgent(t, context.Background(),
+		edge.Config{StateDir: goodDir, SSHTarget: edge.SSHEmbedded, Transport: tunnel.TransportTCP})
 
 	liar := dialAs(t, bad, tunnel.TransportQUIC)
 	if _, m := connectAs(t, liar, "liar"); m.Type != control.TypeWelcome {
@@ -287,17 +294,19 @@ func TestAttackBadStreamReplies(t *testing.T) {
 	ssh := dialBastion(t, s, operator)
 	for port, kind := range map[int]string{1: "garbage", 2: "oversized", 3: "truncated"} {
 		_, err := ssh.Dial("tcp", "liar:"+itoa(port))
-		if err == nil || !strings.Contains(err.Error(), "tether: read answer from liar") || !strings.Contains(err.Error(), "bad stream header") {
+		if err == nil || !strings.Contains(err.Error(), "tether: read answer from liar") ||
+			!strings.Contains(err.Error(), "bad stream header") {
 			t.Fatalf("%s reply: %v", kind, err)
 		}
 	}
-	waitAudit(t, c, "failed jumps to the liar", func(e api.AuditEvent) bool {
-		return e.Kind == "jump" && e.Node == "liar" && e.Result == "dial_failed" && strings.Contains(e.Detail, "bad stream header")
+	waitAudit(t, c, "failed jumps to the liar", func(e apitype.AuditEvent) bool {
+		return e.Kind == "jump" && e.Node == "liar" && e.Result == "dial_failed" &&
+			strings.Contains(e.Detail, "bad stream header")
 	})
 
 	// The hub sends garbage to the real agent: it closes that stream only.
-	waitFor(t, "good agent online", func() bool { _, ok := s.reg.Get("good"); return ok })
-	conn, _ := s.reg.Get("good")
+	waitFor(t, "good agent online", func() bool { _, ok := s.conns.Get("good"); return ok })
+	conn, _ := s.conns.Get("good")
 	for _, junk := range [][]byte{{9, 0, 3, 1, 0, 0}, {1, 0, 65, 1}, {1, 0}} {
 		st, err := conn.Session.OpenStream(context.Background())
 		if err != nil {
@@ -333,14 +342,14 @@ func TestAttackBadStreamReplies(t *testing.T) {
 func itoa(i int) string { return string(rune('0' + i)) }
 
 // newOperator registers operator "op" with a fresh key.
-func newOperator(t *testing.T, c *api.Client) gossh.Signer {
+func newOperator(t *testing.T, c *apiclient.Client) gossh.Signer {
 	t.Helper()
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
 	signer, err := gossh.NewSignerFromKey(priv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.AddOperator(context.Background(), api.OperatorAddRequest{Name: "op",
+	if _, err := c.AddOperator(context.Background(), apitype.OperatorAddRequest{Name: "op",
 		PublicKey: string(gossh.MarshalAuthorizedKey(signer.PublicKey()))}); err != nil {
 		t.Fatal(err)
 	}
@@ -351,8 +360,8 @@ func newOperator(t *testing.T, c *api.Client) gossh.Signer {
 // against the hub's host CA.
 func dialBastion(t *testing.T, s *Server, key gossh.Signer) *gossh.Client {
 	t.Helper()
-	var info api.HubInfo
-	b, err := os.ReadFile(filepath.Join(s.cfg.DataDir, api.HubInfoFile))
+	var info apitype.HubInfo
+	b, err := os.ReadFile(filepath.Join(s.cfg.DataDir, apitype.HubInfoFile))
 	if err == nil {
 		err = json.Unmarshal(b, &info)
 	}
@@ -367,8 +376,11 @@ func dialBastion(t *testing.T, s *Server, key gossh.Signer) *gossh.Client {
 		}
 		return false
 	}}
-	client, err := gossh.Dial("tcp", info.SSH, &gossh.ClientConfig{User: "op", Auth: []gossh.AuthMethod{gossh.PublicKeys(key)},
-		HostKeyCallback: checker.CheckHostKey, HostKeyAlgorithms: []string{gossh.CertAlgoED25519v01}, Timeout: 10 * time.Second})
+	client, err := gossh.Dial("tcp", info.SSH, &gossh.ClientConfig{
+		User: "op", Auth: []gossh.AuthMethod{gossh.PublicKeys(key)},
+		HostKeyCallback: checker.CheckHostKey, HostKeyAlgorithms: []string{gossh.CertAlgoED25519v01},
+		Timeout: 10 * time.Second,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +408,7 @@ func TestAttackPathTraversalAudited(t *testing.T) {
 	s, c := testHub(t)
 	ctx := context.Background()
 
-	tok, err := c.CreateToken(ctx, api.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
+	tok, err := c.CreateToken(ctx, apitype.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,20 +424,23 @@ func TestAttackPathTraversalAudited(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "invalid name") {
 		t.Fatalf("join as ../../etc: %d %s", resp.StatusCode, b)
 	}
-	waitAudit(t, c, "join with a traversing name", func(e api.AuditEvent) bool {
-		return e.Kind == "join" && e.Result == "bad_request" && e.Node == "../../etc" && strings.Contains(e.Detail, "invalid name")
+	waitAudit(t, c, "join with a traversing name", func(e apitype.AuditEvent) bool {
+		return e.Kind == "join" && e.Result == "bad_request" && e.Node == "../../etc" &&
+			strings.Contains(e.Detail, "invalid name")
 	})
 
-	if _, err := c.PutRole(ctx, "sneaky", api.RolePutRequest{Nodes: "*", Logins: []string{"../../root/.ssh/authorized_keys"}}); err == nil ||
+	if _, err := c.PutRole(ctx, "sneaky",
+		apitype.RolePutRequest{Nodes: "*", Logins: []string{"../../root/.ssh/authorized_keys"}}); err == nil ||
 		!strings.Contains(err.Error(), "invalid login") {
 		t.Fatalf("role with a traversing login: %v", err)
 	}
-	if _, err := c.AddOperator(ctx, api.OperatorAddRequest{Name: "../op", PublicKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl x"}); err == nil ||
-		!strings.Contains(err.Error(), "invalid name") {
+	if _, err := c.AddOperator(ctx, apitype.OperatorAddRequest{
+		Name: "../op", PublicKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl x",
+	}); err == nil || !strings.Contains(err.Error(), "invalid name") {
 		t.Fatalf("operator with a traversing name: %v", err)
 	}
 	for _, want := range []string{"PUT /v1/roles/sneaky: 400", "POST /v1/operators: 400"} {
-		waitAudit(t, c, want, func(e api.AuditEvent) bool { return e.Kind == "api" && strings.Contains(e.Detail, want) })
+		waitAudit(t, c, want, func(e apitype.AuditEvent) bool { return e.Kind == "api" && strings.Contains(e.Detail, want) })
 	}
 
 	n := joinNode(t, c, "n1")

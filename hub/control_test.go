@@ -88,7 +88,7 @@ func TestHeartbeatAnswered(t *testing.T) {
 // sends none is closed within the timeout, as before. Both transports.
 func TestTransportLivenessSession(t *testing.T) {
 	cfg := &tunnel.Config{KeepAliveInterval: time.Second, IdleTimeout: 3 * time.Second}
-	s, c := testHubWith(t, func(s *Server) { s.cfg.Tunnel = cfg })
+	s, c := testHubConfig(t, func(c *Config) { c.Tunnel = cfg })
 	for i, tr := range []tunnel.Transport{tunnel.TransportQUIC, tunnel.TransportTCP} {
 		t.Run(tr.String(), func(t *testing.T) {
 			t.Parallel()
@@ -125,7 +125,7 @@ func TestTransportLivenessSession(t *testing.T) {
 			waitDone(t, silentSess, "an agent that promised heartbeats sent none")
 			var heard int64
 			waitFor(t, live+" registered", func() bool {
-				conn, ok := s.reg.Get(live)
+				conn, ok := s.conns.Get(live)
 				if ok {
 					heard = conn.Heard.Load()
 				}
@@ -134,15 +134,25 @@ func TestTransportLivenessSession(t *testing.T) {
 			time.Sleep(3 * cfg.IdleTimeout)
 			select {
 			case <-liveSess.Done():
-				t.Fatalf("the hub closed a transport-liveness session with no heartbeats after %v; its dead-peer timeout is %v", 3*cfg.IdleTimeout, cfg.IdleTimeout)
+				t.Fatalf(
+					"the hub closed a transport-liveness session with no heartbeats after %v; its dead-peer timeout is %v",
+					3*cfg.IdleTimeout,
+					cfg.IdleTimeout,
+				)
 			default:
 			}
-			conn, ok := s.reg.Get(live)
+			conn, ok := s.conns.Get(live)
 			if !ok || !conn.TransportLive {
 				t.Fatalf("%s: registered %v, TransportLive %v", live, ok, ok && conn.TransportLive)
 			}
 			if got := time.Since(time.Unix(0, conn.Heard.Load())); conn.Heard.Load() <= heard || got > 2*time.Second {
-				t.Errorf("%s last heard %v ago (at connect: %d, now %d): the presence sweep does not follow its keepalives", live, got.Round(time.Millisecond), heard, conn.Heard.Load())
+				t.Errorf(
+					"%s last heard %v ago (at connect: %d, now %d): the presence sweep does not follow its keepalives",
+					live,
+					got.Round(time.Millisecond),
+					heard,
+					conn.Heard.Load(),
+				)
 			}
 		})
 	}
@@ -156,17 +166,17 @@ func TestTransportLivenessSession(t *testing.T) {
 // must see at least 3 fresh marks; the agent's own keepalives would give at
 // most one.
 func TestAgentOnLongerKeepaliveHeard(t *testing.T) {
-	s, c := testHubWith(t, func(s *Server) {
-		s.cfg.Tunnel = &tunnel.Config{KeepAliveInterval: time.Second, IdleTimeout: 15 * time.Second}
+	s, c := testHubConfig(t, func(c *Config) {
+		c.Tunnel = &tunnel.Config{KeepAliveInterval: time.Second, IdleTimeout: 15 * time.Second}
 	})
 	for i, tr := range []tunnel.Transport{tunnel.TransportQUIC, tunnel.TransportTCP} {
 		t.Run(tr.String(), func(t *testing.T) {
 			t.Parallel()
 			name := fmt.Sprintf("slow-%d", i)
 			runAgent(t, context.Background(), edge.Config{Identity: joinNode(t, c, name), Transport: tr})
-			waitFor(t, name+" registered", func() bool { _, ok := s.reg.Get(name); return ok })
+			waitFor(t, name+" registered", func() bool { _, ok := s.conns.Get(name); return ok })
 			time.Sleep(time.Second) // the admission's own traffic out of the window
-			conn, _ := s.reg.Get(name)
+			conn, _ := s.conns.Get(name)
 			if !conn.TransportLive {
 				t.Fatalf("%s: not a transport-liveness session", name)
 			}

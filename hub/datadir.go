@@ -9,9 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"golang.org/x/sys/unix"
-
-	"github.com/tether-dev/tether/hub/api"
 )
 
 // LockFile is the file in the data dir a running hub holds an exclusive
@@ -57,13 +56,14 @@ func holderError(dir string, lockFile *os.File) error {
 		holder = fmt.Sprintf("the hub with PID %d", pid)
 	}
 	where := "(still starting)"
-	if raw, err := os.ReadFile(filepath.Join(dir, api.HubInfoFile)); err == nil {
-		var info api.HubInfo
+	if raw, err := os.ReadFile(filepath.Join(dir, apitype.HubInfoFile)); err == nil {
+		var info apitype.HubInfo
 		if json.Unmarshal(raw, &info) == nil && (pid == 0 || info.PID == pid) && info.API != "" {
 			where = fmt.Sprintf("(API %s, SSH %s)", info.API, info.SSH)
 		}
 	}
-	return fmt.Errorf("%w: %s uses %s %s; stop it first, or give this hub its own --data-dir", ErrDataDirInUse, holder, dir, where)
+	return fmt.Errorf("%w: %s uses %s %s; stop it first, or give this hub its own --data-dir", ErrDataDirInUse,
+		holder, dir, where)
 }
 
 // release drops the lock (the kernel does it too when the process ends).

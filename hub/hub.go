@@ -1,25 +1,8 @@
-// Package hub wires the Tether hub: the tunnel listener (QUIC + TLS/yamux on
-// one port), the node registry, the operators' SSH bastion, the HTTP API and
-// the store. Every decision about reaching a node is hub/access's; this
-// package connects the parts, one concern per file:
-//
-//	hub.go        Config, Server, New
-//	run.go        Run: listeners, bastion, API, job engine, shutdown
-//	identity.go   the hub's keys and CAs, the bastion's host names, SSH trust for clients
-//	admin.go      admin client certificates: local identity, login, revoke-admin
-//	session.go    a node's tunnel session: authenticate, register, serve, end
-//	control.go    the control stream: heartbeats, certificate renewal
-//	push.go       what nodes are told about access (keys, trust) and when
-//	jump.go       the bastion's login check and dialer, through the door
-//	provision.go  the hub's provisioning identity and the job engine's connector
-//	login.go      tether login: challenges and user certificates
-//	limits.go     per-source rate limits on failed logins and joins
-//	apiguard.go   the API middleware that applies them and audits refusals
-//	tlsverify.go  tunnel client certificates, verified so refusals are audited
-//	audit.go      writing audit events, bounded per source for refusals
-//	repeat.go     timers instead of goroutines for per-session periodic work
-//	blobs.go      the registry client for upgrade artifacts, blob garbage collection
-//	singletons.go replicas: the leader's singletons (fenced), dead replicas' jobs, the change feed
+// Package hub wires the Tether hub: Config, New (state, identity, the
+// features that need no listener), Run (serve.go: listeners, job engine,
+// API, shutdown) and the adapters that hand each feature package the small
+// parts of the hub it uses. Every behaviour lives in the feature package
+// named after it; every decision about reaching a node is hub/access's.
 package hub
 
 import (
@@ -33,22 +16,30 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/access"
+	"github.com/tether-dev/tether/hub/accesspush"
+	"github.com/tether-dev/tether/hub/artifacts"
+	"github.com/tether-dev/tether/hub/auditlog"
 	"github.com/tether-dev/tether/hub/bastion"
+	"github.com/tether-dev/tether/hub/blobs"
 	"github.com/tether-dev/tether/hub/cluster"
 	"github.com/tether-dev/tether/hub/desired"
+	"github.com/tether-dev/tether/hub/identity"
+	"github.com/tether-dev/tether/hub/jobs/sshconn"
 	"github.com/tether-dev/tether/hub/kubeone"
 	"github.com/tether-dev/tether/hub/leader"
 	"github.com/tether-dev/tether/hub/metrics"
+	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/hub/notify"
-	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/operator"
+	"github.com/tether-dev/tether/hub/ratelimit"
 	"github.com/tether-dev/tether/hub/replica"
+	"github.com/tether-dev/tether/hub/service"
 	"github.com/tether-dev/tether/hub/site"
 	"github.com/tether-dev/tether/hub/stepca"
 	"github.com/tether-dev/tether/hub/store"
@@ -57,7 +48,6 @@ import (
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
 	"github.com/tether-dev/tether/tunnel"
-	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // Version is set at build time (-ldflags -X).
@@ -65,10 +55,12 @@ var Version = "dev"
 
 // Config configures a hub.
 type Config struct {
-	DataDir     string         // state: CA, database, host key, admin identity
-	Listen      string         // tunnel + API address (UDP and TCP), default :7443
-	SSHListen   string         // bastion address, default :2222
-	Advertise   []string       // addresses agents dial (put into join strings); default: Listen's address if it is not a wildcard
+	DataDir   string // state: CA, database, host key, admin identity
+	Listen    string // tunnel + API address (UDP and TCP), default :7443
+	SSHListen string // bastion address, default :2222
+	// Advertise are the addresses agents dial (put into join strings);
+	// default: Listen's address if it is not a wildcard.
+	Advertise   []string
 	NodeCertTTL time.Duration  // default ca.DefaultNodeTTL (24h); agents renew at 2/3
 	HostCertTTL time.Duration  // lifetime of SSH host certificates, default 7 days (re-issued at 2/3)
 	UserCertTTL time.Duration  // lifetime of operators' SSH user certificates from tether login, default 8h
@@ -112,7 +104,7 @@ type Config struct {
 	// store: it takes the shared identity from the store, records which
 	// node tunnels it holds, and serves and dials peer links on this
 	// address (UDP and TCP) to forward streams to the replica holding a
-	// node (replicas.go).
+	// node (hub/replica).
 	PeerListen string
 	// PeerAdvertise is the HOST:PORT other replicas dial for PeerListen;
 	// default PeerListen's address, with this machine's name for a
@@ -129,7 +121,7 @@ type Config struct {
 	// its role as leader moves within 4/3 of it, and its jobs are marked
 	// interrupted within 7/3 of it.
 	LeaderTTL time.Duration
-	// Site makes this hub a site of a parent hub (sites.go); the zero
+	// Site makes this hub a site of a parent hub (hub/site); the zero
 	// value is a hub without a parent.
 	Site   SiteConfig
 	Logger *slog.Logger
@@ -168,10 +160,10 @@ func (c *Config) CheckAndSetDefaults() error {
 		return fmt.Errorf("hub: --provision-login: %w", err)
 	}
 	if c.KubeOneAdminConf == "" {
-		c.KubeOneAdminConf = DefaultKubeOneAdminConf
+		c.KubeOneAdminConf = kubeone.DefaultAdminConf
 	}
 	if c.KubeAPIServerPort == 0 {
-		c.KubeAPIServerPort = DefaultKubeAPIServerPort
+		c.KubeAPIServerPort = kubeone.DefaultAPIServerPort
 	}
 	if c.KubeAPIServerPort < 1 || c.KubeAPIServerPort > 65535 {
 		return fmt.Errorf("hub: --kube-apiserver-port %d: want 1..65535", c.KubeAPIServerPort)
@@ -217,48 +209,42 @@ func (c *Config) CheckAndSetDefaults() error {
 
 // Server is a running hub.
 type Server struct {
-	cfg        Config
-	log        *slog.Logger
-	store      store.Store
-	ca         *ca.CA
-	reg        *registry.Registry
-	metrics    *metrics.Metrics
-	hostKey    gossh.Signer
-	hostCA     *ca.SSHCA
-	issueNode  func(ctx context.Context, csrDER []byte, id pki.Identity, cn string, ttl time.Duration) ([]*x509.Certificate, error)
-	nodeCA     *x509.Certificate // root node certificates chain to
-	userCA     *ca.SSHCA
-	serving    tls.Certificate
-	door       *access.Door  // every decision about reaching a node, and its route
-	pushKick   chan struct{} // an access change is waiting to be pushed (push.go)
-	challenges challenges    // pending tether login nonces
-	jumps      liveJumps     // bastion jumps under way (jump.go)
-	sessions   sync.WaitGroup
-	cluster    *cluster.Controller // set in Run before sessions are accepted
-	upgrades   *upgrade.Controller // set in Run before sessions are accepted
-	kubeone    *kubeone.Service    // set in Run before the API serves
-	guard      *guards             // rate limits (limits.go) and refusal audits (audit.go)
-	admins     admins              // admin certificates: revocation time, local identity (admin.go)
-	dirLock    *dataDirLock        // held from New to the end of Run (datadir.go)
-	blobRefs   blobRefs            // what blob GC keeps besides jobs' uploads (blobs.go)
-	replicaID  string              // this hub among replicas on one store (replicas.go)
-	peers      *replica.Peers      // set in Run before sessions are accepted, with Config.PeerListen
-	feed       *notify.Feed        // changes to and from the other replicas; set in Run (singletons.go)
-	nudger     notify.Nudger       // wakes this replica's feed at once; nil on SQLite
-	repl       *replication        // leases, feed and leadership; set in Run
-	services   *serviceHub         // service tunnels (services.go); set in Run before sessions are accepted
-	children   *site.Children      // the sites below this hub (sites.go); set in New
-	uplink     *site.Uplink        // this hub's session with its parent; nil without one (sites.go)
-	// siteServiceRoutes, if set, serves the route streams for service
-	// tunnels the parent opens on this site hub's uplink (siteroute.go
-	// hands them over).
-	siteServiceRoutes func(ctx context.Context, st tunnel.Stream, req *control.RouteRequest)
-	desired           *desired.Sync // desired state down the tree of hubs; kinds register on it (missions.go)
-	// ancestorTrust is the SSH trust of the hubs above this site hub, as
-	// its parent last sent it (nil for a root); siteTrust what was sent to
-	// each child (sitetrust.go).
-	ancestorTrust atomic.Pointer[access.AncestorTrust]
-	siteTrust     siteTrustState
+	cfg       Config
+	log       *slog.Logger
+	store     store.Store
+	ca        *ca.CA
+	conns     *nodeconn.Table // nodes' live connections
+	metrics   *metrics.Metrics
+	hostKey   gossh.Signer
+	hostCA    *ca.SSHCA
+	issueNode func(ctx context.Context, csrDER []byte, id pki.Identity, cn string,
+		ttl time.Duration) ([]*x509.Certificate, error)
+	nodeCA    *x509.Certificate // root node certificates chain to
+	userCA    *ca.SSHCA
+	serving   tls.Certificate
+	door      *access.Door          // every decision about reaching a node, and its route
+	pusher    *accesspush.Pusher    // what connected nodes are told about access
+	jumps     *bastion.Jumps        // bastion jumps under way
+	provision *sshconn.Connector    // how jobs reach nodes, as the hub's provisioning identity
+	nodes     *nodeconn.Server      // nodes' tunnel sessions, from admission to end
+	blobs     *blobs.Store          // jobs' uploads and upgrades' artifacts
+	cluster   *cluster.Controller   // its job engine is attached in Run
+	upgrades  *upgrade.Controller   // its job engine is attached in Run
+	limits    *ratelimit.Limits     // per-source limits of failed attempts
+	auditLog  *auditlog.Writer      // the audit log, refusals bounded per source
+	operators *operator.Service     // tether login, admin and operator API certificates
+	dirLock   *dataDirLock          // held from New to the end of Run (datadir.go)
+	blobRefs  artifacts.Referencers // what blob GC keeps besides jobs' uploads
+	replicas  *replica.Local        // this hub among the replicas on its store
+	repl      *replica.Replication  // leases, the change feed and leadership
+	services  *service.Tunnels      // service tunnels; Run starts them before sessions are accepted
+	children  *site.Children        // the sites below this hub
+	uplink    *site.Uplink          // this hub's session with its parent; nil without one
+	desired   *desired.Sync         // desired state down the tree of hubs; kinds register on it
+	trust     *site.Trust           // SSH trust down the tree of hubs
+	// runMetrics are registered in New and unregistered as Run ends, so
+	// the registry shows only what a running hub measures.
+	runMetrics []prometheus.Collector
 }
 
 // New opens the hub's state (creating it the first time).
@@ -278,25 +264,36 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 			lock.release()
 		}
 	}()
-	s := &Server{cfg: cfg, log: cfg.Logger, reg: registry.New(), metrics: metrics.New(), pushKick: make(chan struct{}, 1), dirLock: lock}
-	s.guard = newGuards(s.metrics.Registry)
+	s := &Server{cfg: cfg, log: cfg.Logger, conns: nodeconn.NewTable(), metrics: metrics.New(), dirLock: lock}
+	s.limits = ratelimit.NewLimits(s.metrics.Registry)
 	if s.store, err = store.Open(ctx, cfg.Store, cfg.DataDir); err != nil {
 		return nil, err
 	}
+	s.auditLog = auditlog.New(
+		auditlog.Config{Store: s.store, Log: s.log, Limit: s.limits.Audit, Registry: s.metrics.Registry},
+	)
 	defer func() {
 		if err != nil {
 			s.store.Close()
 		}
 	}()
 	s.log.Info("store open", "store", store.Describe(cfg.Store, cfg.DataDir))
+	var nudger notify.Nudger
 	if db, ok := s.store.(*store.DB); ok && db.Backend() == "postgres" {
 		// LISTEN/NOTIFY nudges this replica's change feed at once; the
 		// periodic re-read stays the truth.
-		s.nudger = notify.NewPGNudger(cfg.Store)
+		nudger = notify.NewPGNudger(cfg.Store)
 	}
 	// Every hub has a replica ID: its jobs are stored with it, and it
-	// campaigns for the singletons' leadership (singletons.go).
-	if s.replicaID, err = replicaID(cfg.DataDir, cfg.ReplicaID); err != nil {
+	// campaigns for the singletons' leadership (hub/replica).
+	replicaID, err := replica.LoadID(cfg.DataDir, cfg.ReplicaID)
+	if err != nil {
+		return nil, err
+	}
+	s.replicas = replica.NewLocal(replicaID, s.store, s.conns)
+	if s.repl, err = replica.NewReplication(replica.ReplicationConfig{Store: s.store, ID: replicaID,
+		TTL: cfg.LeaderTTL, Nudger: nudger, Registerer: s.metrics.Registry, Apply: replicaApply{s}, Audit: s.auditLog.Write,
+		Logger: s.log}); err != nil {
 		return nil, err
 	}
 	if cfg.PeerListen != "" {
@@ -309,10 +306,10 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.ca, err = ca.LoadOrCreate(filepath.Join(cfg.DataDir, "ca"), "Tether"); err != nil {
 		return nil, err
 	}
-	if s.hostKey, err = loadOrCreateHostKey(filepath.Join(cfg.DataDir, hostKeyFile)); err != nil {
+	if s.hostKey, err = identity.LoadOrCreateHostKey(filepath.Join(cfg.DataDir, hostKeyFile)); err != nil {
 		return nil, err
 	}
-	s.issueNode, s.nodeCA = s.ownCAIssue, s.ca.Certificate()
+	s.issueNode, s.nodeCA = identity.OwnCAIssuer(s.ca), s.ca.Certificate()
 	if cfg.StepCA != nil {
 		iss, err := stepca.New(*cfg.StepCA)
 		if err != nil {
@@ -326,10 +323,8 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if s.userCA, err = ca.LoadOrCreateSSH(filepath.Join(cfg.DataDir, "ca"), ca.SSHUserCAFile); err != nil {
 		return nil, err
 	}
-	if s.serving, err = s.ca.IssueHubServer("hub", servingNames(cfg.Listen, cfg.Advertise), 90*24*time.Hour); err != nil {
-		return nil, err
-	}
-	if err := s.writeLocalAdmin(ctx); err != nil {
+	names := identity.ServingNames(cfg.Listen, cfg.Advertise)
+	if s.serving, err = s.ca.IssueHubServer("hub", names, 90*24*time.Hour); err != nil {
 		return nil, err
 	}
 	// A replica's restart says nothing of the nodes other replicas hold:
@@ -339,11 +334,27 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
-	if s.door, err = access.New(ctx, access.Config{Store: s.store, Registry: s.reg, UserCAs: s.userCA.TrustedKeys,
+	if s.door, err = access.New(ctx, access.Config{Store: s.store, Conns: s.conns, UserCAs: s.userCA.TrustedKeys,
 		ProvisionLogin: cfg.ProvisionLogin, Metrics: s.metrics, Logger: s.log.With("component", "access")}); err != nil {
 		return nil, err
 	}
-	if err := s.startAdmins(ctx); err != nil {
+	if s.provision, err = sshconn.New(sshconn.Config{Door: s.door, SignUser: s.userCA.SignUser,
+		HostCAs: s.hostCA.TrustedKeys, HostCAsFor: s.hostCAsFor, Logger: s.log.With("component", "provision")}); err != nil {
+		return nil, err
+	}
+	s.jumps = bastion.NewJumps(bastion.JumpsConfig{Door: s.door, Nodes: jumpNodes{s}, Audit: s.auditLog.Write,
+		Logger: s.log})
+	s.pusher = accesspush.New(accesspush.Config{Door: s.door, Conns: s.conns, UserCA: s.userCA, HostCA: s.hostCA,
+		HostCertTTL: cfg.HostCertTTL, HostPrincipals: s.hostPrincipals, WithAncestors: s.withAncestors,
+		EndWithdrawn: s.jumps.EndWithdrawn, AfterRound: s.pushSiteTrust, Publish: s.repl.Publish,
+		Duration: s.metrics.AccessPushDuration, Pushes: s.metrics.AccessPushes, Log: s.log})
+	s.operators = operator.New(operator.Config{Store: s.store, CA: s.ca, UserCA: s.userCA, Door: s.door, Audit: s.auditLog,
+		DataDir: cfg.DataDir, UserCertTTL: cfg.UserCertTTL, RateLimited: s.limits.Refused.WithLabelValues("login"),
+		Publish: s.repl.Publish, Log: s.log})
+	if err := s.operators.WriteLocalAdmin(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.operators.Start(ctx); err != nil {
 		return nil, err
 	}
 	if err := s.setupSites(ctx); err != nil {
@@ -352,7 +363,23 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := s.setupDesired(); err != nil {
 		return nil, err
 	}
+	// Before the site routes: a site serves its parent's service streams.
+	if err := s.setupServices(); err != nil {
+		return nil, err
+	}
 	s.setupSiteRoutes()
+	if s.blobs, err = blobs.New(filepath.Join(cfg.DataDir, "blobs"), cfg.MaxUploadBytes); err != nil {
+		return nil, err
+	}
+	if err := s.setupUpgrades(); err != nil {
+		return nil, err
+	}
+	s.cluster = cluster.New(cluster.Config{Store: s.store, Blobs: s.blobs, EnginesDir: cfg.EnginesDir,
+		Online: s.provision.Online, StateDir: s.replicas.StateDir, Metrics: s.metrics,
+		Logger: s.log.With("component", "cluster"), Audit: s.auditLog.Write})
+	if s.nodes, err = s.newNodeConns(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -12,7 +12,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tether-dev/tether/edge"
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
@@ -20,16 +21,32 @@ import (
 
 // testHub runs a real hub in-process on loopback ports and stops it (and
 // checks for leaked goroutines) at cleanup.
-func testHub(t *testing.T) (*Server, *api.Client) {
+func testHub(t *testing.T) (*Server, *apiclient.Client) {
 	t.Helper()
 	return testHubWith(t, nil)
 }
 
 // testHubWith is testHub with setup applied to the server before it runs.
-func testHubWith(t *testing.T, setup func(*Server)) (*Server, *api.Client) {
+func testHubWith(t *testing.T, setup func(*Server)) (*Server, *apiclient.Client) {
+	t.Helper()
+	return startTestHub(t, nil, setup)
+}
+
+// testHubConfig is testHub with configure applied to the hub's Config
+// before New.
+func testHubConfig(t *testing.T, configure func(*Config)) (*Server, *apiclient.Client) {
+	t.Helper()
+	return startTestHub(t, configure, nil)
+}
+
+func startTestHub(t *testing.T, configure func(*Config), setup func(*Server)) (*Server, *apiclient.Client) {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := New(context.Background(), Config{DataDir: dir, Listen: "127.0.0.1:0", SSHListen: "127.0.0.1:0"})
+	cfg := Config{DataDir: dir, Listen: "127.0.0.1:0", SSHListen: "127.0.0.1:0"}
+	if configure != nil {
+		configure(&cfg)
+	}
+	s, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,10 +56,10 @@ func testHubWith(t *testing.T, setup func(*Server)) (*Server, *api.Client) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	var c *api.Client
+	var c *apiclient.Client
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if c, err = api.NewLocalClient(dir); err == nil {
+		if c, err = apiclient.NewLocalClient(dir); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -62,13 +79,16 @@ func testHubWith(t *testing.T, setup func(*Server)) (*Server, *api.Client) {
 }
 
 // joinNode joins a node through the real join endpoint and returns its identity.
-func joinNode(t *testing.T, c *api.Client, name string) *edge.Identity {
+func joinNode(t *testing.T, c *apiclient.Client, name string) *edge.Identity {
 	t.Helper()
-	tok, err := c.CreateToken(context.Background(), api.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
+	tok, err := c.CreateToken(context.Background(), apitype.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := edge.Join(context.Background(), edge.JoinOptions{JoinString: tok.JoinString, StateDir: filepath.Join(t.TempDir(), name), Name: name})
+	id, err := edge.Join(
+		context.Background(),
+		edge.JoinOptions{JoinString: tok.JoinString, StateDir: filepath.Join(t.TempDir(), name), Name: name},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +132,10 @@ func waitDone(t *testing.T, sess tunnel.Session, what string) {
 }
 
 func hello(name string) *control.Message {
-	return &control.Message{Type: control.TypeHello, Hello: &control.Hello{ProtocolVersion: control.ProtocolVersion, Name: name, AgentVersion: "test"}}
+	return &control.Message{
+		Type:  control.TypeHello,
+		Hello: &control.Hello{ProtocolVersion: control.ProtocolVersion, Name: name, AgentVersion: "test"},
+	}
 }
 
 // TestBadAgentsCloseOnlyTheirSession: garbage, oversized and lying control
@@ -224,7 +247,7 @@ func TestBadAgentsCloseOnlyTheirSession(t *testing.T) {
 		t.Fatal("good node's session ended")
 	default:
 	}
-	if conn, ok := s.reg.Get("good"); !ok || conn.NodeID != good.Config.NodeID {
+	if conn, ok := s.conns.Get("good"); !ok || conn.NodeID != good.Config.NodeID {
 		t.Fatal("good node no longer registered")
 	}
 	nodes, err := c.ListNodes(context.Background())

@@ -13,7 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tether-dev/tether/edge"
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apitype"
+	"github.com/tether-dev/tether/hub/ratelimit"
 )
 
 // TestJoinRateLimitSparesBusySites: the failed-join limit must not refuse a
@@ -22,8 +23,8 @@ import (
 // bad joins from its address) waits for Retry-After and joins.
 func TestJoinRateLimitSparesBusySites(t *testing.T) {
 	s, c := testHub(t)
-	const site = 3 * joinFailBurst
-	tok, err := c.CreateToken(context.Background(), api.TokenCreateRequest{TTLSeconds: 600, Uses: site + 1})
+	const site = 3 * ratelimit.JoinFailBurst
+	tok, err := c.CreateToken(context.Background(), apitype.TokenCreateRequest{TTLSeconds: 600, Uses: site + 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestJoinRateLimitSparesBusySites(t *testing.T) {
 		}
 	}
 
-	if n := testutil.ToFloat64(s.guard.rateLimited.WithLabelValues("join")); n != 0 {
+	if n := testutil.ToFloat64(s.limits.Refused.WithLabelValues("join")); n != 0 {
 		t.Errorf("%v of %d concurrent valid joins were rate limited", n, site)
 	}
 
@@ -57,20 +58,24 @@ func TestJoinRateLimitSparesBusySites(t *testing.T) {
 		flip = 'b'
 	}
 	bad := tok.JoinString[:at-1] + string(flip) + tok.JoinString[at:]
-	for i := range joinFailBurst {
+	for i := range ratelimit.JoinFailBurst {
 		_, err := edge.Enroll(ctx, edge.JoinOptions{JoinString: bad, Name: "intruder"})
 		if !errors.Is(err, edge.ErrJoinRefused) {
 			t.Fatalf("bad join %d: %v, want a refusal", i+1, err)
 		}
 	}
 	start := time.Now()
-	if _, err := edge.Enroll(ctx, edge.JoinOptions{JoinString: tok.JoinString, Name: "late", StateDir: filepath.Join(t.TempDir(), "late")}); err != nil {
+	if _, err := edge.Enroll(ctx, edge.JoinOptions{
+		JoinString: tok.JoinString, Name: "late", StateDir: filepath.Join(t.TempDir(), "late"),
+	}); err != nil {
 		t.Fatalf("valid join after a flood of bad ones from the same address: %v", err)
 	}
 	took := time.Since(start)
 	if took < time.Second {
-		t.Errorf("valid join right after %d bad ones took %s: the hub did not rate limit the address", joinFailBurst, took)
+		t.Errorf("valid join right after %d bad ones took %s: the hub did not rate limit the address",
+			ratelimit.JoinFailBurst, took)
 	}
-	t.Logf("%d concurrent joins from one address succeeded; a valid join right after %d bad ones waited out the limit in %s",
-		site, joinFailBurst, took.Round(time.Millisecond))
+	t.Logf("%d concurrent joins from one address succeeded; "+
+		"a valid join right after %d bad ones waited out the limit in %s",
+		site, ratelimit.JoinFailBurst, took.Round(time.Millisecond))
 }

@@ -16,7 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apitype"
+	"github.com/tether-dev/tether/hub/ratelimit"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel/control"
 )
@@ -31,7 +32,9 @@ type countingIssuer struct {
 
 func (c *countingIssuer) install(s *Server) {
 	real := s.issueNode
-	s.issueNode = func(ctx context.Context, csr []byte, id pki.Identity, cn string, ttl time.Duration) ([]*x509.Certificate, error) {
+	s.issueNode = func(
+		ctx context.Context, csr []byte, id pki.Identity, cn string, ttl time.Duration,
+	) ([]*x509.Certificate, error) {
 		c.calls.Add(1)
 		if c.down.Load() {
 			return nil, errors.New("stepca: sign: dial tcp 10.0.0.1:9000: connect: connection refused")
@@ -63,7 +66,7 @@ func TestJoinAuthenticatesBeforeSigning(t *testing.T) {
 	var iss countingIssuer
 	_, c := testHubWith(t, iss.install)
 	ctx := context.Background()
-	tok, err := c.CreateToken(ctx, api.TokenCreateRequest{TTLSeconds: 600, Uses: 1})
+	tok, err := c.CreateToken(ctx, apitype.TokenCreateRequest{TTLSeconds: 600, Uses: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +96,8 @@ func TestJoinAuthenticatesBeforeSigning(t *testing.T) {
 		t.Errorf("one valid join made %d issuances, want 1", n)
 	}
 	// The single use is spent: refused, again without a signature.
-	if status, _, msg := postJoin(t, hc, js, js.Token, "n2", csr); status != http.StatusForbidden || !strings.Contains(msg, "no uses left") {
+	if status, _, msg := postJoin(t, hc, js, js.Token, "n2", csr); status != http.StatusForbidden ||
+		!strings.Contains(msg, "no uses left") {
 		t.Errorf("second join on a single-use token: %d %q, want 403 no uses left", status, msg)
 	}
 	if n := iss.calls.Load(); n != 1 {
@@ -110,14 +114,14 @@ func TestJoinIssuerOutage(t *testing.T) {
 	iss.down.Store(true)
 	s, c := testHubWith(t, iss.install)
 	ctx := context.Background()
-	tok, err := c.CreateToken(ctx, api.TokenCreateRequest{TTLSeconds: 600, Uses: 1})
+	tok, err := c.CreateToken(ctx, apitype.TokenCreateRequest{TTLSeconds: 600, Uses: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	js, hc, csr := joinerClient(t, tok.JoinString, "n1")
 	// More attempts than the failure burst: if they were charged, the
 	// last would be 429.
-	for i := range joinFailBurst + 5 {
+	for i := range ratelimit.JoinFailBurst + 5 {
 		status, retry, msg := postJoin(t, hc, js, js.Token, "n1", csr)
 		if status != http.StatusServiceUnavailable || retry == "" || !strings.Contains(msg, "certificate authority") {
 			t.Fatalf("join %d while the CA is down: %d Retry-After %q %q; want 503 with Retry-After", i+1, status, retry, msg)
@@ -126,10 +130,10 @@ func TestJoinIssuerOutage(t *testing.T) {
 			t.Errorf("the answer leaks the CA's internal error: %q", msg)
 		}
 	}
-	if n := testutil.ToFloat64(s.guard.rateLimited.WithLabelValues("join")); n != 0 {
+	if n := testutil.ToFloat64(s.limits.Refused.WithLabelValues("join")); n != 0 {
 		t.Errorf("%v joins were rate limited: CA outages were charged to the joining source", n)
 	}
-	if ok, _ := s.guard.join.Allow("127.0.0.1"); !ok {
+	if ok, _ := s.limits.Join.Allow("127.0.0.1"); !ok {
 		t.Error("the join limiter refuses 127.0.0.1 after CA outages")
 	}
 	toks, err := c.ListTokens(ctx)
@@ -140,7 +144,7 @@ func TestJoinIssuerOutage(t *testing.T) {
 	if status, _, msg := postJoin(t, hc, js, js.Token, "n1", csr); status != http.StatusOK {
 		t.Fatalf("join once the CA is back: %d %q", status, msg)
 	}
-	waitAudit(t, c, "CA outage audited", func(e api.AuditEvent) bool {
+	waitAudit(t, c, "CA outage audited", func(e apitype.AuditEvent) bool {
 		return e.Kind == "join" && e.Result == "error" && strings.Contains(e.Detail, "certificate authority")
 	})
 }
@@ -150,7 +154,7 @@ func TestJoinIssuerOutage(t *testing.T) {
 func TestJoinRaceForLastUse(t *testing.T) {
 	_, c := testHub(t)
 	ctx := context.Background()
-	tok, err := c.CreateToken(ctx, api.TokenCreateRequest{TTLSeconds: 600, Uses: 1})
+	tok, err := c.CreateToken(ctx, apitype.TokenCreateRequest{TTLSeconds: 600, Uses: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/access"
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 // TestJumpAuditNamesTheKey: a jump's audit row carries the fingerprint of
@@ -44,7 +44,7 @@ func TestJumpAuditNamesTheKey(t *testing.T) {
 				conn.Close()
 				t.Fatalf("jump to unknown node %s opened", tc.node)
 			}
-			e := waitAudit(t, c, "the jump to "+tc.node, func(e api.AuditEvent) bool {
+			e := waitAudit(t, c, "the jump to "+tc.node, func(e apitype.AuditEvent) bool {
 				return e.Kind == "jump" && e.Node == tc.node
 			})
 			if e.KeyFingerprint != fp || e.Operator != "op" {

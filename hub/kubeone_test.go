@@ -20,7 +20,8 @@ import (
 
 	"github.com/tether-dev/tether/edge"
 	"github.com/tether-dev/tether/edge/sshdconf"
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/hub/kubeone"
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/tunnel"
@@ -36,18 +37,21 @@ func withoutKubeOne(t *testing.T) func(*Server) {
 
 // startAgents joins and runs real agents (embedded SSH server, TCP) in
 // this process and waits until the hub has them online with an address.
-func startAgents(t *testing.T, s *Server, c *api.Client, names ...string) {
+func startAgents(t *testing.T, s *Server, c *apiclient.Client, names ...string) {
 	t.Helper()
 	for _, name := range names {
-		tok, err := c.CreateToken(context.Background(), api.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
+		tok, err := c.CreateToken(context.Background(), apitype.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		dir := filepath.Join(t.TempDir(), name)
-		if _, err := edge.Join(context.Background(), edge.JoinOptions{JoinString: tok.JoinString, StateDir: dir, Name: name}); err != nil {
+		if _, err := edge.Join(context.Background(), edge.JoinOptions{
+			JoinString: tok.JoinString, StateDir: dir, Name: name,
+		}); err != nil {
 			t.Fatal(err)
 		}
-		runAgent(t, context.Background(), edge.Config{StateDir: dir, SSHTarget: edge.SSHEmbedded, Transport: tunnel.TransportTCP})
+		runAgent(t, context.Background(),
+			edge.Config{StateDir: dir, SSHTarget: edge.SSHEmbedded, Transport: tunnel.TransportTCP})
 	}
 	waitFor(t, "agents online", func() bool {
 		nodes, err := c.ListNodes(context.Background())
@@ -157,8 +161,10 @@ func certSigner(t *testing.T, keyFile, certFile string) (withCert, plain gossh.S
 // reach logs in to node through the bastion as KubeOne would; nil if the
 // node's SSH server accepted the cluster's identity.
 func (kc kubeoneClient) reach(node string) error {
-	bc, err := gossh.Dial("tcp", kc.bastionAddr, &gossh.ClientConfig{User: kc.bastionUser, Auth: []gossh.AuthMethod{gossh.PublicKeys(kc.signer)},
-		HostKeyCallback: pinned(kc.bastionKey)})
+	bc, err := gossh.Dial("tcp", kc.bastionAddr, &gossh.ClientConfig{
+		User: kc.bastionUser, Auth: []gossh.AuthMethod{gossh.PublicKeys(kc.signer)},
+		HostKeyCallback: pinned(kc.bastionKey),
+	})
 	if err != nil {
 		return fmt.Errorf("bastion: %w", err)
 	}
@@ -172,7 +178,8 @@ func (kc kubeoneClient) reach(node string) error {
 	if key, ok := kc.hostKeys[node]; ok {
 		cb = pinned(key)
 	}
-	ncc, chans, reqs, err := gossh.NewClientConn(conn, node+":22", &gossh.ClientConfig{User: kc.login, Auth: []gossh.AuthMethod{gossh.PublicKeys(kc.signer)}, HostKeyCallback: cb})
+	ncc, chans, reqs, err := gossh.NewClientConn(conn, node+":22",
+		&gossh.ClientConfig{User: kc.login, Auth: []gossh.AuthMethod{gossh.PublicKeys(kc.signer)}, HostKeyCallback: cb})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
@@ -197,8 +204,10 @@ func (kc kubeoneClient) viaOperator(t *testing.T, s *Server, op gossh.Signer, no
 		if err != nil {
 			return fmt.Errorf("jump: %w", err)
 		}
-		ncc, chans, reqs, err := gossh.NewClientConn(conn, node+":22", &gossh.ClientConfig{User: kc.login, Auth: []gossh.AuthMethod{gossh.PublicKeys(auth)},
-			HostKeyCallback: gossh.InsecureIgnoreHostKey()}) //nolint:gosec // the login is under test, not the host
+		ncc, chans, reqs, err := gossh.NewClientConn(conn, node+":22", &gossh.ClientConfig{
+			User: kc.login, Auth: []gossh.AuthMethod{gossh.PublicKeys(auth)},
+			HostKeyCallback: gossh.InsecureIgnoreHostKey(), //nolint:gosec // the login is under test, not the host
+		})
 		conn.Close()
 		if err != nil {
 			refused = append(refused, what)
@@ -230,7 +239,9 @@ func TestKubeOneIdentityReachesItsMembersOnly(t *testing.T) {
 	login := testenv.LoginName()
 	create := func(name string, cp []string, workers ...string) kubeoneClient {
 		t.Helper()
-		if _, err := c.CreateKubeOne(ctx, kubeone.Spec{Name: name, ControlPlane: cp, Workers: workers, Kubernetes: "1.30.5", Login: login}); err != nil {
+		if _, err := c.CreateKubeOne(ctx, apitype.KubeOneSpec{
+			Name: name, ControlPlane: cp, Workers: workers, Kubernetes: "1.30.5", Login: login,
+		}); err != nil {
 			t.Fatal(err)
 		}
 		m, err := c.KubeOneManifest(ctx, name, "")
@@ -264,7 +275,7 @@ func TestKubeOneIdentityReachesItsMembersOnly(t *testing.T) {
 	if err := other.reach("n1"); err == nil {
 		t.Fatalf("n1 let cluster a's key in as %s", other.login)
 	}
-	waitAudit(t, c, "the refused login of a's key", func(e api.AuditEvent) bool {
+	waitAudit(t, c, "the refused login of a's key", func(e apitype.AuditEvent) bool {
 		return e.Kind == "login_refused" && e.Node == "n1" && e.Operator == "kubeone-a"
 	})
 	for _, tc := range []struct {
@@ -287,7 +298,7 @@ func TestKubeOneIdentityReachesItsMembersOnly(t *testing.T) {
 
 	// n2 leaves a: the bastion refuses at once; n2 itself once the push
 	// reached it.
-	if _, err := c.SetKubeOneMembers(ctx, "a", api.KubeOneMembersRequest{ControlPlane: []string{"n1"}}); err != nil {
+	if _, err := c.SetKubeOneMembers(ctx, "a", apitype.KubeOneMembersRequest{ControlPlane: []string{"n1"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.reach("n2"); err == nil || !strings.Contains(err.Error(), "administratively prohibited") {
@@ -326,11 +337,13 @@ func TestKubeOneKeyFiles(t *testing.T) {
 	s, c := testHubWith(t, withoutKubeOne(t))
 	ctx := context.Background()
 	startAgents(t, s, c, "n1")
-	cl, err := c.CreateKubeOne(ctx, kubeone.Spec{Name: "k", ControlPlane: []string{"n1"}, Kubernetes: "1.31.2"})
+	cl, err := c.CreateKubeOne(ctx, apitype.KubeOneSpec{Name: "k", ControlPlane: []string{"n1"}, Kubernetes: "1.31.2"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for path, mode := range map[string]os.FileMode{kubeone.Dir(s.cfg.DataDir, "k"): 0o700 | os.ModeDir, kubeone.PrivateKeyPath(s.cfg.DataDir, "k"): 0o600} {
+	for path, mode := range map[string]os.FileMode{
+		kubeone.Dir(s.cfg.DataDir, "k"): 0o700 | os.ModeDir, kubeone.PrivateKeyPath(s.cfg.DataDir, "k"): 0o600,
+	} {
 		fi, err := os.Stat(path)
 		if err != nil {
 			t.Fatal(err)
@@ -375,8 +388,8 @@ func TestKubeOneAPI(t *testing.T) {
 	if _, err := c.RevokeNode(ctx, "rev"); err != nil {
 		t.Fatal(err)
 	}
-	spec := func(cp ...string) kubeone.Spec {
-		return kubeone.Spec{Name: "k", ControlPlane: cp, Kubernetes: "1.30.5"}
+	spec := func(cp ...string) apitype.KubeOneSpec {
+		return apitype.KubeOneSpec{Name: "k", ControlPlane: cp, Kubernetes: "1.30.5"}
 	}
 	cl, err := c.CreateKubeOne(ctx, spec("n1", "n2"))
 	if err != nil {
@@ -394,7 +407,8 @@ func TestKubeOneAPI(t *testing.T) {
 		status int
 		says   string
 	}{
-		{"name taken", func() error { _, err := c.CreateKubeOne(ctx, spec("n3")); return err }, 409, `a KubeOne cluster named "k" exists`},
+		{"name taken", func() error { _, err := c.CreateKubeOne(ctx, spec("n3")); return err }, 409,
+			`a KubeOne cluster named "k" exists`},
 		{"member elsewhere", func() error { s := spec("n2"); s.Name = "j"; _, err := c.CreateKubeOne(ctx, s); return err },
 			409, `node "n2" is already a member of KubeOne cluster "k"`},
 		// One node, one Kubernetes, refused both ways with the owner named.
@@ -411,18 +425,23 @@ func TestKubeOneAPI(t *testing.T) {
 		}, 409, `node "eng" has the rke2 engine of ` + "`tether cluster`"},
 		{"KubeOne members on a node with an engine", func() error {
 			_, err := c.SetKubeOneMembers(ctx, "k",
-				api.KubeOneMembersRequest{ControlPlane: []string{"n1"}, Workers: []string{"eng"}})
+				apitype.KubeOneMembersRequest{ControlPlane: []string{"n1"}, Workers: []string{"eng"}})
 			return err
 		}, 409, `node "eng" has the rke2 engine`},
-		{"unknown node", func() error { s := spec("nope"); s.Name = "j"; _, err := c.CreateKubeOne(ctx, s); return err }, 400, `no node named "nope"`},
-		{"revoked node", func() error { s := spec("rev"); s.Name = "j"; _, err := c.CreateKubeOne(ctx, s); return err }, 400, `node "rev" is revoked`},
+		{"unknown node",
+			func() error { s := spec("nope"); s.Name = "j"; _, err := c.CreateKubeOne(ctx, s); return err }, 400,
+			`no node named "nope"`},
+		{"revoked node",
+			func() error { s := spec("rev"); s.Name = "j"; _, err := c.CreateKubeOne(ctx, s); return err }, 400,
+			`node "rev" is revoked`},
 		{"bad version", func() error {
 			s := spec("n3")
 			s.Name, s.Kubernetes = "j", "1.20.1"
 			_, err := c.CreateKubeOne(ctx, s)
 			return err
 		}, 400, "KubeOne 1.8 and later install Kubernetes 1.27 to 1.36"},
-		{"no such cluster", func() error { _, err := c.KubeOneStatus(ctx, "nope"); return err }, 404, `no KubeOne cluster named "nope"`},
+		{"no such cluster", func() error { _, err := c.KubeOneStatus(ctx, "nope"); return err }, 404,
+			`no KubeOne cluster named "nope"`},
 		{"operator in the identities' names", func() error {
 			pub, _, err := ed25519.GenerateKey(rand.Reader)
 			if err != nil {
@@ -432,12 +451,16 @@ func TestKubeOneAPI(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			_, err = c.AddOperator(ctx, api.OperatorAddRequest{Name: "kubeone-k", PublicKey: string(gossh.MarshalAuthorizedKey(sshPub))})
+			_, err = c.AddOperator(ctx, apitype.OperatorAddRequest{Name: "kubeone-k",
+				PublicKey: string(gossh.MarshalAuthorizedKey(sshPub))})
 			return err
 		}, 400, `names starting with "kubeone-" belong to KubeOne clusters' identities`},
-		{"bad bastion", func() error { _, err := c.KubeOneManifest(ctx, "k", "a b:1"); return err }, 400, "want HOST or HOST:PORT"},
+		{"bad bastion", func() error { _, err := c.KubeOneManifest(ctx, "k", "a b:1"); return err }, 400,
+			"want HOST or HOST:PORT"},
 		{"member offline", func() error {
-			if _, err := c.SetKubeOneMembers(ctx, "k", api.KubeOneMembersRequest{ControlPlane: []string{"n1"}, Workers: []string{"off"}}); err != nil {
+			if _, err := c.SetKubeOneMembers(ctx, "k", apitype.KubeOneMembersRequest{
+				ControlPlane: []string{"n1"}, Workers: []string{"off"},
+			}); err != nil {
 				return err
 			}
 			_, err := c.KubeOneManifest(ctx, "k", "")
@@ -455,7 +478,8 @@ func TestKubeOneAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.MembersUp != 1 || len(st.Members) != 2 || !st.Members[0].Online || st.Members[0].Transport != "tcp" || st.Members[1].Online || st.Members[1].Role != "worker" {
+	if st.MembersUp != 1 || len(st.Members) != 2 || !st.Members[0].Online || st.Members[0].Transport != "tcp" ||
+		st.Members[1].Online || st.Members[1].Role != "worker" {
 		t.Errorf("status %+v", st)
 	}
 	if got := kubeoneMembersMetric(t, s, "k"); got != "control-plane/up=1 worker/down=1" {
@@ -465,10 +489,11 @@ func TestKubeOneAPI(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "off") {
 		t.Fatalf("manifest with an offline member: %v, %q", err, m)
 	}
-	if _, err := c.SetKubeOneMembers(ctx, "k", api.KubeOneMembersRequest{ControlPlane: []string{"n1"}}); err != nil {
+	if _, err := c.SetKubeOneMembers(ctx, "k", apitype.KubeOneMembersRequest{ControlPlane: []string{"n1"}}); err != nil {
 		t.Fatal(err)
 	}
-	if m, err = c.KubeOneManifest(ctx, "k", "hub.example.net:2022"); err != nil || !strings.Contains(m, "bastion: hub.example.net\n") || !strings.Contains(m, "bastionPort: 2022\n") {
+	if m, err = c.KubeOneManifest(ctx, "k", "hub.example.net:2022"); err != nil ||
+		!strings.Contains(m, "bastion: hub.example.net\n") || !strings.Contains(m, "bastionPort: 2022\n") {
 		t.Errorf("manifest with --bastion: %v\n%s", err, m)
 	}
 
@@ -484,11 +509,12 @@ func TestKubeOneAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, kind := range []string{"kubeone_create", "kubeone_members", "kubeone_delete"} {
-		waitAudit(t, c, kind, func(e api.AuditEvent) bool {
+		waitAudit(t, c, kind, func(e apitype.AuditEvent) bool {
 			return e.Kind == kind && e.Result == "ok" && strings.Contains(e.Detail, "cluster k")
 		})
 	}
-	waitAudit(t, c, "refused create", func(e api.AuditEvent) bool { return e.Kind == "kubeone_create" && e.Result == "refused" })
+	waitAudit(t, c, "refused create",
+		func(e apitype.AuditEvent) bool { return e.Kind == "kubeone_create" && e.Result == "refused" })
 }
 
 // TestKubeOneManagedSSHD: on a node whose agent manages a real OpenSSH
@@ -506,7 +532,7 @@ func TestKubeOneManagedSSHD(t *testing.T) {
 	}
 	sshd := testenv.StartSSHD(t, testenv.SSHDConfig{Dir: dir, Include: filepath.Join(dir, "sshd_config.d", "*.conf")})
 
-	tok, err := c.CreateToken(ctx, api.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
+	tok, err := c.CreateToken(ctx, apitype.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,19 +540,27 @@ func TestKubeOneManagedSSHD(t *testing.T) {
 	if _, err := edge.Join(ctx, edge.JoinOptions{JoinString: tok.JoinString, StateDir: state, Name: "m1"}); err != nil {
 		t.Fatal(err)
 	}
-	mgr := &edge.SSHDManager{Paths: sshdconf.Paths{Dir: filepath.Join(dir, "tether"), DropIn: filepath.Join(dir, "sshd_config.d", "50-tether.conf"),
-		HostKey: sshd.HostKey.Path}, SSHDConfig: sshd.Config, Reload: sshdconf.PidFileReloader(sshd.PidFile)}
+	mgr := &edge.SSHDManager{
+		Paths: sshdconf.Paths{
+			Dir: filepath.Join(dir, "tether"), DropIn: filepath.Join(dir, "sshd_config.d", "50-tether.conf"),
+			HostKey: sshd.HostKey.Path,
+		},
+		SSHDConfig: sshd.Config, Reload: sshdconf.PidFileReloader(sshd.PidFile),
+	}
 	if err := mgr.Check(); err != nil {
 		t.Fatal(err)
 	}
-	runAgent(t, ctx, edge.Config{StateDir: state, SSHTarget: sshd.Addr, SSHDHostKey: sshd.HostKey.Path, ManageSSHD: mgr, Transport: tunnel.TransportTCP})
+	runAgent(t, ctx, edge.Config{StateDir: state, SSHTarget: sshd.Addr, SSHDHostKey: sshd.HostKey.Path,
+		ManageSSHD: mgr, Transport: tunnel.TransportTCP})
 	waitFor(t, "m1 online", func() bool {
 		n, err := s.store.GetNodeByName(ctx, "m1")
 		return err == nil && n.Online
 	})
 	ensureAddresses(t, s)
 
-	if _, err := c.CreateKubeOne(ctx, kubeone.Spec{Name: "m", ControlPlane: []string{"m1"}, Kubernetes: "1.32.1", Login: testenv.LoginName()}); err != nil {
+	if _, err := c.CreateKubeOne(ctx, apitype.KubeOneSpec{
+		Name: "m", ControlPlane: []string{"m1"}, Kubernetes: "1.32.1", Login: testenv.LoginName(),
+	}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := c.KubeOneManifest(ctx, "m", "")
@@ -537,7 +571,8 @@ func TestKubeOneManagedSSHD(t *testing.T) {
 	// sshd presents the certificate once the agent installed it and
 	// reloaded sshd, and accepts the principal once the push landed.
 	var last error
-	waitFor(t, "the cluster's certificate to log in to m1's sshd", func() bool { last = kc.reach("m1"); return last == nil })
+	waitFor(t, "the cluster's certificate to log in to m1's sshd",
+		func() bool { last = kc.reach("m1"); return last == nil })
 	if k, err := gossh.ParsePublicKey(kc.hostKeys["m1"]); err != nil {
 		t.Fatal(err)
 	} else if cert, ok := k.(*gossh.Certificate); !ok || cert.CertType != gossh.HostCert {
@@ -545,7 +580,8 @@ func TestKubeOneManagedSSHD(t *testing.T) {
 	}
 	op := newOperator(t, c)
 	if err := kc.viaOperator(t, s, op, "m1"); err == nil || err.Error() != "partly: node refused the cluster's key" {
-		t.Errorf("m1's sshd (no authorized_keys) via an operator's jump: %v, want the certificate accepted and the plain key refused", err)
+		t.Errorf("m1's sshd (no authorized_keys) via an operator's jump: %v, "+
+			"want the certificate accepted and the plain key refused", err)
 	}
 
 	if _, err := c.DeleteKubeOne(ctx, "m"); err != nil {

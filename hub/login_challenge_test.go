@@ -13,9 +13,13 @@ import (
 	"testing"
 	"time"
 
+	hubop "github.com/tether-dev/tether/hub/operator"
+
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
+	"github.com/tether-dev/tether/hub/ratelimit"
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel/control"
@@ -29,9 +33,9 @@ type loginFrom struct {
 	hc   *http.Client
 }
 
-func newLoginFrom(t *testing.T, c *api.Client, src string) *loginFrom {
+func newLoginFrom(t *testing.T, c *apiclient.Client, src string) *loginFrom {
 	t.Helper()
-	tok, err := c.CreateToken(context.Background(), api.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
+	tok, err := c.CreateToken(context.Background(), apitype.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +48,10 @@ func newLoginFrom(t *testing.T, c *api.Client, src string) *loginFrom {
 		t.Fatal(err)
 	}
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc, DialContext: d.DialContext}}
+	hc := &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: tc, DialContext: d.DialContext},
+	}
 	t.Cleanup(hc.CloseIdleConnections)
 	return &loginFrom{t: t, addr: js.Addrs[0], hc: hc}
 }
@@ -63,20 +70,21 @@ func (l *loginFrom) post(path string, body any) (int, []byte, string) {
 	return resp.StatusCode, out, resp.Header.Get("Retry-After")
 }
 
-func (l *loginFrom) challenge(operator string) (int, api.LoginChallengeResponse, string) {
-	status, b, retry := l.post("/v1/login/challenge", api.LoginChallengeRequest{Operator: operator})
-	var ch api.LoginChallengeResponse
+func (l *loginFrom) challenge(operator string) (int, apitype.LoginChallengeResponse, string) {
+	status, b, retry := l.post("/v1/login/challenge", apitype.LoginChallengeRequest{Operator: operator})
+	var ch apitype.LoginChallengeResponse
 	_ = json.Unmarshal(b, &ch)
 	return status, ch, retry
 }
 
 // login signs nonce as operator with key and returns the status and error.
 func (l *loginFrom) login(operator, nonce string, key gossh.Signer) (int, string) {
-	sig, err := key.Sign(rand.Reader, LoginPayload(operator, nonce))
+	sig, err := key.Sign(rand.Reader, hubop.LoginPayload(operator, nonce))
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	status, b, _ := l.post("/v1/login", api.LoginRequest{Operator: operator, Nonce: nonce, SignatureFormat: sig.Format, Signature: sig.Blob})
+	status, b, _ := l.post("/v1/login",
+		apitype.LoginRequest{Operator: operator, Nonce: nonce, SignatureFormat: sig.Format, Signature: sig.Blob})
 	var e control.ErrorResponse
 	_ = json.Unmarshal(b, &e)
 	return status, e.Error
@@ -90,12 +98,13 @@ func TestLoginChallengeTellsNoNames(t *testing.T) {
 	_, c := testHub(t)
 	key := newOperator(t, c)
 	l := newLoginFrom(t, c, "127.0.0.1")
-	stOp, bOp, _ := l.post("/v1/login/challenge", api.LoginChallengeRequest{Operator: "op"})
-	stGhost, bGhost, _ := l.post("/v1/login/challenge", api.LoginChallengeRequest{Operator: "ghost"})
+	stOp, bOp, _ := l.post("/v1/login/challenge", apitype.LoginChallengeRequest{Operator: "op"})
+	stGhost, bGhost, _ := l.post("/v1/login/challenge", apitype.LoginChallengeRequest{Operator: "ghost"})
 	var op, ghost map[string]any
 	_ = json.Unmarshal(bOp, &op)
 	_ = json.Unmarshal(bGhost, &ghost)
-	if stOp != http.StatusOK || stGhost != stOp || len(op) != len(ghost) || len(fmt.Sprint(op["nonce"])) != len(fmt.Sprint(ghost["nonce"])) {
+	if stOp != http.StatusOK || stGhost != stOp || len(op) != len(ghost) ||
+		len(fmt.Sprint(op["nonce"])) != len(fmt.Sprint(ghost["nonce"])) {
 		t.Fatalf("challenge for an operator: %d %s; for no operator: %d %s; want the same answer", stOp, bOp, stGhost, bGhost)
 	}
 	other := newSigner(t)
@@ -104,7 +113,8 @@ func TestLoginChallengeTellsNoNames(t *testing.T) {
 	stGhostLogin, msgGhost := l.login("ghost", fmt.Sprint(ghost["nonce"]), other)
 	if stWrong != http.StatusForbidden || stGhostLogin != stWrong ||
 		strings.ReplaceAll(msgWrong, `"op"`, "NAME") != strings.ReplaceAll(msgGhost, `"ghost"`, "NAME") {
-		t.Errorf("login with a wrong key: %d %q; as no operator: %d %q; want the same answer", stWrong, msgWrong, stGhostLogin, msgGhost)
+		t.Errorf("login with a wrong key: %d %q; as no operator: %d %q; want the same answer", stWrong, msgWrong,
+			stGhostLogin, msgGhost)
 	}
 	// The owner still gets in.
 	_, ch, _ := l.challenge("op")
@@ -124,7 +134,7 @@ func TestLoginChallengeFloodKeepsOwner(t *testing.T) {
 	key := newOperator(t, c)
 	flood := newLoginFrom(t, c, "127.0.0.2")
 	var ok, limited int
-	for range 3 * challengeBurst {
+	for range 3 * hubop.ChallengeBurst {
 		switch st, _, retry := flood.challenge("op"); {
 		case st == http.StatusOK:
 			ok++
@@ -134,8 +144,9 @@ func TestLoginChallengeFloodKeepsOwner(t *testing.T) {
 			t.Fatalf("flooding challenge: %d (Retry-After %q)", st, retry)
 		}
 	}
-	if ok > challengeBurst || limited == 0 {
-		t.Errorf("a flood of %d challenges from one address: %d answered, %d rate limited; want at most %d answered", 3*challengeBurst, ok, limited, challengeBurst)
+	if ok > hubop.ChallengeBurst || limited == 0 {
+		t.Errorf("a flood of %d challenges from one address: %d answered, %d rate limited; want at most %d answered",
+			3*hubop.ChallengeBurst, ok, limited, hubop.ChallengeBurst)
 	}
 	owner := newLoginFrom(t, c, "127.0.0.1")
 	st, ch, _ := owner.challenge("op")
@@ -144,34 +155,6 @@ func TestLoginChallengeFloodKeepsOwner(t *testing.T) {
 	}
 	if st, msg := owner.login("op", ch.Nonce, key); st != http.StatusOK {
 		t.Fatalf("owner's login during a flood: %d %q", st, msg)
-	}
-}
-
-// TestLoginChallengesEvictOldest: a full table of pending challenges
-// forgets its oldest nonce instead of refusing a new one.
-func TestLoginChallengesEvictOldest(t *testing.T) {
-	var c challenges
-	first, _, err := c.issue("op-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 1; i < maxChallenges; i++ {
-		if _, _, err := c.issue(fmt.Sprintf("op-%d", i)); err != nil {
-			t.Fatalf("challenge %d of %d: %v", i+1, maxChallenges, err)
-		}
-	}
-	newest, _, err := c.issue("owner")
-	if err != nil {
-		t.Fatalf("a challenge with the table full: %v (the owner is locked out)", err)
-	}
-	if c.take(first, "op-0") {
-		t.Error("the oldest challenge survived a full table")
-	}
-	if !c.take(newest, "owner") {
-		t.Error("the newest challenge does not verify")
-	}
-	if c.take(newest, "owner") {
-		t.Error("a challenge verified twice")
 	}
 }
 
@@ -185,10 +168,10 @@ func TestLoginChallengeAuditBounded(t *testing.T) {
 	for i := range tries {
 		l.challenge(fmt.Sprintf("ghost-%d", i))
 	}
-	waitAudit(t, c, "challenge for no operator", func(e api.AuditEvent) bool {
+	waitAudit(t, c, "challenge for no operator", func(e apitype.AuditEvent) bool {
 		return e.Operator == "ghost-0" && e.Result == "refused"
 	})
-	evs, err := c.ListAudit(context.Background(), api.AuditQuery{})
+	evs, err := c.ListAudit(context.Background(), apiclient.AuditQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +181,7 @@ func TestLoginChallengeAuditBounded(t *testing.T) {
 			n++
 		}
 	}
-	if n > auditBurst+1 {
-		t.Errorf("%d challenges for unknown names left %d audit rows; want at most %d", tries, n, auditBurst+1)
+	if n > ratelimit.AuditBurst+1 {
+		t.Errorf("%d challenges for unknown names left %d audit rows; want at most %d", tries, n, ratelimit.AuditBurst+1)
 	}
 }

@@ -7,9 +7,10 @@ import (
 	"net/http"
 	"testing"
 
-	gossh "golang.org/x/crypto/ssh"
+	"github.com/tether-dev/tether/hub/operator"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apitype"
+	gossh "golang.org/x/crypto/ssh"
 )
 
 // TestLoginWithAnyKey: an operator with several keys logs in with each;
@@ -19,8 +20,10 @@ func TestLoginWithAnyKey(t *testing.T) {
 	_, c := testHub(t)
 	ctx := context.Background()
 	first, second := newSigner(t), newSigner(t)
-	if _, err := c.AddOperator(ctx, api.OperatorAddRequest{Name: "op", PublicKey: string(gossh.MarshalAuthorizedKey(first.PublicKey())),
-		PublicKeys: []string{string(gossh.MarshalAuthorizedKey(second.PublicKey()))}}); err != nil {
+	if _, err := c.AddOperator(ctx, apitype.OperatorAddRequest{
+		Name: "op", PublicKey: string(gossh.MarshalAuthorizedKey(first.PublicKey())),
+		PublicKeys: []string{string(gossh.MarshalAuthorizedKey(second.PublicKey()))},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	l := newLoginFrom(t, c, "127.0.0.1")
@@ -29,15 +32,17 @@ func TestLoginWithAnyKey(t *testing.T) {
 	loginNamed := func(key gossh.Signer, named string) (int, gossh.PublicKey) {
 		t.Helper()
 		_, ch, _ := l.challenge("op")
-		sig, err := key.Sign(rand.Reader, LoginPayload("op", ch.Nonce))
+		sig, err := key.Sign(rand.Reader, operator.LoginPayload("op", ch.Nonce))
 		if err != nil {
 			t.Fatal(err)
 		}
-		status, b, _ := l.post("/v1/login", api.LoginRequest{Operator: "op", Nonce: ch.Nonce, SignatureFormat: sig.Format, Signature: sig.Blob, PublicKey: named})
+		status, b, _ := l.post("/v1/login", apitype.LoginRequest{
+			Operator: "op", Nonce: ch.Nonce, SignatureFormat: sig.Format, Signature: sig.Blob, PublicKey: named,
+		})
 		if status != http.StatusOK {
 			return status, nil
 		}
-		var resp api.LoginResponse
+		var resp apitype.LoginResponse
 		if err := json.Unmarshal(b, &resp); err != nil {
 			t.Fatal(err)
 		}

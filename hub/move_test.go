@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/edge"
-	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/internal/faultproxy"
 	"github.com/tether-dev/tether/tunnel"
 )
@@ -51,16 +51,18 @@ func TestMoveFromTCPToQUIC(t *testing.T) {
 
 	var mu sync.Mutex
 	var why []string
-	runAgent(t, context.Background(), edge.Config{Identity: id, Transport: tunnel.TransportAuto, AllowPorts: []uint16{port},
+	runAgent(t, context.Background(), edge.Config{
+		Identity: id, Transport: tunnel.TransportAuto, AllowPorts: []uint16{port},
 		ReprobeMin: 200 * time.Millisecond, ReprobeMax: 400 * time.Millisecond,
 		OnStatus: func(st edge.Status) {
 			mu.Lock()
 			why = append(why, st.Transport+" ("+st.TransportWhy+")")
 			mu.Unlock()
-		}})
+		},
+	})
 
-	conn := func() *registry.Conn {
-		cn, _ := s.reg.Get("mover")
+	conn := func() *nodeconn.Conn {
+		cn, _ := s.conns.Get("mover")
 		return cn
 	}
 	on := func(tr tunnel.Transport) func() bool {

@@ -16,9 +16,12 @@ import (
 	"testing"
 	"time"
 
+	hubop "github.com/tether-dev/tether/hub/operator"
+
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
@@ -27,11 +30,12 @@ import (
 // loginWithCSR runs `tether login` for operator against s, asking for an API
 // client certificate, and returns the hub's answer with the certificate's
 // key (PEM).
-func loginWithCSR(t *testing.T, s *Server, operator string, key ed25519.PrivateKey) (api.LoginResponse, []byte) {
+func loginWithCSR(t *testing.T, s *Server, operator string, key ed25519.PrivateKey) (apitype.LoginResponse, []byte) {
 	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AddCert(s.ca.Certificate())
-	c := api.NewClientTLS(hubAddr(t, s), &tls.Config{MinVersion: tls.VersionTLS13, ServerName: pki.HubServerName, RootCAs: pool})
+	c := apiclient.NewClientTLS(hubAddr(t, s),
+		&tls.Config{MinVersion: tls.VersionTLS13, ServerName: pki.HubServerName, RootCAs: pool})
 	defer c.Close()
 	ctx := context.Background()
 	ch, err := c.LoginChallenge(ctx, operator)
@@ -50,11 +54,12 @@ func loginWithCSR(t *testing.T, s *Server, operator string, key ed25519.PrivateK
 	if err != nil {
 		t.Fatal(err)
 	}
-	sig, err := signer.Sign(rand.Reader, AdminLoginPayload(operator, ch.Nonce, csr))
+	sig, err := signer.Sign(rand.Reader, hubop.AdminLoginPayload(operator, ch.Nonce, csr))
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.Login(ctx, api.LoginRequest{Operator: operator, Nonce: ch.Nonce, SignatureFormat: sig.Format, Signature: sig.Blob, AdminCSR: csr})
+	resp, err := c.Login(ctx, apitype.LoginRequest{Operator: operator, Nonce: ch.Nonce,
+		SignatureFormat: sig.Format, Signature: sig.Blob, AdminCSR: csr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,15 +72,16 @@ func loginWithCSR(t *testing.T, s *Server, operator string, key ed25519.PrivateK
 
 // operatorClient logs operator in and returns an API client with the API
 // identity the login gave them.
-func operatorClient(t *testing.T, s *Server, operator string, key ed25519.PrivateKey) *api.Client {
+func operatorClient(t *testing.T, s *Server, operator string, key ed25519.PrivateKey) *apiclient.Client {
 	t.Helper()
 	resp, keyPEM := loginWithCSR(t, s, operator, key)
 	if resp.APICert == "" || resp.AdminCert != "" {
-		t.Fatalf("login of %s: api cert %t, admin cert %t; want an API certificate only", operator, resp.APICert != "", resp.AdminCert != "")
+		t.Fatalf("login of %s: api cert %t, admin cert %t; want an API certificate only", operator,
+			resp.APICert != "", resp.AdminCert != "")
 	}
 	dir := filepath.Join(t.TempDir(), operator)
 	writeIdentity(t, dir, []byte(resp.APICert), keyPEM, pki.EncodeCerts(s.ca.Certificate()))
-	c, err := api.NewClient(hubAddr(t, s), dir)
+	c, err := apiclient.NewClient(hubAddr(t, s), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +89,7 @@ func operatorClient(t *testing.T, s *Server, operator string, key ed25519.Privat
 	return c
 }
 
-func names(nodes []api.Node) []string {
+func names(nodes []apitype.Node) []string {
 	var out []string
 	for _, n := range nodes {
 		out = append(out, n.Name)
@@ -94,7 +100,7 @@ func names(nodes []api.Node) []string {
 
 func wantStatus(t *testing.T, what string, err error, status int) {
 	t.Helper()
-	var ae *api.Error
+	var ae *apitype.Error
 	if !errors.As(err, &ae) || ae.Status != status {
 		t.Fatalf("%s: %v; want HTTP %d", what, err, status)
 	}
@@ -110,10 +116,14 @@ func TestOperatorsListTheirNodes(t *testing.T) {
 	for _, name := range []string{"dev-1", "dev-2", "prod-1"} {
 		joinNode(t, c, name)
 	}
-	if _, err := c.LabelNodes(ctx, api.NodeLabelRequest{Nodes: []string{"dev-1", "dev-2"}, Set: map[string]string{"env": "dev"}}); err != nil {
+	if _, err := c.LabelNodes(ctx, apitype.NodeLabelRequest{
+		Nodes: []string{"dev-1", "dev-2"}, Set: map[string]string{"env": "dev"},
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.LabelNodes(ctx, api.NodeLabelRequest{Nodes: []string{"prod-1"}, Set: map[string]string{"env": "prod"}}); err != nil {
+	if _, err := c.LabelNodes(ctx, apitype.NodeLabelRequest{
+		Nodes: []string{"prod-1"}, Set: map[string]string{"env": "prod"},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	prod, err := s.store.GetNodeByName(ctx, "prod-1")
@@ -123,12 +133,14 @@ func TestOperatorsListTheirNodes(t *testing.T) {
 	if err := s.store.SetReportedLabels(ctx, prod.ID, map[string]string{"env": "dev"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.PutRole(ctx, "dev-ops", api.RolePutRequest{Nodes: "env=dev", Logins: []string{"root"}}); err != nil {
+	if _, err := c.PutRole(ctx, "dev-ops", apitype.RolePutRequest{
+		Nodes: "env=dev", Logins: []string{"root"},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	aliceKey := addOperator(t, c, "alice", "dev-ops")
 	alice := operatorClient(t, s, "alice", aliceKey)
-	tok, err := c.CreateAPIToken(ctx, api.APITokenCreateRequest{Role: "dev-ops"})
+	tok, err := c.CreateAPIToken(ctx, apitype.APITokenCreateRequest{Role: "dev-ops"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,12 +148,12 @@ func TestOperatorsListTheirNodes(t *testing.T) {
 	if err := os.WriteFile(caFile, pki.EncodeCerts(s.ca.Certificate()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	token, err := api.NewTokenClient(hubAddr(t, s), caFile, tok.Token)
+	token, err := apiclient.NewTokenClient(hubAddr(t, s), caFile, tok.Token)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer token.Close()
-	bad, err := api.NewTokenClient(hubAddr(t, s), caFile, api.APITokenPrefix+"nope.nope")
+	bad, err := apiclient.NewTokenClient(hubAddr(t, s), caFile, apitype.APITokenPrefix+"nope.nope")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +161,7 @@ func TestOperatorsListTheirNodes(t *testing.T) {
 
 	for _, tc := range []struct {
 		who  string
-		c    *api.Client
+		c    *apiclient.Client
 		want []string
 	}{
 		{"admin", c, []string{"dev-1", "dev-2", "prod-1"}},
@@ -169,7 +181,8 @@ func TestOperatorsListTheirNodes(t *testing.T) {
 	}
 	_, err = alice.ListOperators(ctx)
 	wantStatus(t, "operator identity on an admin endpoint", err, http.StatusForbidden)
-	_, err = alice.LabelNodes(ctx, api.NodeLabelRequest{Nodes: []string{"prod-1"}, Set: map[string]string{"env": "dev"}})
+	_, err = alice.LabelNodes(ctx,
+		apitype.NodeLabelRequest{Nodes: []string{"prod-1"}, Set: map[string]string{"env": "dev"}})
 	wantStatus(t, "operator identity labelling a node", err, http.StatusForbidden)
 	_, err = token.ListOperators(ctx)
 	wantStatus(t, "API token on an admin endpoint", err, http.StatusForbidden)
@@ -188,7 +201,7 @@ func TestOperatorsListTheirNodes(t *testing.T) {
 	if !strings.Contains(err.Error(), "revoke-admin") {
 		t.Fatalf("refusal after revoke-admin does not say why: %v", err)
 	}
-	c, err = api.NewLocalClient(s.cfg.DataDir)
+	c, err = apiclient.NewLocalClient(s.cfg.DataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +231,9 @@ func TestNodeLabelsTakeEffectAtOnce(t *testing.T) {
 	s, c := testHub(t)
 	ctx := context.Background()
 	id := joinNode(t, c, "n1")
-	if _, err := c.PutRole(ctx, "dev-ops", api.RolePutRequest{Nodes: "env=dev", Logins: []string{"root"}}); err != nil {
+	if _, err := c.PutRole(ctx, "dev-ops", apitype.RolePutRequest{
+		Nodes: "env=dev", Logins: []string{"root"},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	bobKey := addOperator(t, c, "bob", "dev-ops")
@@ -267,7 +282,7 @@ func TestNodeLabelsTakeEffectAtOnce(t *testing.T) {
 		t.Fatal("bob may jump to n1 on its reported labels")
 	}
 
-	for _, bad := range []api.NodeLabelRequest{
+	for _, bad := range []apitype.NodeLabelRequest{
 		{Nodes: []string{"n1"}, Set: map[string]string{"Env": "dev"}},
 		{Nodes: []string{"n1"}, Set: map[string]string{"env": "a b"}},
 		{Nodes: []string{"n1"}},
@@ -278,7 +293,7 @@ func TestNodeLabelsTakeEffectAtOnce(t *testing.T) {
 			t.Errorf("LabelNodes(%+v) accepted", bad)
 		}
 	}
-	changed, err := c.LabelNodes(ctx, api.NodeLabelRequest{Selector: "*", Set: map[string]string{"env": "dev"}})
+	changed, err := c.LabelNodes(ctx, apitype.NodeLabelRequest{Selector: "*", Set: map[string]string{"env": "dev"}})
 	if err != nil || len(changed) != 1 || changed[0].Labels["env"] != "dev" {
 		t.Fatalf("label n1 env=dev: %v %v", changed, err)
 	}
@@ -288,13 +303,13 @@ func TestNodeLabelsTakeEffectAtOnce(t *testing.T) {
 	if n, err = s.store.GetNodeByName(ctx, "n1"); err != nil || s.door.AuthorizeJump("bob", n) != nil {
 		t.Fatalf("bob may not jump to n1 after the label change: %v", err)
 	}
-	if _, err := c.LabelNodes(ctx, api.NodeLabelRequest{Nodes: []string{"n1"}, Remove: []string{"env"}}); err != nil {
+	if _, err := c.LabelNodes(ctx, apitype.NodeLabelRequest{Nodes: []string{"n1"}, Remove: []string{"env"}}); err != nil {
 		t.Fatal(err)
 	}
 	if keysHaveBob() {
 		t.Fatal("after `nodes label n1 env-` the live node still has bob's key")
 	}
-	events, err := c.ListAudit(ctx, api.AuditQuery{Node: "n1"})
+	events, err := c.ListAudit(ctx, apiclient.AuditQuery{Node: "n1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +319,8 @@ func TestNodeLabelsTakeEffectAtOnce(t *testing.T) {
 			details = append(details, e.Detail)
 		}
 	}
-	if len(details) != 2 || !slices.ContainsFunc(details, func(d string) bool { return strings.Contains(d, "labels env=dev (were none)") }) {
+	if len(details) != 2 || !slices.ContainsFunc(details,
+		func(d string) bool { return strings.Contains(d, "labels env=dev (were none)") }) {
 		t.Fatalf("audit of label changes: %q", details)
 	}
 }

@@ -14,10 +14,13 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/edge"
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
+	"github.com/tether-dev/tether/hub/ratelimit"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/onboardproto"
 )
 
 // TestAttackOnboardingCredentialOnlyOnboards is the SECURITY.md row for
@@ -31,16 +34,19 @@ import (
 func TestAttackOnboardingCredentialOnlyOnboards(t *testing.T) {
 	s, c := testHub(t)
 	ctx := context.Background()
-	if _, err := c.AddOSProfile(ctx, api.OSProfileAddRequest{Name: "debian-12", Distro: "debian", Version: "12"}); err != nil {
+	if _, err := c.AddOSProfile(ctx, apitype.OSProfileAddRequest{
+		Name: "debian-12", Distro: "debian", Version: "12",
+	}); err != nil {
 		t.Fatal(err)
 	}
-	created, err := c.CreateOnboarding(ctx, api.OnboardingCreateRequest{Name: "berlin", Role: "onboarder", Uses: 50, TTLSeconds: 3600,
-		Labels: map[string]string{"site": "berlin"}})
+	created, err := c.CreateOnboarding(ctx, apitype.OnboardingCreateRequest{
+		Name: "berlin", Role: "onboarder", Uses: 50, TTLSeconds: 3600, Labels: map[string]string{"site": "berlin"},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cred := created.Credential
-	tok, err := c.CreateToken(ctx, api.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
+	tok, err := c.CreateToken(ctx, apitype.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,9 +71,10 @@ func TestAttackOnboardingCredentialOnlyOnboards(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	onboard := func(uuid string, csr []byte) (int, string) {
-		b, _ := json.Marshal(control.OnboardRequest{Credential: cred, Name: "m1", CSR: csr,
-			Facts: control.Facts{Hostname: "m1", OSID: "debian", OSVersion: "12", Arch: "amd64"}, Machine: control.MachineFacts{UUID: uuid, UUIDSource: "test"}})
-		return do("POST", control.OnboardPath, "", string(b))
+		b, _ := json.Marshal(onboardproto.Request{Credential: cred, Name: "m1", CSR: csr,
+			Facts:   control.Facts{Hostname: "m1", OSID: "debian", OSVersion: "12", Arch: "amd64"},
+			Machine: onboardproto.MachineFacts{UUID: uuid, UUIDSource: "test"}})
+		return do("POST", onboardproto.Path, "", string(b))
 	}
 
 	// What it is for: one node for this machine.
@@ -79,11 +86,12 @@ func TestAttackOnboardingCredentialOnlyOnboards(t *testing.T) {
 	for _, ep := range []struct{ method, path, body string }{
 		{"GET", "/v1/nodes", ""}, {"POST", "/v1/jobs", `{"kind":"script","script":"id"}`}, {"GET", "/v1/jobs", ""},
 		{"GET", "/v1/audit", ""}, {"POST", "/v1/tokens", `{"ttl_seconds":60,"uses":1}`}, {"GET", "/v1/onboarding", ""},
-		{"POST", "/v1/onboarding", `{"name":"more","uses":1000,"ttl_seconds":60}`}, {"POST", "/v1/osprofiles", `{"name":"x","distro":"x","version":"1"}`},
+		{"POST", "/v1/onboarding", `{"name":"more","uses":1000,"ttl_seconds":60}`},
+		{"POST", "/v1/osprofiles", `{"name":"x","distro":"x","version":"1"}`},
 		{"DELETE", "/v1/nodes/m1", ""}, {"POST", "/v1/apitokens", `{"role":"all"}`}, {"POST", "/v1/operators", `{}`},
 		{"POST", "/v1/blobs", ""}, {"GET", "/v1/cluster", ""},
 	} {
-		for _, auth := range []string{"Bearer " + cred, "Bearer " + api.APITokenPrefix + cred} {
+		for _, auth := range []string{"Bearer " + cred, "Bearer " + apitype.APITokenPrefix + cred} {
 			if status, body := do(ep.method, ep.path, auth, ep.body); status != 401 && status != 403 {
 				t.Errorf("%s %s with %.20s…: %d %s, want 401/403", ep.method, ep.path, auth, status, body)
 			}
@@ -96,15 +104,19 @@ func TestAttackOnboardingCredentialOnlyOnboards(t *testing.T) {
 	}
 
 	// Nor does it open the bastion, as a password for any user.
-	var info api.HubInfo
-	if b, err := os.ReadFile(filepath.Join(s.cfg.DataDir, api.HubInfoFile)); err != nil || json.Unmarshal(b, &info) != nil {
+	var info apitype.HubInfo
+	if b, err := os.ReadFile(filepath.Join(s.cfg.DataDir, apitype.HubInfoFile)); err != nil ||
+		json.Unmarshal(b, &info) != nil {
 		t.Fatal(err)
 	}
 	for _, user := range []string{"berlin", "onboarder", "m1", "root"} {
 		cl, err := gossh.Dial("tcp", info.SSH, &gossh.ClientConfig{User: user, Timeout: 10 * time.Second,
-			Auth: []gossh.AuthMethod{gossh.Password(cred), gossh.KeyboardInteractive(func(string, string, []string, []bool) ([]string, error) {
-				return []string{cred}, nil
-			})},
+			Auth: []gossh.AuthMethod{
+				gossh.Password(cred),
+				gossh.KeyboardInteractive(func(string, string, []string, []bool) ([]string, error) {
+					return []string{cred}, nil
+				}),
+			},
 			HostKeyCallback: gossh.InsecureIgnoreHostKey()}) // the refusal is what is tested, not the host
 		if err == nil {
 			cl.Close()
@@ -117,7 +129,7 @@ func TestAttackOnboardingCredentialOnlyOnboards(t *testing.T) {
 	if status, body := onboard("machine-0001", otherCSR); status != 409 {
 		t.Fatalf("second machine with the same UUID: %d %s", status, body)
 	}
-	waitAudit(t, c, "duplicate machine refusal", func(e api.AuditEvent) bool {
+	waitAudit(t, c, "duplicate machine refusal", func(e apitype.AuditEvent) bool {
 		return e.Kind == "onboard" && e.Result == "refused" && strings.Contains(e.Detail, "reason=duplicate_machine")
 	})
 	if status, body := onboard("machine-0001", csr); status != 200 || !strings.Contains(body, `"existing":true`) {
@@ -136,7 +148,7 @@ func TestAttackOnboardingCredentialOnlyOnboards(t *testing.T) {
 	}
 
 	// The CA endpoint answers anyone, with the pin the admin hands over.
-	resp, err := hc.Get(base + control.OnboardCAPath)
+	resp, err := hc.Get(base + onboardproto.CAPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,29 +166,31 @@ func TestAttackOnboardingCredentialOnlyOnboards(t *testing.T) {
 func TestOnboardingRateLimitedAndAudited(t *testing.T) {
 	_, c := testHub(t)
 	ctx := context.Background()
-	created, err := c.CreateOnboarding(ctx, api.OnboardingCreateRequest{Name: "site", Uses: 1, TTLSeconds: 60})
+	created, err := c.CreateOnboarding(ctx, apitype.OnboardingCreateRequest{Name: "site", Uses: 1, TTLSeconds: 60})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.RevokeOnboarding(ctx, "site"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.AddOSProfile(ctx, api.OSProfileAddRequest{Name: "debian-12", Distro: "debian", Version: "12"}); err != nil {
+	if _, err := c.AddOSProfile(ctx, apitype.OSProfileAddRequest{
+		Name: "debian-12", Distro: "debian", Version: "12",
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.RemoveOSProfile(ctx, "debian-12"); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := c.CreateToken(ctx, api.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
+	tok, err := c.CreateToken(ctx, apitype.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	js, hc, csr := joinerClient(t, tok.JoinString, "m1")
-	body, _ := json.Marshal(control.OnboardRequest{Credential: created.Credential, CSR: csr, Name: "m1",
-		Machine: control.MachineFacts{UUID: "machine-0001"}})
+	body, _ := json.Marshal(onboardproto.Request{Credential: created.Credential, CSR: csr, Name: "m1",
+		Machine: onboardproto.MachineFacts{UUID: "machine-0001"}})
 	limited := false
-	for range 3 * joinFailBurst {
-		resp, err := hc.Post("https://"+js.Addrs[0]+control.OnboardPath, "application/json", strings.NewReader(string(body)))
+	for range 3 * ratelimit.JoinFailBurst {
+		resp, err := hc.Post("https://"+js.Addrs[0]+onboardproto.Path, "application/json", strings.NewReader(string(body)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,28 +207,31 @@ func TestOnboardingRateLimitedAndAudited(t *testing.T) {
 		}
 	}
 	if !limited {
-		t.Fatalf("%d failed onboarding attempts from one source, never 429", 3*joinFailBurst)
+		t.Fatalf("%d failed onboarding attempts from one source, never 429", 3*ratelimit.JoinFailBurst)
 	}
-	evs, err := c.ListAudit(ctx, api.AuditQuery{})
+	evs, err := c.ListAudit(ctx, apiclient.AuditQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	kinds := map[string]int{}
 	for _, e := range evs {
 		kinds[e.Kind+" "+e.Result]++
-		if e.Kind == "onboard" && e.Result == "refused" && !strings.Contains(e.Detail, "reason=revoked credential "+created.ID) {
+		if e.Kind == "onboard" && e.Result == "refused" &&
+			!strings.Contains(e.Detail, "reason=revoked credential "+created.ID) {
 			t.Errorf("onboard audit %+v", e)
 		}
 		if strings.Contains(e.Detail, strings.SplitN(created.Credential, ".", 2)[1]) {
 			t.Errorf("audit carries the secret: %+v", e)
 		}
 	}
-	for _, k := range []string{"onboarding_create ok", "onboarding_revoke ok", "osprofile_add ok", "osprofile_remove ok", "onboard rate_limited"} {
+	for _, k := range []string{
+		"onboarding_create ok", "onboarding_revoke ok", "osprofile_add ok", "osprofile_remove ok", "onboard rate_limited",
+	} {
 		if kinds[k] != 1 {
 			t.Errorf("%d %q audit events, want 1", kinds[k], k)
 		}
 	}
-	if kinds["onboard refused"] < joinFailBurst || kinds["join refused"]+kinds["join bad_request"] != 0 {
+	if kinds["onboard refused"] < ratelimit.JoinFailBurst || kinds["join refused"]+kinds["join bad_request"] != 0 {
 		t.Errorf("audit events %v: want one onboard refusal per refused attempt, by the onboarding handler only", kinds)
 	}
 }
@@ -226,14 +243,16 @@ func TestOnboardingRateLimitedAndAudited(t *testing.T) {
 func TestOnboardedMachineConnects(t *testing.T) {
 	_, c := testHub(t)
 	ctx := context.Background()
-	if _, err := c.AddOSProfile(ctx, api.OSProfileAddRequest{Name: "debian-12", Distro: "debian", Version: "12"}); err != nil {
+	if _, err := c.AddOSProfile(ctx, apitype.OSProfileAddRequest{
+		Name: "debian-12", Distro: "debian", Version: "12",
+	}); err != nil {
 		t.Fatal(err)
 	}
-	created, err := c.CreateOnboarding(ctx, api.OnboardingCreateRequest{Name: "site", Uses: 1, TTLSeconds: 60})
+	created, err := c.CreateOnboarding(ctx, apitype.OnboardingCreateRequest{Name: "site", Uses: 1, TTLSeconds: 60})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := c.CreateToken(ctx, api.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
+	tok, err := c.CreateToken(ctx, apitype.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,19 +265,20 @@ func TestOnboardedMachineConnects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(control.OnboardRequest{Credential: created.Credential, CSR: csr,
-		Facts: control.Facts{Hostname: "Shop-1.berlin.example", OSID: "debian", OSVersion: "12"}, Machine: control.MachineFacts{UUID: "machine-0001"}})
-	resp, err := hc.Post("https://"+js.Addrs[0]+control.OnboardPath, "application/json", strings.NewReader(string(b)))
+	b, _ := json.Marshal(onboardproto.Request{Credential: created.Credential, CSR: csr,
+		Facts:   control.Facts{Hostname: "Shop-1.berlin.example", OSID: "debian", OSVersion: "12"},
+		Machine: onboardproto.MachineFacts{UUID: "machine-0001"}})
+	resp, err := hc.Post("https://"+js.Addrs[0]+onboardproto.Path, "application/json", strings.NewReader(string(b)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out control.OnboardResponse
+	var out onboardproto.Response
 	err = json.NewDecoder(resp.Body).Decode(&out)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != 200 || out.Name != "shop-1" {
 		t.Fatalf("onboard: %d %+v %v", resp.StatusCode, out, err)
 	}
-	ud, err := control.ParseUserData(out.UserData)
+	ud, err := onboardproto.ParseUserData(out.UserData)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,8 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/edge"
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
@@ -39,13 +40,14 @@ func (r *pushRecorder) last() ([]string, *control.SSHTrust) {
 
 // connectRecording joins name with labels, says hello with an SSH host key
 // and records what the hub pushes.
-func connectRecording(t *testing.T, c *api.Client, name string, labels map[string]string) *pushRecorder {
+func connectRecording(t *testing.T, c *apiclient.Client, name string, labels map[string]string) *pushRecorder {
 	t.Helper()
-	tok, err := c.CreateToken(context.Background(), api.TokenCreateRequest{TTLSeconds: 60, Uses: 1, Labels: labels})
+	tok, err := c.CreateToken(context.Background(), apitype.TokenCreateRequest{TTLSeconds: 60, Uses: 1, Labels: labels})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := edge.Join(context.Background(), edge.JoinOptions{JoinString: tok.JoinString, StateDir: filepath.Join(t.TempDir(), name), Name: name})
+	id, err := edge.Join(context.Background(),
+		edge.JoinOptions{JoinString: tok.JoinString, StateDir: filepath.Join(t.TempDir(), name), Name: name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,14 +101,18 @@ func TestAccessChangePushesOnlyWhatChanged(t *testing.T) {
 		t.Fatal("no host certificate pushed at connect")
 	}
 
-	if _, err := c.PutRole(ctx, "berlin-ops", api.RolePutRequest{Nodes: "site=berlin", Logins: []string{"ops"}}); err != nil {
+	if _, err := c.PutRole(ctx, "berlin-ops", apitype.RolePutRequest{
+		Nodes: "site=berlin", Logins: []string{"ops"},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	// The role alone changes berlin's principals, not munich's.
 	waitFor(t, "berlin's principals for the new role", func() bool { _, tr := berlin.counts(); return tr == 2 })
 	opPub, _, _ := ed25519.GenerateKey(rand.Reader)
 	opKey, _ := gossh.NewPublicKey(opPub)
-	if _, err := c.AddOperator(ctx, api.OperatorAddRequest{Name: "alice", PublicKey: string(gossh.MarshalAuthorizedKey(opKey)), Roles: []string{"berlin-ops"}}); err != nil {
+	if _, err := c.AddOperator(ctx, apitype.OperatorAddRequest{
+		Name: "alice", PublicKey: string(gossh.MarshalAuthorizedKey(opKey)), Roles: []string{"berlin-ops"},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "alice's key at berlin", func() bool { k, _ := berlin.counts(); return k == 2 })
@@ -122,7 +128,9 @@ func TestAccessChangePushesOnlyWhatChanged(t *testing.T) {
 	}
 	// A change for munich only: push rounds run one after another, so once
 	// munich has it, every earlier round is over.
-	if _, err := c.PutRole(ctx, "munich-ops", api.RolePutRequest{Nodes: "site=munich", Logins: []string{"ops"}}); err != nil {
+	if _, err := c.PutRole(ctx, "munich-ops", apitype.RolePutRequest{
+		Nodes: "site=munich", Logins: []string{"ops"},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "munich's principals for its role", func() bool { _, tr := munich.counts(); return tr == 2 })
@@ -132,7 +140,8 @@ func TestAccessChangePushesOnlyWhatChanged(t *testing.T) {
 		t.Errorf("berlin got %d key and %d trust pushes, want 2 and 2", k, tr)
 	}
 	if k, tr := munich.counts(); k != 1 || tr != 2 {
-		t.Errorf("munich got %d key and %d trust pushes, want 1 (connect) and 2 (connect, its role): the berlin changes reached it", k, tr)
+		t.Errorf("munich got %d key and %d trust pushes, want 1 (connect) and 2 (connect, its role): "+
+			"the berlin changes reached it", k, tr)
 	}
 }
 
@@ -144,21 +153,24 @@ func TestResyncPushesOnlyAfterAChange(t *testing.T) {
 	s, c := testHub(t)
 	ctx := context.Background()
 	berlin := connectRecording(t, c, "berlin-1", map[string]string{"site": "berlin"})
-	if s.resyncAccess(ctx) {
+	if s.pusher.Resync(ctx) {
 		t.Fatal("a re-read with nothing changed asked for a push round")
 	}
 	// Behind the hub's back, as another replica would write it.
-	if err := s.store.PutRole(ctx, store.Role{Name: "berlin-ops", Nodes: "site=berlin", Logins: []string{"ops"}}); err != nil {
+	if err := s.store.PutRole(ctx, store.Role{
+		Name: "berlin-ops", Nodes: "site=berlin", Logins: []string{"ops"},
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if !s.resyncAccess(ctx) {
+	if !s.pusher.Resync(ctx) {
 		t.Fatal("a re-read that found a new role asked for no push round")
 	}
-	waitFor(t, "berlin's principals for the role found by the re-read", func() bool { _, tr := berlin.counts(); return tr == 2 })
+	waitFor(t, "berlin's principals for the role found by the re-read",
+		func() bool { _, tr := berlin.counts(); return tr == 2 })
 	if _, trust := berlin.last(); len(trust.Principals["ops"]) != 1 {
 		t.Errorf("berlin's principals after the re-read: %v", trust.Principals)
 	}
-	if s.resyncAccess(ctx) {
+	if s.pusher.Resync(ctx) {
 		t.Error("a second re-read of the same change asked for another push round")
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
@@ -20,7 +20,9 @@ import (
 func TestSSHEventsAudited(t *testing.T) {
 	_, c := testHub(t)
 	key := testenv.NewKey(t)
-	if _, err := c.AddOperator(context.Background(), api.OperatorAddRequest{Name: "alice", PublicKey: string(gossh.MarshalAuthorizedKey(key.Pub()))}); err != nil {
+	if _, err := c.AddOperator(context.Background(), apitype.OperatorAddRequest{
+		Name: "alice", PublicKey: string(gossh.MarshalAuthorizedKey(key.Pub())),
+	}); err != nil {
 		t.Fatal(err)
 	}
 	n := joinNode(t, c, "n1")
@@ -31,17 +33,18 @@ func TestSSHEventsAudited(t *testing.T) {
 	fp := gossh.FingerprintSHA256(key.Pub())
 	for _, ev := range []control.SSHEvent{
 		{Kind: "login-refused", Login: "root", Operator: "alice", KeyFingerprint: fp, Detail: "roles allow: ubuntu"},
-		{Kind: "forward-refused", Login: "root", Operator: "alice", KeyFingerprint: "SHA256:not-alices", Detail: "local 10.0.0.1:22"},
+		{Kind: "forward-refused", Login: "root", Operator: "alice", KeyFingerprint: "SHA256:not-alices",
+			Detail: "local 10.0.0.1:22"},
 	} {
 		if err := control.Write(ctrl, &control.Message{Type: control.TypeSSHEvent, SSHEvent: &ev}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitAudit(t, c, "the refused login", func(e api.AuditEvent) bool {
+	waitAudit(t, c, "the refused login", func(e apitype.AuditEvent) bool {
 		return e.Kind == "login_refused" && e.Result == "refused" && e.Node == "n1" && e.Operator == "alice" &&
 			e.KeyFingerprint == fp && strings.Contains(e.Detail, `login "root"`)
 	})
-	waitAudit(t, c, "the forwarding with a foreign key", func(e api.AuditEvent) bool {
+	waitAudit(t, c, "the forwarding with a foreign key", func(e apitype.AuditEvent) bool {
 		return e.Kind == "ssh_forward" && e.Result == "refused" && e.Node == "n1" && e.Operator == "" &&
 			strings.Contains(e.Detail, `node reports operator "alice"`)
 	})

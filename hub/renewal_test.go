@@ -7,7 +7,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/nodeconn"
 )
 
 // hostCertOf parses the host certificate of a trust push.
@@ -25,9 +25,9 @@ func hostCertOf(t *testing.T, r *pushRecorder) *gossh.Certificate {
 	return cert
 }
 
-func connNamed(t *testing.T, s *Server, name string) *registry.Conn {
+func connNamed(t *testing.T, s *Server, name string) *nodeconn.Conn {
 	t.Helper()
-	c, ok := s.reg.Get(name)
+	c, ok := s.conns.Get(name)
 	if !ok {
 		t.Fatalf("%s is not connected", name)
 	}
@@ -39,7 +39,7 @@ func connNamed(t *testing.T, s *Server, name string) *registry.Conn {
 // a node whose certificate is not due is sent nothing.
 func TestHostCertRenewal(t *testing.T) {
 	const ttl = time.Hour // the hub's own sweep (every minute) stays out of the way
-	s, c := testHubWith(t, func(s *Server) { s.cfg.HostCertTTL = ttl })
+	s, c := testHubConfig(t, func(c *Config) { c.HostCertTTL = ttl })
 	ctx := context.Background()
 	berlin := connectRecording(t, c, "berlin-1", nil)
 	munich := connectRecording(t, c, "munich-1", nil)
@@ -48,22 +48,29 @@ func TestHostCertRenewal(t *testing.T) {
 		t.Fatalf("certificate at connect valid for %v more, want about %v", d, ttl)
 	}
 	due := connNamed(t, s, "berlin-1").HostCertRenew.Load()
-	if want := time.Now().Add(ttl * 2 / 3); time.Unix(0, due).Before(want.Add(-time.Minute)) || time.Unix(0, due).After(want) {
+	if want := time.Now().Add(ttl * 2 / 3); time.Unix(0, due).Before(want.Add(-time.Minute)) ||
+		time.Unix(0, due).After(want) {
 		t.Fatalf("renewal due at %v, want about %v", time.Unix(0, due), want)
 	}
 
-	if n := s.renewDue(ctx, time.Now()); n != 0 {
+	if n := s.nodes.RenewDue(ctx, time.Now()); n != 0 {
 		t.Fatalf("a sweep right after connect renewed %d certificates", n)
 	}
 	// Munich's certificate is not due yet; berlin's is.
 	connNamed(t, s, "berlin-1").HostCertRenew.Store(time.Now().Add(-time.Second).UnixNano())
-	if n := s.renewDue(ctx, time.Now()); n != 1 {
+	if n := s.nodes.RenewDue(ctx, time.Now()); n != 1 {
 		t.Fatalf("sweep renewed %d certificates, want 1 (berlin's)", n)
 	}
 	waitFor(t, "berlin's renewed certificate", func() bool { _, tr := berlin.counts(); return tr == 2 })
 	renewed := hostCertOf(t, berlin)
 	if renewed.Serial == first.Serial || renewed.ValidBefore < first.ValidBefore {
-		t.Errorf("renewal pushed serial %d valid before %d; the first was %d valid before %d", renewed.Serial, renewed.ValidBefore, first.Serial, first.ValidBefore)
+		t.Errorf(
+			"renewal pushed serial %d valid before %d; the first was %d valid before %d",
+			renewed.Serial,
+			renewed.ValidBefore,
+			first.Serial,
+			first.ValidBefore,
+		)
 	}
 	if string(renewed.Key.Marshal()) != string(first.Key.Marshal()) {
 		t.Error("the renewed certificate is for another host key")
@@ -83,7 +90,7 @@ func TestHostCertRenewal(t *testing.T) {
 // thirds of a short lifetime.
 func TestHostCertRenewalSweepRuns(t *testing.T) {
 	const ttl = 1500 * time.Millisecond
-	_, c := testHubWith(t, func(s *Server) { s.cfg.HostCertTTL = ttl })
+	_, c := testHubConfig(t, func(c *Config) { c.HostCertTTL = ttl })
 	start := time.Now()
 	r := connectRecording(t, c, "berlin-1", nil)
 	first := hostCertOf(t, r)
@@ -93,22 +100,5 @@ func TestHostCertRenewalSweepRuns(t *testing.T) {
 	}
 	if hostCertOf(t, r).Serial == first.Serial {
 		t.Error("the second trust push carries the first certificate")
-	}
-}
-
-func TestRenewSweepEvery(t *testing.T) {
-	for _, tc := range []struct{ ttl, want time.Duration }{
-		{7 * 24 * time.Hour, time.Minute},
-		{time.Hour, time.Minute},
-		{24 * time.Minute, time.Minute},
-		{12 * time.Minute, 30 * time.Second},
-		{time.Second, 100 * time.Millisecond},
-	} {
-		if got := renewSweepEvery(tc.ttl); got != tc.want {
-			t.Errorf("renewSweepEvery(%v) = %v, want %v", tc.ttl, got, tc.want)
-		}
-	}
-	if got := renewRetry(7 * 24 * time.Hour); got != 14*time.Hour {
-		t.Errorf("renewRetry(7 days) = %v, want 14h", got)
 	}
 }

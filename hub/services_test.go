@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/hub/roles"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // helloWith is hello(name) announcing caps.
@@ -45,7 +47,7 @@ func connectWith(t *testing.T, sess tunnel.Session, name string, caps ...string)
 }
 
 // waitBindings reads ctrl until a service bindings message satisfying ok.
-func waitBindings(t *testing.T, ctrl tunnel.Stream, ok func([]control.ServiceBinding) bool) {
+func waitBindings(t *testing.T, ctrl tunnel.Stream, ok func([]siteproto.ServiceBinding) bool) {
 	t.Helper()
 	_ = ctrl.SetReadDeadline(time.Now().Add(10 * time.Second))
 	defer ctrl.SetReadDeadline(time.Time{})
@@ -54,7 +56,7 @@ func waitBindings(t *testing.T, ctrl tunnel.Stream, ok func([]control.ServiceBin
 		if err != nil {
 			t.Fatalf("waiting for service bindings: %v", err)
 		}
-		if m.Type == control.TypeServiceBindings && ok(m.ServiceBindings) {
+		if m.Type == siteproto.TypeServiceBindings && ok(m.ServiceBindings) {
 			return
 		}
 	}
@@ -72,7 +74,7 @@ func serviceConnect(t *testing.T, sess tunnel.Session, name string) (tunnel.Stre
 	if err := tunnel.WriteHeader(st, tunnel.Header{Service: tunnel.ServiceConnect}); err != nil {
 		t.Fatal(err)
 	}
-	if err := control.WriteServiceConnect(st, &control.ServiceConnectRequest{Name: name}); err != nil {
+	if err := siteproto.WriteServiceConnect(st, &siteproto.ServiceConnectRequest{Name: name}); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := tunnel.ReadReply(st)
@@ -118,19 +120,19 @@ func TestServiceConnectStreams(t *testing.T) {
 	connectWith(t, tSess, "a", control.CapTCP)
 	echoTarget(t, tSess, 5432)
 	bSess := dialAs(t, consumer, tunnel.TransportTCP)
-	bCtrl := connectWith(t, bSess, "b", control.CapTCP, control.CapServiceConnect)
+	bCtrl := connectWith(t, bSess, "b", control.CapTCP, siteproto.CapServiceConnect)
 	// The first bindings (none yet) arrive on connect.
-	waitBindings(t, bCtrl, func(bs []control.ServiceBinding) bool { return len(bs) == 0 })
+	waitBindings(t, bCtrl, func(bs []siteproto.ServiceBinding) bool { return len(bs) == 0 })
 	cSess := dialAs(t, stranger, tunnel.TransportQUIC)
-	connectWith(t, cSess, "c", control.CapTCP, control.CapServiceConnect)
+	connectWith(t, cSess, "c", control.CapTCP, siteproto.CapServiceConnect)
 
-	if _, err := c.ExposeService(ctx, api.ServiceExposeRequest{Name: "db", Target: "a", Port: 5432}); err != nil {
+	if _, err := c.ExposeService(ctx, apitype.ServiceExposeRequest{Name: "db", Target: "a", Port: 5432}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ConnectService(ctx, "db", api.ServiceConnectRequest{Consumer: "b", LocalPort: 15432}); err != nil {
+	if _, err := c.ConnectService(ctx, "db", apitype.ServiceConnectRequest{Consumer: "b", LocalPort: 15432}); err != nil {
 		t.Fatal(err)
 	}
-	waitBindings(t, bCtrl, func(bs []control.ServiceBinding) bool {
+	waitBindings(t, bCtrl, func(bs []siteproto.ServiceBinding) bool {
 		return len(bs) == 1 && bs[0].Name == "db" && bs[0].Listen == "127.0.0.1:15432"
 	})
 
@@ -150,7 +152,7 @@ func TestServiceConnectStreams(t *testing.T) {
 		if err != nil || !bytes.Equal(got, payload) {
 			t.Fatalf("echo: %d of %d bytes, equal %v, err %v", len(got), len(payload), bytes.Equal(got, payload), err)
 		}
-		waitAudit(t, c, "the carried stream", func(e api.AuditEvent) bool {
+		waitAudit(t, c, "the carried stream", func(e apitype.AuditEvent) bool {
 			return e.Kind == "service_connect" && e.Result == "ok" && e.Node == "b" && e.BytesToNode == int64(len(payload))
 		})
 	})
@@ -182,7 +184,9 @@ func TestServiceConnectStreams(t *testing.T) {
 	})
 
 	t.Run("other stream kinds", func(t *testing.T) {
-		for _, h := range []tunnel.Header{{Service: tunnel.ServiceSSH}, {Service: tunnel.ServiceTCP, Port: 5432}, {Service: tunnel.ServiceRoute}} {
+		for _, h := range []tunnel.Header{
+			{Service: tunnel.ServiceSSH}, {Service: tunnel.ServiceTCP, Port: 5432}, {Service: tunnel.ServiceRoute},
+		} {
 			st, err := bSess.OpenStream(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -199,7 +203,7 @@ func TestServiceConnectStreams(t *testing.T) {
 		}
 	})
 
-	waitAudit(t, c, "the unbound node's refusal", func(e api.AuditEvent) bool {
+	waitAudit(t, c, "the unbound node's refusal", func(e apitype.AuditEvent) bool {
 		return e.Kind == "service_connect" && e.Result == "refused" && e.Node == "c"
 	})
 
@@ -207,7 +211,7 @@ func TestServiceConnectStreams(t *testing.T) {
 	if _, err := c.DisconnectService(ctx, "db", "b"); err != nil {
 		t.Fatal(err)
 	}
-	waitBindings(t, bCtrl, func(bs []control.ServiceBinding) bool { return len(bs) == 0 })
+	waitBindings(t, bCtrl, func(bs []siteproto.ServiceBinding) bool { return len(bs) == 0 })
 	st, rep := serviceConnect(t, bSess, "db")
 	st.Close()
 	if rep.OK {
@@ -227,15 +231,17 @@ func TestServicePolicy(t *testing.T) {
 	if err := os.WriteFile(caFile, pki.EncodeCerts(s.ca.Certificate()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	client := func(role string, services ...string) *api.Client {
-		if _, err := c.PutRole(ctx, role, api.RolePutRequest{Nodes: "*", Logins: []string{"root"}, Services: services}); err != nil {
+	client := func(role string, services ...string) *apiclient.Client {
+		if _, err := c.PutRole(ctx, role, apitype.RolePutRequest{
+			Nodes: "*", Logins: []string{"root"}, Services: services,
+		}); err != nil {
 			t.Fatal(err)
 		}
-		tok, err := c.CreateAPIToken(ctx, api.APITokenCreateRequest{Role: role})
+		tok, err := c.CreateAPIToken(ctx, apitype.APITokenCreateRequest{Role: role})
 		if err != nil {
 			t.Fatal(err)
 		}
-		cl, err := api.NewTokenClient(hubAddr(t, s), caFile, tok.Token)
+		cl, err := apiclient.NewTokenClient(hubAddr(t, s), caFile, tok.Token)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -243,13 +249,16 @@ func TestServicePolicy(t *testing.T) {
 		return cl
 	}
 	plain, links, owner := client("plain"), client("links", roles.ServiceConnect), client("owner", roles.ServiceExpose)
-	if _, err := c.PutRole(ctx, "bad", api.RolePutRequest{Nodes: "*", Logins: []string{"root"}, Services: []string{"forward"}}); err == nil {
+	if _, err := c.PutRole(ctx, "bad", apitype.RolePutRequest{
+		Nodes: "*", Logins: []string{"root"}, Services: []string{"forward"},
+	}); err == nil {
 		t.Fatal("a role with an unknown service permission was stored")
 	}
 
-	expose := api.ServiceExposeRequest{Name: "db", Target: "a", Port: 5432}
-	for name, cl := range map[string]*api.Client{"plain": plain, "links": links} {
-		if _, err := cl.ExposeService(ctx, expose); err == nil || !strings.Contains(err.Error(), "service permission") && !strings.Contains(err.Error(), "may not expose") {
+	expose := apitype.ServiceExposeRequest{Name: "db", Target: "a", Port: 5432}
+	for name, cl := range map[string]*apiclient.Client{"plain": plain, "links": links} {
+		if _, err := cl.ExposeService(ctx, expose); err == nil ||
+			!strings.Contains(err.Error(), "service permission") && !strings.Contains(err.Error(), "may not expose") {
 			t.Fatalf("%s exposed a service: %v", name, err)
 		}
 	}
@@ -259,8 +268,8 @@ func TestServicePolicy(t *testing.T) {
 	if _, err := owner.ExposeService(ctx, expose); err == nil {
 		t.Fatal("a second service of the same name was created")
 	}
-	bind := api.ServiceConnectRequest{Consumer: "b", LocalPort: 15432}
-	for name, cl := range map[string]*api.Client{"plain": plain, "owner": owner} {
+	bind := apitype.ServiceConnectRequest{Consumer: "b", LocalPort: 15432}
+	for name, cl := range map[string]*apiclient.Client{"plain": plain, "owner": owner} {
 		if _, err := cl.ConnectService(ctx, "db", bind); err == nil {
 			t.Fatalf("%s bound a consumer without the connect permission", name)
 		}
@@ -268,16 +277,19 @@ func TestServicePolicy(t *testing.T) {
 	if _, err := links.ConnectService(ctx, "db", bind); err != nil {
 		t.Fatalf("a role with connect: %v", err)
 	}
-	if _, err := owner.ExposeService(ctx, api.ServiceExposeRequest{Name: "cache", Target: "a", Port: 6379}); err != nil {
+	if _, err := owner.ExposeService(
+		ctx, apitype.ServiceExposeRequest{Name: "cache", Target: "a", Port: 6379},
+	); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := links.ConnectService(ctx, "cache", bind); err == nil || !strings.Contains(err.Error(), "already listens on local port 15432") {
+	if _, err := links.ConnectService(ctx, "cache", bind); err == nil ||
+		!strings.Contains(err.Error(), "already listens on local port 15432") {
 		t.Fatalf("a consumer's local port bound twice: %v", err)
 	}
 	if list, err := plain.ListServices(ctx); err != nil || len(list) != 2 {
 		t.Fatalf("list as a role reaching both nodes: %+v %v", list, err)
 	}
-	waitAudit(t, c, "the refused expose", func(e api.AuditEvent) bool {
+	waitAudit(t, c, "the refused expose", func(e apitype.AuditEvent) bool {
 		return e.Kind == "service_expose" && e.Result == "refused" && strings.Contains(e.Detail, "apitoken:")
 	})
 }

@@ -8,15 +8,17 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/edge"
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/hub/site"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
-func siteToken(t *testing.T, c *api.Client) string {
+func siteToken(t *testing.T, c *apiclient.Client) string {
 	t.Helper()
-	tok, err := c.CreateToken(context.Background(), api.TokenCreateRequest{TTLSeconds: 60, Uses: 1, Kind: "site"})
+	tok, err := c.CreateToken(context.Background(), apitype.TokenCreateRequest{TTLSeconds: 60, Uses: 1, Kind: "site"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,13 +63,13 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func TestSiteUplink(t *testing.T) {
 	root, rc := testHub(t)
 	got := make(chan *control.Message, 1)
-	root.children.Handle(control.TypeDesiredAck, func(_ context.Context, c site.Child, m *control.Message) {
+	root.children.Handle(siteproto.TypeDesiredAck, func(_ context.Context, c site.Child, m *control.Message) {
 		if c.Name == "berlin" {
 			got <- m
 		}
 	})
 	up := make(chan string, 1)
-	root.children.ServeStreams(func(_ context.Context, c site.Child, st tunnel.Stream, r *control.RouteRequest) {
+	root.children.ServeStreams(func(_ context.Context, c site.Child, st tunnel.Stream, r *siteproto.RouteRequest) {
 		defer st.Close()
 		if r.Target == "refuse" {
 			_ = tunnel.WriteReply(st, tunnel.Reply{OK: false, Reason: "no such service here"})
@@ -78,25 +80,30 @@ func TestSiteUplink(t *testing.T) {
 	})
 	s := startSiteHub(t, siteToken(t, rc), "berlin")
 	down := make(chan *control.Message, 1)
-	s.uplink.Handle(control.TypeDesired, func(_ context.Context, m *control.Message) { down <- m })
+	s.uplink.Handle(siteproto.TypeDesired, func(_ context.Context, m *control.Message) { down <- m })
 
 	waitUntil(t, "berlin healthy at the root", func() bool {
 		c, ok := root.children.Get("berlin")
-		return ok && c.Connected && c.Status != nil && c.Health() == control.SiteHealthy
+		return ok && c.Connected && c.Status != nil && c.Health() == siteproto.Healthy
 	})
-	if !s.uplink.Connected() || s.uplink.Path() != "berlin" || len(s.uplink.Ancestors()) != 1 || s.uplink.Ancestors()[0] != root.ca.Pin() ||
+	if !s.uplink.Connected() || s.uplink.Path() != "berlin" || len(s.uplink.Ancestors()) != 1 ||
+		s.uplink.Ancestors()[0] != root.ca.Pin() ||
 		s.uplink.ParentHubID() != root.ca.Pin() {
 		t.Fatalf("uplink: connected %v, path %q, ancestors %v", s.uplink.Connected(), s.uplink.Path(), s.uplink.Ancestors())
 	}
-	ack := control.DesiredAck{Kind: "mission", Origin: root.ca.Pin(), Name: "m", Generation: 1}
-	if err := s.uplink.Send(&control.Message{Type: control.TypeDesiredAck, DesiredAcks: []control.DesiredAck{ack}}); err != nil {
+	ack := siteproto.DesiredAck{Kind: "mission", Origin: root.ca.Pin(), Name: "m", Generation: 1}
+	if err := s.uplink.Send(&control.Message{
+		Type: siteproto.TypeDesiredAck, DesiredAcks: []siteproto.DesiredAck{ack},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if m := <-got; m.DesiredAcks[0] != ack {
 		t.Fatalf("root got %+v", m)
 	}
-	obj := control.DesiredObject{Kind: "mission", Origin: root.ca.Pin(), Name: "m", Generation: 1, Spec: []byte(`{}`)}
-	if err := root.children.Send(context.Background(), "berlin", &control.Message{Type: control.TypeDesired, Desired: []control.DesiredObject{obj}}); err != nil {
+	obj := siteproto.DesiredObject{Kind: "mission", Origin: root.ca.Pin(), Name: "m", Generation: 1, Spec: []byte(`{}`)}
+	if err := root.children.Send(context.Background(), "berlin", &control.Message{
+		Type: siteproto.TypeDesired, Desired: []siteproto.DesiredObject{obj},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if m := <-down; m.Desired[0].Name != "m" {
@@ -105,8 +112,8 @@ func TestSiteUplink(t *testing.T) {
 
 	// Route streams up: the parent's callback gets them, or its refusal
 	// comes back as the error.
-	upReq := &control.RouteRequest{Target: "m2.munich", Service: uint8(tunnel.ServiceTCP), Port: 5432, Purpose: control.PurposeService,
-		ServiceName: "db", Origin: s.ca.Pin()}
+	upReq := &siteproto.RouteRequest{Target: "m2.munich", Service: uint8(tunnel.ServiceTCP), Port: 5432,
+		Purpose: siteproto.PurposeService, ServiceName: "db", Origin: s.ca.Pin()}
 	st0, err := s.uplink.OpenRoute(context.Background(), upReq)
 	if err != nil {
 		t.Fatal(err)
@@ -116,11 +123,13 @@ func TestSiteUplink(t *testing.T) {
 		t.Fatalf("parent served %q", got)
 	}
 	upReq.Target = "refuse"
-	if _, err := s.uplink.OpenRoute(context.Background(), upReq); err == nil || !strings.Contains(err.Error(), "no such service here") {
+	if _, err := s.uplink.OpenRoute(context.Background(), upReq); err == nil ||
+		!strings.Contains(err.Error(), "no such service here") {
 		t.Fatalf("refused route up: %v", err)
 	}
 	// Route streams down: refused while the site serves none.
-	req := &control.RouteRequest{Target: "n1", Service: uint8(tunnel.ServiceSSH), Purpose: control.PurposeJump, Origin: root.ca.Pin()}
+	req := &siteproto.RouteRequest{Target: "n1", Service: uint8(tunnel.ServiceSSH), Purpose: siteproto.PurposeJump,
+		Origin: root.ca.Pin()}
 	conn, ok := root.children.Session("berlin")
 	if !ok {
 		t.Fatal("no session for berlin")
@@ -133,16 +142,17 @@ func TestSiteUplink(t *testing.T) {
 	if err := tunnel.WriteHeader(st, tunnel.Header{Service: tunnel.ServiceRoute}); err != nil {
 		t.Fatal(err)
 	}
-	if err := control.WriteRouteRequest(st, req); err != nil {
+	if err := siteproto.WriteRouteRequest(st, req); err != nil {
 		t.Fatal(err)
 	}
 	// (With the site route wired in, the site's door answers: no such node.)
-	if rep, err := tunnel.ReadReply(st); err != nil || rep.OK || !(strings.Contains(rep.Reason, "serves no routes") || strings.Contains(rep.Reason, `no node named "n1"`)) {
+	if rep, err := tunnel.ReadReply(st); err != nil || rep.OK ||
+		!(strings.Contains(rep.Reason, "serves no routes") || strings.Contains(rep.Reason, `no node named "n1"`)) {
 		t.Fatalf("route down without a server: %+v, %v", rep, err)
 	}
 	// And with one.
 	served := make(chan string, 1)
-	s.uplink.ServeRoutes(func(_ context.Context, st tunnel.Stream, r *control.RouteRequest) {
+	s.uplink.ServeRoutes(func(_ context.Context, st tunnel.Stream, r *siteproto.RouteRequest) {
 		defer st.Close()
 		_ = tunnel.WriteReply(st, tunnel.Reply{OK: true})
 		served <- r.Target
@@ -153,7 +163,7 @@ func TestSiteUplink(t *testing.T) {
 	}
 	defer st2.Close()
 	_ = tunnel.WriteHeader(st2, tunnel.Header{Service: tunnel.ServiceRoute})
-	_ = control.WriteRouteRequest(st2, req)
+	_ = siteproto.WriteRouteRequest(st2, req)
 	if rep, err := tunnel.ReadReply(st2); err != nil || !rep.OK {
 		t.Fatalf("route down with a server: %+v, %v", rep, err)
 	}
@@ -168,19 +178,27 @@ func TestSiteUplink(t *testing.T) {
 func TestSiteTokensAndNodeTokensStayApart(t *testing.T) {
 	_, c := testHub(t)
 	ctx := context.Background()
-	if _, err := edge.Enroll(ctx, edge.JoinOptions{JoinString: siteToken(t, c), Name: "n9"}); err == nil || !strings.Contains(err.Error(), "this is a site token") {
+	if _, err := edge.Enroll(
+		ctx, edge.JoinOptions{JoinString: siteToken(t, c), Name: "n9"},
+	); err == nil || !strings.Contains(err.Error(), "this is a site token") {
 		t.Fatalf("a node joining with a site token: %v", err)
 	}
-	nodeTok, _ := c.CreateToken(ctx, api.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
-	if _, err := edge.Enroll(ctx, edge.JoinOptions{JoinString: nodeTok.JoinString, Name: "s9", Kind: control.JoinSite}); err == nil || !strings.Contains(err.Error(), "this is a node token") {
+	nodeTok, _ := c.CreateToken(ctx, apitype.TokenCreateRequest{TTLSeconds: 60, Uses: 1})
+	if _, err := edge.Enroll(ctx, edge.JoinOptions{
+		JoinString: nodeTok.JoinString, Name: "s9", Kind: control.JoinSite,
+	}); err == nil || !strings.Contains(err.Error(), "this is a node token") {
 		t.Fatalf("a site joining with a node token: %v", err)
 	}
 
 	node := joinNode(t, c, "n1")
-	if _, err := edge.Enroll(ctx, edge.JoinOptions{JoinString: siteToken(t, c), Name: "n1", Kind: control.JoinSite}); err == nil || !strings.Contains(err.Error(), "choose another --site") {
+	if _, err := edge.Enroll(ctx, edge.JoinOptions{
+		JoinString: siteToken(t, c), Name: "n1", Kind: control.JoinSite,
+	}); err == nil || !strings.Contains(err.Error(), "choose another --site") {
 		t.Fatalf("a site named as a node: %v", err)
 	}
-	siteID, err := edge.Join(ctx, edge.JoinOptions{JoinString: siteToken(t, c), StateDir: filepath.Join(t.TempDir(), "s1"), Name: "s1", Kind: control.JoinSite})
+	siteID, err := edge.Join(ctx, edge.JoinOptions{
+		JoinString: siteToken(t, c), StateDir: filepath.Join(t.TempDir(), "s1"), Name: "s1", Kind: control.JoinSite,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,9 +209,12 @@ func TestSiteTokensAndNodeTokensStayApart(t *testing.T) {
 		hello *control.Hello
 		want  string
 	}{
-		{"node certificate announces a site", node, &control.Hello{ProtocolVersion: control.ProtocolVersion, Name: "n1", Capabilities: []string{control.CapSite},
-			Site: &control.SiteHello{Name: "n1", HubID: fakeID, Subtree: []string{fakeID}}}, "joined with a node token"},
-		{"site certificate says hello as a node", siteID, &control.Hello{ProtocolVersion: control.ProtocolVersion, Name: "s1"}, "joined with a site token"},
+		{"node certificate announces a site", node, &control.Hello{
+			ProtocolVersion: control.ProtocolVersion, Name: "n1", Capabilities: []string{siteproto.CapSite},
+			Site: &siteproto.Hello{Name: "n1", HubID: fakeID, Subtree: []string{fakeID}},
+		}, "joined with a node token"},
+		{"site certificate says hello as a node", siteID,
+			&control.Hello{ProtocolVersion: control.ProtocolVersion, Name: "s1"}, "joined with a site token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sess := dialAs(t, tc.id, tunnel.TransportTCP)

@@ -119,7 +119,8 @@ func TestMaintainerScripts(t *testing.T) {
 		{"upgrade in a chroot", edge, "postinst", []string{"configure", "0.1.0-1"}, true, false, false, nil, ""},
 		{"deb prerm on upgrade keeps it running", edge, "prerm", []string{"upgrade", "0.2.0-1"}, true, true, false, nil, ""},
 		{"rpm preun on upgrade keeps it running", edge, "prerm", []string{"1"}, true, true, false, nil, ""},
-		{"deb remove stops it", edge, "prerm", []string{"remove"}, true, true, false, []string{"stop tether-edge.service"}, ""},
+		{"deb remove stops it", edge, "prerm", []string{"remove"}, true, true, false,
+			[]string{"stop tether-edge.service"}, ""},
 		{"rpm erase stops it", edge, "prerm", []string{"0"}, true, true, false, []string{"stop tether-edge.service"}, ""},
 		{"remove in a chroot", edge, "prerm", []string{"remove"}, true, false, false, nil, ""},
 		{"deb postrm remove", edge, "postrm", []string{"remove"}, true, true, false, []string{"daemon-reload"}, ""},
@@ -127,9 +128,11 @@ func TestMaintainerScripts(t *testing.T) {
 		{"hub install makes its user and starts", hub, "postinst", []string{"configure", ""}, true, true, false,
 			[]string{"daemon-reload", "enable tether.service", "start tether.service"}, ""},
 		{"hub preinst makes the system user", hub, "preinst", []string{"install"}, true, true, false,
-			[]string{"useradd --system --user-group --home-dir /var/lib/tether --no-create-home --shell /bin/false --comment Tether hub tether"}, ""},
+			[]string{"useradd --system --user-group --home-dir /var/lib/tether --no-create-home --shell /bin/false " +
+				"--comment Tether hub tether"}, ""},
 		{"hub rpm %pre makes the system user", hub, "preinst", []string{"1"}, false, false, false,
-			[]string{"useradd --system --user-group --home-dir /var/lib/tether --no-create-home --shell /bin/false --comment Tether hub tether"}, ""},
+			[]string{"useradd --system --user-group --home-dir /var/lib/tether --no-create-home --shell /bin/false " +
+				"--comment Tether hub tether"}, ""},
 		{"hub upgrade", hub, "postinst", []string{"2"}, true, true, false,
 			[]string{"daemon-reload", "try-restart tether.service"}, ""},
 	} {
@@ -167,7 +170,9 @@ func TestPurge(t *testing.T) {
 		os.WriteFile(filepath.Join(e.root, f), nil, 0o600)
 	}
 	e.run(t, "tether-edge", "postrm", "purge")
-	for _, gone := range []string{"etc/tether-edge", "var/lib/tether-edge", "etc/systemd/system/multi-user.target.wants/tether-edge.service"} {
+	for _, gone := range []string{
+		"etc/tether-edge", "var/lib/tether-edge", "etc/systemd/system/multi-user.target.wants/tether-edge.service",
+	} {
 		if _, err := os.Lstat(filepath.Join(e.root, gone)); !os.IsNotExist(err) {
 			t.Errorf("%s after purge of tether-edge: %v", gone, err)
 		}

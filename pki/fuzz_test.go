@@ -16,7 +16,11 @@ import (
 // ones, or to an error.
 func FuzzParseCerts(f *testing.F) {
 	key, _ := GenerateKey()
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "seed"}, NotAfter: time.Now().Add(time.Hour)}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(7),
+		Subject:      pkix.Name{CommonName: "seed"},
+		NotAfter:     time.Now().Add(time.Hour),
+	}
 	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	cert, _ := x509.ParseCertificate(der)
 	f.Add(EncodeCerts(cert))
@@ -76,7 +80,11 @@ func FuzzIdentityOf(f *testing.F) {
 	f.Add("x", "spiffe://node/abc", "")
 	f.Add("x", "tether://../../etc", "")
 	f.Fuzz(func(t *testing.T, cn, uri1, uri2 string) {
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn}, NotAfter: time.Now().Add(time.Hour)}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(1),
+			Subject:      pkix.Name{CommonName: cn},
+			NotAfter:     time.Now().Add(time.Hour),
+		}
 		for _, s := range []string{uri1, uri2} {
 			if u, err := url.Parse(s); err == nil && s != "" {
 				tmpl.URIs = append(tmpl.URIs, u)

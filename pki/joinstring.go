@@ -44,7 +44,10 @@ func ParseJoinString(s string) (JoinString, error) {
 	}
 	const prefix = "tether://"
 	if !strings.HasPrefix(s, prefix) {
-		return JoinString{}, fmt.Errorf("%w: must start with %q (copy it whole from `tether token create`)", ErrBadJoinString, prefix)
+		return JoinString{}, fmt.Errorf(
+			"%w: must start with %q (copy it whole from `tether token create`)",
+			ErrBadJoinString, prefix,
+		)
 	}
 	// net/url rejects comma-separated hosts with ports, so split by hand.
 	rest := s[len(prefix):]

@@ -13,7 +13,11 @@ func TestJoinStringRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := JoinString{Addrs: []string{"127.0.0.1:7443", "[::1]:7443", "hub.example.com:443"}, Token: id + "." + secret, CAPin: testPin}
+	in := JoinString{
+		Addrs: []string{"127.0.0.1:7443", "[::1]:7443", "hub.example.com:443"},
+		Token: id + "." + secret,
+		CAPin: testPin,
+	}
 	out, err := ParseJoinString(in.String())
 	if err != nil {
 		t.Fatalf("parse %q: %v", in.String(), err)
@@ -111,7 +115,9 @@ func TestValidateName(t *testing.T) {
 			t.Errorf("ValidateName(%q) = %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "-a", "a-", "A", "127.0.0.1", "a.b", "localhost:22", "123", strings.Repeat("a", 64), "a b", "ä"} {
+	for _, bad := range []string{
+		"", "-a", "a-", "A", "127.0.0.1", "a.b", "localhost:22", "123", strings.Repeat("a", 64), "a b", "ä",
+	} {
 		if err := ValidateName(bad); err == nil {
 			t.Errorf("ValidateName(%q) accepted", bad)
 		}

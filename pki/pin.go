@@ -13,8 +13,11 @@ import (
 // ErrPinMismatch means the hub did not present the pinned CA. Its text says
 // where a pin comes from, for every command that takes one (a join string,
 // `tether login --ca-pin`).
-var ErrPinMismatch = errors.New("the hub's CA does not match the pinned sha256 (the ca=sha256:… part of the join string, or --ca-pin): " +
-	"this address is another hub's, or its CA changed; take the pin from a current join string (`tether token create` on the hub)")
+var ErrPinMismatch = errors.New(
+	"the hub's CA does not match the pinned sha256 (the ca=sha256:… part of the join string, or --ca-pin): " +
+		"this address is another hub's, or its CA changed; " +
+		"take the pin from a current join string (`tether token create` on the hub)",
+)
 
 // PinnedTLSConfig returns a client TLS config that trusts a hub only if its
 // presented chain contains the CA certificate whose SHA-256 is pin and the

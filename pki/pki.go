@@ -3,7 +3,7 @@
 // CA pin check and the identities encoded in Tether certificates.
 //
 // Signing lives in pki/ca, which only the hub links: the agent binary must not
-// carry CA code (the import rules in docs/architecture.md).
+// carry CA code (the import rules in docs/design/layout.md).
 package pki
 
 import (
@@ -47,7 +47,9 @@ func GenerateKey() (crypto.Signer, error) {
 
 // NewCSR returns a DER certificate request for commonName signed by key.
 func NewCSR(key crypto.Signer, commonName string) ([]byte, error) {
-	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: commonName}}, key)
+	csr, err := x509.CreateCertificateRequest(
+		rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: commonName}}, key,
+	)
 	if err != nil {
 		return nil, fmt.Errorf("pki: create CSR for %q: %w", commonName, err)
 	}
@@ -80,7 +82,10 @@ func ParseKey(data []byte) (crypto.Signer, error) {
 	case "RSA PRIVATE KEY":
 		k, err = x509.ParsePKCS1PrivateKey(block.Bytes)
 	default:
-		return nil, fmt.Errorf("pki: parse key: PEM block %q is not a private key (want PRIVATE KEY, EC PRIVATE KEY or RSA PRIVATE KEY)", block.Type)
+		return nil, fmt.Errorf(
+			"pki: parse key: PEM block %q is not a private key (want PRIVATE KEY, EC PRIVATE KEY or RSA PRIVATE KEY)",
+			block.Type,
+		)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pki: parse key: %w", err)

@@ -21,7 +21,7 @@ command -v cloud-init >/dev/null 2>&1 || missing+=(cloud-init)
 # KubeOne runs its commands with sudo; so does the stand-in kubeone of the
 # KubeOne tests (TestKubeOne*), and the hub fetching a cluster's kubeconfig.
 command -v sudo >/dev/null 2>&1 || missing+=(sudo)
-# Prometheus scrapes a hub with the README's configuration and evaluates the
+# Prometheus scrapes a hub with the configuration in docs/operations.md and evaluates the
 # Grafana dashboard's queries (TestGrafanaDashboard).
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 # A headless Chromium drives the web console's browser tests (TestConsole*).

@@ -36,7 +36,9 @@ type admissionKey struct{}
 // retransmission, and the agent has given the attempt up. Admitted, it
 // would start a handshake from the middle of a ClientHello that nobody
 // finishes, holding a slot for the handshake idle timeout.
-func quicAdmission(sem chan struct{}, refusedRecently func(net.Addr) bool, refused func(net.Addr), failed *handshakeFailures) func(context.Context, *quic.ClientInfo) (context.Context, error) {
+func quicAdmission(
+	sem chan struct{}, refusedRecently func(net.Addr) bool, refused func(net.Addr), failed *handshakeFailures,
+) func(context.Context, *quic.ClientInfo) (context.Context, error) {
 	return func(ctx context.Context, ci *quic.ClientInfo) (context.Context, error) {
 		if refusedRecently != nil && refusedRecently(ci.RemoteAddr) {
 			if refused != nil {
@@ -570,6 +572,12 @@ type AdmissionStats struct {
 // AdmissionStats reports the Listener's refusals so far.
 func (l *Listener) AdmissionStats() AdmissionStats {
 	r := l.refuse
-	return AdmissionStats{RefusedQUIC: r.quic.Load(), RefusedTCPHinted: r.tcpHinted.Load(), RefusedTCPPlain: r.tcpPlain.Load(),
-		AdmitRate: r.pacer.estimate(), HandshakesFailed: l.failed.n.Load(), HandshakeFailedHeld: time.Duration(l.failed.held.Load())}
+	return AdmissionStats{
+		RefusedQUIC:         r.quic.Load(),
+		RefusedTCPHinted:    r.tcpHinted.Load(),
+		RefusedTCPPlain:     r.tcpPlain.Load(),
+		AdmitRate:           r.pacer.estimate(),
+		HandshakesFailed:    l.failed.n.Load(),
+		HandshakeFailedHeld: time.Duration(l.failed.held.Load()),
+	}
 }

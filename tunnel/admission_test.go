@@ -636,7 +636,11 @@ func TestQUICDialTimeoutAfterHint(t *testing.T) {
 					}
 				}
 			}()
-			d := &Dialer{TLSConfig: clientTLS(true), Transport: TransportQUIC, Config: &Config{HandshakeTimeout: 2 * time.Second}}
+			d := &Dialer{
+				TLSConfig: clientTLS(true),
+				Transport: TransportQUIC,
+				Config:    &Config{HandshakeTimeout: 2 * time.Second},
+			}
 			start := time.Now()
 			_, err = d.Dial(t.Context(), hub.LocalAddr().String())
 			if err == nil {

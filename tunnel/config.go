@@ -147,13 +147,16 @@ func (c *Config) resolve() (*Config, error) {
 	case r.KeepAliveInterval < 0:
 		return nil, fmt.Errorf("tunnel: config: KeepAliveInterval %v must be positive", r.KeepAliveInterval)
 	case r.IdleTimeout <= r.KeepAliveInterval:
-		return nil, fmt.Errorf("tunnel: config: IdleTimeout %v must be greater than KeepAliveInterval %v", r.IdleTimeout, r.KeepAliveInterval)
+		return nil, fmt.Errorf("tunnel: config: IdleTimeout %v must be greater than KeepAliveInterval %v", r.IdleTimeout,
+			r.KeepAliveInterval)
 	case r.HandshakeTimeout < 0:
 		return nil, fmt.Errorf("tunnel: config: HandshakeTimeout %v must be positive", r.HandshakeTimeout)
 	case r.StreamWindow < minStreamWindow || r.StreamWindow > maxStreamWindow:
-		return nil, fmt.Errorf("tunnel: config: StreamWindow %d must be between %d and %d", r.StreamWindow, minStreamWindow, maxStreamWindow)
+		return nil, fmt.Errorf("tunnel: config: StreamWindow %d must be between %d and %d", r.StreamWindow, minStreamWindow,
+			maxStreamWindow)
 	case r.SessionWindow < uint64(r.StreamWindow):
-		return nil, fmt.Errorf("tunnel: config: SessionWindow %d must be at least StreamWindow %d", r.SessionWindow, r.StreamWindow)
+		return nil, fmt.Errorf("tunnel: config: SessionWindow %d must be at least StreamWindow %d", r.SessionWindow,
+			r.StreamWindow)
 	case r.MaxStreams < 1 || r.MaxStreams > maxMaxStreams:
 		return nil, fmt.Errorf("tunnel: config: MaxStreams %d must be between 1 and %d", r.MaxStreams, maxMaxStreams)
 	}

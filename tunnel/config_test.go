@@ -25,7 +25,8 @@ func TestParseTransport(t *testing.T) {
 		if (err != nil) != tt.wantErr || got != tt.want {
 			t.Errorf("ParseTransport(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.wantErr)
 		}
-		if err != nil && (!strings.HasPrefix(err.Error(), "tunnel: ") || !strings.Contains(err.Error(), "auto, quic or tcp")) {
+		if err != nil &&
+			(!strings.HasPrefix(err.Error(), "tunnel: ") || !strings.Contains(err.Error(), "auto, quic or tcp")) {
 			t.Errorf("ParseTransport(%q) error %q should list the valid values", tt.in, err)
 		}
 		if err == nil && got.String() != tt.in {
@@ -80,7 +81,8 @@ func TestConfigValidate(t *testing.T) {
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("Validate: %v", err)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), "tunnel: ")):
+			case tt.want != "" &&
+				(err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), "tunnel: ")):
 				t.Fatalf("Validate = %v, want an error about %s", err, tt.want)
 			}
 		})

@@ -120,7 +120,9 @@ func (d *Dialer) Dial(ctx context.Context, addr string) (Session, error) {
 // dialAuto races QUIC against TCP, TCP starting after headStart or as soon
 // as QUIC fails. It returns only after both attempts have finished, so
 // nothing outlives it but the winning session.
-func (d *Dialer) dialAuto(ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config, headStart time.Duration, log *slog.Logger) (Session, error) {
+func (d *Dialer) dialAuto(
+	ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config, headStart time.Duration, log *slog.Logger,
+) (Session, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -243,7 +245,9 @@ func (d *Dialer) quicSession(conn *quic.Conn, cfg *Config) *quicSession {
 // the client certificate, so a rejected certificate only shows on the first
 // read; the ping turns it into a dial error instead of a session that dies
 // at once.
-func (d *Dialer) dialTCP(ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config, log *slog.Logger) (*yamuxSession, error) {
+func (d *Dialer) dialTCP(
+	ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config, log *slog.Logger,
+) (*yamuxSession, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
 	defer cancel()
 	var nd net.Dialer

@@ -150,7 +150,12 @@ func TestDialErrors(t *testing.T) {
 		{"no TLS config", Dialer{}, "127.0.0.1:1", "TLSConfig is required"},
 		{"bad address", Dialer{TLSConfig: clientTLS(true)}, "127.0.0.1", "missing port"},
 		{"unknown transport", Dialer{TLSConfig: clientTLS(true), Transport: 9}, "127.0.0.1:1", "unknown transport"},
-		{"bad config", Dialer{TLSConfig: clientTLS(true), Config: &Config{IdleTimeout: time.Second}}, "127.0.0.1:1", "IdleTimeout"},
+		{
+			"bad config",
+			Dialer{TLSConfig: clientTLS(true), Config: &Config{IdleTimeout: time.Second}},
+			"127.0.0.1:1",
+			"IdleTimeout",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

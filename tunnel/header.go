@@ -77,13 +77,13 @@ const (
 	// ServiceRoute carries a stream between hubs of a tree: a parent hub
 	// reaching a node below one of its sites, or a site hub sending a
 	// service tunnel's stream up to the nearest common hub. A route
-	// request frame (tunnel/control) follows the header. Header.Port must
+	// request frame (tunnel/siteproto) follows the header. Header.Port must
 	// be 0. A node agent refuses it.
 	ServiceRoute Service = 3
 	// ServiceConnect is opened by an agent towards its hub (the only stream
 	// an agent opens besides the control stream): a connection accepted on
 	// the agent's local listener of a service tunnel. A service connect
-	// frame (tunnel/control) follows the header. Header.Port must be 0.
+	// frame (tunnel/siteproto) follows the header. Header.Port must be 0.
 	ServiceConnect Service = 4
 )
 
@@ -173,7 +173,8 @@ func ReadHeader(r io.Reader) (Header, error) {
 		return Header{}, fmt.Errorf("tunnel: read header: %w: unsupported version %d", ErrBadHeader, version)
 	}
 	if n != headerBodyLenV1 {
-		return Header{}, fmt.Errorf("tunnel: read header: %w: body length %d, want %d in version 1", ErrBadHeader, n, headerBodyLenV1)
+		return Header{}, fmt.Errorf("tunnel: read header: %w: body length %d, want %d in version 1", ErrBadHeader, n,
+			headerBodyLenV1)
 	}
 	h := Header{Service: Service(body[0]), Port: binary.BigEndian.Uint16(body[1:3])}
 	if err := h.validate(); err != nil {

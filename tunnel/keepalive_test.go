@@ -34,11 +34,13 @@ func TestKeepAliveSchedule(t *testing.T) {
 		}
 		after, wait := r.keepAliveAfter(), r.keepAliveWait()
 		if after < r.KeepAliveInterval || after >= r.IdleTimeout || wait <= 0 || after+wait != r.IdleTimeout {
-			t.Errorf("keepalive %v, idle %v: ping after %v of silence, answer within %v: want interval ≤ after < idle, after+wait = idle",
+			t.Errorf("keepalive %v, idle %v: ping after %v of silence, answer within %v: want interval ≤ after < idle, "+
+				"after+wait = idle",
 				r.KeepAliveInterval, r.IdleTimeout, after, wait)
 		}
 		if q := r.quicConfig(); q.KeepAlivePeriod != after || q.MaxIdleTimeout != r.IdleTimeout {
-			t.Errorf("quic: KeepAlivePeriod %v, MaxIdleTimeout %v; want %v, %v", q.KeepAlivePeriod, q.MaxIdleTimeout, after, r.IdleTimeout)
+			t.Errorf("quic: KeepAlivePeriod %v, MaxIdleTimeout %v; want %v, %v", q.KeepAlivePeriod, q.MaxIdleTimeout, after,
+				r.IdleTimeout)
 		}
 	}
 }
@@ -61,7 +63,13 @@ func TestPingAfter(t *testing.T) {
 		{"defaults under a 15 s peer", nil, quic, 15 * s, 7500 * time.Millisecond},
 		{"a longer peer changes nothing", nil, quic, 120 * s, 25 * s},
 		{"short own settings", &Config{KeepAliveInterval: s, IdleTimeout: 3 * s}, quic, 0, 1250 * time.Millisecond},
-		{"own idle shorter than half the peer's", &Config{KeepAliveInterval: 10 * s, IdleTimeout: 11 * s}, quic, 60 * s, 5500 * time.Millisecond},
+		{
+			"own idle shorter than half the peer's",
+			&Config{KeepAliveInterval: 10 * s, IdleTimeout: 11 * s},
+			quic,
+			60 * s,
+			5500 * time.Millisecond,
+		},
 		{"an invalid config counts as the defaults", &Config{KeepAliveInterval: 10 * s, IdleTimeout: 5 * s}, quic, 0, 25 * s},
 		{"tcp, defaults", nil, tcp, 0, 25 * s},
 		{"tcp: the peer's idle timeout is not negotiated", nil, tcp, 15 * s, 25 * s},
@@ -160,7 +168,8 @@ func (c *cutConn) Close() error {
 // must never reach the other tests (or another bubble).
 func TestYamuxDeadPeerWithinIdleTimeout(t *testing.T) {
 	if os.Getenv(fakeClockEnv) == "" {
-		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestYamuxDeadPeerWithinIdleTimeout$", "-test.v", "-test.count=1")
+		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestYamuxDeadPeerWithinIdleTimeout$", "-test.v",
+			"-test.count=1")
 		cmd.Env = append(os.Environ(), fakeClockEnv+"=1")
 		out, err := cmd.CombinedOutput()
 		t.Logf("fake-clock child:\n%s", out)
@@ -177,8 +186,16 @@ func TestYamuxDeadPeerWithinIdleTimeout(t *testing.T) {
 		}{
 			{"defaults, idle", nil, false},
 			{"defaults, heartbeats", nil, true},
-			{"5s/15s (the earlier defaults), idle", &Config{KeepAliveInterval: 5 * time.Second, IdleTimeout: 15 * time.Second}, false},
-			{"5s/15s (the earlier defaults), heartbeats", &Config{KeepAliveInterval: 5 * time.Second, IdleTimeout: 15 * time.Second}, true},
+			{
+				"5s/15s (the earlier defaults), idle",
+				&Config{KeepAliveInterval: 5 * time.Second, IdleTimeout: 15 * time.Second},
+				false,
+			},
+			{
+				"5s/15s (the earlier defaults), heartbeats",
+				&Config{KeepAliveInterval: 5 * time.Second, IdleTimeout: 15 * time.Second},
+				true,
+			},
 			{"1s/3s, heartbeats", &Config{KeepAliveInterval: time.Second, IdleTimeout: 3 * time.Second}, true},
 			{"10s/11s, heartbeats", &Config{KeepAliveInterval: 10 * time.Second, IdleTimeout: 11 * time.Second}, true},
 		} {
@@ -186,7 +203,8 @@ func TestYamuxDeadPeerWithinIdleTimeout(t *testing.T) {
 			// whole or in one direction.
 			for _, frac := range []float64{0, 0.3, 0.55, 0.9} {
 				for _, how := range []linkCut{cutBoth, cutHubToAgent, cutAgentToHub} {
-					deadPeerOnFakeClock(t, fmt.Sprintf("%s, %v cut at %.2f of an interval", tc.name, how, frac), tc.cfg, tc.traffic, frac, how)
+					deadPeerOnFakeClock(t, fmt.Sprintf("%s, %v cut at %.2f of an interval", tc.name, how, frac), tc.cfg, tc.traffic,
+						frac, how)
 				}
 			}
 		}
@@ -281,7 +299,8 @@ func deadPeerOnFakeClock(t *testing.T, name string, c *Config, traffic bool, fra
 	if traffic {
 		for _, s := range []*yamuxSession{hub, agent} {
 			if n := s.timerFired.Load(); n != 0 {
-				t.Errorf("%s: the keepalive timer fired %d times in %v of heartbeats every %v; want 0", name, n, 5*cfg.IdleTimeout, cfg.KeepAliveInterval)
+				t.Errorf("%s: the keepalive timer fired %d times in %v of heartbeats every %v; want 0", name, n, 5*cfg.IdleTimeout,
+					cfg.KeepAliveInterval)
 			}
 		}
 	}
@@ -326,7 +345,8 @@ func TestDefaultKeepAliveKeepsUDPNATBindings(t *testing.T) {
 		t.Fatal(err)
 	}
 	if q := r.quicConfig(); q.KeepAlivePeriod > 25*time.Second || r.KeepAliveInterval > 25*time.Second {
-		t.Errorf("default keepalive %v, QUIC keepalive after %v of silence: want both ≤ 25s", r.KeepAliveInterval, q.KeepAlivePeriod)
+		t.Errorf("default keepalive %v, QUIC keepalive after %v of silence: want both ≤ 25s", r.KeepAliveInterval,
+			q.KeepAlivePeriod)
 	}
 	if r.IdleTimeout != 3*r.KeepAliveInterval {
 		t.Errorf("default dead-peer timeout %v, want three keepalive intervals (%v)", r.IdleTimeout, 3*r.KeepAliveInterval)
@@ -405,7 +425,8 @@ func TestQUICHalfOpenFoundWithinIdleTimeout(t *testing.T) {
 				case <-s.Done():
 					took := time.Since(cut)
 					if took > cfg.IdleTimeout+cfg.KeepAliveInterval {
-						t.Errorf("the %s found its peer dead %v after the cut; want within the dead-peer timeout %v", name, took.Round(time.Millisecond), cfg.IdleTimeout)
+						t.Errorf("the %s found its peer dead %v after the cut; want within the dead-peer timeout %v", name,
+							took.Round(time.Millisecond), cfg.IdleTimeout)
 					}
 					t.Logf("the %s found its peer dead %v after the cut", name, took.Round(time.Millisecond))
 				case <-time.After(3 * cfg.IdleTimeout):

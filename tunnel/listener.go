@@ -143,7 +143,9 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 		return nil, errors.New("tunnel: listen: ListenConfig.TunnelTLS is required")
 	}
 	if ca := lc.TunnelTLS.ClientAuth; ca != tls.RequireAndVerifyClientCert && ca != tls.RequireAnyClientCert {
-		return nil, fmt.Errorf("tunnel: listen: TunnelTLS.ClientAuth is %v: tunnel sessions need a client certificate (RequireAndVerifyClientCert)", ca)
+		return nil, fmt.Errorf(
+			"tunnel: listen: TunnelTLS.ClientAuth is %v: tunnel sessions need a client certificate (RequireAndVerifyClientCert)",
+			ca)
 	}
 	tunnelTLS := lc.TunnelTLS.Clone()
 	tunnelTLS.MinVersion = tls.VersionTLS13
@@ -185,7 +187,8 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 	refuse.backlog = lc.Backlog
 	qtr := &quic.Transport{Conn: udpConn}
 	failed := &handshakeFailures{}
-	qtr.ConnContext = quicAdmission(handshake, refuse.refusedRecently, func(addr net.Addr) { refuse.hintQUIC(qtr, addr) }, failed)
+	qtr.ConnContext = quicAdmission(handshake, refuse.refusedRecently, func(addr net.Addr) { refuse.hintQUIC(qtr, addr) },
+		failed)
 	if lc.StatelessResetKey != nil {
 		key := quic.StatelessResetKey(*lc.StatelessResetKey)
 		qtr.StatelessResetKey = &key

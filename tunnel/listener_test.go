@@ -48,8 +48,18 @@ func TestListenErrors(t *testing.T) {
 	}{
 		{"no tunnel TLS", "127.0.0.1:0", ListenConfig{}, "TunnelTLS is required"},
 		{"client cert not required", "127.0.0.1:0", ListenConfig{TunnelTLS: noClientAuth}, "need a client certificate"},
-		{"HTTP claims tunnel ALPN", "127.0.0.1:0", ListenConfig{TunnelTLS: tunnelServerTLS(), HTTPTLS: httpWithTunnelALPN}, "must not contain"},
-		{"bad config", "127.0.0.1:0", ListenConfig{TunnelTLS: tunnelServerTLS(), Config: &Config{MaxStreams: -1}}, "MaxStreams"},
+		{
+			"HTTP claims tunnel ALPN",
+			"127.0.0.1:0",
+			ListenConfig{TunnelTLS: tunnelServerTLS(), HTTPTLS: httpWithTunnelALPN},
+			"must not contain",
+		},
+		{
+			"bad config",
+			"127.0.0.1:0",
+			ListenConfig{TunnelTLS: tunnelServerTLS(), Config: &Config{MaxStreams: -1}},
+			"MaxStreams",
+		},
 		{"bad address", "127.0.0.1", ListenConfig{TunnelTLS: tunnelServerTLS()}, "missing port"},
 		{"UDP port taken", udp.LocalAddr().String(), ListenConfig{TunnelTLS: tunnelServerTLS()}, "listen udp"},
 		{"TCP port taken", tcp.Addr().String(), ListenConfig{TunnelTLS: tunnelServerTLS()}, "listen tcp"},

@@ -132,7 +132,9 @@ func startListener(t testing.TB, cfg *Config) *Listener {
 }
 
 // dialAccept dials addr over tr and accepts the session on l.
-func dialAccept(t testing.TB, l *Listener, addr string, tr Transport, cfg *Config, opts ...func(*Dialer)) (agent, hub Session) {
+func dialAccept(
+	t testing.TB, l *Listener, addr string, tr Transport, cfg *Config, opts ...func(*Dialer),
+) (agent, hub Session) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()

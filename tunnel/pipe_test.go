@@ -52,7 +52,9 @@ type relayEnds struct {
 // pipeSetups are the shapes Pipe relays in the product: TCP to TCP (the
 // agent's tcp service, socket to socket), TCP to a tunnel stream of either
 // transport (the bastion's and the agent's side of a jump).
-func pipeSetups(t *testing.T) map[string]func(t *testing.T) (outerA, innerA net.Conn, innerB io.ReadWriteCloser, outerB net.Conn) {
+func pipeSetups(t *testing.T) map[string]func(t *testing.T) (
+	outerA, innerA net.Conn, innerB io.ReadWriteCloser, outerB net.Conn,
+) {
 	return map[string]func(t *testing.T) (net.Conn, net.Conn, io.ReadWriteCloser, net.Conn){
 		"tcp-tcp": func(t *testing.T) (net.Conn, net.Conn, io.ReadWriteCloser, net.Conn) {
 			c1, s1 := tcpPair(t)

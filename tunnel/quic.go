@@ -51,7 +51,13 @@ func newQUICSession(conn *quic.Conn) *quicSession {
 // CONNECTION_CLOSE reaches a peer that can still hear. It samples Heard
 // from a timer (no goroutine) every quarter keepalive interval.
 func (s *quicSession) watchPeer(cfg *Config) {
-	w := &peerWatch{s: s, every: cfg.KeepAliveInterval / 4, silent: cfg.silentClose(), last: s.Heard(), heardAt: time.Now()}
+	w := &peerWatch{
+		s:       s,
+		every:   cfg.KeepAliveInterval / 4,
+		silent:  cfg.silentClose(),
+		last:    s.Heard(),
+		heardAt: time.Now(),
+	}
 	w.mu.Lock() // the first check waits for t
 	w.t = time.AfterFunc(w.every, w.check)
 	w.mu.Unlock()

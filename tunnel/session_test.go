@@ -37,7 +37,8 @@ func TestSessionInfo(t *testing.T) {
 			if certs := agent.ConnectionState().PeerCertificates; len(certs) == 0 || certs[0].Subject.CommonName != "hub" {
 				t.Errorf("agent sees peer certificates %v, want hub", certs)
 			}
-			if port(t, hub.RemoteAddr()) != port(t, agent.LocalAddr()) || port(t, agent.RemoteAddr()) != port(t, hub.LocalAddr()) {
+			if port(t, hub.RemoteAddr()) != port(t, agent.LocalAddr()) ||
+				port(t, agent.RemoteAddr()) != port(t, hub.LocalAddr()) {
 				t.Errorf("addresses do not match: agent %v->%v, hub %v->%v",
 					agent.LocalAddr(), agent.RemoteAddr(), hub.LocalAddr(), hub.RemoteAddr())
 			}

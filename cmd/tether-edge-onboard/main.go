@@ -23,7 +23,9 @@ func main() {
 	defer stop()
 	// Named as the agent: its help, errors and usage lines are those of
 	// `tether-edge onboard`.
-	root := edgecli.New("tether-edge", "The interactive onboarding form of the Tether edge agent (run by `tether-edge onboard`)")
+	root := edgecli.New(
+		"tether-edge", "The interactive onboarding form of the Tether edge agent (run by `tether-edge onboard`)",
+	)
 	root.Version = edge.Version
 	var logLevel string
 	root.Persistent.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")

@@ -54,14 +54,16 @@ mode 0600; the agent also checks the caller is uid 0), which records
 				name = waiting[0].Name
 			default:
 				printWaiting(os.Stderr, waiting)
-				return fmt.Errorf("%d upgrades await confirmation: name the one to confirm (tether-edge confirm NAME)", len(waiting))
+				return fmt.Errorf("%d upgrades await confirmation: name the one to confirm (tether-edge confirm NAME)",
+					len(waiting))
 			}
 			done, err := upgrade.Ask(ctx, stateDir, upgrade.SocketRequest{Op: "confirm", Name: name})
 			if err != nil {
 				return err
 			}
 			for _, s := range done {
-				fmt.Printf("confirmed %s (%s -> %s, %s) as %s\n", s.Name, orDash(s.FromVersion), s.ToVersion, s.Digest, s.ConfirmedBy)
+				fmt.Printf("confirmed %s (%s -> %s, %s) as %s\n", s.Name, orDash(s.FromVersion), s.ToVersion, s.Digest,
+					s.ConfirmedBy)
 			}
 			return nil
 		},
@@ -79,7 +81,8 @@ func printWaiting(w io.Writer, l []upgrade.State) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tKIND\tVERSION\tDIGEST\tWAITING SINCE")
 	for _, s := range l {
-		fmt.Fprintf(tw, "%s\t%s\t%s -> %s\t%s\t%s\n", s.Name, s.Kind, orDash(s.FromVersion), s.ToVersion, s.Digest, s.UpdatedAt.Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s -> %s\t%s\t%s\n", s.Name, s.Kind, orDash(s.FromVersion), s.ToVersion, s.Digest,
+			s.UpdatedAt.Format(time.RFC3339))
 	}
 	tw.Flush()
 }

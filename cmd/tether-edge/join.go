@@ -38,7 +38,8 @@ the secret out of the process list.`,
 			return nil
 		},
 	}
-	cmd.Flags.StringVar(&o.StateDir, "state-dir", defaultStateDir(), "where the node key, certificate and config are stored (env TETHER_STATE_DIR)")
+	cmd.Flags.StringVar(&o.StateDir, "state-dir", defaultStateDir(),
+		"where the node key, certificate and config are stored (env TETHER_STATE_DIR)")
 	cmd.Flags.StringVar(&o.Name, "name", "", "node name (a DNS label; default: derived from the hostname)")
 	return cmd
 }

@@ -47,7 +47,8 @@ Typical unit file line (joins on first boot only, then just connects):
   tether-edge run --join "$JOIN" --state-dir /var/lib/tether-edge`
 	root.Version = edge.Version
 	root.Persistent.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.Add(newJoinCmd(), newRunCmd(), newStatusCmd(), newVersionCmd(), onboardcmd.New(interactiveOnboard), newUpgradeCmd(), newConfirmCmd())
+	root.Add(newJoinCmd(), newRunCmd(), newStatusCmd(), newVersionCmd(), onboardcmd.New(interactiveOnboard),
+		newUpgradeCmd(), newConfirmCmd())
 	return root
 }
 

@@ -26,7 +26,8 @@ func exeRSS(t *testing.T) int64 {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := sc.Text()
-		if _, _, ok := strings.Cut(line, "-"); ok && len(strings.Fields(line)) >= 5 && !strings.HasSuffix(strings.Fields(line)[0], ":") {
+		if _, _, ok := strings.Cut(line, "-"); ok && len(strings.Fields(line)) >= 5 &&
+			!strings.HasSuffix(strings.Fields(line)[0], ":") {
 			_, _, in = exeSpan(line, self)
 			continue
 		}

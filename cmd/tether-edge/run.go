@@ -156,7 +156,8 @@ is never replaced while it runs (its child runs the installed version).`,
 					return err
 				}
 				if err := mgr.CheckForwarding(ctx); err != nil {
-					log.Warn("the local sshd refuses port forwarding: `tether kubeone apply` fails on this node until it allows local forwarding", "err", err)
+					log.Warn("the local sshd refuses port forwarding: `tether kubeone apply` fails on this node until it allows "+
+						"local forwarding", "err", err)
 				}
 				cfg.ManageSSHD = mgr
 			}
@@ -169,24 +170,40 @@ is never replaced while it runs (its child runs the installed version).`,
 	}
 	f := &cmd.Flags
 	f.StringVar(&cfg.StateDir, "state-dir", defaultStateDir(), "node identity directory (env TETHER_STATE_DIR)")
-	f.StringVar(&join, "join", os.Getenv("TETHER_JOIN"), "join string; used only when --state-dir has no identity yet (env TETHER_JOIN keeps it out of the process list)")
-	f.StringVar(&joinFile, "join-file", edge.DefaultJoinFile, "file holding the join string (first non-comment line), read when --state-dir has no identity yet and --join is empty; a missing file is not an error until a join string is needed")
+	f.StringVar(&join, "join", os.Getenv("TETHER_JOIN"),
+		"join string; used only when --state-dir has no identity yet (env TETHER_JOIN keeps it out of the process list)")
+	f.StringVar(&joinFile, "join-file", edge.DefaultJoinFile,
+		"file holding the join string (first non-comment line), read when --state-dir has no identity yet and --join is "+
+			"empty; a missing file is not an error until a join string is needed")
 	f.StringVar(&name, "name", "", "node name used when joining (default: derived from the hostname)")
 	f.StringVar(&cfg.SSHTarget, "ssh", "127.0.0.1:22", `target of SSH streams: "embedded" or HOST:PORT of a local sshd`)
-	f.StringVar(&cfg.SSHShell, "shell", "", `with --ssh embedded: shell of SSH sessions (default: the agent user's login shell; /bin/sh for a nologin account, said in the log)`)
-	f.StringVar(&cfg.SSHDHostKey, "sshd-host-key", "/etc/ssh/ssh_host_ed25519_key", "the local sshd's host key; its .pub is certified by the hub's host CA (with --ssh HOST:PORT)")
-	f.BoolVar(&manage, "manage-sshd", false, "install the hub's host certificate, user CAs and revoked keys into the local sshd (drop-in + files) and reload it")
-	f.StringVar(&mgr.Paths.Dir, "sshd-dir", mgr.Paths.Dir, "with --manage-sshd: directory for the certificate, CA and revoked-key files")
-	f.StringVar(&mgr.Paths.DropIn, "sshd-drop-in", mgr.Paths.DropIn, "with --manage-sshd: sshd_config drop-in to write (must be Included by --sshd-config)")
+	f.StringVar(&cfg.SSHShell, "shell", "",
+		`with --ssh embedded: shell of SSH sessions (default: the agent user's login shell; `+
+			`/bin/sh for a nologin account, said in the log)`)
+	f.StringVar(&cfg.SSHDHostKey, "sshd-host-key", "/etc/ssh/ssh_host_ed25519_key",
+		"the local sshd's host key; its .pub is certified by the hub's host CA (with --ssh HOST:PORT)")
+	f.BoolVar(&manage, "manage-sshd", false,
+		"install the hub's host certificate, user CAs and revoked keys into the local sshd (drop-in + files) and reload it")
+	f.StringVar(&mgr.Paths.Dir, "sshd-dir", mgr.Paths.Dir,
+		"with --manage-sshd: directory for the certificate, CA and revoked-key files")
+	f.StringVar(&mgr.Paths.DropIn, "sshd-drop-in", mgr.Paths.DropIn,
+		"with --manage-sshd: sshd_config drop-in to write (must be Included by --sshd-config)")
 	f.StringVar(&mgr.SSHDConfig, "sshd-config", "/etc/ssh/sshd_config", "with --manage-sshd: the main sshd_config")
-	f.StringVar(&sshdPidFile, "sshd-pid-file", "", "with --manage-sshd: reload sshd by SIGHUP to this pid file's process (default: systemctl reload ssh)")
-	f.StringVar(&cfg.LabelsFile, "labels-file", edge.DefaultLabelsFile, "KEY=VALUE lines this node reports as its labels at every connect (shown by the hub as reported labels, never used for access)")
+	f.StringVar(&sshdPidFile, "sshd-pid-file", "",
+		"with --manage-sshd: reload sshd by SIGHUP to this pid file's process (default: systemctl reload ssh)")
+	f.StringVar(&cfg.LabelsFile, "labels-file", edge.DefaultLabelsFile,
+		"KEY=VALUE lines this node reports as its labels at every connect (shown by the hub as reported labels, "+
+			"never used for access)")
 	f.Var(&ports, "allow-port", "local TCP port the hub may open streams to (repeatable)")
-	f.BoolVar(&supervise, "supervise", false, "run the agent as a supervised child: restarted when it exits or an upgrade asks (for machines without systemd)")
+	f.BoolVar(&supervise, "supervise", false,
+		"run the agent as a supervised child: restarted when it exits or an upgrade asks (for machines without systemd)")
 	f.StringVar(&transport, "transport", "auto", "auto (race QUIC and TCP), quic, or tcp")
 	f.DurationVar(&cfg.BackoffMax, "backoff-max", 0, "cap of the reconnect backoff (default 30s)")
-	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval: an agent pings its hub after a little more than this without hearing it (at most about 25s keeps a QUIC agent's UDP NAT binding open; docs/architecture.md, Keepalive)")
-	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "a tunnel silent this long is considered dead (set on hub and agents alike; 3 × --keepalive by default)")
+	f.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval,
+		"tunnel keepalive interval: an agent pings its hub after a little more than this without hearing it (at most about "+
+			"25s keeps a QUIC agent's UDP NAT binding open; docs/design/tunnels.md, Keepalive and windows)")
+	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout,
+		"a tunnel silent this long is considered dead (set on hub and agents alike; 3 × --keepalive by default)")
 	return cmd
 }
 
@@ -256,7 +273,8 @@ func launch(stateDir string, log *slog.Logger) (*upgrade.Node, error) {
 	log.Info("running the installed agent version", "exe", target)
 	env := append(os.Environ(), envLauncher+"="+n.Exe)
 	if err := syscall.Exec(target, append([]string{target}, os.Args[1:]...), env); err != nil {
-		return nil, fmt.Errorf("run the installed agent %s: %w (remove %s to run this executable)", target, err, filepath.Join(n.Dir, "agent", "current"))
+		return nil, fmt.Errorf("run the installed agent %s: %w (remove %s to run this executable)", target, err,
+			filepath.Join(n.Dir, "agent", "current"))
 	}
 	return n, nil
 }

@@ -26,8 +26,9 @@ func findSibling(self string) (string, error) {
 	if p, err := exec.LookPath(siblingName); err == nil {
 		return filepath.Abs(p)
 	}
-	return "", fmt.Errorf("%w: the interactive onboarding form is the separate executable %s, found neither beside %s nor in PATH: "+
-		"install the tether-edge package (it ships both), copy %s from the same build (`make build` writes bin/%s) next to tether-edge, "+
+	return "", fmt.Errorf("%w: the interactive onboarding form is the separate executable %s, found neither beside %s "+
+		"nor in PATH: install the tether-edge package (it ships both), copy %s from the same build "+
+		"(`make build` writes bin/%s) next to tether-edge, "+
 		"or onboard without questions: tether-edge onboard --non-interactive --hub HUB --ca-pin PIN --credential @FILE",
 		errNoSibling, siblingName, self, siblingName, siblingName)
 }

@@ -84,7 +84,8 @@ func printStatus(w io.Writer, st edge.Status, hubs []string, gone bool, now time
 	case st.State == stateNeverRan && st.PID == 0:
 		fmt.Fprintf(w, "state:        %s (no agent has run with this state dir yet: start `tether-edge run`)\n", st.State)
 	case gone:
-		fmt.Fprintf(w, "state:        not running (agent pid %d exited; it was %s %s)\n", st.PID, st.State, whenText(st.Since, now))
+		fmt.Fprintf(w, "state:        not running (agent pid %d exited; it was %s %s)\n", st.PID, st.State,
+			whenText(st.Since, now))
 	default:
 		fmt.Fprintf(w, "state:        %s %s\n", st.State, whenText(st.Since, now))
 	}

@@ -21,13 +21,33 @@ func TestPrintStatus(t *testing.T) {
 	}{
 		{"never ran", edge.Status{State: stateNeverRan}, false,
 			[]string{"state:        not running (no agent has run with this state dir yet"}, []string{"0001", "since"}},
-		{"connected", edge.Status{State: "connected", Since: now.Add(-90 * time.Second), Hub: "hub:7443", Transport: "quic"}, false,
-			[]string{"state:        connected since " + now.Add(-90*time.Second).Local().Format(time.RFC3339) + " (1m30s ago)", "connected to: hub:7443 over quic"}, nil},
-		{"agent killed", edge.Status{State: "connected", PID: 4242, Since: now.Add(-time.Hour), Hub: "hub:7443", Transport: "quic"}, true,
-			[]string{"state:        not running (agent pid 4242 exited; it was connected since " + now.Add(-time.Hour).Local().Format(time.RFC3339) + " (1h0m0s ago))"}, []string{"connected to:"}},
-		{"zero since", edge.Status{State: "stopped"}, false, []string{"state:        stopped since an unknown time"}, []string{"0001"}},
-		{"refused", edge.Status{State: "refused", Since: now, LastError: "hub refused this node: revoked; to bring this node back: …"}, false,
-			[]string{"state:        refused since", "last error:   hub refused this node: revoked; to bring this node back"}, nil},
+		{
+			"connected",
+			edge.Status{State: "connected", Since: now.Add(-90 * time.Second), Hub: "hub:7443", Transport: "quic"},
+			false,
+			[]string{
+				"state:        connected since " + now.Add(-90*time.Second).Local().Format(time.RFC3339) + " (1m30s ago)",
+				"connected to: hub:7443 over quic",
+			},
+			nil,
+		},
+		{
+			"agent killed",
+			edge.Status{State: "connected", PID: 4242, Since: now.Add(-time.Hour), Hub: "hub:7443", Transport: "quic"},
+			true,
+			[]string{"state:        not running (agent pid 4242 exited; it was connected since " +
+				now.Add(-time.Hour).Local().Format(time.RFC3339) + " (1h0m0s ago))"},
+			[]string{"connected to:"},
+		},
+		{"zero since", edge.Status{State: "stopped"}, false, []string{"state:        stopped since an unknown time"},
+			[]string{"0001"}},
+		{
+			"refused",
+			edge.Status{State: "refused", Since: now, LastError: "hub refused this node: revoked; to bring this node back: …"},
+			false,
+			[]string{"state:        refused since", "last error:   hub refused this node: revoked; to bring this node back"},
+			nil,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.st.Name, tc.st.NodeID, tc.st.CertExpires = "n1", "abc", cert

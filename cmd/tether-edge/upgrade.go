@@ -13,7 +13,7 @@ import (
 	"github.com/tether-dev/tether/cmd/internal/edgecli"
 	"github.com/tether-dev/tether/edge"
 	"github.com/tether-dev/tether/edge/upgrade"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // exitUpgradeEnded is the exit status of an upgrade verb whose record
@@ -71,7 +71,7 @@ func printState(s *upgrade.State, err error) error {
 	if err != nil {
 		return err
 	}
-	if s.Step == control.StepFailed || s.Step == control.StepRolledBack {
+	if s.Step == upgradeproto.StepFailed || s.Step == upgradeproto.StepRolledBack {
 		return &statusError{code: exitUpgradeEnded, msg: fmt.Sprintf("upgrade %s %s: %s", s.Name, s.Step, s.Reason)}
 	}
 	return nil
@@ -121,7 +121,8 @@ bundle's directory (output on stderr, each bounded by --script-timeout,
 health.sh by the health timeout); a failing health.sh runs rollback.sh if
 the bundle has one (rolled_back), else the upgrade fails.`,
 	}
-	cmd.Persistent.StringVar(&stateDir, "state-dir", defaultStateDir(), "the agent's state directory (env TETHER_STATE_DIR)")
+	cmd.Persistent.StringVar(&stateDir, "state-dir", defaultStateDir(),
+		"the agent's state directory (env TETHER_STATE_DIR)")
 
 	offer := &edgecli.Command{
 		Use:   "offer",
@@ -132,8 +133,8 @@ the bundle has one (rolled_back), else the upgrade fails.`,
 			if err != nil {
 				return err
 			}
-			var o control.UpgradeOffer
-			dec := json.NewDecoder(io.LimitReader(os.Stdin, 4*control.MaxArtifactManifest))
+			var o upgradeproto.Offer
+			dec := json.NewDecoder(io.LimitReader(os.Stdin, 4*upgradeproto.MaxArtifactManifest))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&o); err != nil {
 				return fmt.Errorf("upgrade offer on stdin: %w", err)
@@ -156,8 +157,10 @@ the bundle has one (rolled_back), else the upgrade fails.`,
 			return printState(n.Apply(ctx, args[0], confirmedBy))
 		},
 	}
-	apply.Flags.StringVar(&confirmedBy, "confirmed-by", "", "who confirmed the upgrade on the hub (required while it awaits confirmation)")
-	apply.Flags.DurationVar(&scriptTimeout, "script-timeout", scriptTimeout, "bound of each bundle script (health.sh: the offer's health timeout)")
+	apply.Flags.StringVar(&confirmedBy, "confirmed-by", "",
+		"who confirmed the upgrade on the hub (required while it awaits confirmation)")
+	apply.Flags.DurationVar(&scriptTimeout, "script-timeout", scriptTimeout,
+		"bound of each bundle script (health.sh: the offer's health timeout)")
 	var output string
 	status := &edgecli.Command{
 		Use:   "status [NAME]",

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/edge/upgrade"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // captureStdout runs f with os.Stdout going to a pipe and returns what it
@@ -70,9 +70,15 @@ func TestPrintUpgrades(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.Local)
 	var b strings.Builder
 	printUpgrades(&b, []upgrade.State{
-		{Name: "edge-1.1", Kind: control.UpgradeAgent, FromVersion: "1.0.0", ToVersion: "1.1.0",
-			Step: control.StepFailed, Reason: "digest mismatch (want sha256:a, got sha256:b)", UpdatedAt: at},
-		{Name: "pkgs", Kind: control.UpgradeBundle, ToVersion: "7", Step: control.StepAwaitingConfirmation, UpdatedAt: at},
+		{Name: "edge-1.1", Kind: upgradeproto.KindAgent, FromVersion: "1.0.0", ToVersion: "1.1.0",
+			Step: upgradeproto.StepFailed, Reason: "digest mismatch (want sha256:a, got sha256:b)", UpdatedAt: at},
+		{
+			Name:      "pkgs",
+			Kind:      upgradeproto.KindBundle,
+			ToVersion: "7",
+			Step:      upgradeproto.StepAwaitingConfirmation,
+			UpdatedAt: at,
+		},
 	})
 	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
 	want := [][]string{

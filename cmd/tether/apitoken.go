@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 func newAPITokenCmd() *cobra.Command {
@@ -37,7 +37,9 @@ jobs created under that role. Only a hash of the token is stored.`,
 				return err
 			}
 			defer c.Close()
-			resp, err := c.CreateAPIToken(cmd.Context(), api.APITokenCreateRequest{Role: role, Description: desc, TTLSeconds: int64(ttl / time.Second)})
+			resp, err := c.CreateAPIToken(cmd.Context(), apitype.APITokenCreateRequest{
+				Role: role, Description: desc, TTLSeconds: int64(ttl / time.Second),
+			})
 			if err != nil {
 				return err
 			}
@@ -51,15 +53,17 @@ jobs created under that role. Only a hash of the token is stored.`,
 	create.Flags().StringVar(&desc, "description", "", "what the token is for")
 	create.Flags().DurationVar(&ttl, "ttl", 0, "lifetime (0: no expiry)")
 	_ = create.MarkFlagRequired("role")
-	list := listCommand(&cobra.Command{Use: "list", Short: "List API tokens (without secrets)"}, (*api.Client).ListAPITokens,
-		"ID\tROLE\tCREATED\tEXPIRES\tDESCRIPTION", func(t api.APIToken) string {
+	list := listCommand(&cobra.Command{
+		Use: "list", Short: "List API tokens (without secrets)",
+	}, (*apiclient.Client).ListAPITokens,
+		"ID\tROLE\tCREATED\tEXPIRES\tDESCRIPTION", func(t apitype.APIToken) string {
 			exp := "never"
 			if !t.ExpiresAt.IsZero() {
 				exp = t.ExpiresAt.Local().Format(time.DateTime)
 			}
 			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", t.ID, t.Role, t.CreatedAt.Local().Format(time.DateTime), exp, t.Description)
 		})
-	rm := argCommand(&cobra.Command{Use: "rm ID", Short: "Revoke an API token"}, (*api.Client).DeleteAPIToken)
+	rm := argCommand(&cobra.Command{Use: "rm ID", Short: "Revoke an API token"}, (*apiclient.Client).DeleteAPIToken)
 	cmd.AddCommand(create, list, rm)
 	return cmd
 }

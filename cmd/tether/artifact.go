@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tether-dev/tether/hub/artifacts"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // registryFlags are how the CLI reaches a registry: the same flags as the
@@ -20,8 +20,11 @@ type registryFlags struct {
 }
 
 func (f *registryFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.ca, "registry-ca", "", "PEM file of extra CA certificates for the registry (system roots otherwise; TLS verification cannot be turned off)")
-	cmd.Flags().StringVar(&f.auth, "registry-auth", "", "docker-style config.json with registry credentials (default: $DOCKER_CONFIG/config.json or ~/.docker/config.json when present)")
+	cmd.Flags().StringVar(&f.ca, "registry-ca", "",
+		"PEM file of extra CA certificates for the registry (system roots otherwise; TLS verification cannot be turned off)")
+	cmd.Flags().StringVar(&f.auth, "registry-auth", "",
+		"docker-style config.json with registry credentials (default: $DOCKER_CONFIG/config.json or ~/.docker/config.json "+
+			"when present)")
 }
 
 func (f *registryFlags) client() (*artifacts.Client, error) {
@@ -42,10 +45,10 @@ These commands talk to the registry directly (not to the hub), with oras-go.
 References are oci://HOST[:PORT]/REPO:TAG or oci://HOST[:PORT]/REPO@sha256:HEX.
 
   agent   the tether-edge binary per OS/architecture: an OCI image index
-          (artifactType ` + control.ArtifactTypeAgent + `) of one manifest per
+          (artifactType ` + upgradeproto.ArtifactTypeAgent + `) of one manifest per
           platform, each with the binary as its one layer
   bundle  software for the nodes: one manifest (artifactType
-          ` + control.ArtifactTypeBundle + `) whose layers are files named by
+          ` + upgradeproto.ArtifactTypeBundle + `) whose layers are files named by
           their title: install.sh, optional health.sh and rollback.sh, payload`,
 	}
 	cmd.AddCommand(newArtifactPushCmd(), newArtifactInspectCmd())
@@ -129,7 +132,8 @@ another version is refused, saying which.`,
 	}
 	rf.register(cmd)
 	cmd.Flags().StringVar(&version, "version", "", "the agent version the binaries report (required)")
-	cmd.Flags().StringArrayVar(&binaries, "binary", nil, "OS/ARCH=PATH of a tether-edge binary (repeatable; GOOS/GOARCH names)")
+	cmd.Flags().StringArrayVar(&binaries, "binary", nil,
+		"OS/ARCH=PATH of a tether-edge binary (repeatable; GOOS/GOARCH names)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	_ = cmd.MarkFlagRequired("version")
 	return cmd
@@ -155,12 +159,12 @@ Each file's SHA-256 is checked on the node before anything runs.`,
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			fs := []artifacts.BundleFile{{Name: control.BundleInstall, Path: install}}
+			fs := []artifacts.BundleFile{{Name: upgradeproto.BundleInstall, Path: install}}
 			if health != "" {
-				fs = append(fs, artifacts.BundleFile{Name: control.BundleHealth, Path: health})
+				fs = append(fs, artifacts.BundleFile{Name: upgradeproto.BundleHealth, Path: health})
 			}
 			if rollback != "" {
-				fs = append(fs, artifacts.BundleFile{Name: control.BundleRollback, Path: rollback})
+				fs = append(fs, artifacts.BundleFile{Name: upgradeproto.BundleRollback, Path: rollback})
 			}
 			for _, f := range files {
 				fs = append(fs, artifacts.BundleFile{Name: filepath.Base(f), Path: f})
@@ -181,7 +185,8 @@ Each file's SHA-256 is checked on the node before anything runs.`,
 	cmd.Flags().StringVar(&install, "install", "", "install script, run on the node as install.sh (required)")
 	cmd.Flags().StringVar(&health, "health", "", "health script, run after the install as health.sh")
 	cmd.Flags().StringVar(&rollback, "rollback", "", "rollback script, run as rollback.sh when the health script fails")
-	cmd.Flags().StringArrayVar(&files, "file", nil, "payload file, placed beside the scripts under its base name (repeatable)")
+	cmd.Flags().StringArrayVar(&files, "file", nil,
+		"payload file, placed beside the scripts under its base name (repeatable)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	_ = cmd.MarkFlagRequired("version")
 	_ = cmd.MarkFlagRequired("install")
@@ -190,12 +195,12 @@ Each file's SHA-256 is checked on the node before anything runs.`,
 
 // inspected is `tether artifact inspect -o json`.
 type inspected struct {
-	Reference string                           `json:"reference"`
-	Pinned    string                           `json:"pinned"`
-	Digest    string                           `json:"digest"`
-	Kind      control.UpgradeKind              `json:"kind"`
-	Version   string                           `json:"version"`
-	Files     map[string][]control.UpgradeFile `json:"files"` // by platform ("" for a bundle)
+	Reference string                         `json:"reference"`
+	Pinned    string                         `json:"pinned"`
+	Digest    string                         `json:"digest"`
+	Kind      upgradeproto.Kind              `json:"kind"`
+	Version   string                         `json:"version"`
+	Files     map[string][]upgradeproto.File `json:"files"` // by platform ("" for a bundle)
 }
 
 func newArtifactInspectCmd() *cobra.Command {
@@ -224,10 +229,16 @@ digest and size. Nothing is downloaded but the manifests.`,
 				return err
 			}
 			r, _ := artifacts.ParseReference(args[0])
-			in := inspected{Reference: args[0], Pinned: r.Pinned(p.Digest).String(), Digest: p.Digest, Kind: p.Kind, Version: p.Version,
-				Files: map[string][]control.UpgradeFile{}}
+			in := inspected{
+				Reference: args[0],
+				Pinned:    r.Pinned(p.Digest).String(),
+				Digest:    p.Digest,
+				Kind:      p.Kind,
+				Version:   p.Version,
+				Files:     map[string][]upgradeproto.File{},
+			}
 			keys := p.Platforms()
-			if p.Kind == control.UpgradeBundle {
+			if p.Kind == upgradeproto.KindBundle {
 				keys = []string{""}
 			}
 			for _, k := range keys {
@@ -242,7 +253,8 @@ digest and size. Nothing is downloaded but the manifests.`,
 			if output == "json" {
 				return json.NewEncoder(out).Encode(in)
 			}
-			fmt.Fprintf(out, "reference %s\npinned    %s\nkind      %s\nversion   %s\n\n", in.Reference, in.Pinned, in.Kind, in.Version)
+			fmt.Fprintf(out, "reference %s\npinned    %s\nkind      %s\nversion   %s\n\n", in.Reference, in.Pinned, in.Kind,
+				in.Version)
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "PLATFORM\tFILE\tSIZE\tDIGEST")
 			for _, k := range keys {

@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 func newAuditCmd() *cobra.Command {
-	var q api.AuditQuery
+	var q apiclient.AuditQuery
 	var since string
 	cmd := &cobra.Command{
 		Use:   "audit",
@@ -20,7 +20,7 @@ func newAuditCmd() *cobra.Command {
 		Long: `Show the append-only audit log, oldest first (the newest --limit events).
 --since takes an RFC 3339 time or a duration back from now (e.g. 1h).`,
 	}
-	listCommand(cmd, func(c *api.Client, ctx context.Context) ([]api.AuditEvent, error) {
+	listCommand(cmd, func(c *apiclient.Client, ctx context.Context) ([]apitype.AuditEvent, error) {
 		if since != "" {
 			if d, err := time.ParseDuration(since); err == nil {
 				q.Since = time.Now().Add(-d)
@@ -32,7 +32,7 @@ func newAuditCmd() *cobra.Command {
 		}
 		return c.ListAudit(ctx, q)
 	}, "TIME\tKIND\tRESULT\tOPERATOR\tNODE\tKEY\tREMOTE\tBYTES TO/FROM NODE\tDURATION\tDETAIL",
-		func(e api.AuditEvent) string {
+		func(e apitype.AuditEvent) string {
 			dur, bytes := "", ""
 			if !e.EndedAt.IsZero() {
 				dur = e.EndedAt.Sub(e.At).Round(time.Millisecond).String()

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
 )
@@ -82,7 +82,7 @@ hand on to others.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			file := filepath.Join(dataDir, "ca", ca.CertFile)
 			if _, err := os.Stat(file); err != nil && !dataDirChosen(cmd.Flags()) {
-				if login := filepath.Join(defaultAdminIdentity(), api.AdminCAFile); fileExists(login) {
+				if login := filepath.Join(defaultAdminIdentity(), apitype.AdminCAFile); fileExists(login) {
 					file = login
 				}
 			}
@@ -147,7 +147,9 @@ first ('tether operator rm NAME'), or they can simply log in again.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "admin certificates issued before %s are refused from now on; the hub re-minted its local identity (DATA_DIR/admin); admins run 'tether login' again\n",
+			fmt.Fprintf(os.Stderr,
+				"admin certificates issued before %s are refused from now on; the hub re-minted its local identity "+
+					"(DATA_DIR/admin); admins run 'tether login' again\n",
 				resp.ValidFrom.Local().Format(time.RFC3339))
 			return nil
 		},

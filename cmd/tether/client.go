@@ -17,7 +17,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tether-dev/tether/hub"
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 func defaultDataDir() string {
@@ -53,17 +54,20 @@ func (c *clientFlags) register(cmd *cobra.Command) {
 		"(default after 'tether login': the hub logged in to; or with TETHER_API_TOKEN and --ca)")
 	f.StringVar(&c.identity, "identity", "",
 		"API identity directory (admin.crt, admin.key, ca.crt) from 'tether login' (default ~/.tether/admin)")
-	f.StringVar(&c.caFile, "ca", "", "with --hub and TETHER_API_TOKEN: hub CA certificate (PEM) to verify the hub with (DATA_DIR/admin/ca.crt on the hub's machine)")
-	f.DurationVar(&c.wait, "wait", defaultHubWait, "with --data-dir: how long to wait for a hub that is starting (0: do not wait)")
+	f.StringVar(&c.caFile, "ca", "",
+		"with --hub and TETHER_API_TOKEN: hub CA certificate (PEM) to verify the hub with (DATA_DIR/admin/ca.crt on the "+
+			"hub's machine)")
+	f.DurationVar(&c.wait, "wait", defaultHubWait,
+		"with --data-dir: how long to wait for a hub that is starting (0: do not wait)")
 	c.apiToken = os.Getenv("TETHER_API_TOKEN")
 }
 
-func (c *clientFlags) client() (*api.Client, error) {
+func (c *clientFlags) client() (*apiclient.Client, error) {
 	if c.apiToken != "" && c.identity == "" {
 		if c.hub == "" || c.caFile == "" {
 			return nil, fmt.Errorf("TETHER_API_TOKEN is set: also pass --hub HOST:PORT and --ca FILE (the hub CA certificate)")
 		}
-		return api.NewTokenClient(c.hub, c.caFile, c.apiToken)
+		return apiclient.NewTokenClient(c.hub, c.caFile, c.apiToken)
 	}
 	if c.hub == "" && c.identity != "" && !dataDirChosen(c.flags) {
 		addr, err := loginHub(c.identity)
@@ -77,7 +81,7 @@ func (c *clientFlags) client() (*api.Client, error) {
 		// not the hub's machine, so the hub of the last `tether login`.
 		id := defaultAdminIdentity()
 		if addr, err := loginHub(id); err == nil {
-			cl, err := api.NewClient(addr, id)
+			cl, err := apiclient.NewClient(addr, id)
 			if err != nil {
 				return nil, fmt.Errorf("the hub of your last 'tether login' (%s): %w; "+
 					"log in again, or on the hub's machine pass --data-dir DIR", addr, err)
@@ -89,10 +93,12 @@ func (c *clientFlags) client() (*api.Client, error) {
 		if c.identity == "" {
 			c.identity = defaultAdminIdentity()
 			if _, err := os.Stat(c.identity); err != nil {
-				return nil, fmt.Errorf("--hub: no API identity in %s: run `tether login --hub %s --ca-pin sha256:PIN --user NAME` first (every operator may list their nodes; other commands need the admin role), or pass --identity DIR", c.identity, c.hub)
+				return nil, fmt.Errorf("--hub: no API identity in %s: run `tether login --hub %s --ca-pin sha256:PIN "+
+					"--user NAME` first (every operator may list their nodes; other commands need the admin role), "+
+					"or pass --identity DIR", c.identity, c.hub)
 			}
 		}
-		return api.NewClient(c.hub, c.identity)
+		return apiclient.NewClient(c.hub, c.identity)
 	}
 	return localClient(c.dataDir, c.wait)
 }
@@ -102,13 +108,13 @@ func (c *clientFlags) client() (*api.Client, error) {
 // but writes hub.json only once it serves. Without any hub process on the
 // data dir it gives up after hubStartGrace, so a mistyped --data-dir fails
 // fast.
-func localClient(dataDir string, wait time.Duration) (*api.Client, error) {
+func localClient(dataDir string, wait time.Duration) (*apiclient.Client, error) {
 	const hubStartGrace = 2 * time.Second
 	start := time.Now()
 	said := false
 	for {
-		c, err := api.NewLocalClient(dataDir)
-		if err == nil || !errors.Is(err, api.ErrHubNotRunning) {
+		c, err := apiclient.NewLocalClient(dataDir)
+		if err == nil || !errors.Is(err, apiclient.ErrHubNotRunning) {
 			return c, err
 		}
 		waited, starting := time.Since(start), hub.Starting(dataDir)
@@ -126,7 +132,7 @@ func localClient(dataDir string, wait time.Duration) (*api.Client, error) {
 // defaultAdminIdentity is where `tether login` leaves an admin's identity.
 func defaultAdminIdentity() string {
 	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".tether", api.AdminDir)
+	return filepath.Join(home, ".tether", apitype.AdminDir)
 }
 
 // loginHubFile, in an API identity directory from `tether login`, holds the
@@ -156,7 +162,7 @@ func dataDirChosen(f *pflag.FlagSet) bool {
 
 // localHubAt reports whether a hub runs, or is starting, on dataDir.
 func localHubAt(dataDir string) bool {
-	if _, err := os.Stat(filepath.Join(dataDir, api.HubInfoFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(dataDir, apitype.HubInfoFile)); err == nil {
 		return true
 	}
 	return hub.Starting(dataDir)
@@ -171,7 +177,9 @@ func printJSON(w io.Writer, v any) error {
 // listCommand builds a `list`-style command: fetch rows with the admin
 // client, print them as JSON (-o json) or as a table with header and one
 // tab-separated line per row.
-func listCommand[T any](cmd *cobra.Command, fetch func(*api.Client, context.Context) ([]T, error), header string, row func(T) string) *cobra.Command {
+func listCommand[T any](
+	cmd *cobra.Command, fetch func(*apiclient.Client, context.Context) ([]T, error), header string, row func(T) string,
+) *cobra.Command {
 	var cf clientFlags
 	var output string
 	cmd.Args = cobra.NoArgs
@@ -208,20 +216,20 @@ func listCommand[T any](cmd *cobra.Command, fetch func(*api.Client, context.Cont
 
 // argCommand builds a command that takes one argument and calls one
 // admin-client method with it (the rm commands).
-func argCommand(cmd *cobra.Command, call func(*api.Client, context.Context, string) error) *cobra.Command {
+func argCommand(cmd *cobra.Command, call func(*apiclient.Client, context.Context, string) error) *cobra.Command {
 	withClientArg(cmd, call)
 	return cmd
 }
 
 // nodeArgCommand is argCommand for a command whose argument is a node name,
 // which the shell completes.
-func nodeArgCommand(cmd *cobra.Command, call func(*api.Client, context.Context, string) error) *cobra.Command {
+func nodeArgCommand(cmd *cobra.Command, call func(*apiclient.Client, context.Context, string) error) *cobra.Command {
 	cmd.ValidArgsFunction = completeNodeArg(withClientArg(cmd, call))
 	return cmd
 }
 
 // withClientArg makes cmd an argCommand and returns its connection flags.
-func withClientArg(cmd *cobra.Command, call func(*api.Client, context.Context, string) error) *clientFlags {
+func withClientArg(cmd *cobra.Command, call func(*apiclient.Client, context.Context, string) error) *clientFlags {
 	cf := new(clientFlags)
 	cmd.Args = cobra.ExactArgs(1)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {

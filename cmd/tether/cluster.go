@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 func newClusterCmd() *cobra.Command {
@@ -53,7 +53,8 @@ k3s and rke2 are built in, more come from 'tether hub --engines-dir DIR'.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "node %s: desired active with %s (now %s); watch with 'tether cluster status'\n", m.Node, m.Engine, m.State)
+			fmt.Fprintf(os.Stderr, "node %s: desired active with %s (now %s); watch with 'tether cluster status'\n", m.Node,
+				m.Engine, m.State)
 			return nil
 		},
 	}
@@ -63,7 +64,7 @@ k3s and rke2 are built in, more come from 'tether hub --engines-dir DIR'.`,
 	_ = register.MarkFlagRequired("engine")
 	dereg := nodeArgCommand(
 		&cobra.Command{Use: "deregister NODE", Short: "Uninstall the engine from NODE (desired state: inactive)"},
-		func(c *api.Client, ctx context.Context, node string) error {
+		func(c *apiclient.Client, ctx context.Context, node string) error {
 			m, err := c.ClusterDeregister(ctx, node)
 			if err != nil {
 				return err
@@ -78,8 +79,8 @@ k3s and rke2 are built in, more come from 'tether hub --engines-dir DIR'.`,
 state (inactive, registering, install_in_progress, active, deregistering,
 uninstall_in_progress), last_transition, last_error and last_job (see
 'tether jobs logs ID' for the script's output).`,
-	}, (*api.Client).ClusterStatus, "NODE\tENGINE\tDESIRED\tSTATE\tSINCE\tLAST JOB\tLAST ERROR",
-		func(m api.ClusterMember) string {
+	}, (*apiclient.Client).ClusterStatus, "NODE\tENGINE\tDESIRED\tSTATE\tSINCE\tLAST JOB\tLAST ERROR",
+		func(m apitype.ClusterMember) string {
 			since := "-"
 			if !m.LastTransition.IsZero() {
 				since = ago(time.Since(m.LastTransition))

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 // completionTimeout bounds how long a shell completion waits for the hub:
@@ -24,7 +24,7 @@ const completionMaxJobs = 100
 // waiting for a hub that is starting. ok is false when the hub could not be
 // asked or refused: the completion then offers nothing, quietly.
 func fromHub[T any](cmd *cobra.Command, cf *clientFlags,
-	fetch func(context.Context, *api.Client) (T, error)) (T, bool) {
+	fetch func(context.Context, *apiclient.Client) (T, error)) (T, bool) {
 	var zero T
 	quick := *cf
 	quick.wait = 0
@@ -50,7 +50,8 @@ func fromHub[T any](cmd *cobra.Command, cf *clientFlags,
 // with prefix, other than those in skip, each with its state as the
 // description.
 func nodeCompletions(cmd *cobra.Command, cf *clientFlags, prefix string, skip []string) []cobra.Completion {
-	nodes, ok := fromHub(cmd, cf, func(ctx context.Context, c *api.Client) ([]api.Node, error) { return c.ListNodes(ctx) })
+	nodes, ok := fromHub(cmd, cf,
+		func(ctx context.Context, c *apiclient.Client) ([]apitype.Node, error) { return c.ListNodes(ctx) })
 	if !ok {
 		return nil
 	}
@@ -116,12 +117,12 @@ func completeNodeList(cf *clientFlags) cobra.CompletionFunc {
 // completeJobArg completes a job id as the first argument, newest first,
 // from the jobs keep accepts (nil: all), each described by its state and
 // what it runs.
-func completeJobArg(cf *clientFlags, keep func(api.Job) bool) cobra.CompletionFunc {
+func completeJobArg(cf *clientFlags, keep func(apitype.Job) bool) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		jobs, ok := fromHub(cmd, cf, func(ctx context.Context, c *api.Client) ([]api.Job, error) {
+		jobs, ok := fromHub(cmd, cf, func(ctx context.Context, c *apiclient.Client) ([]apitype.Job, error) {
 			return c.ListJobs(ctx, completionMaxJobs)
 		})
 		if !ok {
@@ -145,7 +146,7 @@ func completeJobNode(cf *clientFlags) cobra.CompletionFunc {
 		if len(args) == 0 {
 			return nodeCompletions(cmd, cf, toComplete, nil), cobra.ShellCompDirectiveNoFileComp
 		}
-		d, ok := fromHub(cmd, cf, func(ctx context.Context, c *api.Client) (api.JobDetail, error) {
+		d, ok := fromHub(cmd, cf, func(ctx context.Context, c *apiclient.Client) (apitype.JobDetail, error) {
 			return c.GetJob(ctx, args[0])
 		})
 		if !ok {

@@ -14,9 +14,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/pki"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 func newConfigCmd() *cobra.Command {
@@ -50,7 +51,8 @@ CAs live side by side. Give each hub its own suffix (tether hub --node-suffix).
 'tether login' writes its hub's profile to ~/.tether/ssh_config itself.`,
 		Example: `  tether config ssh --data-dir ./hub --ssh-config ~/.tether/ssh_config
   ssh -F ~/.tether/ssh_config root@n1.tether
-  tether config ssh --hub prod.example.com:7443 --name prod --ssh-config ~/.tether/ssh_config   # a hub started with --node-suffix prod
+  tether config ssh --hub prod.example.com:7443 --name prod --ssh-config ~/.tether/ssh_config   ` +
+			`# a hub started with --node-suffix prod
   echo 'Include ~/.tether/ssh_config' >> ~/.ssh/config   # then plain: ssh root@n1.prod`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -77,9 +79,12 @@ CAs live side by side. Give each hub its own suffix (tether hub --node-suffix).
 	cf.register(cmd)
 	p.register(cmd)
 	cmd.Flags().StringVar(&p.Login, "user", "", "your operator name at the bastion (default: your login name)")
-	cmd.Flags().StringVar(&p.IdentityFile, "identity-file", "", "private key to use (adds IdentityFile; default: ssh's own choice)")
-	cmd.Flags().StringVar(&p.CertificateFile, "certificate-file", "", "user certificate from tether login to offer (adds CertificateFile)")
-	cmd.Flags().StringVar(&sshConfig, "ssh-config", "", "add or update this hub's profile in FILE (e.g. ~/.tether/ssh_config) instead of printing it")
+	cmd.Flags().StringVar(&p.IdentityFile, "identity-file", "",
+		"private key to use (adds IdentityFile; default: ssh's own choice)")
+	cmd.Flags().StringVar(&p.CertificateFile, "certificate-file", "",
+		"user certificate from tether login to offer (adds CertificateFile)")
+	cmd.Flags().StringVar(&sshConfig, "ssh-config", "",
+		"add or update this hub's profile in FILE (e.g. ~/.tether/ssh_config) instead of printing it")
 	return cmd
 }
 
@@ -97,14 +102,17 @@ type sshProfile struct {
 // register adds the profile flags (tether config ssh, tether login).
 func (p *sshProfile) register(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&p.Name, "name", "", `ssh profile name for this hub: its bastion is "Host NAME-hub" (default: the hub's node suffix)`)
-	f.StringVar(&p.Suffix, "suffix", "", "host suffix of this hub's nodes, NODE.SUFFIX (default: --name; must be the hub's --node-suffix)")
-	f.StringVar(&p.KnownHosts, "known-hosts", "", "known_hosts file the hub's @cert-authority line is added to (default ~/.tether/known_hosts)")
+	f.StringVar(&p.Name, "name", "",
+		`ssh profile name for this hub: its bastion is "Host NAME-hub" (default: the hub's node suffix)`)
+	f.StringVar(&p.Suffix, "suffix", "",
+		"host suffix of this hub's nodes, NODE.SUFFIX (default: --name; must be the hub's --node-suffix)")
+	f.StringVar(&p.KnownHosts, "known-hosts", "",
+		"known_hosts file the hub's @cert-authority line is added to (default ~/.tether/known_hosts)")
 }
 
 // defaults fills the profile's unset fields from trust and the local user,
 // and checks them.
-func (p *sshProfile) defaults(trust api.SSHTrust) error {
+func (p *sshProfile) defaults(trust apitype.SSHTrust) error {
 	if p.Name == "" {
 		p.Name = trust.NodeSuffix
 	}
@@ -117,7 +125,8 @@ func (p *sshProfile) defaults(trust api.SSHTrust) error {
 	if p.Suffix != trust.NodeSuffix {
 		// The nodes' host certificates name NODE.<hub suffix>: OpenSSH
 		// verifies the name typed, so no other suffix can be checked.
-		return fmt.Errorf("this hub names its nodes NODE.%s, not NODE.%s: start that hub with --node-suffix %s (each hub its own suffix), or pass --suffix %s",
+		return fmt.Errorf("this hub names its nodes NODE.%s, not NODE.%s: start that hub with --node-suffix %s (each hub "+
+			"its own suffix), or pass --suffix %s",
 			trust.NodeSuffix, p.Suffix, p.Suffix, trust.NodeSuffix)
 	}
 	if p.Login == "" {
@@ -152,7 +161,7 @@ func (p *sshProfile) defaults(trust api.SSHTrust) error {
 
 // write adds the hub's host CA to the profile's known_hosts file and
 // returns the profile's config block.
-func (p *sshProfile) write(trust api.SSHTrust) (string, error) {
+func (p *sshProfile) write(trust apitype.SSHTrust) (string, error) {
 	if err := p.defaults(trust); err != nil {
 		return "", err
 	}
@@ -206,7 +215,7 @@ Host %s
 // siteKnownHosts are the @cert-authority lines of the sites below the hub:
 // each site's host CA for names below that site only (NODE.SITE, and
 // NODE.SITE.SUFFIX through the profile), never for the hub's own nodes.
-func siteKnownHosts(trust api.SSHTrust, suffix string) []string {
+func siteKnownHosts(trust apitype.SSHTrust, suffix string) []string {
 	var lines []string
 	for _, s := range trust.Sites {
 		if validSitePath(s.Suffix) != nil {
@@ -230,11 +239,11 @@ func siteKnownHosts(trust api.SSHTrust, suffix string) []string {
 	return lines
 }
 
-func validSitePath(s string) error { return control.ValidSitePath(s) }
+func validSitePath(s string) error { return siteproto.ValidPath(s) }
 
 // writeConfig adds or replaces the profile's block in the ssh config file
 // path, leaving everything else in it as it was.
-func (p *sshProfile) writeConfig(trust api.SSHTrust, path string) error {
+func (p *sshProfile) writeConfig(trust apitype.SSHTrust, path string) error {
 	block, err := p.write(trust)
 	if err != nil {
 		return err
@@ -253,7 +262,8 @@ func (p *sshProfile) writeConfig(trust api.SSHTrust, path string) error {
 	if err := pki.WriteFileAtomic(path, []byte(updated), 0o600); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "%s: profile %q written (ssh -F %s root@NODE.%s, or Include it from ~/.ssh/config)\n", path, p.Name, path, p.Suffix)
+	fmt.Fprintf(os.Stderr, "%s: profile %q written (ssh -F %s root@NODE.%s, or Include it from ~/.ssh/config)\n", path,
+		p.Name, path, p.Suffix)
 	return nil
 }
 
@@ -276,7 +286,8 @@ func replaceProfile(config, name, block string) (string, error) {
 	}
 	j := strings.Index(config[i:], end)
 	if j < 0 {
-		return "", fmt.Errorf("profile %q has a %q line but no %q line; fix or delete the block by hand", name, strings.TrimSpace(begin), strings.TrimSpace(end))
+		return "", fmt.Errorf("profile %q has a %q line but no %q line; fix or delete the block by hand", name,
+			strings.TrimSpace(begin), strings.TrimSpace(end))
 	}
 	return config[:i] + block + config[i+j+len(end):], nil
 }
@@ -316,7 +327,9 @@ func addKnownHosts(path string, lines []string) (int, error) {
 // writeLoginProfile writes the ssh profile of the hub c talks to into
 // OUT_DIR/ssh_config, for operator with the certificate tether login just
 // wrote, so login and ssh config are one step.
-func writeLoginProfile(ctx context.Context, c *api.Client, p sshProfile, operator, keyPath, certPath, outDir string) error {
+func writeLoginProfile(
+	ctx context.Context, c *apiclient.Client, p sshProfile, operator, keyPath, certPath, outDir string,
+) error {
 	trust, err := c.SSHTrust(ctx)
 	if err != nil {
 		return fmt.Errorf("read the hub's SSH trust for %s: %w", filepath.Join(outDir, "ssh_config"), err)

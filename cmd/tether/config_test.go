@@ -9,14 +9,14 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/internal/testenv"
 )
 
-func fakeTrust(t *testing.T, suffix, bastion string) api.SSHTrust {
+func fakeTrust(t *testing.T, suffix, bastion string) apitype.SSHTrust {
 	t.Helper()
 	ca := testenv.NewKey(t)
-	return api.SSHTrust{Bastion: bastion, BastionAlias: suffix + "-hub", NodeSuffix: suffix,
+	return apitype.SSHTrust{Bastion: bastion, BastionAlias: suffix + "-hub", NodeSuffix: suffix,
 		HostCAs: []string{strings.TrimSpace(string(gossh.MarshalAuthorizedKey(ca.Pub())))}}
 }
 
@@ -29,11 +29,12 @@ func TestSSHProfilesForTwoHubs(t *testing.T) {
 	cfgPath, known := filepath.Join(dir, "ssh_config"), filepath.Join(dir, "known_hosts")
 	// Something the user wrote before stays untouched.
 	testenv.WriteFile(t, cfgPath, []byte("Host mine\n  User me\n"), 0o600)
-	testenv.WriteFile(t, known, []byte("github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n"), 0o644)
+	testenv.WriteFile(t, known,
+		[]byte("github.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n"), 0o644)
 	dev := fakeTrust(t, "tether", "127.0.0.1:2222")
 	prod := fakeTrust(t, "prod", "127.0.0.1:2223")
 
-	write := func(trust api.SSHTrust, name string) {
+	write := func(trust apitype.SSHTrust, name string) {
 		t.Helper()
 		p := sshProfile{Name: name, Login: "alice", KnownHosts: known}
 		if err := p.writeConfig(trust, cfgPath); err != nil {
@@ -46,7 +47,9 @@ func TestSSHProfilesForTwoHubs(t *testing.T) {
 
 	cfg, _ := os.ReadFile(cfgPath)
 	kh, _ := os.ReadFile(known)
-	for _, want := range []string{"Host mine\n", "Host tether-hub\n", "Host *.tether\n", "Host prod-hub\n", "Host *.prod\n", "  ProxyJump prod-hub\n"} {
+	for _, want := range []string{
+		"Host mine\n", "Host tether-hub\n", "Host *.tether\n", "Host prod-hub\n", "Host *.prod\n", "  ProxyJump prod-hub\n",
+	} {
 		if strings.Count(string(cfg), want) != 1 {
 			t.Errorf("ssh config has %q %d times, want once:\n%s", want, strings.Count(string(cfg), want), cfg)
 		}
@@ -98,8 +101,18 @@ func TestReplaceProfile(t *testing.T) {
 	}{
 		{name: "empty", in: "", profile: "a", want: block("a", "new")},
 		{name: "append after text without newline", in: "Host x", profile: "a", want: "Host x\n" + block("a", "new")},
-		{name: "replace only its own", in: block("a", "old") + block("b", "keep"), profile: "a", want: block("a", "new") + block("b", "keep")},
-		{name: "a name that is a prefix of another", in: block("ab", "keep"), profile: "a", want: block("ab", "keep") + block("a", "new")},
+		{
+			name:    "replace only its own",
+			in:      block("a", "old") + block("b", "keep"),
+			profile: "a",
+			want:    block("a", "new") + block("b", "keep"),
+		},
+		{
+			name:    "a name that is a prefix of another",
+			in:      block("ab", "keep"),
+			profile: "a",
+			want:    block("ab", "keep") + block("a", "new"),
+		},
 		{name: "begin without end", in: profileBegin("a") + "\nHost x\n", profile: "a", wantErr: true},
 	}
 	for _, tt := range tests {
@@ -120,7 +133,7 @@ func TestReplaceProfile(t *testing.T) {
 // node suffix, is trusted for nothing.
 func TestSiteKnownHosts(t *testing.T) {
 	trust := fakeTrust(t, "tether", "127.0.0.1:2222")
-	trust.Sites = []api.SiteHostCA{
+	trust.Sites = []apitype.SiteHostCA{
 		{Suffix: "berlin", HostCAs: []string{"ssh-ed25519 AAAAberlin"}},
 		{Suffix: "sub.berlin", HostCAs: []string{"ssh-ed25519 AAAAsub"}},
 		{Suffix: "*", HostCAs: []string{"ssh-ed25519 AAAAevil"}},
@@ -131,7 +144,8 @@ func TestSiteKnownHosts(t *testing.T) {
 		{Suffix: "berlin.tether", HostCAs: []string{"ssh-ed25519 AAAAevil"}},
 	}
 	got := strings.Join(siteKnownHosts(trust, "tether"), "\n")
-	want := "@cert-authority *.berlin,*.berlin.tether ssh-ed25519 AAAAberlin\n@cert-authority *.sub.berlin,*.sub.berlin.tether ssh-ed25519 AAAAsub"
+	want := "@cert-authority *.berlin,*.berlin.tether ssh-ed25519 AAAAberlin\n" +
+		"@cert-authority *.sub.berlin,*.sub.berlin.tether ssh-ed25519 AAAAsub"
 	if got != want {
 		t.Fatalf("lines:\n%s\nwant\n%s", got, want)
 	}

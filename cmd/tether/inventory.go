@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/pki"
 )
 
@@ -60,13 +60,16 @@ same as no flag) or --host NAME.`,
 	f.StringVarP(&o.selector, "selector", "l", "", "only nodes whose labels match this selector")
 	f.BoolVar(&o.ansible, "ansible", false, "Ansible's dynamic inventory format")
 	f.Bool("list", false, "Ansible's inventory-script call: the same as no flag")
-	f.StringVar(&o.host, "host", "", "Ansible's inventory-script call for one host's variables (answered with {}: they are all in _meta)")
+	f.StringVar(&o.host, "host", "",
+		"Ansible's inventory-script call for one host's variables (answered with {}: they are all in _meta)")
 	f.StringVar(&o.login, "login", "", "login on the nodes (ansible_user; default: Ansible's own)")
 	f.StringVar(&o.operator, "user", "", "your operator name at the bastion (default: your login name)")
-	f.StringVar(&o.knownHosts, "known-hosts", "", "known_hosts with the hub's host CA, from 'tether config ssh' (default ~/.tether/known_hosts)")
+	f.StringVar(&o.knownHosts, "known-hosts", "",
+		"known_hosts with the hub's host CA, from 'tether config ssh' (default ~/.tether/known_hosts)")
 	f.StringVar(&o.identityFile, "identity-file", "", "private key to use for the bastion and the nodes")
 	f.StringVar(&o.certFile, "certificate-file", "", "user certificate from 'tether login' to offer")
-	f.StringVar(&o.sshConfig, "ssh-config", "", "an ssh config from 'tether config ssh' to use (-F) instead of the jump settings above")
+	f.StringVar(&o.sshConfig, "ssh-config", "",
+		"an ssh config from 'tether config ssh' to use (-F) instead of the jump settings above")
 	o.cf.register(cmd)
 	return cmd
 }
@@ -109,7 +112,7 @@ func (o *inventoryOptions) run(cmd *cobra.Command) error {
 // ProxyCommand to the bastion (what ProxyJump does, but with the bastion
 // verified by the hub's host CA, which options given to ProxyJump would not
 // reach), and the node verified by the same CA.
-func (o *inventoryOptions) sshArgs(trust api.SSHTrust) (string, error) {
+func (o *inventoryOptions) sshArgs(trust apitype.SSHTrust) (string, error) {
 	if o.sshConfig != "" {
 		abs, err := filepath.Abs(o.sshConfig)
 		if err != nil {
@@ -166,7 +169,7 @@ type inventoryHost struct {
 }
 
 // inventoryHosts are the reachable (not revoked) nodes.
-func inventoryHosts(nodes []api.Node, suffix string) []inventoryHost {
+func inventoryHosts(nodes []apitype.Node, suffix string) []inventoryHost {
 	out := []inventoryHost{}
 	for _, n := range nodes {
 		if !n.RevokedAt.IsZero() {
@@ -176,7 +179,13 @@ func inventoryHosts(nodes []api.Node, suffix string) []inventoryHost {
 		if labels == nil {
 			labels = map[string]string{}
 		}
-		out = append(out, inventoryHost{Name: n.Name, Host: n.Name + "." + suffix, Online: n.Online, Labels: labels, ReportedLabels: n.ReportedLabels})
+		out = append(out, inventoryHost{
+			Name:           n.Name,
+			Host:           n.Name + "." + suffix,
+			Online:         n.Online,
+			Labels:         labels,
+			ReportedLabels: n.ReportedLabels,
+		})
 	}
 	return out
 }
@@ -274,7 +283,8 @@ func quoteAll(args []string) []string {
 // splits ansible_ssh_common_args with) when it needs quoting.
 func shellQuote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("@%+=:,./_-", r))
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+			strings.ContainsRune("@%+=:,./_-", r))
 	}) < 0 {
 		return s
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 // TestAnsibleInventoryShape holds `tether inventory --ansible` to Ansible's
@@ -14,12 +14,18 @@ import (
 // "hosts" (and "all" with "children"), and "_meta" -> "hostvars" -> host ->
 // variables. Reported labels are hostvars, never groups.
 func TestAnsibleInventoryShape(t *testing.T) {
-	nodes := []api.Node{
-		{Name: "n1", Online: true, Labels: map[string]string{"env": "prod", "k8s.io/role": "worker"}, ReportedLabels: map[string]string{"env": "dev"}},
+	nodes := []apitype.Node{
+		{
+			Name:           "n1",
+			Online:         true,
+			Labels:         map[string]string{"env": "prod", "k8s.io/role": "worker"},
+			ReportedLabels: map[string]string{"env": "dev"},
+		},
 		{Name: "n2", Labels: map[string]string{"env": "prod", "9lives": ""}},
 		{Name: "bare"},
 	}
-	b, err := json.Marshal(ansibleInventory(inventoryHosts(nodes, "tether"), "-o ProxyCommand='ssh -W %h:%p alice@hub'", "root"))
+	b, err := json.Marshal(ansibleInventory(inventoryHosts(nodes, "tether"), "-o ProxyCommand='ssh -W %h:%p alice@hub'",
+		"root"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +54,8 @@ func TestAnsibleInventoryShape(t *testing.T) {
 			t.Fatalf("group %q is not {hosts, children}: %v: %s", name, err, raw)
 		}
 		for _, c := range name {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') || name[0] >= '0' && name[0] <= '9' {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') ||
+				name[0] >= '0' && name[0] <= '9' {
 				t.Errorf("group name %q has characters Ansible warns about", name)
 			}
 		}
@@ -74,7 +81,8 @@ func TestAnsibleInventoryShape(t *testing.T) {
 		t.Error("a reported label made a group")
 	}
 	v := meta.Hostvars["n1"]
-	if v["ansible_host"] != "n1.tether" || v["ansible_user"] != "root" || !strings.Contains(v["ansible_ssh_common_args"].(string), "ProxyCommand") ||
+	if v["ansible_host"] != "n1.tether" || v["ansible_user"] != "root" ||
+		!strings.Contains(v["ansible_ssh_common_args"].(string), "ProxyCommand") ||
 		v["tether_online"] != true || v["tether_reported_labels"].(map[string]any)["env"] != "dev" {
 		t.Errorf("hostvars of n1: %v", v)
 	}

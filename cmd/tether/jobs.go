@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 func newJobsCmd() *cobra.Command {
@@ -21,26 +21,27 @@ func newJobsCmd() *cobra.Command {
 targets, start, state (running, succeeded, failed, cancelled, interrupted) and
 per-node counts. A job the hub was running when it stopped shows interrupted,
 and so do its runs that were live; rerun them with 'tether jobs rerun ID --failed'.`,
-	}, func(c *api.Client, ctx context.Context) ([]api.Job, error) { return c.ListJobs(ctx, limit) },
+	}, func(c *apiclient.Client, ctx context.Context) ([]apitype.Job, error) { return c.ListJobs(ctx, limit) },
 		"ID\tKIND\tTARGETS\tSTARTED\tSTATE\tOK\tFAILED\tSKIPPED\tOTHER\tWHAT",
-		func(j api.Job) string {
-			other := j.Total - j.Counts[api.RunOK] - j.Counts[api.RunFailed] - j.Counts[api.RunSkipped]
-			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s", j.ID, j.Kind, targets(j), j.CreatedAt.Local().Format(time.DateTime),
-				j.State, j.Counts[api.RunOK], j.Counts[api.RunFailed], j.Counts[api.RunSkipped], other, what(j.Spec))
+		func(j apitype.Job) string {
+			other := j.Total - j.Counts[apitype.RunOK] - j.Counts[apitype.RunFailed] - j.Counts[apitype.RunSkipped]
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s", j.ID, j.Kind, targets(j),
+				j.CreatedAt.Local().Format(time.DateTime),
+				j.State, j.Counts[apitype.RunOK], j.Counts[apitype.RunFailed], j.Counts[apitype.RunSkipped], other, what(j.Spec))
 		})
 	cmd.Flags().IntVar(&limit, "limit", 50, "show the newest N jobs")
 	cmd.AddCommand(newJobsShowCmd(), newJobsLogsCmd(), newJobsRerunCmd(), newJobsCancelCmd())
 	return cmd
 }
 
-func targets(j api.Job) string {
+func targets(j apitype.Job) string {
 	if j.Spec.Selector != "" {
 		return fmt.Sprintf("-l %s (%d)", j.Spec.Selector, j.Total)
 	}
 	return fmt.Sprintf("%d nodes", j.Total)
 }
 
-func what(s api.JobSpec) string {
+func what(s apitype.JobSpec) string {
 	w := s.Command
 	switch {
 	case s.Cluster != nil:
@@ -80,14 +81,16 @@ exit_code, started_at, finished_at, error and log size.`,
 			if output == "json" {
 				return printJSON(os.Stdout, d)
 			}
-			fmt.Printf("job %s (%s) %s, created %s by %s: %s\n", d.ID, d.Kind, d.State, d.CreatedAt.Local().Format(time.DateTime), d.CreatedBy, what(d.Spec))
+			fmt.Printf("job %s (%s) %s, created %s by %s: %s\n", d.ID, d.Kind, d.State,
+				d.CreatedAt.Local().Format(time.DateTime), d.CreatedBy, what(d.Spec))
 			if d.Error != "" {
 				fmt.Printf("  %s\n", d.Error)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NODE\tSTATE\tEXIT\tDURATION\tOUTPUT\tERROR")
 			for _, n := range d.Nodes {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%dB\t%s\n", n.Node, n.State, exitText(n.ExitCode), n.Duration(time.Now()).Round(time.Millisecond), n.LogBytes, n.Error)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%dB\t%s\n", n.Node, n.State, exitText(n.ExitCode),
+					n.Duration(time.Now()).Round(time.Millisecond), n.LogBytes, n.Error)
 			}
 			return tw.Flush()
 		},
@@ -130,7 +133,7 @@ output of a running job is streamed until it ends.`,
 			}
 			if node != "" {
 				// One node: its output as it is, without prefixes.
-				return c.JobEvents(cmd.Context(), id, node, func(ev api.JobEvent) error {
+				return c.JobEvents(cmd.Context(), id, node, func(ev apitype.JobEvent) error {
 					switch {
 					case ev.Type == "output" && ev.Dropped > 0:
 						fmt.Printf("\n[tether: %d bytes of output omitted]\n", ev.Dropped)
@@ -190,7 +193,7 @@ new job is followed like 'tether run' (same exit status).`,
 			return follow(cmd.Context(), c, j, output, progress)
 		},
 	}
-	cmd.ValidArgsFunction = completeJobArg(&cf, func(j api.Job) bool { return j.State != api.JobRunning })
+	cmd.ValidArgsFunction = completeJobArg(&cf, func(j apitype.Job) bool { return j.State != apitype.JobRunning })
 	cf.register(cmd)
 	cmd.Flags().BoolVar(&failed, "failed", false, "only the nodes that did not end ok")
 	cmd.Flags().BoolVar(&detach, "detach", false, "print the new job id and return at once")
@@ -219,7 +222,7 @@ func newJobsCancelCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.ValidArgsFunction = completeJobArg(&cf, func(j api.Job) bool { return j.State == api.JobRunning })
+	cmd.ValidArgsFunction = completeJobArg(&cf, func(j apitype.Job) bool { return j.State == apitype.JobRunning })
 	cf.register(cmd)
 	return cmd
 }

@@ -11,7 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/hub/kubeone"
 )
 
@@ -43,7 +44,7 @@ bastion's when the hub restarts, and an old manifest then fails closed.
 kept by node ID: a removed node leaves its cluster.`,
 	}
 	var members membersFlags
-	var spec kubeone.Spec
+	var spec apitype.KubeOneSpec
 	var extraFile string
 	var createFlags clientFlags
 	create := &cobra.Command{
@@ -74,7 +75,9 @@ kept by node ID: a removed node leaves its cluster.`,
 			if len(cl.Workers) > 0 {
 				fmt.Fprintf(os.Stderr, ", workers %s", strings.Join(cl.Workers, ","))
 			}
-			fmt.Fprintf(os.Stderr, "; Kubernetes %s, login %s, CNI %s\nits key is authorized on the members; bastion user %s\nnext: tether kubeone status %s; tether kubeone manifest %s\n",
+			fmt.Fprintf(os.Stderr,
+				"; Kubernetes %s, login %s, CNI %s\nits key is authorized on the members; bastion user %s\n"+
+					"next: tether kubeone status %s; tether kubeone manifest %s\n",
 				cl.Kubernetes, cl.Login, cl.CNI, cl.BastionUser, cl.Name, cl.Name)
 			return nil
 		},
@@ -85,14 +88,17 @@ kept by node ID: a removed node leaves its cluster.`,
 		"one the hub's kubeone installs: its release decides (KubeOne 1.8 and later install 1.%d to 1.%d, "+
 		"each release three or four of those) (required)", kubeone.MinKubernetesMinor, kubeone.MaxKubernetesMinor))
 	_ = create.MarkFlagRequired("kubernetes")
-	create.Flags().StringVar(&spec.Login, "login", kubeone.DefaultLogin, "the login KubeOne uses on the members (it needs sudo unless root)")
+	create.Flags().StringVar(&spec.Login, "login", kubeone.DefaultLogin,
+		"the login KubeOne uses on the members (it needs sudo unless root)")
 	create.Flags().StringVar(&spec.CNI, "cni", kubeone.DefaultCNI, "CNI: canal, cilium, weave-net, or external")
-	create.Flags().StringVar(&extraFile, "manifest-extra", "", "YAML file of more KubeOneCluster fields merged into the manifest (- for stdin); not hosts, name or versions")
+	create.Flags().StringVar(&extraFile, "manifest-extra", "",
+		"YAML file of more KubeOneCluster fields merged into the manifest (- for stdin); not hosts, name or versions")
 
-	list := listCommand(&cobra.Command{Use: "list", Short: "List KubeOne clusters"}, (*api.Client).ListKubeOne,
+	list := listCommand(&cobra.Command{Use: "list", Short: "List KubeOne clusters"}, (*apiclient.Client).ListKubeOne,
 		"NAME\tKUBERNETES\tCONTROL PLANE\tWORKERS\tSTATUS\tBASTION USER",
-		func(c kubeone.Cluster) string {
-			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", c.Name, c.Kubernetes, strings.Join(c.ControlPlane, ","), orDash(strings.Join(c.Workers, ",")), c.Status, c.BastionUser)
+		func(c apitype.KubeOneCluster) string {
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", c.Name, c.Kubernetes, strings.Join(c.ControlPlane, ","),
+				orDash(strings.Join(c.Workers, ",")), c.Status, c.BastionUser)
 		})
 
 	var manifestFlags clientFlags
@@ -168,12 +174,15 @@ node reconnects or the hub restarts.`,
 				return err
 			}
 			defer c.Close()
-			cl, err := c.SetKubeOneMembers(cmd.Context(), args[0], api.KubeOneMembersRequest{ControlPlane: setMembers.controlPlane, Workers: setMembers.workers})
+			cl, err := c.SetKubeOneMembers(cmd.Context(), args[0], apitype.KubeOneMembersRequest{
+				ControlPlane: setMembers.controlPlane, Workers: setMembers.workers,
+			})
 			if err != nil {
 				return err
 			}
 			printWarnings(cl.Warnings)
-			fmt.Fprintf(os.Stderr, "KubeOne cluster %s: control plane %s, workers %s\n", cl.Name, strings.Join(cl.ControlPlane, ","), orDash(strings.Join(cl.Workers, ",")))
+			fmt.Fprintf(os.Stderr, "KubeOne cluster %s: control plane %s, workers %s\n", cl.Name,
+				strings.Join(cl.ControlPlane, ","), orDash(strings.Join(cl.Workers, ",")))
 			return nil
 		},
 	}
@@ -181,14 +190,16 @@ node reconnects or the hub restarts.`,
 	setMembers.register(membersCmd, &membersFlagsClient, true)
 
 	del := argCommand(&cobra.Command{
-		Use:   "delete NAME",
-		Short: "Delete the cluster: its key is withdrawn from the members and removed (Kubernetes stays installed; reset first to remove it)",
-	}, func(c *api.Client, ctx context.Context, name string) error {
+		Use: "delete NAME",
+		Short: "Delete the cluster: its key is withdrawn from the members and removed (Kubernetes stays installed; " +
+			"reset first to remove it)",
+	}, func(c *apiclient.Client, ctx context.Context, name string) error {
 		cl, err := c.DeleteKubeOne(ctx, name)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "KubeOne cluster %s deleted; its key no longer reaches %s\n", cl.Name, strings.Join(append(cl.ControlPlane, cl.Workers...), ","))
+		fmt.Fprintf(os.Stderr, "KubeOne cluster %s deleted; its key no longer reaches %s\n", cl.Name,
+			strings.Join(append(cl.ControlPlane, cl.Workers...), ","))
 		return nil
 	})
 
@@ -207,7 +218,8 @@ type membersFlags struct {
 // register adds the flags to cmd; the shell completes their node names
 // from the hub cf reaches.
 func (m *membersFlags) register(cmd *cobra.Command, cf *clientFlags, required bool) {
-	cmd.Flags().StringSliceVar(&m.controlPlane, "control-plane", nil, "control-plane node names, comma-separated (1, 3 or 5)")
+	cmd.Flags().StringSliceVar(&m.controlPlane, "control-plane", nil,
+		"control-plane node names, comma-separated (1, 3 or 5)")
 	cmd.Flags().StringSliceVar(&m.workers, "workers", nil, "worker node names, comma-separated")
 	if required {
 		_ = cmd.MarkFlagRequired("control-plane")
@@ -242,11 +254,12 @@ func orDash(s string) string {
 
 // printKubeOneStatus prints a cluster's status: a summary, then one line
 // per member with its tunnel.
-func printKubeOneStatus(w io.Writer, st kubeone.Status, now time.Time) error {
+func printKubeOneStatus(w io.Writer, st apitype.KubeOneStatus, now time.Time) error {
 	fmt.Fprintf(w, "cluster %s: Kubernetes %s, status %s, %d/%d members up, bastion user %s\n",
 		st.Name, st.Kubernetes, st.Status, st.MembersUp, len(st.Members), st.BastionUser)
 	if st.LastApply != nil {
-		fmt.Fprintf(w, "last apply: job %s %s, %s\n", st.LastApply.Job, orDash(st.LastApply.Result), ago(now.Sub(st.LastApply.At)))
+		fmt.Fprintf(w, "last apply: job %s %s, %s\n", st.LastApply.Job, orDash(st.LastApply.Result),
+			ago(now.Sub(st.LastApply.At)))
 	} else {
 		fmt.Fprintln(w, "last apply: never")
 	}
@@ -267,7 +280,7 @@ func printKubeOneStatus(w io.Writer, st kubeone.Status, now time.Time) error {
 		case m.Online:
 			tunnel = "up"
 		}
-		seen := lastSeenText(api.Node{Online: m.Online, LastSeen: m.LastSeen}, now)
+		seen := lastSeenText(apitype.Node{Online: m.Online, LastSeen: m.LastSeen}, now)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Node, m.Role, tunnel, orDash(m.Transport), seen, orDash(m.Address))
 	}
 	return tw.Flush()

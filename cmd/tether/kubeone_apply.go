@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 func init() {
@@ -60,7 +60,9 @@ Exit status: 0 kubeone succeeded; 1 it failed, was cancelled or interrupted;
 				return err
 			}
 			defer c.Close()
-			j, err := c.KubeOneRun(cmd.Context(), args[0], action, api.KubeOneRunRequest{Auto: auto, TimeoutSeconds: int(timeout / time.Second)})
+			j, err := c.KubeOneRun(cmd.Context(), args[0], action, apitype.KubeOneRunRequest{
+				Auto: auto, TimeoutSeconds: int(timeout / time.Second),
+			})
 			if err != nil {
 				return codedError{2, err.Error()}
 			}
@@ -84,8 +86,10 @@ Exit status: 0 kubeone succeeded; 1 it failed, was cancelled or interrupted;
 	// --follow is what happens without --detach; accepted so that the
 	// documented `tether kubeone apply NAME --follow` reads as it does.
 	f.Bool("follow", true, "follow the run's output until it ends (the default; see --detach)")
-	f.DurationVar(&timeout, "timeout", time.Hour, "bound of the run; with --auto also of the wait for the members before it")
-	f.StringVarP(&output, "output", "o", "text", "text (live output, summary) or json (the final job record with the output)")
+	f.DurationVar(&timeout, "timeout", time.Hour,
+		"bound of the run; with --auto also of the wait for the members before it")
+	f.StringVarP(&output, "output", "o", "text",
+		"text (live output, summary) or json (the final job record with the output)")
 	f.StringVar(&progress, "progress", "never", "progress line: auto (on a terminal), always or never")
 	cf.register(cmd)
 	return cmd
@@ -106,8 +110,9 @@ tls-server-name "kubernetes" so the API server's certificate still verifies.
 --raw prints it as the node has it.
 
 The kubeconfig is the cluster's admin credential: keep the file private.`,
-		Example: "  tether kubeone kubeconfig edge1 > edge1.kubeconfig\n  tether kubeone proxy edge1 &\n  kubectl --kubeconfig edge1.kubeconfig get nodes",
-		Args:    cobra.ExactArgs(1),
+		Example: "  tether kubeone kubeconfig edge1 > edge1.kubeconfig\n  tether kubeone proxy edge1 &\n" +
+			"  kubectl --kubeconfig edge1.kubeconfig get nodes",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
 			if err != nil {
@@ -119,7 +124,7 @@ The kubeconfig is the cluster's admin credential: keep the file private.`,
 				return err
 			}
 			if !raw {
-				if b, err = api.RewriteKubeconfig(b, proxy); err != nil {
+				if b, err = apiclient.RewriteKubeconfig(b, proxy); err != nil {
 					return fmt.Errorf("kubeconfig of %s: %w", args[0], err)
 				}
 			}
@@ -127,7 +132,8 @@ The kubeconfig is the cluster's admin credential: keep the file private.`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&proxy, "proxy", defaultKubeOneProxy, "HOST:PORT of 'tether kubeone proxy' the kubeconfig points at")
+	cmd.Flags().StringVar(&proxy, "proxy", defaultKubeOneProxy,
+		"HOST:PORT of 'tether kubeone proxy' the kubeconfig points at")
 	cmd.Flags().BoolVar(&raw, "raw", false, "print the kubeconfig as the node has it")
 	cf.register(cmd)
 	return cmd
@@ -156,7 +162,8 @@ interrupted.`,
 			if err != nil {
 				return fmt.Errorf("--listen %s: %w", listen, err)
 			}
-			fmt.Fprintf(os.Stderr, "serving the API server of KubeOne cluster %s on %s (through the hub); Ctrl-C stops\n", args[0], ln.Addr())
+			fmt.Fprintf(os.Stderr, "serving the API server of KubeOne cluster %s on %s (through the hub); Ctrl-C stops\n",
+				args[0], ln.Addr())
 			return c.KubeOneProxy(cmd.Context(), args[0], ln, func(format string, a ...any) {
 				fmt.Fprintf(os.Stderr, "tether kubeone proxy: "+format+"\n", a...)
 			})

@@ -5,8 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/hub/kubeone"
-	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 // TestKubeOneStatusTable: the status summary and one line per member,
@@ -14,13 +13,21 @@ import (
 // shows it.
 func TestKubeOneStatusTable(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	st := kubeone.Status{Name: "edge1", Kubernetes: "1.30.5", Status: "created", BastionUser: "kubeone-edge1", MembersUp: 1,
-		Members: []kubeone.MemberStatus{
-			{Node: "n1", Role: "control-plane", Online: true, Transport: "quic", LastSeen: now.Add(-time.Hour), Address: "10.0.0.1"},
+	st := apitype.KubeOneStatus{
+		Name: "edge1", Kubernetes: "1.30.5", Status: "created", BastionUser: "kubeone-edge1", MembersUp: 1,
+		Members: []apitype.KubeOneMemberStatus{
+			{
+				Node:      "n1",
+				Role:      "control-plane",
+				Online:    true,
+				Transport: "quic",
+				LastSeen:  now.Add(-time.Hour),
+				Address:   "10.0.0.1",
+			},
 			{Node: "n2", Role: "worker", Transport: "tcp", LastSeen: now.Add(-90 * time.Second)},
 			{Node: "n3", Role: "worker", Revoked: true},
 		},
-		LastApply: &store.KubeOneApply{Job: "j1", Result: "succeeded", At: now.Add(-3 * time.Minute)},
+		LastApply: &apitype.KubeOneApply{Job: "j1", Result: "succeeded", At: now.Add(-3 * time.Minute)},
 	}
 	var b bytes.Buffer
 	if err := printKubeOneStatus(&b, st, now); err != nil {

@@ -18,8 +18,9 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
 
-	"github.com/tether-dev/tether/hub"
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
+	hubop "github.com/tether-dev/tether/hub/operator"
 	"github.com/tether-dev/tether/pki"
 )
 
@@ -75,7 +76,7 @@ and the 'tether hub' log). Trust on first use is never offered.`,
 					return err
 				}
 			default:
-				info, err := api.LocalHub(dataDir)
+				info, err := apiclient.LocalHub(dataDir)
 				if err != nil {
 					return fmt.Errorf("%w, or pass --hub ADDR --ca-pin sha256:PIN", err)
 				}
@@ -116,7 +117,7 @@ and the 'tether hub' log). Trust on first use is never offered.`,
 			if err != nil {
 				return err
 			}
-			c := api.NewClientTLS(hubAddr, tc)
+			c := apiclient.NewClientTLS(hubAddr, tc)
 			defer c.Close()
 			ch, err := c.LoginChallenge(cmd.Context(), operator)
 			if err != nil {
@@ -132,12 +133,18 @@ and the 'tether hub' log). Trust on first use is never offered.`,
 			if err != nil {
 				return err
 			}
-			sig, err := signer.Sign(rand.Reader, hub.AdminLoginPayload(operator, ch.Nonce, csr))
+			sig, err := signer.Sign(rand.Reader, hubop.AdminLoginPayload(operator, ch.Nonce, csr))
 			if err != nil {
 				return fmt.Errorf("sign the login challenge: %w", err)
 			}
-			resp, err := c.Login(cmd.Context(), api.LoginRequest{Operator: operator, Nonce: ch.Nonce, SignatureFormat: sig.Format, Signature: sig.Blob, AdminCSR: csr,
-				PublicKey: string(gossh.MarshalAuthorizedKey(pub))})
+			resp, err := c.Login(cmd.Context(), apitype.LoginRequest{
+				Operator:        operator,
+				Nonce:           ch.Nonce,
+				SignatureFormat: sig.Format,
+				Signature:       sig.Blob,
+				AdminCSR:        csr,
+				PublicKey:       string(gossh.MarshalAuthorizedKey(pub)),
+			})
 			if err != nil {
 				return err
 			}
@@ -200,7 +207,8 @@ and the 'tether hub' log). Trust on first use is never offered.`,
 	// the other commands (config ssh, inventory, onboard bulk) use for it.
 	cmd.Flags().StringVar(&keyPath, "key", defaultKey, "")
 	_ = cmd.Flags().MarkDeprecated("key", "use --identity-file")
-	cmd.Flags().StringVar(&outDir, "out-dir", filepath.Join(home, ".tether"), "where to write USER-cert.pub, the hub's ssh profile (ssh_config, known_hosts) and admin/ for admins")
+	cmd.Flags().StringVar(&outDir, "out-dir", filepath.Join(home, ".tether"),
+		"where to write USER-cert.pub, the hub's ssh profile (ssh_config, known_hosts) and admin/ for admins")
 	profile.register(cmd)
 	return cmd
 }
@@ -230,7 +238,8 @@ func loginSigner(keyPath string, pub gossh.PublicKey) (gossh.Signer, any, agent.
 	raw, err := gossh.ParseRawPrivateKey(b)
 	var pass *gossh.PassphraseMissingError
 	if errors.As(err, &pass) {
-		return nil, nil, nil, fmt.Errorf("%s is passphrase-protected: add it to ssh-agent (ssh-add %s) and run tether login again", keyPath, keyPath)
+		return nil, nil, nil, fmt.Errorf(
+			"%s is passphrase-protected: add it to ssh-agent (ssh-add %s) and run tether login again", keyPath, keyPath)
 	}
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", keyPath, err)
@@ -258,7 +267,7 @@ func writeAdminLogin(outDir, hubAddr, chainPEM string, key crypto.Signer, hubCA 
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	dir := filepath.Join(outDir, api.AdminDir)
+	dir := filepath.Join(outDir, apitype.AdminDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", time.Time{}, err
 	}
@@ -267,9 +276,9 @@ func writeAdminLogin(outDir, hubAddr, chainPEM string, key crypto.Signer, hubCA 
 		data []byte
 		perm os.FileMode
 	}{
-		{api.AdminKeyFile, keyPEM, 0o600},
-		{api.AdminCertFile, []byte(chainPEM), 0o644},
-		{api.AdminCAFile, pki.EncodeCerts(hubCA), 0o644},
+		{apitype.AdminKeyFile, keyPEM, 0o600},
+		{apitype.AdminCertFile, []byte(chainPEM), 0o644},
+		{apitype.AdminCAFile, pki.EncodeCerts(hubCA), 0o644},
 		{loginHubFile, []byte(hubAddr + "\n"), 0o644},
 	} {
 		if err := pki.WriteFileAtomic(filepath.Join(dir, f.name), f.data, f.perm); err != nil {

@@ -150,7 +150,8 @@ the hub to start (--wait).`,
 	}
 	root.SetVersionTemplate("tether {{.Version}}\n") // as the version command prints it
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newHubCmd(), newTokenCmd(), newOperatorCmd(), newNodesCmd(), newRoleCmd(), newAuditCmd(), newConfigCmd(), newLoginCmd(), newCACmd(),
+	root.AddCommand(newHubCmd(), newTokenCmd(), newOperatorCmd(), newNodesCmd(), newRoleCmd(), newAuditCmd(),
+		newConfigCmd(), newLoginCmd(), newCACmd(),
 		newRunCmd(), newJobsCmd(), newClusterCmd(), newKubeOneCmd(), newAPITokenCmd(), newVersionCmd(), newInventoryCmd(),
 		newOnboardingCmd(), newOSProfileCmd(), newOnboardCmd(), newUpgradeCmd(), newMissionCmd())
 	root.AddCommand(newArtifactCmd())

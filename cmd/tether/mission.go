@@ -13,14 +13,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/hub/mission"
 )
 
 func newMissionCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "mission",
-		Short: "Missions: a script placed down the tree of hubs by site and labels, run once per generation, with a state check",
+		Use: "mission",
+		Short: "Missions: a script placed down the tree of hubs by site and labels, run once per generation, " +
+			"with a state check",
 		Long: `A mission is a script (its content) plus a placement (sites by name, nodes by
 labels) plus an optional state check run periodically on each node. It is
 created at one hub and travels down to every site below it; each hub that
@@ -41,12 +43,13 @@ hub admin.`,
 
 func newMissionCreateCmd() *cobra.Command {
 	var cf clientFlags
-	var req api.MissionCreateRequest
+	var req apitype.MissionCreateRequest
 	var script, check, output string
 	var interval, timeout time.Duration
 	var labels []string
 	cmd := &cobra.Command{
-		Use:     "create NAME --script FILE [--state-check FILE] [--interval 1m] [--sites berlin,munich] [--match-labels role=pos]",
+		Use: "create NAME --script FILE [--state-check FILE] [--interval 1m] [--sites berlin,munich] " +
+			"[--match-labels role=pos]",
 		Aliases: []string{"update"},
 		Short:   "Create a mission, or its next generation when the spec changed",
 		Long: `Create a mission at this hub. Placement: --sites names sites relative to this
@@ -113,7 +116,8 @@ mission (exit 0: the node is as it should be).`,
 				return printJSON(os.Stdout, d)
 			}
 			if d.Created {
-				fmt.Fprintf(os.Stderr, "mission %s: generation %d sent down the tree; follow it with 'tether mission show %s'\n", d.Name, d.Generation, d.Name)
+				fmt.Fprintf(os.Stderr, "mission %s: generation %d sent down the tree; follow it with 'tether mission show %s'\n",
+					d.Name, d.Generation, d.Name)
 			} else {
 				fmt.Fprintf(os.Stderr, "mission %s: unchanged (generation %d); nothing runs again\n", d.Name, d.Generation)
 			}
@@ -126,7 +130,8 @@ mission (exit 0: the node is as it should be).`,
 	f.StringVar(&check, "state-check", "", "a script run periodically on each node that ran the mission; exit 0 means ok")
 	f.DurationVar(&interval, "interval", mission.DefaultCheckInterval, "how often the state check runs")
 	f.DurationVar(&timeout, "timeout", mission.DefaultTimeout, "bound on one node's run")
-	f.StringSliceVar(&req.Sites, "sites", nil, "run at these sites (paths relative to this hub, each with its sub-sites); default: everywhere")
+	f.StringSliceVar(&req.Sites, "sites", nil,
+		"run at these sites (paths relative to this hub, each with its sub-sites); default: everywhere")
 	f.StringSliceVar(&labels, "match-labels", nil, "run on nodes with these labels (KEY=VALUE,…)")
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
 	_ = cmd.MarkFlagRequired("script")
@@ -167,11 +172,12 @@ reported.`,
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
-	cmd.Flags().StringVar(&origin, "origin", "", "hub ID of the mission's origin, when missions from different hubs share the name")
+	cmd.Flags().StringVar(&origin, "origin", "",
+		"hub ID of the mission's origin, when missions from different hubs share the name")
 	return cmd
 }
 
-func placementText(p mission.Placement) string {
+func placementText(p apitype.MissionPlacement) string {
 	var parts []string
 	if len(p.Sites) > 0 {
 		parts = append(parts, "sites "+strings.Join(p.Sites, ","))
@@ -193,7 +199,7 @@ func placementText(p mission.Placement) string {
 	return strings.Join(parts, ", ")
 }
 
-func countsText(c mission.Counts) string {
+func countsText(c apitype.MissionCounts) string {
 	s := fmt.Sprintf("%d applied, %d failed, %d running, %d pending", c.Applied, c.Failed, c.Running, c.Pending)
 	if c.CheckOK+c.CheckFailed > 0 {
 		s += fmt.Sprintf("; check %d ok, %d failed", c.CheckOK, c.CheckFailed)
@@ -201,7 +207,7 @@ func countsText(c mission.Counts) string {
 	return s
 }
 
-func printMission(w io.Writer, d api.MissionDetail, now time.Time) error {
+func printMission(w io.Writer, d apitype.MissionDetail, now time.Time) error {
 	from := "created here"
 	if !d.Local {
 		from = "from hub " + shortID(d.Origin)
@@ -209,14 +215,16 @@ func printMission(w io.Writer, d api.MissionDetail, now time.Time) error {
 	fmt.Fprintf(w, "mission %s: generation %d (%s), %s\n", d.Name, d.Generation, from, placementText(d.Spec.Placement))
 	check := "no state check"
 	if d.Spec.StateCheck != "" {
-		check = "state check every " + d.Spec.CheckInterval().String()
+		check = "state check every " + mission.Spec{
+			CheckIntervalSeconds: d.Spec.CheckIntervalSeconds,
+		}.CheckInterval().String()
 	}
 	fmt.Fprintf(w, "  %s, %s; %d nodes: %s\n", dash(d.Spec.ScriptName), check, d.Total.Nodes, countsText(d.Total))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SITE\tSTATE\tGEN\tOBSERVED\tPLACED\tNODES\tAPPLIED\tFAILED\tPENDING\tCHECK OK")
 	own := d.State.Own
-	fmt.Fprintf(tw, "(this hub)\t-\t%d\t%d\t%v\t%d\t%d\t%d\t%d\t%d\n", d.Generation, d.State.ObservedGeneration, d.State.Placed,
-		own.Nodes, own.Applied, own.Failed, own.Pending+own.Running, own.CheckOK)
+	fmt.Fprintf(tw, "(this hub)\t-\t%d\t%d\t%v\t%d\t%d\t%d\t%d\t%d\n", d.Generation, d.State.ObservedGeneration,
+		d.State.Placed, own.Nodes, own.Applied, own.Failed, own.Pending+own.Running, own.CheckOK)
 	for _, s := range d.Sites {
 		state := "connected"
 		switch {
@@ -229,8 +237,8 @@ func printMission(w io.Writer, d api.MissionDetail, now time.Time) error {
 			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\n", s.Path, state)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%v\t%d\t%d\t%d\t%d\t%d\n", s.Path, state, s.Generation, s.ObservedGeneration, s.Placed,
-			s.Own.Nodes, s.Own.Applied, s.Own.Failed, s.Own.Pending+s.Own.Running, s.Own.CheckOK)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%v\t%d\t%d\t%d\t%d\t%d\n", s.Path, state, s.Generation, s.ObservedGeneration,
+			s.Placed, s.Own.Nodes, s.Own.Applied, s.Own.Failed, s.Own.Pending+s.Own.Running, s.Own.CheckOK)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -271,15 +279,18 @@ func shortID(id string) string {
 }
 
 func newMissionListCmd() *cobra.Command {
-	return listCommand(&cobra.Command{Use: "list", Short: "List the missions this hub holds (created here or received from above)"},
-		(*api.Client).ListMissions, "NAME\tORIGIN\tGEN\tPLACED HERE\tNODES\tAPPLIED\tFAILED\tPENDING\tPLACEMENT",
-		func(m api.Mission) string {
+	return listCommand(&cobra.Command{
+		Use:   "list",
+		Short: "List the missions this hub holds (created here or received from above)",
+	},
+		(*apiclient.Client).ListMissions, "NAME\tORIGIN\tGEN\tPLACED HERE\tNODES\tAPPLIED\tFAILED\tPENDING\tPLACEMENT",
+		func(m apitype.Mission) string {
 			origin := "here"
 			if !m.Local {
 				origin = shortID(m.Origin)
 			}
-			return fmt.Sprintf("%s\t%s\t%d\t%v\t%d\t%d\t%d\t%d\t%s", m.Name, origin, m.Generation, m.Placed, m.Total.Nodes, m.Total.Applied,
-				m.Total.Failed, m.Total.Pending+m.Total.Running, placementText(m.Placement))
+			return fmt.Sprintf("%s\t%s\t%d\t%v\t%d\t%d\t%d\t%d\t%s", m.Name, origin, m.Generation, m.Placed, m.Total.Nodes,
+				m.Total.Applied, m.Total.Failed, m.Total.Pending+m.Total.Running, placementText(m.Placement))
 		})
 }
 
@@ -287,12 +298,13 @@ func newMissionDeleteCmd() *cobra.Command {
 	return argCommand(&cobra.Command{
 		Use:   "delete NAME",
 		Short: "Delete a mission created at this hub: a tombstone goes down the tree (work done on nodes is not undone)",
-	}, func(c *api.Client, ctx context.Context, name string) error {
+	}, func(c *apiclient.Client, ctx context.Context, name string) error {
 		o, err := c.DeleteMission(ctx, name)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "mission %s deleted (tombstone at generation %d); sites drop it as it reaches them\n", name, o.Generation)
+		fmt.Fprintf(os.Stderr, "mission %s deleted (tombstone at generation %d); sites drop it as it reaches them\n", name,
+			o.Generation)
 		return nil
 	})
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 func newNodesCmd() *cobra.Command {
@@ -39,11 +39,11 @@ session), agent_version, os, last_seen and more.`,
 		Example: `  tether nodes -l env=dev
   tether nodes -l site=berlin,role=pos          # nodes below site berlin
   tether ls --hub hub.example.com:7443      # as an operator, after tether login`,
-	}, func(c *api.Client, ctx context.Context) ([]api.Node, error) {
+	}, func(c *apiclient.Client, ctx context.Context) ([]apitype.Node, error) {
 		return c.ListNodesMatching(ctx, selector)
 	},
 		"NAME\tSITE\tONLINE\tTRANSPORT\tAGENT\tOS\tLAST SEEN\tCLUSTER\tLABELS\tREPORTED",
-		func(n api.Node) string {
+		func(n apitype.Node) string {
 			seen := lastSeenText(n, time.Now())
 			online := fmt.Sprint(n.Online)
 			if !n.RevokedAt.IsZero() {
@@ -53,8 +53,9 @@ session), agent_version, os, last_seen and more.`,
 			if n.ClusterState != "" {
 				cluster = n.ClusterEngine + ":" + n.ClusterState
 			}
-			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", n.Name, dashIfEmpty(n.Site), online, n.Transport, n.AgentVersion, n.OS, seen, cluster,
-				dashIfEmpty(api.FormatLabels(n.Labels)), dashIfEmpty(api.FormatLabels(n.ReportedLabels)))
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", n.Name, dashIfEmpty(n.Site), online, n.Transport,
+				n.AgentVersion, n.OS, seen, cluster,
+				dashIfEmpty(apitype.FormatLabels(n.Labels)), dashIfEmpty(apitype.FormatLabels(n.ReportedLabels)))
 		})
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "only nodes whose labels match this selector (e.g. env=dev)")
 	rm := eachNodeCommand(&cobra.Command{
@@ -62,11 +63,11 @@ session), agent_version, os, last_seen and more.`,
 		Short: "Remove nodes: their tunnels are closed and they can no longer connect",
 		Example: `  tether nodes rm n1
   tether nodes rm n1 n2 n3`,
-	}, "removed", (*api.Client).RemoveNode)
+	}, "removed", (*apiclient.Client).RemoveNode)
 	revoke := eachNodeCommand(&cobra.Command{
 		Use:   "revoke NAME...",
 		Short: "Revoke nodes: their tunnels close within a second and reconnects are refused (the records are kept)",
-	}, "revoked", (*api.Client).RevokeNode)
+	}, "revoked", (*apiclient.Client).RevokeNode)
 	cmd.AddCommand(rm, revoke, newNodesLabelCmd())
 	return cmd
 }
@@ -76,7 +77,7 @@ session), agent_version, os, last_seen and more.`,
 // line (one node failing does not stop the others), and the exit status is
 // 1 if any failed.
 func eachNodeCommand(cmd *cobra.Command, done string,
-	call func(*api.Client, context.Context, string) (api.Node, error)) *cobra.Command {
+	call func(*apiclient.Client, context.Context, string) (apitype.Node, error)) *cobra.Command {
 	var cf clientFlags
 	cmd.Args = cobra.MinimumNArgs(1)
 	cmd.ValidArgsFunction = completeNodeArgs(&cf)
@@ -149,7 +150,7 @@ and never select a node.`,
 				return err
 			}
 			for _, n := range nodes {
-				fmt.Fprintf(os.Stderr, "node %s: labels %s\n", n.Name, dashIfEmpty(api.FormatLabels(n.Labels)))
+				fmt.Fprintf(os.Stderr, "node %s: labels %s\n", n.Name, dashIfEmpty(apitype.FormatLabels(n.Labels)))
 			}
 			return nil
 		},
@@ -162,14 +163,15 @@ and never select a node.`,
 		return completeNodeArgs(&cf)(cmd, args, toComplete)
 	}
 	cf.register(cmd)
-	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label all nodes matching this selector (instead of naming them)")
+	cmd.Flags().StringVarP(&selector, "selector", "l", "",
+		"label all nodes matching this selector (instead of naming them)")
 	return cmd
 }
 
 // parseLabelArgs sorts `nodes label` arguments into node names, KEY=VALUE
 // (set) and KEY- (remove). The hub checks names and labels.
-func parseLabelArgs(args []string) (api.NodeLabelRequest, error) {
-	var req api.NodeLabelRequest
+func parseLabelArgs(args []string) (apitype.NodeLabelRequest, error) {
+	var req apitype.NodeLabelRequest
 	for _, a := range args {
 		switch k, v, isSet := strings.Cut(a, "="); {
 		case isSet:

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/crypto/ssh/agent"
 	"golang.org/x/term"
 
-	"github.com/tether-dev/tether/provisioners/bulkonboard"
+	"github.com/tether-dev/tether/cmd/tether/internal/bulkonboard"
 )
 
 // newOnboardCmd groups onboarding run from the admin's side.
@@ -154,17 +154,29 @@ failed, 1 otherwise.`,
 	f.StringVar(&namePattern, "name-pattern", "", "node name of each host whose line has no name=: "+
 		"{host} (its HOST, as a name) and {n} (its position) are replaced, e.g. pi-{host} "+
 		"(default: the hub names it after the machine's host name)")
-	f.StringVar(&credential, "credential", "", "onboarding credential from `tether onboarding create`: @FILE (keeps it out of the process list) or the credential itself (required)")
+	f.StringVar(&credential, "credential", "",
+		"onboarding credential from `tether onboarding create`: @FILE (keeps it out of the process list) or the credential "+
+			"itself (required)")
 	f.IntVar(&cfg.Parallel, "parallel", bulkonboard.DefaultParallel, "hosts onboarded at the same time")
 	f.StringVar(&cfg.User, "ssh-user", bulkonboard.DefaultUser, "SSH login for hosts whose line names none")
-	f.StringVar(&cfg.Hub, "hub", os.Getenv("TETHER_HUB"), "hub address HOST[:PORT] the machines dial, passed to tether-edge onboard --hub (required; env TETHER_HUB)")
-	f.StringVar(&cfg.CAPin, "ca-pin", os.Getenv("TETHER_CA_PIN"), "the hub CA's pin sha256:HEX (ca_pin of `tether onboarding create -o json`), passed to tether-edge onboard --ca-pin (required; env TETHER_CA_PIN)")
+	f.StringVar(&cfg.Hub, "hub", os.Getenv("TETHER_HUB"),
+		"hub address HOST[:PORT] the machines dial, passed to tether-edge onboard --hub (required; env TETHER_HUB)")
+	f.StringVar(&cfg.CAPin, "ca-pin", os.Getenv("TETHER_CA_PIN"),
+		"the hub CA's pin sha256:HEX (ca_pin of `tether onboarding create -o json`), "+
+			"passed to tether-edge onboard --ca-pin (required; env TETHER_CA_PIN)")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
-	f.StringSliceVarP(&keys, "identity-file", "i", nil, "SSH private key to log in with (repeatable; offered before ssh-agent's keys; encrypted keys: add them to ssh-agent instead)")
-	f.StringSliceVar(&knownHosts, "known-hosts", []string{filepath.Join(home, ".ssh", "known_hosts"), "/etc/ssh/ssh_known_hosts"}, "known_hosts files the hosts' keys are checked against (repeatable)")
-	f.StringVar(&agentBin, "agent-binary", "", "local tether-edge copied to hosts that have none (default: tether-edge next to this tether binary)")
-	f.StringVar(&cfg.RemotePath, "remote-path", bulkonboard.DefaultRemotePath, "where tether-edge is looked for on a host when it is not on its PATH, and copied to")
-	f.DurationVar(&cfg.HostTimeout, "timeout", bulkonboard.DefaultHostTimeout, "time one host may take, connect to onboarded")
+	f.StringSliceVarP(&keys, "identity-file", "i", nil,
+		"SSH private key to log in with (repeatable; offered before ssh-agent's keys; "+
+			"encrypted keys: add them to ssh-agent instead)")
+	f.StringSliceVar(&knownHosts, "known-hosts", []string{
+		filepath.Join(home, ".ssh", "known_hosts"), "/etc/ssh/ssh_known_hosts",
+	}, "known_hosts files the hosts' keys are checked against (repeatable)")
+	f.StringVar(&agentBin, "agent-binary", "",
+		"local tether-edge copied to hosts that have none (default: tether-edge next to this tether binary)")
+	f.StringVar(&cfg.RemotePath, "remote-path", bulkonboard.DefaultRemotePath,
+		"where tether-edge is looked for on a host when it is not on its PATH, and copied to")
+	f.DurationVar(&cfg.HostTimeout, "timeout", bulkonboard.DefaultHostTimeout,
+		"time one host may take, connect to onboarded")
 	f.DurationVar(&cfg.SSH.ConnectTimeout, "connect-timeout", 15*time.Second, "time to connect and log in to one host")
 	cmd.MarkFlagRequired("inventory")
 	cmd.MarkFlagRequired("credential")

@@ -11,11 +11,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tether-dev/tether/hub/access"
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 func newOnboardingCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "onboarding", Short: "Create, list and revoke onboarding credentials (for machines already in the field)"}
+	cmd := &cobra.Command{
+		Use:   "onboarding",
+		Short: "Create, list and revoke onboarding credentials (for machines already in the field)",
+	}
 	cmd.AddCommand(newOnboardingCreateCmd(), newOnboardingListCmd(), newOnboardingRevokeCmd())
 	return cmd
 }
@@ -45,7 +49,7 @@ Each node it creates gets its labels. Revoke it with ` + "`tether onboarding rev
 			if output != "text" && output != "json" {
 				return fmt.Errorf("--output %q: want text or json", output)
 			}
-			l, err := api.ParseLabels(labels)
+			l, err := apitype.ParseLabels(labels)
 			if err != nil {
 				return err
 			}
@@ -54,7 +58,7 @@ Each node it creates gets its labels. Revoke it with ` + "`tether onboarding rev
 				return err
 			}
 			defer c.Close()
-			resp, err := c.CreateOnboarding(cmd.Context(), api.OnboardingCreateRequest{Name: args[0], Role: role, Uses: uses,
+			resp, err := c.CreateOnboarding(cmd.Context(), apitype.OnboardingCreateRequest{Name: args[0], Role: role, Uses: uses,
 				TTLSeconds: int64(time.Duration(ttl) / time.Second), Labels: l})
 			if err != nil {
 				return err
@@ -67,26 +71,29 @@ Each node it creates gets its labels. Revoke it with ` + "`tether onboarding rev
 		},
 	}
 	cf.register(cmd)
-	cmd.Flags().StringVar(&role, "role", access.RoleOnboarder, "the credential's permission (only "+access.RoleOnboarder+")")
+	cmd.Flags().StringVar(&role, "role", access.RoleOnboarder,
+		"the credential's permission (only "+access.RoleOnboarder+")")
 	cmd.Flags().IntVar(&uses, "uses", 1, "how many machines it may onboard")
 	cmd.Flags().Var(&ttl, "ttl", "how long it is valid (e.g. 12h, 7d)")
-	cmd.Flags().StringArrayVarP(&labels, "label", "l", nil, "KEY=VALUE label for every node it creates (repeatable; wins over labels asked for on site)")
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output: text (the credential only) or json (with ID, expiry and the CA pin)")
+	cmd.Flags().StringArrayVarP(&labels, "label", "l", nil,
+		"KEY=VALUE label for every node it creates (repeatable; wins over labels asked for on site)")
+	cmd.Flags().StringVarP(&output, "output", "o", "text",
+		"output: text (the credential only) or json (with ID, expiry and the CA pin)")
 	return cmd
 }
 
 func newOnboardingListCmd() *cobra.Command {
 	return listCommand(&cobra.Command{Use: "list", Short: "List onboarding credentials (secrets are never stored)"},
-		(*api.Client).ListOnboarding, "NAME\tID\tSTATE\tUSES LEFT\tEXPIRES\tLABELS",
-		func(c api.OnboardingCredential) string {
+		(*apiclient.Client).ListOnboarding, "NAME\tID\tSTATE\tUSES LEFT\tEXPIRES\tLABELS",
+		func(c apitype.OnboardingCredential) string {
 			return fmt.Sprintf("%s\t%s\t%s\t%d/%d\t%s\t%s", c.Name, c.ID, c.State, c.UsesLeft, c.Uses,
-				c.ExpiresAt.Local().Format(time.RFC3339), api.FormatLabels(c.Labels))
+				c.ExpiresAt.Local().Format(time.RFC3339), apitype.FormatLabels(c.Labels))
 		})
 }
 
 func newOnboardingRevokeCmd() *cobra.Command {
 	return argCommand(&cobra.Command{Use: "revoke NAME", Short: "Revoke an onboarding credential (nodes it created stay)"},
-		func(c *api.Client, ctx context.Context, name string) error {
+		func(c *apiclient.Client, ctx context.Context, name string) error {
 			_, err := c.RevokeOnboarding(ctx, name)
 			return err
 		})

@@ -9,11 +9,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 func newOperatorCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "operator", Short: "Manage operators allowed to jump through the bastion"}
-	cmd.AddCommand(newOperatorAddCmd(), newOperatorListCmd(), newOperatorRmCmd(), newOperatorEditCmd(), newOperatorKeyCmd())
+	cmd.AddCommand(newOperatorAddCmd(), newOperatorListCmd(), newOperatorRmCmd(), newOperatorEditCmd(),
+		newOperatorKeyCmd())
 	return cmd
 }
 
@@ -74,13 +77,21 @@ which 'tether operator rm' ends.`,
 				return err
 			}
 			defer c.Close()
-			o, err := c.AddOperator(cmd.Context(), api.OperatorAddRequest{Name: args[0], PublicKey: keys[0], PublicKeys: keys[1:], Roles: roleNames})
+			o, err := c.AddOperator(cmd.Context(), apitype.OperatorAddRequest{
+				Name:       args[0],
+				PublicKey:  keys[0],
+				PublicKeys: keys[1:],
+				Roles:      roleNames,
+			})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "operator %s added (%s), roles %s\n", o.Name, strings.Join(fingerprints(o), ", "), strings.Join(o.Roles, ","))
+			fmt.Fprintf(os.Stderr, "operator %s added (%s), roles %s\n", o.Name, strings.Join(fingerprints(o), ", "),
+				strings.Join(o.Roles, ","))
 			if len(roleNames) == 0 {
-				fmt.Fprintln(os.Stderr, `(the built-in role "all": every node, any login; on a managed sshd every account sshd lets log in. Narrow it with 'tether operator edit NAME --role ROLE')`)
+				fmt.Fprintln(os.Stderr,
+					`(the built-in role "all": every node, any login; on a managed sshd every account sshd lets log in. Narrow it `+
+						`with 'tether operator edit NAME --role ROLE')`)
 			}
 			return nil
 		},
@@ -91,7 +102,7 @@ which 'tether operator rm' ends.`,
 	return cmd
 }
 
-func fingerprints(o api.Operator) []string {
+func fingerprints(o apitype.Operator) []string {
 	out := make([]string, 0, len(o.Keys))
 	for _, k := range o.Keys {
 		out = append(out, k.Fingerprint)
@@ -101,14 +112,17 @@ func fingerprints(o api.Operator) []string {
 
 func newOperatorListCmd() *cobra.Command {
 	return listCommand(&cobra.Command{Use: "list", Short: "List operators"},
-		(*api.Client).ListOperators, "NAME\tROLES\tKEY FINGERPRINTS\tADDED",
-		func(o api.Operator) string {
-			return fmt.Sprintf("%s\t%s\t%s\t%s", o.Name, strings.Join(o.Roles, ","), strings.Join(fingerprints(o), ","), o.CreatedAt.Local().Format("2006-01-02 15:04"))
+		(*apiclient.Client).ListOperators, "NAME\tROLES\tKEY FINGERPRINTS\tADDED",
+		func(o apitype.Operator) string {
+			return fmt.Sprintf("%s\t%s\t%s\t%s", o.Name, strings.Join(o.Roles, ","), strings.Join(fingerprints(o), ","),
+				o.CreatedAt.Local().Format("2006-01-02 15:04"))
 		})
 }
 
 func newOperatorRmCmd() *cobra.Command {
-	return argCommand(&cobra.Command{Use: "rm NAME", Short: "Remove an operator (new jumps refused and live jumps ended at once; the keys are revoked on nodes)"}, (*api.Client).RemoveOperator)
+	return argCommand(&cobra.Command{Use: "rm NAME",
+		Short: "Remove an operator (new jumps refused and live jumps ended at once; the keys are revoked on nodes)"},
+		(*apiclient.Client).RemoveOperator)
 }
 
 func newOperatorEditCmd() *cobra.Command {
@@ -127,8 +141,8 @@ withdrawn").`,
 			if len(roleNames) == 0 {
 				return fmt.Errorf("--role is required (repeatable); to take all access away, use 'tether operator rm %s'", args[0])
 			}
-			return withClient(&cf, func(c *api.Client) error {
-				o, err := c.EditOperator(cmd.Context(), args[0], api.OperatorEditRequest{Roles: roleNames})
+			return withClient(&cf, func(c *apiclient.Client) error {
+				o, err := c.EditOperator(cmd.Context(), args[0], apitype.OperatorEditRequest{Roles: roleNames})
 				if err == nil {
 					fmt.Fprintf(os.Stderr, "operator %s now has roles %s\n", o.Name, strings.Join(o.Roles, ","))
 				}
@@ -158,8 +172,8 @@ func newOperatorKeyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return withClient(&addFlags, func(c *api.Client) error {
-				o, err := c.AddOperatorKey(cmd.Context(), args[0], api.OperatorKeyAddRequest{PublicKey: k})
+			return withClient(&addFlags, func(c *apiclient.Client) error {
+				o, err := c.AddOperatorKey(cmd.Context(), args[0], apitype.OperatorKeyAddRequest{PublicKey: k})
 				if err == nil {
 					fmt.Fprintf(os.Stderr, "operator %s now has keys %s\n", o.Name, strings.Join(fingerprints(o), ", "))
 				}
@@ -178,7 +192,7 @@ cannot be removed; remove the operator instead.`,
 		Example: `  tether operator key rm alice SHA256:2cZ3...`,
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withClient(&rmFlags, func(c *api.Client) error {
+			return withClient(&rmFlags, func(c *apiclient.Client) error {
 				err := c.RemoveOperatorKey(cmd.Context(), args[0], args[1])
 				if err == nil {
 					fmt.Fprintf(os.Stderr, "key %s of operator %s revoked\n", args[1], args[0])
@@ -193,7 +207,7 @@ cannot be removed; remove the operator instead.`,
 }
 
 // withClient runs call with a client from cf, closing it after.
-func withClient(cf *clientFlags, call func(*api.Client) error) error {
+func withClient(cf *clientFlags, call func(*apiclient.Client) error) error {
 	c, err := cf.client()
 	if err != nil {
 		return err

@@ -5,19 +5,22 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 func newOSProfileCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "osprofile", Short: "Add, list and remove OS profiles (how onboarded machines are set up, per OS)"}
+	cmd := &cobra.Command{
+		Use:   "osprofile",
+		Short: "Add, list and remove OS profiles (how onboarded machines are set up, per OS)",
+	}
 	cmd.AddCommand(newOSProfileAddCmd(), newOSProfileListCmd(), newOSProfileRmCmd())
 	return cmd
 }
 
 func newOSProfileAddCmd() *cobra.Command {
 	var cf clientFlags
-	var req api.OSProfileAddRequest
+	var req apitype.OSProfileAddRequest
 	var tmpl string
 	cmd := &cobra.Command{
 		Use:   "add NAME",
@@ -30,7 +33,7 @@ first, newest version first; then by name).
   tether osprofile add debian-12 --distro debian --version 12 --family debian
 
 --cloud-init names a Go text/template that renders the machine's cloud-init
-user-data (see "Onboarding machines in the field" in the README for its data
+user-data (see docs/onboarding.md for its data
 and the allowed shape: write_files and runcmd only). The hub parses it and
 renders it with sample data before storing it. Without it, the built-in
 template is used.`,
@@ -42,8 +45,8 @@ template is used.`,
 				if err != nil {
 					return fmt.Errorf("--cloud-init: %w", err)
 				}
-				if len(b) > api.MaxCloudInitTmpl {
-					return fmt.Errorf("--cloud-init %s: larger than %d bytes", tmpl, api.MaxCloudInitTmpl)
+				if len(b) > apitype.MaxCloudInitTmpl {
+					return fmt.Errorf("--cloud-init %s: larger than %d bytes", tmpl, apitype.MaxCloudInitTmpl)
 				}
 				req.CloudInit = string(b)
 			}
@@ -63,8 +66,10 @@ template is used.`,
 	cf.register(cmd)
 	cmd.Flags().StringVar(&req.Distro, "distro", "", "os-release ID, e.g. debian, ubuntu, rocky (required)")
 	cmd.Flags().StringVar(&req.Version, "version", "", "os-release VERSION_ID, e.g. 12, 24.04 (required)")
-	cmd.Flags().StringVar(&req.Family, "family", "", "fallback for machines without a distro+version profile: an ID_LIKE word, e.g. debian, rhel")
-	cmd.Flags().StringVar(&tmpl, "cloud-init", "", "cloud-init user-data template file (Go text/template); default: the built-in one")
+	cmd.Flags().StringVar(&req.Family, "family", "",
+		"fallback for machines without a distro+version profile: an ID_LIKE word, e.g. debian, rhel")
+	cmd.Flags().StringVar(&tmpl, "cloud-init", "",
+		"cloud-init user-data template file (Go text/template); default: the built-in one")
 	_ = cmd.MarkFlagRequired("distro")
 	_ = cmd.MarkFlagRequired("version")
 	return cmd
@@ -72,8 +77,8 @@ template is used.`,
 
 func newOSProfileListCmd() *cobra.Command {
 	return listCommand(&cobra.Command{Use: "list", Short: "List OS profiles"},
-		(*api.Client).ListOSProfiles, "NAME\tDISTRO\tVERSION\tFAMILY\tTEMPLATE",
-		func(p api.OSProfile) string {
+		(*apiclient.Client).ListOSProfiles, "NAME\tDISTRO\tVERSION\tFAMILY\tTEMPLATE",
+		func(p apitype.OSProfile) string {
 			t := "built-in"
 			if p.CloudInit != "" {
 				t = fmt.Sprintf("custom (%d bytes)", len(p.CloudInit))
@@ -83,5 +88,5 @@ func newOSProfileListCmd() *cobra.Command {
 }
 
 func newOSProfileRmCmd() *cobra.Command {
-	return argCommand(&cobra.Command{Use: "rm NAME", Short: "Remove an OS profile"}, (*api.Client).RemoveOSProfile)
+	return argCommand(&cobra.Command{Use: "rm NAME", Short: "Remove an OS profile"}, (*apiclient.Client).RemoveOSProfile)
 }

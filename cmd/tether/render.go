@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 // renderer prints a job's live events: complete output lines prefixed with
@@ -17,7 +17,7 @@ import (
 // line kept at the bottom.
 type renderer struct {
 	out, errOut  io.Writer
-	job          api.Job
+	job          apitype.Job
 	lines        bool
 	progress     bool
 	width        int
@@ -28,19 +28,19 @@ type renderer struct {
 	shown        bool
 }
 
-func newRenderer(out, errOut io.Writer, job api.Job, lines, progress bool) *renderer {
+func newRenderer(out, errOut io.Writer, job apitype.Job, lines, progress bool) *renderer {
 	return &renderer{out: out, errOut: errOut, job: job, lines: lines, progress: progress,
 		partial: map[string]*bytes.Buffer{}, state: map[string]string{}, start: time.Now()}
 }
 
 // setNodes sizes the name column for the job's nodes.
-func (r *renderer) setNodes(nodes []api.JobNode) {
+func (r *renderer) setNodes(nodes []apitype.JobNode) {
 	for _, n := range nodes {
 		r.width = max(r.width, min(len(n.Node), 32))
 	}
 }
 
-func (r *renderer) event(ev api.JobEvent) error {
+func (r *renderer) event(ev apitype.JobEvent) error {
 	switch ev.Type {
 	case "output":
 		if r.lines {
@@ -48,7 +48,7 @@ func (r *renderer) event(ev api.JobEvent) error {
 		}
 	case "node":
 		r.state[ev.Node] = ev.State
-		if r.lines && api.RunFinal(ev.State) {
+		if r.lines && apitype.RunFinal(ev.State) {
 			r.flushNode(ev.Node)
 		}
 	case "error":
@@ -59,7 +59,7 @@ func (r *renderer) event(ev api.JobEvent) error {
 	return nil
 }
 
-func (r *renderer) output(ev api.JobEvent) {
+func (r *renderer) output(ev apitype.JobEvent) {
 	if len(ev.Node) > r.width {
 		r.width = min(len(ev.Node), 32)
 	}
@@ -141,7 +141,7 @@ func (r *renderer) drawProgress(force bool) {
 	total := r.job.Total
 	done := 0
 	for s, n := range counts {
-		if api.RunFinal(s) {
+		if apitype.RunFinal(s) {
 			done += n
 		}
 	}
@@ -153,17 +153,18 @@ func (r *renderer) drawProgress(force bool) {
 	bar := strings.Repeat("=", filled) + strings.Repeat(" ", barWidth-filled)
 	r.clearProgress()
 	fmt.Fprintf(r.errOut, "[%s] %d/%d  ok %d  failed %d  skipped %d  running %d  %s", bar, done, total,
-		counts[api.RunOK], counts[api.RunFailed], counts[api.RunSkipped], counts[api.RunRunning]+counts[api.RunWaiting],
+		counts[apitype.RunOK], counts[apitype.RunFailed], counts[apitype.RunSkipped],
+		counts[apitype.RunRunning]+counts[apitype.RunWaiting],
 		time.Since(r.start).Round(100*time.Millisecond))
 	r.shown = true
 }
 
 // printSummary prints the job's outcome: one line of counts, and a table of
 // the nodes that did not end ok.
-func printSummary(w io.Writer, d api.JobDetail) {
-	var notOK []api.JobNode
+func printSummary(w io.Writer, d apitype.JobDetail) {
+	var notOK []apitype.JobNode
 	for _, n := range d.Nodes {
-		if n.State != api.RunOK {
+		if n.State != apitype.RunOK {
 			notOK = append(notOK, n)
 		}
 	}
@@ -176,7 +177,8 @@ func printSummary(w io.Writer, d api.JobDetail) {
 				fmt.Fprintf(tw, "... and %d more (tether jobs show %s)\t\t\t\t\n", len(notOK)-50, d.ID)
 				break
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Node, n.State, exitText(n.ExitCode), n.Duration(time.Now()).Round(time.Millisecond), n.Error)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Node, n.State, exitText(n.ExitCode),
+				n.Duration(time.Now()).Round(time.Millisecond), n.Error)
 		}
 		tw.Flush()
 	}
@@ -184,8 +186,10 @@ func printSummary(w io.Writer, d api.JobDetail) {
 	if !d.FinishedAt.IsZero() {
 		took = d.FinishedAt.Sub(d.CreatedAt).Round(time.Millisecond)
 	}
-	fmt.Fprintf(w, "\njob %s %s in %s: %d ok, %d failed, %d skipped, %d cancelled, %d interrupted (of %d)\n", d.ID, d.State, took,
-		d.Counts[api.RunOK], d.Counts[api.RunFailed], d.Counts[api.RunSkipped], d.Counts[api.RunCancelled], d.Counts[api.RunInterrupted], d.Total)
+	fmt.Fprintf(w, "\njob %s %s in %s: %d ok, %d failed, %d skipped, %d cancelled, %d interrupted (of %d)\n", d.ID,
+		d.State, took,
+		d.Counts[apitype.RunOK], d.Counts[apitype.RunFailed], d.Counts[apitype.RunSkipped], d.Counts[apitype.RunCancelled],
+		d.Counts[apitype.RunInterrupted], d.Total)
 }
 
 func exitText(code *int) string {
@@ -199,7 +203,7 @@ func exitText(code *int) string {
 // (the hub stores an online node's last sighting only every few minutes,
 // so its age would grow while the node is connected), the age of the last
 // sighting for an offline node, and "never" for one that never connected.
-func lastSeenText(n api.Node, now time.Time) string {
+func lastSeenText(n apitype.Node, now time.Time) string {
 	switch {
 	case n.Online:
 		return "now"

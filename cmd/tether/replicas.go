@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 func newReplicasCmd() *cobra.Command {
@@ -28,16 +28,16 @@ ssh, version, started, lease_until, links and agents. A hub running alone
 lists nothing.`,
 		Example: `  tether replicas
   tether replicas -o json | jq -r '.[] | select(.health != "ok") | .id'`,
-	}, func(c *api.Client, ctx context.Context) ([]api.Replica, error) {
+	}, func(c *apiclient.Client, ctx context.Context) ([]apitype.Replica, error) {
 		l, err := c.ListReplicas(ctx)
 		return l.Replicas, err
-	}, "ID\tHEALTH\tPEER\tAPI\tSSH\tLINKS\tAGENTS", func(r api.Replica) string {
+	}, "ID\tHEALTH\tPEER\tAPI\tSSH\tLINKS\tAGENTS", func(r apitype.Replica) string {
 		id := r.ID
 		if r.Self {
 			id += " (this)"
 		}
-		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", id, r.Health, r.PeerAddr, r.API, r.SSH, orDash(strings.Join(r.Links, ",")),
-			agentsCell(r.Agents))
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", id, r.Health, r.PeerAddr, r.API, r.SSH,
+			orDash(strings.Join(r.Links, ",")), agentsCell(r.Agents))
 	})
 }
 

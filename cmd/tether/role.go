@@ -7,7 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/hub/roles"
 )
 
@@ -78,8 +79,9 @@ almost never what was meant.`,
 				return err
 			}
 			defer c.Close()
-			r, err := c.PutRole(cmd.Context(), args[0], api.RolePutRequest{Nodes: sel, Logins: logins, Forwarding: &forwarding,
-				Confirm: confirm, Services: services})
+			r, err := c.PutRole(cmd.Context(), args[0], apitype.RolePutRequest{
+				Nodes: sel, Logins: logins, Forwarding: &forwarding, Confirm: confirm, Services: services,
+			})
 			if err != nil {
 				return err
 			}
@@ -139,14 +141,18 @@ func roleSelector(selector, nodes string, selectorSet, nodesSet bool) (string, e
 
 func newRoleListCmd() *cobra.Command {
 	return listCommand(&cobra.Command{Use: "list", Short: "List roles"},
-		(*api.Client).ListRoles, "NAME\tSELECTOR\tLOGINS\tFORWARDING\tCONFIRM\tSERVICES",
-		func(r api.Role) string {
-			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", r.Name, r.Nodes, strings.Join(r.Logins, ","), yesNo(r.Forwarding), yesNo(r.Confirm), orDash(strings.Join(r.Services, ",")))
+		(*apiclient.Client).ListRoles, "NAME\tSELECTOR\tLOGINS\tFORWARDING\tCONFIRM\tSERVICES",
+		func(r apitype.Role) string {
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", r.Name, r.Nodes, strings.Join(r.Logins, ","), yesNo(r.Forwarding),
+				yesNo(r.Confirm), orDash(strings.Join(r.Services, ",")))
 		})
 }
 
 func newRoleRmCmd() *cobra.Command {
-	return argCommand(&cobra.Command{Use: "rm NAME", Short: "Delete a role (operators holding it lose what it granted at once)"}, (*api.Client).DeleteRole)
+	return argCommand(&cobra.Command{
+		Use:   "rm NAME",
+		Short: "Delete a role (operators holding it lose what it granted at once)",
+	}, (*apiclient.Client).DeleteRole)
 }
 
 func yesNo(b bool) string {

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"golang.org/x/term"
-
-	"github.com/tether-dev/tether/hub/api"
 )
 
 // Exit codes of tether run and tether jobs rerun.
@@ -91,11 +91,15 @@ TETHER_API_TOKEN=tapi_... tether run --hub HOST:7443 --ca hub-ca.crt ...`,
 	f.StringArrayVar(&o.uploads, "upload", nil, "copy LOCAL:REMOTE to each node before running (repeatable)")
 	f.StringArrayVar(&o.env, "env", nil, "set NAME=VALUE in the command's environment (repeatable)")
 	f.IntVar(&o.parallel, "parallel", 50, fmt.Sprintf("how many nodes run at once (1..%d)", maxParallel))
-	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "per-node time limit; the remote process is killed when it expires")
-	f.StringVar(&o.maxFailures, "max-failures", "", "stop starting new runs once more than N (or P% of targets) failed; default: no limit")
+	f.DurationVar(&o.timeout, "timeout", 10*time.Minute,
+		"per-node time limit; the remote process is killed when it expires")
+	f.StringVar(&o.maxFailures, "max-failures", "",
+		"stop starting new runs once more than N (or P% of targets) failed; default: no limit")
 	f.DurationVar(&o.waitOnline, "wait-online", 0, "wait up to this long for offline nodes instead of skipping them")
-	f.StringVarP(&o.output, "output", "o", "text", "text (live output, summary) or json (the final job record with each node's stdout and stderr, at most 64 KiB each)")
-	f.BoolVar(&o.detach, "detach", false, "print the job id and return at once; follow with 'tether jobs logs ID --follow'")
+	f.StringVarP(&o.output, "output", "o", "text",
+		"text (live output, summary) or json (the final job record with each node's stdout and stderr, at most 64 KiB each)")
+	f.BoolVar(&o.detach, "detach", false,
+		"print the job id and return at once; follow with 'tether jobs logs ID --follow'")
 	f.StringVar(&o.progress, "progress", "auto", "progress line: auto (on a terminal), always or never")
 	o.cf.register(cmd)
 	_ = cmd.RegisterFlagCompletionFunc("nodes", completeNodeList(&o.cf))
@@ -109,8 +113,9 @@ func (o *runOptions) run(ctx context.Context, args []string) error {
 	if o.parallel < 1 || o.parallel > maxParallel {
 		return codedError{2, fmt.Sprintf("--parallel %d: want how many nodes run at once, 1..%d", o.parallel, maxParallel)}
 	}
-	req := api.JobCreateRequest{Selector: o.selector, Nodes: o.nodes, Parallel: o.parallel,
-		TimeoutSeconds: int(o.timeout / time.Second), MaxFailures: o.maxFailures, WaitOnlineSeconds: int(o.waitOnline / time.Second)}
+	req := apitype.JobCreateRequest{Selector: o.selector, Nodes: o.nodes, Parallel: o.parallel,
+		TimeoutSeconds: int(o.timeout / time.Second), MaxFailures: o.maxFailures,
+		WaitOnlineSeconds: int(o.waitOnline / time.Second)}
 	if o.timeout%time.Second != 0 || o.timeout < time.Second {
 		return codedError{2, fmt.Sprintf("--timeout %s: want whole seconds, at least 1s", o.timeout)}
 	}
@@ -165,41 +170,47 @@ func (o *runOptions) run(ctx context.Context, args []string) error {
 }
 
 // uploadFile sends LOCAL (of LOCAL:REMOTE) to the hub's blob store.
-func uploadFile(ctx context.Context, c *api.Client, spec string) (api.Upload, error) {
+func uploadFile(ctx context.Context, c *apiclient.Client, spec string) (apitype.Upload, error) {
 	local, remote, ok := strings.Cut(spec, ":")
 	if !ok || local == "" || remote == "" {
-		return api.Upload{}, fmt.Errorf("--upload %q: want LOCAL:REMOTE, e.g. ./app.tar:/opt/app.tar", spec)
+		return apitype.Upload{}, fmt.Errorf("--upload %q: want LOCAL:REMOTE, e.g. ./app.tar:/opt/app.tar", spec)
 	}
 	f, err := os.Open(local)
 	if err != nil {
-		return api.Upload{}, fmt.Errorf("--upload: %w", err)
+		return apitype.Upload{}, fmt.Errorf("--upload: %w", err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return api.Upload{}, fmt.Errorf("--upload: %w", err)
+		return apitype.Upload{}, fmt.Errorf("--upload: %w", err)
 	}
 	if !st.Mode().IsRegular() {
-		return api.Upload{}, fmt.Errorf("--upload %s: not a regular file", local)
+		return apitype.Upload{}, fmt.Errorf("--upload %s: not a regular file", local)
 	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return api.Upload{}, fmt.Errorf("--upload %s: %w", local, err)
+		return apitype.Upload{}, fmt.Errorf("--upload %s: %w", local, err)
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return api.Upload{}, err
+		return apitype.Upload{}, err
 	}
 	b, err := c.PutBlob(ctx, f, st.Size(), sum)
 	if err != nil {
-		return api.Upload{}, fmt.Errorf("--upload %s: %w", local, err)
+		return apitype.Upload{}, fmt.Errorf("--upload %s: %w", local, err)
 	}
-	return api.Upload{Name: filepath.Base(local), SHA256: b.SHA256, Size: b.Size, Dest: remote, Mode: uint32(st.Mode().Perm())}, nil
+	return apitype.Upload{
+		Name:   filepath.Base(local),
+		SHA256: b.SHA256,
+		Size:   b.Size,
+		Dest:   remote,
+		Mode:   uint32(st.Mode().Perm()),
+	}, nil
 }
 
 // follow prints a job's events until it ends, cancels it on Ctrl-C, prints
 // the summary and turns the outcome into the exit status.
-func follow(ctx context.Context, c *api.Client, job api.Job, output, progress string) error {
+func follow(ctx context.Context, c *apiclient.Client, job apitype.Job, output, progress string) error {
 	isTTY := term.IsTerminal(int(os.Stderr.Fd()))
 	showProgress := output == "text" && (progress == "always" || (progress == "auto" && isTTY))
 	r := newRenderer(os.Stdout, os.Stderr, job, output == "text", showProgress)
@@ -207,7 +218,7 @@ func follow(ctx context.Context, c *api.Client, job api.Job, output, progress st
 		r.setNodes(d.Nodes) // align the prefixes from the first line on
 	}
 	outputs := runOutputs{}
-	err := c.JobEvents(ctx, job.ID, "", func(ev api.JobEvent) error {
+	err := c.JobEvents(ctx, job.ID, "", func(ev apitype.JobEvent) error {
 		if output == "json" {
 			outputs.add(ev)
 		}
@@ -221,13 +232,14 @@ func follow(ctx context.Context, c *api.Client, job api.Job, output, progress st
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if _, cerr := c.CancelJob(cctx, job.ID); cerr != nil {
-			var ae *api.Error
+			var ae *apitype.Error
 			if !errors.As(cerr, &ae) || ae.Status != 409 {
 				return codedError{exitCancelled, fmt.Sprintf("cancel job %s: %v", job.ID, cerr)}
 			}
 		}
 	} else if err != nil {
-		fmt.Fprintf(os.Stderr, "tether: following job %s: %v (the job goes on; see 'tether jobs show %s')\n", job.ID, err, job.ID)
+		fmt.Fprintf(os.Stderr, "tether: following job %s: %v (the job goes on; see 'tether jobs show %s')\n", job.ID, err,
+			job.ID)
 	}
 	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -245,11 +257,12 @@ func follow(ctx context.Context, c *api.Client, job api.Job, output, progress st
 	switch {
 	case cancelled:
 		return codedError{exitCancelled, ""}
-	case detail.State == api.JobRunning:
-		return codedError{exitFailed, fmt.Sprintf("job %s is still running; follow it with 'tether jobs logs %s --follow'", job.ID, job.ID)}
-	case detail.Counts[api.RunFailed]+detail.Counts[api.RunInterrupted]+detail.Counts[api.RunCancelled] > 0:
+	case detail.State == apitype.JobRunning:
+		return codedError{exitFailed,
+			fmt.Sprintf("job %s is still running; follow it with 'tether jobs logs %s --follow'", job.ID, job.ID)}
+	case detail.Counts[apitype.RunFailed]+detail.Counts[apitype.RunInterrupted]+detail.Counts[apitype.RunCancelled] > 0:
 		return codedError{exitFailed, ""}
-	case detail.Counts[api.RunSkipped] > 0:
+	case detail.Counts[apitype.RunSkipped] > 0:
 		return codedError{exitSkippedOnly, ""}
 	}
 	return nil
@@ -267,7 +280,7 @@ type runOutput struct {
 // runOutputs collects each node's output from a job's events, bounded.
 type runOutputs map[string]*runOutput
 
-func (o runOutputs) add(ev api.JobEvent) {
+func (o runOutputs) add(ev apitype.JobEvent) {
 	switch ev.Type {
 	case "output":
 	case "error": // the follower fell behind: some output is missing
@@ -308,7 +321,7 @@ func (o runOutputs) add(ev api.JobEvent) {
 // runNodeResult is a node of `tether run -o json`: its run record with its
 // output.
 type runNodeResult struct {
-	api.JobNode
+	apitype.JobNode
 	Stdout          string `json:"stdout"`
 	Stderr          string `json:"stderr"`
 	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
@@ -318,11 +331,11 @@ type runNodeResult struct {
 // runResult is what `tether run -o json` prints: the job record, each node
 // with its output.
 type runResult struct {
-	api.JobDetail
+	apitype.JobDetail
 	Nodes []runNodeResult `json:"nodes"`
 }
 
-func (o runOutputs) result(d api.JobDetail) runResult {
+func (o runOutputs) result(d apitype.JobDetail) runResult {
 	out := runResult{JobDetail: d, Nodes: make([]runNodeResult, 0, len(d.Nodes))}
 	for _, n := range d.Nodes {
 		r := runNodeResult{JobNode: n}

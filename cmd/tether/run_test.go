@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 // TestRunJSONCarriesOutput: `tether run -o json` gives each node's stdout and
@@ -13,7 +13,7 @@ import (
 func TestRunJSONCarriesOutput(t *testing.T) {
 	big := []byte(strings.Repeat("x", maxRunOutput-3))
 	o := runOutputs{}
-	for _, ev := range []api.JobEvent{
+	for _, ev := range []apitype.JobEvent{
 		{Type: "node", Node: "n1", State: "running"},
 		{Type: "output", Node: "n1", Stream: "stdout", Data: []byte("hello\n")},
 		{Type: "output", Node: "n1", Stream: "stderr", Data: []byte("warn\n")},
@@ -23,7 +23,10 @@ func TestRunJSONCarriesOutput(t *testing.T) {
 	} {
 		o.add(ev)
 	}
-	d := api.JobDetail{Job: api.Job{ID: "j1", State: api.JobSucceeded}, Nodes: []api.JobNode{{Node: "n1", State: "ok"}, {Node: "n2", State: "ok"}, {Node: "n3", State: "skipped"}}}
+	d := apitype.JobDetail{
+		Job:   apitype.Job{ID: "j1", State: apitype.JobSucceeded},
+		Nodes: []apitype.JobNode{{Node: "n1", State: "ok"}, {Node: "n2", State: "ok"}, {Node: "n3", State: "skipped"}},
+	}
 	b, err := json.Marshal(o.result(d))
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +80,9 @@ func TestParseLabelArgs(t *testing.T) {
 		req, err := parseLabelArgs(tc.args)
 		got := "error"
 		if err == nil {
-			got = strings.Join([]string{"[" + strings.Join(req.Nodes, " ") + "]", api.FormatLabels(req.Set), "[" + strings.Join(req.Remove, " ") + "]"}, "|")
+			got = strings.Join([]string{
+				"[" + strings.Join(req.Nodes, " ") + "]", apitype.FormatLabels(req.Set), "[" + strings.Join(req.Remove, " ") + "]",
+			}, "|")
 		}
 		if got != tc.want {
 			t.Errorf("parseLabelArgs(%q) = %s (%v), want %s", tc.args, got, err, tc.want)

@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 func newServiceCmd() *cobra.Command {
@@ -38,7 +38,8 @@ Who may: the admin, or a role with --services expose (on the target) or
 create --help'. Every change and every connection is audited at every hub
 it passes.`,
 	}
-	cmd.AddCommand(newServiceExposeCmd(), newServiceConnectCmd(), newServiceListCmd(), newServiceDeleteCmd(), newServiceDisconnectCmd())
+	cmd.AddCommand(newServiceExposeCmd(), newServiceConnectCmd(), newServiceListCmd(), newServiceDeleteCmd(),
+		newServiceDisconnectCmd())
 	return cmd
 }
 
@@ -65,11 +66,12 @@ func newServiceExposeCmd() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			sv, err := c.ExposeService(cmd.Context(), api.ServiceExposeRequest{Name: name, Target: node, Port: uint16(port)})
+			sv, err := c.ExposeService(cmd.Context(), apitype.ServiceExposeRequest{Name: name, Target: node, Port: uint16(port)})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "service %s → %s:%d (the node's agent must allow the port: tether-edge --allow-port %d)\n", sv.Name, sv.Target, sv.Port, sv.Port)
+			fmt.Fprintf(os.Stderr, "service %s → %s:%d (the node's agent must allow the port: tether-edge --allow-port %d)\n",
+				sv.Name, sv.Target, sv.Port, sv.Port)
 			return nil
 		},
 	}
@@ -97,7 +99,9 @@ func newServiceConnectCmd() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			sv, err := c.ConnectService(cmd.Context(), args[0], api.ServiceConnectRequest{Consumer: from, LocalPort: localPort})
+			sv, err := c.ConnectService(cmd.Context(), args[0], apitype.ServiceConnectRequest{
+				Consumer: from, LocalPort: localPort,
+			})
 			if err != nil {
 				return err
 			}
@@ -140,7 +144,7 @@ func newServiceDisconnectCmd() *cobra.Command {
 
 func newServiceDeleteCmd() *cobra.Command {
 	return argCommand(&cobra.Command{Use: "delete NAME", Short: "Delete a service and all its consumers' listeners"},
-		func(c *api.Client, ctx context.Context, name string) error {
+		func(c *apiclient.Client, ctx context.Context, name string) error {
 			_, err := c.DeleteService(ctx, name)
 			return err
 		})
@@ -156,7 +160,7 @@ down from hubs above (ORIGIN "above"; their names are the origin's).
 -o json prints an array of objects with name, target, port, origin, local,
 generation, bindings ([{consumer, local_port, created_by, created_at}]),
 created_by, created_at and updated_at.`,
-	}, (*api.Client).ListServices, "NAME\tTARGET\tORIGIN\tCONSUMERS", func(sv api.Service) string {
+	}, (*apiclient.Client).ListServices, "NAME\tTARGET\tORIGIN\tCONSUMERS", func(sv apitype.Service) string {
 		origin := "here"
 		if !sv.Local {
 			origin = "above"

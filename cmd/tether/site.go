@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 func newSiteCmd() *cobra.Command {
@@ -45,7 +44,9 @@ and is used up after --uses joins; 'tether token list -o json' shows it (kind si
 				return err
 			}
 			defer c.Close()
-			resp, err := c.CreateToken(cmd.Context(), api.TokenCreateRequest{TTLSeconds: int64(ttl / time.Second), Uses: uses, Kind: "site"})
+			resp, err := c.CreateToken(cmd.Context(), apitype.TokenCreateRequest{
+				TTLSeconds: int64(ttl / time.Second), Uses: uses, Kind: "site",
+			})
 			if err != nil {
 				return err
 			}
@@ -108,17 +109,17 @@ nodes_total, received_missions, active_missions, queued_since, sites.`,
 }
 
 // printSites writes one row per site, sub-sites indented under their site.
-func printSites(tw *tabwriter.Writer, sites []api.Site, depth int) {
+func printSites(tw *tabwriter.Writer, sites []apitype.Site, depth int) {
 	for _, s := range sites {
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d/%d\t%d/%d\n", strings.Repeat("  ", depth), s.Path, siteHealthText(s), heartbeatText(s),
-			s.NodesOnline, s.NodesTotal, s.ReceivedMissions, s.ActiveMissions)
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%d/%d\t%d/%d\n", strings.Repeat("  ", depth), s.Path, siteHealthText(s),
+			heartbeatText(s), s.NodesOnline, s.NodesTotal, s.ReceivedMissions, s.ActiveMissions)
 		printSites(tw, s.Sites, depth+1)
 	}
 }
 
 // siteHealthText is the HEALTH column: a stale site with for how long, and
 // since when it has been unreachable if its uplink is down.
-func siteHealthText(s api.Site) string {
+func siteHealthText(s apitype.Site) string {
 	if !s.Stale {
 		return s.Health
 	}
@@ -133,7 +134,7 @@ func siteHealthText(s api.Site) string {
 }
 
 // heartbeatText is the LAST HEARTBEAT column, aged by the hub's clock.
-func heartbeatText(s api.Site) string {
+func heartbeatText(s apitype.Site) string {
 	if s.LastHeartbeat.IsZero() {
 		return "never"
 	}

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tether-dev/tether/hub/api"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 func newTokenCmd() *cobra.Command {
@@ -33,7 +33,7 @@ SHA-256 pin; treat it as a secret until it expires or is used up. Labels are
 applied to every node that joins with it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			l, err := api.ParseLabels(labels)
+			l, err := apitype.ParseLabels(labels)
 			if err != nil {
 				return err
 			}
@@ -42,7 +42,9 @@ applied to every node that joins with it.`,
 				return err
 			}
 			defer c.Close()
-			resp, err := c.CreateToken(cmd.Context(), api.TokenCreateRequest{TTLSeconds: int64(ttl / time.Second), Uses: uses, Labels: l})
+			resp, err := c.CreateToken(cmd.Context(), apitype.TokenCreateRequest{
+				TTLSeconds: int64(ttl / time.Second), Uses: uses, Labels: l,
+			})
 			if err != nil {
 				return err
 			}
@@ -59,16 +61,16 @@ applied to every node that joins with it.`,
 
 func newTokenListCmd() *cobra.Command {
 	return listCommand(&cobra.Command{Use: "list", Short: "List join tokens (ids only; secrets are never stored)"},
-		(*api.Client).ListTokens, "ID\tUSES LEFT\tEXPIRES\tLABELS",
-		func(t api.Token) string {
+		(*apiclient.Client).ListTokens, "ID\tUSES LEFT\tEXPIRES\tLABELS",
+		func(t apitype.Token) string {
 			exp := t.ExpiresAt.Local().Format(time.RFC3339)
 			if time.Now().After(t.ExpiresAt) {
 				exp += " (expired)"
 			}
-			return fmt.Sprintf("%s\t%d\t%s\t%s", t.ID, t.UsesLeft, exp, api.FormatLabels(t.Labels))
+			return fmt.Sprintf("%s\t%d\t%s\t%s", t.ID, t.UsesLeft, exp, apitype.FormatLabels(t.Labels))
 		})
 }
 
 func newTokenRmCmd() *cobra.Command {
-	return argCommand(&cobra.Command{Use: "rm ID", Short: "Revoke a join token"}, (*api.Client).DeleteToken)
+	return argCommand(&cobra.Command{Use: "rm ID", Short: "Revoke a join token"}, (*apiclient.Client).DeleteToken)
 }

@@ -51,7 +51,8 @@ or accept the certificate once for this hub.`,
 			if who == "" {
 				who = "the local admin"
 			}
-			fmt.Fprintf(os.Stderr, "one-time sign-in link for %s, valid until %s\n", who, code.ExpiresAt.Local().Format(time.TimeOnly))
+			fmt.Fprintf(os.Stderr, "one-time sign-in link for %s, valid until %s\n", who,
+				code.ExpiresAt.Local().Format(time.TimeOnly))
 			if noBrowser {
 				return nil
 			}

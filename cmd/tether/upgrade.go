@@ -13,8 +13,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/tether-dev/tether/hub/api"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/hub/api/apiclient"
+	"github.com/tether-dev/tether/hub/api/apitype"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 func newUpgradeCmd() *cobra.Command {
@@ -44,7 +45,7 @@ switched back to the previous version by the node itself.`,
 
 func newUpgradeCreateCmd() *cobra.Command {
 	var cf clientFlags
-	var req api.UpgradeCreateRequest
+	var req apitype.UpgradeCreateRequest
 	var deadline, output string
 	var health, timeout time.Duration
 	var wait bool
@@ -95,7 +96,8 @@ on the node. Creating upgrades is for the hub admin.`,
 				if output == "json" {
 					return printJSON(os.Stdout, d)
 				}
-				fmt.Fprintf(os.Stderr, "upgrade %s: %s %s pinned at %s, %d nodes; follow it with 'tether upgrade show %s --watch'\n",
+				fmt.Fprintf(os.Stderr,
+					"upgrade %s: %s %s pinned at %s, %d nodes; follow it with 'tether upgrade show %s --watch'\n",
 					d.Name, d.Kind, d.Version, d.Digest, d.Total, d.Name)
 				return nil
 			}
@@ -104,17 +106,23 @@ on the node. Creating upgrades is for the hub admin.`,
 	}
 	cf.register(cmd)
 	f := cmd.Flags()
-	f.StringVar(&req.Artifact, "artifact", "", "oci://HOST[:PORT]/REPO:TAG or @sha256:DIGEST of the agent or bundle (required)")
+	f.StringVar(&req.Artifact, "artifact", "",
+		"oci://HOST[:PORT]/REPO:TAG or @sha256:DIGEST of the agent or bundle (required)")
 	f.StringVarP(&req.Selector, "selector", "l", "", "target the nodes matching this label selector (\"*\" for all)")
 	f.StringSliceVar(&req.Nodes, "nodes", nil, "target these nodes by name")
-	f.StringVar(&req.Batch, "batch", "", "nodes per batch: a count (10) or a percentage of the targets (10%); default all at once")
+	f.StringVar(&req.Batch, "batch", "",
+		"nodes per batch: a count (10) or a percentage of the targets (10%); default all at once")
 	f.IntVar(&req.Canary, "canary", 0, "a first batch of N nodes that every other batch waits for")
 	f.IntVar(&req.MaxUnavailable, "max-unavailable", 0, "at most N nodes being upgraded at once (default: the batch size)")
-	f.StringVar(&req.FailureTolerance, "failure-tolerance", "", "halt when more than N (or P%) of the targets failed (default: at the first failure)")
-	f.BoolVar(&req.RequireConfirmation, "require-confirmation", false, "each node waits for a person: 'tether upgrade confirm' or 'tether-edge confirm' on the node")
+	f.StringVar(&req.FailureTolerance, "failure-tolerance", "",
+		"halt when more than N (or P%) of the targets failed (default: at the first failure)")
+	f.BoolVar(&req.RequireConfirmation, "require-confirmation", false,
+		"each node waits for a person: 'tether upgrade confirm' or 'tether-edge confirm' on the node")
 	f.BoolVar(&req.AllowDowngrade, "allow-downgrade", false, "allow going back to an older agent version")
-	f.StringVar(&deadline, "deadline", "", "offline nodes wait until then and fail after: a duration (24h) or a time (2026-12-01T06:00:00Z)")
-	f.DurationVar(&health, "health-timeout", control.DefaultHealthTimeout, "a new agent must reconnect within this, or the node switches back by itself")
+	f.StringVar(&deadline, "deadline", "",
+		"offline nodes wait until then and fail after: a duration (24h) or a time (2026-12-01T06:00:00Z)")
+	f.DurationVar(&health, "health-timeout", upgradeproto.DefaultHealthTimeout,
+		"a new agent must reconnect within this, or the node switches back by itself")
 	f.DurationVar(&timeout, "timeout", 30*time.Minute, "bound on one node's offer, file push and install")
 	f.BoolVar(&wait, "watch", false, "follow the rollout until it ends (a progress bar on a terminal)")
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
@@ -140,12 +148,12 @@ func parseDeadline(s string, now time.Time) (time.Time, error) {
 
 func newUpgradeListCmd() *cobra.Command {
 	return listCommand(&cobra.Command{Use: "list", Short: "List upgrades (newest first) with their nodes by step"},
-		(*api.Client).ListUpgrades, "NAME\tKIND\tVERSION\tSTATE\tNODES\tDONE\tFAILED\tWAITING\tDIGEST",
-		func(u api.Upgrade) string {
-			done := u.Counts[control.StepSucceeded] + u.Counts[control.StepSkipped]
-			failed := u.Counts[control.StepFailed] + u.Counts[control.StepRolledBack]
+		(*apiclient.Client).ListUpgrades, "NAME\tKIND\tVERSION\tSTATE\tNODES\tDONE\tFAILED\tWAITING\tDIGEST",
+		func(u apitype.Upgrade) string {
+			done := u.Counts[apitype.StepSucceeded] + u.Counts[apitype.StepSkipped]
+			failed := u.Counts[apitype.StepFailed] + u.Counts[apitype.StepRolledBack]
 			return fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s", u.Name, u.Kind, u.Version, u.State, u.Total, done, failed,
-				u.Counts[control.StepAwaitingConfirmation], shortDigest(u.Digest))
+				u.Counts[apitype.StepAwaitingConfirmation], shortDigest(u.Digest))
 		})
 }
 
@@ -196,7 +204,7 @@ it ends (a progress bar on a terminal); Ctrl-C stops watching, not the rollout.`
 	return cmd
 }
 
-func printUpgrade(w io.Writer, d api.UpgradeDetail) error {
+func printUpgrade(w io.Writer, d apitype.UpgradeDetail) error {
 	fmt.Fprintf(w, "upgrade %s: %s %s, %s\n", d.Name, d.Kind, d.Version, d.State)
 	fmt.Fprintf(w, "  artifact %s pinned at %s\n", d.Reference, d.Digest)
 	fmt.Fprintf(w, "  created %s by %s", d.CreatedAt.Local().Format(time.DateTime), d.CreatedBy)
@@ -222,8 +230,8 @@ func printUpgrade(w io.Writer, d api.UpgradeDetail) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tBATCH\tSTEP\tSINCE\tFROM\tCONFIRMED BY\tJOB\tREASON")
 	for _, n := range d.Nodes {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Batch, n.Step, n.UpdatedAt.Local().Format(time.TimeOnly), dash(n.FromVersion),
-			dash(n.ConfirmedBy), dash(n.JobID), n.Reason)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Batch, n.Step,
+			n.UpdatedAt.Local().Format(time.TimeOnly), dash(n.FromVersion), dash(n.ConfirmedBy), dash(n.JobID), n.Reason)
 	}
 	return tw.Flush()
 }
@@ -238,10 +246,10 @@ func dash(s string) string {
 // watchUpgrade follows a rollout until it ends: a progress bar on a
 // terminal, a line per change otherwise, the final table (or JSON). The
 // exit status says whether every node ended well.
-func watchUpgrade(ctx context.Context, c *api.Client, name, output string) error {
+func watchUpgrade(ctx context.Context, c *apiclient.Client, name, output string) error {
 	tty := output != "json" && term.IsTerminal(int(os.Stderr.Fd()))
 	last := ""
-	var d api.UpgradeDetail
+	var d apitype.UpgradeDetail
 	var err error
 	for {
 		d, err = c.GetUpgrade(ctx, name)
@@ -259,7 +267,7 @@ func watchUpgrade(ctx context.Context, c *api.Client, name, output string) error
 			fmt.Fprintln(os.Stderr, line)
 		}
 		last = line
-		if d.State == api.UpgradeDone || d.State == api.UpgradeHalted || d.State == api.UpgradeCancelled {
+		if d.State == apitype.UpgradeDone || d.State == apitype.UpgradeHalted || d.State == apitype.UpgradeCancelled {
 			break
 		}
 		select {
@@ -280,7 +288,7 @@ func watchUpgrade(ctx context.Context, c *api.Client, name, output string) error
 	if err != nil {
 		return err
 	}
-	if bad := d.Counts[control.StepFailed] + d.Counts[control.StepRolledBack]; bad > 0 || d.State != api.UpgradeDone {
+	if bad := d.Counts[apitype.StepFailed] + d.Counts[apitype.StepRolledBack]; bad > 0 || d.State != apitype.UpgradeDone {
 		return codedError{exitFailed, fmt.Sprintf("upgrade %s %s: %d nodes failed or rolled back", name, d.State, bad)}
 	}
 	return nil
@@ -288,11 +296,14 @@ func watchUpgrade(ctx context.Context, c *api.Client, name, output string) error
 
 // progressLine is the rollout's progress: a bar of the nodes that ended,
 // then the counts by step.
-func progressLine(u api.Upgrade, bar bool) string {
+func progressLine(u apitype.Upgrade, bar bool) string {
 	ended := 0
 	var parts []string
-	for _, s := range []control.UpgradeStep{control.StepSucceeded, control.StepSkipped, control.StepFailed, control.StepRolledBack, control.StepCancelled,
-		control.StepAwaitingConfirmation, control.StepDownloading, control.StepVerifying, control.StepInstalling, control.StepHealthCheck, control.StepPending} {
+	for _, s := range []apitype.UpgradeStep{
+		apitype.StepSucceeded, apitype.StepSkipped, apitype.StepFailed, apitype.StepRolledBack, apitype.StepCancelled,
+		apitype.StepAwaitingConfirmation, apitype.StepDownloading, apitype.StepVerifying, apitype.StepInstalling,
+		apitype.StepHealthCheck, apitype.StepPending,
+	} {
 		n := u.Counts[s]
 		if n == 0 {
 			continue
@@ -312,7 +323,9 @@ func progressLine(u api.Upgrade, bar bool) string {
 }
 
 func newUpgradeActionCmd(verb, short string) *cobra.Command {
-	return argCommand(&cobra.Command{Use: verb + " NAME", Short: short}, func(c *api.Client, ctx context.Context, name string) error {
+	return argCommand(&cobra.Command{
+		Use: verb + " NAME", Short: short,
+	}, func(c *apiclient.Client, ctx context.Context, name string) error {
 		u, err := c.UpgradeAction(ctx, name, verb)
 		if err != nil {
 			return err
@@ -343,7 +356,7 @@ confirmed is recorded on the node and in the audit log. On the node itself,
 			}
 			defer c.Close()
 			n, err := c.ConfirmUpgrade(cmd.Context(), args[0], node)
-			var ae *api.Error
+			var ae *apitype.Error
 			if errors.As(err, &ae) && ae.Status == 409 {
 				return fmt.Errorf("%w (see 'tether upgrade show %s')", err, args[0])
 			}

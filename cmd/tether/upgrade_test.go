@@ -4,21 +4,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/hub/api"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
 // The progress line: a bar of the nodes that ended (on a terminal), then
 // the counts by step.
 func TestProgressLine(t *testing.T) {
-	u := api.Upgrade{Name: "edge-1.4", State: api.UpgradeRunning, Total: 10, Counts: map[control.UpgradeStep]int{
-		control.StepSucceeded: 4, control.StepFailed: 1, control.StepAwaitingConfirmation: 2, control.StepPending: 3}}
+	u := apitype.Upgrade{Name: "edge-1.4", State: apitype.UpgradeRunning, Total: 10, Counts: map[apitype.UpgradeStep]int{
+		apitype.StepSucceeded: 4, apitype.StepFailed: 1, apitype.StepAwaitingConfirmation: 2, apitype.StepPending: 3}}
 	for _, tc := range []struct {
 		bar  bool
 		want string
 	}{
 		{false, "edge-1.4 running 5/10: 4 succeeded, 1 failed, 2 awaiting_confirmation, 3 pending"},
-		{true, "[###############...............] edge-1.4 running 5/10: 4 succeeded, 1 failed, 2 awaiting_confirmation, 3 pending"},
+		{
+			true,
+			"[###############...............] edge-1.4 running 5/10: 4 succeeded, 1 failed, 2 awaiting_confirmation, 3 pending",
+		},
 	} {
 		if got := progressLine(u, tc.bar); got != tc.want {
 			t.Errorf("progressLine(bar=%t) = %q, want %q", tc.bar, got, tc.want)

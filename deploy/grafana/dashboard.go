@@ -167,7 +167,11 @@ func (d *Dashboard) CheckLayout() []error {
 		bad("dashboard: uid and title must be set (uid %q, title %q)", d.UID, d.Title)
 	}
 	for _, in := range d.Inputs {
-		bad("dashboard: import input %q: Grafana's import dialog would replace ${%s} with a fixed data source, and file provisioning would not resolve it at all; use the %s variable", in.Name, in.Name, DatasourceVar)
+		bad(
+			"dashboard: import input %q: Grafana's import dialog would replace ${%s} with a fixed data source, and "+
+				"file provisioning would not resolve it at all; use the %s variable",
+			in.Name, in.Name, DatasourceVar,
+		)
 	}
 	if v, ok := d.Variable(DatasourceVar); !ok || v.Type != "datasource" || v.QueryText() != "prometheus" {
 		bad("dashboard: no variable %q of type datasource over prometheus (got %+v)", DatasourceVar, v)

@@ -86,7 +86,10 @@ func TestCheckLayoutFinds(t *testing.T) {
 			panel(d, 3)["targets"].([]any)[0].(map[string]any)["datasource"] = map[string]any{"type": "prometheus", "uid": "abc"}
 		}, "query A: datasource"},
 		{"variable with a fixed datasource", func(d map[string]any) {
-			d["templating"].(map[string]any)["list"].([]any)[1].(map[string]any)["datasource"] = map[string]any{"type": "prometheus", "uid": "abc"}
+			d["templating"].(map[string]any)["list"].([]any)[1].(map[string]any)["datasource"] = map[string]any{
+				"type": "prometheus",
+				"uid":  "abc",
+			}
 		}, `variable "job": datasource`},
 		{"no query", func(d map[string]any) { panel(d, 3)["targets"] = []any{} }, "no query"},
 		{"empty expression", func(d map[string]any) {
@@ -102,7 +105,8 @@ func TestCheckLayoutFinds(t *testing.T) {
 			row := panel(d, 0)
 			row["collapsed"] = true
 			row["panels"] = []any{map[string]any{"id": 999.0, "type": "stat", "title": "hidden",
-				"gridPos": pos(d, 2), "datasource": panel(d, 2)["datasource"], "fieldConfig": panel(d, 2)["fieldConfig"], "targets": panel(d, 2)["targets"]}}
+				"gridPos": pos(d, 2), "datasource": panel(d, 2)["datasource"],
+				"fieldConfig": panel(d, 2)["fieldConfig"], "targets": panel(d, 2)["targets"]}}
 		}, `overlaps panel 999 "hidden"`},
 	}
 	for _, tc := range cases {
@@ -176,28 +180,44 @@ func TestCheckQuery(t *testing.T) {
 	}{
 		{"gauge by label", `sum by (transport) (tether_nodes_connected` + sel + `)`, "{{transport}}", ""},
 		{"counter rate", `sum by (result) (rate(tether_joins_total` + sel + `[$__rate_interval]))`, "{{result}}", ""},
-		{"quantile", `histogram_quantile(0.9, sum by (le, transport) (rate(tether_tunnel_handshake_duration_seconds_bucket` + sel + `[$__rate_interval])))`, "p90 {{transport}}", ""},
-		{"histogram mean", `rate(tether_tunnel_handshake_duration_seconds_sum[5m]) / rate(tether_tunnel_handshake_duration_seconds_count[5m])`, "{{transport}} {{instance}}", ""},
+		{"quantile",
+			`histogram_quantile(0.9, sum by (le, transport) ` +
+				`(rate(tether_tunnel_handshake_duration_seconds_bucket` + sel + `[$__rate_interval])))`,
+			"p90 {{transport}}", ""},
+		{"histogram mean",
+			`rate(tether_tunnel_handshake_duration_seconds_sum[5m]) / ` +
+				`rate(tether_tunnel_handshake_duration_seconds_count[5m])`,
+			"{{transport}} {{instance}}", ""},
 		{"summary", `max(go_gc_duration_seconds{quantile="0"})`, "", ""},
 		{"unlabelled gauge", `tether_streams_active` + sel, "{{instance}}", ""},
 		{"scrape series", `sum(up` + sel + `)`, "", ""},
 		{"name matcher", `{__name__="tether_streams_active"}`, "", ""},
 		{"without", `sum without (instance) (tether_nodes_connected)`, "{{transport}} {{job}}", ""},
 		{"label_replace", `sum by (t) (label_replace(tether_nodes_connected, "t", "$1", "transport", "(.*)"))`, "{{t}}", ""},
-		{"vector matching", `tether_nodes_connected / on (instance) group_left () tether_streams_active`, "{{transport}}", ""},
+		{"vector matching", `tether_nodes_connected / on (instance) group_left () tether_streams_active`,
+			"{{transport}}", ""},
 
-		{"misspelled metric", `sum(tether_node_connected` + sel + `)`, "", "metric tether_node_connected is not exported by the hub (did you mean tether_nodes_connected?)"},
+		{"misspelled metric", `sum(tether_node_connected` + sel + `)`, "",
+			"metric tether_node_connected is not exported by the hub (did you mean tether_nodes_connected?)"},
 		{"misspelled in rate", `rate(tether_join_total[5m])`, "", "metric tether_join_total is not exported"},
-		{"histogram by its base name", `rate(tether_tunnel_handshake_duration_seconds[5m])`, "", "is a histogram: select tether_tunnel_handshake_duration_seconds_bucket"},
-		{"bucket of a counter", `rate(tether_joins_total_bucket[5m])`, "", "metric tether_joins_total_bucket is not exported"},
-		{"unknown label matcher", `tether_joins_total{transport="quic"}`, "", `metric tether_joins_total has no label "transport" (it has: instance, job, result)`},
+		{"histogram by its base name", `rate(tether_tunnel_handshake_duration_seconds[5m])`, "",
+			"is a histogram: select tether_tunnel_handshake_duration_seconds_bucket"},
+		{"bucket of a counter", `rate(tether_joins_total_bucket[5m])`, "",
+			"metric tether_joins_total_bucket is not exported"},
+		{"unknown label matcher", `tether_joins_total{transport="quic"}`, "",
+			`metric tether_joins_total has no label "transport" (it has: instance, job, result)`},
 		{"unknown by label", `sum by (state) (tether_nodes_connected)`, "", `no series under it has label "state"`},
 		{"unknown without label", `sum without (sate) (tether_nodes_connected)`, "", `no series under it has label "sate"`},
-		{"unknown on label", `tether_nodes_connected / on (node) tether_streams_active`, "", `matching on label "node", which neither side has`},
+		{"unknown on label", `tether_nodes_connected / on (node) tether_streams_active`, "",
+			`matching on label "node", which neither side has`},
 		{"rate of a gauge", `rate(tether_nodes_connected[5m])`, "", "rate() over tether_nodes_connected, which is a gauge"},
-		{"quantile dropping le", `histogram_quantile(0.9, sum by (transport) (rate(tether_tunnel_handshake_duration_seconds_bucket[5m])))`, "", "the aggregation drops le"},
-		{"quantile over no buckets", `histogram_quantile(0.9, rate(tether_joins_total[5m]))`, "", "selects no _bucket series"},
-		{"legend label dropped by sum", `sum(tether_nodes_connected)`, "{{transport}}", `legend "{{transport}}" names {{transport}}`},
+		{"quantile dropping le",
+			`histogram_quantile(0.9, sum by (transport) (rate(tether_tunnel_handshake_duration_seconds_bucket[5m])))`,
+			"", "the aggregation drops le"},
+		{"quantile over no buckets", `histogram_quantile(0.9, rate(tether_joins_total[5m]))`, "",
+			"selects no _bucket series"},
+		{"legend label dropped by sum", `sum(tether_nodes_connected)`, "{{transport}}",
+			`legend "{{transport}}" names {{transport}}`},
 		{"legend label of no series", `sum by (transport) (tether_nodes_connected)`, "{{result}}", "names {{result}}"},
 		{"undefined variable", `tether_nodes_connected{job=~"$cluster"}`, "", "uses $cluster, which is neither a variable"},
 		{"no name", `{transport="quic"}`, "", "names no metric"},
@@ -224,7 +244,8 @@ func TestCheckQueryOneErrorPerMistake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	errs := CheckQuery(`sum by (transport) (tether_node_connected) / on (transport) tether_node_connected`, "{{transport}}", nil, ex)
+	errs := CheckQuery(`sum by (transport) (tether_node_connected) / on (transport) tether_node_connected`,
+		"{{transport}}", nil, ex)
 	if len(errs) != 2 { // one per selector
 		t.Fatalf("%d errors, want 2: %v", len(errs), errors.Join(errs...))
 	}
@@ -240,13 +261,15 @@ func TestCheckQueriesVariables(t *testing.T) {
 	d, err := Parse([]byte(`{"uid": "u", "title": "t",
 	  "templating": {"list": [
 	    {"name": "job", "type": "query", "query": "label_values(tether_nodes_connected, job)"},
-	    {"name": "transport", "type": "query", "query": {"query": "label_values(tether_nodes_connected{job=~\"$job\"}, transport)"}},
+	    {"name": "transport", "type": "query", "query": {"query": ` +
+		`"label_values(tether_nodes_connected{job=~\"$job\"}, transport)"}},
 	    {"name": "bad1", "type": "query", "query": "label_values(tether_nodes_conected, instance)"},
 	    {"name": "bad2", "type": "query", "query": "label_values(tether_joins_total, transport)"},
 	    {"name": "bad3", "type": "query", "query": "metrics(tether_.*)"}
 	  ]},
 	  "panels": [{"id": 7, "type": "timeseries", "title": "Joins", "targets": [
-	    {"refId": "A", "expr": "sum by (result) (rate(tether_joins_total{transport=\"x\"}[$__rate_interval]))", "legendFormat": "{{result}}"}]}]}`))
+	    {"refId": "A", "expr": "sum by (result) (rate(tether_joins_total{transport=\"x\"}[$__rate_interval]))", ` +
+		`"legendFormat": "{{result}}"}]}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +339,8 @@ func FuzzCheckQuery(f *testing.F) {
 	// Seeds: the shapes the dashboard uses, and the corners of outLabels
 	// (vector matching, count_values, label_replace, subqueries, scalars).
 	for _, s := range []string{
-		`histogram_quantile(0.9, sum by (le, transport) (rate(tether_tunnel_handshake_duration_seconds_bucket{job=~"$job"}[$__rate_interval])))`,
+		`histogram_quantile(0.9, sum by (le, transport) ` +
+			`(rate(tether_tunnel_handshake_duration_seconds_bucket{job=~"$job"}[$__rate_interval])))`,
 		`sum by (result) (rate(tether_joins_total[5m]))`,
 		`tether_nodes_connected * on (instance) group_right (transport) tether_streams_active`,
 		`count_values("v", tether_nodes_connected)`,

@@ -171,7 +171,8 @@ func (c *checker) walk(e parser.Expr) {
 					break // a missing series is reported already; its labels are unknown
 				}
 				if !avail[l] {
-					c.fail("%s %s (%s): no series under it has label %q (they have: %s)", n.Op, clause(n.Without, "without", "by"), strings.Join(n.Grouping, ", "), l, setString(avail))
+					c.fail("%s %s (%s): no series under it has label %q (they have: %s)",
+						n.Op, clause(n.Without, "without", "by"), strings.Join(n.Grouping, ", "), l, setString(avail))
 				}
 			}
 		case *parser.BinaryExpr:
@@ -241,7 +242,10 @@ func (c *checker) call(n *parser.Call) {
 			return
 		}
 		if s, ok := c.ex.Lookup(seriesName(vs)); ok && s.Kind != Counter {
-			c.fail("%s() over %s, which is a %s: plot it as it is, or use delta() or deriv()", n.Func.Name, seriesName(vs), s.Kind)
+			c.fail(
+				"%s() over %s, which is a %s: plot it as it is, or use delta() or deriv()",
+				n.Func.Name, seriesName(vs), s.Kind,
+			)
 		}
 	case "histogram_quantile":
 		arg := n.Args[1]
@@ -257,7 +261,11 @@ func (c *checker) call(n *parser.Call) {
 			return
 		}
 		if out, known := c.outLabels(arg); known && !out["le"] {
-			c.fail("histogram_quantile over %s: the aggregation drops le, so there are no buckets left to compute a quantile from (aggregate by (le, …))", arg)
+			c.fail(
+				"histogram_quantile over %s: the aggregation drops le, so there are no buckets left to compute a "+
+					"quantile from (aggregate by (le, …))",
+				arg,
+			)
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/tether-dev/tether/edge"
 	"github.com/tether-dev/tether/pki"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/onboardproto"
 )
 
 // Applier applies user-data now, as cloud-init would at boot: write_files,
@@ -51,14 +51,14 @@ func (a *Applier) target(p string) (string, error) {
 }
 
 // WriteFiles writes every write_files entry (atomically, with its mode).
-func (a *Applier) WriteFiles(cc *control.UserData) ([]string, error) {
+func (a *Applier) WriteFiles(cc *onboardproto.UserData) ([]string, error) {
 	var written []string
 	for _, f := range cc.WriteFiles {
 		dst, err := a.target(f.Path)
 		if err != nil {
 			return written, err
 		}
-		data, _ := f.Bytes() // checked by control.ParseUserData
+		data, _ := f.Bytes() // checked by onboardproto.ParseUserData
 		mode, _ := f.Mode()
 		dirMode := os.FileMode(0o755)
 		if strings.HasPrefix(dst, a.StateDir+string(filepath.Separator)) {
@@ -81,7 +81,7 @@ func (a *Applier) WriteFiles(cc *control.UserData) ([]string, error) {
 // /usr/local/bin) when nothing is there yet: a person who copied tether-edge to the machine by hand and
 // ran it from their home directory gets a unit that starts. An existing
 // binary (a package's) is left alone.
-func (a *Applier) EnsureBinary(cc *control.UserData) (string, error) {
+func (a *Applier) EnsureBinary(cc *onboardproto.UserData) (string, error) {
 	for _, f := range cc.WriteFiles {
 		if !strings.HasSuffix(f.Path, ".service") {
 			continue
@@ -148,7 +148,7 @@ func isSystemctl(argv []string) bool {
 // RunCommands runs runcmd. Supervised, systemctl commands are left to the
 // supervisor and, under a root other than "/", no command is run at all:
 // they name the real machine's paths.
-func (a *Applier) RunCommands(ctx context.Context, cc *control.UserData) (ran, skipped []string, err error) {
+func (a *Applier) RunCommands(ctx context.Context, cc *onboardproto.UserData) (ran, skipped []string, err error) {
 	for _, argv := range cc.RunCmd {
 		line := strings.Join(argv, " ")
 		if !a.Systemd && (isSystemctl(argv) || filepath.Clean(a.Root) != "/") {
@@ -210,7 +210,8 @@ func (a *Applier) Supervise() (pid int, started bool, err error) {
 		return pid, true, err
 	}
 	if a.Log != nil {
-		a.Log("started the agent (pid %d): %s %s; log %s", pid, a.Exe, strings.Join(args, " "), filepath.Join(a.StateDir, "agent.log"))
+		a.Log("started the agent (pid %d): %s %s; log %s", pid, a.Exe, strings.Join(args, " "),
+			filepath.Join(a.StateDir, "agent.log"))
 	}
 	return pid, true, nil
 }
@@ -310,11 +311,13 @@ func WaitConnected(ctx context.Context, stateDir string, pid int) (edge.Status, 
 			}
 		}
 		if pid != 0 && !processRunning(pid) {
-			return st, fmt.Errorf("%w: the agent (pid %d) exited; see %s", ErrAgentFailed, pid, filepath.Join(stateDir, "agent.log"))
+			return st, fmt.Errorf("%w: the agent (pid %d) exited; see %s", ErrAgentFailed, pid,
+				filepath.Join(stateDir, "agent.log"))
 		}
 		select {
 		case <-ctx.Done():
-			return st, fmt.Errorf("%w within the timeout (last state %q %s): %w", ErrAgentFailed, st.State, st.LastError, ctx.Err())
+			return st, fmt.Errorf("%w within the timeout (last state %q %s): %w", ErrAgentFailed, st.State, st.LastError,
+				ctx.Err())
 		case <-t.C:
 		}
 	}

@@ -16,7 +16,8 @@ import (
 func TestProcessRunning(t *testing.T) {
 	self := os.Getpid()
 	if !processRunning(self) || agentAlive(self) {
-		t.Fatalf("this test process: running %v, agent %v; want running, not an agent", processRunning(self), agentAlive(self))
+		t.Fatalf("this test process: running %v, agent %v; want running, not an agent", processRunning(self),
+			agentAlive(self))
 	}
 	cmd := exec.Command("true")
 	if err := cmd.Start(); err != nil {
@@ -24,5 +25,6 @@ func TestProcessRunning(t *testing.T) {
 	}
 	pid := cmd.Process.Pid
 	defer cmd.Wait()
-	testenv.WaitFor(t, "the exited child to read as not running", 10*time.Second, func() bool { return !processRunning(pid) })
+	testenv.WaitFor(t, "the exited child to read as not running", 10*time.Second,
+		func() bool { return !processRunning(pid) })
 }

@@ -9,16 +9,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/onboardproto"
 )
 
-// The hub's parser (control.ParseUserData) is what onboarding applies
+// The hub's parser (onboardproto.ParseUserData) is what onboarding applies
 // through: these are the shapes it must refuse before anything is written.
 func TestUserDataShapes(t *testing.T) {
 	tests := []struct {
 		name, in, err string
 	}{
-		{"files and commands", "#cloud-config\nwrite_files:\n- path: /etc/a\n  content: x\n  permissions: '0600'\n- path: /etc/b\n  encoding: b64\n  content: aGk=\nruncmd:\n- [systemctl, enable, --now, tether-edge]\n", ""},
+		{
+			"files and commands",
+			"#cloud-config\nwrite_files:\n- path: /etc/a\n  content: x\n  permissions: '0600'\n- path: /etc/b\n" +
+				"  encoding: b64\n  content: aGk=\nruncmd:\n- [systemctl, enable, --now, tether-edge]\n",
+			"",
+		},
 		{"empty config", "#cloud-config\n", "empty"},
 		{"not cloud-config", "#!/bin/sh\necho hi\n", "first line"},
 		{"unknown key", "#cloud-config\npackages: [curl]\n", `packages`},
@@ -34,7 +39,7 @@ func TestUserDataShapes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := control.ParseUserData(tt.in)
+			_, err := onboardproto.ParseUserData(tt.in)
 			if tt.err == "" && err != nil {
 				t.Fatalf("err %v", err)
 			}
@@ -47,8 +52,10 @@ func TestUserDataShapes(t *testing.T) {
 
 func TestApplierWriteFiles(t *testing.T) {
 	root, state := t.TempDir(), filepath.Join(t.TempDir(), "state")
-	cc, err := control.ParseUserData(("#cloud-config\nwrite_files:\n- path: /etc/systemd/system/tether-edge.service\n  content: unit\n" +
-		"- path: /var/lib/tether-edge/node.json\n  content: '{}'\n  permissions: '0600'\nruncmd:\n- [systemctl, daemon-reload]\n- [touch, /x]\n"))
+	cc, err := onboardproto.ParseUserData(("#cloud-config\nwrite_files:\n" +
+		"- path: /etc/systemd/system/tether-edge.service\n  content: unit\n" +
+		"- path: /var/lib/tether-edge/node.json\n  content: '{}'\n  permissions: '0600'\n" +
+		"runcmd:\n- [systemctl, daemon-reload]\n- [touch, /x]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +76,8 @@ func TestApplierWriteFiles(t *testing.T) {
 		t.Fatalf("ran %v skipped %v err %v", ran, skipped, err)
 	}
 	// The key never comes from the hub.
-	cc, _ = control.ParseUserData("#cloud-config\nwrite_files:\n- path: /var/lib/tether-edge/node.key\n  content: k\n")
+	cc, _ = onboardproto.ParseUserData(
+		"#cloud-config\nwrite_files:\n- path: /var/lib/tether-edge/node.key\n  content: k\n")
 	if _, err := a.WriteFiles(cc); err == nil || !strings.Contains(err.Error(), "never replaced") {
 		t.Fatalf("key overwrite: %v", err)
 	}
@@ -107,7 +115,12 @@ func TestWaitConnected(t *testing.T) {
 		err          string
 	}{
 		{"connected, live agent", `{"state":"connected","pid":` + strconv.Itoa(self) + `}`, true, ""},
-		{"refused", `{"state":"refused","last_error":"node revoked","pid":` + strconv.Itoa(self) + `}`, false, "node revoked"},
+		{
+			"refused",
+			`{"state":"refused","last_error":"node revoked","pid":` + strconv.Itoa(self) + `}`,
+			false,
+			"node revoked",
+		},
 		{"stale connected of a dead agent", `{"state":"connected","pid":2147483646}`, false, "within the timeout"},
 		{"no status yet", ``, false, "within the timeout"},
 	}
@@ -144,8 +157,9 @@ func TestEnsureBinary(t *testing.T) {
 	root := t.TempDir()
 	exe := filepath.Join(t.TempDir(), "tether-edge")
 	os.WriteFile(exe, []byte("binary"), 0o700)
-	cc, err := control.ParseUserData("#cloud-config\nwrite_files:\n- path: /etc/systemd/system/tether-edge.service\n  content: |\n" +
-		"    [Service]\n    ExecStart=/usr/local/bin/tether-edge run --state-dir /var/lib/tether-edge $TETHER_EDGE_ARGS\n")
+	cc, err := onboardproto.ParseUserData(
+		"#cloud-config\nwrite_files:\n- path: /etc/systemd/system/tether-edge.service\n  content: |\n" +
+			"    [Service]\n    ExecStart=/usr/local/bin/tether-edge run --state-dir /var/lib/tether-edge $TETHER_EDGE_ARGS\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,8 +182,9 @@ func TestEnsureBinary(t *testing.T) {
 
 	// The shipped unit names a bare tether-edge: a package's /usr/bin copy
 	// is used; without one, this binary goes to /usr/local/bin.
-	bare, err := control.ParseUserData("#cloud-config\nwrite_files:\n- path: /etc/systemd/system/tether-edge.service\n  content: |\n" +
-		"    [Service]\n    ExecStart=tether-edge run --state-dir /var/lib/tether-edge\n")
+	bare, err := onboardproto.ParseUserData(
+		"#cloud-config\nwrite_files:\n- path: /etc/systemd/system/tether-edge.service\n  content: |\n" +
+			"    [Service]\n    ExecStart=tether-edge run --state-dir /var/lib/tether-edge\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +195,8 @@ func TestEnsureBinary(t *testing.T) {
 		t.Fatalf("bare name with a package's binary: %q, %v", got, err)
 	}
 	emptyRoot := t.TempDir()
-	if got, err := (&Applier{Root: emptyRoot, Exe: exe}).EnsureBinary(bare); err != nil || got != filepath.Join(emptyRoot, "usr/local/bin/tether-edge") {
+	if got, err := (&Applier{Root: emptyRoot, Exe: exe}).EnsureBinary(bare); err != nil ||
+		got != filepath.Join(emptyRoot, "usr/local/bin/tether-edge") {
 		t.Fatalf("bare name with no binary: %q, %v", got, err)
 	}
 }

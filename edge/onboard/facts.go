@@ -11,6 +11,7 @@ import (
 
 	"github.com/tether-dev/tether/edge"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/onboardproto"
 )
 
 // Where the machine facts are read from, relative to the machine's root.
@@ -46,7 +47,7 @@ type Fact struct {
 // facts with their sources for the table and -o json.
 type Facts struct {
 	Facts   control.Facts
-	Machine control.MachineFacts
+	Machine onboardproto.MachineFacts
 	Shown   []Fact
 }
 
@@ -155,7 +156,8 @@ func placeholderUUID(v string) bool {
 func dmiValue(path string) string {
 	v := firstLine(path)
 	switch strings.ToLower(v) {
-	case "", "none", "not specified", "not settable", "to be filled by o.e.m.", "default string", "0", "system serial number":
+	case "", "none", "not specified", "not settable", "to be filled by o.e.m.", "default string", "0",
+		"system serial number":
 		return ""
 	}
 	return v

@@ -18,11 +18,12 @@ func TestGatherFacts(t *testing.T) {
 		check func(t *testing.T, f Facts)
 	}{
 		{"dmi uuid, serial, luks root", map[string]string{
-			productUUIDPath:           "4C4C4544-0042-3510-8052-B4C04F333231\n",
-			productSerialPath:         "ABC123\n",
-			osReleasePath:             "ID=ubuntu\nVERSION_ID=\"24.04\"\nID_LIKE=debian\n",
-			kernelPath:                "6.8.0-45-generic\n",
-			cpuinfoPath:               "processor\t: 0\nmodel name\t: Intel(R) Xeon(R)\n\nprocessor\t: 1\nmodel name\t: Intel(R) Xeon(R)\n",
+			productUUIDPath:   "4C4C4544-0042-3510-8052-B4C04F333231\n",
+			productSerialPath: "ABC123\n",
+			osReleasePath:     "ID=ubuntu\nVERSION_ID=\"24.04\"\nID_LIKE=debian\n",
+			kernelPath:        "6.8.0-45-generic\n",
+			cpuinfoPath: "processor\t: 0\nmodel name\t: Intel(R) Xeon(R)\n\nprocessor\t: 1\n" +
+				"model name\t: Intel(R) Xeon(R)\n",
 			meminfoPath:               "MemTotal:       16318480 kB\nMemFree: 1 kB\n",
 			secureBootPath:            sb(1),
 			mountsPath:                "sysfs /sys sysfs rw 0 0\n/dev/mapper/root / ext4 rw 0 0\n",
@@ -33,7 +34,8 @@ func TestGatherFacts(t *testing.T) {
 			if m.UUID != "4c4c4544-0042-3510-8052-b4c04f333231" || m.UUIDSource != productUUIDPath || m.Serial != "ABC123" {
 				t.Errorf("uuid/serial %+v", m)
 			}
-			if f.Facts.OSID != "ubuntu" || f.Facts.OSVersion != "24.04" || m.OSIDLike != "debian" || m.Kernel != "6.8.0-45-generic" {
+			if f.Facts.OSID != "ubuntu" || f.Facts.OSVersion != "24.04" || m.OSIDLike != "debian" ||
+				m.Kernel != "6.8.0-45-generic" {
 				t.Errorf("os %+v %+v", f.Facts, m)
 			}
 			if m.CPU != "Intel(R) Xeon(R)" || m.CPUs != 2 || m.MemoryBytes != 16318480*1024 {
@@ -65,10 +67,13 @@ func TestGatherFacts(t *testing.T) {
 		}},
 		{"nothing readable is unknown, never guessed", map[string]string{}, nil, func(t *testing.T, f Facts) {
 			m := f.Machine
-			if m.UUID != "" || m.Serial != "" || m.Kernel != "" || m.CPU != "" || m.CPUs != 0 || m.MemoryBytes != 0 || m.SecureBoot != "" || m.DiskEncrypted != "" {
+			if m.UUID != "" || m.Serial != "" || m.Kernel != "" || m.CPU != "" || m.CPUs != 0 || m.MemoryBytes != 0 ||
+				m.SecureBoot != "" || m.DiskEncrypted != "" {
 				t.Errorf("guessed: %+v", m)
 			}
-			for _, name := range []string{"machine uuid", "serial", "kernel", "cpu", "memory", "secure boot", "root on dm-crypt", "os id"} {
+			for _, name := range []string{
+				"machine uuid", "serial", "kernel", "cpu", "memory", "secure boot", "root on dm-crypt", "os id",
+			} {
 				if !hasValue(f, name, Unknown) {
 					t.Errorf("%s not unknown: %+v", name, f.Shown)
 				}
@@ -138,26 +143,51 @@ func TestLocalChecks(t *testing.T) {
 		want   map[string]CheckStatus
 		setup  func(t *testing.T, state string)
 	}{
-		{"all good", 0, map[string]string{productUUIDPath: "4c4c4544-0042-3510-8052-b4c04f333231", productSerialPath: "S1", "/run/systemd/system/.k": ""}, big, false, false,
-			map[string]CheckStatus{"running as root": Pass, "systemd": Pass, "machine uuid": Pass, "serial number": Pass, "free disk": Pass, "not onboarded yet": Pass}, nil},
-		{"not root, no systemd, no serial", 1000, map[string]string{productUUIDPath: "4c4c4544-0042-3510-8052-b4c04f333231"}, big, false, false,
-			map[string]CheckStatus{"running as root": Fail, "systemd": Warn, "serial number": Warn}, nil},
+		{
+			"all good",
+			0,
+			map[string]string{
+				productUUIDPath: "4c4c4544-0042-3510-8052-b4c04f333231", productSerialPath: "S1", "/run/systemd/system/.k": "",
+			},
+			big,
+			false,
+			false,
+			map[string]CheckStatus{
+				"running as root": Pass, "systemd": Pass, "machine uuid": Pass, "serial number": Pass, "free disk": Pass,
+				"not onboarded yet": Pass,
+			},
+			nil,
+		},
+		{
+			"not root, no systemd, no serial",
+			1000,
+			map[string]string{productUUIDPath: "4c4c4544-0042-3510-8052-b4c04f333231"},
+			big,
+			false,
+			false,
+			map[string]CheckStatus{"running as root": Fail, "systemd": Warn, "serial number": Warn},
+			nil,
+		},
 		{"machine-id only", 0, map[string]string{machineIDPath: "0123456789abcdef0123456789abcdef"}, big, false, false,
 			map[string]CheckStatus{"machine uuid": Warn}, nil},
 		{"no uuid at all", 0, nil, big, false, false, map[string]CheckStatus{"machine uuid": Fail}, nil},
-		{"disk full", 0, nil, func(string) (uint64, error) { return 1 << 20, nil }, false, false, map[string]CheckStatus{"free disk": Fail}, nil},
-		{"disk unreadable", 0, nil, func(string) (uint64, error) { return 0, errors.New("EIO") }, false, false, map[string]CheckStatus{"free disk": Warn}, nil},
+		{"disk full", 0, nil, func(string) (uint64, error) { return 1 << 20, nil }, false, false,
+			map[string]CheckStatus{"free disk": Fail}, nil},
+		{"disk unreadable", 0, nil, func(string) (uint64, error) { return 0, errors.New("EIO") }, false, false,
+			map[string]CheckStatus{"free disk": Warn}, nil},
 		{"onboarded already", 0, nil, big, true, false, map[string]CheckStatus{"not onboarded yet": Fail}, nil},
 		{"onboarded, --force", 0, nil, big, true, true, map[string]CheckStatus{"not onboarded yet": Warn}, nil},
-		{"damaged identity", 0, nil, big, false, false, map[string]CheckStatus{"not onboarded yet": Fail}, func(t *testing.T, state string) {
-			write(t, state, "node.json", "{")
-		}},
-		{"unfinished onboarding, damaged identity: resumed", 0, nil, big, false, false, map[string]CheckStatus{"not onboarded yet": Pass}, func(t *testing.T, state string) {
-			write(t, state, "node.json", "{")
-			if err := writeProgress(state, progress{Hub: "hub:7443", Started: time.Now()}); err != nil {
-				t.Fatal(err)
-			}
-		}},
+		{"damaged identity", 0, nil, big, false, false, map[string]CheckStatus{"not onboarded yet": Fail},
+			func(t *testing.T, state string) {
+				write(t, state, "node.json", "{")
+			}},
+		{"unfinished onboarding, damaged identity: resumed", 0, nil, big, false, false,
+			map[string]CheckStatus{"not onboarded yet": Pass}, func(t *testing.T, state string) {
+				write(t, state, "node.json", "{")
+				if err := writeProgress(state, progress{Hub: "hub:7443", Started: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -218,15 +248,19 @@ func TestSkewCheck(t *testing.T) {
 }
 
 func TestParsers(t *testing.T) {
-	if m, n := parseCPUInfo(strings.NewReader("processor : 0\nHardware : BCM2835\nModel : Raspberry Pi 4\n")); m != "BCM2835" || n != 1 {
+	if m, n := parseCPUInfo(strings.NewReader(
+		"processor : 0\nHardware : BCM2835\nModel : Raspberry Pi 4\n")); m != "BCM2835" || n != 1 {
 		t.Errorf("arm cpuinfo: %q %d", m, n)
 	}
-	for in, want := range map[string]int64{"MemTotal: 10 kB\n": 10240, "MemTotal: x kB\n": 0, "MemTotal: 10 MB\n": 0, "": 0} {
+	for in, want := range map[string]int64{
+		"MemTotal: 10 kB\n": 10240, "MemTotal: x kB\n": 0, "MemTotal: 10 MB\n": 0, "": 0,
+	} {
 		if got := parseMemTotal(strings.NewReader(in)); got != want {
 			t.Errorf("parseMemTotal(%q) = %d, want %d", in, got, want)
 		}
 	}
-	if got := parseRootDevice(strings.NewReader("/dev/a / ext4\noverlay / overlay\n/dev/b /boot ext4\n")); got != "overlay" {
+	if got := parseRootDevice(strings.NewReader(
+		"/dev/a / ext4\noverlay / overlay\n/dev/b /boot ext4\n")); got != "overlay" {
 		t.Errorf("root device %q", got)
 	}
 	if got := unescapeMount(`/dev/my\040disk`); got != "/dev/my disk" {

@@ -44,4 +44,5 @@ type lineReader struct {
 
 // ErrInputEnded means the input closed (ctrl+d, a pipe that ended) while a
 // question was open.
-var ErrInputEnded = errors.New("onboard: the input ended before every question was answered; use --non-interactive with flags for scripts")
+var ErrInputEnded = errors.New(
+	"onboard: the input ended before every question was answered; use --non-interactive with flags for scripts")

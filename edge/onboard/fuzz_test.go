@@ -4,19 +4,20 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/onboardproto"
 )
 
-// FuzzUserData: the hub's user-data is parsed (control.ParseUserData)
+// FuzzUserData: the hub's user-data is parsed (onboardproto.ParseUserData)
 // before onboarding applies any of it; no input may panic, and what is
 // accepted has only absolute, clean paths and non-empty commands.
 func FuzzUserData(f *testing.F) {
-	f.Add([]byte("#cloud-config\nwrite_files:\n- path: /etc/a\n  content: x\n  permissions: '0600'\nruncmd:\n- [systemctl, enable, --now, tether-edge]\n"))
+	f.Add([]byte("#cloud-config\nwrite_files:\n- path: /etc/a\n  content: x\n  permissions: '0600'\nruncmd:\n" +
+		"- [systemctl, enable, --now, tether-edge]\n"))
 	f.Add([]byte("#cloud-config\nwrite_files:\n- path: /a\n  encoding: b64\n  content: aGk=\n")) // base64 content
 	f.Add([]byte("#cloud-config\nruncmd: [[a], []]\n"))                                          // an empty argv
 	f.Add([]byte("#cloud-config\n&a [*a]\n"))                                                    // a YAML alias
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cc, err := control.ParseUserData(string(data))
+		cc, err := onboardproto.ParseUserData(string(data))
 		if err != nil {
 			return
 		}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/onboardproto"
 )
 
 // DefaultHubPort is the hub's port when the address names none.
@@ -103,7 +104,9 @@ func ParsePin(pin string) (string, error) {
 	h = strings.TrimPrefix(h, "sha256:")
 	h = strings.ReplaceAll(h, ":", "")
 	if b, err := hex.DecodeString(h); err != nil || len(b) != sha256.Size {
-		return "", fmt.Errorf("--ca-pin %q: want sha256:<64 hex digits> (ca_pin of `tether onboarding create -o json` on the hub, or the ca= part of a join string)", pin)
+		return "", fmt.Errorf(
+			"--ca-pin %q: want sha256:<64 hex digits> (ca_pin of `tether onboarding create -o json` on the hub, "+
+				"or the ca= part of a join string)", pin)
 	}
 	return h, nil
 }
@@ -172,9 +175,11 @@ type CAResult struct {
 func (h *Hub) FetchCA(ctx context.Context) (*CAResult, error) {
 	var out *CAResult
 	err := h.retry(ctx, "fetch CA", func() error {
-		c := h.client(&tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true}) //nolint:gosec // verified by fingerprint below
+		c := h.client(&tls.Config{
+			MinVersion: tls.VersionTLS12, InsecureSkipVerify: true,
+		}) //nolint:gosec // verified by fingerprint below
 		defer c.CloseIdleConnections()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+h.Addr+control.OnboardCAPath, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+h.Addr+onboardproto.CAPath, nil)
 		if err != nil {
 			return permanent(err)
 		}
@@ -192,7 +197,7 @@ func (h *Hub) FetchCA(ctx context.Context) (*CAResult, error) {
 		}
 		certs, err := pki.ParseCerts(b)
 		if err != nil {
-			return permanent(fmt.Errorf("the hub at %s served no CA certificate at %s: %w", h.Addr, control.OnboardCAPath, err))
+			return permanent(fmt.Errorf("the hub at %s served no CA certificate at %s: %w", h.Addr, onboardproto.CAPath, err))
 		}
 		out = &CAResult{CA: certs[0], Fingerprint: pki.Fingerprint(certs[0])}
 		out.HubTime, _ = http.ParseTime(resp.Header.Get("Date"))
@@ -205,19 +210,20 @@ func (h *Hub) FetchCA(ctx context.Context) (*CAResult, error) {
 func CheckPin(ca *CAResult, pin string) error {
 	if ca.Fingerprint != pin {
 		return fmt.Errorf("%w: the hub serves sha256:%s, the pin is sha256:%s; "+
-			"this is another hub or someone in between; check the address and take the pin from the hub's admin (ca_pin of `tether onboarding create -o json`)",
+			"this is another hub or someone in between; check the address and take the pin from the hub's admin (ca_pin of "+
+			"`tether onboarding create -o json`)",
 			ErrFingerprintMismatch, ca.Fingerprint, pin)
 	}
 	return nil
 }
 
 // Onboard posts the request over TLS that must chain to the pinned CA.
-func (h *Hub) Onboard(ctx context.Context, req *control.OnboardRequest) (*control.OnboardResponse, error) {
+func (h *Hub) Onboard(ctx context.Context, req *onboardproto.Request) (*onboardproto.Response, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	var out control.OnboardResponse
+	var out onboardproto.Response
 	err = h.retry(ctx, "onboard", func() error {
 		tc, err := pki.PinnedTLSConfig(h.Pin, nil)
 		if err != nil {
@@ -225,7 +231,8 @@ func (h *Hub) Onboard(ctx context.Context, req *control.OnboardRequest) (*contro
 		}
 		c := h.client(tc)
 		defer c.CloseIdleConnections()
-		hr, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+h.Addr+control.OnboardPath, bytes.NewReader(body))
+		hr, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+h.Addr+onboardproto.Path,
+			bytes.NewReader(body))
 		if err != nil {
 			return permanent(err)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/onboardproto"
 )
 
 // fakeHub implements the onboarding contract: the CA at OnboardCAPath and
@@ -36,7 +37,7 @@ type fakeHub struct {
 	uses int               // credential uses left
 	keys map[string][]byte // machine uuid -> public key (DER of the CSR's key)
 	ids  map[string]string // machine uuid -> node id
-	reqs []control.OnboardRequest
+	reqs []onboardproto.Request
 	fail int // answer this many POSTs with 503 first
 }
 
@@ -52,10 +53,10 @@ func newFakeHub(t *testing.T) *fakeHub {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+control.OnboardCAPath, func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET "+onboardproto.CAPath, func(w http.ResponseWriter, _ *http.Request) {
 		w.Write(pki.EncodeCerts(c.Certificate()))
 	})
-	mux.HandleFunc("POST "+control.OnboardPath, h.onboard)
+	mux.HandleFunc("POST "+onboardproto.Path, h.onboard)
 	h.srv = httptest.NewUnstartedServer(mux)
 	h.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	h.srv.StartTLS()
@@ -80,7 +81,7 @@ func (h *fakeHub) onboard(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, http.StatusServiceUnavailable, "starting")
 		return
 	}
-	var req control.OnboardRequest
+	var req onboardproto.Request
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		h.refuse(w, 400, err.Error())
 		return
@@ -120,9 +121,17 @@ func (h *fakeHub) onboard(w http.ResponseWriter, r *http.Request) {
 	ud := "#cloud-config\nwrite_files:\n- path: /etc/tether/labels\n  content: |\n    site=test\n  permissions: '0644'\n" +
 		"- path: /var/lib/tether-edge/extra\n  encoding: b64\n  content: aGVsbG8=\n  permissions: '0600'\n" +
 		"runcmd:\n- [systemctl, daemon-reload]\n- [systemctl, enable, --now, tether-edge]\n"
-	json.NewEncoder(w).Encode(control.OnboardResponse{NodeID: id, Name: "node-" + id, Existing: existing, Profile: "debian-12", MatchedBy: "version",
-		Cert: string(pki.EncodeCerts(cert, h.ca.Intermediate())), CA: string(pki.EncodeCerts(h.ca.Certificate())),
-		Hubs: []string{h.addr()}, UserData: ud})
+	json.NewEncoder(w).Encode(onboardproto.Response{
+		NodeID:    id,
+		Name:      "node-" + id,
+		Existing:  existing,
+		Profile:   "debian-12",
+		MatchedBy: "version",
+		Cert:      string(pki.EncodeCerts(cert, h.ca.Intermediate())),
+		CA:        string(pki.EncodeCerts(h.ca.Certificate())),
+		Hubs:      []string{h.addr()},
+		UserData:  ud,
+	})
 }
 
 // fakeRoot makes a machine tree with a DMI UUID and os-release.
@@ -149,7 +158,8 @@ func write(t *testing.T, root, p, content string) {
 func testConfig(t *testing.T, h *fakeHub, root string) Config {
 	t.Helper()
 	return Config{Hub: h.addr(), CAPin: h.pin(), Credential: "cred.secret", Mode: ModeWriteOnly,
-		Machine:      Machine{Root: root, StateDir: filepath.Join(t.TempDir(), "state"), EUID: 0, FreeBytes: func(string) (uint64, error) { return 1 << 30, nil }},
+		Machine: Machine{Root: root, StateDir: filepath.Join(t.TempDir(), "state"), EUID: 0,
+			FreeBytes: func(string) (uint64, error) { return 1 << 30, nil }},
 		CloudInitDir: filepath.Join(t.TempDir(), "seed"), Attempts: 3, Backoff: time.Millisecond}
 }
 
@@ -167,10 +177,11 @@ func TestRunWriteOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := control.ParseUserData(string(ud)); err != nil {
+	if _, err := onboardproto.ParseUserData(string(ud)); err != nil {
 		t.Fatalf("seed user-data: %v", err)
 	}
-	if md, _ := os.ReadFile(filepath.Join(c.CloudInitDir, "meta-data")); !strings.Contains(string(md), "instance-id: tether-n1") {
+	if md, _ := os.ReadFile(filepath.Join(c.CloudInitDir, "meta-data")); !strings.Contains(string(md),
+		"instance-id: tether-n1") {
 		t.Fatalf("meta-data %q", md)
 	}
 	id, err := edge.LoadIdentity(c.Machine.StateDir)
@@ -183,7 +194,8 @@ func TestRunWriteOnly(t *testing.T) {
 			t.Fatalf("%s: %v %v", f, fi, err)
 		}
 	}
-	if h.reqs[0].Machine.UUID != "4c4c4544-0042-3510-8052-b4c04f333231" || h.reqs[0].Machine.Serial != "SN-1" || h.reqs[0].Facts.OSID != "debian" {
+	if h.reqs[0].Machine.UUID != "4c4c4544-0042-3510-8052-b4c04f333231" || h.reqs[0].Machine.Serial != "SN-1" ||
+		h.reqs[0].Facts.OSID != "debian" {
 		t.Fatalf("request facts %+v", h.reqs[0].Machine)
 	}
 
@@ -323,7 +335,9 @@ func TestInteractiveSameAsFlags(t *testing.T) {
 	inter.Hub, inter.CAPin, inter.Credential, inter.AskMode = "", "", "", true
 	// proxy (default), hub (typo, then right), CA yes, name, site, labels,
 	// mode (default), credential (refused, then right).
-	inter.Prompter = &scripted{answers: []string{"", "127.0.0.1:1", h.addr(), "y", "shop-1", "berlin", "rack=r1", "write-only", "cred.wrong", "cred.secret"}}
+	inter.Prompter = &scripted{answers: []string{
+		"", "127.0.0.1:1", h.addr(), "y", "shop-1", "berlin", "rack=r1", "write-only", "cred.wrong", "cred.secret",
+	}}
 	res, err := Run(context.Background(), inter)
 	if err != nil {
 		t.Fatalf("interactive: %v %+v", err, res)
@@ -336,7 +350,8 @@ func TestInteractiveSameAsFlags(t *testing.T) {
 
 func TestCheckPinShowsBoth(t *testing.T) {
 	got := CheckPin(&CAResult{Fingerprint: "aa"}, "bb")
-	if !errors.Is(got, ErrFingerprintMismatch) || !strings.Contains(got.Error(), "sha256:aa") || !strings.Contains(got.Error(), "sha256:bb") {
+	if !errors.Is(got, ErrFingerprintMismatch) || !strings.Contains(got.Error(), "sha256:aa") ||
+		!strings.Contains(got.Error(), "sha256:bb") {
 		t.Fatal(got)
 	}
 }
@@ -356,7 +371,9 @@ func TestParsePin(t *testing.T) {
 }
 
 func TestNormalizeHub(t *testing.T) {
-	for in, want := range map[string]string{"hub.example": "hub.example:7443", "hub:1": "hub:1", "https://hub:2/": "hub:2", "[::1]:3": "[::1]:3"} {
+	for in, want := range map[string]string{
+		"hub.example": "hub.example:7443", "hub:1": "hub:1", "https://hub:2/": "hub:2", "[::1]:3": "[::1]:3",
+	} {
 		if got, err := NormalizeHub(in); err != nil || got != want {
 			t.Errorf("NormalizeHub(%q) = %q, %v", in, got, err)
 		}
@@ -431,7 +448,8 @@ func TestRunThroughProxy(t *testing.T) {
 	}
 	c2 := testConfig(t, h, fakeRoot(t, "ffffffff-2222-3333-4444-555555555555"))
 	c2.Hub, c2.Proxy = "hub.example:"+port, Proxy{HTTPS: "http://127.0.0.1:1"}
-	if _, err := Run(context.Background(), c2); err == nil || !strings.Contains(err.Error(), "not reachable through https_proxy=http://127.0.0.1:1") {
+	if _, err := Run(context.Background(), c2); err == nil ||
+		!strings.Contains(err.Error(), "not reachable through https_proxy=http://127.0.0.1:1") {
 		t.Fatalf("dead proxy: %v", err)
 	}
 }
@@ -439,7 +457,8 @@ func TestRunThroughProxy(t *testing.T) {
 func TestProxyFromEnv(t *testing.T) {
 	env := map[string]string{"https_proxy": "http://p:3128", "NO_PROXY": "10.0.0.0/8"}
 	p := ProxyFromEnv(func(k string) string { return env[k] })
-	if p.HTTPS != "http://p:3128" || p.NoProxy != "10.0.0.0/8" || !strings.Contains(p.String(), "https_proxy=http://p:3128") {
+	if p.HTTPS != "http://p:3128" || p.NoProxy != "10.0.0.0/8" ||
+		!strings.Contains(p.String(), "https_proxy=http://p:3128") {
 		t.Fatalf("%+v", p)
 	}
 	if (Proxy{}).String() != "none (direct)" {

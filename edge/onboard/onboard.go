@@ -27,7 +27,7 @@ import (
 	"github.com/tether-dev/tether/edge"
 	"github.com/tether-dev/tether/internal/validate"
 	"github.com/tether-dev/tether/pki"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/onboardproto"
 )
 
 // Mode is what happens with the user-data.
@@ -166,7 +166,8 @@ func run(ctx context.Context, c *Config, res *Result) error {
 		m.FreeBytes = statfsFree
 	}
 	if c.Prompter == nil && c.CAPin == "" {
-		return errors.New("onboard: --ca-pin sha256:… is required with --non-interactive (the hub's CA is never trusted unseen; `tether onboarding create -o json` prints it as ca_pin)")
+		return errors.New("onboard: --ca-pin sha256:… is required with --non-interactive (the hub's CA is never trusted " +
+			"unseen; `tether onboarding create -o json` prints it as ca_pin)")
 	}
 	pin := ""
 	if c.CAPin != "" {
@@ -243,7 +244,8 @@ func run(ctx context.Context, c *Config, res *Result) error {
 	if err != nil {
 		return err
 	}
-	site, err := c.input(Field{Title: "Site", Value: c.Site, Description: "optional; reported as the label site=… (the node's own word)",
+	site, err := c.input(Field{Title: "Site", Value: c.Site,
+		Description: "optional; reported as the label site=… (the node's own word)",
 		Syntax: func(v string) error {
 			if v == "" {
 				return nil
@@ -254,8 +256,9 @@ func run(ctx context.Context, c *Config, res *Result) error {
 		return err
 	}
 	labelText, err := c.input(Field{Title: "Labels", Value: FormatLabels(c.Labels),
-		Description: "optional KEY=VALUE,… this machine reports (its labels file); roles select on the credential's labels only",
-		Syntax:      func(v string) error { _, err := ParseLabels(v); return err }})
+		Description: "optional KEY=VALUE,… this machine reports (its labels file); " +
+			"roles select on the credential's labels only",
+		Syntax: func(v string) error { _, err := ParseLabels(v); return err }})
 	if err != nil {
 		return err
 	}
@@ -300,11 +303,11 @@ func run(ctx context.Context, c *Config, res *Result) error {
 	if err != nil {
 		return err
 	}
-	req := &control.OnboardRequest{Name: name, Labels: labels, CSR: csr, Facts: facts.Facts,
+	req := &onboardproto.Request{Name: name, Labels: labels, CSR: csr, Facts: facts.Facts,
 		Machine: facts.Machine, AgentVersion: edge.Version}
 
 	// 4. The credential, accepted or refused by the hub with its reason.
-	var resp *control.OnboardResponse
+	var resp *onboardproto.Response
 	for {
 		cred, err := c.input(Field{Title: "Onboarding credential", Value: c.Credential, Secret: true,
 			Description: "ID.SECRET from `tether onboarding create` (the hub's admin)",
@@ -334,7 +337,8 @@ func run(ctx context.Context, c *Config, res *Result) error {
 		}
 		break
 	}
-	res.NodeID, res.Name, res.Existing, res.Profile, res.MatchedBy = resp.NodeID, resp.Name, resp.Existing, resp.Profile, resp.MatchedBy
+	res.NodeID, res.Name, res.Existing, res.Profile, res.MatchedBy =
+		resp.NodeID, resp.Name, resp.Existing, resp.Profile, resp.MatchedBy
 	if resp.Existing {
 		c.say("the hub knows this machine already: node %s (%s), nothing new created", resp.Name, resp.NodeID)
 	} else {
@@ -357,7 +361,7 @@ func run(ctx context.Context, c *Config, res *Result) error {
 		key, []byte(resp.Cert), []byte(resp.NodeCA), ca.CA); err != nil {
 		return fmt.Errorf("onboard: %w", err)
 	}
-	cc, err := control.ParseUserData(resp.UserData)
+	cc, err := onboardproto.ParseUserData(resp.UserData)
 	if err != nil {
 		return fmt.Errorf("onboard: the hub's user-data: %w", err)
 	}
@@ -396,7 +400,8 @@ func (c *Config) trustCA(ca *CAResult, pin string) error {
 		return nil
 	}
 	ok, err := c.Prompter.Confirm("Trust this hub CA?",
-		fmt.Sprintf("subject %s\nsha256:%s\ncompare it with the fingerprint the hub's admin gave you (ca_pin of `tether onboarding create -o json`)", ca.CA.Subject, ca.Fingerprint))
+		fmt.Sprintf("subject %s\nsha256:%s\ncompare it with the fingerprint the hub's admin gave you (ca_pin of `tether "+
+			"onboarding create -o json`)", ca.CA.Subject, ca.Fingerprint))
 	if err != nil {
 		return err
 	}
@@ -406,7 +411,7 @@ func (c *Config) trustCA(ca *CAResult, pin string) error {
 	return nil
 }
 
-func (c *Config) apply(ctx context.Context, cc *control.UserData, res *Result) error {
+func (c *Config) apply(ctx context.Context, cc *onboardproto.UserData, res *Result) error {
 	m := c.Machine
 	a := &Applier{Root: m.Root, StateDir: m.StateDir, Systemd: m.HasSystemd(), Exe: c.Exe, Log: c.say}
 	var err error
@@ -415,7 +420,8 @@ func (c *Config) apply(ctx context.Context, cc *control.UserData, res *Result) e
 	}
 	if a.Systemd {
 		if filepath.Clean(m.StateDir) != AgentStateDir {
-			c.say("warning: the unit runs the agent with --state-dir %s, not %s: add --state-dir %s to TETHER_EDGE_ARGS in /etc/tether-edge.env", AgentStateDir, m.StateDir, m.StateDir)
+			c.say("warning: the unit runs the agent with --state-dir %s, not %s: add --state-dir %s to TETHER_EDGE_ARGS in "+
+				"/etc/tether-edge.env", AgentStateDir, m.StateDir, m.StateDir)
 		}
 		bin, err := a.EnsureBinary(cc)
 		if err != nil {

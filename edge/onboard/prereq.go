@@ -88,22 +88,31 @@ func LocalChecks(m Machine, f Facts, force bool) []Check {
 	if m.HasSystemd() {
 		out = append(out, Check{Name: "systemd", Status: Pass, Detail: "/run/systemd/system present"})
 	} else {
-		out = append(out, Check{Name: "systemd", Status: Warn, Detail: "not booted with systemd (/run/systemd/system missing)",
-			Fix: "--apply starts and supervises the agent itself (it does not survive a reboot); on a real machine boot with systemd, or use --write-only and an init that runs cloud-init"})
+		out = append(out, Check{
+			Name:   "systemd",
+			Status: Warn,
+			Detail: "not booted with systemd (/run/systemd/system missing)",
+			Fix: "--apply starts and supervises the agent itself (it does not survive a reboot); " +
+				"on a real machine boot with systemd, or use --write-only and an init that runs cloud-init",
+		})
 	}
 	switch {
 	case f.Machine.UUID == "":
-		out = append(out, Check{Name: "machine uuid", Status: Fail, Detail: "neither " + productUUIDPath + " nor " + machineIDPath + " holds an id",
-			Fix: "set the board's UUID in the firmware, or create one: systemd-machine-id-setup"})
+		out = append(out, Check{Name: "machine uuid", Status: Fail,
+			Detail: "neither " + productUUIDPath + " nor " + machineIDPath + " holds an id",
+			Fix:    "set the board's UUID in the firmware, or create one: systemd-machine-id-setup"})
 	case f.Machine.UUIDSource == machineIDPath:
-		out = append(out, Check{Name: "machine uuid", Status: Warn, Detail: f.Machine.UUID + " from " + machineIDPath + " (no DMI product_uuid)",
-			Fix: "fine for VMs and boards without DMI; a cloned image shares its machine-id: run systemd-machine-id-setup on each clone"})
+		out = append(out, Check{Name: "machine uuid", Status: Warn,
+			Detail: f.Machine.UUID + " from " + machineIDPath + " (no DMI product_uuid)",
+			Fix: "fine for VMs and boards without DMI; a cloned image shares its machine-id: " +
+				"run systemd-machine-id-setup on each clone"})
 	default:
 		out = append(out, Check{Name: "machine uuid", Status: Pass, Detail: f.Machine.UUID + " from " + f.Machine.UUIDSource})
 	}
 	if f.Machine.Serial == "" {
 		out = append(out, Check{Name: "serial number", Status: Warn, Detail: "not set (" + productSerialPath + ")",
-			Fix: "optional: the node is identified by its UUID; set the serial in the firmware to find the machine by its label"})
+			Fix: "optional: the node is identified by its UUID; set the serial in the firmware to find the machine " +
+				"by its label"})
 	} else {
 		out = append(out, Check{Name: "serial number", Status: Pass, Detail: f.Machine.Serial})
 	}
@@ -124,7 +133,8 @@ func diskCheck(m Machine) Check {
 	free, err := m.FreeBytes(dir)
 	switch {
 	case err != nil:
-		c.Status, c.Detail, c.Fix = Warn, fmt.Sprintf("cannot read free space of %s: %v", dir, err), "check that the disk holding "+m.StateDir+" has 64 MiB free"
+		c.Status, c.Detail, c.Fix = Warn, fmt.Sprintf("cannot read free space of %s: %v", dir, err),
+			"check that the disk holding "+m.StateDir+" has 64 MiB free"
 	case free < MinFreeDisk:
 		c.Status, c.Detail = Fail, fmt.Sprintf("%d MiB free on %s, the agent needs %d MiB", free>>20, dir, MinFreeDisk>>20)
 		c.Fix = "free space on that filesystem, or choose another --state-dir"
@@ -142,18 +152,21 @@ func onboardedCheck(m Machine, force bool) Check {
 	case perr == nil && !p.Done:
 		// Whatever the state dir holds, it is this CLI's unfinished work:
 		// the re-run finishes it with the persisted key.
-		c.Status, c.Detail = Pass, fmt.Sprintf("an onboarding to %s started %s did not finish: it is finished now", p.Hub, p.Started.Format(time.RFC3339))
+		c.Status, c.Detail = Pass, fmt.Sprintf("an onboarding to %s started %s did not finish: it is finished now", p.Hub,
+			p.Started.Format(time.RFC3339))
 	case err == nil && force:
 		c.Status, c.Detail = Warn, fmt.Sprintf("%s holds node %s (%s)", m.StateDir, id.Config.Name, id.Config.NodeID)
 		c.Fix = "--force: onboarding again with the same key (the hub returns the same node)"
 	case err == nil:
 		c.Status, c.Detail = Fail, fmt.Sprintf("%s already holds node %s (%s)", m.StateDir, id.Config.Name, id.Config.NodeID)
-		c.Fix = "nothing to do (tether-edge status shows the agent); --force onboards again with the same key, another --state-dir makes a new node"
+		c.Fix = "nothing to do (tether-edge status shows the agent); --force onboards again with the same key, " +
+			"another --state-dir makes a new node"
 	case errors.Is(err, edge.ErrNotJoined):
 		c.Status, c.Detail = Pass, "no identity in "+m.StateDir
 	default:
 		c.Status, c.Detail = Fail, err.Error()
-		c.Fix = "the state dir holds a damaged identity: move " + m.StateDir + " away, or use --force to onboard again with its key"
+		c.Fix = "the state dir holds a damaged identity: move " + m.StateDir +
+			" away, or use --force to onboard again with its key"
 		if force {
 			c.Status = Warn
 		}

@@ -160,7 +160,10 @@ func Apply(p Paths, f Files) (changed bool, err error) {
 		return changed, fmt.Errorf("sshdconf: write drop-in: %w", err)
 	}
 	if len(skipped) > 0 {
-		return changed, fmt.Errorf("%w (each accepts no certificate until fixed on the hub): %w", ErrSkipped, errors.Join(skipped...))
+		return changed, fmt.Errorf(
+			"%w (each accepts no certificate until fixed on the hub): %w",
+			ErrSkipped, errors.Join(skipped...),
+		)
 	}
 	return changed, nil
 }
@@ -180,7 +183,10 @@ func checkPrincipals(principals map[string][]string) (ok map[string][]string, sk
 		if i := slices.IndexFunc(principals[login], func(pr string) bool {
 			return pr == "" || strings.ContainsAny(pr, " \t\r\n#")
 		}); i >= 0 {
-			skipped = append(skipped, fmt.Errorf("login %q skipped: principal %q is empty or has blanks or '#'", login, principals[login][i]))
+			skipped = append(
+				skipped,
+				fmt.Errorf("login %q skipped: principal %q is empty or has blanks or '#'", login, principals[login][i]),
+			)
 			continue
 		}
 		ok[login] = principals[login]
@@ -194,15 +200,23 @@ func checkAnyLogin(anyLogin []string) (ok []string, cat string, err error) {
 	if len(anyLogin) == 0 {
 		return nil, "", nil
 	}
-	if i := slices.IndexFunc(anyLogin, func(pr string) bool { return pr == "" || strings.ContainsAny(pr, " \t\r\n#") }); i >= 0 {
-		return nil, "", fmt.Errorf("principals for any login skipped: principal %q is empty or has blanks or '#'", anyLogin[i])
+	if i := slices.IndexFunc(anyLogin, func(pr string) bool {
+		return pr == "" || strings.ContainsAny(pr, " \t\r\n#")
+	}); i >= 0 {
+		return nil, "", fmt.Errorf(
+			"principals for any login skipped: principal %q is empty or has blanks or '#'",
+			anyLogin[i],
+		)
 	}
 	for _, c := range catPaths {
 		if fi, err := os.Stat(c); err == nil && fi.Mode().IsRegular() {
 			return anyLogin, c, nil
 		}
 	}
-	return nil, "", fmt.Errorf("principals for any login skipped: no cat(1) at %s to serve them to sshd", strings.Join(catPaths, " or "))
+	return nil, "", fmt.Errorf(
+		"principals for any login skipped: no cat(1) at %s to serve them to sshd",
+		strings.Join(catPaths, " or "),
+	)
 }
 
 // linesOf renders principals one per line, sorted, without duplicates.

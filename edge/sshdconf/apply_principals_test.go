@@ -21,11 +21,13 @@ func TestApplySkipsBadPrincipals(t *testing.T) {
 		skipped    []string // in the error, one per login left out
 		files      []string // principals files written
 	}{
-		{"all valid", map[string][]string{"root": {"tether:ops:root"}, "first.last": {"p"}}, nil, []string{"first.last", "root"}},
+		{"all valid", map[string][]string{"root": {"tether:ops:root"}, "first.last": {"p"}}, nil,
+			[]string{"first.last", "root"}},
 		{"trailing dollar", map[string][]string{"root": {"p"}, "machine$": {"p"}}, []string{`"machine$"`}, []string{"root"}},
 		{"dot dot", map[string][]string{"..": {"p"}, "root": {"p"}}, []string{`".."`}, []string{"root"}},
 		{"slash", map[string][]string{"../../etc/passwd": {"p"}}, []string{`"../../etc/passwd"`}, nil},
-		{"blank principal", map[string][]string{"root": {"a b"}, "ubuntu": {"p"}}, []string{`login "root" skipped: principal "a b"`}, []string{"ubuntu"}},
+		{"blank principal", map[string][]string{"root": {"a b"}, "ubuntu": {"p"}},
+			[]string{`login "root" skipped: principal "a b"`}, []string{"ubuntu"}},
 		{"empty principal", map[string][]string{"root": {""}}, []string{`login "root" skipped`}, nil},
 		{"hash principal", map[string][]string{"root": {"#x"}}, []string{`"#x"`}, nil},
 	} {
@@ -53,7 +55,9 @@ func TestApplySkipsBadPrincipals(t *testing.T) {
 			if got := readString(t, e.paths.RevokedKeysPath()); got == "" {
 				t.Error("revoked keys not written")
 			}
-			if got := readString(t, e.paths.DropIn); !strings.Contains(got, "AuthorizedPrincipalsFile "+filepath.Join(e.paths.PrincipalsDir(), "%u")) {
+			if got := readString(t, e.paths.DropIn); !strings.Contains(
+				got, "AuthorizedPrincipalsFile "+filepath.Join(e.paths.PrincipalsDir(), "%u"),
+			) {
 				t.Errorf("drop-in without AuthorizedPrincipalsFile:\n%s", got)
 			}
 			entries, err := os.ReadDir(e.paths.PrincipalsDir())

@@ -227,8 +227,12 @@ func TestApplyInvalid(t *testing.T) {
 	e := applyEnv(t)
 	good := e.files()
 	var nilCert *ssh.Certificate
-	userCert := testenv.SignCert(t, e.userCA, e.hostKey.Pub(), ssh.UserCert, testenv.CertOpts{Principals: []string{"n1"}})
-	otherHost := testenv.SignCert(t, e.hostCA, testenv.NewKey(t).Pub(), ssh.HostCert, testenv.CertOpts{Principals: []string{"n1"}})
+	userCert := testenv.SignCert(
+		t, e.userCA, e.hostKey.Pub(), ssh.UserCert, testenv.CertOpts{Principals: []string{"n1"}},
+	)
+	otherHost := testenv.SignCert(
+		t, e.hostCA, testenv.NewKey(t).Pub(), ssh.HostCert, testenv.CertOpts{Principals: []string{"n1"}},
+	)
 	unsigned := *good.HostCert
 	unsigned.Signature = nil
 
@@ -255,10 +259,14 @@ func TestApplyInvalid(t *testing.T) {
 		{"quote in path", withPaths(func(p *Paths) { p.Dir = `/etc/"tether"` }), good, "cannot carry"},
 		{"newline in path", withPaths(func(p *Paths) { p.DropIn = "/etc/x\nHostKey /tmp/k" }), good, "cannot carry"},
 		{"no user CA", e.paths, withFiles(func(f *Files) { f.UserCAs = nil }), "no UserCAs"},
-		{"nil user CA", e.paths, withFiles(func(f *Files) { f.UserCAs = []ssh.PublicKey{e.userCA.Pub(), nil} }), "UserCAs[1] is nil"},
-		{"typed nil user CA", e.paths, withFiles(func(f *Files) { f.UserCAs = []ssh.PublicKey{nilCert} }), "UserCAs[0] is nil"},
-		{"certificate as user CA", e.paths, withFiles(func(f *Files) { f.UserCAs = []ssh.PublicKey{userCert} }), "UserCAs[0] is a certificate"},
-		{"nil revoked key", e.paths, withFiles(func(f *Files) { f.RevokedKeys = []ssh.PublicKey{nil} }), "RevokedKeys[0] is nil"},
+		{"nil user CA", e.paths, withFiles(func(f *Files) { f.UserCAs = []ssh.PublicKey{e.userCA.Pub(), nil} }),
+			"UserCAs[1] is nil"},
+		{"typed nil user CA", e.paths, withFiles(func(f *Files) { f.UserCAs = []ssh.PublicKey{nilCert} }),
+			"UserCAs[0] is nil"},
+		{"certificate as user CA", e.paths, withFiles(func(f *Files) { f.UserCAs = []ssh.PublicKey{userCert} }),
+			"UserCAs[0] is a certificate"},
+		{"nil revoked key", e.paths, withFiles(func(f *Files) { f.RevokedKeys = []ssh.PublicKey{nil} }),
+			"RevokedKeys[0] is nil"},
 		{"user cert as host cert", e.paths, withFiles(func(f *Files) { f.HostCert = userCert }), "not a host certificate"},
 		{"host cert for another key", e.paths, withFiles(func(f *Files) { f.HostCert = otherHost }), "not the host key"},
 		{"unsigned host cert", e.paths, withFiles(func(f *Files) { f.HostCert = &unsigned }), "not signed"},

@@ -51,7 +51,8 @@ func FuzzCheckIncluded(f *testing.F) {
 			t.Fatal(err)
 		}
 		err := CheckIncluded(cfg, dropIn)
-		if err != nil && !errors.Is(err, ErrNotIncluded) && !errors.Is(err, ErrShadowed) && !strings.HasPrefix(err.Error(), "sshdconf: ") {
+		if err != nil && !errors.Is(err, ErrNotIncluded) && !errors.Is(err, ErrShadowed) &&
+			!strings.HasPrefix(err.Error(), "sshdconf: ") {
 			t.Fatalf("error without context: %v", err)
 		}
 	})

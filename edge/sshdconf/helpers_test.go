@@ -77,7 +77,9 @@ func newSSHDEnv(t *testing.T) *sshdEnv {
 // "n1", userCA trusted, the given keys revoked.
 func (e *sshdEnv) files(revoked ...ssh.PublicKey) Files {
 	return Files{
-		HostCert:    testenv.SignCert(e.t, e.hostCA, e.hostKey.Pub(), ssh.HostCert, testenv.CertOpts{Principals: []string{hostPrincipal}}),
+		HostCert: testenv.SignCert(
+			e.t, e.hostCA, e.hostKey.Pub(), ssh.HostCert, testenv.CertOpts{Principals: []string{hostPrincipal}},
+		),
 		UserCAs:     []ssh.PublicKey{e.userCA.Pub()},
 		RevokedKeys: revoked,
 	}
@@ -95,7 +97,11 @@ func (e *sshdEnv) apply(f Files) bool {
 // sshdConfig is the main sshd_config: the drop-in's directory included
 // first, no authorized_keys (certificates only).
 func (e *sshdEnv) sshdConfig() testenv.SSHDConfig {
-	return testenv.SSHDConfig{Dir: e.dir, Include: filepath.Join(filepath.Dir(e.paths.DropIn), "*.conf"), HostKey: e.hostKey}
+	return testenv.SSHDConfig{
+		Dir:     e.dir,
+		Include: filepath.Join(filepath.Dir(e.paths.DropIn), "*.conf"),
+		HostKey: e.hostKey,
+	}
 }
 
 // writeConfig writes the main sshd_config for port.

@@ -27,7 +27,9 @@ func TestSSHDScopedUserCAs(t *testing.T) {
 	sitePrincipal, rootPrincipal := "tether:site-admin:"+e.user, "tether:pos:"+e.user
 	f := e.files()
 	f.Principals = map[string][]string{e.user: {sitePrincipal}}
-	f.ScopedCAs = []ScopedCA{{Keys: []ssh.PublicKey{rootCA.Pub()}, Principals: map[string][]string{e.user: {rootPrincipal}}}}
+	f.ScopedCAs = []ScopedCA{
+		{Keys: []ssh.PublicKey{rootCA.Pub()}, Principals: map[string][]string{e.user: {rootPrincipal}}},
+	}
 	e.apply(f)
 	e.start()
 
@@ -76,7 +78,8 @@ func TestScopedLines(t *testing.T) {
 		Principals:   map[string][]string{"root": {"tether:b:root", "tether:a:root", "bad,one"}, "../x": {"p"}},
 		AnyLogin:     []string{"tether:all:*"},
 		NoForwarding: []string{"tether:b:root"}}})
-	want := `cert-authority,principals="tether:a:root" ` + key + "\n" + `cert-authority,principals="tether:b:root",no-port-forwarding ` + key + "\n"
+	want := `cert-authority,principals="tether:a:root" ` + key + "\n" +
+		`cert-authority,principals="tether:b:root",no-port-forwarding ` + key + "\n"
 	if string(per["root"]) != want {
 		t.Errorf("root:\n%s\nwant\n%s", per["root"], want)
 	}

@@ -58,7 +58,8 @@ func TestSSHDRevocationDespiteBadLogin(t *testing.T) {
 		t.Errorf("Apply = %v: a skipped login is not invalid input (nothing would have been written)", err)
 	}
 	// The valid logins kept their files, the bad one has none.
-	if b, err := os.ReadFile(e.paths.PrincipalsDir() + "/first.last"); err != nil || string(b) != "tether:ops:first.last\n" {
+	if b, err := os.ReadFile(e.paths.PrincipalsDir() + "/first.last"); err != nil ||
+		string(b) != "tether:ops:first.last\n" {
 		t.Errorf("principals of first.last = %q, %v", b, err)
 	}
 	if _, err := os.Stat(e.paths.PrincipalsDir() + "/machine$"); !errors.Is(err, os.ErrNotExist) {

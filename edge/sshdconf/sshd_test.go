@@ -98,7 +98,9 @@ func TestSSHDHostCertFromOtherCA(t *testing.T) {
 	e := newSSHDEnv(t)
 	rogue := testenv.NewKey(t)
 	f := e.files()
-	f.HostCert = testenv.SignCert(t, rogue, e.hostKey.Pub(), ssh.HostCert, testenv.CertOpts{Principals: []string{hostPrincipal}})
+	f.HostCert = testenv.SignCert(
+		t, rogue, e.hostKey.Pub(), ssh.HostCert, testenv.CertOpts{Principals: []string{hostPrincipal}},
+	)
 	e.apply(f)
 	e.start()
 

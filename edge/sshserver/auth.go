@@ -294,7 +294,9 @@ func (s *Server) mayForward(g grantOf) bool {
 // queries and for signed attempts alike; x/crypto verifies the signature
 // separately. A known key refused for this login gets a banner saying why,
 // and is reported (once per connection) as an EventLoginRefused.
-func (s *Server) publicKeyCallback(ctx ssh.Context, md gossh.ConnMetadata, key gossh.PublicKey) (*gossh.Permissions, error) {
+func (s *Server) publicKeyCallback(
+	ctx ssh.Context, md gossh.ConnMetadata, key gossh.PublicKey,
+) (*gossh.Permissions, error) {
 	st := connStateFrom(ctx)
 	g, err := s.check(md.User(), key)
 	if err != nil {
@@ -383,7 +385,8 @@ func (s *Server) checkUserCert(user string, cert *gossh.Certificate) (*gossh.Per
 				return nil, "", fmt.Errorf("sshserver: check user certificate: %w", err)
 			}
 			return nil, "", &refusal{operator: strings.TrimPrefix(cert.KeyId, userCertKeyIDPrefix), reason: fmt.Sprintf(
-				"certificate %q (principals %s) does not allow login %q on this node. Log in with a login one of your roles allows here, or ask a hub admin to add %q to such a role, then run tether login again",
+				"certificate %q (principals %s) does not allow login %q on this node. Log in with a login one of your "+
+					"roles allows here, or ask a hub admin to add %q to such a role, then run tether login again",
 				cert.KeyId, strings.Join(cert.ValidPrincipals, ","), user, user)}
 		}
 	}
@@ -414,7 +417,8 @@ func checkScopedCert(user string, cert *gossh.Certificate, sc *ScopedCA) (*gossh
 			return nil, "", fmt.Errorf("sshserver: check user certificate: %w", err)
 		}
 		return nil, "", &refusal{operator: strings.TrimPrefix(cert.KeyId, userCertKeyIDPrefix), reason: fmt.Sprintf(
-			"certificate %q of a hub above this node's site (principals %s) does not allow login %q on this node: that hub's roles grant it here no such login",
+			"certificate %q of a hub above this node's site (principals %s) does not allow login %q on this node: "+
+				"that hub's roles grant it here no such login",
 			cert.KeyId, strings.Join(cert.ValidPrincipals, ","), user)}
 	}
 	if err := checker.CheckCert(principal, cert); err != nil {
@@ -433,7 +437,11 @@ func firstOr(ss []string, def string) string {
 // keyDescription names a key in logs the way OpenSSH does.
 func keyDescription(k gossh.PublicKey) string {
 	if cert, ok := k.(*gossh.Certificate); ok {
-		return fmt.Sprintf("%s %s id=%q serial=%d CA %s", cert.Type(), gossh.FingerprintSHA256(cert.Key), cert.KeyId, cert.Serial, gossh.FingerprintSHA256(cert.SignatureKey))
+		return fmt.Sprintf(
+			"%s %s id=%q serial=%d CA %s",
+			cert.Type(), gossh.FingerprintSHA256(cert.Key), cert.KeyId, cert.Serial,
+			gossh.FingerprintSHA256(cert.SignatureKey),
+		)
 	}
 	return k.Type() + " " + gossh.FingerprintSHA256(k)
 }

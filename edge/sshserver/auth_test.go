@@ -182,7 +182,8 @@ func TestLoginRefusedBanner(t *testing.T) {
 	e, events := newEventEnv(t)
 	e.srv.SetAuthorizedKeyLogins([]AuthorizedKey{{Key: e.key.Pub(), Logins: []string{"ubuntu", "deploy"}, Name: "alice"}})
 	r := e.ssh("-o", "LogLevel=INFO", testHost, "true") // logs in as "operator"
-	if r.code != 255 || !strings.Contains(r.stderr, `may not log in as "operator"`) || !strings.Contains(r.stderr, "ubuntu,deploy") {
+	if r.code != 255 || !strings.Contains(r.stderr, `may not log in as "operator"`) ||
+		!strings.Contains(r.stderr, "ubuntu,deploy") {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 	}
 	// The way out it names is the role create of today: a selector with -l.
@@ -190,7 +191,8 @@ func TestLoginRefusedBanner(t *testing.T) {
 		t.Fatalf("stderr %q does not say %q", r.stderr, want)
 	}
 	ev, ok := events.find(EventLoginRefused)
-	if !ok || ev.Login != "operator" || ev.Operator != "alice" || ev.KeyFingerprint != gossh.FingerprintSHA256(e.key.Pub()) {
+	if !ok || ev.Login != "operator" || ev.Operator != "alice" ||
+		ev.KeyFingerprint != gossh.FingerprintSHA256(e.key.Pub()) {
 		t.Fatalf("event %+v, %v", ev, ok)
 	}
 	// An unknown key learns nothing.
@@ -311,7 +313,8 @@ func TestScopedUserCAs(t *testing.T) {
 
 	mustSucceed(t, "site CA, site principal", login(siteCA, "tether:admin:operator"))
 	mustSucceed(t, "root CA, principal the root grants here", login(rootCA, "tether:pos:operator"))
-	if r := login(rootCA, "tether:admin:operator"); r.code != 255 || !strings.Contains(r.stderr, "hub above this node's site") {
+	if r := login(rootCA, "tether:admin:operator"); r.code != 255 ||
+		!strings.Contains(r.stderr, "hub above this node's site") {
 		t.Fatalf("root CA with a principal the root did not grant here: exit %d, stderr %q", r.code, r.stderr)
 	}
 	if r := login(siteCA, "tether:pos:operator"); r.code != 255 {

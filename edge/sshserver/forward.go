@@ -38,7 +38,9 @@ func (s *Server) forwardGrant(ctx ssh.Context) error {
 		return fmt.Errorf("port forwarding refused: key not authorized for login %q", conn.User())
 	}
 	if !s.mayForward(g) {
-		return fmt.Errorf("port forwarding refused: none of your roles that select this node allows it (tether role create ... --forwarding)")
+		return fmt.Errorf(
+			"port forwarding refused: none of your roles that select this node allows it (tether role create ... --forwarding)",
+		)
 	}
 	return nil
 }
@@ -115,7 +117,8 @@ func (s *Server) refuseForward(ctx ssh.Context, conn *gossh.ServerConn, kind, ad
 		if kind == "remote" {
 			where = "on"
 		}
-		reason = fmt.Sprintf("port forwarding refused: %s is not the node's loopback; only forwarding %s 127.0.0.1, ::1 or localhost is allowed", addr, where)
+		reason = fmt.Sprintf("port forwarding refused: %s is not the node's loopback; "+
+			"only forwarding %s 127.0.0.1, ::1 or localhost is allowed", addr, where)
 	}
 	if reason == "" {
 		return ""

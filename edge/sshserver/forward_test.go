@@ -118,7 +118,10 @@ func TestRemoteForwarding(t *testing.T) {
 		listen := testenv.FreePort(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		cmd := e.clientCmd(ctx, "ssh", "-o", "ExitOnForwardFailure=yes", "-R", fmt.Sprintf("%d:127.0.0.1:%d", listen, echo), testHost, "sleep 60")
+		cmd := e.clientCmd(
+			ctx, "ssh", "-o", "ExitOnForwardFailure=yes", "-R", fmt.Sprintf("%d:127.0.0.1:%d", listen, echo), testHost,
+			"sleep 60",
+		)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +152,10 @@ func TestRemoteForwarding(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e, _ := newEventEnv(t)
 			echo := echoServer(t)
-			r := e.ssh("-o", "ExitOnForwardFailure=yes", "-R", fmt.Sprintf("%s:%d:127.0.0.1:%d", tc.bind, testenv.FreePort(t), echo), testHost, "true")
+			r := e.ssh(
+				"-o", "ExitOnForwardFailure=yes", "-R",
+				fmt.Sprintf("%s:%d:127.0.0.1:%d", tc.bind, testenv.FreePort(t), echo), testHost, "true",
+			)
 			if r.code != 255 || !strings.Contains(r.stderr, "remote port forwarding failed") {
 				t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 			}
@@ -206,8 +212,10 @@ func TestCertificateForwarding(t *testing.T) {
 			if tc.noForward != nil {
 				e.srv.SetNoForwardingPrincipals(tc.noForward)
 			}
-			cert := signCert(t, ca, &gossh.Certificate{Key: e.key.Pub(), CertType: gossh.UserCert, KeyId: "tether:operator:alice",
-				ValidPrincipals: []string{"tether:ops:operator"}, ValidBefore: gossh.CertTimeInfinity})
+			cert := signCert(t, ca, &gossh.Certificate{
+				Key: e.key.Pub(), CertType: gossh.UserCert, KeyId: "tether:operator:alice",
+				ValidPrincipals: []string{"tether:ops:operator"}, ValidBefore: gossh.CertTimeInfinity,
+			})
 			if err := os.WriteFile(e.key.Path+"-cert.pub", gossh.MarshalAuthorizedKey(cert), 0o644); err != nil {
 				t.Fatal(err)
 			}

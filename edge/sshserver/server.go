@@ -375,7 +375,10 @@ func (s *Server) serverConfig(ctx ssh.Context) *gossh.ServerConfig {
 			if key, ok := ctx.Value(ssh.ContextKeyPublicKey).(ssh.PublicKey); ok {
 				attrs = append(attrs, "key", keyDescription(key))
 				st.setLogin(login{user: md.User(), key: key, operator: s.operatorOf(key)})
-				s.emit(Event{Kind: EventLoginAccepted, Login: md.User(), Operator: s.operatorOf(key), KeyFingerprint: fingerprint(key)})
+				s.emit(Event{
+					Kind: EventLoginAccepted, Login: md.User(), Operator: s.operatorOf(key),
+					KeyFingerprint: fingerprint(key),
+				})
 			}
 			st.log.Info("authenticated", attrs...)
 		},

@@ -63,7 +63,8 @@ func TestHostKeyPersisted(t *testing.T) {
 
 func TestHostKeyCorrupt(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "host_key")
-	if err := os.WriteFile(path, []byte("-----BEGIN OPENSSH PRIVATE KEY-----\ngarbage\n-----END OPENSSH PRIVATE KEY-----\n"), 0o600); err != nil {
+	corrupt := "-----BEGIN OPENSSH PRIVATE KEY-----\ngarbage\n-----END OPENSSH PRIVATE KEY-----\n"
+	if err := os.WriteFile(path, []byte(corrupt), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, err := New(Config{HostKeyPath: path})

@@ -38,7 +38,8 @@ func TestExecOutputAndStatus(t *testing.T) {
 func TestExitSignal(t *testing.T) {
 	e := newTestEnv(t)
 	r := e.ssh("-v", testHost, "kill -TERM $$")
-	if r.code != 255 || !strings.Contains(r.stderr, "rtype exit-signal") || strings.Contains(r.stderr, "rtype exit-status") {
+	if r.code != 255 || !strings.Contains(r.stderr, "rtype exit-signal") ||
+		strings.Contains(r.stderr, "rtype exit-status") {
 		t.Fatalf("killed by SIGTERM: exit %d, want 255 after exit-signal only; stderr %q", r.code, r.stderr)
 	}
 	sess, err := e.dial().NewSession()
@@ -328,7 +329,9 @@ func TestSessionsHangUpUnderNohup(t *testing.T) {
 		if err != nil {
 			t.Skip("nohup (coreutils) not installed")
 		}
-		cmd := exec.CommandContext(t.Context(), nohup, os.Args[0], "-test.run=^TestSessionsHangUpUnderNohup$", "-test.v", "-test.count=1")
+		cmd := exec.CommandContext(
+			t.Context(), nohup, os.Args[0], "-test.run=^TestSessionsHangUpUnderNohup$", "-test.v", "-test.count=1",
+		)
 		cmd.Env = append(os.Environ(), underNohupEnv+"=1")
 		out, err := cmd.CombinedOutput()
 		t.Logf("child under nohup:\n%s", out)

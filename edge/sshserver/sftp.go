@@ -20,7 +20,9 @@ func (s *Server) handleSFTP(sess ssh.Session) {
 	log := st.log.With("user", sess.User(), "kind", "sftp")
 	log.Info("session started")
 
-	srv, err := sftp.NewServer(newSymlinkFilter(sctx.rawChannel(), s.user.dir), sftp.WithServerWorkingDirectory(s.user.dir))
+	srv, err := sftp.NewServer(
+		newSymlinkFilter(sctx.rawChannel(), s.user.dir), sftp.WithServerWorkingDirectory(s.user.dir),
+	)
 	if err != nil {
 		log.Warn("sftp server", "err", err)
 		sess.Exit(1)

@@ -44,8 +44,10 @@ func TestSymlinkFilter(t *testing.T) {
 	}{
 		{"other packets pass", other, nil, true},
 		{"absolute target passes", sftpPacket(sftpSymlink, "/lib/x", "link"), nil, true},
-		{"relative target created as given", sftpPacket(sftpSymlink, "../lib/x", "/home/op/link"), [][2]string{{"../lib/x", "/home/op/link"}}, false},
-		{"relative link path is in the working directory", sftpPacket(sftpSymlink, "x", "sub/link"), [][2]string{{"x", "/home/op/sub/link"}}, false},
+		{"relative target created as given", sftpPacket(sftpSymlink, "../lib/x", "/home/op/link"),
+			[][2]string{{"../lib/x", "/home/op/link"}}, false},
+		{"relative link path is in the working directory", sftpPacket(sftpSymlink, "x", "sub/link"),
+			[][2]string{{"x", "/home/op/sub/link"}}, false},
 		{"truncated packet passes", sftpPacket(sftpSymlink, "x", "y")[:12], nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

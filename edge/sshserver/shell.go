@@ -32,7 +32,8 @@ func defaultShell() (shell, why string) {
 	case sh == "":
 		return fallbackShell, "the agent's user has no shell in " + passwdFile + " or $SHELL"
 	case isNologinShell(sh):
-		return fallbackShell, "the agent's user has the nologin shell " + sh + " (a service account); use --shell to choose another"
+		return fallbackShell, "the agent's user has the nologin shell " + sh +
+			" (a service account); use --shell to choose another"
 	}
 	return sh, "the agent user's login shell"
 }

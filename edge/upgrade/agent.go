@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // CrashLoopExits: an agent upgrade is rolled back when the new version
@@ -29,7 +29,7 @@ const CrashLoopExits = 3
 // agent install layout under the state dir.
 const (
 	agentDirName = "agent"
-	binName      = control.AgentBinaryName
+	binName      = upgradeproto.AgentBinaryName
 	linkCurrent  = "current"
 	linkPrevious = "previous"
 )
@@ -49,7 +49,7 @@ func (sw *switchRecord) timeout() time.Duration {
 	if sw.TimeoutSeconds > 0 {
 		return time.Duration(sw.TimeoutSeconds) * time.Second
 	}
-	return control.DefaultHealthTimeout
+	return upgradeproto.DefaultHealthTimeout
 }
 
 func (n *Node) switchPath(name string) string { return filepath.Join(n.recordDir(name), "switch.json") }
@@ -173,7 +173,7 @@ func fileDigest(p string) (string, error) {
 // installAgent installs the verified new version beside the running one
 // and starts the updater; the record stays in installing until the updater
 // switches.
-func (n *Node) installAgent(s *State, o *control.UpgradeOffer) error {
+func (n *Node) installAgent(s *State, o *upgradeproto.Offer) error {
 	mgr := n.Manager()
 	if err := mgr.check(); err != nil {
 		return n.fail(s, err.Error())
@@ -215,7 +215,9 @@ func (n *Node) spawnWatcher(name string, mgr Manager) error {
 	if mgr.Kind == ManagerSystemd {
 		if p, err := exec.LookPath("systemd-run"); err == nil {
 			unit := "tether-edge-upgrade-" + strings.ReplaceAll(name, ".", "-")
-			out, err := exec.Command(p, append([]string{"--unit", unit, "--collect", "--quiet", "--", n.Exe}, args...)...).CombinedOutput()
+			out, err := exec.Command(p, append([]string{
+				"--unit", unit, "--collect", "--quiet", "--", n.Exe,
+			}, args...)...).CombinedOutput()
 			if err == nil {
 				return nil
 			}
@@ -271,12 +273,12 @@ func (n *Node) Watch(ctx context.Context, name string) error {
 	}
 	sw, err := n.loadSwitch(name)
 	if err != nil {
-		if s.Step == control.StepInstalling {
+		if s.Step == upgradeproto.StepInstalling {
 			_, _ = n.update(name, func(s *State) error { return n.fail(s, "the switch record is unreadable: "+err.Error()) })
 		}
 		return err
 	}
-	if s.Step == control.StepInstalling {
+	if s.Step == upgradeproto.StepInstalling {
 		crashPoint("before-switch")
 		if err := n.setLink(linkPrevious, sw.Previous); err != nil {
 			return n.rollback(name, sw, err.Error(), false)
@@ -287,14 +289,14 @@ func (n *Node) Watch(ctx context.Context, name string) error {
 		}
 		crashPoint("after-switch")
 		if _, err := n.update(name, func(s *State) error {
-			if s.Step != control.StepInstalling {
+			if s.Step != upgradeproto.StepInstalling {
 				return fmt.Errorf("upgrade %s moved to %s meanwhile", name, s.Step)
 			}
 			sw.Deadline, sw.Starts = n.now().Add(sw.timeout()).UTC(), 0
 			if err := writeJSON(n.switchPath(name), sw); err != nil {
 				return err
 			}
-			return n.move(s, control.StepHealthCheck, "restarting the agent on "+sw.To)
+			return n.move(s, upgradeproto.StepHealthCheck, "restarting the agent on "+sw.To)
 		}); err != nil {
 			return err
 		}
@@ -303,7 +305,7 @@ func (n *Node) Watch(ctx context.Context, name string) error {
 			return n.rollback(name, sw, "restart the agent: "+err.Error(), false)
 		}
 		crashPoint("after-restart")
-	} else if s.Step != control.StepHealthCheck {
+	} else if s.Step != upgradeproto.StepHealthCheck {
 		return nil
 	}
 	t := time.NewTicker(250 * time.Millisecond)
@@ -314,7 +316,7 @@ func (n *Node) Watch(ctx context.Context, name string) error {
 			return err
 		}
 		if s.Step.Terminal() {
-			if s.Step == control.StepSucceeded {
+			if s.Step == upgradeproto.StepSucceeded {
 				n.prune()
 			}
 			return nil
@@ -338,14 +340,14 @@ func (n *Node) Watch(ctx context.Context, name string) error {
 func (n *Node) rollback(name string, sw *switchRecord, reason string, restart bool) error {
 	done := false
 	_, err := n.update(name, func(s *State) error {
-		if s.Step != control.StepInstalling && s.Step != control.StepHealthCheck {
+		if s.Step != upgradeproto.StepInstalling && s.Step != upgradeproto.StepHealthCheck {
 			return nil
 		}
 		if err := n.setLink(linkCurrent, sw.Previous); err != nil {
 			return err
 		}
 		done = true
-		return n.move(s, control.StepRolledBack, reason+"; back on "+sw.Previous)
+		return n.move(s, upgradeproto.StepRolledBack, reason+"; back on "+sw.Previous)
 	})
 	if err != nil || !done || !restart {
 		return err
@@ -367,7 +369,8 @@ func (n *Node) rollback(name string, sw *switchRecord, reason string, restart bo
 func (n *Node) Launch() (exe string, changed []State) {
 	all, _ := n.List()
 	for _, s := range all {
-		if s.Kind != control.UpgradeAgent || (s.Step != control.StepInstalling && s.Step != control.StepHealthCheck) {
+		if s.Kind != upgradeproto.KindAgent ||
+			(s.Step != upgradeproto.StepInstalling && s.Step != upgradeproto.StepHealthCheck) {
 			continue
 		}
 		if st := n.launchOne(s.Name); st != nil {
@@ -394,21 +397,21 @@ func (n *Node) launchOne(name string) *State {
 			n.log().Error("roll back", "name", name, "err", err)
 			return nil
 		}
-		if n.move(s, control.StepRolledBack, reason+"; back on "+sw.Previous) != nil {
+		if n.move(s, upgradeproto.StepRolledBack, reason+"; back on "+sw.Previous) != nil {
 			return nil
 		}
 		return s
 	}
 	switch {
-	case s.Step == control.StepInstalling && watcher:
+	case s.Step == upgradeproto.StepInstalling && watcher:
 		return nil
-	case s.Step == control.StepInstalling && swErr != nil:
+	case s.Step == upgradeproto.StepInstalling && swErr != nil:
 		if n.fail(s, "interrupted before the switch (the updater was killed or the node lost power)") != nil {
 			return nil
 		}
 		n.removeFiles(name)
 		return s
-	case s.Step == control.StepInstalling:
+	case s.Step == upgradeproto.StepInstalling:
 		return back("the switch to " + sw.To + " was interrupted (the updater was killed or the node lost power)")
 	case swErr != nil:
 		if n.fail(s, "the switch record is unreadable: "+swErr.Error()) != nil {
@@ -430,7 +433,8 @@ func (n *Node) launchOne(name string) *State {
 		return nil
 	}
 	if n.now().After(sw.Deadline) {
-		return back(fmt.Sprintf("new version %s did not reconnect within %s (the updater was not running)", sw.To, sw.timeout()))
+		return back(fmt.Sprintf("new version %s did not reconnect within %s (the updater was not running)", sw.To,
+			sw.timeout()))
 	}
 	if err := n.spawnWatcher(name, n.Manager()); err != nil {
 		n.log().Error("restart the updater", "name", name, "err", err)
@@ -445,14 +449,14 @@ func (n *Node) MarkHealthy(v string) []State {
 	all, _ := n.List()
 	var changed []State
 	for _, s := range all {
-		if s.Kind != control.UpgradeAgent || s.Step != control.StepHealthCheck || s.ToVersion != v {
+		if s.Kind != upgradeproto.KindAgent || s.Step != upgradeproto.StepHealthCheck || s.ToVersion != v {
 			continue
 		}
 		st, err := n.update(s.Name, func(s *State) error {
-			if s.Step != control.StepHealthCheck {
+			if s.Step != upgradeproto.StepHealthCheck {
 				return errors.New("moved meanwhile")
 			}
-			return n.move(s, control.StepSucceeded, "version "+v+" connected to the hub")
+			return n.move(s, upgradeproto.StepSucceeded, "version "+v+" connected to the hub")
 		})
 		if err == nil {
 			changed = append(changed, *st)
@@ -519,7 +523,8 @@ func (m Manager) check() error {
 		}
 		return nil
 	}
-	return errors.New("the agent runs under no service manager that can restart it: run it as a systemd unit or with `tether-edge run --supervise`")
+	return errors.New("the agent runs under no service manager that can restart it: " +
+		"run it as a systemd unit or with `tether-edge run --supervise`")
 }
 
 func (m Manager) restart() error {

@@ -15,12 +15,12 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/internal/testenv"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // agentAt makes a node with versions installed, current and previous set,
 // and an agent upgrade record in step (installing or health_check).
-func agentAt(t *testing.T, step control.UpgradeStep, current string, sw *switchRecord) *Node {
+func agentAt(t *testing.T, step upgradeproto.Step, current string, sw *switchRecord) *Node {
 	t.Helper()
 	n := newNode(t, "v1.0.0")
 	for _, v := range []string{"v0.9.0", "v1.0.0", "v1.1.0"} {
@@ -40,11 +40,20 @@ func agentAt(t *testing.T, step control.UpgradeStep, current string, sw *switchR
 			t.Fatal(err)
 		}
 	}
-	s := &State{Name: "edge", Kind: control.UpgradeAgent, Digest: control.DigestOf(nil), FromVersion: "v1.0.0", ToVersion: "v1.1.0", Step: control.StepPending}
-	if step == control.StepAwaitingConfirmation {
+	s := &State{
+		Name:        "edge",
+		Kind:        upgradeproto.KindAgent,
+		Digest:      upgradeproto.DigestOf(nil),
+		FromVersion: "v1.0.0",
+		ToVersion:   "v1.1.0",
+		Step:        upgradeproto.StepPending,
+	}
+	if step == upgradeproto.StepAwaitingConfirmation {
 		_ = s.Move(step, "", time.Now())
 	}
-	for _, st := range []control.UpgradeStep{control.StepDownloading, control.StepVerifying, control.StepInstalling, control.StepHealthCheck} {
+	for _, st := range []upgradeproto.Step{
+		upgradeproto.StepDownloading, upgradeproto.StepVerifying, upgradeproto.StepInstalling, upgradeproto.StepHealthCheck,
+	} {
 		if s.Step == step {
 			break
 		}
@@ -86,21 +95,84 @@ func TestLaunchAfterInterruptedSwitch(t *testing.T) {
 	}
 	cases := []struct {
 		name    string
-		step    control.UpgradeStep
+		step    upgradeproto.Step
 		current string
 		sw      *switchRecord
 		watcher bool
-		want    control.UpgradeStep
+		want    upgradeproto.Step
 		reason  string
 		runs    string // the version launched
 	}{
-		{"apply killed before the switch record", control.StepInstalling, "v1.0.0", nil, false, control.StepFailed, "interrupted before the switch", "v1.0.0"},
-		{"killed before the switch (no current yet)", control.StepInstalling, "", sw(time.Time{}), false, control.StepRolledBack, "the switch to v1.1.0 was interrupted", "v1.0.0"},
-		{"killed before the switch", control.StepInstalling, "v1.0.0", sw(time.Time{}), false, control.StepRolledBack, "the switch to v1.1.0 was interrupted", "v1.0.0"},
-		{"killed after the switch", control.StepInstalling, "v1.1.0", sw(time.Time{}), false, control.StepRolledBack, "back on v1.0.0", "v1.0.0"},
-		{"updater still switching", control.StepInstalling, "v1.1.0", sw(time.Time{}), true, control.StepInstalling, "", "v1.1.0"},
-		{"killed in the health check, overdue", control.StepHealthCheck, "v1.1.0", sw(past), false, control.StepRolledBack, "new version v1.1.0 did not reconnect within 1m0s (the updater was not running); back on v1.0.0", "v1.0.0"},
-		{"health check in time", control.StepHealthCheck, "v1.1.0", sw(future), true, control.StepHealthCheck, "", "v1.1.0"},
+		{
+			"apply killed before the switch record",
+			upgradeproto.StepInstalling,
+			"v1.0.0",
+			nil,
+			false,
+			upgradeproto.StepFailed,
+			"interrupted before the switch",
+			"v1.0.0",
+		},
+		{
+			"killed before the switch (no current yet)",
+			upgradeproto.StepInstalling,
+			"",
+			sw(time.Time{}),
+			false,
+			upgradeproto.StepRolledBack,
+			"the switch to v1.1.0 was interrupted",
+			"v1.0.0",
+		},
+		{
+			"killed before the switch",
+			upgradeproto.StepInstalling,
+			"v1.0.0",
+			sw(time.Time{}),
+			false,
+			upgradeproto.StepRolledBack,
+			"the switch to v1.1.0 was interrupted",
+			"v1.0.0",
+		},
+		{
+			"killed after the switch",
+			upgradeproto.StepInstalling,
+			"v1.1.0",
+			sw(time.Time{}),
+			false,
+			upgradeproto.StepRolledBack,
+			"back on v1.0.0",
+			"v1.0.0",
+		},
+		{
+			"updater still switching",
+			upgradeproto.StepInstalling,
+			"v1.1.0",
+			sw(time.Time{}),
+			true,
+			upgradeproto.StepInstalling,
+			"",
+			"v1.1.0",
+		},
+		{
+			"killed in the health check, overdue",
+			upgradeproto.StepHealthCheck,
+			"v1.1.0",
+			sw(past),
+			false,
+			upgradeproto.StepRolledBack,
+			"new version v1.1.0 did not reconnect within 1m0s (the updater was not running); back on v1.0.0",
+			"v1.0.0",
+		},
+		{
+			"health check in time",
+			upgradeproto.StepHealthCheck,
+			"v1.1.0",
+			sw(future),
+			true,
+			upgradeproto.StepHealthCheck,
+			"",
+			"v1.1.0",
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -116,7 +188,8 @@ func TestLaunchAfterInterruptedSwitch(t *testing.T) {
 			if s.Step != c.want || !strings.Contains(s.Reason, c.reason) {
 				t.Fatalf("%s %q, want %s %q", s.Step, s.Reason, c.want, c.reason)
 			}
-			if want := filepath.Join(n.agentDir(), "versions", c.runs, binName); exe != want && !(c.runs == "v1.0.0" && c.current == "" && exe == "") {
+			if want := filepath.Join(n.agentDir(), "versions", c.runs, binName); exe != want &&
+				!(c.runs == "v1.0.0" && c.current == "" && exe == "") {
 				t.Fatalf("launches %q, want %q", exe, want)
 			}
 		})
@@ -126,7 +199,9 @@ func TestLaunchAfterInterruptedSwitch(t *testing.T) {
 // The new version exiting CrashLoopExits times in a row: the start after
 // that runs the previous version, rolled_back with the count.
 func TestLaunchCrashLoop(t *testing.T) {
-	n := agentAt(t, control.StepHealthCheck, "v1.1.0", &switchRecord{Previous: "v1.0.0", To: "v1.1.0", Deadline: time.Now().Add(time.Hour)})
+	n := agentAt(t, upgradeproto.StepHealthCheck, "v1.1.0", &switchRecord{
+		Previous: "v1.0.0", To: "v1.1.0", Deadline: time.Now().Add(time.Hour),
+	})
 	holdWatcher(t, n)
 	newExe := filepath.Join(n.agentDir(), "versions", "v1.1.0", binName)
 	for start := 1; start <= CrashLoopExits; start++ {
@@ -138,13 +213,14 @@ func TestLaunchCrashLoop(t *testing.T) {
 	if exe != filepath.Join(n.agentDir(), "versions", "v1.0.0", binName) || len(changed) != 1 {
 		t.Fatalf("start %d runs %q (%d changed), want the previous version", CrashLoopExits+1, exe, len(changed))
 	}
-	if s := changed[0]; s.Step != control.StepRolledBack || s.Reason != "new version v1.1.0 crashed 3 times; back on v1.0.0" {
+	if s := changed[0]; s.Step != upgradeproto.StepRolledBack ||
+		s.Reason != "new version v1.1.0 crashed 3 times; back on v1.0.0" {
 		t.Fatalf("%s %q", s.Step, s.Reason)
 	}
 }
 
 func TestMarkHealthy(t *testing.T) {
-	n := agentAt(t, control.StepHealthCheck, "v1.1.0", &switchRecord{Previous: "v1.0.0", To: "v1.1.0"})
+	n := agentAt(t, upgradeproto.StepHealthCheck, "v1.1.0", &switchRecord{Previous: "v1.0.0", To: "v1.1.0"})
 	if err := n.setLink(linkPrevious, "v1.0.0"); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +228,7 @@ func TestMarkHealthy(t *testing.T) {
 		t.Fatalf("another version marked healthy: %+v", got)
 	}
 	got := n.MarkHealthy("v1.1.0")
-	if len(got) != 1 || got[0].Step != control.StepSucceeded {
+	if len(got) != 1 || got[0].Step != upgradeproto.StepSucceeded {
 		t.Fatalf("%+v", got)
 	}
 	ents, _ := os.ReadDir(filepath.Join(n.agentDir(), "versions"))
@@ -169,7 +245,7 @@ func TestMarkHealthy(t *testing.T) {
 }
 
 func TestSetLinkLeavesNoTemp(t *testing.T) {
-	n := agentAt(t, control.StepHealthCheck, "v1.0.0", nil)
+	n := agentAt(t, upgradeproto.StepHealthCheck, "v1.0.0", nil)
 	for range 3 {
 		if err := n.setLink(linkCurrent, "v1.1.0"); err != nil {
 			t.Fatal(err)
@@ -201,7 +277,7 @@ func TestConfirmSocket(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (to run a client as nobody)")
 	}
-	n := agentAt(t, control.StepAwaitingConfirmation, "", nil)
+	n := agentAt(t, upgradeproto.StepAwaitingConfirmation, "", nil)
 	dir, err := os.MkdirTemp("", "confirm-sock-")
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +323,7 @@ func TestConfirmSocket(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
 		t.Fatalf("nobody's confirm: %v %s, want refused as not root", err, out)
 	}
-	if s, _ := n2.Load("edge"); s.Step != control.StepAwaitingConfirmation {
+	if s, _ := n2.Load("edge"); s.Step != upgradeproto.StepAwaitingConfirmation {
 		t.Fatalf("nobody confirmed: %s", s.Step)
 	}
 
@@ -256,14 +332,15 @@ func TestConfirmSocket(t *testing.T) {
 		t.Fatalf("list: %+v, %v", waiting, err)
 	}
 	done, err := Ask(ctx, dir, SocketRequest{Op: "confirm", Name: "edge"})
-	if err != nil || len(done) != 1 || done[0].Step != control.StepDownloading ||
+	if err != nil || len(done) != 1 || done[0].Step != upgradeproto.StepDownloading ||
 		!strings.HasPrefix(done[0].ConfirmedBy, "root@") || !strings.HasSuffix(done[0].ConfirmedBy, " (on the node)") {
 		t.Fatalf("confirm: %+v, %v", done, err)
 	}
 	if got := <-changed; got[0].ConfirmedBy != done[0].ConfirmedBy {
 		t.Fatalf("reported %+v", got)
 	}
-	if _, err := Ask(ctx, dir, SocketRequest{Op: "confirm", Name: "edge"}); err == nil || !strings.Contains(err.Error(), "not awaiting confirmation") {
+	if _, err := Ask(ctx, dir, SocketRequest{Op: "confirm", Name: "edge"}); err == nil ||
+		!strings.Contains(err.Error(), "not awaiting confirmation") {
 		t.Fatalf("second confirm: %v", err)
 	}
 	cancel()
@@ -312,13 +389,15 @@ func TestUnitOfCgroup(t *testing.T) {
 func fakeSupervisor(t *testing.T, n *Node) (count func() int) {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "usr1")
-	cmd := exec.Command("/bin/sh", "-c", `trap 'echo x >> "$F"' USR1; echo ready >> "$F.ready"; while :; do sleep 0.05; done`)
+	cmd := exec.Command("/bin/sh", "-c",
+		`trap 'echo x >> "$F"' USR1; echo ready >> "$F.ready"; while :; do sleep 0.05; done`)
 	cmd.Env = append(os.Environ(), "F="+f)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	testenv.WaitFor(t, "the fake supervisor", 10*time.Second, func() bool { _, err := os.Stat(f + ".ready"); return err == nil })
+	testenv.WaitFor(t, "the fake supervisor", 10*time.Second,
+		func() bool { _, err := os.Stat(f + ".ready"); return err == nil })
 	if err := n.SetManager(Manager{Kind: ManagerSupervisor, PID: cmd.Process.Pid}); err != nil {
 		t.Fatal(err)
 	}
@@ -330,22 +409,28 @@ func fakeSupervisor(t *testing.T, n *Node) (count func() int) {
 
 func TestWatch(t *testing.T) {
 	t.Run("no health: rolled back and restarted", func(t *testing.T) {
-		n := agentAt(t, control.StepInstalling, "v1.0.0", &switchRecord{Previous: "v1.0.0", To: "v1.1.0", TimeoutSeconds: 1})
+		n := agentAt(t, upgradeproto.StepInstalling, "v1.0.0", &switchRecord{
+			Previous: "v1.0.0", To: "v1.1.0", TimeoutSeconds: 1,
+		})
 		restarts := fakeSupervisor(t, n)
 		if err := n.Watch(context.Background(), "edge"); err != nil {
 			t.Fatal(err)
 		}
 		s, _ := n.Load("edge")
-		if s.Step != control.StepRolledBack || s.Reason != "new version v1.1.0 did not reconnect within 1s; back on v1.0.0" {
+		if s.Step != upgradeproto.StepRolledBack ||
+			s.Reason != "new version v1.1.0 did not reconnect within 1s; back on v1.0.0" {
 			t.Fatalf("%s %q", s.Step, s.Reason)
 		}
 		if n.InstalledVersion() != "v1.0.0" || n.PreviousVersion() != "v1.0.0" {
 			t.Fatalf("current %s previous %s", n.InstalledVersion(), n.PreviousVersion())
 		}
-		testenv.WaitFor(t, "two restarts (to the new version and back)", 10*time.Second, func() bool { return restarts() == 2 })
+		testenv.WaitFor(t, "two restarts (to the new version and back)", 10*time.Second,
+			func() bool { return restarts() == 2 })
 	})
 	t.Run("healthy: succeeded, old versions pruned", func(t *testing.T) {
-		n := agentAt(t, control.StepInstalling, "v1.0.0", &switchRecord{Previous: "v1.0.0", To: "v1.1.0", TimeoutSeconds: 3600})
+		n := agentAt(t, upgradeproto.StepInstalling, "v1.0.0", &switchRecord{
+			Previous: "v1.0.0", To: "v1.1.0", TimeoutSeconds: 3600,
+		})
 		restarts := fakeSupervisor(t, n)
 		done := make(chan error, 1)
 		go func() { done <- n.Watch(context.Background(), "edge") }()
@@ -364,12 +449,12 @@ func TestWatch(t *testing.T) {
 		}
 	})
 	t.Run("a second updater leaves", func(t *testing.T) {
-		n := agentAt(t, control.StepInstalling, "v1.0.0", &switchRecord{Previous: "v1.0.0", To: "v1.1.0"})
+		n := agentAt(t, upgradeproto.StepInstalling, "v1.0.0", &switchRecord{Previous: "v1.0.0", To: "v1.1.0"})
 		holdWatcher(t, n)
 		if err := n.Watch(context.Background(), "edge"); err != nil {
 			t.Fatal(err)
 		}
-		if s, _ := n.Load("edge"); s.Step != control.StepInstalling || n.InstalledVersion() != "v1.0.0" {
+		if s, _ := n.Load("edge"); s.Step != upgradeproto.StepInstalling || n.InstalledVersion() != "v1.0.0" {
 			t.Fatalf("the second updater acted: %s on %s", s.Step, n.InstalledVersion())
 		}
 	})

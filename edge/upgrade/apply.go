@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // DefaultScriptTimeout bounds each bundle script unless Node.ScriptTimeout says otherwise.
@@ -37,42 +37,45 @@ func (n *Node) Apply(ctx context.Context, name, confirmedBy string) (*State, err
 	if err != nil {
 		return nil, err
 	}
-	if s.Kind == control.UpgradeBundle && (s.Step == control.StepInstalling || s.Step == control.StepHealthCheck) {
+	if s.Kind == upgradeproto.KindBundle &&
+		(s.Step == upgradeproto.StepInstalling || s.Step == upgradeproto.StepHealthCheck) {
 		// This apply holds the lock, so no other runs the scripts: the
 		// one that did was cut short (its SSH session ended, a kill).
 		return s, n.fail(s, interrupted(s.Step))
 	}
-	var o control.UpgradeOffer
-	if s.Step == control.StepAwaitingConfirmation {
+	var o upgradeproto.Offer
+	if s.Step == upgradeproto.StepAwaitingConfirmation {
 		if confirmedBy == "" {
-			return s, fmt.Errorf("%w: upgrade %s waits for confirmation: confirm it on the hub (`tether upgrade confirm`) or on the node (`tether-edge confirm %s`)", ErrRefused, name, name)
+			return s, fmt.Errorf(
+				"%w: upgrade %s waits for confirmation: confirm it on the hub (`tether upgrade confirm`) or on the node "+
+					"(`tether-edge confirm %s`)", ErrRefused, name, name)
 		}
 		s.ConfirmedBy = confirmedBy
-		if err := n.move(s, control.StepDownloading, "confirmed by "+confirmedBy); err != nil {
+		if err := n.move(s, upgradeproto.StepDownloading, "confirmed by "+confirmedBy); err != nil {
 			return s, err
 		}
 	}
-	if s.Step == control.StepDownloading || s.Step == control.StepVerifying {
+	if s.Step == upgradeproto.StepDownloading || s.Step == upgradeproto.StepVerifying {
 		if err := readJSON(filepath.Join(n.recordDir(name), "offer.json"), &o); err != nil {
 			return s, fmt.Errorf("upgrade %s: read its offer: %w", name, err)
 		}
 	}
-	if s.Step == control.StepDownloading {
+	if s.Step == upgradeproto.StepDownloading {
 		m, err := o.Verify()
 		if err != nil {
 			return s, n.fail(s, err.Error())
 		}
 		for _, f := range m.Files() {
-			p := filepath.Join(control.UpgradeIncomingDir(n.Dir, name), control.DigestHex(f.Digest))
+			p := filepath.Join(upgradeproto.IncomingDir(n.Dir, name), upgradeproto.DigestHex(f.Digest))
 			if _, err := os.Stat(p); err != nil {
 				return s, fmt.Errorf("upgrade %s: file %s (%s) not received yet: upload it to %s", name, f.Name, f.Digest, p)
 			}
 		}
-		if err := n.move(s, control.StepVerifying, ""); err != nil {
+		if err := n.move(s, upgradeproto.StepVerifying, ""); err != nil {
 			return s, err
 		}
 	}
-	if s.Step == control.StepVerifying {
+	if s.Step == upgradeproto.StepVerifying {
 		m, err := o.Verify()
 		if err != nil {
 			return s, n.fail(s, err.Error())
@@ -83,16 +86,16 @@ func (n *Node) Apply(ctx context.Context, name, confirmedBy string) (*State, err
 			n.removeFiles(name)
 			return s, n.fail(s, reason)
 		}
-		os.RemoveAll(control.UpgradeIncomingDir(n.Dir, name))
-		if err := n.move(s, control.StepInstalling, ""); err != nil {
+		os.RemoveAll(upgradeproto.IncomingDir(n.Dir, name))
+		if err := n.move(s, upgradeproto.StepInstalling, ""); err != nil {
 			return s, err
 		}
-		if s.Kind == control.UpgradeBundle {
+		if s.Kind == upgradeproto.KindBundle {
 			n.runBundle(ctx, s, &o)
 			return s, nil
 		}
 		err = n.installAgent(s, &o)
-		if s.Step == control.StepFailed {
+		if s.Step == upgradeproto.StepFailed {
 			n.removeFiles(name)
 		}
 		return s, err
@@ -103,21 +106,21 @@ func (n *Node) Apply(ctx context.Context, name, confirmedBy string) (*State, err
 // fail moves s to failed(reason); the returned error is nil when that
 // worked (the failure is in the record, not an error of the verb).
 func (n *Node) fail(s *State, reason string) error {
-	return n.move(s, control.StepFailed, reason)
+	return n.move(s, upgradeproto.StepFailed, reason)
 }
 
 // stage copies each received file into the stage dir, hashing what it
 // copies: the copy that matched its digest is the one that runs or is
 // installed, so a file changed after the check cannot be. A mismatch
 // returns its reason ("digest mismatch (want …, got …)").
-func (n *Node) stage(name string, files []control.UpgradeFile) (reason string, err error) {
+func (n *Node) stage(name string, files []upgradeproto.File) (reason string, err error) {
 	dir := n.stageDir(name)
 	os.RemoveAll(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
 	for _, f := range files {
-		src := filepath.Join(control.UpgradeIncomingDir(n.Dir, name), control.DigestHex(f.Digest))
+		src := filepath.Join(upgradeproto.IncomingDir(n.Dir, name), upgradeproto.DigestHex(f.Digest))
 		got, err := copyHashed(src, filepath.Join(dir, f.Name), 0o755)
 		if err != nil {
 			return "", fmt.Errorf("upgrade %s: stage %s: %w", name, f.Name, err)
@@ -142,7 +145,7 @@ func copyHashed(src, dst string, mode fs.FileMode) (string, error) {
 		return "", err
 	}
 	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(out, h), io.LimitReader(in, control.MaxArtifactFile+1))
+	_, err = io.Copy(io.MultiWriter(out, h), io.LimitReader(in, upgradeproto.MaxArtifactFile+1))
 	if err == nil {
 		err = out.Sync()
 	}
@@ -158,44 +161,44 @@ func copyHashed(src, dst string, mode fs.FileMode) (string, error) {
 // runBundle runs the staged install script, then the health script if
 // there is one; a failing health script runs the rollback script if there
 // is one. Every script's output goes to Stderr.
-func (n *Node) runBundle(ctx context.Context, s *State, o *control.UpgradeOffer) {
+func (n *Node) runBundle(ctx context.Context, s *State, o *upgradeproto.Offer) {
 	dir := n.stageDir(s.Name)
 	has := func(f string) bool { _, err := os.Stat(filepath.Join(dir, f)); return err == nil }
-	if err := n.script(ctx, s, o, control.BundleInstall); err != nil {
+	if err := n.script(ctx, s, o, upgradeproto.BundleInstall); err != nil {
 		_ = n.fail(s, err.Error())
 		return
 	}
-	if !has(control.BundleHealth) {
-		_ = n.move(s, control.StepSucceeded, "")
+	if !has(upgradeproto.BundleHealth) {
+		_ = n.move(s, upgradeproto.StepSucceeded, "")
 		return
 	}
-	if err := n.move(s, control.StepHealthCheck, ""); err != nil {
+	if err := n.move(s, upgradeproto.StepHealthCheck, ""); err != nil {
 		return
 	}
-	herr := n.script(ctx, s, o, control.BundleHealth)
+	herr := n.script(ctx, s, o, upgradeproto.BundleHealth)
 	if herr == nil {
-		_ = n.move(s, control.StepSucceeded, "")
+		_ = n.move(s, upgradeproto.StepSucceeded, "")
 		return
 	}
-	if !has(control.BundleRollback) {
-		_ = n.fail(s, herr.Error()+" (the bundle has no "+control.BundleRollback+")")
+	if !has(upgradeproto.BundleRollback) {
+		_ = n.fail(s, herr.Error()+" (the bundle has no "+upgradeproto.BundleRollback+")")
 		return
 	}
-	if rerr := n.script(ctx, s, o, control.BundleRollback); rerr != nil {
+	if rerr := n.script(ctx, s, o, upgradeproto.BundleRollback); rerr != nil {
 		_ = n.fail(s, herr.Error()+"; "+rerr.Error())
 		return
 	}
-	_ = n.move(s, control.StepRolledBack, herr.Error()+"; "+control.BundleRollback+" ran")
+	_ = n.move(s, upgradeproto.StepRolledBack, herr.Error()+"; "+upgradeproto.BundleRollback+" ran")
 }
 
 // script runs one bundle script with /bin/sh in the stage dir, in its own
 // process group (killed whole at the timeout).
-func (n *Node) script(ctx context.Context, s *State, o *control.UpgradeOffer, file string) error {
+func (n *Node) script(ctx context.Context, s *State, o *upgradeproto.Offer, file string) error {
 	timeout := n.ScriptTimeout
 	if timeout <= 0 {
 		timeout = DefaultScriptTimeout
 	}
-	if file == control.BundleHealth && o.HealthTimeoutSeconds > 0 {
+	if file == upgradeproto.BundleHealth && o.HealthTimeoutSeconds > 0 {
 		timeout = time.Duration(o.HealthTimeoutSeconds) * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -231,7 +234,8 @@ func (n *Node) RecoverBundles() []State {
 	all, _ := n.List()
 	var changed []State
 	for _, s := range all {
-		if s.Kind != control.UpgradeBundle || (s.Step != control.StepInstalling && s.Step != control.StepHealthCheck) {
+		if s.Kind != upgradeproto.KindBundle ||
+			(s.Step != upgradeproto.StepInstalling && s.Step != upgradeproto.StepHealthCheck) {
 			continue
 		}
 		l, err := n.lock(s.Name, 0)
@@ -249,6 +253,7 @@ func (n *Node) RecoverBundles() []State {
 }
 
 // interrupted is the reason a bundle cut short in step fails with.
-func interrupted(step control.UpgradeStep) string {
-	return fmt.Sprintf("interrupted in %s (the node restarted or the apply was killed); the script's outcome is unknown", step)
+func interrupted(step upgradeproto.Step) string {
+	return fmt.Sprintf("interrupted in %s (the node restarted or the apply was killed); the script's outcome is unknown",
+		step)
 }

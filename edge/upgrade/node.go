@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // Node runs the node-side verbs on one agent state dir.
@@ -61,18 +61,18 @@ var ErrRefused = errors.New("refused")
 // running ends skipped ("already at V"; the hub's rollout counts it as a
 // node already at the target); one to an older version fails unless the
 // offer allows downgrades.
-func (n *Node) Offer(o control.UpgradeOffer) (*State, error) {
+func (n *Node) Offer(o upgradeproto.Offer) (*State, error) {
 	m, err := o.Verify()
 	if err != nil {
 		return nil, err
 	}
-	if o.Kind == control.UpgradeAgent {
+	if o.Kind == upgradeproto.KindAgent {
 		if !safeVersionDir(o.Version) {
 			return nil, fmt.Errorf("upgrade offer: version %q cannot name an install directory", o.Version)
 		}
 		// The manifest must be the index's for this node's platform: a
 		// binary for another one would only crash-loop.
-		ix, err := control.ParseArtifactIndex(o.Index)
+		ix, err := upgradeproto.ParseArtifactIndex(o.Index)
 		if err != nil {
 			return nil, err
 		}
@@ -80,8 +80,9 @@ func (n *Node) Offer(o control.UpgradeOffer) (*State, error) {
 		if err != nil {
 			return nil, fmt.Errorf("upgrade offer: %w", err)
 		}
-		if d.Digest != control.DigestOf(o.Manifest) {
-			return nil, fmt.Errorf("upgrade offer: the manifest is not the index's for %s/%s (want %s, got %s)", runtime.GOOS, runtime.GOARCH, d.Digest, control.DigestOf(o.Manifest))
+		if d.Digest != upgradeproto.DigestOf(o.Manifest) {
+			return nil, fmt.Errorf("upgrade offer: the manifest is not the index's for %s/%s (want %s, got %s)", runtime.GOOS,
+				runtime.GOARCH, d.Digest, upgradeproto.DigestOf(o.Manifest))
 		}
 	}
 	if err := os.MkdirAll(n.recordDir(o.Name), 0o700); err != nil {
@@ -97,7 +98,9 @@ func (n *Node) Offer(o control.UpgradeOffer) (*State, error) {
 			return old, nil
 		}
 		if !old.Step.Terminal() {
-			return nil, fmt.Errorf("%w: upgrade %s is in step %s with digest %s; a different digest (%s) under the same name is refused: cancel it first or use another name",
+			return nil, fmt.Errorf(
+				"%w: upgrade %s is in step %s with digest %s; a different digest (%s) under the same name is refused: "+
+					"cancel it first or use another name",
 				ErrRefused, o.Name, old.Step, old.Digest, o.Digest)
 		}
 		// A finished upgrade's name is taken anew: nothing of it stays.
@@ -108,40 +111,41 @@ func (n *Node) Offer(o control.UpgradeOffer) (*State, error) {
 		return nil, err
 	}
 	running := n.Version
-	if o.Kind == control.UpgradeAgent {
+	if o.Kind == upgradeproto.KindAgent {
 		running = n.InstalledVersion()
 	}
 	s := &State{Name: o.Name, Kind: o.Kind, Digest: o.Digest, FromVersion: o.FromVersion, ToVersion: m.Version(),
-		Step: control.StepPending, UpdatedAt: n.now().UTC()}
-	if o.Kind == control.UpgradeAgent {
+		Step: upgradeproto.StepPending, UpdatedAt: n.now().UTC()}
+	if o.Kind == upgradeproto.KindAgent {
 		s.FromVersion = running
 	}
-	s.History = []control.UpgradeTransition{{Step: control.StepPending, At: s.UpdatedAt}}
+	s.History = []upgradeproto.Transition{{Step: upgradeproto.StepPending, At: s.UpdatedAt}}
 	if err := writeJSON(filepath.Join(n.recordDir(o.Name), "offer.json"), o); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(control.UpgradeIncomingDir(n.Dir, o.Name), 0o700); err != nil {
+	if err := os.MkdirAll(upgradeproto.IncomingDir(n.Dir, o.Name), 0o700); err != nil {
 		return nil, err
 	}
 	switch {
-	case o.Kind == control.UpgradeAgent && running == o.Version:
-		err = s.Move(control.StepSkipped, "already at "+o.Version, n.now())
-	case o.Kind == control.UpgradeAgent && !o.AllowDowngrade && isOlder(o.Version, running):
-		err = s.Move(control.StepFailed, fmt.Sprintf("downgrade from %s to %s refused (the upgrade must allow downgrades)", running, o.Version), n.now())
-	case o.Kind == control.UpgradeAgent && n.Manager().check() != nil:
+	case o.Kind == upgradeproto.KindAgent && running == o.Version:
+		err = s.Move(upgradeproto.StepSkipped, "already at "+o.Version, n.now())
+	case o.Kind == upgradeproto.KindAgent && !o.AllowDowngrade && isOlder(o.Version, running):
+		err = s.Move(upgradeproto.StepFailed,
+			fmt.Sprintf("downgrade from %s to %s refused (the upgrade must allow downgrades)", running, o.Version), n.now())
+	case o.Kind == upgradeproto.KindAgent && n.Manager().check() != nil:
 		// Said before the hub sends the files: nothing could restart the
 		// agent on the new version.
-		err = s.Move(control.StepFailed, n.Manager().check().Error(), n.now())
+		err = s.Move(upgradeproto.StepFailed, n.Manager().check().Error(), n.now())
 	case o.RequireConfirmation:
-		err = s.Move(control.StepAwaitingConfirmation, "", n.now())
+		err = s.Move(upgradeproto.StepAwaitingConfirmation, "", n.now())
 	default:
-		err = s.Move(control.StepDownloading, "", n.now())
+		err = s.Move(upgradeproto.StepDownloading, "", n.now())
 	}
 	if err != nil {
 		return nil, err
 	}
 	if s.Step.Terminal() {
-		os.RemoveAll(control.UpgradeIncomingDir(n.Dir, o.Name))
+		os.RemoveAll(upgradeproto.IncomingDir(n.Dir, o.Name))
 	}
 	n.log().Info("upgrade offered", "name", s.Name, "kind", s.Kind, "to", s.ToVersion, "step", s.Step, "reason", s.Reason)
 	return s, n.save(s)
@@ -167,10 +171,10 @@ func (n *Node) Status(name string) ([]State, error) {
 // files.
 func (n *Node) Cancel(name string) (*State, error) {
 	s, err := n.update(name, func(s *State) error {
-		if !control.CanMove(s.Step, control.StepCancelled) {
+		if !upgradeproto.CanMove(s.Step, upgradeproto.StepCancelled) {
 			return fmt.Errorf("%w: upgrade %s is in step %s and can no longer be cancelled", ErrRefused, name, s.Step)
 		}
-		return n.move(s, control.StepCancelled, "cancelled by the hub")
+		return n.move(s, upgradeproto.StepCancelled, "cancelled by the hub")
 	})
 	if err == nil {
 		n.removeFiles(name)
@@ -182,11 +186,11 @@ func (n *Node) Cancel(name string) (*State, error) {
 // on to downloading (the hub then sends the files and applies it).
 func (n *Node) Confirm(name, who string) (*State, error) {
 	return n.update(name, func(s *State) error {
-		if s.Step != control.StepAwaitingConfirmation {
+		if s.Step != upgradeproto.StepAwaitingConfirmation {
 			return fmt.Errorf("%w: upgrade %s is in step %s, not awaiting confirmation", ErrRefused, name, s.Step)
 		}
 		s.ConfirmedBy = who
-		return n.move(s, control.StepDownloading, "confirmed by "+who)
+		return n.move(s, upgradeproto.StepDownloading, "confirmed by "+who)
 	})
 }
 
@@ -195,7 +199,7 @@ func (n *Node) Waiting() ([]State, error) {
 	all, err := n.List()
 	var out []State
 	for _, s := range all {
-		if s.Step == control.StepAwaitingConfirmation {
+		if s.Step == upgradeproto.StepAwaitingConfirmation {
 			out = append(out, s)
 		}
 	}
@@ -204,7 +208,7 @@ func (n *Node) Waiting() ([]State, error) {
 
 // removeFiles removes what was received and staged for an upgrade.
 func (n *Node) removeFiles(name string) {
-	os.RemoveAll(control.UpgradeIncomingDir(n.Dir, name))
+	os.RemoveAll(upgradeproto.IncomingDir(n.Dir, name))
 	os.RemoveAll(n.stageDir(name))
 	syncDir(n.recordDir(name))
 }
@@ -216,6 +220,6 @@ func safeVersionDir(v string) bool {
 
 // isOlder: a is a version older than b.
 func isOlder(a, b string) bool {
-	c, ok := control.CompareVersions(a, b)
+	c, ok := upgradeproto.CompareVersions(a, b)
 	return ok && c < 0
 }

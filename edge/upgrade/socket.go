@@ -107,7 +107,9 @@ func (n *Node) serveConn(c *net.UnixConn, onChange func([]State)) {
 	uid, err := peerUID(c)
 	if err != nil || uid != 0 {
 		n.log().Warn("confirm socket: refused a non-root peer", "uid", uid, "err", err)
-		_ = enc.Encode(SocketReply{Error: fmt.Sprintf("%s (asked by uid %d): run `sudo tether-edge confirm`", ErrNotRoot, uid)})
+		_ = enc.Encode(SocketReply{
+			Error: fmt.Sprintf("%s (asked by uid %d): run `sudo tether-edge confirm`", ErrNotRoot, uid),
+		})
 		return
 	}
 	if derr != nil {
@@ -145,7 +147,9 @@ func Ask(ctx context.Context, dir string, req SocketRequest) ([]State, error) {
 	c, err := d.DialContext(ctx, "unix", path)
 	switch {
 	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
-		return nil, fmt.Errorf("%w serves %s: confirmation goes through the running agent; start it (systemctl start tether-edge) and try again", ErrNoAgent, path)
+		return nil, fmt.Errorf(
+			"%w serves %s: confirmation goes through the running agent; start it (systemctl start tether-edge) and try again",
+			ErrNoAgent, path)
 	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
 		return nil, fmt.Errorf("%w: %s is root's: run `sudo tether-edge confirm`", ErrNotRoot, path)
 	case err != nil:

@@ -1,5 +1,5 @@
 // Package upgrade is the node side of over-the-air upgrades: the node's
-// per-upgrade records (control.NodeUpgradeState, persisted with atomic
+// per-upgrade records (upgradeproto.NodeState, persisted with atomic
 // writes), the verbs the hub calls over SSH (offer, apply, status, cancel),
 // verification of every received file before anything runs, bundles
 // (install, health and rollback scripts), and the agent's own upgrade:
@@ -8,7 +8,7 @@
 //
 // Layout under the agent's state dir:
 //
-//	upgrades/NAME/state.json     the record (control.NodeUpgradeState)
+//	upgrades/NAME/state.json     the record (upgradeproto.NodeState)
 //	upgrades/NAME/offer.json     the offer as received (documents verified against its digest)
 //	upgrades/NAME/incoming/HEX   files uploaded by the hub, named by digest
 //	upgrades/NAME/stage/         verified copies (what runs or is installed)
@@ -36,11 +36,11 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/pki"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // State is the node's record of one upgrade.
-type State = control.NodeUpgradeState
+type State = upgradeproto.NodeState
 
 // ErrNotFound: no record of that upgrade on this node.
 var ErrNotFound = errors.New("no such upgrade on this node")
@@ -81,7 +81,7 @@ func (n *Node) stageDir(name string) string  { return filepath.Join(n.recordDir(
 
 // Load reads one record.
 func (n *Node) Load(name string) (*State, error) {
-	if !control.ValidUpgradeName(name) {
+	if !upgradeproto.ValidName(name) {
 		return nil, fmt.Errorf("upgrade name %q: want a lowercase name (a-z, 0-9, '-', '.')", name)
 	}
 	b, err := os.ReadFile(n.statePath(name))
@@ -110,7 +110,7 @@ func (n *Node) List() ([]State, error) {
 	}
 	var out []State
 	for _, e := range ents {
-		if !e.IsDir() || !control.ValidUpgradeName(e.Name()) {
+		if !e.IsDir() || !upgradeproto.ValidName(e.Name()) {
 			continue
 		}
 		s, err := n.Load(e.Name())
@@ -136,7 +136,7 @@ func (n *Node) save(s *State) error {
 }
 
 // move takes s one step and persists it.
-func (n *Node) move(s *State, to control.UpgradeStep, reason string) error {
+func (n *Node) move(s *State, to upgradeproto.Step, reason string) error {
 	if err := s.Move(to, reason, n.now()); err != nil {
 		return err
 	}
@@ -213,7 +213,7 @@ func readJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	if len(b) > control.MaxArtifactManifest*4 {
+	if len(b) > upgradeproto.MaxArtifactManifest*4 {
 		return fmt.Errorf("%s: too large", path)
 	}
 	return json.Unmarshal(b, v)

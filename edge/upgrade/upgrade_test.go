@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/internal/testenv"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // newNode is a node whose agent runs under a service manager the tests
@@ -29,29 +29,36 @@ func TestOffer(t *testing.T) {
 	cases := []struct {
 		name     string
 		running  string
-		offer    func(t *testing.T) control.UpgradeOffer
-		step     control.UpgradeStep
+		offer    func(t *testing.T) upgradeproto.Offer
+		step     upgradeproto.Step
 		reason   string
 		notFresh bool // offered twice: the second is compared
 	}{
-		{"agent upgrade", "v1.0.0", func(t *testing.T) control.UpgradeOffer { return testenv.AgentOffer(t, "edge-1.1", "v1.1.0", bin) }, control.StepDownloading, "", false},
-		{"already there", "v1.1.0", func(t *testing.T) control.UpgradeOffer { return testenv.AgentOffer(t, "edge-1.1", "v1.1.0", bin) }, control.StepSkipped, "already at v1.1.0", false},
-		{"downgrade refused", "v1.2.0", func(t *testing.T) control.UpgradeOffer { return testenv.AgentOffer(t, "edge-1.1", "v1.1.0", bin) }, control.StepFailed, "downgrade from v1.2.0 to v1.1.0 refused", false},
-		{"downgrade allowed", "v1.2.0", func(t *testing.T) control.UpgradeOffer {
+		{"agent upgrade", "v1.0.0",
+			func(t *testing.T) upgradeproto.Offer { return testenv.AgentOffer(t, "edge-1.1", "v1.1.0", bin) },
+			upgradeproto.StepDownloading, "", false},
+		{"already there", "v1.1.0",
+			func(t *testing.T) upgradeproto.Offer { return testenv.AgentOffer(t, "edge-1.1", "v1.1.0", bin) },
+			upgradeproto.StepSkipped, "already at v1.1.0", false},
+		{"downgrade refused", "v1.2.0",
+			func(t *testing.T) upgradeproto.Offer { return testenv.AgentOffer(t, "edge-1.1", "v1.1.0", bin) },
+			upgradeproto.StepFailed, "downgrade from v1.2.0 to v1.1.0 refused", false},
+		{"downgrade allowed", "v1.2.0", func(t *testing.T) upgradeproto.Offer {
 			o := testenv.AgentOffer(t, "edge-1.1", "v1.1.0", bin)
 			o.AllowDowngrade = true
 			return o
-		}, control.StepDownloading, "", false},
-		{"confirmation", "v1.0.0", func(t *testing.T) control.UpgradeOffer {
+		}, upgradeproto.StepDownloading, "", false},
+		{"confirmation", "v1.0.0", func(t *testing.T) upgradeproto.Offer {
 			o := testenv.AgentOffer(t, "edge-1.1", "v1.1.0", bin)
 			o.RequireConfirmation = true
 			return o
-		}, control.StepAwaitingConfirmation, "", false},
-		{"no service manager", "", func(t *testing.T) control.UpgradeOffer { return testenv.AgentOffer(t, "edge-1.1", "v1.1.0", bin) },
-			control.StepFailed, "the agent runs under no service manager that can restart it", false},
-		{"bundle", "v1.0.0", func(t *testing.T) control.UpgradeOffer {
+		}, upgradeproto.StepAwaitingConfirmation, "", false},
+		{"no service manager", "",
+			func(t *testing.T) upgradeproto.Offer { return testenv.AgentOffer(t, "edge-1.1", "v1.1.0", bin) },
+			upgradeproto.StepFailed, "the agent runs under no service manager that can restart it", false},
+		{"bundle", "v1.0.0", func(t *testing.T) upgradeproto.Offer {
 			return testenv.BundleOffer(t, "patch-42", "42", map[string][]byte{"install.sh": []byte("true")})
-		}, control.StepDownloading, "", true},
+		}, upgradeproto.StepDownloading, "", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -95,20 +102,21 @@ func TestOfferOtherDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := n.Offer(testenv.AgentOffer(t, "edge", "v1.1.0", []byte("b")))
-	if err != nil || s.Step != control.StepDownloading || s.Digest != control.DigestOf(testenv.AgentOffer(t, "x", "v1.1.0", []byte("b")).Index) {
+	if err != nil || s.Step != upgradeproto.StepDownloading ||
+		s.Digest != upgradeproto.DigestOf(testenv.AgentOffer(t, "x", "v1.1.0", []byte("b")).Index) {
 		t.Fatalf("after cancel: %+v, %v", s, err)
 	}
 	other := testenv.AgentOffer(t, "edge3", "v1.1.0", []byte("a"))
-	var ix control.OCIIndex
+	var ix upgradeproto.OCIIndex
 	_ = json.Unmarshal(other.Index, &ix)
 	ix.Manifests[0].Platform.Architecture = "other-arch"
 	other.Index, _ = json.Marshal(ix)
-	other.Digest = control.DigestOf(other.Index)
+	other.Digest = upgradeproto.DigestOf(other.Index)
 	if _, err := n.Offer(other); err == nil || !strings.Contains(err.Error(), "no agent for") {
 		t.Fatalf("offer for another platform: %v", err)
 	}
 	bad := testenv.AgentOffer(t, "edge2", "v1.1.0", []byte("a"))
-	bad.Digest = control.DigestOf([]byte("other"))
+	bad.Digest = upgradeproto.DigestOf([]byte("other"))
 	if _, err := n.Offer(bad); err == nil || !strings.Contains(err.Error(), "digest mismatch") {
 		t.Fatalf("offer whose index is not the pinned digest: %v", err)
 	}
@@ -122,7 +130,7 @@ func TestApplyDigestMismatch(t *testing.T) {
 			n := newNode(t, "v1.0.0")
 			marker := filepath.Join(t.TempDir(), "ran")
 			good := []byte("touch " + marker + "\n")
-			var o control.UpgradeOffer
+			var o upgradeproto.Offer
 			if kind == "bundle" {
 				o = testenv.BundleOffer(t, "patch", "1", map[string][]byte{"install.sh": good})
 			} else {
@@ -132,7 +140,7 @@ func TestApplyDigestMismatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			testenv.UploadUpgradeFiles(t, n.Dir, o.Name, good)
-			p := filepath.Join(control.UpgradeIncomingDir(n.Dir, o.Name), control.DigestHex(control.DigestOf(good)))
+			p := filepath.Join(upgradeproto.IncomingDir(n.Dir, o.Name), upgradeproto.DigestHex(upgradeproto.DigestOf(good)))
 			evil := []byte("echo pwned > " + marker + "\n")
 			if err := os.WriteFile(p, evil, 0o600); err != nil {
 				t.Fatal(err)
@@ -141,14 +149,16 @@ func TestApplyDigestMismatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := "digest mismatch (want " + control.DigestOf(good) + ", got " + control.DigestOf(evil) + ")"
-			if s.Step != control.StepFailed || s.Reason != want {
+			want := "digest mismatch (want " + upgradeproto.DigestOf(good) + ", got " + upgradeproto.DigestOf(evil) + ")"
+			if s.Step != upgradeproto.StepFailed || s.Reason != want {
 				t.Fatalf("%s %q, want failed %q", s.Step, s.Reason, want)
 			}
 			if _, err := os.Stat(marker); err == nil {
 				t.Fatal("the tampered file ran")
 			}
-			for _, d := range []string{control.UpgradeIncomingDir(n.Dir, o.Name), n.stageDir(o.Name), filepath.Join(n.agentDir(), "versions", "v1.1.0")} {
+			for _, d := range []string{
+				upgradeproto.IncomingDir(n.Dir, o.Name), n.stageDir(o.Name), filepath.Join(n.agentDir(), "versions", "v1.1.0"),
+			} {
 				if _, err := os.Stat(d); err == nil {
 					t.Errorf("%s left on disk", d)
 				}
@@ -161,19 +171,67 @@ func TestApplyBundle(t *testing.T) {
 	cases := []struct {
 		name    string
 		files   map[string]string
-		step    control.UpgradeStep
+		step    upgradeproto.Step
 		reason  string
 		ran     []string // markers the scripts leave
 		timeout time.Duration
 	}{
-		{"install only", map[string]string{"install.sh": `touch installed; cat "$TETHER_UPGRADE_DIR/payload.txt" >&2`}, control.StepSucceeded, "", []string{"installed"}, 0},
-		{"install fails", map[string]string{"install.sh": "exit 4", "rollback.sh": "touch rolled"}, control.StepFailed, "install.sh exited with status 4", nil, 0},
-		{"health ok", map[string]string{"install.sh": "touch installed", "health.sh": "test -f $OUT/installed"}, control.StepSucceeded, "", []string{"installed"}, 0},
-		{"health fails, rollback", map[string]string{"install.sh": "touch installed", "health.sh": "exit 2", "rollback.sh": "touch rolled"},
-			control.StepRolledBack, "health.sh exited with status 2; rollback.sh ran", []string{"installed", "rolled"}, 0},
-		{"health fails, no rollback", map[string]string{"install.sh": "true", "health.sh": "exit 2"}, control.StepFailed, "health.sh exited with status 2 (the bundle has no rollback.sh)", nil, 0},
-		{"rollback fails", map[string]string{"install.sh": "true", "health.sh": "exit 2", "rollback.sh": "exit 5"}, control.StepFailed, "health.sh exited with status 2; rollback.sh exited with status 5", nil, 0},
-		{"install times out", map[string]string{"install.sh": "sleep 60"}, control.StepFailed, "install.sh timed out after 300ms", nil, 300 * time.Millisecond},
+		{
+			"install only",
+			map[string]string{"install.sh": `touch installed; cat "$TETHER_UPGRADE_DIR/payload.txt" >&2`},
+			upgradeproto.StepSucceeded,
+			"",
+			[]string{"installed"},
+			0,
+		},
+		{
+			"install fails",
+			map[string]string{"install.sh": "exit 4", "rollback.sh": "touch rolled"},
+			upgradeproto.StepFailed,
+			"install.sh exited with status 4",
+			nil,
+			0,
+		},
+		{
+			"health ok",
+			map[string]string{"install.sh": "touch installed", "health.sh": "test -f $OUT/installed"},
+			upgradeproto.StepSucceeded,
+			"",
+			[]string{"installed"},
+			0,
+		},
+		{
+			"health fails, rollback",
+			map[string]string{"install.sh": "touch installed", "health.sh": "exit 2", "rollback.sh": "touch rolled"},
+			upgradeproto.StepRolledBack,
+			"health.sh exited with status 2; rollback.sh ran",
+			[]string{"installed", "rolled"},
+			0,
+		},
+		{
+			"health fails, no rollback",
+			map[string]string{"install.sh": "true", "health.sh": "exit 2"},
+			upgradeproto.StepFailed,
+			"health.sh exited with status 2 (the bundle has no rollback.sh)",
+			nil,
+			0,
+		},
+		{
+			"rollback fails",
+			map[string]string{"install.sh": "true", "health.sh": "exit 2", "rollback.sh": "exit 5"},
+			upgradeproto.StepFailed,
+			"health.sh exited with status 2; rollback.sh exited with status 5",
+			nil,
+			0,
+		},
+		{
+			"install times out",
+			map[string]string{"install.sh": "sleep 60"},
+			upgradeproto.StepFailed,
+			"install.sh timed out after 300ms",
+			nil,
+			300 * time.Millisecond,
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -223,19 +281,28 @@ func TestApplyNeedsConfirmation(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.UploadUpgradeFiles(t, n.Dir, "b", install)
-	if _, err := n.Apply(context.Background(), "b", ""); err == nil || !strings.Contains(err.Error(), "waits for confirmation") {
+	if _, err := n.Apply(context.Background(), "b", ""); err == nil ||
+		!strings.Contains(err.Error(), "waits for confirmation") {
 		t.Fatalf("apply without confirmation: %v", err)
 	}
 	s, err := n.Apply(context.Background(), "b", "alice")
-	if err != nil || s.Step != control.StepSucceeded || s.ConfirmedBy != "alice" {
+	if err != nil || s.Step != upgradeproto.StepSucceeded || s.ConfirmedBy != "alice" {
 		t.Fatalf("%+v, %v", s, err)
 	}
 }
 
 func TestRecoverBundles(t *testing.T) {
 	n := newNode(t, "v1")
-	s := &State{Name: "b", Kind: control.UpgradeBundle, Digest: control.DigestOf(nil), ToVersion: "1", Step: control.StepPending}
-	for _, st := range []control.UpgradeStep{control.StepDownloading, control.StepVerifying, control.StepInstalling} {
+	s := &State{
+		Name:      "b",
+		Kind:      upgradeproto.KindBundle,
+		Digest:    upgradeproto.DigestOf(nil),
+		ToVersion: "1",
+		Step:      upgradeproto.StepPending,
+	}
+	for _, st := range []upgradeproto.Step{
+		upgradeproto.StepDownloading, upgradeproto.StepVerifying, upgradeproto.StepInstalling,
+	} {
 		if err := s.Move(st, "", time.Now()); err != nil {
 			t.Fatal(err)
 		}
@@ -246,14 +313,21 @@ func TestRecoverBundles(t *testing.T) {
 	if err := n.save(s); err != nil {
 		t.Fatal(err)
 	}
-	if got := n.RecoverBundles(); len(got) != 1 || got[0].Step != control.StepFailed || !strings.Contains(got[0].Reason, "interrupted in installing") {
+	if got := n.RecoverBundles(); len(got) != 1 || got[0].Step != upgradeproto.StepFailed ||
+		!strings.Contains(got[0].Reason, "interrupted in installing") {
 		t.Fatalf("%+v", got)
 	}
 }
 
 func FuzzDecodeState(f *testing.F) {
-	s := State{Name: "edge-1.4", Kind: control.UpgradeAgent, Digest: control.DigestOf(nil), ToVersion: "v1.4.0", Step: control.StepPending}
-	_ = s.Move(control.StepDownloading, "", time.Unix(0, 0))
+	s := State{
+		Name:      "edge-1.4",
+		Kind:      upgradeproto.KindAgent,
+		Digest:    upgradeproto.DigestOf(nil),
+		ToVersion: "v1.4.0",
+		Step:      upgradeproto.StepPending,
+	}
+	_ = s.Move(upgradeproto.StepDownloading, "", time.Unix(0, 0))
 	b, _ := json.Marshal(s)
 	f.Add(b)
 	f.Add([]byte(`{"name":"x","kind":"bundle","digest":"sha256:","step":"nope"}`))
@@ -290,7 +364,8 @@ func TestApplyAgentNeedsManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := n.Apply(context.Background(), "edge", "")
-	if err != nil || s.Step != control.StepFailed || s.Reason != "the agent's supervisor (pid 999999999) is not running" {
+	if err != nil || s.Step != upgradeproto.StepFailed ||
+		s.Reason != "the agent's supervisor (pid 999999999) is not running" {
 		t.Fatalf("%s %q, %v", s.Step, s.Reason, err)
 	}
 	if n.CurrentExe() != "" {
@@ -311,7 +386,7 @@ func TestApplyInterruptedBundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := n.update("b", func(s *State) error {
-		for _, st := range []control.UpgradeStep{control.StepVerifying, control.StepInstalling} {
+		for _, st := range []upgradeproto.Step{upgradeproto.StepVerifying, upgradeproto.StepInstalling} {
 			if err := n.move(s, st, ""); err != nil {
 				return err
 			}
@@ -321,11 +396,13 @@ func TestApplyInterruptedBundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	again, err := n.Offer(o)
-	if err != nil || again.Step != control.StepInstalling {
+	if err != nil || again.Step != upgradeproto.StepInstalling {
 		t.Fatalf("offer again: %+v %v", again, err)
 	}
 	s, err := n.Apply(context.Background(), "b", "")
-	if err != nil || s.Step != control.StepFailed || s.Reason != "interrupted in installing (the node restarted or the apply was killed); the script's outcome is unknown" {
+	if err != nil || s.Step != upgradeproto.StepFailed ||
+		s.Reason != "interrupted in installing (the node restarted or the apply was killed); "+
+			"the script's outcome is unknown" {
 		t.Fatalf("%s %q %v", s.Step, s.Reason, err)
 	}
 }

@@ -23,7 +23,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/metrics"
-	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/hub/store"
 )
 
@@ -105,8 +105,8 @@ type Store interface {
 
 // Config is what the door works with.
 type Config struct {
-	Store    Store
-	Registry *registry.Registry
+	Store Store
+	Conns *nodeconn.Table
 	// UserCAs returns the trusted SSH user CA keys (several during a
 	// rotation overlap); user certificates must be signed by one.
 	UserCAs func() []gossh.PublicKey
@@ -119,8 +119,8 @@ type Config struct {
 
 // CheckAndSetDefaults validates c and fills defaults.
 func (c *Config) CheckAndSetDefaults() error {
-	if c.Store == nil || c.Registry == nil || c.UserCAs == nil {
-		return errors.New("access: Store, Registry and UserCAs are required")
+	if c.Store == nil || c.Conns == nil || c.UserCAs == nil {
+		return errors.New("access: Store, Conns and UserCAs are required")
 	}
 	if c.ProvisionLogin == "" {
 		c.ProvisionLogin = "root"

@@ -11,7 +11,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
-	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/pki/ca"
@@ -19,7 +19,7 @@ import (
 
 type fixture struct {
 	door   *Door
-	st     *store.SQLite
+	st     *store.DB
 	userCA *ca.SSHCA
 	keys   map[string]gossh.Signer // operator name -> key
 }
@@ -52,7 +52,9 @@ func newFixture(t *testing.T) *fixture {
 		{ID: "id-revoked", Name: "revoked-1", Labels: map[string]string{"site": "berlin"}},
 	} {
 		tokID := "tok" + string(rune('a'+i))
-		if err := st.CreateToken(ctx, store.Token{ID: tokID, SecretHash: []byte("x"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour), CreatedAt: time.Now()}); err != nil {
+		if err := st.CreateToken(ctx, store.Token{
+			ID: tokID, SecretHash: []byte("x"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour), CreatedAt: time.Now(),
+		}); err != nil {
 			t.Fatal(err)
 		}
 		n.CreatedAt = time.Now()
@@ -60,7 +62,9 @@ func newFixture(t *testing.T) *fixture {
 			t.Fatal(err)
 		}
 	}
-	if err := st.UpdateNodeSeen(ctx, "id-munich", store.Seen{Online: false, At: time.Now().Add(-time.Minute)}); err != nil {
+	if err := st.UpdateNodeSeen(ctx, "id-munich", store.Seen{
+		Online: false, At: time.Now().Add(-time.Minute),
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.RevokeNode(ctx, "id-revoked", time.Now()); err != nil {
@@ -82,7 +86,7 @@ func newFixture(t *testing.T) *fixture {
 			t.Fatal(err)
 		}
 	}
-	f.door, err = New(ctx, Config{Store: st, Registry: registry.New(), UserCAs: userCA.TrustedKeys})
+	f.door, err = New(ctx, Config{Store: st, Conns: nodeconn.NewTable(), UserCAs: userCA.TrustedKeys})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,14 +146,17 @@ func TestAuthorizeJump(t *testing.T) {
 func TestAuthorizeJob(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	if err := f.st.PutRole(ctx, store.Role{Name: "deployers", Nodes: "site=munich", Logins: []string{"deploy"}}); err != nil {
+	if err := f.st.PutRole(ctx, store.Role{
+		Name: "deployers", Nodes: "site=munich", Logins: []string{"deploy"},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.door.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	berlin := store.Node{Name: "berlin-1", Labels: map[string]string{"site": "berlin"}}                                // provisions as root
-	munich := store.Node{Name: "munich-1", Labels: map[string]string{"site": "munich", ProvisionLoginLabel: "deploy"}} // as deploy
+	// berlin-1 provisions as root, munich-1 as deploy.
+	berlin := store.Node{Name: "berlin-1", Labels: map[string]string{"site": "berlin"}}
+	munich := store.Node{Name: "munich-1", Labels: map[string]string{"site": "munich", ProvisionLoginLabel: "deploy"}}
 	for _, tc := range []struct {
 		caller Caller
 		node   store.Node
@@ -201,7 +208,8 @@ func TestAuthorizeLoginAndCert(t *testing.T) {
 		{"unknown operator", "mallory", alice, false},
 		{"certificate from login", "alice", cert(UserCertKeyIDPrefix+"alice", alice, time.Hour), true},
 		{"certificate issued to someone else", "alice", cert(UserCertKeyIDPrefix+"root", alice, time.Hour), false},
-		{"certificate over another key", "alice", cert(UserCertKeyIDPrefix+"alice", f.keys["root"].PublicKey(), time.Hour), false},
+		{"certificate over another key", "alice",
+			cert(UserCertKeyIDPrefix+"alice", f.keys["root"].PublicKey(), time.Hour), false},
 		{"certificate from another CA", "alice", foreign, false},
 		{"expired (signature no longer matches either)", "alice", expired, false},
 	} {
@@ -230,7 +238,8 @@ func TestKeysAndPrincipalsFor(t *testing.T) {
 	snap := f.door.Snapshot()
 	berlin := map[string]string{"site": "berlin"}
 	keys := snap.KeysFor(berlin)
-	if len(keys) != 2 || !strings.HasPrefix(keys[0], `tether-logins="ops" ssh-ed25519 `) || !strings.HasSuffix(keys[0], " alice") ||
+	if len(keys) != 2 || !strings.HasPrefix(keys[0], `tether-logins="ops" ssh-ed25519 `) ||
+		!strings.HasSuffix(keys[0], " alice") ||
 		strings.HasPrefix(keys[1], "tether-logins") || !strings.HasSuffix(keys[1], " root") {
 		t.Errorf("KeysFor(berlin) = %q, want alice for ops, root for any login", keys)
 	}
@@ -238,8 +247,10 @@ func TestKeysAndPrincipalsFor(t *testing.T) {
 		t.Errorf("KeysFor(munich) = %q, want root only", keys)
 	}
 	per, anyLogin := snap.PrincipalsFor(berlin)
-	if !slices.Equal(per["ops"], []string{"tether:berlin-ops:ops"}) || !slices.Equal(per["root"], []string{ProvisionPrincipal}) ||
-		!slices.Equal(anyLogin, []string{"tether:admin:*", "tether:all:*", "tether:everything:*"}) /* "admin" and "all" are built in */ {
+	if !slices.Equal(per["ops"], []string{"tether:berlin-ops:ops"}) ||
+		!slices.Equal(per["root"], []string{ProvisionPrincipal}) ||
+		// "admin" and "all" are built in.
+		!slices.Equal(anyLogin, []string{"tether:admin:*", "tether:all:*", "tether:everything:*"}) {
 		t.Errorf("PrincipalsFor(berlin) = %v, any %v", per, anyLogin)
 	}
 	per, _ = snap.PrincipalsFor(map[string]string{"site": "munich", ProvisionLoginLabel: "deploy"})
@@ -319,7 +330,8 @@ func TestSeveralKeys(t *testing.T) {
 func TestAuthorizeLiveJump(t *testing.T) {
 	f := newFixture(t)
 	alice := f.keys["alice"].PublicKey()
-	expired, err := f.userCA.SignUser(alice, UserCertKeyIDPrefix+"alice", []string{CertPrincipal("berlin-ops", "ops")}, time.Hour)
+	expired, err := f.userCA.SignUser(alice, UserCertKeyIDPrefix+"alice",
+		[]string{CertPrincipal("berlin-ops", "ops")}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +353,8 @@ func TestAuthorizeLiveJump(t *testing.T) {
 		{"operator gone", "mallory", alice, berlin, `operator "mallory" was removed`},
 	} {
 		err := f.door.AuthorizeLiveJump(tc.operator, tc.key, tc.node)
-		if tc.wantMsg == "" && err != nil || tc.wantMsg != "" && (!errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), tc.wantMsg)) {
+		if tc.wantMsg == "" && err != nil || tc.wantMsg != "" &&
+			(!errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), tc.wantMsg)) {
 			t.Errorf("%s: AuthorizeLiveJump = %v, want %q", tc.name, err, tc.wantMsg)
 		}
 	}
@@ -427,16 +440,20 @@ func TestSnapshotSame(t *testing.T) {
 		}},
 		{"an operator's keys", func(t *testing.T, f *fixture) error {
 			k := newKey(t).PublicKey()
-			return f.st.AddOperatorKey(ctx, "alice", store.OperatorKey{PublicKey: string(gossh.MarshalAuthorizedKey(k)), Fingerprint: gossh.FingerprintSHA256(k), AddedAt: time.Now()})
+			return f.st.AddOperatorKey(ctx, "alice", store.OperatorKey{
+				PublicKey: string(gossh.MarshalAuthorizedKey(k)), Fingerprint: gossh.FingerprintSHA256(k), AddedAt: time.Now(),
+			})
 		}},
 		{"a removed operator (its keys revoked)", func(t *testing.T, f *fixture) error {
 			return f.st.RemoveOperator(ctx, "nobody")
 		}},
 		{"a KubeOne cluster", func(t *testing.T, f *fixture) error {
 			k := newKey(t).PublicKey()
-			return f.st.CreateKubeOneCluster(ctx, store.KubeOneCluster{Name: "a", ID: "c1", Login: "root", Kubernetes: "1.30.5", CNI: "canal",
+			return f.st.CreateKubeOneCluster(ctx, store.KubeOneCluster{
+				Name: "a", ID: "c1", Login: "root", Kubernetes: "1.30.5", CNI: "canal",
 				PublicKey: string(gossh.MarshalAuthorizedKey(k)), Status: "created", CreatedAt: time.Now(),
-				Members: []store.KubeOneMember{{NodeID: "id-berlin", Role: "control-plane"}}})
+				Members: []store.KubeOneMember{{NodeID: "id-berlin", Role: "control-plane"}},
+			})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -447,7 +464,8 @@ func TestSnapshotSame(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !again.Same(first) || again.Generation == first.Generation {
-				t.Fatalf("a re-read of unchanged rows: Same = %v (generations %d, %d), want a new generation that is the same", again.Same(first), first.Generation, again.Generation)
+				t.Fatalf("a re-read of unchanged rows: Same = %v (generations %d, %d), "+
+					"want a new generation that is the same", again.Same(first), first.Generation, again.Generation)
 			}
 			if err := tc.change(t, f); err != nil {
 				t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/tether-dev/tether/internal/validate"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // Every security decision about reaching a node is in this file. Each
@@ -64,7 +65,9 @@ const RoleOnboarder = "onboarder"
 // snapshot knows, no operator name and is not the admin.
 func (d *Door) AuthorizeOnboard(c Caller) error {
 	if !c.Onboarding || c.Role != RoleOnboarder || c.Admin || c.Operator != "" {
-		return refuse(ErrDenied, "%s may not onboard machines: only an onboarding credential (`tether onboarding create --role %s`) may", c.Name, RoleOnboarder)
+		return refuse(ErrDenied,
+			"%s may not onboard machines: only an onboarding credential (`tether onboarding create --role %s`) may",
+			c.Name, RoleOnboarder)
 	}
 	return nil
 }
@@ -116,7 +119,8 @@ func (s *Snapshot) kubeOneIdentity(user string, key gossh.PublicKey) (*KubeOneId
 // signed by a trusted user CA, within its validity.
 func (d *Door) authorizeKubeOneCert(id *KubeOneIdentity, cert *gossh.Certificate) error {
 	principal := KubeOnePrincipal(id.ID, id.Login)
-	if cert.CertType != gossh.UserCert || cert.KeyId != KubeOneCertKeyIDPrefix+id.ID || !slices.Contains(cert.ValidPrincipals, principal) {
+	if cert.CertType != gossh.UserCert || cert.KeyId != KubeOneCertKeyIDPrefix+id.ID ||
+		!slices.Contains(cert.ValidPrincipals, principal) {
 		return refuse(ErrDenied, "certificate was not issued to KubeOne cluster %q", id.Cluster)
 	}
 	if !slices.ContainsFunc(d.cfg.UserCAs(), func(k gossh.PublicKey) bool { return sameKey(k, cert.SignatureKey) }) {
@@ -311,7 +315,8 @@ func (d *Door) AuthorizeConfirm(c Caller, n store.Node) error {
 			return refuse(ErrDenied, "role %q no longer exists", c.Role)
 		}
 		if !r.Confirm || !r.Selects(n.Labels) {
-			return refuse(ErrDenied, "role %q may not confirm upgrades on node %q (it needs `tether role create --confirm` and to select the node)", c.Role, n.Name)
+			return refuse(ErrDenied, "role %q may not confirm upgrades on node %q "+
+				"(it needs `tether role create --confirm` and to select the node)", c.Role, n.Name)
 		}
 		return nil
 	}
@@ -342,14 +347,16 @@ func (d *Door) AuthorizeService(c Caller, perm string, n store.Node) error {
 		if slices.ContainsFunc(o.Roles, func(r roles.Compiled) bool { return r.AllowsService(perm) && r.Selects(n.Labels) }) {
 			return nil
 		}
-		return refuse(ErrDenied, "no role of operator %q selects node %q with the service permission %q (`tether role create --services %s`)", c.Operator, n.Name, perm, perm)
+		return refuse(ErrDenied, "no role of operator %q selects node %q with the service permission %q "+
+			"(`tether role create --services %s`)", c.Operator, n.Name, perm, perm)
 	case c.Role != "":
 		r, ok := d.Snapshot().Role(c.Role)
 		if !ok {
 			return refuse(ErrDenied, "role %q no longer exists", c.Role)
 		}
 		if !r.AllowsService(perm) || !r.Selects(n.Labels) {
-			return refuse(ErrDenied, "role %q may not %s services on node %q (it needs `tether role create --services %s` and to select the node)", c.Role, perm, n.Name, perm)
+			return refuse(ErrDenied, "role %q may not %s services on node %q "+
+				"(it needs `tether role create --services %s` and to select the node)", c.Role, perm, n.Name, perm)
 		}
 		return nil
 	}
@@ -455,7 +462,9 @@ func apiIdentity(s *Snapshot, operator, keyTag string) (*Operator, error) {
 	case !ok:
 		return nil, refuse(ErrDenied, "operator %q is no longer registered", operator)
 	case !slices.ContainsFunc(o.Keys, func(k gossh.PublicKey) bool { return AdminKeyTag(k) == keyTag }):
-		return nil, refuse(ErrDenied, "operator %q's registered key changed since this certificate was issued (that key was removed); run `tether login` again", operator)
+		return nil, refuse(ErrDenied,
+			"operator %q's registered key changed since this certificate was issued (that key was removed); "+
+				"run `tether login` again", operator)
 	}
 	return o, nil
 }
@@ -610,12 +619,12 @@ func SiteNodeLabels(suffix string, labels map[string]string) map[string]string {
 // own check), and its target is a node of this hub's own subtree, which
 // Resolve then finds in this hub's nodes or its own sites' inventories,
 // never anywhere else.
-func (d *Door) AuthorizeRoute(req *control.RouteRequest) error {
+func (d *Door) AuthorizeRoute(req *siteproto.RouteRequest) error {
 	if err := req.Validate(); err != nil {
 		return refuse(ErrDenied, "route request refused: %v", err)
 	}
 	switch req.Purpose {
-	case control.PurposeJump, control.PurposeJob, control.PurposeConsole, control.PurposeUpgrade:
+	case siteproto.PurposeJump, siteproto.PurposeJob, siteproto.PurposeConsole, siteproto.PurposeUpgrade:
 	default:
 		return refuse(ErrDenied, "route request for purpose %q is not served on the parent's route stream", req.Purpose)
 	}
@@ -629,10 +638,12 @@ func (d *Door) AuthorizeRoute(req *control.RouteRequest) error {
 // (suffix: how this hub names the site): its user CAs, every role with its
 // selector and logins, the revoked operator keys and the provisioning
 // login. The site grants with it only what these roles grant here.
-func (s *Snapshot) TrustForSite(hubID, suffix string, userCAs []string) control.AncestorTrust {
-	a := control.AncestorTrust{HubID: hubID, Suffix: suffix, UserCAs: userCAs, RevokedKeys: s.revoked, ProvisionLogin: s.provisionLogin}
+func (s *Snapshot) TrustForSite(hubID, suffix string, userCAs []string) siteproto.AncestorTrust {
+	a := siteproto.AncestorTrust{HubID: hubID, Suffix: suffix, UserCAs: userCAs, RevokedKeys: s.revoked,
+		ProvisionLogin: s.provisionLogin}
 	for _, r := range s.roles {
-		a.Roles = append(a.Roles, control.TrustRole{Name: r.Name, Selector: r.Nodes, Logins: r.Logins, NoForwarding: r.NoForwarding})
+		a.Roles = append(a.Roles, siteproto.TrustRole{Name: r.Name, Selector: r.Nodes, Logins: r.Logins,
+			NoForwarding: r.NoForwarding})
 	}
 	return a
 }
@@ -640,18 +651,18 @@ func (s *Snapshot) TrustForSite(hubID, suffix string, userCAs []string) control.
 // AncestorTrust is the trust of the hubs above this site, with their
 // roles compiled once per change: what ScopedCAsFor decides on.
 type AncestorTrust struct {
-	Msg       *control.SiteTrust
+	Msg       *siteproto.Trust
 	ancestors []compiledAncestor
 }
 
 type compiledAncestor struct {
-	a     control.AncestorTrust
+	a     siteproto.AncestorTrust
 	roles []roles.Compiled
 }
 
 // CompileAncestorTrust compiles t's roles. A role whose selector or
 // logins do not validate here grants nothing.
-func CompileAncestorTrust(t *control.SiteTrust) *AncestorTrust {
+func CompileAncestorTrust(t *siteproto.Trust) *AncestorTrust {
 	out := &AncestorTrust{Msg: t}
 	for _, a := range t.Ancestors {
 		ca := compiledAncestor{a: a}

@@ -16,7 +16,9 @@ import (
 func TestForwardingPerRole(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	if err := f.st.PutRole(ctx, store.Role{Name: "berlin-ops", Nodes: "site=berlin", Logins: []string{"ops"}, NoForwarding: true}); err != nil {
+	if err := f.st.PutRole(ctx, store.Role{
+		Name: "berlin-ops", Nodes: "site=berlin", Logins: []string{"ops"}, NoForwarding: true,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	rs, err := f.st.ListRoles(ctx)

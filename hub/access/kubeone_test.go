@@ -21,9 +21,17 @@ func TestKubeOneIdentity(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	ka := newKey(t)
-	c := store.KubeOneCluster{Name: "a", ID: "c1", Kubernetes: "1.30.5", Login: "root", CNI: "canal", Status: "created", CreatedAt: time.Now(),
-		PublicKey: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(ka.PublicKey()))),
-		Members:   []store.KubeOneMember{{NodeID: "id-berlin", Role: store.KubeOneControlPlane}}}
+	c := store.KubeOneCluster{
+		Name:       "a",
+		ID:         "c1",
+		Kubernetes: "1.30.5",
+		Login:      "root",
+		CNI:        "canal",
+		Status:     "created",
+		CreatedAt:  time.Now(),
+		PublicKey:  strings.TrimSpace(string(gossh.MarshalAuthorizedKey(ka.PublicKey()))),
+		Members:    []store.KubeOneMember{{NodeID: "id-berlin", Role: store.KubeOneControlPlane}},
+	}
 	if err := f.st.CreateKubeOneCluster(ctx, c); err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +48,10 @@ func TestKubeOneIdentity(t *testing.T) {
 	}
 	good := cert(KubeOneCertKeyIDPrefix+"c1", []string{KubeOnePrincipal("c1", "root")}, ka.PublicKey(), time.Hour)
 	other := testenv.NewKey(t)
-	foreign := testenv.SignCert(t, other, ka.PublicKey(), gossh.UserCert, testenv.CertOpts{KeyID: KubeOneCertKeyIDPrefix + "c1", Principals: []string{KubeOnePrincipal("c1", "root")}})
+	foreign := testenv.SignCert(
+		t, other, ka.PublicKey(), gossh.UserCert,
+		testenv.CertOpts{KeyID: KubeOneCertKeyIDPrefix + "c1", Principals: []string{KubeOnePrincipal("c1", "root")}},
+	)
 	expired := cert(KubeOneCertKeyIDPrefix+"c1", []string{KubeOnePrincipal("c1", "root")}, ka.PublicKey(), time.Hour)
 	expired.ValidBefore = uint64(time.Now().Add(-time.Minute).Unix())
 	for _, tc := range []struct {
@@ -54,8 +65,10 @@ func TestKubeOneIdentity(t *testing.T) {
 		{"cluster key as an operator", "alice", ka.PublicKey(), false},
 		{"cluster key as another cluster's user", KubeOneBastionUser("b"), ka.PublicKey(), false},
 		{"an operator's key as the cluster's user", user, f.keys["root"].PublicKey(), false},
-		{"certificate of a former cluster of the name", user, cert(KubeOneCertKeyIDPrefix+"c0", []string{KubeOnePrincipal("c0", "root")}, ka.PublicKey(), time.Hour), false},
-		{"certificate for another login", user, cert(KubeOneCertKeyIDPrefix+"c1", []string{KubeOnePrincipal("c1", "ops")}, ka.PublicKey(), time.Hour), false},
+		{"certificate of a former cluster of the name", user,
+			cert(KubeOneCertKeyIDPrefix+"c0", []string{KubeOnePrincipal("c0", "root")}, ka.PublicKey(), time.Hour), false},
+		{"certificate for another login", user,
+			cert(KubeOneCertKeyIDPrefix+"c1", []string{KubeOnePrincipal("c1", "ops")}, ka.PublicKey(), time.Hour), false},
 		{"certificate from another CA", user, foreign, false},
 		{"expired certificate", user, expired, false},
 		{"operator unaffected", "alice", f.keys["alice"].PublicKey(), true},
@@ -84,13 +97,15 @@ func TestKubeOneIdentity(t *testing.T) {
 			t.Errorf("%s: AuthorizeJumpAs = %v, want ok=%v", tc.name, err, tc.ok)
 		}
 	}
-	if err := f.door.AuthorizeJumpAs(user, ka.PublicKey(), munich); err == nil || !strings.Contains(err.Error(), `node "munich-1" is not a member of KubeOne cluster "a"`) {
+	if err := f.door.AuthorizeJumpAs(user, ka.PublicKey(), munich); err == nil ||
+		!strings.Contains(err.Error(), `node "munich-1" is not a member of KubeOne cluster "a"`) {
 		t.Errorf("refusal reads %v", err)
 	}
 
 	snap := f.door.Snapshot()
 	keys := snap.KubeOneKeysFor("id-berlin")
-	if len(keys) != 1 || !strings.HasPrefix(keys[0], `tether-logins="root" ssh-ed25519 `) || !strings.HasSuffix(keys[0], " kubeone-a") {
+	if len(keys) != 1 || !strings.HasPrefix(keys[0], `tether-logins="root" ssh-ed25519 `) ||
+		!strings.HasSuffix(keys[0], " kubeone-a") {
 		t.Errorf("member keys %q", keys)
 	}
 	if login, p, ok := snap.KubeOnePrincipalFor("id-berlin"); !ok || login != "root" || p != "tether:kubeone:c1:root" {
@@ -107,7 +122,8 @@ func TestKubeOneIdentity(t *testing.T) {
 	if err := f.door.AuthorizeLiveJump(user, ka.PublicKey(), berlin); err != nil {
 		t.Fatalf("live jump of a member: %v", err)
 	}
-	if err := f.st.SetKubeOneMembers(ctx, "a", []store.KubeOneMember{{NodeID: "id-munich", Role: store.KubeOneControlPlane}}, time.Now()); err != nil {
+	if err := f.st.SetKubeOneMembers(ctx, "a",
+		[]store.KubeOneMember{{NodeID: "id-munich", Role: store.KubeOneControlPlane}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.door.Reload(ctx); err != nil {

@@ -14,7 +14,11 @@ func TestAuthorizeList(t *testing.T) {
 	f := newFixture(t)
 	berlin := store.Node{Name: "berlin-1", Labels: map[string]string{"site": "berlin"}}
 	munich := store.Node{Name: "munich-1", Labels: map[string]string{"site": "munich"}}
-	liar := store.Node{Name: "munich-2", Labels: map[string]string{"site": "munich"}, ReportedLabels: map[string]string{"site": "berlin"}}
+	liar := store.Node{
+		Name:           "munich-2",
+		Labels:         map[string]string{"site": "munich"},
+		ReportedLabels: map[string]string{"site": "berlin"},
+	}
 	for _, tc := range []struct {
 		caller Caller
 		node   store.Node

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/tether-dev/tether/hub/metrics"
-	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel"
 )
@@ -71,7 +71,7 @@ func (d *Door) Resolve(ctx context.Context, ref NodeRef) (store.Node, Route, err
 	if !n.RevokedAt.IsZero() {
 		return n, nil, refuse(ErrRevoked, "node %q was revoked", n.Name)
 	}
-	c, ok := d.cfg.Registry.Get(n.Name)
+	c, ok := d.cfg.Conns.Get(n.Name)
 	if ok && c.NodeID == n.ID {
 		return n, localRoute{c: c, m: d.cfg.Metrics}, nil
 	}
@@ -98,7 +98,7 @@ func (d *Door) Held(ctx context.Context, nodeID string) (Route, error) {
 	if !n.RevokedAt.IsZero() {
 		return nil, refuse(ErrRevoked, "node %q was revoked", n.Name)
 	}
-	c, ok := d.cfg.Registry.Get(n.Name)
+	c, ok := d.cfg.Conns.Get(n.Name)
 	if !ok || c.NodeID != n.ID {
 		return nil, &OfflineError{Node: n.Name, LastSeen: n.LastSeen}
 	}
@@ -107,7 +107,7 @@ func (d *Door) Held(ctx context.Context, nodeID string) (Route, error) {
 
 // localRoute is the node's tunnel session on this hub.
 type localRoute struct {
-	c *registry.Conn
+	c *nodeconn.Conn
 	m *metrics.Metrics
 }
 

@@ -11,12 +11,12 @@ import (
 
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // The site route: a node below one of this hub's child sites ("n7.berlin",
 // "n7.sub.berlin") is reached by opening a tunnel.ServiceRoute stream on
-// the child site's session and asking it, with a control.RouteRequest, to
+// the child site's session and asking it, with a siteproto.RouteRequest, to
 // route on to the target named relative to the child ("n7", "n7.sub").
 // Nodes below sites are not in this hub's nodes table: they come from the
 // inventory the sites report (Sites.Node). The decision whether a caller
@@ -41,7 +41,7 @@ type Sites interface {
 	// OpenRoute opens a ServiceRoute stream on child's session, writes
 	// req and reads the child's reply; the stream is then ready for
 	// payload bytes.
-	OpenRoute(ctx context.Context, child string, req *control.RouteRequest) (tunnel.Stream, error)
+	OpenRoute(ctx context.Context, child string, req *siteproto.RouteRequest) (tunnel.Stream, error)
 }
 
 // SiteState is a child site's reachability as this hub sees it.
@@ -123,18 +123,21 @@ func (d *Door) resolveSite(ctx context.Context, sites Sites, ref NodeRef) (store
 	sn, err := sites.Node(ctx, ref.id, ref.name)
 	switch {
 	case errors.Is(err, store.ErrNotFound) && ref.id != "":
-		return store.Node{}, nil, refuse(ErrUnknownNode, "node id %s is not registered here nor in any site's inventory (the node was removed)", ref.id)
+		return store.Node{}, nil, refuse(ErrUnknownNode,
+			"node id %s is not registered here nor in any site's inventory (the node was removed)", ref.id)
 	case errors.Is(err, store.ErrNotFound):
 		child, _, _, _ := SplitSitePath(ref.name)
 		if _, ok := sites.Child(child); !ok {
-			return store.Node{}, nil, refuse(ErrUnknownNode, "no node named %q: this hub has no site %q (see `tether sites`)", ref.name, child)
+			return store.Node{}, nil, refuse(ErrUnknownNode,
+				"no node named %q: this hub has no site %q (see `tether sites`)", ref.name, child)
 		}
-		return store.Node{}, nil, refuse(ErrUnknownNode, "no node named %q in site %s's inventory (see `tether nodes -l site=%s`)", ref.name, child, child)
+		return store.Node{}, nil, refuse(ErrUnknownNode,
+			"no node named %q in site %s's inventory (see `tether nodes -l site=%s`)", ref.name, child, child)
 	case err != nil:
 		return store.Node{}, nil, fmt.Errorf("access: look up %s in the sites' inventory: %w", ref, err)
 	}
 	child, rest, _, ok := SplitSitePath(sn.Name)
-	if !ok || control.ValidNodePath(sn.Name) != nil {
+	if !ok || siteproto.ValidNodePath(sn.Name) != nil {
 		return store.Node{}, nil, fmt.Errorf("access: inventory node %q is not named below a site", sn.Name)
 	}
 	n := SiteNodeAsNode(sn)
@@ -196,13 +199,13 @@ func (d *Door) InventoryNodes(ctx context.Context) ([]store.Node, error) {
 // (WithHop); a hub that routes on a stream from its parent passes the
 // parent's on.
 type Hop struct {
-	Purpose  string // control.Purpose*
+	Purpose  string // siteproto.Purpose*
 	Operator string // who asked, as the authorizing hub knows them
 	// Origin is the hub ID that authorized the stream; empty means this
 	// hub.
 	Origin string
 	Trace  string // correlates the audit rows of one stream; empty: a new one
-	// Service names the service tunnel of a control.PurposeService stream.
+	// Service names the service tunnel of a siteproto.PurposeService stream.
 	Service string
 }
 
@@ -235,10 +238,10 @@ type siteRoute struct {
 
 func (r siteRoute) Dial(ctx context.Context, h tunnel.Header) (tunnel.Stream, error) {
 	hop := HopFrom(ctx)
-	req := &control.RouteRequest{Target: r.target, Service: uint8(h.Service), Port: h.Port, Purpose: hop.Purpose,
+	req := &siteproto.RouteRequest{Target: r.target, Service: uint8(h.Service), Port: h.Port, Purpose: hop.Purpose,
 		Operator: hop.Operator, Origin: hop.Origin, Trace: hop.Trace, ServiceName: hop.Service}
 	if req.Purpose == "" {
-		req.Purpose = control.PurposeJump
+		req.Purpose = siteproto.PurposeJump
 	}
 	if req.Origin == "" {
 		req.Origin = r.sites.HubID()
@@ -267,7 +270,7 @@ func (r siteRoute) String() string { return "site " + r.child }
 // finds the target in this hub's own subtree only, and the target's route
 // opens the stream with the parent's Hop, so the hubs further down audit
 // the same operator, origin and trace.
-func (d *Door) Serve(ctx context.Context, req *control.RouteRequest) (store.Node, Route, error) {
+func (d *Door) Serve(ctx context.Context, req *siteproto.RouteRequest) (store.Node, Route, error) {
 	if err := d.AuthorizeRoute(req); err != nil {
 		return store.Node{}, nil, err
 	}

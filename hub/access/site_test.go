@@ -13,7 +13,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 const testHubID = "1111111111111111111111111111111111111111111111111111111111111111"
@@ -24,7 +24,7 @@ const testHubID = "1111111111111111111111111111111111111111111111111111111111111
 type fakeSites struct {
 	children map[string]SiteState
 	nodes    []SiteNode
-	opened   []*control.RouteRequest
+	opened   []*siteproto.RouteRequest
 	openTo   []string
 }
 
@@ -60,7 +60,7 @@ func (f *fakeSites) Node(_ context.Context, id, name string) (SiteNode, error) {
 
 func (f *fakeSites) Nodes(context.Context) ([]SiteNode, error) { return f.nodes, nil }
 
-func (f *fakeSites) OpenRoute(_ context.Context, child string, req *control.RouteRequest) (tunnel.Stream, error) {
+func (f *fakeSites) OpenRoute(_ context.Context, child string, req *siteproto.RouteRequest) (tunnel.Stream, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -98,7 +98,8 @@ func TestResolveSite(t *testing.T) {
 		{ref: ByID("inv-ghost"), want: ErrUnknownNode, wantMsg: "nor in any site's inventory"},
 		{ref: ByName("gone-1.berlin"), want: ErrRevoked, wantMsg: "revoked at its site"},
 		{ref: ByName("off-1.berlin"), want: ErrOffline, wantMsg: `node "off-1.berlin" is offline (last seen 2m`},
-		{ref: ByName("m1.munich"), want: ErrOffline, wantMsg: "site munich unreachable since " + down.UTC().Format(time.RFC3339) + " (3m ago)"},
+		{ref: ByName("m1.munich"), want: ErrOffline,
+			wantMsg: "site munich unreachable since " + down.UTC().Format(time.RFC3339) + " (3m ago)"},
 		// The hub's own nodes still resolve as before.
 		{ref: ByName("berlin-1"), want: ErrOffline, wantMsg: `node "berlin-1" is offline`},
 	} {
@@ -118,15 +119,18 @@ func TestResolveSite(t *testing.T) {
 		if route.String() != "site "+tc.child {
 			t.Errorf("Resolve(%s) route %s, want site %s", tc.ref, route, tc.child)
 		}
-		st, err := route.Dial(WithHop(ctx, Hop{Purpose: control.PurposeJob, Operator: "alice", Trace: "t1"}), tunnel.Header{Service: tunnel.ServiceSSH})
+		st, err := route.Dial(WithHop(ctx, Hop{Purpose: siteproto.PurposeJob, Operator: "alice", Trace: "t1"}),
+			tunnel.Header{Service: tunnel.ServiceSSH})
 		if err != nil {
 			t.Fatalf("Dial %s: %v", tc.ref, err)
 		}
 		st.Close()
 		req := sites.opened[len(sites.opened)-1]
 		if sites.openTo[len(sites.openTo)-1] != tc.child || req.Target != tc.target || req.Origin != testHubID ||
-			req.Purpose != control.PurposeJob || req.Operator != "alice" || req.Trace != "t1" || req.Service != uint8(tunnel.ServiceSSH) {
-			t.Errorf("Resolve(%s) opened %+v to %s, want target %s at %s", tc.ref, req, sites.openTo[len(sites.openTo)-1], tc.target, tc.child)
+			req.Purpose != siteproto.PurposeJob || req.Operator != "alice" || req.Trace != "t1" ||
+			req.Service != uint8(tunnel.ServiceSSH) {
+			t.Errorf("Resolve(%s) opened %+v to %s, want target %s at %s", tc.ref, req,
+				sites.openTo[len(sites.openTo)-1], tc.target, tc.child)
 		}
 		if n.Labels["site"] == "" {
 			t.Errorf("%s has no site label", n.Name)
@@ -163,8 +167,10 @@ func TestSiteAuthorization(t *testing.T) {
 	}
 	for name, rs := range map[string][]string{"pos": {"berlin-pos"}, "mitte": {"mitte"}} {
 		k := newKey(t)
-		if err := f.st.AddOperator(ctx, store.Operator{Name: name, PublicKey: string(gossh.MarshalAuthorizedKey(k.PublicKey())),
-			Fingerprint: gossh.FingerprintSHA256(k.PublicKey()), Roles: rs, CreatedAt: time.Now()}); err != nil {
+		if err := f.st.AddOperator(ctx, store.Operator{
+			Name: name, PublicKey: string(gossh.MarshalAuthorizedKey(k.PublicKey())),
+			Fingerprint: gossh.FingerprintSHA256(k.PublicKey()), Roles: rs, CreatedAt: time.Now(),
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -238,22 +244,23 @@ func TestAuthorizeRoute(t *testing.T) {
 	f := newFixture(t)
 	f.door.SetSites(newFakeSites(time.Now()))
 	ctx := context.Background()
-	ok := control.RouteRequest{Target: "n1.berlin", Service: 1, Purpose: control.PurposeJump, Origin: testHubID}
+	ok := siteproto.RouteRequest{Target: "n1.berlin", Service: 1, Purpose: siteproto.PurposeJump, Origin: testHubID}
 	if _, route, err := f.door.Serve(ctx, &ok); err != nil || route == nil {
 		t.Fatalf("Serve(n1.berlin) = %v", err)
 	}
-	for name, req := range map[string]control.RouteRequest{
-		"outside the subtree": {Target: "n1.paris", Service: 1, Purpose: control.PurposeJump, Origin: testHubID},
-		"unknown own node":    {Target: "ghost", Service: 1, Purpose: control.PurposeJump, Origin: testHubID},
+	for name, req := range map[string]siteproto.RouteRequest{
+		"outside the subtree": {Target: "n1.paris", Service: 1, Purpose: siteproto.PurposeJump, Origin: testHubID},
+		"unknown own node":    {Target: "ghost", Service: 1, Purpose: siteproto.PurposeJump, Origin: testHubID},
 	} {
 		if _, _, err := f.door.Serve(ctx, &req); !errors.Is(err, ErrUnknownNode) {
 			t.Errorf("%s: Serve = %v, want ErrUnknownNode", name, err)
 		}
 	}
-	for name, req := range map[string]control.RouteRequest{
-		"service purpose": {Target: "n1.berlin", Service: 1, Purpose: control.PurposeService, ServiceName: "db", Origin: testHubID},
-		"route service":   {Target: "n1.berlin", Service: 3, Purpose: control.PurposeJump, Origin: testHubID},
-		"bad origin":      {Target: "n1.berlin", Service: 1, Purpose: control.PurposeJump, Origin: "root"},
+	for name, req := range map[string]siteproto.RouteRequest{
+		"service purpose": {Target: "n1.berlin", Service: 1, Purpose: siteproto.PurposeService, ServiceName: "db",
+			Origin: testHubID},
+		"route service": {Target: "n1.berlin", Service: 3, Purpose: siteproto.PurposeJump, Origin: testHubID},
+		"bad origin":    {Target: "n1.berlin", Service: 1, Purpose: siteproto.PurposeJump, Origin: "root"},
 	} {
 		if _, _, err := f.door.Serve(ctx, &req); !errors.Is(err, ErrDenied) {
 			t.Errorf("%s: Serve = %v, want ErrDenied", name, err)
@@ -266,11 +273,12 @@ func TestAuthorizeRoute(t *testing.T) {
 func TestScopedCAsFor(t *testing.T) {
 	root := strings.Repeat("a", 64)
 	region := strings.Repeat("b", 64)
-	tr := CompileAncestorTrust(&control.SiteTrust{Ancestors: []control.AncestorTrust{
+	tr := CompileAncestorTrust(&siteproto.Trust{Ancestors: []siteproto.AncestorTrust{
 		{HubID: region, Suffix: "berlin", UserCAs: []string{"region-ca"}, ProvisionLogin: "root",
-			Roles: []control.TrustRole{{Name: "ops", Selector: "site=berlin", Logins: []string{"ubuntu"}}}},
-		{HubID: root, Suffix: "berlin.eu", UserCAs: []string{"root-ca"}, RevokedKeys: []string{"bad-key"}, ProvisionLogin: "admin",
-			Roles: []control.TrustRole{
+			Roles: []siteproto.TrustRole{{Name: "ops", Selector: "site=berlin", Logins: []string{"ubuntu"}}}},
+		{HubID: root, Suffix: "berlin.eu", UserCAs: []string{"root-ca"}, RevokedKeys: []string{"bad-key"},
+			ProvisionLogin: "admin",
+			Roles: []siteproto.TrustRole{
 				{Name: "pos", Selector: "site=berlin.eu,role=pos", Logins: []string{"root"}, NoForwarding: true},
 				{Name: "all", Selector: "*", Logins: []string{"*"}},
 				{Name: "munich", Selector: "site=munich.eu", Logins: []string{"root"}},
@@ -285,7 +293,8 @@ func TestScopedCAsFor(t *testing.T) {
 	if fmt.Sprint(reg.Principals) != "map[root:[tether-hub] ubuntu:[tether:ops:ubuntu]]" || reg.Keys[0] != "region-ca" {
 		t.Errorf("region: %+v", reg)
 	}
-	if fmt.Sprint(rt.Principals) != "map[admin:[tether-hub] root:[tether:pos:root]]" || fmt.Sprint(rt.AnyLogin) != "[tether:all:*]" ||
+	if fmt.Sprint(rt.Principals) != "map[admin:[tether-hub] root:[tether:pos:root]]" ||
+		fmt.Sprint(rt.AnyLogin) != "[tether:all:*]" ||
 		fmt.Sprint(rt.NoForwarding) != "[tether:pos:root]" {
 		t.Errorf("root: %+v", rt)
 	}

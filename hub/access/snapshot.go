@@ -119,16 +119,28 @@ func load(ctx context.Context, st Store, gen uint64, provisionLogin string, log 
 	if err != nil {
 		return nil, err
 	}
-	s := &Snapshot{Generation: gen, operators: make(map[string]*Operator, len(ops)), revoked: revoked, provisionLogin: provisionLogin,
-		kubeone: make(map[string]*KubeOneIdentity, len(clusters)), kubeoneByNode: map[string]*KubeOneIdentity{},
-		stored: digestRows(ops, rs, revoked, kubeOneGrants(clusters), provisionLogin)}
+	s := &Snapshot{
+		Generation:     gen,
+		operators:      make(map[string]*Operator, len(ops)),
+		revoked:        revoked,
+		provisionLogin: provisionLogin,
+		kubeone:        make(map[string]*KubeOneIdentity, len(clusters)),
+		kubeoneByNode:  map[string]*KubeOneIdentity{},
+		stored:         digestRows(ops, rs, revoked, kubeOneGrants(clusters), provisionLogin),
+	}
 	for _, c := range clusters {
 		k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(c.PublicKey))
 		if err != nil {
 			log.Warn("KubeOne cluster key grants nothing: unreadable", "cluster", c.Name, "err", err)
 			continue
 		}
-		id := &KubeOneIdentity{Cluster: c.Name, ID: c.ID, Login: c.Login, Key: k, Members: make(map[string]bool, len(c.Members))}
+		id := &KubeOneIdentity{
+			Cluster: c.Name,
+			ID:      c.ID,
+			Login:   c.Login,
+			Key:     k,
+			Members: make(map[string]bool, len(c.Members)),
+		}
 		for _, m := range c.Members {
 			id.Members[m.NodeID] = true
 			s.kubeoneByNode[m.NodeID] = id
@@ -183,7 +195,9 @@ func (s *Snapshot) RevokedKeys() []string { return s.revoked }
 
 // Role returns a role by name (roles that do not validate are absent).
 func (s *Snapshot) Role(name string) (roles.Compiled, bool) {
-	i, ok := slices.BinarySearchFunc(s.roles, name, func(r roles.Compiled, n string) int { return strings.Compare(r.Name, n) })
+	i, ok := slices.BinarySearchFunc(
+		s.roles, name, func(r roles.Compiled, n string) int { return strings.Compare(r.Name, n) },
+	)
 	if !ok {
 		return roles.Compiled{}, false
 	}

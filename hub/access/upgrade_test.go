@@ -14,7 +14,9 @@ import (
 func TestAuthorizeConfirmAndUpgrade(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	if err := f.st.PutRole(ctx, store.Role{Name: "berlin-lead", Nodes: "site=berlin", Logins: []string{"audit"}, Confirm: true}); err != nil {
+	if err := f.st.PutRole(ctx, store.Role{
+		Name: "berlin-lead", Nodes: "site=berlin", Logins: []string{"audit"}, Confirm: true,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.st.SetOperatorRoles(ctx, "nobody", []string{"berlin-lead"}); err != nil {

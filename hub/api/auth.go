@@ -8,35 +8,14 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/hub/access"
+	"github.com/tether-dev/tether/hub/api/apitype"
+	"github.com/tether-dev/tether/hub/api/route"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki"
 )
 
-// APITokenPrefix starts every API token, so leaked tokens are easy to spot
-// (and to grep for in logs).
-const APITokenPrefix = "tapi_"
-
-// caller is who made an automation request: the admin (mTLS) or an API
-// token bound to one role. What it may do is the door's decision.
-type caller struct {
-	access.Caller
-	door *access.Door
-}
-
-// may reports whether the caller may run jobs on node n, as the node's
-// provisioning login (the door decides; see access.Door.AuthorizeJob).
-// Without a door nothing is allowed.
-func (c caller) may(n store.Node) bool {
-	return c.door != nil && c.door.AuthorizeJob(c.Caller, n) == nil
-}
-
-// jobFilterRole is the role whose jobs the caller may see ("" for all).
-func (c caller) jobFilterRole() string {
-	if c.Admin {
-		return ""
-	}
-	return c.Role
-}
+// caller is who made an automation request (route.Caller).
+type caller = route.Caller
 
 // automation wraps endpoints automation may use: with the admin client
 // certificate, or with `Authorization: Bearer tapi_...` from
@@ -45,17 +24,23 @@ func (h *handler) automation(next func(http.ResponseWriter, *http.Request, calle
 	return func(w http.ResponseWriter, r *http.Request) {
 		if c, ok := consoleCaller(r); ok {
 			if !c.Admin {
-				h.writeErr(w, r, fail(ErrRefused, "%s may not %s %s: jobs need the admin role or an API token", c.Name, r.Method, r.URL.Path))
+				h.writeErr(w, r, fail(ErrRefused, "%s may not %s %s: jobs need the admin role or an API token", c.Name, r.Method,
+					r.URL.Path))
 				return
 			}
 			c.Name = "admin:" + c.Name
-			next(w, r, caller{Caller: c, door: h.Door})
+			next(w, r, caller{Caller: c, Door: h.Door})
 			return
 		}
 		if auth := r.Header.Get("Authorization"); auth != "" {
 			c, err := h.tokenCaller(r.Context(), auth)
 			if err != nil {
-				h.audit(store.AuditEvent{Kind: "api_auth", Remote: r.RemoteAddr, Result: "refused", Detail: r.Method + " " + r.URL.Path + ": " + err.Error()})
+				h.audit(store.AuditEvent{
+					Kind:   "api_auth",
+					Remote: r.RemoteAddr,
+					Result: "refused",
+					Detail: r.Method + " " + r.URL.Path + ": " + err.Error(),
+				})
 				h.writeErr(w, r, err)
 				return
 			}
@@ -64,19 +49,20 @@ func (h *handler) automation(next func(http.ResponseWriter, *http.Request, calle
 		}
 		h.admin(func(w http.ResponseWriter, r *http.Request) {
 			// Audit names which admin: "admin:local-admin" or "admin:alice".
-			next(w, r, caller{Caller: access.Caller{Admin: true, Name: "admin:" + adminName(r)}, door: h.Door})
+			next(w, r, caller{Caller: access.Caller{Admin: true, Name: "admin:" + adminName(r)}, Door: h.Door})
 		})(w, r)
 	}
 }
 
-var errBadAPIToken = fail(ErrUnauthenticated, "API token refused: unknown, expired or malformed (create one with `tether apitoken create --role ROLE`)")
+var errBadAPIToken = fail(ErrUnauthenticated,
+	"API token refused: unknown, expired or malformed (create one with `tether apitoken create --role ROLE`)")
 
 func (h *handler) tokenCaller(ctx context.Context, auth string) (caller, error) {
 	tok, ok := strings.CutPrefix(auth, "Bearer ")
 	if !ok {
 		return caller{}, fail(ErrUnauthenticated, "Authorization header: want `Bearer tapi_...`")
 	}
-	tok, ok = strings.CutPrefix(strings.TrimSpace(tok), APITokenPrefix)
+	tok, ok = strings.CutPrefix(strings.TrimSpace(tok), apitype.APITokenPrefix)
 	if !ok {
 		return caller{}, errBadAPIToken
 	}
@@ -99,27 +85,11 @@ func (h *handler) tokenCaller(ctx context.Context, auth string) (caller, error) 
 	if _, ok := h.Door.Snapshot().Role(t.Role); !ok {
 		return caller{}, fail(ErrUnauthenticated, "API token %s: its role %q no longer exists", id, t.Role)
 	}
-	return caller{Caller: access.Caller{Role: t.Role, Name: "apitoken:" + id}, door: h.Door}, nil
+	return caller{Caller: access.Caller{Role: t.Role, Name: "apitoken:" + id}, Door: h.Door}, nil
 }
-
-// APITokenCreateRequest is the body of POST /v1/apitokens.
-type APITokenCreateRequest struct {
-	Role        string `json:"role"`
-	Description string `json:"description,omitempty"`
-	TTLSeconds  int64  `json:"ttl_seconds,omitempty"` // 0: no expiry
-}
-
-// APITokenCreateResponse answers POST /v1/apitokens; Token is shown once.
-type APITokenCreateResponse struct {
-	APIToken
-	Token string `json:"token"`
-}
-
-// MaxAPITokenTTL bounds API token lifetimes.
-const MaxAPITokenTTL = 366 * 24 * time.Hour
 
 func (h *handler) createAPIToken(w http.ResponseWriter, r *http.Request) {
-	var req APITokenCreateRequest
+	var req apitype.APITokenCreateRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -135,8 +105,8 @@ func (h *handler) createAPIToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ttl := time.Duration(req.TTLSeconds) * time.Second
-	if ttl < 0 || ttl > MaxAPITokenTTL {
-		h.writeErr(w, r, fail(ErrInvalid, "ttl must be between 0 (no expiry) and %s", MaxAPITokenTTL))
+	if ttl < 0 || ttl > apitype.MaxAPITokenTTL {
+		h.writeErr(w, r, fail(ErrInvalid, "ttl must be between 0 (no expiry) and %s", apitype.MaxAPITokenTTL))
 		return
 	}
 	if len(req.Description) > 200 {
@@ -148,7 +118,13 @@ func (h *handler) createAPIToken(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, internal("create an API token", err))
 		return
 	}
-	t := store.APIToken{ID: id, SecretHash: pki.HashSecret(secret), Role: req.Role, Description: req.Description, CreatedAt: time.Now().UTC()}
+	t := store.APIToken{
+		ID:          id,
+		SecretHash:  pki.HashSecret(secret),
+		Role:        req.Role,
+		Description: req.Description,
+		CreatedAt:   time.Now().UTC(),
+	}
 	if ttl > 0 {
 		t.ExpiresAt = t.CreatedAt.Add(ttl)
 	}
@@ -156,8 +132,15 @@ func (h *handler) createAPIToken(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, internal("store the API token", err))
 		return
 	}
-	h.audit(store.AuditEvent{Kind: "apitoken_create", Remote: r.RemoteAddr, Result: "ok", Detail: "token " + id + " role " + req.Role})
-	writeJSON(w, http.StatusCreated, APITokenCreateResponse{APIToken: apiTokenFrom(t), Token: APITokenPrefix + id + "." + secret})
+	h.audit(store.AuditEvent{
+		Kind:   "apitoken_create",
+		Remote: r.RemoteAddr,
+		Result: "ok",
+		Detail: "token " + id + " role " + req.Role,
+	})
+	writeJSON(w, http.StatusCreated, apitype.APITokenCreateResponse{
+		APIToken: apiTokenFrom(t), Token: apitype.APITokenPrefix + id + "." + secret,
+	})
 }
 
 // refuseToken answers an admin-only request made with an API token: 401
@@ -166,8 +149,14 @@ func (h *handler) createAPIToken(w http.ResponseWriter, r *http.Request) {
 func (h *handler) refuseToken(w http.ResponseWriter, r *http.Request, auth string) {
 	c, err := h.tokenCaller(r.Context(), auth)
 	if err == nil {
-		err = fail(ErrRefused, "%s may run jobs and list the nodes of role %q, not %s %s: that needs the admin identity", c.Name, c.Role, r.Method, r.URL.Path)
+		err = fail(ErrRefused, "%s may run jobs and list the nodes of role %q, not %s %s: that needs the admin identity",
+			c.Name, c.Role, r.Method, r.URL.Path)
 	}
-	h.audit(store.AuditEvent{Kind: "api_auth", Remote: r.RemoteAddr, Result: "refused", Detail: r.Method + " " + r.URL.Path + ": " + err.Error()})
+	h.audit(store.AuditEvent{
+		Kind:   "api_auth",
+		Remote: r.RemoteAddr,
+		Result: "refused",
+		Detail: r.Method + " " + r.URL.Path + ": " + err.Error(),
+	})
 	h.writeErr(w, r, err)
 }

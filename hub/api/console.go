@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"net/http"
-	"time"
 
 	"github.com/tether-dev/tether/hub/access"
 )
@@ -27,21 +26,4 @@ func WithConsoleCaller(ctx context.Context, c access.Caller) context.Context {
 func consoleCaller(r *http.Request) (access.Caller, bool) {
 	c, ok := r.Context().Value(consoleCallerKey{}).(access.Caller)
 	return c, ok
-}
-
-// ConsoleCodeResponse answers POST /v1/console/codes (served by the web
-// console, hub/ui).
-type ConsoleCodeResponse struct {
-	Code      string    `json:"code"`
-	URL       string    `json:"url"` // https://HOST/ui/signin?code=…
-	ExpiresAt time.Time `json:"expires_at"`
-	Operator  string    `json:"operator,omitempty"` // "" for the hub machine's local admin
-}
-
-// ConsoleCode asks the hub for a one-time sign-in code of its web console,
-// for whoever this client's identity names (`tether ui`).
-func (c *Client) ConsoleCode(ctx context.Context) (ConsoleCodeResponse, error) {
-	var out ConsoleCodeResponse
-	err := c.do(ctx, http.MethodPost, "/v1/console/codes", nil, &out)
-	return out, err
 }

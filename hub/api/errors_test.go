@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/hub/api/apitype"
+	"github.com/tether-dev/tether/hub/api/route"
 	"github.com/tether-dev/tether/hub/cluster"
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/store"
@@ -30,7 +32,7 @@ func TestStatusOf(t *testing.T) {
 		{fail(ErrUnauthenticated, "who"), 401},
 		{fail(ErrRefused, "no"), 403},
 		{fmt.Errorf("%w: x", ErrLoginRefused), 403},
-		{&failure{kind: ErrJoinRefused, msg: "x", cause: store.ErrTokenUsedUp}, 403},
+		{route.Failure(ErrJoinRefused, store.ErrTokenUsedUp, "x"), 403},
 		{store.ErrTokenUnknown, 403},
 		{fmt.Errorf("%w at noon", store.ErrTokenExpired), 403},
 		{fmt.Errorf("store: node %q: %w", "x", store.ErrNotFound), 404},
@@ -64,8 +66,15 @@ func TestWriteErr(t *testing.T) {
 		retry     string
 		want, not string
 	}{
-		{RetryAfter(fail(ErrUnavailable, "the CA is down; try again"), 1500*time.Millisecond), 503, "2", "the CA is down", ""},
-		{internal("list nodes", errors.New("store: list nodes: database is locked")), 500, "", "list nodes failed on the hub", "store:"},
+		{RetryAfter(fail(ErrUnavailable, "the CA is down; try again"), 1500*time.Millisecond), 503, "2", "the CA is down",
+			""},
+		{
+			internal("list nodes", errors.New("store: list nodes: database is locked")),
+			500,
+			"",
+			"list nodes failed on the hub",
+			"store:",
+		},
 		{errors.New("store: unclassified: SQL logic error"), 500, "", "the hub could not serve", "SQL"},
 		{fail(ErrInvalid, "%s", clean(errors.New(`roles: role "x": no logins`))), 400, "", `role "x": no logins`, "roles:"},
 	} {
@@ -77,7 +86,8 @@ func TestWriteErr(t *testing.T) {
 		_ = json.Unmarshal(b, &e)
 		if w.Code != tc.status || w.Header().Get("Retry-After") != tc.retry || !strings.Contains(e.Error, tc.want) ||
 			(tc.not != "" && strings.Contains(e.Error, tc.not)) {
-			t.Errorf("writeErr(%v): %d Retry-After %q %q; want %d, %q, containing %q and not %q", tc.err, w.Code, w.Header().Get("Retry-After"), e.Error, tc.status, tc.retry, tc.want, tc.not)
+			t.Errorf("writeErr(%v): %d Retry-After %q %q; want %d, %q, containing %q and not %q", tc.err, w.Code,
+				w.Header().Get("Retry-After"), e.Error, tc.status, tc.retry, tc.want, tc.not)
 		}
 		if !errors.Is(outcome.Err(), tc.err) {
 			t.Errorf("outcome %v, want %v", outcome.Err(), tc.err)
@@ -101,8 +111,10 @@ func TestClean(t *testing.T) {
 // TestClientErrorIs: the client's Error matches the kind its status was
 // mapped from.
 func TestClientErrorIs(t *testing.T) {
-	for _, k := range []error{ErrInvalid, ErrUnauthenticated, ErrRefused, ErrNotFound, ErrConflict, ErrRateLimited, ErrUnavailable} {
-		e := &Error{Status: statusOf(fail(k, "x"))}
+	for _, k := range []error{
+		ErrInvalid, ErrUnauthenticated, ErrRefused, ErrNotFound, ErrConflict, ErrRateLimited, ErrUnavailable,
+	} {
+		e := &apitype.Error{Status: statusOf(fail(k, "x"))}
 		if !errors.Is(e, k) {
 			t.Errorf("Error{%d} is not %v", e.Status, k)
 		}

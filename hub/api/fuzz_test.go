@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/tether-dev/tether/hub/api/apitype"
+	"github.com/tether-dev/tether/hub/blobs"
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/kubeone"
 	"github.com/tether-dev/tether/hub/mission"
@@ -34,36 +36,39 @@ func FuzzRequestBodies(f *testing.F) {
 		`{"only_failed":true}`,
 		`{"engine":"k3s"}`,
 		`{"role":"ops","ttl_seconds":86400}`,
-		`{"name":"edge1","control_plane":["n1","n2","n3"],"workers":["n4"],"kubernetes":"1.30.5","cni":"canal","manifest_extra":"features: {}"}`,
+		`{"name":"edge1","control_plane":["n1","n2","n3"],"workers":["n4"],` +
+			`"kubernetes":"1.30.5","cni":"canal","manifest_extra":"features: {}"}`,
 		`{"control_plane":["n1"],"workers":["n1"]}`,
 		`{"name":"berlin","role":"onboarder","uses":50,"ttl_seconds":604800,"labels":{"site":"berlin"}}`,
-		`{"name":"debian-12","distro":"debian","version":"12","family":"debian","cloud_init":"#cloud-config\nruncmd:\n  - [true]\n"}`,
-		`{"name":"pos","script":"echo hi","state_check":"true","check_interval_seconds":60,"sites":["berlin","sub.berlin"],"match_labels":{"role":"pos"}}`,
+		`{"name":"debian-12","distro":"debian","version":"12","family":"debian",` +
+			`"cloud_init":"#cloud-config\nruncmd:\n  - [true]\n"}`,
+		`{"name":"pos","script":"echo hi","state_check":"true","check_interval_seconds":60,` +
+			`"sites":["berlin","sub.berlin"],"match_labels":{"role":"pos"}}`,
 		`{"name":"x"} trailing`, `[1,2,3]`, `{"uses":1e999}`, `{"unknown":1}`, `null`, ``, "\x00",
 	}
 	for i, s := range seeds {
 		f.Add(uint8(i), []byte(s))
 	}
-	blobs, err := jobs.NewBlobs(f.TempDir(), 1<<20)
+	blobs, err := blobs.New(f.TempDir(), 1<<20)
 	if err != nil {
 		f.Fatal(err)
 	}
 	types := []func() any{
 		func() any { return new(control.JoinRequest) },
-		func() any { return new(LoginChallengeRequest) },
-		func() any { return new(LoginRequest) },
-		func() any { return new(TokenCreateRequest) },
-		func() any { return new(OperatorAddRequest) },
-		func() any { return new(RolePutRequest) },
-		func() any { return new(JobCreateRequest) },
-		func() any { return new(JobRerunRequest) },
-		func() any { return new(ClusterRegisterRequest) },
-		func() any { return new(APITokenCreateRequest) },
+		func() any { return new(apitype.LoginChallengeRequest) },
+		func() any { return new(apitype.LoginRequest) },
+		func() any { return new(apitype.TokenCreateRequest) },
+		func() any { return new(apitype.OperatorAddRequest) },
+		func() any { return new(apitype.RolePutRequest) },
+		func() any { return new(apitype.JobCreateRequest) },
+		func() any { return new(apitype.JobRerunRequest) },
+		func() any { return new(apitype.ClusterRegisterRequest) },
+		func() any { return new(apitype.APITokenCreateRequest) },
 		func() any { return new(kubeone.Spec) },
-		func() any { return new(KubeOneMembersRequest) },
-		func() any { return new(OnboardingCreateRequest) },
-		func() any { return new(OSProfileAddRequest) },
-		func() any { return new(MissionCreateRequest) },
+		func() any { return new(apitype.KubeOneMembersRequest) },
+		func() any { return new(apitype.OnboardingCreateRequest) },
+		func() any { return new(apitype.OSProfileAddRequest) },
+		func() any { return new(apitype.MissionCreateRequest) },
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, body []byte) {
 		v := types[int(kind)%len(types)]()
@@ -79,29 +84,37 @@ func FuzzRequestBodies(f *testing.F) {
 		switch r := v.(type) {
 		case *control.JoinRequest:
 			_ = r.Validate()
-		case *LoginChallengeRequest:
+		case *apitype.LoginChallengeRequest:
 			_ = pki.ValidateName(r.Operator)
-		case *OperatorAddRequest:
+		case *apitype.OperatorAddRequest:
 			_ = pki.ValidateName(r.Name)
 			_, _ = ParseAuthorizedKey(r.PublicKey)
-		case *RolePutRequest:
+		case *apitype.RolePutRequest:
 			if sel, err := roles.ParseSelector(r.Nodes); err == nil {
 				_ = sel.Matches(map[string]string{"site": "lab"})
 			}
-		case *OSProfileAddRequest:
+		case *apitype.OSProfileAddRequest:
 			_ = validateOSProfile(*r)
-		case *JobCreateRequest:
-			spec := store.JobSpec{Command: r.Command, Script: r.Script, ScriptName: r.ScriptName, Uploads: storeUploads(r.Uploads), Env: r.Env,
+		case *apitype.JobCreateRequest:
+			spec := store.JobSpec{Command: r.Command, Script: r.Script, ScriptName: r.ScriptName, Env: r.Env,
 				Parallel: r.Parallel, TimeoutSeconds: r.TimeoutSeconds, MaxFailures: r.MaxFailures, Selector: r.Selector}
+			for _, u := range r.Uploads {
+				spec.Uploads = append(spec.Uploads, store.Upload(u))
+			}
 			_ = jobs.Validate(&spec, blobs)
 			_, _ = jobs.ParseMaxFailures(r.MaxFailures)
 		case *kubeone.Spec:
 			_, _ = r.Check()
-		case *KubeOneMembersRequest:
+		case *apitype.KubeOneMembersRequest:
 			_, _ = kubeone.CheckMembers(r.ControlPlane, r.Workers)
-		case *MissionCreateRequest:
-			_ = mission.Spec{Script: r.Script, StateCheck: r.StateCheck, CheckIntervalSeconds: r.CheckIntervalSeconds, TimeoutSeconds: r.TimeoutSeconds,
-				Placement: mission.Placement{Sites: r.Sites, MatchLabels: r.MatchLabels}}.Validate()
+		case *apitype.MissionCreateRequest:
+			_ = mission.Spec{
+				Script:               r.Script,
+				StateCheck:           r.StateCheck,
+				CheckIntervalSeconds: r.CheckIntervalSeconds,
+				TimeoutSeconds:       r.TimeoutSeconds,
+				Placement:            mission.Placement{Sites: r.Sites, MatchLabels: r.MatchLabels},
+			}.Validate()
 		}
 	})
 }

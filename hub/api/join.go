@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tether-dev/tether/hub/api/route"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/internal/validate"
 	"github.com/tether-dev/tether/pki"
@@ -57,8 +58,9 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) {
 		// client, so it is told to come back rather than refused.
 		result = "unavailable"
 		h.Logger.Error("join: certificate authority failed", "name", req.Name, "token_id", tokenID, "err", err)
-		h.writeErr(w, r, RetryAfter(&failure{kind: ErrUnavailable, cause: err,
-			msg: "join: the certificate authority could not sign the node certificate; try again shortly (the join token was not used)"}, issuerRetryAfter))
+		h.writeErr(w, r, RetryAfter(route.Failure(ErrUnavailable, err,
+			"join: the certificate authority could not sign the node certificate; try again shortly (the join token "+
+				"was not used)"), issuerRetryAfter))
 		return
 	}
 	cert := chain[0]
@@ -76,24 +78,35 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) {
 		return tokenKindMatches(t, req.Kind)
 	}, n)
 	switch {
-	case errors.Is(err, store.ErrTokenUnknown), errors.Is(err, store.ErrTokenExpired), errors.Is(err, store.ErrTokenUsedUp):
+	case errors.Is(err, store.ErrTokenUnknown), errors.Is(err, store.ErrTokenExpired),
+		errors.Is(err, store.ErrTokenUsedUp):
 		result = "refused"
 		h.refuseJoin(w, r, req.Name, tokenID, err)
 		return
 	case errors.Is(err, store.ErrNameTaken):
 		result = "conflict"
 		if req.Kind == control.JoinSite {
-			h.writeErr(w, r, fail(ErrConflict, "join refused: name %q is taken at the parent hub (nodes and sites share one namespace there); choose another --site, or remove the old one there with `tether nodes rm %s`", req.Name, req.Name))
+			h.writeErr(w, r, fail(ErrConflict,
+				"join refused: name %q is taken at the parent hub (nodes and sites share one namespace there); "+
+					"choose another --site, or remove the old one there with `tether nodes rm %s`", req.Name, req.Name))
 			return
 		}
-		h.writeErr(w, r, fail(ErrConflict, "join refused: node name %q is already registered; choose another --name, or remove the old node with `tether nodes rm %s`", req.Name, req.Name))
+		h.writeErr(w, r, fail(ErrConflict,
+			"join refused: node name %q is already registered; choose another --name, "+
+				"or remove the old node with `tether nodes rm %s`", req.Name, req.Name))
 		return
 	case err != nil:
 		h.writeErr(w, r, internal("join: record the node", err))
 		return
 	}
 	result = "ok"
-	h.audit(store.AuditEvent{Kind: "join", Node: n.Name, Remote: r.RemoteAddr, Result: "ok", Detail: "node id " + n.ID + ", token " + tokenID})
+	h.audit(store.AuditEvent{
+		Kind:   "join",
+		Node:   n.Name,
+		Remote: r.RemoteAddr,
+		Result: "ok",
+		Detail: "node id " + n.ID + ", token " + tokenID,
+	})
 	h.Logger.Info("node joined", "node", n.Name, "id", n.ID, "token_id", tokenID, "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, control.JoinResponse{
 		NodeID: n.ID, Name: n.Name,
@@ -106,7 +119,9 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) {
 // validateJoin checks everything about a join request that needs no
 // secret: shape, node name, token syntax, and the CSR (parsed, and signed
 // by the key it names).
-func (h *handler) validateJoin(req control.JoinRequest) (tokenID, secret string, csr *x509.CertificateRequest, err error) {
+func (h *handler) validateJoin(req control.JoinRequest) (
+	tokenID, secret string, csr *x509.CertificateRequest, err error,
+) {
 	if err := req.Validate(); err != nil {
 		return "", "", nil, fail(ErrInvalid, "%s", err.Error())
 	}
@@ -178,9 +193,11 @@ func (e *tokenKindError) Is(target error) bool { return target == ErrJoinRefused
 func tokenKindMatches(t store.Token, kind string) error {
 	switch {
 	case t.IsSite() && kind != control.JoinSite:
-		return &tokenKindError{"this is a site token; it registers only site hubs (`tether hub --parent JOIN --site NAME`); a node joins with a node token (`tether token create`)"}
+		return &tokenKindError{"this is a site token; it registers only site hubs (`tether hub --parent JOIN --site " +
+			"NAME`); a node joins with a node token (`tether token create`)"}
 	case !t.IsSite() && kind == control.JoinSite:
-		return &tokenKindError{"this is a node token; a site hub joins with a site token (`tether site token create` on the parent)"}
+		return &tokenKindError{"this is a node token; a site hub joins with a site token (`tether site token create` on " +
+			"the parent)"}
 	}
 	return nil
 }
@@ -192,14 +209,20 @@ func (h *handler) refuseJoin(w http.ResponseWriter, r *http.Request, name, token
 		h.writeErr(w, r, err)
 		return
 	}
-	h.audit(store.AuditEvent{Kind: "join", Node: name, Remote: r.RemoteAddr, Result: "refused", Detail: "token " + tokenID + ": " + err.Error()})
+	h.audit(store.AuditEvent{
+		Kind:   "join",
+		Node:   name,
+		Remote: r.RemoteAddr,
+		Result: "refused",
+		Detail: "token " + tokenID + ": " + err.Error(),
+	})
 	h.Logger.Info("join refused", "token_id", tokenID, "name", name, "remote", r.RemoteAddr, "reason", err)
 	msg := "join refused: " + err.Error() + "; ask an admin for a new join string (`tether token create`)"
 	var kind *tokenKindError
 	if errors.As(err, &kind) {
 		msg = "join refused: " + kind.msg // says which token to ask for
 	}
-	h.writeErr(w, r, &failure{kind: ErrJoinRefused, cause: err, msg: msg})
+	h.writeErr(w, r, route.Failure(ErrJoinRefused, err, msg))
 }
 
 // joinResultOf is the tether_joins_total result label for a failed join.

@@ -10,11 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/hub/api/apitype"
+	"github.com/tether-dev/tether/hub/api/route"
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/mission"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 type fakeMissions struct{ calls int }
@@ -28,9 +30,9 @@ func (f *fakeMissions) Get(context.Context, string, string) (mission.Detail, err
 	f.calls++
 	return mission.Detail{}, nil
 }
-func (f *fakeMissions) Delete(context.Context, string, string) (control.DesiredObject, error) {
+func (f *fakeMissions) Delete(context.Context, string, string) (siteproto.DesiredObject, error) {
 	f.calls++
-	return control.DesiredObject{}, nil
+	return siteproto.DesiredObject{}, nil
 }
 
 // TestMissionEndpointsAdminOnly: missions make every matching node below
@@ -48,14 +50,20 @@ func TestMissionEndpointsAdminOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.CreateAPIToken(ctx, store.APIToken{ID: id, SecretHash: pki.HashSecret(secret), Role: "all", CreatedAt: time.Now()}); err != nil {
+	if err := st.CreateAPIToken(ctx, store.APIToken{
+		ID:         id,
+		SecretHash: pki.HashSecret(secret),
+		Role:       "all",
+		CreatedAt:  time.Now(),
+	}); err != nil {
 		t.Fatal(err)
 	}
-	tok := APITokenPrefix + id + "." + secret
+	tok := apitype.APITokenPrefix + id + "." + secret
 	fm := &fakeMissions{}
-	srv := httptest.NewServer(NewHandler(Deps{Store: st, Metrics: metrics.New(), Missions: fm}))
+	srv := httptest.NewServer(NewHandler(Deps{Store: st, Metrics: metrics.New(),
+		Features: []route.Feature{&mission.API{Missions: fm}}}))
 	defer srv.Close()
-	body, _ := json.Marshal(MissionCreateRequest{Name: "m", Script: "echo hi"})
+	body, _ := json.Marshal(apitype.MissionCreateRequest{Name: "m", Script: "echo hi"})
 	for _, auth := range []string{"", "Bearer " + tok} {
 		for _, c := range []struct{ method, path string }{
 			{"POST", "/v1/missions"}, {"GET", "/v1/missions"}, {"GET", "/v1/missions/m"}, {"DELETE", "/v1/missions/m"},

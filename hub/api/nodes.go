@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 
 	"github.com/tether-dev/tether/hub/access"
+	"github.com/tether-dev/tether/hub/api/apitype"
+	"github.com/tether-dev/tether/hub/operator"
 	"github.com/tether-dev/tether/hub/roles"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/internal/validate"
@@ -30,7 +31,7 @@ type Operators interface {
 
 // ErrNotOperatorIdentity is wrapped by Operators.Authorize when the
 // certificate is not an operator's API identity (it may be an admin's).
-var ErrNotOperatorIdentity = errors.New("not an operator API identity of this hub")
+var ErrNotOperatorIdentity = operator.ErrNotOperatorIdentity
 
 // NodeSite is the site a node is shown under, from its hub-set labels: the
 // site label, which the door sets on every node below a site hub to its
@@ -46,14 +47,15 @@ func (h *handler) lister(next func(http.ResponseWriter, *http.Request, caller)) 
 	admitted := h.automation(next)
 	return func(w http.ResponseWriter, r *http.Request) {
 		if c, ok := consoleCaller(r); ok {
-			next(w, r, caller{Caller: c, door: h.Door})
+			next(w, r, caller{Caller: c, Door: h.Door})
 			return
 		}
-		if r.Header.Get("Authorization") == "" && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 && h.Operators != nil && h.Door != nil {
+		if r.Header.Get("Authorization") == "" && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 && h.Operators != nil &&
+			h.Door != nil {
 			name, err := h.Operators.Authorize(r.TLS.PeerCertificates)
 			switch {
 			case err == nil:
-				next(w, r, caller{Caller: access.Caller{Operator: name, Name: "operator:" + name}, door: h.Door})
+				next(w, r, caller{Caller: access.Caller{Operator: name, Name: "operator:" + name}, Door: h.Door})
 				return
 			case !errors.Is(err, ErrNotOperatorIdentity):
 				h.writeErr(w, r, fail(ErrRefused, "operator API certificate refused: %s", err.Error()))
@@ -62,11 +64,6 @@ func (h *handler) lister(next func(http.ResponseWriter, *http.Request, caller)) 
 		}
 		admitted(w, r)
 	}
-}
-
-// sees reports whether the caller may see node n (the door decides).
-func (c caller) sees(n store.Node) bool {
-	return c.door != nil && c.door.AuthorizeList(c.Caller, n) == nil
 }
 
 // nodeSelector parses the selector of a node query: "" or "*" select all.
@@ -102,7 +99,7 @@ func (h *handler) listNodes(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	nodes := all[:0]
 	for _, n := range all {
-		if match(n.Labels) && c.sees(n) {
+		if match(n.Labels) && c.Sees(n) {
 			nodes = append(nodes, n)
 		}
 	}
@@ -127,7 +124,7 @@ func (h *handler) listNodes(w http.ResponseWriter, r *http.Request, c caller) {
 			continue // a site's node: its site reported whether it is online
 		}
 		// The registry is the truth about liveness; the store may lag.
-		rc, ok := h.Registry.Get(nodes[i].Name)
+		rc, ok := h.Conns.Get(nodes[i].Name)
 		nodes[i].Online = ok && rc.NodeID == nodes[i].ID || holders[nodes[i].ID] != ""
 		if m, ok := cluster[nodes[i].ID]; ok {
 			nodes[i].ClusterEngine, nodes[i].ClusterState = m.Engine, m.State
@@ -136,26 +133,16 @@ func (h *handler) listNodes(w http.ResponseWriter, r *http.Request, c caller) {
 	writeJSON(w, http.StatusOK, convertAll(nodes, nodeFrom))
 }
 
-// NodeLabelRequest is the body of POST /v1/nodes/labels: which nodes (by
-// name, or by a selector on their hub-set labels; one of the two), and
-// the change to their hub-set labels.
-type NodeLabelRequest struct {
-	Nodes    []string          `json:"nodes,omitempty"`
-	Selector string            `json:"selector,omitempty"`
-	Set      map[string]string `json:"set,omitempty"`
-	Remove   []string          `json:"remove,omitempty"`
-}
-
 // labelNodes changes hub-set labels (admin only): durably for every target
 // at once, audited per node, and effective for access at once (the door
 // reloads, and each live node is pushed the keys and principals its new
 // labels give it).
 func (h *handler) labelNodes(w http.ResponseWriter, r *http.Request) {
-	var req NodeLabelRequest
+	var req apitype.NodeLabelRequest
 	if !decode(w, r, &req) {
 		return
 	}
-	change, err := req.change()
+	change, err := labelChange(req)
 	if err != nil {
 		h.writeErr(w, r, err)
 		return
@@ -189,7 +176,7 @@ func (h *handler) labelNodes(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, n := range changed {
 		// The live session's labels decide what access pushes send it.
-		if c, ok := h.Registry.Get(n.Name); ok && c.NodeID == n.ID {
+		if c, ok := h.Conns.Get(n.Name); ok && c.NodeID == n.ID {
 			c.PushMu.Lock()
 			c.Labels = n.Labels
 			c.PushMu.Unlock()
@@ -199,9 +186,11 @@ func (h *handler) labelNodes(w http.ResponseWriter, r *http.Request) {
 	by := "admin:" + adminName(r)
 	for _, n := range changed {
 		h.audit(store.AuditEvent{Kind: "node_label", Operator: by, Node: n.Name, Remote: r.RemoteAddr, Result: "ok",
-			Detail: fmt.Sprintf("labels %s (were %s)", orNone(FormatLabels(n.Labels)), orNone(FormatLabels(before[n.ID])))})
+			Detail: fmt.Sprintf("labels %s (were %s)", orNone(apitype.FormatLabels(n.Labels)),
+				orNone(apitype.FormatLabels(before[n.ID])))})
 	}
-	h.Logger.Info("node labels changed", "nodes", len(changed), "by", by, "set", FormatLabels(req.Set), "remove", req.Remove)
+	h.Logger.Info("node labels changed", "nodes", len(changed), "by", by, "set", apitype.FormatLabels(req.Set), "remove",
+		req.Remove)
 	writeJSON(w, http.StatusOK, convertAll(changed, nodeFrom))
 }
 
@@ -212,27 +201,8 @@ func orNone(s string) string {
 	return s
 }
 
-// change checks the requested edit with the one label vocabulary.
-func (req NodeLabelRequest) change() (store.LabelChange, error) {
-	if len(req.Set) == 0 && len(req.Remove) == 0 {
-		return store.LabelChange{}, fail(ErrInvalid, "no label change given: KEY=VALUE sets a label, KEY- removes one")
-	}
-	if err := validate.Labels(req.Set); err != nil {
-		return store.LabelChange{}, fail(ErrInvalid, "%s", err.Error())
-	}
-	for _, k := range req.Remove {
-		if err := validate.LabelKey(k); err != nil {
-			return store.LabelChange{}, fail(ErrInvalid, "%s", err.Error())
-		}
-		if _, ok := req.Set[k]; ok {
-			return store.LabelChange{}, fail(ErrInvalid, "label %q is both set and removed", k)
-		}
-	}
-	return store.LabelChange{Set: req.Set, Remove: req.Remove}, nil
-}
-
 // labelTargets resolves the nodes of a label request.
-func (h *handler) labelTargets(ctx context.Context, req NodeLabelRequest) ([]store.Node, error) {
+func (h *handler) labelTargets(ctx context.Context, req apitype.NodeLabelRequest) ([]store.Node, error) {
 	if (req.Selector == "") == (len(req.Nodes) == 0) {
 		return nil, fail(ErrInvalid, "name the nodes (NAME...) or give a selector (-l env=dev, or -l '*' for all), not both")
 	}
@@ -274,21 +244,21 @@ func (h *handler) labelTargets(ctx context.Context, req NodeLabelRequest) ([]sto
 	return out, nil
 }
 
-// ListNodesMatching lists the nodes the client may see whose hub-set labels
-// match selector ("" for all).
-func (c *Client) ListNodesMatching(ctx context.Context, selector string) ([]Node, error) {
-	path := "/v1/nodes"
-	if selector != "" {
-		path += "?selector=" + url.QueryEscape(selector)
+// labelChange checks the requested edit with the one label vocabulary.
+func labelChange(req apitype.NodeLabelRequest) (store.LabelChange, error) {
+	if len(req.Set) == 0 && len(req.Remove) == 0 {
+		return store.LabelChange{}, fail(ErrInvalid, "no label change given: KEY=VALUE sets a label, KEY- removes one")
 	}
-	var out []Node
-	err := c.do(ctx, http.MethodGet, path, nil, &out)
-	return out, err
-}
-
-// LabelNodes changes the hub-set labels of nodes (admin only).
-func (c *Client) LabelNodes(ctx context.Context, req NodeLabelRequest) ([]Node, error) {
-	var out []Node
-	err := c.do(ctx, http.MethodPost, "/v1/nodes/labels", req, &out)
-	return out, err
+	if err := validate.Labels(req.Set); err != nil {
+		return store.LabelChange{}, fail(ErrInvalid, "%s", err.Error())
+	}
+	for _, k := range req.Remove {
+		if err := validate.LabelKey(k); err != nil {
+			return store.LabelChange{}, fail(ErrInvalid, "%s", err.Error())
+		}
+		if _, ok := req.Set[k]; ok {
+			return store.LabelChange{}, fail(ErrInvalid, "label %q is both set and removed", k)
+		}
+	}
+	return store.LabelChange{Set: req.Set, Remove: req.Remove}, nil
 }

@@ -12,8 +12,9 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/access"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/hub/metrics"
-	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki"
 )
@@ -51,22 +52,22 @@ func TestListNodesSite(t *testing.T) {
 	if err := st.CreateAPIToken(ctx, apiToken); err != nil {
 		t.Fatal(err)
 	}
-	door, err := access.New(ctx, access.Config{Store: st, Registry: registry.New(),
+	door, err := access.New(ctx, access.Config{Store: st, Conns: nodeconn.NewTable(),
 		UserCAs: func() []gossh.PublicKey { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(NewHandler(Deps{Store: st, Door: door, Metrics: metrics.New(), Registry: registry.New(),
+	srv := httptest.NewServer(NewHandler(Deps{Store: st, Door: door, Metrics: metrics.New(), Conns: nodeconn.NewTable(),
 		Inventory: func(context.Context) ([]store.Node, error) { return []store.Node{below}, nil }}))
 	defer srv.Close()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/nodes", nil)
-	req.Header.Set("Authorization", "Bearer "+APITokenPrefix+id+"."+secret)
+	req.Header.Set("Authorization", "Bearer "+apitype.APITokenPrefix+id+"."+secret)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var nodes []Node
+	var nodes []apitype.Node
 	if err := json.NewDecoder(resp.Body).Decode(&nodes); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /v1/nodes: %s, %v", resp.Status, err)
 	}

@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/hub/access"
+	"github.com/tether-dev/tether/hub/api/apitype"
+	"github.com/tether-dev/tether/hub/api/route"
 	"github.com/tether-dev/tether/hub/onboard"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/packaging"
 	"github.com/tether-dev/tether/pki"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/onboardproto"
 )
 
 // ErrOnboardRefused is wrapped by every failure of the onboarding endpoint
@@ -70,7 +72,7 @@ func (h *handler) onboardCA(w http.ResponseWriter, _ *http.Request) {
 
 // onboardReq is an onboarding request as the handler works on it.
 type onboardReq struct {
-	control.OnboardRequest
+	onboardproto.Request
 	credID, secret string
 	csr            *x509.CertificateRequest
 	keyID          string // SHA-256 of the CSR's public key, hex
@@ -84,9 +86,9 @@ type onboardReq struct {
 // consumed in the transaction that creates the node and binds the machine.
 func (h *handler) onboard(w http.ResponseWriter, r *http.Request) {
 	var o onboardReq
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, control.MaxOnboardRequest))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, onboardproto.MaxRequest))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&o.OnboardRequest); err != nil {
+	if err := dec.Decode(&o.Request); err != nil {
 		h.refuseOnboard(w, r, &o, ReasonInvalid, fail(ErrInvalid, "invalid request body: %s", err.Error()))
 		return
 	}
@@ -110,7 +112,8 @@ func (h *handler) onboard(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(h.Advertise) == 0 {
-		h.writeErr(w, r, fail(errInternal, "onboarding: the hub has no advertised address; start it with --advertise HOST:PORT"))
+		h.writeErr(w, r, fail(errInternal,
+			"onboarding: the hub has no advertised address; start it with --advertise HOST:PORT"))
 		return
 	}
 
@@ -129,7 +132,9 @@ func (h *handler) onboard(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if !n.RevokedAt.IsZero() {
-			h.refuseOnboard(w, r, &o, ReasonNodeRevoked, fail(ErrRefused, "onboarding refused: this machine is node %q, which was revoked; an admin must remove it first (`tether nodes rm %s`)", n.Name, n.Name))
+			h.refuseOnboard(w, r, &o, ReasonNodeRevoked,
+				fail(ErrRefused, "onboarding refused: this machine is node %q, which was revoked; "+
+					"an admin must remove it first (`tether nodes rm %s`)", n.Name, n.Name))
 			return
 		}
 		prev = &n
@@ -150,7 +155,7 @@ func (h *handler) onboard(w http.ResponseWriter, r *http.Request) {
 	}
 	profile, matchedBy, err := onboard.Match(profiles, o.Facts.OSID, o.Facts.OSVersion, o.Machine.OSIDLike)
 	if err != nil {
-		h.refuseOnboard(w, r, &o, ReasonNoProfile, &failure{kind: ErrNotFound, cause: err, msg: "onboarding: " + err.Error()})
+		h.refuseOnboard(w, r, &o, ReasonNoProfile, route.Failure(ErrNotFound, err, "onboarding: "+err.Error()))
 		return
 	}
 
@@ -158,8 +163,8 @@ func (h *handler) onboard(w http.ResponseWriter, r *http.Request) {
 	// Labels asked for on site are the machine's word (whoever holds the
 	// credential could otherwise label a node into a role's selection), so
 	// they go to the node's labels file and come back as reported labels.
-	n := store.Node{ID: newID(), Name: o.name, Labels: maps.Clone(cred.Labels), Hostname: o.Facts.Hostname, OS: o.Facts.OS, Arch: o.Facts.Arch,
-		MachineID: o.Facts.MachineID, AgentVersion: o.AgentVersion, Facts: o.Facts}
+	n := store.Node{ID: newID(), Name: o.name, Labels: maps.Clone(cred.Labels), Hostname: o.Facts.Hostname, OS: o.Facts.OS,
+		Arch: o.Facts.Arch, MachineID: o.Facts.MachineID, AgentVersion: o.AgentVersion, Facts: o.Facts}
 	if prev != nil {
 		n = *prev
 	}
@@ -213,29 +218,35 @@ func (h *handler) onboard(w http.ResponseWriter, r *http.Request) {
 		n = stored
 	}
 	resp.Existing = existing
-	detail := fmt.Sprintf("node id %s, machine %s (%s), credential %s, profile %s by %s", n.ID, o.Machine.UUID, o.Machine.UUIDSource, cred.ID, profile.Name, matchedBy)
+	detail := fmt.Sprintf("node id %s, machine %s (%s), credential %s, profile %s by %s", n.ID, o.Machine.UUID,
+		o.Machine.UUIDSource, cred.ID, profile.Name, matchedBy)
 	if existing {
 		detail += ", retry: existing node, no use spent"
 	}
 	h.audit(store.AuditEvent{Kind: "onboard", Node: n.Name, Remote: r.RemoteAddr, Result: "ok", Detail: detail})
-	h.Logger.Info("machine onboarded", "node", n.Name, "id", n.ID, "machine", o.Machine.UUID, "credential_id", cred.ID, "profile", profile.Name, "existing", existing)
+	h.Logger.Info("machine onboarded", "node", n.Name, "id", n.ID, "machine", o.Machine.UUID, "credential_id", cred.ID,
+		"profile", profile.Name, "existing", existing)
 	writeJSON(w, http.StatusOK, resp)
 }
 
 // issueOnboarded signs the node certificate for n and renders the
 // response, user-data included (a template that fails here fails before
 // anything is stored).
-func (h *handler) issueOnboarded(ctx context.Context, o *onboardReq, n store.Node, p store.OSProfile, matchedBy string) (control.OnboardResponse, []*x509.Certificate, error) {
+func (h *handler) issueOnboarded(
+	ctx context.Context, o *onboardReq, n store.Node, p store.OSProfile, matchedBy string,
+) (onboardproto.Response, []*x509.Certificate, error) {
 	chain, err := h.IssueNode(ctx, o.csr.Raw, pki.Identity{Kind: pki.KindNode, ID: n.ID}, n.Name, h.NodeCertTTL)
 	if err != nil {
 		h.Logger.Error("onboarding: certificate authority failed", "name", n.Name, "credential_id", o.credID, "err", err)
-		return control.OnboardResponse{}, nil, RetryAfter(&failure{kind: ErrUnavailable, cause: err,
-			msg: "onboarding: the certificate authority could not sign the node certificate; try again shortly (no credential use was spent)"}, issuerRetryAfter)
+		return onboardproto.Response{}, nil, RetryAfter(route.Failure(ErrUnavailable, err,
+			"onboarding: the certificate authority could not sign the node certificate; "+
+				"try again shortly (no credential use was spent)"), issuerRetryAfter)
 	}
-	resp := control.OnboardResponse{
+	resp := onboardproto.Response{
 		NodeID: n.ID, Name: n.Name, Profile: p.Name, MatchedBy: matchedBy,
-		Cert: string(pki.EncodeCerts(chain...)), CA: string(pki.EncodeCerts(h.CA.Certificate())), NodeCA: string(pki.EncodeCerts(h.NodeCA)),
-		Hubs: h.Advertise,
+		Cert: string(pki.EncodeCerts(chain...)), CA: string(pki.EncodeCerts(h.CA.Certificate())),
+		NodeCA: string(pki.EncodeCerts(h.NodeCA)),
+		Hubs:   h.Advertise,
 	}
 	// node.json as the agent reads it (edge.NodeConfig).
 	cfg, err := json.MarshalIndent(struct {
@@ -245,7 +256,7 @@ func (h *handler) issueOnboarded(ctx context.Context, o *onboardReq, n store.Nod
 		JoinedAt time.Time `json:"joined_at"`
 	}{n.ID, n.Name, h.Advertise, time.Now().UTC().Truncate(time.Second)}, "", "  ")
 	if err != nil {
-		return control.OnboardResponse{}, nil, internal("onboarding: encode the node config", err)
+		return onboardproto.Response{}, nil, internal("onboarding: encode the node config", err)
 	}
 	d := onboard.Data{
 		NodeID: n.ID, Name: n.Name, Hubs: h.Advertise, Profile: p.Name, MatchedBy: matchedBy,
@@ -255,8 +266,9 @@ func (h *handler) issueOnboarded(ctx context.Context, o *onboardReq, n store.Nod
 		Facts: o.Facts, Machine: o.Machine,
 	}
 	if resp.UserData, err = onboard.Render(p.CloudInit, d); err != nil {
-		return control.OnboardResponse{}, nil, &failure{kind: errInternal, cause: err,
-			msg: fmt.Sprintf("onboarding: OS profile %q's cloud-init template failed for this machine (nothing was created); an admin must fix it: %s", p.Name, clean(err))}
+		return onboardproto.Response{}, nil, route.Failure(errInternal, err,
+			fmt.Sprintf("onboarding: OS profile %q's cloud-init template failed for this machine (nothing was created); "+
+				"an admin must fix it: %s", p.Name, clean(err)))
 	}
 	resp.MetaData = fmt.Sprintf("instance-id: tether-%s\nlocal-hostname: %s\n", n.ID, n.Name)
 	return resp, chain, nil
@@ -275,7 +287,8 @@ func (h *handler) validateOnboard(o *onboardReq) error {
 	}
 	var err error
 	if o.credID, o.secret, err = pki.SplitToken(o.Credential); err != nil {
-		return fail(ErrRefused, "onboarding refused: malformed credential: want ID.SECRET as `tether onboarding create` printed it")
+		return fail(ErrRefused,
+			"onboarding refused: malformed credential: want ID.SECRET as `tether onboarding create` printed it")
 	}
 	if o.name = o.Name; o.name == "" {
 		o.name = nameFromHostname(o.Facts.Hostname)
@@ -286,7 +299,7 @@ func (h *handler) validateOnboard(o *onboardReq) error {
 	if slices.Contains(h.ReservedNames, o.name) {
 		return fail(ErrInvalid, "node name %q is reserved (it names the hub); %s", o.name, anotherName)
 	}
-	if err := ValidateLabels(o.Labels); err != nil {
+	if err := apitype.ValidateLabels(o.Labels); err != nil {
 		return fail(ErrInvalid, "%s", err.Error())
 	}
 	if o.csr, err = x509.ParseCertificateRequest(o.CSR); err == nil {
@@ -341,8 +354,9 @@ func (h *handler) authenticateOnboarding(ctx context.Context, id, secret string)
 }
 
 func credentialRefusal(err error) error {
-	return &failure{kind: ErrRefused, cause: err,
-		msg: "onboarding refused: " + err.Error() + "; ask the hub's admin for a new onboarding credential (`tether onboarding create`)"}
+	return route.Failure(ErrRefused, err,
+		"onboarding refused: "+err.Error()+
+			"; ask the hub's admin for a new onboarding credential (`tether onboarding create`)")
 }
 
 func duplicateMachine(uuid string, m store.Machine) error {
@@ -361,13 +375,13 @@ func (h *handler) refuseOnboard(w http.ResponseWriter, r *http.Request, o *onboa
 		cred = fmt.Sprintf("%.16q", cred)
 	}
 	msg := err.Error()
-	var ae *failure
-	if errors.As(err, &ae) {
-		msg = ae.msg
+	if m, ok := route.Message(err); ok {
+		msg = m
 	}
 	h.audit(store.AuditEvent{Kind: "onboard", Node: fmt.Sprintf("%.64s", o.name), Remote: r.RemoteAddr, Result: "refused",
 		Detail: fmt.Sprintf("reason=%s credential %s machine %.64q: %.512s", reason, cred, o.Machine.UUID, msg)})
-	h.Logger.Info("onboarding refused", "reason", reason, "credential_id", cred, "machine", o.Machine.UUID, "remote", r.RemoteAddr)
+	h.Logger.Info("onboarding refused", "reason", reason, "credential_id", cred, "machine", o.Machine.UUID, "remote",
+		r.RemoteAddr)
 	h.writeErr(w, r, &onboardRefusal{err})
 }
 

@@ -14,16 +14,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/onboardproto"
 )
 
 // onboardEnv is the onboarding endpoint over a real store and CA.
 type onboardEnv struct {
 	t   *testing.T
-	st  *store.SQLite
+	st  *store.DB
 	srv *httptest.Server
 }
 
@@ -39,7 +41,9 @@ func newOnboardEnv(t *testing.T) *onboardEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	issue := func(_ context.Context, csr []byte, id pki.Identity, cn string, ttl time.Duration) ([]*x509.Certificate, error) {
+	issue := func(
+		_ context.Context, csr []byte, id pki.Identity, cn string, ttl time.Duration,
+	) ([]*x509.Certificate, error) {
 		cert, err := c.SignCSR(csr, id, cn, ttl)
 		if err != nil {
 			return nil, err
@@ -58,8 +62,17 @@ func (e *onboardEnv) credential(name string, uses int, ttl time.Duration, labels
 	e.t.Helper()
 	id, secret, _ := pki.NewToken()
 	now := time.Now()
-	if err := e.st.CreateOnboardingCredential(context.Background(), store.OnboardingCredential{ID: id, Name: name, SecretHash: pki.HashSecret(secret),
-		Role: "onboarder", Labels: labels, Uses: uses, UsesLeft: uses, ExpiresAt: now.Add(ttl), CreatedAt: now}); err != nil {
+	if err := e.st.CreateOnboardingCredential(context.Background(), store.OnboardingCredential{
+		ID:         id,
+		Name:       name,
+		SecretHash: pki.HashSecret(secret),
+		Role:       "onboarder",
+		Labels:     labels,
+		Uses:       uses,
+		UsesLeft:   uses,
+		ExpiresAt:  now.Add(ttl),
+		CreatedAt:  now,
+	}); err != nil {
 		e.t.Fatal(err)
 	}
 	return id + "." + secret
@@ -91,22 +104,22 @@ func newMachine(t *testing.T, uuid string) machine {
 	return machine{uuid: uuid, csr: csr}
 }
 
-func (m machine) request(cred, name string) control.OnboardRequest {
-	return control.OnboardRequest{Credential: cred, Name: name, CSR: m.csr, AgentVersion: "test",
+func (m machine) request(cred, name string) onboardproto.Request {
+	return onboardproto.Request{Credential: cred, Name: name, CSR: m.csr, AgentVersion: "test",
 		Facts:   control.Facts{Hostname: name, OS: "Debian GNU/Linux 12", OSID: "debian", OSVersion: "12", Arch: "amd64"},
-		Machine: control.MachineFacts{UUID: m.uuid, UUIDSource: "/sys/class/dmi/id/product_uuid", OSIDLike: ""}}
+		Machine: onboardproto.MachineFacts{UUID: m.uuid, UUIDSource: "/sys/class/dmi/id/product_uuid", OSIDLike: ""}}
 }
 
-func (e *onboardEnv) post(req any) (int, control.OnboardResponse, string) {
+func (e *onboardEnv) post(req any) (int, onboardproto.Response, string) {
 	e.t.Helper()
 	b, _ := json.Marshal(req)
-	resp, err := http.Post(e.srv.URL+control.OnboardPath, "application/json", bytes.NewReader(b))
+	resp, err := http.Post(e.srv.URL+onboardproto.Path, "application/json", bytes.NewReader(b))
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	var out control.OnboardResponse
+	var out onboardproto.Response
 	if resp.StatusCode == http.StatusOK {
 		if err := json.Unmarshal(body, &out); err != nil {
 			e.t.Fatal(err)
@@ -165,7 +178,7 @@ func TestOnboardCreatesNodeWithUserData(t *testing.T) {
 	if e.usesLeft(cred) != 1 {
 		t.Fatalf("uses left %d, want 1", e.usesLeft(cred))
 	}
-	ud, err := control.ParseUserData(resp.UserData)
+	ud, err := onboardproto.ParseUserData(resp.UserData)
 	if err != nil {
 		t.Fatalf("user-data: %v\n%s", err, resp.UserData)
 	}
@@ -176,7 +189,8 @@ func TestOnboardCreatesNodeWithUserData(t *testing.T) {
 	}
 	if files["/var/lib/tether-edge/node.crt"] != resp.Cert || files["/var/lib/tether-edge/ca.crt"] != resp.CA ||
 		!strings.Contains(files["/etc/systemd/system/tether-edge.service"], "ExecStart=") ||
-		!strings.Contains(files["/etc/tether/labels"], "site=paris") || !strings.Contains(files["/etc/tether/labels"], "rack=r1") {
+		!strings.Contains(files["/etc/tether/labels"], "site=paris") ||
+		!strings.Contains(files["/etc/tether/labels"], "rack=r1") {
 		t.Fatalf("user-data files %v", files)
 	}
 	if last := ud.WriteFiles[len(ud.WriteFiles)-1]; last.Path != "/var/lib/tether-edge/node.json" {
@@ -187,11 +201,13 @@ func TestOnboardCreatesNodeWithUserData(t *testing.T) {
 		Name   string   `json:"name"`
 		Hubs   []string `json:"hubs"`
 	}
-	if err := json.Unmarshal([]byte(files["/var/lib/tether-edge/node.json"]), &cfg); err != nil || cfg.NodeID != resp.NodeID || cfg.Name != "shop-1" || len(cfg.Hubs) != 1 {
+	if err := json.Unmarshal([]byte(files["/var/lib/tether-edge/node.json"]), &cfg); err != nil ||
+		cfg.NodeID != resp.NodeID || cfg.Name != "shop-1" || len(cfg.Hubs) != 1 {
 		t.Fatalf("node.json %+v %v", cfg, err)
 	}
 	for path, content := range files {
-		if strings.Contains(content, "PRIVATE KEY") || strings.Contains(content, cred) || strings.Contains(resp.UserData, strings.SplitN(cred, ".", 2)[1]) {
+		if strings.Contains(content, "PRIVATE KEY") || strings.Contains(content, cred) ||
+			strings.Contains(resp.UserData, strings.SplitN(cred, ".", 2)[1]) {
 			t.Fatalf("user-data file %s carries a secret", path)
 		}
 	}
@@ -233,7 +249,8 @@ func TestOnboardRetryAndDuplicateMachine(t *testing.T) {
 	if status != http.StatusConflict || !strings.Contains(body, "already node id "+first.NodeID) {
 		t.Fatalf("duplicate UUID: %d %s", status, body)
 	}
-	if a := e.lastAudit(); a.Result != "refused" || !strings.Contains(a.Detail, "reason=duplicate_machine") || !strings.Contains(a.Detail, "machine-0001") {
+	if a := e.lastAudit(); a.Result != "refused" || !strings.Contains(a.Detail, "reason=duplicate_machine") ||
+		!strings.Contains(a.Detail, "machine-0001") {
 		t.Fatalf("audit %+v", a)
 	}
 	if e.usesLeft(cred2) != 5 {
@@ -261,7 +278,7 @@ func TestOnboardRefusalReasons(t *testing.T) {
 	m := newMachine(t, "machine-0002")
 	cases := []struct {
 		name   string
-		req    control.OnboardRequest
+		req    onboardproto.Request
 		status int
 		reason string
 		want   string
@@ -272,8 +289,10 @@ func TestOnboardRefusalReasons(t *testing.T) {
 		{"wrong secret", m.request(wrongSecret, "x1"), 403, "unknown", "unknown"},
 		{"unknown id", m.request(unknownID, "x1"), 403, "unknown", "unknown"},
 		{"malformed", m.request("nope", "x1"), 403, "unknown", "malformed credential"},
-		{"bad csr", func() control.OnboardRequest { r := m.request(good, "x1"); r.CSR = []byte("junk"); return r }(), 400, "invalid", "invalid CSR"},
-		{"no uuid", func() control.OnboardRequest { r := m.request(good, "x1"); r.Machine.UUID = ""; return r }(), 400, "invalid", "machine uuid"},
+		{"bad csr", func() onboardproto.Request { r := m.request(good, "x1"); r.CSR = []byte("junk"); return r }(), 400,
+			"invalid", "invalid CSR"},
+		{"no uuid", func() onboardproto.Request { r := m.request(good, "x1"); r.Machine.UUID = ""; return r }(), 400,
+			"invalid", "machine uuid"},
 		{"reserved name", m.request(good, "tether-hub"), 400, "invalid", "reserved"},
 		// A machine whose host name is localhost gets no node the bastion
 		// would refuse to reach.
@@ -322,7 +341,8 @@ func TestOnboardProfileFallback(t *testing.T) {
 	alpine := newMachine(t, "machine-alpine").request(cred, "a1")
 	alpine.Facts.OSID, alpine.Facts.OSVersion = "alpine", "3.20"
 	status, _, body = e.post(alpine)
-	if status != 404 || !strings.Contains(body, "debian-12 (debian 12, family debian)") || !strings.Contains(body, "rocky-9 (rocky 9, family rhel)") ||
+	if status != 404 || !strings.Contains(body, "debian-12 (debian 12, family debian)") ||
+		!strings.Contains(body, "rocky-9 (rocky 9, family rhel)") ||
 		!strings.Contains(body, "tether osprofile add NAME --distro alpine --version 3.20") {
 		t.Fatalf("no profile: %d %s", status, body)
 	}
@@ -338,7 +358,7 @@ func TestOnboardProfileFallback(t *testing.T) {
 // person compares.
 func TestOnboardCA(t *testing.T) {
 	e := newOnboardEnv(t)
-	resp, err := http.Get(e.srv.URL + control.OnboardCAPath)
+	resp, err := http.Get(e.srv.URL + onboardproto.CAPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,21 +380,21 @@ func TestOnboardConcurrentRetries(t *testing.T) {
 	const n = 8
 	type result struct {
 		status int
-		resp   control.OnboardResponse
+		resp   onboardproto.Response
 		body   string
 	}
 	results := make(chan result, n)
 	for range n {
 		go func() {
 			b, _ := json.Marshal(m.request(cred, "c1"))
-			resp, err := http.Post(e.srv.URL+control.OnboardPath, "application/json", bytes.NewReader(b))
+			resp, err := http.Post(e.srv.URL+onboardproto.Path, "application/json", bytes.NewReader(b))
 			if err != nil {
 				results <- result{body: err.Error()}
 				return
 			}
 			defer resp.Body.Close()
 			body, _ := io.ReadAll(resp.Body)
-			var out control.OnboardResponse
+			var out onboardproto.Response
 			_ = json.Unmarshal(body, &out)
 			results <- result{resp.StatusCode, out, string(body)}
 		}()
@@ -398,24 +418,52 @@ func TestOnboardConcurrentRetries(t *testing.T) {
 // TestValidateOSProfile: a profile is refused, naming what is wrong,
 // before it is stored; a template with it.
 func TestValidateOSProfile(t *testing.T) {
-	good := OSProfileAddRequest{Name: "debian-12", Distro: "debian", Version: "12", Family: "debian"}
-	with := func(f func(*OSProfileAddRequest)) OSProfileAddRequest { r := good; f(&r); return r }
+	good := apitype.OSProfileAddRequest{Name: "debian-12", Distro: "debian", Version: "12", Family: "debian"}
+	with := func(f func(*apitype.OSProfileAddRequest)) apitype.OSProfileAddRequest { r := good; f(&r); return r }
 	for _, tc := range []struct {
 		name string
-		req  OSProfileAddRequest
+		req  apitype.OSProfileAddRequest
 		want string
 	}{
 		{"ok", good, ""},
-		{"ok with a template", with(func(r *OSProfileAddRequest) { r.CloudInit = "#cloud-config\nruncmd:\n  - [true]\n" }), ""},
-		{"bad name", with(func(r *OSProfileAddRequest) { r.Name = "Debian 12" }), "invalid name"},
-		{"no distro", with(func(r *OSProfileAddRequest) { r.Distro = "" }), "--distro is required"},
-		{"no version", with(func(r *OSProfileAddRequest) { r.Version = "" }), "--version is required"},
-		{"odd version", with(func(r *OSProfileAddRequest) { r.Version = "12 bookworm" }), "want what os-release says"},
-		{"template does not parse", with(func(r *OSProfileAddRequest) { r.CloudInit = "#cloud-config\n{{ if }}" }), "template:"},
-		{"template names no such field", with(func(r *OSProfileAddRequest) { r.CloudInit = "#cloud-config\n# {{.Password}}\n" }), "can't evaluate field Password"},
-		{"not cloud-config", with(func(r *OSProfileAddRequest) { r.CloudInit = "#!/bin/sh\ncurl x | sh\n" }), `first line must be "#cloud-config"`},
-		{"not YAML", with(func(r *OSProfileAddRequest) { r.CloudInit = "#cloud-config\nwrite_files: [\n" }), "user-data"},
-		{"another module", with(func(r *OSProfileAddRequest) { r.CloudInit = "#cloud-config\nusers: [{name: x}]\n" }), "field users not found"},
+		{
+			"ok with a template",
+			with(func(r *apitype.OSProfileAddRequest) { r.CloudInit = "#cloud-config\nruncmd:\n  - [true]\n" }),
+			"",
+		},
+		{"bad name", with(func(r *apitype.OSProfileAddRequest) { r.Name = "Debian 12" }), "invalid name"},
+		{"no distro", with(func(r *apitype.OSProfileAddRequest) { r.Distro = "" }), "--distro is required"},
+		{"no version", with(func(r *apitype.OSProfileAddRequest) { r.Version = "" }), "--version is required"},
+		{
+			"odd version",
+			with(func(r *apitype.OSProfileAddRequest) { r.Version = "12 bookworm" }),
+			"want what os-release says",
+		},
+		{
+			"template does not parse",
+			with(func(r *apitype.OSProfileAddRequest) { r.CloudInit = "#cloud-config\n{{ if }}" }),
+			"template:",
+		},
+		{
+			"template names no such field",
+			with(func(r *apitype.OSProfileAddRequest) { r.CloudInit = "#cloud-config\n# {{.Password}}\n" }),
+			"can't evaluate field Password",
+		},
+		{
+			"not cloud-config",
+			with(func(r *apitype.OSProfileAddRequest) { r.CloudInit = "#!/bin/sh\ncurl x | sh\n" }),
+			`first line must be "#cloud-config"`,
+		},
+		{
+			"not YAML",
+			with(func(r *apitype.OSProfileAddRequest) { r.CloudInit = "#cloud-config\nwrite_files: [\n" }),
+			"user-data",
+		},
+		{
+			"another module",
+			with(func(r *apitype.OSProfileAddRequest) { r.CloudInit = "#cloud-config\nusers: [{name: x}]\n" }),
+			"field users not found",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := validateOSProfile(tc.req)
@@ -432,17 +480,17 @@ func TestValidateOSProfile(t *testing.T) {
 	}
 }
 
-// A body over control.MaxOnboardRequest, or one that is not the request,
+// A body over onboardproto.MaxRequest, or one that is not the request,
 // is refused before anything is read from the store, and audited.
 func TestOnboardBodyBounded(t *testing.T) {
 	e := newOnboardEnv(t)
 	for _, tc := range []struct{ name, body, want string }{
-		{"too large", `{"credential":"` + strings.Repeat("a", control.MaxOnboardRequest) + `"}`, "too large"},
+		{"too large", `{"credential":"` + strings.Repeat("a", onboardproto.MaxRequest) + `"}`, "too large"},
 		{"unknown field", `{"credential":"x","role":"admin"}`, "unknown field"},
 		{"not json", `hello`, "invalid request body"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, err := http.Post(e.srv.URL+control.OnboardPath, "application/json", strings.NewReader(tc.body))
+			resp, err := http.Post(e.srv.URL+onboardproto.Path, "application/json", strings.NewReader(tc.body))
 			if err != nil {
 				t.Fatal(err)
 			}

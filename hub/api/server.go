@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,15 +18,17 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/access"
+	"github.com/tether-dev/tether/hub/api/apitype"
+	"github.com/tether-dev/tether/hub/api/route"
 	"github.com/tether-dev/tether/hub/jobs"
-	"github.com/tether-dev/tether/hub/kubeone"
 	"github.com/tether-dev/tether/hub/metrics"
-	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/hub/roles"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/onboardproto"
 )
 
 // Deps is what the API handlers work on.
@@ -36,22 +37,22 @@ type Deps struct {
 	// Door decides who may reach which node (hub/access).
 	Door        *access.Door
 	CA          *ca.CA
-	Registry    *registry.Registry
+	Conns       *nodeconn.Table
 	Metrics     *metrics.Metrics
 	Advertise   []string      // hub addresses put into join strings
 	NodeCertTTL time.Duration // lifetime of issued node certificates
 	// IssueNode signs a node certificate chain (leaf first): the hub's own
 	// CA, or an external step-ca.
-	IssueNode func(ctx context.Context, csrDER []byte, id pki.Identity, commonName string, ttl time.Duration) ([]*x509.Certificate, error)
+	IssueNode func(
+		ctx context.Context, csrDER []byte, id pki.Identity, commonName string, ttl time.Duration,
+	) ([]*x509.Certificate, error)
 	// NodeCA is the root node certificates chain to (sent to joining agents).
 	NodeCA *x509.Certificate
 	Logger *slog.Logger
 	// ReservedNames are names no node may take (the bastion's host names).
 	ReservedNames []string
 	// SSHTrust is published at GET /v1/ssh/trust.
-	SSHTrust SSHTrust
-	// Login serves tether login; nil disables it.
-	Login Login
+	SSHTrust apitype.SSHTrust
 	// OperatorsChanged is called after an operator is added or removed so
 	// the hub can push new authorized keys to the nodes.
 	OperatorsChanged func()
@@ -59,19 +60,9 @@ type Deps struct {
 	// ID, so the hub replica that holds its tunnel closes it; nil closes
 	// the tunnel if this hub holds it.
 	NodeRevoked func(nodeID string)
-	// Jobs and Blobs serve the job endpoints; nil disables them.
-	Jobs  *jobs.Engine
-	Blobs *jobs.Blobs
-	// Cluster serves the cluster endpoints; nil disables them.
-	Cluster Cluster
-	// Upgrades serves the upgrade endpoints (upgrades.go); nil disables them.
-	Upgrades Upgrades
-	// KubeOne serves the KubeOne cluster endpoints (kubeone.go); nil
-	// disables them.
-	KubeOne *kubeone.Service
-	// KubeOneRuns runs KubeOne and reaches clusters' API servers
-	// (kubeone_apply.go); nil disables those endpoints.
-	KubeOneRuns KubeOneRuns
+	// Jobs is told when a node is removed (its runs that wait for it
+	// end); nil: no job engine.
+	Jobs *jobs.Engine
 	// Admins decides which admin certificates are accepted (admin.go);
 	// nil refuses them all.
 	Admins Admins
@@ -83,70 +74,21 @@ type Deps struct {
 	// Replicas knows the hub replicas sharing the store (replicas.go);
 	// nil on a hub that runs alone.
 	Replicas Replicas
-	// Services serves the service tunnel endpoints (services.go); nil
-	// disables them.
-	Services Services
-	// Sites lists the site hubs below this hub (sites.go); nil lists none.
-	Sites Sites
-	// Missions serves /v1/missions (missions.go); nil: not served.
-	Missions Missions
 	// SiteHostCAs, if set, adds the host CAs of the sites below to GET
-	// /v1/ssh/trust (hub/sitetrust.go).
-	SiteHostCAs func() []SiteHostCA
+	// /v1/ssh/trust (site.Trust.HostCAsBelow).
+	SiteHostCAs func() []apitype.SiteHostCA
 	// Inventory, if set, lists the nodes below this hub's sites as the
 	// hub names them ("n7.berlin", with site=SUFFIX): listed by GET
 	// /v1/nodes and selectable as job targets, never stored as nodes.
 	Inventory func(ctx context.Context) ([]store.Node, error)
+	// Features serve their own endpoints beside the core ones here,
+	// registered on the same route table (route.Routes).
+	Features []route.Feature
 }
 
 type handler struct{ Deps }
 
-// Login issues SSH user certificates to operators who prove their key.
-type Login interface {
-	// Challenge returns a nonce for operator to sign. It answers every
-	// valid name alike, operator or not; errors wrap ErrRateLimited (with
-	// RetryAfter) when remote asked too often.
-	Challenge(ctx context.Context, operator, remote string) (nonce string, expires time.Time, err error)
-	Login(ctx context.Context, req LoginRequest, remote string) (LoginResponse, error)
-}
-
-func (h *handler) loginChallenge(w http.ResponseWriter, r *http.Request) {
-	var req LoginChallengeRequest
-	if !decode(w, r, &req) {
-		return
-	}
-	if h.Login == nil {
-		h.writeErr(w, r, fail(ErrNotFound, "login is not enabled on this hub"))
-		return
-	}
-	if err := pki.ValidateName(req.Operator); err != nil {
-		h.writeErr(w, r, fail(ErrInvalid, "operator %s", err.Error()))
-		return
-	}
-	nonce, exp, err := h.Login.Challenge(r.Context(), req.Operator, r.RemoteAddr)
-	if err != nil {
-		h.writeErr(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, LoginChallengeResponse{Nonce: nonce, ExpiresAt: exp})
-}
-
-func (h *handler) login(w http.ResponseWriter, r *http.Request) {
-	var req LoginRequest
-	if !decode(w, r, &req) {
-		return
-	}
-	if h.Login == nil {
-		h.writeErr(w, r, fail(ErrNotFound, "login is not enabled on this hub"))
-		return
-	}
-	resp, err := h.Login.Login(r.Context(), req, r.RemoteAddr)
-	if err != nil {
-		h.writeErr(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, resp)
-}
+const maxBody = route.MaxBody
 
 // NewHandler returns the API's http.Handler.
 func NewHandler(d Deps) http.Handler {
@@ -157,27 +99,26 @@ func NewHandler(d Deps) http.Handler {
 		d.OperatorsChanged = func() {}
 	}
 	h := &handler{d}
-	mux := &routeMux{ServeMux: http.NewServeMux()}
+	mux := &routeMux{ServeMux: http.NewServeMux(), h: h}
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
 	mux.HandleFunc("GET /v1/openapi.yaml", openAPI)
 	mux.HandleFunc("POST "+control.JoinPath, h.join)
-	mux.HandleFunc("POST "+control.OnboardPath, h.onboard)
-	mux.HandleFunc("GET "+control.OnboardCAPath, h.onboardCA)
+	mux.HandleFunc("POST "+onboardproto.Path, h.onboard)
+	mux.HandleFunc("GET "+onboardproto.CAPath, h.onboardCA)
 	mux.HandleFunc("POST /v1/onboarding", h.admin(h.createOnboarding))
-	mux.HandleFunc("GET /v1/onboarding", h.admin(listAs(h, "onboarding credentials", d.Store.ListOnboardingCredentials, credentialFrom)))
+	mux.HandleFunc("GET /v1/onboarding",
+		h.admin(listAs(h, "onboarding credentials", d.Store.ListOnboardingCredentials, credentialFrom)))
 	mux.HandleFunc("POST /v1/onboarding/{name}/revoke", h.admin(h.revokeOnboarding))
 	mux.HandleFunc("POST /v1/osprofiles", h.admin(h.addOSProfile))
 	mux.HandleFunc("GET /v1/osprofiles", h.admin(listAs(h, "OS profiles", d.Store.ListOSProfiles, osProfileFrom)))
-	mux.HandleFunc("DELETE /v1/osprofiles/{name}", h.admin(h.deleteBy("name", "OS profile named", d.Store.DeleteOSProfile, false,
-		func(r *http.Request, name string) store.AuditEvent {
-			return store.AuditEvent{Kind: "osprofile_remove", Remote: r.RemoteAddr, Result: "ok", Detail: name}
-		})))
-	mux.HandleFunc("POST /v1/login/challenge", h.loginChallenge)
-	mux.HandleFunc("POST /v1/login", h.login)
+	mux.HandleFunc("DELETE /v1/osprofiles/{name}",
+		h.admin(h.deleteBy("name", "OS profile named", d.Store.DeleteOSProfile, false,
+			func(r *http.Request, name string) store.AuditEvent {
+				return store.AuditEvent{Kind: "osprofile_remove", Remote: r.RemoteAddr, Result: "ok", Detail: name}
+			})))
 	mux.HandleFunc("GET /v1/ssh/trust", h.sshTrust)
 	mux.HandleFunc("GET /v1/nodes", h.lister(h.listNodes))
-	mux.HandleFunc("GET /v1/sites", h.lister(h.listSites))
 	mux.HandleFunc("POST /v1/nodes/labels", h.admin(h.labelNodes))
 	mux.HandleFunc("DELETE /v1/nodes/{name}", h.admin(h.removeNode))
 	mux.HandleFunc("POST /v1/nodes/{name}/revoke", h.admin(h.revokeNode))
@@ -188,7 +129,6 @@ func NewHandler(d Deps) http.Handler {
 			return store.AuditEvent{Kind: "role_remove", Remote: r.RemoteAddr, Result: "ok", Detail: name}
 		})))
 	mux.HandleFunc("GET /v1/audit", h.admin(h.listAudit))
-	mux.HandleFunc("GET /v1/replicas", h.admin(h.listReplicas))
 	mux.HandleFunc("POST /v1/tokens", h.admin(h.createToken))
 	mux.HandleFunc("GET /v1/tokens", h.admin(listAs(h, "join tokens", d.Store.ListTokens, tokenFrom)))
 	mux.HandleFunc("DELETE /v1/tokens/{id}", h.admin(h.deleteBy("id", "token with id", d.Store.DeleteToken, false,
@@ -197,47 +137,26 @@ func NewHandler(d Deps) http.Handler {
 		})))
 	mux.HandleFunc("POST /v1/operators", h.admin(h.addOperator))
 	mux.HandleFunc("GET /v1/operators", h.admin(listAs(h, "operators", d.Store.ListOperators, operatorFrom)))
-	mux.HandleFunc("DELETE /v1/operators/{name}", h.admin(h.deleteBy("name", "operator named", d.Store.RemoveOperator, true,
-		func(r *http.Request, name string) store.AuditEvent {
-			return store.AuditEvent{Kind: "operator_remove", Operator: name, Remote: r.RemoteAddr, Result: "ok"}
-		})))
+	mux.HandleFunc("DELETE /v1/operators/{name}",
+		h.admin(h.deleteBy("name", "operator named", d.Store.RemoveOperator, true,
+			func(r *http.Request, name string) store.AuditEvent {
+				return store.AuditEvent{Kind: "operator_remove", Operator: name, Remote: r.RemoteAddr, Result: "ok"}
+			})))
 	mux.HandleFunc("PATCH /v1/operators/{name}", h.admin(h.editOperator))
 	mux.HandleFunc("POST /v1/operators/{name}/keys", h.admin(h.addOperatorKey))
 	mux.HandleFunc("DELETE /v1/operators/{name}/keys/{fingerprint}", h.admin(h.removeOperatorKey))
-	mux.HandleFunc("POST /v1/ca/revoke-admin", h.admin(h.revokeAdmin))
 	mux.HandleFunc("POST /v1/apitokens", h.admin(h.createAPIToken))
 	mux.HandleFunc("GET /v1/apitokens", h.admin(listAs(h, "API tokens", d.Store.ListAPITokens, apiTokenFrom)))
-	mux.HandleFunc("DELETE /v1/apitokens/{id}", h.admin(h.deleteBy("id", "API token with id", d.Store.DeleteAPIToken, false,
-		func(r *http.Request, id string) store.AuditEvent {
-			return store.AuditEvent{Kind: "apitoken_remove", Remote: r.RemoteAddr, Result: "ok", Detail: "API token " + id}
-		})))
-	mux.HandleFunc("POST /v1/blobs", h.automation(h.putBlob))
-	mux.HandleFunc("POST /v1/jobs", h.automation(h.createJob))
-	mux.HandleFunc("GET /v1/jobs", h.automation(h.listJobs))
-	mux.HandleFunc("GET /v1/jobs/{id}", h.automation(h.getJob))
-	mux.HandleFunc("GET /v1/jobs/{id}/events", h.automation(h.jobEvents))
-	mux.HandleFunc("GET /v1/jobs/{id}/nodes/{node}/log", h.automation(h.nodeLog))
-	mux.HandleFunc("POST /v1/jobs/{id}/cancel", h.automation(h.cancelJob))
-	mux.HandleFunc("POST /v1/jobs/{id}/rerun", h.automation(h.rerunJob))
-	mux.HandleFunc("POST /v1/upgrades", h.automation(h.createUpgrade))
-	mux.HandleFunc("GET /v1/upgrades", h.lister(h.listUpgrades))
-	mux.HandleFunc("GET /v1/upgrades/{name}", h.lister(h.getUpgrade))
-	mux.HandleFunc("POST /v1/upgrades/{name}/pause", h.automation(h.upgradeAction("pause", Upgrades.Pause)))
-	mux.HandleFunc("POST /v1/upgrades/{name}/resume", h.automation(h.upgradeAction("resume", Upgrades.Resume)))
-	mux.HandleFunc("POST /v1/upgrades/{name}/cancel", h.automation(h.upgradeAction("cancel", Upgrades.Cancel)))
-	mux.HandleFunc("POST /v1/upgrades/{name}/confirm", h.lister(h.confirmUpgrade))
-	mux.HandleFunc("POST /v1/missions", h.admin(h.createMission))
-	mux.HandleFunc("GET /v1/missions", h.admin(h.listMissions))
-	mux.HandleFunc("GET /v1/missions/{name}", h.admin(h.getMission))
-	mux.HandleFunc("DELETE /v1/missions/{name}", h.admin(h.deleteMission))
-	mux.HandleFunc("GET /v1/cluster", h.admin(h.clusterStatus))
-	mux.HandleFunc("PUT /v1/cluster/{node}", h.admin(h.clusterRegister))
-	mux.HandleFunc("DELETE /v1/cluster/{node}", h.admin(h.clusterDeregister))
-	h.kubeoneRoutes(mux)
-	h.kubeoneApplyRoutes(mux)
-	h.serviceRoutes(mux)
+	mux.HandleFunc("DELETE /v1/apitokens/{id}",
+		h.admin(h.deleteBy("id", "API token with id", d.Store.DeleteAPIToken, false,
+			func(r *http.Request, id string) store.AuditEvent {
+				return store.AuditEvent{Kind: "apitoken_remove", Remote: r.RemoteAddr, Result: "ok", Detail: "API token " + id}
+			})))
+	for _, f := range d.Features {
+		f.Register(mux)
+	}
 	if d.Metrics != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
+		mux.Handle("GET /metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}).ServeHTTP)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, fail(ErrNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
@@ -245,41 +164,49 @@ func NewHandler(d Deps) http.Handler {
 	return mux
 }
 
-// routeMux is a ServeMux that remembers its patterns, so a test can hold
-// the OpenAPI document to the routes actually served.
+// routeMux is the API's route table: a ServeMux that remembers its
+// patterns, so a test can hold the OpenAPI document to the routes actually
+// served, and that hands features the API's authentication and error
+// answers (route.Routes).
 type routeMux struct {
 	*http.ServeMux
+	h        *handler
 	patterns []string
 }
 
+var _ route.Routes = (*routeMux)(nil)
+
+// Handle implements route.Routes.
+func (m *routeMux) Handle(pattern string, f http.HandlerFunc) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.Handle(pattern, f)
+}
+
+// HandleFunc is Handle.
 func (m *routeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.Request)) {
-	m.patterns = append(m.patterns, pattern)
-	m.ServeMux.HandleFunc(pattern, f)
+	m.Handle(pattern, f)
 }
 
-func (m *routeMux) Handle(pattern string, h http.Handler) {
-	m.patterns = append(m.patterns, pattern)
-	m.ServeMux.Handle(pattern, h)
-}
+// Admin implements route.Routes.
+func (m *routeMux) Admin(f http.HandlerFunc) http.HandlerFunc { return m.h.admin(f) }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+// Automation implements route.Routes.
+func (m *routeMux) Automation(f route.Handler) http.HandlerFunc { return m.h.automation(f) }
+
+// Lister implements route.Routes.
+func (m *routeMux) Lister(f route.Handler) http.HandlerFunc { return m.h.lister(f) }
+
+// Error implements route.Routes.
+func (m *routeMux) Error(w http.ResponseWriter, r *http.Request, err error) { m.h.writeErr(w, r, err) }
+
+func writeJSON(w http.ResponseWriter, status int, v any) { route.JSON(w, status, v) }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, control.ErrorResponse{Error: msg})
+	route.JSON(w, status, apitype.ErrorResponse{Error: msg})
 }
 
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid request body: "+err.Error())
-		return false
-	}
-	return true
+	return route.Decode(w, r, v, maxBody)
 }
 
 func newID() string {
@@ -305,7 +232,7 @@ func (h *handler) removeNode(w http.ResponseWriter, r *http.Request) {
 	if h.Jobs != nil {
 		h.Jobs.NodeRemoved(n.ID) // its runs that wait for it end; none passes to a namesake
 	}
-	if c, ok := h.Registry.Get(name); ok && c.NodeID == n.ID {
+	if c, ok := h.Conns.Get(name); ok && c.NodeID == n.ID {
 		go c.CloseWithNotice("this node was removed from the hub; re-join to come back", true)
 	}
 	h.audit(store.AuditEvent{Kind: "remove", Node: name, Remote: r.RemoteAddr, Result: "ok", Detail: "node id " + n.ID})
@@ -314,20 +241,20 @@ func (h *handler) removeNode(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) createToken(w http.ResponseWriter, r *http.Request) {
-	var req TokenCreateRequest
+	var req apitype.TokenCreateRequest
 	if !decode(w, r, &req) {
 		return
 	}
 	ttl := time.Duration(req.TTLSeconds) * time.Second
-	if ttl <= 0 || ttl > MaxTokenTTL {
-		h.writeErr(w, r, fail(ErrInvalid, "ttl must be between 1s and %s", MaxTokenTTL))
+	if ttl <= 0 || ttl > apitype.MaxTokenTTL {
+		h.writeErr(w, r, fail(ErrInvalid, "ttl must be between 1s and %s", apitype.MaxTokenTTL))
 		return
 	}
-	if req.Uses < 1 || req.Uses > MaxTokenUses {
-		h.writeErr(w, r, fail(ErrInvalid, "uses must be between 1 and %d", MaxTokenUses))
+	if req.Uses < 1 || req.Uses > apitype.MaxTokenUses {
+		h.writeErr(w, r, fail(ErrInvalid, "uses must be between 1 and %d", apitype.MaxTokenUses))
 		return
 	}
-	if err := ValidateLabels(req.Labels); err != nil {
+	if err := apitype.ValidateLabels(req.Labels); err != nil {
 		h.writeErr(w, r, fail(ErrInvalid, "%s", err.Error()))
 		return
 	}
@@ -349,16 +276,25 @@ func (h *handler) createToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now()
-	t := store.Token{ID: id, SecretHash: pki.HashSecret(secret), Labels: req.Labels, UsesLeft: req.Uses, ExpiresAt: now.Add(ttl), CreatedAt: now, Kind: req.Kind}
+	t := store.Token{
+		ID:         id,
+		SecretHash: pki.HashSecret(secret),
+		Labels:     req.Labels,
+		UsesLeft:   req.Uses,
+		ExpiresAt:  now.Add(ttl),
+		CreatedAt:  now,
+		Kind:       req.Kind,
+	}
 	if err := h.Store.CreateToken(r.Context(), t); err != nil {
 		h.writeErr(w, r, internal("store the join token", err))
 		return
 	}
 	js := pki.JoinString{Addrs: h.Advertise, Token: id + "." + secret, CAPin: h.CA.Pin()}
 	h.audit(store.AuditEvent{Kind: "token_create", Remote: r.RemoteAddr, Result: "ok",
-		Detail: fmt.Sprintf("%s token %s: %d use(s) until %s, labels %s", req.Kind, id, req.Uses, t.ExpiresAt.UTC().Format(time.RFC3339), FormatLabels(req.Labels))})
+		Detail: fmt.Sprintf("%s token %s: %d use(s) until %s, labels %s", req.Kind, id, req.Uses,
+			t.ExpiresAt.UTC().Format(time.RFC3339), apitype.FormatLabels(req.Labels))})
 	h.Logger.Info("join token created", "token_id", id, "kind", req.Kind, "uses", req.Uses, "expires", t.ExpiresAt)
-	writeJSON(w, http.StatusCreated, TokenCreateResponse{ID: id, JoinString: js.String(), ExpiresAt: t.ExpiresAt})
+	writeJSON(w, http.StatusCreated, apitype.TokenCreateResponse{ID: id, JoinString: js.String(), ExpiresAt: t.ExpiresAt})
 }
 
 // ParseAuthorizedKey parses exactly one authorized_keys line.
@@ -368,7 +304,9 @@ func ParseAuthorizedKey(line string) (gossh.PublicKey, error) {
 		return nil, fmt.Errorf("public key: %w (want one line like `ssh-ed25519 AAAA... comment`)", err)
 	}
 	if len(strings.TrimSpace(string(rest))) > 0 {
-		return nil, errors.New("public key: more than one key given; give one key per line (tether operator add --key F --key F2, or tether operator key add)")
+		return nil, errors.New(
+			"public key: more than one key given; give one key per line (tether operator add --key F --key F2, " +
+				"or tether operator key add)")
 	}
 	if _, ok := key.(*gossh.Certificate); ok {
 		return nil, errors.New("public key: a certificate was given; register the plain public key")
@@ -377,7 +315,7 @@ func ParseAuthorizedKey(line string) (gossh.PublicKey, error) {
 }
 
 func (h *handler) addOperator(w http.ResponseWriter, r *http.Request) {
-	var req OperatorAddRequest
+	var req apitype.OperatorAddRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -388,7 +326,9 @@ func (h *handler) addOperator(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(req.Name, access.KubeOneUserPrefix) {
 		// The bastion users of KubeOne clusters' identities: an operator
 		// of that name would share their audit trail.
-		h.writeErr(w, r, fail(ErrInvalid, "operator name %q: names starting with %q belong to KubeOne clusters' identities; choose another", req.Name, access.KubeOneUserPrefix))
+		h.writeErr(w, r, fail(ErrInvalid,
+			"operator name %q: names starting with %q belong to KubeOne clusters' identities; choose another", req.Name,
+			access.KubeOneUserPrefix))
 		return
 	}
 	now := time.Now()
@@ -413,7 +353,8 @@ func (h *handler) addOperator(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := h.Store.AddOperator(r.Context(), o); errors.Is(err, store.ErrNameTaken) {
-		h.writeErr(w, r, fail(ErrConflict, "operator %q or one of its keys is already registered (see `tether operator list`)", o.Name))
+		h.writeErr(w, r, fail(ErrConflict,
+			"operator %q or one of its keys is already registered (see `tether operator list`)", o.Name))
 		return
 	} else if err != nil {
 		h.writeErr(w, r, internal("add operator "+strconv.Quote(o.Name), err))
@@ -424,7 +365,14 @@ func (h *handler) addOperator(w http.ResponseWriter, r *http.Request) {
 	for _, k := range o.Keys {
 		fps = append(fps, k.Fingerprint)
 	}
-	h.audit(store.AuditEvent{Kind: "operator_add", Operator: o.Name, KeyFingerprint: strings.Join(fps, ","), Remote: r.RemoteAddr, Result: "ok", Detail: "roles " + strings.Join(o.Roles, ",")})
+	h.audit(store.AuditEvent{
+		Kind:           "operator_add",
+		Operator:       o.Name,
+		KeyFingerprint: strings.Join(fps, ","),
+		Remote:         r.RemoteAddr,
+		Result:         "ok",
+		Detail:         "roles " + strings.Join(o.Roles, ","),
+	})
 	h.Logger.Info("operator added", "operator", o.Name, "keys", fps, "roles", o.Roles)
 	writeJSON(w, http.StatusCreated, operatorFrom(o))
 }
@@ -435,7 +383,11 @@ func operatorKey(line string, at time.Time) (store.OperatorKey, error) {
 	if err != nil {
 		return store.OperatorKey{}, fail(ErrInvalid, "%s", err.Error())
 	}
-	return store.OperatorKey{PublicKey: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(key))), Fingerprint: gossh.FingerprintSHA256(key), AddedAt: at}, nil
+	return store.OperatorKey{
+		PublicKey:   strings.TrimSpace(string(gossh.MarshalAuthorizedKey(key))),
+		Fingerprint: gossh.FingerprintSHA256(key),
+		AddedAt:     at,
+	}, nil
 }
 
 // checkRoles answers 400 unless every name is a stored role.
@@ -474,7 +426,7 @@ func (h *handler) operatorByName(w http.ResponseWriter, r *http.Request, name st
 // operator's live jumps to nodes the new roles no longer select.
 func (h *handler) editOperator(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	var req OperatorEditRequest
+	var req apitype.OperatorEditRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -508,7 +460,7 @@ func (h *handler) editOperator(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) addOperatorKey(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	var req OperatorKeyAddRequest
+	var req apitype.OperatorKeyAddRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -529,7 +481,14 @@ func (h *handler) addOperatorKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.OperatorsChanged()
-	h.audit(store.AuditEvent{Kind: "operator_key_add", Operator: name, KeyFingerprint: k.Fingerprint, Remote: r.RemoteAddr, Result: "ok", Detail: "key " + k.Fingerprint})
+	h.audit(store.AuditEvent{
+		Kind:           "operator_key_add",
+		Operator:       name,
+		KeyFingerprint: k.Fingerprint,
+		Remote:         r.RemoteAddr,
+		Result:         "ok",
+		Detail:         "key " + k.Fingerprint,
+	})
 	h.Logger.Info("operator key added", "operator", name, "key", k.Fingerprint)
 	if o, ok := h.operatorByName(w, r, name); ok {
 		writeJSON(w, http.StatusCreated, operatorFrom(o))
@@ -542,7 +501,8 @@ func (h *handler) removeOperatorKey(w http.ResponseWriter, r *http.Request) {
 	name, fp := r.PathValue("name"), r.PathValue("fingerprint")
 	switch err := h.Store.RemoveOperatorKey(r.Context(), name, fp); {
 	case errors.Is(err, store.ErrLastKey):
-		h.writeErr(w, r, fail(ErrConflict, "key %s is operator %q's only key; add another first (`tether operator key add`) or remove the operator", fp, name))
+		h.writeErr(w, r, fail(ErrConflict,
+			"key %s is operator %q's only key; add another first (`tether operator key add`) or remove the operator", fp, name))
 		return
 	case errors.Is(err, store.ErrNotFound):
 		h.writeErr(w, r, fail(ErrNotFound, "operator %q has no key %s (see `tether operator list`)", name, fp))
@@ -552,13 +512,22 @@ func (h *handler) removeOperatorKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.OperatorsChanged()
-	h.audit(store.AuditEvent{Kind: "operator_key_remove", Operator: name, KeyFingerprint: fp, Remote: r.RemoteAddr, Result: "ok", Detail: "key " + fp + " revoked"})
+	h.audit(store.AuditEvent{
+		Kind:           "operator_key_remove",
+		Operator:       name,
+		KeyFingerprint: fp,
+		Remote:         r.RemoteAddr,
+		Result:         "ok",
+		Detail:         "key " + fp + " revoked",
+	})
 	h.Logger.Info("operator key revoked", "operator", name, "key", fp)
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // listAs serves a store listing as a JSON array of API types.
-func listAs[T, W any](h *handler, what string, fetch func(context.Context) ([]T, error), conv func(T) W) http.HandlerFunc {
+func listAs[T, W any](
+	h *handler, what string, fetch func(context.Context) ([]T, error), conv func(T) W,
+) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		items, err := fetch(r.Context())
 		if err != nil {
@@ -588,7 +557,13 @@ func list[T any](fetch func(context.Context) ([]T, error)) http.HandlerFunc {
 // "no WHAT X" when missing; on success the removal is audited, and when it
 // changes what operators may reach on the nodes (pushAccess), the new
 // access is pushed to them.
-func (h *handler) deleteBy(key, what string, del func(context.Context, string) error, pushAccess bool, audit func(*http.Request, string) store.AuditEvent) http.HandlerFunc {
+func (h *handler) deleteBy(
+	key,
+	what string,
+	del func(context.Context, string) error,
+	pushAccess bool,
+	audit func(*http.Request, string) store.AuditEvent,
+) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		v := r.PathValue(key)
 		if err := del(r.Context(), v); errors.Is(err, store.ErrNotFound) {
@@ -631,7 +606,7 @@ func (h *handler) revokeNode(w http.ResponseWriter, r *http.Request) {
 	// Durable first, then the live session: a reconnect is refused from now on.
 	if h.NodeRevoked != nil {
 		h.NodeRevoked(n.ID)
-	} else if c, ok := h.Registry.Get(name); ok && c.NodeID == n.ID {
+	} else if c, ok := h.Conns.Get(name); ok && c.NodeID == n.ID {
 		go c.CloseWithNotice("this node was revoked on the hub; re-join with a new join string", true)
 	}
 	h.audit(store.AuditEvent{Kind: "revoke", Node: name, Remote: r.RemoteAddr, Result: "ok", Detail: "node id " + n.ID})
@@ -643,14 +618,15 @@ func (h *handler) revokeNode(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
-	var req RolePutRequest
+	var req apitype.RolePutRequest
 	if !decode(w, r, &req) {
 		return
 	}
-	role := roles.Role{Name: r.PathValue("name"), Nodes: req.Nodes, Logins: req.Logins, NoForwarding: req.Forwarding != nil && !*req.Forwarding, Confirm: req.Confirm,
-		Services: req.Services}
+	role := roles.Role{Name: r.PathValue("name"), Nodes: req.Nodes, Logins: req.Logins,
+		NoForwarding: req.Forwarding != nil && !*req.Forwarding, Confirm: req.Confirm, Services: req.Services}
 	if role.Name == access.RoleOnboarder {
-		h.writeErr(w, r, fail(ErrInvalid, "role name %q is the built-in permission of onboarding credentials; choose another name", role.Name))
+		h.writeErr(w, r, fail(ErrInvalid,
+			"role name %q is the built-in permission of onboarding credentials; choose another name", role.Name))
 		return
 	}
 	if err := role.Validate(); err != nil {
@@ -662,7 +638,9 @@ func (h *handler) putRole(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.OperatorsChanged()
-	h.audit(store.AuditEvent{Kind: "role_put", Remote: r.RemoteAddr, Result: "ok", Detail: fmt.Sprintf("%s: nodes %q logins %s forwarding %t confirm %t services %s", role.Name, role.Nodes, strings.Join(role.Logins, ","), !role.NoForwarding, role.Confirm, strings.Join(role.Services, ","))})
+	h.audit(store.AuditEvent{Kind: "role_put", Remote: r.RemoteAddr, Result: "ok",
+		Detail: fmt.Sprintf("%s: nodes %q logins %s forwarding %t confirm %t services %s", role.Name, role.Nodes,
+			strings.Join(role.Logins, ","), !role.NoForwarding, role.Confirm, strings.Join(role.Services, ","))})
 	writeJSON(w, http.StatusOK, roleFrom(store.Role(role)))
 }
 

@@ -20,10 +20,15 @@ func (h *handler) sshTrust(w http.ResponseWriter, r *http.Request) {
 // withInventory is this hub's own nodes followed by the nodes below its
 // sites (Deps.Inventory), and the IDs of the latter.
 func (h *handler) withInventory(ctx context.Context, own []store.Node) ([]store.Node, map[string]bool, error) {
-	if h.Inventory == nil {
+	return withInventory(ctx, h.Inventory, own)
+}
+
+func withInventory(ctx context.Context, inventory func(context.Context) ([]store.Node, error), own []store.Node) (
+	[]store.Node, map[string]bool, error) {
+	if inventory == nil {
 		return own, nil, nil
 	}
-	inv, err := h.Inventory(ctx)
+	inv, err := inventory(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -36,10 +41,15 @@ func (h *handler) withInventory(ctx context.Context, own []store.Node) ([]store.
 
 // inventoryNode finds a node below a site by ID (ok false if none).
 func (h *handler) inventoryNode(ctx context.Context, id string) (store.Node, bool, error) {
-	if h.Inventory == nil {
+	return inventoryNode(ctx, h.Inventory, id)
+}
+
+func inventoryNode(ctx context.Context, inventory func(context.Context) ([]store.Node, error), id string) (
+	store.Node, bool, error) {
+	if inventory == nil {
 		return store.Node{}, false, nil
 	}
-	inv, err := h.Inventory(ctx)
+	inv, err := inventory(ctx)
 	if err != nil {
 		return store.Node{}, false, err
 	}

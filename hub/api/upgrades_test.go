@@ -16,12 +16,14 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/access"
+	"github.com/tether-dev/tether/hub/api/apitype"
+	"github.com/tether-dev/tether/hub/api/route"
 	"github.com/tether-dev/tether/hub/metrics"
-	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/hub/upgrade"
 	"github.com/tether-dev/tether/pki"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // fakeUpgrades records what the API asked of the controller.
@@ -66,16 +68,29 @@ func TestUpgradeEndpointsAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	for i, n := range []store.Node{{ID: "id-b", Name: "berlin-1", Labels: map[string]string{"site": "berlin"}}, {ID: "id-m", Name: "munich-1", Labels: map[string]string{"site": "munich"}}} {
+	for i, n := range []store.Node{
+		{ID: "id-b", Name: "berlin-1", Labels: map[string]string{"site": "berlin"}},
+		{ID: "id-m", Name: "munich-1", Labels: map[string]string{"site": "munich"}},
+	} {
 		tok := "t" + string(rune('a'+i))
-		if err := st.CreateToken(ctx, store.Token{ID: tok, SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		if err := st.CreateToken(ctx, store.Token{
+			ID:         tok,
+			SecretHash: []byte("h"),
+			UsesLeft:   1,
+			ExpiresAt:  time.Now().Add(time.Hour),
+		}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := st.Join(ctx, tok, func(store.Token) error { return nil }, n); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := st.PutRole(ctx, store.Role{Name: "lead", Nodes: "site=berlin", Logins: []string{"audit"}, Confirm: true}); err != nil {
+	if err := st.PutRole(ctx, store.Role{
+		Name:    "lead",
+		Nodes:   "site=berlin",
+		Logins:  []string{"audit"},
+		Confirm: true,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	token := func(role string) string {
@@ -83,18 +98,27 @@ func TestUpgradeEndpointsAccess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := st.CreateAPIToken(ctx, store.APIToken{ID: id, SecretHash: pki.HashSecret(secret), Role: role, CreatedAt: time.Now()}); err != nil {
+		if err := st.CreateAPIToken(ctx, store.APIToken{
+			ID:         id,
+			SecretHash: pki.HashSecret(secret),
+			Role:       role,
+			CreatedAt:  time.Now(),
+		}); err != nil {
 			t.Fatal(err)
 		}
-		return APITokenPrefix + id + "." + secret
+		return apitype.APITokenPrefix + id + "." + secret
 	}
 	all, lead := token("all"), token("lead")
-	door, err := access.New(ctx, access.Config{Store: st, Registry: registry.New(), UserCAs: func() []gossh.PublicKey { return nil }})
+	door, err := access.New(ctx,
+		access.Config{Store: st, Conns: nodeconn.NewTable(), UserCAs: func() []gossh.PublicKey { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fu := &fakeUpgrades{}
-	srv := httptest.NewServer(NewHandler(Deps{Store: st, Door: door, Metrics: metrics.New(), Upgrades: fu}))
+	feature := &upgrade.API{Rollouts: fu, Store: st, Door: door, Targets: Targets{Store: st},
+		Audit: func(e store.AuditEvent) { _ = st.AppendAudit(context.Background(), e) }}
+	srv := httptest.NewServer(NewHandler(Deps{Store: st, Door: door, Metrics: metrics.New(),
+		Features: []route.Feature{feature}}))
 	defer srv.Close()
 	call := func(tok, method, path string, body any) (int, string) {
 		t.Helper()
@@ -116,11 +140,43 @@ func TestUpgradeEndpointsAccess(t *testing.T) {
 		want                    int
 		msg                     string
 	}{
-		{"a token rolls out", all, "POST", "/v1/upgrades", UpgradeCreateRequest{Name: "u", Artifact: "oci://r/x:1", Selector: "*"}, http.StatusForbidden, "for the hub admin"},
+		{
+			"a token rolls out",
+			all,
+			"POST",
+			"/v1/upgrades",
+			apitype.UpgradeCreateRequest{Name: "u", Artifact: "oci://r/x:1", Selector: "*"},
+			http.StatusForbidden,
+			"for the hub admin",
+		},
 		{"a token pauses", all, "POST", "/v1/upgrades/u/pause", nil, http.StatusForbidden, "for the hub admin"},
-		{"reach without confirm", all, "POST", "/v1/upgrades/u/confirm", UpgradeConfirmRequest{Node: "berlin-1"}, http.StatusForbidden, "confirm"},
-		{"confirm outside the role's nodes", lead, "POST", "/v1/upgrades/u/confirm", UpgradeConfirmRequest{Node: "munich-1"}, http.StatusNotFound, "no node"},
-		{"confirm with the permission", lead, "POST", "/v1/upgrades/u/confirm", UpgradeConfirmRequest{Node: "berlin-1"}, http.StatusOK, ""},
+		{
+			"reach without confirm",
+			all,
+			"POST",
+			"/v1/upgrades/u/confirm",
+			apitype.UpgradeConfirmRequest{Node: "berlin-1"},
+			http.StatusForbidden,
+			"confirm",
+		},
+		{
+			"confirm outside the role's nodes",
+			lead,
+			"POST",
+			"/v1/upgrades/u/confirm",
+			apitype.UpgradeConfirmRequest{Node: "munich-1"},
+			http.StatusNotFound,
+			"no node",
+		},
+		{
+			"confirm with the permission",
+			lead,
+			"POST",
+			"/v1/upgrades/u/confirm",
+			apitype.UpgradeConfirmRequest{Node: "berlin-1"},
+			http.StatusOK,
+			"",
+		},
 	} {
 		code, msg := call(tc.tok, tc.method, tc.path, tc.body)
 		if code != tc.want || !strings.Contains(msg, tc.msg) {
@@ -129,13 +185,13 @@ func TestUpgradeEndpointsAccess(t *testing.T) {
 	}
 	// An upgrade of both nodes, halted by their failures: a caller whose
 	// role selects berlin-1 sees it without munich-1 named anywhere.
-	if err := st.CreateUpgrade(ctx, store.Upgrade{Name: "both", Kind: control.UpgradeBundle, Reference: "oci://r/x:1",
+	if err := st.CreateUpgrade(ctx, store.Upgrade{Name: "both", Kind: upgradeproto.KindBundle, Reference: "oci://r/x:1",
 		Digest: "sha256:" + strings.Repeat("a", 64), Version: "1", State: store.UpgradeHalted,
 		Reason:    "2 of 2 nodes failed: berlin-1: install.sh exited 3; munich-1: install.sh exited 3",
 		Spec:      store.UpgradeSpec{Nodes: []string{"berlin-1", "munich-1"}, Selector: "site in (berlin,munich)"},
 		CreatedAt: time.Now(), UpdatedAt: time.Now()},
-		[]store.UpgradeNode{{NodeID: "id-b", Node: "berlin-1", Step: control.StepFailed},
-			{NodeID: "id-m", Node: "munich-1", Step: control.StepFailed}}); err != nil {
+		[]store.UpgradeNode{{NodeID: "id-b", Node: "berlin-1", Step: upgradeproto.StepFailed},
+			{NodeID: "id-m", Node: "munich-1", Step: upgradeproto.StepFailed}}); err != nil {
 		t.Fatal(err)
 	}
 	get := func(tok, path string, into any) (body string) {
@@ -156,8 +212,8 @@ func TestUpgradeEndpointsAccess(t *testing.T) {
 		}
 		return string(b)
 	}
-	var detail UpgradeDetail
-	var list []Upgrade
+	var detail apitype.UpgradeDetail
+	var list []apitype.Upgrade
 	for path, into := range map[string]any{"/v1/upgrades/both": &detail, "/v1/upgrades": &list} {
 		if b := get(lead, path, into); strings.Contains(b, "munich") {
 			t.Errorf("GET %s as a caller that sees berlin-1 only names munich: %s", path, b)
@@ -166,7 +222,7 @@ func TestUpgradeEndpointsAccess(t *testing.T) {
 	if len(list) != 1 {
 		t.Fatalf("list: %+v", list)
 	}
-	for _, u := range []Upgrade{detail.Upgrade, list[0]} {
+	for _, u := range []apitype.Upgrade{detail.Upgrade, list[0]} {
 		if len(u.Spec.Nodes) != 1 || u.Spec.Nodes[0] != "berlin-1" || u.Spec.Selector != "" || u.Total != 1 ||
 			u.Reason != "2 of 2 nodes failed: berlin-1: install.sh exited 3; another node: install.sh exited 3" {
 			t.Errorf("upgrade as the lead sees it: %+v", u)
@@ -195,18 +251,5 @@ func TestUpgradeEndpointsAccess(t *testing.T) {
 	}
 	if refused["upgrade_create"] != 1 || refused["upgrade_pause"] != 1 || refused["upgrade_confirm"] != 2 {
 		t.Errorf("refusals audited: %v", refused)
-	}
-}
-
-func TestWithoutNames(t *testing.T) {
-	for _, tc := range []struct{ text, want string }{
-		{"n1: failed; n10: failed", "another node: failed; n10: failed"},
-		{"n1, n1 and n1.", "another node, another node and another node."},
-		{"an-n1 n1-b xn1 n1x", "an-n1 n1-b xn1 n1x"},
-		{"", ""},
-	} {
-		if got := withoutNames(tc.text, []string{"n1", ""}); got != tc.want {
-			t.Errorf("withoutNames(%q) = %q, want %q", tc.text, got, tc.want)
-		}
 	}
 }

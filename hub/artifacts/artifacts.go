@@ -2,8 +2,8 @@
 // registries, with oras-go.
 //
 // An agent artifact is an OCI image index (artifactType
-// control.ArtifactTypeAgent) of per-platform manifests, each with one binary
-// layer; a bundle is one manifest (control.ArtifactTypeBundle) of titled
+// upgradeproto.ArtifactTypeAgent) of per-platform manifests, each with one binary
+// layer; a bundle is one manifest (upgradeproto.ArtifactTypeBundle) of titled
 // file layers. The hub resolves a reference once, when an upgrade is
 // created, to a Pinned artifact: the digest and the verified documents.
 // From then on everything is fetched by digest, so a tag moved in the
@@ -12,7 +12,8 @@
 // hub pushes to the nodes. Nodes never talk to the registry.
 //
 // TLS verification is always on (extra roots with Config.CAFile);
-// credentials come from a docker-style config.json.
+// credentials come from a docker-style config.json. StartBlobGC empties the
+// blob store of what no job or upgrade references (blobgc.go).
 package artifacts
 
 import (
@@ -45,8 +46,8 @@ import (
 
 	digest "github.com/opencontainers/go-digest"
 
-	"github.com/tether-dev/tether/hub/jobs"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/hub/blobs"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // Errors callers branch on.
@@ -75,7 +76,7 @@ type Config struct {
 	// $DOCKER_CONFIG/config.json or ~/.docker/config.json when present.
 	AuthFile string
 	// Blobs receives fetched blobs (hex SHA-256 names); Fetch needs it.
-	Blobs *jobs.Blobs
+	Blobs *blobs.Store
 	Log   *slog.Logger
 	// Timeout bounds one registry request's wait for response headers
 	// (default 30s); bodies are bounded by the caller's context.
@@ -222,12 +223,15 @@ func (c *Client) classify(err error, r Reference, what string) error {
 	case errors.Is(err, ErrDigestMismatch), errors.Is(err, ErrBadArtifact):
 		return err
 	case errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &certErr):
-		return fmt.Errorf("%w: %s: %v (give the registry's CA with --registry-ca FILE; verification cannot be turned off)", ErrTLS, r.Registry, err)
+		return fmt.Errorf("%w: %s: %v "+
+			"(give the registry's CA with --registry-ca FILE; verification cannot be turned off)", ErrTLS, r.Registry, err)
 	case errors.Is(err, auth.ErrBasicCredentialNotFound):
-		return fmt.Errorf("%w: %s %s of %s: the registry wants credentials and there are none for it (%s; put them in a docker-style config.json given with --registry-auth FILE)",
+		return fmt.Errorf("%w: %s %s of %s: the registry wants credentials and there are none for it (%s; "+
+			"put them in a docker-style config.json given with --registry-auth FILE)",
 			ErrUnauthorized, what, r.Repository, r.Registry, c.credFrom)
 	case errors.As(err, &resp) && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden):
-		return fmt.Errorf("%w: %s %s of %s: HTTP %d with %s (check the user and password for %s in --registry-auth FILE, a docker-style config.json)",
+		return fmt.Errorf("%w: %s %s of %s: HTTP %d with %s "+
+			"(check the user and password for %s in --registry-auth FILE, a docker-style config.json)",
 			ErrUnauthorized, what, r.Repository, r.Registry, resp.StatusCode, c.credFrom, r.Registry)
 	case errors.Is(err, errdef.ErrNotFound), errors.As(err, &resp) && resp.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%w: %s %s: %v", ErrNotFound, what, r, err)
@@ -243,9 +247,9 @@ type Pinned struct {
 	Reference string `json:"reference"`
 	// Digest is pinned: the index's for an agent artifact, the manifest's
 	// for a bundle.
-	Digest  string              `json:"digest"`
-	Kind    control.UpgradeKind `json:"kind"`
-	Version string              `json:"version"`
+	Digest  string            `json:"digest"`
+	Kind    upgradeproto.Kind `json:"kind"`
+	Version string            `json:"version"`
 	// Index is an agent artifact's index.
 	Index []byte `json:"index,omitempty"`
 	// Manifests: for an agent "linux/amd64" -> its manifest; for a bundle
@@ -290,7 +294,7 @@ func (c *Client) Resolve(ctx context.Context, ref string) (Pinned, error) {
 	if err != nil {
 		return Pinned{}, c.classify(err, r, "resolve")
 	}
-	if !control.ValidDigest(desc.Digest.String()) {
+	if !upgradeproto.ValidDigest(desc.Digest.String()) {
 		return Pinned{}, fmt.Errorf("%w: %s resolves to %.80q, not a sha256 digest", ErrBadArtifact, r, desc.Digest)
 	}
 	p := Pinned{Reference: ref, Digest: desc.Digest.String(), Manifests: map[string][]byte{}}
@@ -299,46 +303,52 @@ func (c *Client) Resolve(ctx context.Context, ref string) (Pinned, error) {
 		return Pinned{}, err
 	}
 	switch desc.MediaType {
-	case control.MediaTypeOCIIndex:
+	case upgradeproto.MediaTypeOCIIndex:
 		if err := c.resolveAgent(ctx, repo, r, doc, &p); err != nil {
 			return Pinned{}, err
 		}
-	case control.MediaTypeOCIManifest:
-		m, err := control.ParseArtifactManifest(doc)
+	case upgradeproto.MediaTypeOCIManifest:
+		m, err := upgradeproto.ParseArtifactManifest(doc)
 		if err != nil {
 			return Pinned{}, fmt.Errorf("%w: %s: %v", ErrBadArtifact, r, err)
 		}
-		if m.Kind() != control.UpgradeBundle {
-			return Pinned{}, fmt.Errorf("%w: %s is a single agent manifest; an agent artifact is an index of per-platform manifests (push it with `tether artifact push agent`)", ErrBadArtifact, r)
+		if m.Kind() != upgradeproto.KindBundle {
+			return Pinned{}, fmt.Errorf("%w: %s is a single agent manifest; an agent artifact is an index of "+
+				"per-platform manifests (push it with `tether artifact push agent`)", ErrBadArtifact, r)
 		}
-		p.Kind, p.Version, p.Manifests[""] = control.UpgradeBundle, m.Version(), doc
+		p.Kind, p.Version, p.Manifests[""] = upgradeproto.KindBundle, m.Version(), doc
 	default:
-		return Pinned{}, fmt.Errorf("%w: %s has media type %.80q, want %s (agent) or %s (bundle)", ErrBadArtifact, r, desc.MediaType, control.MediaTypeOCIIndex, control.MediaTypeOCIManifest)
+		return Pinned{}, fmt.Errorf("%w: %s has media type %.80q, want %s (agent) or %s (bundle)", ErrBadArtifact, r,
+			desc.MediaType, upgradeproto.MediaTypeOCIIndex, upgradeproto.MediaTypeOCIManifest)
 	}
-	c.cfg.Log.Info("artifact pinned", "reference", ref, "digest", p.Digest, "kind", p.Kind, "version", p.Version, "platforms", p.Platforms())
+	c.cfg.Log.Info("artifact pinned", "reference", ref, "digest", p.Digest, "kind", p.Kind, "version", p.Version,
+		"platforms", p.Platforms())
 	return p, nil
 }
 
 func (c *Client) resolveAgent(ctx context.Context, repo *remote.Repository, r Reference, doc []byte, p *Pinned) error {
-	ix, err := control.ParseArtifactIndex(doc)
+	ix, err := upgradeproto.ParseArtifactIndex(doc)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrBadArtifact, r, err)
 	}
-	p.Kind, p.Index = control.UpgradeAgent, doc
+	p.Kind, p.Index = upgradeproto.KindAgent, doc
 	for _, d := range ix.Manifests {
-		if d.MediaType != control.MediaTypeOCIManifest {
-			return fmt.Errorf("%w: %s: index entry %s has media type %.80q, want %s", ErrBadArtifact, r, d.Digest, d.MediaType, control.MediaTypeOCIManifest)
+		if d.MediaType != upgradeproto.MediaTypeOCIManifest {
+			return fmt.Errorf("%w: %s: index entry %s has media type %.80q, want %s", ErrBadArtifact, r, d.Digest,
+				d.MediaType, upgradeproto.MediaTypeOCIManifest)
 		}
-		m, err := c.fetchDoc(ctx, repo, r, ocispec.Descriptor{MediaType: d.MediaType, Digest: digest.Digest(d.Digest), Size: d.Size})
+		m, err := c.fetchDoc(ctx, repo, r,
+			ocispec.Descriptor{MediaType: d.MediaType, Digest: digest.Digest(d.Digest), Size: d.Size})
 		if err != nil {
 			return err
 		}
-		pm, err := control.ParseArtifactManifest(m)
+		pm, err := upgradeproto.ParseArtifactManifest(m)
 		if err != nil {
 			return fmt.Errorf("%w: %s: manifest for %s/%s: %v", ErrBadArtifact, r, d.Platform.OS, d.Platform.Architecture, err)
 		}
-		if pm.Kind() != control.UpgradeAgent {
-			return fmt.Errorf("%w: %s: manifest for %s/%s is not an agent manifest", ErrBadArtifact, r, d.Platform.OS, d.Platform.Architecture)
+		if pm.Kind() != upgradeproto.KindAgent {
+			return fmt.Errorf("%w: %s: manifest for %s/%s is not an agent manifest", ErrBadArtifact, r, d.Platform.OS,
+				d.Platform.Architecture)
 		}
 		if p.Version == "" {
 			p.Version = pm.Version()
@@ -347,16 +357,19 @@ func (c *Client) resolveAgent(ctx context.Context, repo *remote.Repository, r Re
 		}
 		p.Manifests[d.Platform.OS+"/"+d.Platform.Architecture] = m
 	}
-	if v := ix.Annotations[control.AnnotationVersion]; v != "" && v != p.Version {
+	if v := ix.Annotations[upgradeproto.AnnotationVersion]; v != "" && v != p.Version {
 		return fmt.Errorf("%w: %s: the index says version %s, its manifests %s", ErrBadArtifact, r, v, p.Version)
 	}
 	return nil
 }
 
 // fetchDoc fetches a manifest or index by digest, bounded and verified.
-func (c *Client) fetchDoc(ctx context.Context, repo *remote.Repository, r Reference, desc ocispec.Descriptor) ([]byte, error) {
-	if desc.Size < 0 || desc.Size > control.MaxArtifactManifest {
-		return nil, fmt.Errorf("%w: %s: document %s of %d bytes (max %d)", ErrBadArtifact, r, desc.Digest, desc.Size, control.MaxArtifactManifest)
+func (c *Client) fetchDoc(
+	ctx context.Context, repo *remote.Repository, r Reference, desc ocispec.Descriptor,
+) ([]byte, error) {
+	if desc.Size < 0 || desc.Size > upgradeproto.MaxArtifactManifest {
+		return nil, fmt.Errorf("%w: %s: document %s of %d bytes (max %d)", ErrBadArtifact, r, desc.Digest, desc.Size,
+			upgradeproto.MaxArtifactManifest)
 	}
 	b, err := content.FetchAll(ctx, repo, desc)
 	if errors.Is(err, content.ErrMismatchedDigest) || errors.Is(err, content.ErrTrailingData) {
@@ -365,7 +378,7 @@ func (c *Client) fetchDoc(ctx context.Context, repo *remote.Repository, r Refere
 	if err != nil {
 		return nil, c.classify(err, r, "fetch")
 	}
-	if got := control.DigestOf(b); got != desc.Digest.String() {
+	if got := upgradeproto.DigestOf(b); got != desc.Digest.String() {
 		return nil, fmt.Errorf("%w (want %s, got %s) for a document of %s", ErrDigestMismatch, desc.Digest, got, r)
 	}
 	return b, nil
@@ -391,9 +404,9 @@ func (c *Client) Fetch(ctx context.Context, p Pinned, platforms []string) error 
 	}
 	var manifests [][]byte
 	switch p.Kind {
-	case control.UpgradeBundle:
+	case upgradeproto.KindBundle:
 		manifests = append(manifests, p.Manifests[""])
-	case control.UpgradeAgent:
+	case upgradeproto.KindAgent:
 		if len(platforms) == 0 {
 			platforms = p.Platforms()
 		}
@@ -410,7 +423,7 @@ func (c *Client) Fetch(ctx context.Context, p Pinned, platforms []string) error 
 	}
 	seen := map[string]bool{}
 	for _, mb := range manifests {
-		m, err := control.ParseArtifactManifest(mb)
+		m, err := upgradeproto.ParseArtifactManifest(mb)
 		if err != nil {
 			return fmt.Errorf("%w: %s: %v", ErrBadArtifact, r, err)
 		}
@@ -430,9 +443,11 @@ func (c *Client) Fetch(ctx context.Context, p Pinned, platforms []string) error 
 // fetchOnce fetches a blob the store does not hold, once however many
 // rollouts ask for it at the same time: the others wait for the first and
 // then find it stored (or try themselves if it failed).
-func (c *Client) fetchOnce(ctx context.Context, repo *remote.Repository, r Reference, l control.OCIDescriptor) error {
+func (c *Client) fetchOnce(
+	ctx context.Context, repo *remote.Repository, r Reference, l upgradeproto.OCIDescriptor,
+) error {
 	for {
-		if c.cfg.Blobs.Has(control.DigestHex(l.Digest)) {
+		if c.cfg.Blobs.Has(upgradeproto.DigestHex(l.Digest)) {
 			return nil
 		}
 		c.mu.Lock()
@@ -457,9 +472,12 @@ func (c *Client) fetchOnce(ctx context.Context, repo *remote.Repository, r Refer
 	}
 }
 
-func (c *Client) fetchBlob(ctx context.Context, repo *remote.Repository, r Reference, l control.OCIDescriptor) error {
+func (c *Client) fetchBlob(
+	ctx context.Context, repo *remote.Repository, r Reference, l upgradeproto.OCIDescriptor,
+) error {
 	start := time.Now()
-	rc, err := repo.Blobs().Fetch(ctx, ocispec.Descriptor{MediaType: l.MediaType, Digest: digest.Digest(l.Digest), Size: l.Size})
+	rc, err := repo.Blobs().Fetch(ctx,
+		ocispec.Descriptor{MediaType: l.MediaType, Digest: digest.Digest(l.Digest), Size: l.Size})
 	if err != nil {
 		return c.classify(err, r, "fetch blob "+l.Digest+" of")
 	}
@@ -467,10 +485,11 @@ func (c *Client) fetchBlob(ctx context.Context, repo *remote.Repository, r Refer
 	h := sha256.New()
 	// One byte past the size is enough to tell a longer blob; its hash
 	// will not match either.
-	_, n, err := c.cfg.Blobs.Put(io.TeeReader(io.LimitReader(rc, l.Size+1), h), control.DigestHex(l.Digest))
-	if errors.Is(err, jobs.ErrBlobDigestMismatch) {
+	_, n, err := c.cfg.Blobs.Put(io.TeeReader(io.LimitReader(rc, l.Size+1), h), upgradeproto.DigestHex(l.Digest))
+	if errors.Is(err, blobs.ErrDigestMismatch) {
 		got := "sha256:" + hex.EncodeToString(h.Sum(nil))
-		c.cfg.Log.Warn("registry blob does not match its digest; not stored", "reference", r.String(), "want", l.Digest, "got", got)
+		c.cfg.Log.Warn("registry blob does not match its digest; not stored",
+			"reference", r.String(), "want", l.Digest, "got", got)
 		return fmt.Errorf("%w (want %s, got %s) for a blob of %s", ErrDigestMismatch, l.Digest, got, r)
 	}
 	if err != nil {
@@ -483,20 +502,22 @@ func (c *Client) fetchBlob(ctx context.Context, repo *remote.Repository, r Refer
 // ForPlatform is what a node of GOOS goos and GOARCH goarch gets: the index
 // (agent artifacts), its manifest and the files that manifest names. For a
 // bundle goos and goarch are ignored.
-func (p Pinned) ForPlatform(goos, goarch string) (index, manifest []byte, files []control.UpgradeFile, err error) {
+func (p Pinned) ForPlatform(goos, goarch string) (index, manifest []byte, files []upgradeproto.File, err error) {
 	key := ""
-	if p.Kind == control.UpgradeAgent {
+	if p.Kind == upgradeproto.KindAgent {
 		key = goos + "/" + goarch
 	}
 	m, ok := p.Manifests[key]
 	if !ok {
-		return nil, nil, nil, fmt.Errorf("%w: %s has no agent for %s (it has %s)", ErrNotFound, p.Reference, key, strings.Join(p.Platforms(), ", "))
+		return nil, nil, nil, fmt.Errorf("%w: %s has no agent for %s (it has %s)", ErrNotFound, p.Reference, key,
+			strings.Join(p.Platforms(), ", "))
 	}
-	if p.Kind == control.UpgradeAgent {
-		if control.DigestOf(p.Index) != p.Digest {
-			return nil, nil, nil, fmt.Errorf("%w (want %s, got %s) for the stored index of %s", ErrDigestMismatch, p.Digest, control.DigestOf(p.Index), p.Reference)
+	if p.Kind == upgradeproto.KindAgent {
+		if upgradeproto.DigestOf(p.Index) != p.Digest {
+			return nil, nil, nil, fmt.Errorf("%w (want %s, got %s) for the stored index of %s", ErrDigestMismatch,
+				p.Digest, upgradeproto.DigestOf(p.Index), p.Reference)
 		}
-		ix, err := control.ParseArtifactIndex(p.Index)
+		ix, err := upgradeproto.ParseArtifactIndex(p.Index)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("%w: %s: %v", ErrBadArtifact, p.Reference, err)
 		}
@@ -504,13 +525,15 @@ func (p Pinned) ForPlatform(goos, goarch string) (index, manifest []byte, files 
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("%w: %s: %v", ErrNotFound, p.Reference, err)
 		}
-		if got := control.DigestOf(m); got != d.Digest {
-			return nil, nil, nil, fmt.Errorf("%w (want %s, got %s) for the stored %s manifest of %s", ErrDigestMismatch, d.Digest, got, key, p.Reference)
+		if got := upgradeproto.DigestOf(m); got != d.Digest {
+			return nil, nil, nil, fmt.Errorf("%w (want %s, got %s) for the stored %s manifest of %s", ErrDigestMismatch,
+				d.Digest, got, key, p.Reference)
 		}
-	} else if control.DigestOf(m) != p.Digest {
-		return nil, nil, nil, fmt.Errorf("%w (want %s, got %s) for the stored manifest of %s", ErrDigestMismatch, p.Digest, control.DigestOf(m), p.Reference)
+	} else if upgradeproto.DigestOf(m) != p.Digest {
+		return nil, nil, nil, fmt.Errorf("%w (want %s, got %s) for the stored manifest of %s", ErrDigestMismatch,
+			p.Digest, upgradeproto.DigestOf(m), p.Reference)
 	}
-	pm, err := control.ParseArtifactManifest(m)
+	pm, err := upgradeproto.ParseArtifactManifest(m)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: %s: %v", ErrBadArtifact, p.Reference, err)
 	}

@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/tether-dev/tether/hub/artifacts"
-	"github.com/tether-dev/tether/hub/jobs"
+	"github.com/tether-dev/tether/hub/blobs"
 	"github.com/tether-dev/tether/internal/testenv"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 func writeFile(t *testing.T, dir, name, content string) string {
@@ -25,9 +25,9 @@ func writeFile(t *testing.T, dir, name, content string) string {
 
 // hubClient is a client as the hub has one: trusting the registry's CA,
 // with its own blob store.
-func hubClient(t *testing.T, reg *testenv.Registry, authFile string) (*artifacts.Client, *jobs.Blobs) {
+func hubClient(t *testing.T, reg *testenv.Registry, authFile string) (*artifacts.Client, *blobs.Store) {
 	t.Helper()
-	blobs, err := jobs.NewBlobs(t.TempDir(), 1<<30)
+	blobs, err := blobs.New(t.TempDir(), 1<<30)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,8 +45,8 @@ func pushBundle(t *testing.T, reg *testenv.Registry, ref, version, install strin
 	t.Helper()
 	dir := t.TempDir()
 	p, err := reg.PushBundle(context.Background(), ref, version, map[string]string{
-		control.BundleInstall: writeFile(t, dir, "i.sh", install),
-		"payload.txt":         writeFile(t, dir, "payload.txt", "payload of "+version),
+		upgradeproto.BundleInstall: writeFile(t, dir, "i.sh", install),
+		"payload.txt":              writeFile(t, dir, "payload.txt", "payload of "+version),
 	})
 	if err != nil {
 		t.Fatalf("push bundle: %v", err)
@@ -54,9 +54,9 @@ func pushBundle(t *testing.T, reg *testenv.Registry, ref, version, install strin
 	return p
 }
 
-func blobContent(t *testing.T, b *jobs.Blobs, digest string) string {
+func blobContent(t *testing.T, b *blobs.Store, digest string) string {
 	t.Helper()
-	f, _, err := b.Open(control.DigestHex(digest))
+	f, _, err := b.Open(upgradeproto.DigestHex(digest))
 	if err != nil {
 		t.Fatalf("blob %s: %v", digest, err)
 	}
@@ -85,7 +85,7 @@ func TestResolveAgentByTagAndDigest(t *testing.T) {
 		if err != nil {
 			t.Fatalf("resolve %s: %v", ref, err)
 		}
-		if p.Digest != pushed.Digest || p.Kind != control.UpgradeAgent || p.Version != "v1.4.0" || p.Reference != ref {
+		if p.Digest != pushed.Digest || p.Kind != upgradeproto.KindAgent || p.Version != "v1.4.0" || p.Reference != ref {
 			t.Fatalf("resolve %s: got %+v, want digest %s agent v1.4.0", ref, p, pushed.Digest)
 		}
 		if got := strings.Join(p.Platforms(), ","); got != "linux/amd64,linux/arm64" {
@@ -96,11 +96,12 @@ func TestResolveAgentByTagAndDigest(t *testing.T) {
 			t.Fatal(err)
 		}
 		// What the hub hands a node must pass the node's own check.
-		offer := control.UpgradeOffer{Name: "edge-1.4", Kind: p.Kind, Version: p.Version, Digest: p.Digest, Index: ix, Manifest: m}
+		offer := upgradeproto.Offer{Name: "edge-1.4", Kind: p.Kind, Version: p.Version, Digest: p.Digest, Index: ix,
+			Manifest: m}
 		if _, err := offer.Verify(); err != nil {
 			t.Fatalf("offer from the pinned artifact: %v", err)
 		}
-		if len(files) != 1 || files[0].Name != control.AgentBinaryName {
+		if len(files) != 1 || files[0].Name != upgradeproto.AgentBinaryName {
 			t.Fatalf("files %+v", files)
 		}
 		if err := c.Fetch(ctx, p, []string{"linux/arm64"}); err != nil {
@@ -116,7 +117,7 @@ func TestResolveAgentByTagAndDigest(t *testing.T) {
 	// Only arm64 was asked for.
 	p, _ := c.Resolve(ctx, pushed.Pinned)
 	_, _, amd, _ := p.ForPlatform("linux", "amd64")
-	if blobs.Has(control.DigestHex(amd[0].Digest)) {
+	if blobs.Has(upgradeproto.DigestHex(amd[0].Digest)) {
 		t.Fatal("fetched a platform nobody asked for")
 	}
 }
@@ -130,11 +131,11 @@ func TestResolveBundleAndNotFound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Kind != control.UpgradeBundle || p.Digest != pushed.Digest || p.Version != "42" || p.Index != nil {
+	if p.Kind != upgradeproto.KindBundle || p.Digest != pushed.Digest || p.Version != "42" || p.Index != nil {
 		t.Fatalf("got %+v", p)
 	}
 	_, m, files, err := p.ForPlatform("linux", "amd64")
-	if err != nil || control.DigestOf(m) != p.Digest || len(files) != 2 {
+	if err != nil || upgradeproto.DigestOf(m) != p.Digest || len(files) != 2 {
 		t.Fatalf("ForPlatform: %v %d files", err, len(files))
 	}
 	for _, ref := range []string{reg.Ref("patches/openssl:43"), reg.Ref("patches/nothing:1"),
@@ -166,7 +167,7 @@ func TestFetchAfterTagMoved(t *testing.T) {
 	}
 	_, _, files, _ := p.ForPlatform("", "")
 	for _, f := range files {
-		if f.Name == control.BundleInstall {
+		if f.Name == upgradeproto.BundleInstall {
 			if got := blobContent(t, blobs, f.Digest); got != "echo one\n" {
 				t.Fatalf("install.sh after the tag moved: %q, want the pinned one", got)
 			}
@@ -188,9 +189,9 @@ func TestFetchTamperedBlob(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, files, _ := p.ForPlatform("", "")
-	var install control.UpgradeFile
+	var install upgradeproto.File
 	for _, f := range files {
-		if f.Name == control.BundleInstall {
+		if f.Name == upgradeproto.BundleInstall {
 			install = f
 		}
 	}
@@ -198,10 +199,11 @@ func TestFetchTamperedBlob(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = c.Fetch(ctx, p, nil)
-	if !errors.Is(err, artifacts.ErrDigestMismatch) || !strings.Contains(err.Error(), "digest mismatch (want "+install.Digest+", got sha256:") {
+	if !errors.Is(err, artifacts.ErrDigestMismatch) ||
+		!strings.Contains(err.Error(), "digest mismatch (want "+install.Digest+", got sha256:") {
 		t.Fatalf("fetch of a tampered blob: %v, want digest mismatch (want %s, got …)", err, install.Digest)
 	}
-	if blobs.Has(control.DigestHex(install.Digest)) {
+	if blobs.Has(upgradeproto.DigestHex(install.Digest)) {
 		t.Fatal("the tampered blob was stored")
 	}
 	ents, _ := os.ReadDir(blobDir(t, blobs))
@@ -213,7 +215,7 @@ func TestFetchTamperedBlob(t *testing.T) {
 }
 
 // blobDir finds the blob store's directory through a stored blob.
-func blobDir(t *testing.T, b *jobs.Blobs) string {
+func blobDir(t *testing.T, b *blobs.Store) string {
 	t.Helper()
 	d, err := b.PutBytes([]byte("probe"))
 	if err != nil {
@@ -294,7 +296,9 @@ func TestUntrustedRegistryCertificate(t *testing.T) {
 		t.Fatalf("resolve against an untrusted certificate: %v, want ErrTLS naming --registry-ca", err)
 	}
 	// A CA file that is not one is refused at start.
-	if _, err := artifacts.New(artifacts.Config{CAFile: writeFile(t, t.TempDir(), "ca.pem", "not a certificate")}); err == nil {
+	if _, err := artifacts.New(artifacts.Config{
+		CAFile: writeFile(t, t.TempDir(), "ca.pem", "not a certificate"),
+	}); err == nil {
 		t.Fatal("a CA file without a certificate was accepted")
 	}
 	if _, err := artifacts.New(artifacts.Config{AuthFile: filepath.Join(t.TempDir(), "missing.json")}); err == nil {
@@ -314,15 +318,16 @@ func TestPushRefusesInvalid(t *testing.T) {
 			return err
 		},
 		"bad file name": func() error {
-			_, err := reg.PushBundle(ctx, reg.Ref("b/x:1"), "1", map[string]string{control.BundleInstall: f, "../evil": f})
+			_, err := reg.PushBundle(ctx, reg.Ref("b/x:1"), "1", map[string]string{upgradeproto.BundleInstall: f, "../evil": f})
 			return err
 		},
 		"no version": func() error {
-			_, err := reg.PushBundle(ctx, reg.Ref("b/x:1"), "", map[string]string{control.BundleInstall: f})
+			_, err := reg.PushBundle(ctx, reg.Ref("b/x:1"), "", map[string]string{upgradeproto.BundleInstall: f})
 			return err
 		},
 		"push by digest": func() error {
-			_, err := reg.PushBundle(ctx, reg.Ref("b/x@sha256:"+strings.Repeat("a", 64)), "1", map[string]string{control.BundleInstall: f})
+			_, err := reg.PushBundle(ctx, reg.Ref("b/x@sha256:"+strings.Repeat("a", 64)), "1",
+				map[string]string{upgradeproto.BundleInstall: f})
 			return err
 		},
 		"bad platform": func() error {

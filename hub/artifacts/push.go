@@ -15,12 +15,11 @@ import (
 	digest "github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/content/memory"
 	"oras.land/oras-go/v2/registry/remote"
-
-	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // AgentBinary is one platform's tether-edge executable to publish.
@@ -30,7 +29,7 @@ type AgentBinary struct {
 }
 
 // BundleFile is one file of a bundle to publish: Name is its name on the
-// node (control.BundleInstall, BundleHealth, BundleRollback or payload).
+// node (upgradeproto.BundleInstall, BundleHealth, BundleRollback or payload).
 type BundleFile struct {
 	Name string
 	Path string
@@ -79,26 +78,27 @@ func (c *Client) PushAgent(ctx context.Context, ref, version string, bins []Agen
 			return Pushed{}, fmt.Errorf("artifacts: platform %s given twice", b.Platform)
 		}
 		seen[b.Platform] = true
-		layer, err := describeFile(b.Path, control.MediaTypeAgentBinary, control.AgentBinaryName)
+		layer, err := describeFile(b.Path, upgradeproto.MediaTypeAgentBinary, upgradeproto.AgentBinaryName)
 		if err != nil {
 			return Pushed{}, err
 		}
-		st, mdesc, err := packManifest(ctx, control.ArtifactTypeAgent, version, created, []ocispec.Descriptor{layer})
+		st, mdesc, err := packManifest(ctx, upgradeproto.ArtifactTypeAgent, version, created, []ocispec.Descriptor{layer})
 		if err != nil {
 			return Pushed{}, err
 		}
-		all = append(all, packed{layer: layer, path: b.Path, store: st, manifest: mdesc, platform: ocispec.Platform{OS: goos, Architecture: goarch}})
+		all = append(all, packed{layer: layer, path: b.Path, store: st, manifest: mdesc,
+			platform: ocispec.Platform{OS: goos, Architecture: goarch}})
 	}
 	sort.Slice(all, func(i, j int) bool {
 		return all[i].platform.OS+"/"+all[i].platform.Architecture < all[j].platform.OS+"/"+all[j].platform.Architecture
 	})
 	ix := ocispec.Index{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageIndex,
-		ArtifactType: control.ArtifactTypeAgent,
-		Annotations:  map[string]string{control.AnnotationVersion: version, ocispec.AnnotationCreated: created}}
+		ArtifactType: upgradeproto.ArtifactTypeAgent,
+		Annotations:  map[string]string{upgradeproto.AnnotationVersion: version, ocispec.AnnotationCreated: created}}
 	for i := range all {
 		d := all[i].manifest
 		d.Platform = &all[i].platform
-		d.ArtifactType = control.ArtifactTypeAgent
+		d.ArtifactType = upgradeproto.ArtifactTypeAgent
 		d.Annotations = nil
 		ix.Manifests = append(ix.Manifests, d)
 	}
@@ -106,7 +106,7 @@ func (c *Client) PushAgent(ctx context.Context, ref, version string, bins []Agen
 	if err != nil {
 		return Pushed{}, err
 	}
-	if _, err := control.ParseArtifactIndex(ixBytes); err != nil {
+	if _, err := upgradeproto.ParseArtifactIndex(ixBytes); err != nil {
 		return Pushed{}, fmt.Errorf("artifacts: the index would not be accepted: %w", err)
 	}
 	for _, p := range all {
@@ -125,7 +125,7 @@ func (c *Client) PushAgent(ctx context.Context, ref, version string, bins []Agen
 }
 
 // PushBundle publishes a bundle under ref (which must name a tag): one
-// manifest whose layers are the files, titled by name; control.BundleInstall
+// manifest whose layers are the files, titled by name; upgradeproto.BundleInstall
 // must be among them.
 func (c *Client) PushBundle(ctx context.Context, ref, version string, files []BundleFile) (Pushed, error) {
 	r, repo, err := c.pushTarget(ref)
@@ -134,13 +134,14 @@ func (c *Client) PushBundle(ctx context.Context, ref, version string, files []Bu
 	}
 	var layers []ocispec.Descriptor
 	for _, f := range files {
-		l, err := describeFile(f.Path, control.MediaTypeBundleFile, f.Name)
+		l, err := describeFile(f.Path, upgradeproto.MediaTypeBundleFile, f.Name)
 		if err != nil {
 			return Pushed{}, err
 		}
 		layers = append(layers, l)
 	}
-	st, mdesc, err := packManifest(ctx, control.ArtifactTypeBundle, version, time.Now().UTC().Format(time.RFC3339), layers)
+	st, mdesc, err := packManifest(ctx, upgradeproto.ArtifactTypeBundle, version,
+		time.Now().UTC().Format(time.RFC3339), layers)
 	if err != nil {
 		return Pushed{}, err
 	}
@@ -159,7 +160,8 @@ func (c *Client) PushBundle(ctx context.Context, ref, version string, files []Bu
 }
 
 func pushed(r Reference, d ocispec.Descriptor) Pushed {
-	return Pushed{Reference: r.String(), Digest: d.Digest.String(), Pinned: r.Pinned(d.Digest.String()).String(), MediaType: d.MediaType, Size: d.Size}
+	return Pushed{Reference: r.String(), Digest: d.Digest.String(), Pinned: r.Pinned(d.Digest.String()).String(),
+		MediaType: d.MediaType, Size: d.Size}
 }
 
 func (c *Client) pushTarget(ref string) (Reference, *remote.Repository, error) {
@@ -177,11 +179,13 @@ func (c *Client) pushTarget(ref string) (Reference, *remote.Repository, error) {
 // packManifest packs an artifact manifest with oras-go into a memory store
 // (the layers stay descriptors) and checks it with the parser the hub and
 // the nodes use, so nothing invalid reaches the registry.
-func packManifest(ctx context.Context, artifactType, version, created string, layers []ocispec.Descriptor) (*memory.Store, ocispec.Descriptor, error) {
+func packManifest(
+	ctx context.Context, artifactType, version, created string, layers []ocispec.Descriptor,
+) (*memory.Store, ocispec.Descriptor, error) {
 	st := memory.New()
 	desc, err := oras.PackManifest(ctx, st, oras.PackManifestVersion1_1, artifactType, oras.PackManifestOptions{
 		Layers:              layers,
-		ManifestAnnotations: map[string]string{control.AnnotationVersion: version, ocispec.AnnotationCreated: created},
+		ManifestAnnotations: map[string]string{upgradeproto.AnnotationVersion: version, ocispec.AnnotationCreated: created},
 	})
 	if err != nil {
 		return nil, ocispec.Descriptor{}, fmt.Errorf("artifacts: pack manifest: %w", err)
@@ -190,7 +194,7 @@ func packManifest(ctx context.Context, artifactType, version, created string, la
 	if err != nil {
 		return nil, ocispec.Descriptor{}, fmt.Errorf("artifacts: pack manifest: %w", err)
 	}
-	if _, err := control.ParseArtifactManifest(b); err != nil {
+	if _, err := upgradeproto.ParseArtifactManifest(b); err != nil {
 		return nil, ocispec.Descriptor{}, fmt.Errorf("artifacts: the manifest would not be accepted: %w", err)
 	}
 	return st, desc, nil
@@ -198,7 +202,9 @@ func packManifest(ctx context.Context, artifactType, version, created string, la
 
 // copyManifest pushes a packed manifest and its config from the memory
 // store (the layers are pushed from their files before).
-func (c *Client) copyManifest(ctx context.Context, st *memory.Store, repo *remote.Repository, r Reference, m ocispec.Descriptor) error {
+func (c *Client) copyManifest(
+	ctx context.Context, st *memory.Store, repo *remote.Repository, r Reference, m ocispec.Descriptor,
+) error {
 	b, err := content.FetchAll(ctx, st, m)
 	if err != nil {
 		return err
@@ -247,15 +253,20 @@ func describeFile(path, mediaType, name string) (ocispec.Descriptor, error) {
 	if err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("artifacts: read %s: %w", path, err)
 	}
-	if n > control.MaxArtifactFile {
-		return ocispec.Descriptor{}, fmt.Errorf("artifacts: %s: %d bytes, more than the %d a node accepts", path, n, int64(control.MaxArtifactFile))
+	if n > upgradeproto.MaxArtifactFile {
+		return ocispec.Descriptor{}, fmt.Errorf("artifacts: %s: %d bytes, more than the %d a node accepts", path, n,
+			int64(upgradeproto.MaxArtifactFile))
 	}
-	return ocispec.Descriptor{MediaType: mediaType, Digest: digest.Digest("sha256:" + hex.EncodeToString(h.Sum(nil))), Size: n,
-		Annotations: map[string]string{ocispec.AnnotationTitle: name}}, nil
+	return ocispec.Descriptor{
+		MediaType: mediaType, Digest: digest.Digest("sha256:" + hex.EncodeToString(h.Sum(nil))), Size: n,
+		Annotations: map[string]string{ocispec.AnnotationTitle: name},
+	}, nil
 }
 
 // pushFile uploads a layer from its file unless the repository has it.
-func (c *Client) pushFile(ctx context.Context, repo *remote.Repository, r Reference, d ocispec.Descriptor, path string) error {
+func (c *Client) pushFile(
+	ctx context.Context, repo *remote.Repository, r Reference, d ocispec.Descriptor, path string,
+) error {
 	ok, err := repo.Exists(ctx, d)
 	if err != nil {
 		return c.classify(err, r, "push")
@@ -281,7 +292,7 @@ func (c *Client) Tag(ctx context.Context, ref, d string) error {
 	if err != nil {
 		return err
 	}
-	if !control.ValidDigest(d) {
+	if !upgradeproto.ValidDigest(d) {
 		return fmt.Errorf("%w: digest %.80q is not sha256:<64 hex>", ErrBadReference, d)
 	}
 	desc, err := repo.Resolve(ctx, d)

@@ -8,9 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 	"oras.land/oras-go/v2/registry"
-
-	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // Scheme prefixes every artifact reference Tether takes.
@@ -43,7 +42,8 @@ const maxReference = 1024
 // there is no default registry and no implied "latest".
 func ParseReference(s string) (Reference, error) {
 	bad := func(format string, a ...any) (Reference, error) {
-		return Reference{}, fmt.Errorf("%w %.200q: %s (want oci://HOST[:PORT]/REPO:TAG or oci://HOST[:PORT]/REPO@sha256:HEX)", ErrBadReference, s, fmt.Sprintf(format, a...))
+		return Reference{}, fmt.Errorf("%w %.200q: %s (want oci://HOST[:PORT]/REPO:TAG or oci://HOST[:PORT]/REPO@sha256:HEX)",
+			ErrBadReference, s, fmt.Sprintf(format, a...))
 	}
 	if len(s) > maxReference {
 		return bad("longer than %d characters", maxReference)
@@ -62,7 +62,7 @@ func ParseReference(s string) (Reference, error) {
 	var r Reference
 	r.Registry = host
 	if p, d, ok := strings.Cut(path, "@"); ok {
-		if !control.ValidDigest(d) {
+		if !upgradeproto.ValidDigest(d) {
 			return bad("digest %.80q is not sha256: and 64 lowercase hex digits", d)
 		}
 		r.Digest, path = d, p

@@ -12,10 +12,13 @@ func TestParseReference(t *testing.T) {
 		in   string
 		want Reference
 	}{
-		{"oci://registry.example:5000/tether/edge:v1.4.0", Reference{Registry: "registry.example:5000", Repository: "tether/edge", Tag: "v1.4.0"}},
+		{"oci://registry.example:5000/tether/edge:v1.4.0",
+			Reference{Registry: "registry.example:5000", Repository: "tether/edge", Tag: "v1.4.0"}},
 		{"oci://127.0.0.1:5000/edge:1", Reference{Registry: "127.0.0.1:5000", Repository: "edge", Tag: "1"}},
-		{"oci://ghcr.io/org/patches/openssl:42", Reference{Registry: "ghcr.io", Repository: "org/patches/openssl", Tag: "42"}},
-		{"oci://localhost/a_b/c-d/e.f:Tag_1.x-2", Reference{Registry: "localhost", Repository: "a_b/c-d/e.f", Tag: "Tag_1.x-2"}},
+		{"oci://ghcr.io/org/patches/openssl:42",
+			Reference{Registry: "ghcr.io", Repository: "org/patches/openssl", Tag: "42"}},
+		{"oci://localhost/a_b/c-d/e.f:Tag_1.x-2",
+			Reference{Registry: "localhost", Repository: "a_b/c-d/e.f", Tag: "Tag_1.x-2"}},
 		{"oci://[::1]:5000/edge@" + d, Reference{Registry: "[::1]:5000", Repository: "edge", Digest: d}},
 		{"oci://r.example/edge@" + d, Reference{Registry: "r.example", Repository: "edge", Digest: d}},
 		// A digest wins over a tag written beside it.
@@ -58,7 +61,8 @@ func TestParseReference(t *testing.T) {
 	}
 	for _, c := range bad {
 		_, err := ParseReference(c.in)
-		if !errors.Is(err, ErrBadReference) || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "want oci://HOST") {
+		if !errors.Is(err, ErrBadReference) || !strings.Contains(err.Error(), c.says) ||
+			!strings.Contains(err.Error(), "want oci://HOST") {
 			t.Errorf("ParseReference(%q) = %v; want ErrBadReference saying %q", c.in, err, c.says)
 		}
 	}

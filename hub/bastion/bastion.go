@@ -3,6 +3,8 @@
 // (what `ssh -J` and ProxyJump use) to *node names*, each relayed over a
 // stream through the node's tunnel. Operator-to-node SSH stays end-to-end
 // encrypted: the hub only moves the bytes of the inner SSH connection.
+// Jumps (jumps.go) decide each jump through the access door, audit it, and
+// end the live jumps an access change no longer allows.
 package bastion
 
 import (
@@ -26,7 +28,7 @@ import (
 	"github.com/tether-dev/tether/internal/validate"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // JumpRequest is one operator's request to reach a node.
@@ -287,7 +289,7 @@ func Target(host string, port uint32, suffix string) (string, tunnel.Header, err
 func SiteTarget(host string, port uint32, suffix string, isSite func(string) bool) (string, tunnel.Header, error) {
 	name := strings.TrimSuffix(strings.ToLower(host), suffix)
 	i := strings.LastIndexByte(name, '.')
-	if i < 0 || control.ValidNodePath(name) != nil || !isSite(name[i+1:]) {
+	if i < 0 || siteproto.ValidNodePath(name) != nil || !isSite(name[i+1:]) {
 		return Target(host, port, suffix)
 	}
 	_, hdr, err := Target(name[:strings.IndexByte(name, '.')], port, suffix)
@@ -364,7 +366,8 @@ func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gos
 		return
 	}
 	rec.Node = fmt.Sprintf("%.64s", d.DestAddr)
-	log := b.cfg.Logger.With("operator", conn.User(), "remote", conn.RemoteAddr().String(), "target", fmt.Sprintf("%s:%d", d.DestAddr, d.DestPort))
+	log := b.cfg.Logger.With("operator", conn.User(), "remote", conn.RemoteAddr().String(),
+		"target", fmt.Sprintf("%s:%d", d.DestAddr, d.DestPort))
 	node, hdr, err := Target(d.DestAddr, d.DestPort, b.cfg.NodeSuffix)
 	if err != nil && b.cfg.IsSite != nil {
 		if n, h, serr := SiteTarget(d.DestAddr, d.DestPort, b.cfg.NodeSuffix, b.cfg.IsSite); serr == nil {
@@ -441,7 +444,8 @@ func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gos
 		return
 	}
 	finish("ok", nil)
-	log.Info("jump ended", "node", node, "bytes_to_node", counts.AtoB, "bytes_from_node", counts.BtoA, "duration", rec.End.Sub(rec.Start).Round(time.Millisecond))
+	log.Info("jump ended", "node", node, "bytes_to_node", counts.AtoB, "bytes_from_node", counts.BtoA,
+		"duration", rec.End.Sub(rec.Start).Round(time.Millisecond))
 }
 
 // keyFingerprint is the SHA256 fingerprint of k, or for a certificate of

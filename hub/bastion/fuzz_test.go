@@ -15,7 +15,9 @@ import (
 // a valid node name (never an address, never localhost) with a header that
 // encodes.
 func FuzzTarget(f *testing.F) {
-	for _, s := range []string{"n1", "N1.tether", "127.0.0.1", "[::1]", "localhost.tether", "2130706433", "a..b", "n1\x00", "xn--80ak6aa92e"} {
+	for _, s := range []string{
+		"n1", "N1.tether", "127.0.0.1", "[::1]", "localhost.tether", "2130706433", "a..b", "n1\x00", "xn--80ak6aa92e",
+	} {
 		f.Add(s, uint32(22))
 	}
 	f.Add("n1", uint32(0))
@@ -28,7 +30,8 @@ func FuzzTarget(f *testing.F) {
 			}
 			return
 		}
-		if pki.ValidateName(node) != nil || net.ParseIP(node) != nil || net.ParseIP(strings.Trim(host, "[]")) != nil || node == "localhost" {
+		if pki.ValidateName(node) != nil || net.ParseIP(node) != nil || net.ParseIP(strings.Trim(host, "[]")) != nil ||
+			node == "localhost" {
 			t.Fatalf("Target(%q, %d) accepted node %q", host, port, node)
 		}
 		if err := tunnel.WriteHeader(&bytes.Buffer{}, h); err != nil {

@@ -148,8 +148,11 @@ func (b *Bastion) accept(ctx ssh.Context, conn net.Conn) net.Conn {
 			r := b.cfg.Limiter.Refused(g.src)
 			if r.Report {
 				f := LoginFailure{Remote: conn.RemoteAddr().String(), Result: "rate_limited", Suppressed: r.Suppressed,
-					Reason: fmt.Sprintf("too many failed logins from %s; refusing connections for %s", g.src, retry.Round(time.Second))}
-				b.cfg.Logger.Warn("operator logins rate limited", "remote", f.Remote, "reason", f.Reason, "suppressed", f.Suppressed)
+					Reason: fmt.Sprintf("too many failed logins from %s; refusing connections for %s",
+						g.src, retry.Round(time.Second))}
+				b.cfg.Logger.Warn(
+					"operator logins rate limited", "remote", f.Remote, "reason", f.Reason, "suppressed", f.Suppressed,
+				)
 				if b.cfg.OnLoginFailure != nil {
 					b.cfg.OnLoginFailure(f)
 				}
@@ -158,7 +161,9 @@ func (b *Bastion) accept(ctx ssh.Context, conn net.Conn) net.Conn {
 				// RFC 4253 4.2 lets a server send lines before its version;
 				// OpenSSH shows them with -v. Then close: no key exchange.
 				_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
-				_, _ = fmt.Fprintf(conn, "tether: too many failed SSH logins from %s; try again in %s\r\n", g.src, retry.Round(time.Second))
+				_, _ = fmt.Fprintf(
+					conn, "tether: too many failed SSH logins from %s; try again in %s\r\n", g.src, retry.Round(time.Second),
+				)
 				return nil
 			}
 			// Now and then, a full handshake whose banner says why, so a
@@ -186,5 +191,8 @@ func (g *guardedConn) banner(gossh.ConnMetadata) string {
 	if g.limited == 0 {
 		return ""
 	}
-	return fmt.Sprintf("tether: too many failed SSH logins from %s; try again in %s\n", g.src, g.limited.Round(time.Second))
+	return fmt.Sprintf(
+		"tether: too many failed SSH logins from %s; try again in %s\n",
+		g.src, g.limited.Round(time.Second),
+	)
 }

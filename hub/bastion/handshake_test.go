@@ -40,7 +40,9 @@ func (f *failures) get() []LoginFailure {
 }
 
 // testBastion runs a bastion on loopback that lets alice in with key.
-func testBastion(t *testing.T, key gossh.PublicKey, lim *ratelimit.Limiter, handshake time.Duration) (*Bastion, string, *failures) {
+func testBastion(
+	t *testing.T, key gossh.PublicKey, lim *ratelimit.Limiter, handshake time.Duration,
+) (*Bastion, string, *failures) {
 	t.Helper()
 	fs := &failures{}
 	b, addr := startBastion(t, Config{
@@ -110,7 +112,8 @@ func TestBadLoginsRateLimited(t *testing.T) {
 	_, addr, fs := testBastion(t, alice.PublicKey(), lim, 5*time.Second)
 
 	for i := range 3 {
-		if _, err := login(addr, "127.0.0.2", "mallory", mallory); err == nil || !strings.Contains(err.Error(), "unable to authenticate") {
+		if _, err := login(addr, "127.0.0.2", "mallory", mallory); err == nil ||
+			!strings.Contains(err.Error(), "unable to authenticate") {
 			t.Fatalf("bad login %d: %v", i, err)
 		}
 	}
@@ -138,7 +141,8 @@ func TestBadLoginsRateLimited(t *testing.T) {
 		switch f.Result {
 		case "refused":
 			refused++
-			if f.User != "mallory" || f.Attempts < 1 || !strings.HasPrefix(f.Remote, "127.0.0.2:") || !strings.Contains(f.Reason, "authentication failed") {
+			if f.User != "mallory" || f.Attempts < 1 || !strings.HasPrefix(f.Remote, "127.0.0.2:") ||
+				!strings.Contains(f.Reason, "authentication failed") {
 				t.Errorf("failure report: %+v", f)
 			}
 		case "rate_limited":

@@ -35,7 +35,8 @@ func TestStopEndsJump(t *testing.T) {
 		cause      error
 		result     string
 	}{
-		{"live jump, access withdrawn", false, fmt.Errorf("%w: operator removed", ErrAccessWithdrawn), "ended: access withdrawn"},
+		{"live jump, access withdrawn", false, fmt.Errorf("%w: operator removed", ErrAccessWithdrawn),
+			"ended: access withdrawn"},
 		{"live jump, other cause", false, errors.New("shutting down"), "ended"},
 		{"while dialling", true, fmt.Errorf("%w: roles narrowed", ErrAccessWithdrawn), "ended: access withdrawn"},
 	} {
@@ -63,8 +64,10 @@ func TestStopEndsJump(t *testing.T) {
 				}),
 				OnJump: func(r JumpRecord) { records <- r },
 			})
-			client, err := gossh.Dial("tcp", addr, &gossh.ClientConfig{User: "op", Auth: []gossh.AuthMethod{gossh.PublicKeys(op)},
-				HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 5 * time.Second})
+			client, err := gossh.Dial("tcp", addr, &gossh.ClientConfig{
+				User: "op", Auth: []gossh.AuthMethod{gossh.PublicKeys(op)},
+				HostKeyCallback: gossh.InsecureIgnoreHostKey(), Timeout: 5 * time.Second,
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,7 +90,10 @@ func TestStopEndsJump(t *testing.T) {
 			select {
 			case r := <-records:
 				if r.Result != tc.result || r.Error != tc.cause.Error() || r.Operator != "op" || r.KeyFingerprint == "" {
-					t.Errorf("record: result %q error %q (operator %q, key %q), want %q %q", r.Result, r.Error, r.Operator, r.KeyFingerprint, tc.result, tc.cause)
+					t.Errorf(
+						"record: result %q error %q (operator %q, key %q), want %q %q",
+						r.Result, r.Error, r.Operator, r.KeyFingerprint, tc.result, tc.cause,
+					)
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatal("no jump record after Stop")

@@ -7,7 +7,8 @@
 //
 // A member is the node's ID, not its name: removing the node removes the
 // membership, and a machine that joins later under the same name starts
-// with none.
+// with none. Its HTTP endpoints (/v1/cluster; API in api.go) register on
+// hub/api's route table.
 package cluster
 
 import (
@@ -22,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tether-dev/tether/hub/blobs"
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/store"
@@ -43,8 +45,9 @@ const DefaultStateDir = "/var/lib/tether-edge"
 // Config is what the controller works with.
 type Config struct {
 	Store store.Store
+	// Jobs runs the install and uninstall jobs; nil until Attach.
 	Jobs  *jobs.Engine
-	Blobs *jobs.Blobs
+	Blobs *blobs.Store
 	// EnginesDir is re-read at every install, so edits are picked up.
 	EnginesDir string
 	// Online reports "" when the node with this ID has a live tunnel, else
@@ -100,8 +103,17 @@ func New(cfg Config) *Controller {
 	if cfg.StateDir == nil {
 		cfg.StateDir = func(string) string { return "" }
 	}
-	return &Controller{cfg: cfg, workers: map[string]*worker{}, started: make(chan struct{}), rescan: make(chan struct{}, 1)}
+	return &Controller{
+		cfg:     cfg,
+		workers: map[string]*worker{},
+		started: make(chan struct{}),
+		rescan:  make(chan struct{}, 1),
+	}
 }
+
+// Attach gives the controller the job engine that runs its installs: a
+// hub builds the engine in Run, after the controller. Call it before Run.
+func (c *Controller) Attach(j *jobs.Engine) { c.cfg.Jobs = j }
 
 // Run resumes every stored member (a node left mid-install by a hub crash
 // finishes its install) and serves until ctx ends. On hub replicas only the
@@ -217,7 +229,9 @@ func (c *Controller) Deregister(ctx context.Context, node, by string) (store.Clu
 
 // request resolves the name to the node that holds it now; from there on
 // the member is that node's ID.
-func (c *Controller) request(ctx context.Context, name string, desired machine.Desired, engine, by string) (store.ClusterMember, error) {
+func (c *Controller) request(
+	ctx context.Context, name string, desired machine.Desired, engine, by string,
+) (store.ClusterMember, error) {
 	n, err := c.cfg.Store.GetNodeByName(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		err = store.ErrNotFound // the store's own wording is not for users
@@ -574,8 +588,10 @@ func (c *Controller) act(ctx context.Context, m *store.ClusterMember, action mac
 		spec := store.JobSpec{
 			Script: string(e.Install), ScriptName: e.Name + "/install.sh", Env: e.Env,
 			Uploads: []store.Upload{
-				{Name: e.Name + "/uninstall.sh", SHA256: uninstall, Size: int64(len(e.Uninstall)), Dest: cache, Mode: 0o700, Mkdir: true},
-				{Name: e.Name + "/uninstall.env", SHA256: envFile, Size: int64(len(envExports(e.Env))), Dest: cache + ".env", Mode: 0o600, Mkdir: true},
+				{Name: e.Name + "/uninstall.sh", SHA256: uninstall, Size: int64(len(e.Uninstall)), Dest: cache,
+					Mode: 0o700, Mkdir: true},
+				{Name: e.Name + "/uninstall.env", SHA256: envFile, Size: int64(len(envExports(e.Env))),
+					Dest: cache + ".env", Mode: 0o600, Mkdir: true},
 			},
 			TimeoutSeconds: int(e.Timeout / time.Second), Parallel: 1,
 			Cluster: &store.ClusterStep{Action: "install", Engine: e.Name, EngineDigest: e.Digest, CachePath: cache},
@@ -590,7 +606,8 @@ func (c *Controller) act(ctx context.Context, m *store.ClusterMember, action mac
 			// line, with the cached environment); the catalog's copy is only
 			// a fallback for nodes that never cached one. Success removes
 			// the cache; a failure keeps it for the next try.
-			Command: fmt.Sprintf("test -f %s || { echo 'no cached uninstall script at '%s >&2; exit 1; }; if [ -f %s ]; then . %s; fi; %s && rm -f %s %s",
+			Command: fmt.Sprintf("test -f %s || { echo 'no cached uninstall script at '%s >&2; exit 1; }; "+
+				"if [ -f %s ]; then . %s; fi; %s && rm -f %s %s",
 				q, q, qe, qe, q, q, qe),
 			TimeoutSeconds: int(30 * time.Minute / time.Second), Parallel: 1,
 			Cluster: &store.ClusterStep{Action: "uninstall", Engine: m.Engine, CachePath: cache},
@@ -601,7 +618,8 @@ func (c *Controller) act(ctx context.Context, m *store.ClusterMember, action mac
 				if err != nil {
 					return err
 				}
-				spec.Uploads = []store.Upload{{Name: e.Name + "/uninstall.sh", SHA256: d, Size: int64(len(e.Uninstall)), Dest: cache, Mode: 0o700, Mkdir: true, IfMissing: true}}
+				spec.Uploads = []store.Upload{{Name: e.Name + "/uninstall.sh", SHA256: d, Size: int64(len(e.Uninstall)),
+					Dest: cache, Mode: 0o700, Mkdir: true, IfMissing: true}}
 				spec.TimeoutSeconds = int(e.Timeout / time.Second)
 			} else {
 				log.Warn("cluster: engine unknown now; only a cached uninstall script can run", "engine", m.Engine)
@@ -616,7 +634,9 @@ func (c *Controller) runJob(ctx context.Context, m *store.ClusterMember, kind st
 	if err := jobs.Validate(&spec, c.cfg.Blobs); err != nil {
 		return err
 	}
-	j, err := c.cfg.Jobs.Start(ctx, store.Job{Kind: kind, Spec: spec, CreatedBy: "cluster"}, []store.NodeRef{{ID: m.NodeID, Name: m.Node}})
+	j, err := c.cfg.Jobs.Start(
+		ctx, store.Job{Kind: kind, Spec: spec, CreatedBy: "cluster"}, []store.NodeRef{{ID: m.NodeID, Name: m.Node}},
+	)
 	if err != nil {
 		return err
 	}
@@ -635,7 +655,10 @@ func (c *Controller) runJob(ctx context.Context, m *store.ClusterMember, kind st
 		return nil
 	}
 	if n, err := c.cfg.Store.GetJobNode(ctx, j.ID, m.Node); err == nil && n.Error != "" {
-		return fmt.Errorf("%s job %s: %s (see `tether jobs logs %s`)", strings.TrimPrefix(kind, "cluster_"), j.ID, n.Error, j.ID)
+		return fmt.Errorf(
+			"%s job %s: %s (see `tether jobs logs %s`)",
+			strings.TrimPrefix(kind, "cluster_"), j.ID, n.Error, j.ID,
+		)
 	}
 	return fmt.Errorf("%s job %s %s: %s", strings.TrimPrefix(kind, "cluster_"), j.ID, done.State, done.Error)
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tether-dev/tether/hub/blobs"
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/store"
 )
@@ -55,7 +56,7 @@ func TestRecycledNameInheritsNoMembership(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	blobs, err := jobs.NewBlobs(filepath.Join(dir, "blobs"), 1<<20)
+	blobs, err := blobs.New(filepath.Join(dir, "blobs"), 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,8 @@ func TestRecycledNameInheritsNoMembership(t *testing.T) {
 		}
 		return ""
 	}
-	eng := jobs.New(ctx, jobs.Config{Store: st, Blobs: blobs, FlushInterval: 10 * time.Millisecond, PollInterval: 10 * time.Millisecond,
+	eng := jobs.New(ctx, jobs.Config{Store: st, Blobs: blobs,
+		FlushInterval: 10 * time.Millisecond, PollInterval: 10 * time.Millisecond,
 		Online: presence,
 		Connect: func(_ context.Context, ref string) (jobs.Conn, error) {
 			n, err := resolve(ref)
@@ -102,10 +104,14 @@ func TestRecycledNameInheritsNoMembership(t *testing.T) {
 
 	join := func(id, name string) {
 		t.Helper()
-		if err := st.CreateToken(ctx, store.Token{ID: "t-" + id, SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		if err := st.CreateToken(ctx, store.Token{
+			ID: "t-" + id, SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour),
+		}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.Join(ctx, "t-"+id, func(store.Token) error { return nil }, store.Node{ID: id, Name: name}); err != nil {
+		if _, err := st.Join(
+			ctx, "t-"+id, func(store.Token) error { return nil }, store.Node{ID: id, Name: name},
+		); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -164,13 +170,14 @@ func TestMembersRegisteredElsewhereAreDrivenByTheLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	blobs, err := jobs.NewBlobs(filepath.Join(dir, "blobs"), 1<<20)
+	blobs, err := blobs.New(filepath.Join(dir, "blobs"), 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
 	installs := map[string]int{} // node ID
-	eng := jobs.New(ctx, jobs.Config{Store: st, Blobs: blobs, FlushInterval: 10 * time.Millisecond, PollInterval: 10 * time.Millisecond,
+	eng := jobs.New(ctx, jobs.Config{Store: st, Blobs: blobs,
+		FlushInterval: 10 * time.Millisecond, PollInterval: 10 * time.Millisecond,
 		Connect: func(_ context.Context, id string) (jobs.Conn, error) {
 			mu.Lock()
 			installs[id]++
@@ -187,10 +194,14 @@ func TestMembersRegisteredElsewhereAreDrivenByTheLeader(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"n1", "n2"} {
-		if err := st.CreateToken(ctx, store.Token{ID: "t-" + id, SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		if err := st.CreateToken(ctx, store.Token{
+			ID: "t-" + id, SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour),
+		}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.Join(ctx, "t-"+id, func(store.Token) error { return nil }, store.Node{ID: id, Name: "edge-" + id}); err != nil {
+		if _, err := st.Join(
+			ctx, "t-"+id, func(store.Token) error { return nil }, store.Node{ID: id, Name: "edge-" + id},
+		); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -273,7 +284,7 @@ func newClusterFixture(t *testing.T, conn func() jobs.Conn) *clusterFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blobs, err := jobs.NewBlobs(filepath.Join(dir, "blobs"), 1<<20)
+	blobs, err := blobs.New(filepath.Join(dir, "blobs"), 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // Sentinel errors callers branch on.
@@ -66,7 +67,7 @@ type Kind struct {
 	// replayed at start: a kind reads List at start for the objects it
 	// holds, which covers a hub that died between the store and Apply.
 	// nil: nothing to do here.
-	Apply func(ctx context.Context, o control.DesiredObject)
+	Apply func(ctx context.Context, o siteproto.DesiredObject)
 }
 
 // Child is one child site, as the parent side of the site protocol sees it.
@@ -124,7 +125,7 @@ type Sync struct {
 
 type objKey struct{ kind, origin, name string }
 
-func keyOf(o control.DesiredObject) objKey { return objKey{o.Kind, o.Origin, o.Name} }
+func keyOf(o siteproto.DesiredObject) objKey { return objKey{o.Kind, o.Origin, o.Name} }
 
 // New returns a Sync; Run sends to the children.
 func New(cfg Config) (*Sync, error) {
@@ -143,7 +144,8 @@ func New(cfg Config) (*Sync, error) {
 	if cfg.ResendInterval <= 0 {
 		cfg.ResendInterval = time.Minute
 	}
-	return &Sync{cfg: cfg, kick: make(chan struct{}, 1), kinds: map[string]Kind{}, sent: map[string]map[objKey]int64{}}, nil
+	return &Sync{cfg: cfg, kick: make(chan struct{}, 1), kinds: map[string]Kind{},
+		sent: map[string]map[objKey]int64{}}, nil
 }
 
 // HubID is this hub's ID, the origin of objects created here.
@@ -152,7 +154,7 @@ func (s *Sync) HubID() string { return s.cfg.HubID }
 // Register adds a kind; call it before the hub serves (before Run and the
 // first HandleDesired).
 func (s *Sync) Register(k Kind) error {
-	if err := control.ValidSiteLabel("kind", k.Name); err != nil {
+	if err := siteproto.ValidLabel("kind", k.Name); err != nil {
 		return fmt.Errorf("desired: register: %w", err)
 	}
 	s.mu.Lock()
@@ -175,25 +177,28 @@ func (s *Sync) kind(name string) (Kind, bool) {
 // spec different from the stored one is stored as the next generation,
 // applied here and sent to the children. It returns the stored object and
 // whether it changed (an identical spec changes nothing).
-func (s *Sync) Put(ctx context.Context, kind, name string, spec json.RawMessage) (control.DesiredObject, bool, error) {
+func (s *Sync) Put(
+	ctx context.Context, kind, name string, spec json.RawMessage,
+) (siteproto.DesiredObject, bool, error) {
 	k, ok := s.kind(kind)
 	if !ok {
-		return control.DesiredObject{}, false, fmt.Errorf("%w %q", ErrUnknownKind, kind)
+		return siteproto.DesiredObject{}, false, fmt.Errorf("%w %q", ErrUnknownKind, kind)
 	}
-	if err := control.ValidSiteLabel(kind+" name", name); err != nil {
-		return control.DesiredObject{}, false, fmt.Errorf("%w: %v", ErrInvalid, err)
+	if err := siteproto.ValidLabel(kind+" name", name); err != nil {
+		return siteproto.DesiredObject{}, false, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if len(spec) == 0 || len(spec) > control.MaxDesiredSpec {
-		return control.DesiredObject{}, false, fmt.Errorf("%w: %s %s: spec of %d bytes (want 1..%d)", ErrInvalid, kind, name, len(spec), control.MaxDesiredSpec)
+	if len(spec) == 0 || len(spec) > siteproto.MaxDesiredSpec {
+		return siteproto.DesiredObject{}, false,
+			fmt.Errorf("%w: %s %s: spec of %d bytes (want 1..%d)", ErrInvalid, kind, name, len(spec), siteproto.MaxDesiredSpec)
 	}
 	if k.Validate != nil {
 		if err := k.Validate(spec); err != nil {
-			return control.DesiredObject{}, false, fmt.Errorf("%w: %s %s: %w", ErrInvalid, kind, name, err)
+			return siteproto.DesiredObject{}, false, fmt.Errorf("%w: %s %s: %w", ErrInvalid, kind, name, err)
 		}
 	}
 	o, changed, err := s.cfg.Store.BumpDesired(ctx, kind, s.cfg.HubID, name, spec, false, s.cfg.Now())
 	if err != nil {
-		return control.DesiredObject{}, false, err
+		return siteproto.DesiredObject{}, false, err
 	}
 	if changed {
 		s.applied(ctx, k, o)
@@ -205,14 +210,14 @@ func (s *Sync) Put(ctx context.Context, kind, name string, spec json.RawMessage)
 // generation, applies it here and sends it to the children
 // (ErrNotFound if there is no such object; deleting a tombstone again
 // changes nothing).
-func (s *Sync) Delete(ctx context.Context, kind, name string) (control.DesiredObject, error) {
+func (s *Sync) Delete(ctx context.Context, kind, name string) (siteproto.DesiredObject, error) {
 	k, ok := s.kind(kind)
 	if !ok {
-		return control.DesiredObject{}, fmt.Errorf("%w %q", ErrUnknownKind, kind)
+		return siteproto.DesiredObject{}, fmt.Errorf("%w %q", ErrUnknownKind, kind)
 	}
 	o, changed, err := s.cfg.Store.BumpDesired(ctx, kind, s.cfg.HubID, name, nil, true, s.cfg.Now())
 	if err != nil {
-		return control.DesiredObject{}, err
+		return siteproto.DesiredObject{}, err
 	}
 	if changed {
 		s.applied(ctx, k, o)
@@ -222,7 +227,7 @@ func (s *Sync) Delete(ctx context.Context, kind, name string) (control.DesiredOb
 
 // applied runs the kind's Apply for a stored generation and wakes the
 // sender.
-func (s *Sync) applied(ctx context.Context, k Kind, o control.DesiredObject) {
+func (s *Sync) applied(ctx context.Context, k Kind, o siteproto.DesiredObject) {
 	if k.Apply != nil {
 		k.Apply(ctx, o)
 	}
@@ -252,18 +257,19 @@ func (s *Sync) HandleDesired(ctx context.Context, m *control.Message, reply func
 		ancestors = s.cfg.Ancestors()
 	}
 	var (
-		acks    []control.DesiredAck
-		changed []control.DesiredObject
+		acks    []siteproto.DesiredAck
+		changed []siteproto.DesiredObject
 	)
 	for _, o := range m.Desired {
 		if !slices.Contains(ancestors, o.Origin) {
-			s.cfg.Logger.Warn("desired object refused: its origin is not a hub above this one", "kind", o.Kind, "name", o.Name, "origin", o.Origin)
+			s.cfg.Logger.Warn("desired object refused: its origin is not a hub above this one",
+				"kind", o.Kind, "name", o.Name, "origin", o.Origin)
 			continue
 		}
 		if k, ok := s.kind(o.Kind); ok && k.Validate != nil && !o.Deleted {
 			if err := k.Validate(o.Spec); err != nil {
-				s.cfg.Logger.Error("desired object refused: invalid spec; the parent offers it again on the next connect", "kind", o.Kind, "name", o.Name,
-					"origin", o.Origin, "generation", o.Generation, "err", err)
+				s.cfg.Logger.Error("desired object refused: invalid spec; the parent offers it again on the next connect",
+					"kind", o.Kind, "name", o.Name, "origin", o.Origin, "generation", o.Generation, "err", err)
 				continue
 			}
 		}
@@ -273,19 +279,20 @@ func (s *Sync) HandleDesired(ctx context.Context, m *control.Message, reply func
 			s.cfg.Logger.Error("store desired object", "kind", o.Kind, "name", o.Name, "generation", o.Generation, "err", err)
 			continue
 		}
-		acks = append(acks, control.DesiredAck{Kind: o.Kind, Origin: o.Origin, Name: o.Name, Generation: o.Generation})
+		acks = append(acks, siteproto.DesiredAck{Kind: o.Kind, Origin: o.Origin, Name: o.Name, Generation: o.Generation})
 		if stored {
 			changed = append(changed, o)
 		}
 	}
 	var sendErr error
 	if len(acks) > 0 {
-		if sendErr = reply(&control.Message{Type: control.TypeDesiredAck, DesiredAcks: acks}); sendErr != nil {
+		if sendErr = reply(&control.Message{Type: siteproto.TypeDesiredAck, DesiredAcks: acks}); sendErr != nil {
 			sendErr = fmt.Errorf("desired: acknowledge %d objects: %w", len(acks), sendErr)
 		}
 	}
 	for _, o := range changed {
-		s.cfg.Logger.Info("desired object stored", "kind", o.Kind, "name", o.Name, "origin", o.Origin, "generation", o.Generation, "deleted", o.Deleted)
+		s.cfg.Logger.Info("desired object stored", "kind", o.Kind, "name", o.Name, "origin", o.Origin,
+			"generation", o.Generation, "deleted", o.Deleted)
 		if k, ok := s.kind(o.Kind); ok && k.Apply != nil {
 			k.Apply(ctx, o)
 		}
@@ -399,7 +406,7 @@ func (s *Sync) sendTo(ctx context.Context, children Children, c Child) error {
 	s.mu.Unlock()
 	for len(todo) > 0 {
 		n, size := 0, 0
-		for n < len(todo) && n < control.MaxDesiredPerFrame && (n == 0 || size+len(todo[n].Spec) <= maxFrameSpecs) {
+		for n < len(todo) && n < siteproto.MaxDesiredPerFrame && (n == 0 || size+len(todo[n].Spec) <= maxFrameSpecs) {
 			size += len(todo[n].Spec)
 			n++
 		}
@@ -415,7 +422,7 @@ func (s *Sync) sendTo(ctx context.Context, children Children, c Child) error {
 			s.sent[c.ID][keyOf(o)] = o.Generation
 		}
 		s.mu.Unlock()
-		if err := children.Send(ctx, c.Name, &control.Message{Type: control.TypeDesired, Desired: frame}); err != nil {
+		if err := children.Send(ctx, c.Name, &control.Message{Type: siteproto.TypeDesired, Desired: frame}); err != nil {
 			s.mu.Lock()
 			delete(s.sent, c.ID)
 			s.mu.Unlock()

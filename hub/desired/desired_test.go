@@ -12,6 +12,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 var (
@@ -33,10 +34,10 @@ func openStore(t *testing.T, path string) *store.DB {
 // recorder counts what a kind's Apply saw.
 type recorder struct {
 	mu      sync.Mutex
-	applied []control.DesiredObject
+	applied []siteproto.DesiredObject
 }
 
-func (r *recorder) apply(_ context.Context, o control.DesiredObject) {
+func (r *recorder) apply(_ context.Context, o siteproto.DesiredObject) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.applied = append(r.applied, o)
@@ -69,8 +70,8 @@ func newSync(t *testing.T, st store.DesiredStore, id string, ancestors []string,
 	return s
 }
 
-func obj(name string, gen int64, spec string) control.DesiredObject {
-	o := control.DesiredObject{Kind: "mission", Origin: rootID, Name: name, Generation: gen}
+func obj(name string, gen int64, spec string) siteproto.DesiredObject {
+	o := siteproto.DesiredObject{Kind: "mission", Origin: rootID, Name: name, Generation: gen}
 	if spec == "" {
 		o.Deleted = true
 	} else {
@@ -79,13 +80,14 @@ func obj(name string, gen int64, spec string) control.DesiredObject {
 	return o
 }
 
-func deliver(t *testing.T, s *Sync, objs ...control.DesiredObject) []control.DesiredAck {
+func deliver(t *testing.T, s *Sync, objs ...siteproto.DesiredObject) []siteproto.DesiredAck {
 	t.Helper()
-	var acks []control.DesiredAck
-	err := s.HandleDesired(context.Background(), &control.Message{Type: control.TypeDesired, Desired: objs}, func(m *control.Message) error {
-		acks = append(acks, m.DesiredAcks...)
-		return nil
-	})
+	var acks []siteproto.DesiredAck
+	err := s.HandleDesired(context.Background(), &control.Message{Type: siteproto.TypeDesired, Desired: objs},
+		func(m *control.Message) error {
+			acks = append(acks, m.DesiredAcks...)
+			return nil
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,8 @@ func TestAckAfterDurableStore(t *testing.T) {
 	// The ack fails as if the hub died right before sending it; at that
 	// moment the object must already be stored (durably: read through a
 	// second connection to the file).
-	err := site.HandleDesired(context.Background(), &control.Message{Type: control.TypeDesired, Desired: []control.DesiredObject{obj("m", 1, `{"v":1}`)}},
+	err := site.HandleDesired(context.Background(),
+		&control.Message{Type: siteproto.TypeDesired, Desired: []siteproto.DesiredObject{obj("m", 1, `{"v":1}`)}},
 		func(m *control.Message) error {
 			other := openStore(t, path)
 			d, err := other.GetDesired(context.Background(), "mission", rootID, "m")
@@ -142,7 +145,7 @@ func TestGenerationsAndTombstones(t *testing.T) {
 	rec := &recorder{}
 	site := newSync(t, st, midID, []string{rootID}, rec)
 	steps := []struct {
-		o       control.DesiredObject
+		o       siteproto.DesiredObject
 		applied bool
 	}{
 		{obj("m", 2, `{"v":2}`), true},
@@ -259,7 +262,7 @@ func (tr *tree) Send(ctx context.Context, site string, m *control.Message) error
 	if !up {
 		return fmt.Errorf("site %s unreachable", site)
 	}
-	if len(m.Desired) > control.MaxDesiredPerFrame {
+	if len(m.Desired) > siteproto.MaxDesiredPerFrame {
 		return fmt.Errorf("frame of %d objects", len(m.Desired))
 	}
 	if err := m.Validate(); err != nil {
@@ -332,7 +335,7 @@ func TestForwardDownTheTree(t *testing.T) {
 	}
 	for _, k := range []*kid{rootTree.kids["mid"], midTree.kids["leaf"]} {
 		for _, n := range k.frames {
-			if n > control.MaxDesiredPerFrame {
+			if n > siteproto.MaxDesiredPerFrame {
 				t.Errorf("frame of %d objects", n)
 			}
 		}

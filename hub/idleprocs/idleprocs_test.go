@@ -122,7 +122,10 @@ func TestRunStopsWhenCPUCannotBeRead(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		run(t.Context(), slog.New(slog.NewTextHandler(io.Discard, nil)), policy{Sample: 10 * time.Millisecond, IdleFor: time.Hour}, cpu)
+		run(
+			t.Context(), slog.New(slog.NewTextHandler(io.Discard, nil)),
+			policy{Sample: 10 * time.Millisecond, IdleFor: time.Hour}, cpu,
+		)
 	}()
 	select {
 	case <-done:
@@ -142,7 +145,10 @@ func TestStartOffWithGOMAXPROCSSet(t *testing.T) {
 		t.Skip("one CPU: nothing to narrow")
 	}
 	t.Setenv("GOMAXPROCS", strconv.Itoa(wide))
-	stop := start(slog.New(slog.NewTextHandler(io.Discard, nil)), policy{Sample: 20 * time.Millisecond, IdleLoad: 0.5, IdleFor: 40 * time.Millisecond, BusyLoad: 0.9})
+	stop := start(
+		slog.New(slog.NewTextHandler(io.Discard, nil)),
+		policy{Sample: 20 * time.Millisecond, IdleLoad: 0.5, IdleFor: 40 * time.Millisecond, BusyLoad: 0.9},
+	)
 	defer stop()
 	time.Sleep(500 * time.Millisecond)
 	if got := runtime.GOMAXPROCS(0); got != wide {

@@ -1,8 +1,9 @@
 // Package jobs is the hub's job engine: it fans a job out to nodes with
 // bounded parallelism, runs each node's steps over SSH through the tunnel
-// (via a Connector the hub provides, backed by provisioners/runner),
-// persists every per-node result as it happens, and streams output to
-// followers.
+// (via a Connector; hub/jobs/sshconn is the hub's), persists every per-node
+// result as it happens, and streams output to followers. Its HTTP
+// endpoints (/v1/jobs, /v1/blobs; API in api.go) register on hub/api's
+// route table.
 package jobs
 
 import (
@@ -22,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tether-dev/tether/hub/blobs"
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/store"
 )
@@ -59,7 +61,9 @@ type Conn interface {
 	Run(ctx context.Context, cmd Command, stdout, stderr io.Writer) (exitCode int, err error)
 	// Upload copies size bytes from src to dst atomically and returns the
 	// SHA-256 the node computed of what it stored.
-	Upload(ctx context.Context, src io.Reader, size int64, dst string, mode os.FileMode, mkdir bool) (sha256hex string, err error)
+	Upload(
+		ctx context.Context, src io.Reader, size int64, dst string, mode os.FileMode, mkdir bool,
+	) (sha256hex string, err error)
 	Exists(ctx context.Context, path string) (bool, error)
 	Close() error
 }
@@ -107,7 +111,7 @@ type Config struct {
 	// its Connect with one look-up; a run whose node was offline then and
 	// that waits for it (--wait-online) polls Online and uses Connect.
 	Resolve Resolver
-	Blobs   *Blobs
+	Blobs   *blobs.Store
 	Metrics *metrics.Metrics // may be nil
 	Logger  *slog.Logger
 	// Audit records job decisions (start, finish, cancel); may be nil.
@@ -248,13 +252,15 @@ func ParseMaxFailures(s string) (MaxFailures, error) {
 	if p, ok := strings.CutSuffix(s, "%"); ok {
 		v, err := strconv.ParseFloat(p, 64)
 		if err != nil || v < 0 || v > 100 || math.IsNaN(v) {
-			return MaxFailures{}, fmt.Errorf("%w: max failures %q: want a count (e.g. 3) or a percentage 0%%..100%% (e.g. 10%%)", ErrBadSpec, s)
+			return MaxFailures{}, fmt.Errorf("%w: max failures %q: want a count (e.g. 3) or a percentage 0%%..100%% "+
+				"(e.g. 10%%)", ErrBadSpec, s)
 		}
 		return MaxFailures{set: true, percent: v}, nil
 	}
 	v, err := strconv.Atoi(s)
 	if err != nil || v < 0 {
-		return MaxFailures{}, fmt.Errorf("%w: max failures %q: want a count (e.g. 3) or a percentage (e.g. 10%%)", ErrBadSpec, s)
+		return MaxFailures{}, fmt.Errorf("%w: max failures %q: want a count (e.g. 3) or a percentage (e.g. 10%%)",
+			ErrBadSpec, s)
 	}
 	return MaxFailures{set: true, count: v}, nil
 }
@@ -272,15 +278,17 @@ func (m MaxFailures) Tolerated(n int) int {
 }
 
 // Validate checks a spec and fills its defaults.
-func Validate(spec *store.JobSpec, blobs *Blobs) error {
+func Validate(spec *store.JobSpec, blobs *blobs.Store) error {
 	hasCmd, hasScript := spec.Command != "", spec.Script != ""
 	switch {
 	case hasCmd == hasScript:
 		return fmt.Errorf("%w: give exactly one of a command or a script", ErrBadSpec)
 	case len(spec.Command) > MaxCommandBytes:
-		return fmt.Errorf("%w: command is %d bytes; the limit is %d (use a script)", ErrBadSpec, len(spec.Command), MaxCommandBytes)
+		return fmt.Errorf("%w: command is %d bytes; the limit is %d (use a script)", ErrBadSpec, len(spec.Command),
+			MaxCommandBytes)
 	case len(spec.Script) > MaxScriptBytes:
-		return fmt.Errorf("%w: script is %d bytes; the limit is %d (upload large payloads with --upload)", ErrBadSpec, len(spec.Script), MaxScriptBytes)
+		return fmt.Errorf("%w: script is %d bytes; the limit is %d (upload large payloads with --upload)", ErrBadSpec,
+			len(spec.Script), MaxScriptBytes)
 	case strings.ContainsRune(spec.Command, 0) || strings.ContainsRune(spec.Script, 0):
 		return fmt.Errorf("%w: command or script contains a NUL byte", ErrBadSpec)
 	}
@@ -304,11 +312,13 @@ func Validate(spec *store.JobSpec, blobs *Blobs) error {
 	}
 	for k := range spec.Env {
 		if !validEnvName(k) {
-			return fmt.Errorf("%w: environment variable name %q: want letters, digits and _ (not starting with a digit)", ErrBadSpec, k)
+			return fmt.Errorf("%w: environment variable name %q: want letters, digits and _ (not starting with a digit)",
+				ErrBadSpec, k)
 		}
 	}
 	if len(spec.Uploads) > MaxUploads {
-		return fmt.Errorf("%w: %d uploads; the limit is %d (pack them into an archive)", ErrBadSpec, len(spec.Uploads), MaxUploads)
+		return fmt.Errorf("%w: %d uploads; the limit is %d (pack them into an archive)", ErrBadSpec,
+			len(spec.Uploads), MaxUploads)
 	}
 	for _, u := range spec.Uploads {
 		if err := ValidateRemotePath(u.Dest); err != nil {
@@ -318,7 +328,8 @@ func Validate(spec *store.JobSpec, blobs *Blobs) error {
 			return fmt.Errorf("%w: upload %s: mode %o: want permission bits only", ErrBadSpec, u.Name, u.Mode)
 		}
 		if blobs != nil && !blobs.Has(u.SHA256) {
-			return fmt.Errorf("%w: upload %s: sha256:%s is not on the hub; upload it first (POST /v1/blobs)", ErrBadSpec, u.Name, u.SHA256)
+			return fmt.Errorf("%w: upload %s: sha256:%s is not on the hub; upload it first (POST /v1/blobs)", ErrBadSpec,
+				u.Name, u.SHA256)
 		}
 	}
 	return nil
@@ -394,7 +405,8 @@ func (e *Engine) Start(ctx context.Context, j store.Job, nodes []store.NodeRef) 
 			cancel()
 			return store.Job{}, fmt.Errorf("%w: target %q has no node ID", ErrBadSpec, n.Name)
 		}
-		r := &nodeRun{JobNode: store.JobNode{JobID: j.ID, NodeID: n.ID, Node: n.Name, State: store.RunPending}, removed: make(chan struct{})}
+		r := &nodeRun{JobNode: store.JobNode{JobID: j.ID, NodeID: n.ID, Node: n.Name, State: store.RunPending},
+			removed: make(chan struct{})}
 		lj.runs[i], lj.byName[n.Name] = r, r
 	}
 	e.mu.Lock()

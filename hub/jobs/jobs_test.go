@@ -3,6 +3,8 @@ package jobs
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +18,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tether-dev/tether/hub/blobs"
 	"github.com/tether-dev/tether/hub/store"
 )
 
@@ -36,7 +39,9 @@ func (f *fakeConn) Run(ctx context.Context, cmd Command, stdout, stderr io.Write
 	return f.run(ctx, cmd, stdout, stderr)
 }
 
-func (f *fakeConn) Upload(_ context.Context, src io.Reader, size int64, dst string, _ os.FileMode, _ bool) (string, error) {
+func (f *fakeConn) Upload(
+	_ context.Context, src io.Reader, size int64, dst string, _ os.FileMode, _ bool,
+) (string, error) {
 	b, err := io.ReadAll(src)
 	if err != nil {
 		return "", err
@@ -44,8 +49,8 @@ func (f *fakeConn) Upload(_ context.Context, src io.Reader, size int64, dst stri
 	f.mu.Lock()
 	f.files[dst] = b
 	f.mu.Unlock()
-	d, _, err := (&Blobs{}).hash(b)
-	return d, err
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
 }
 
 func (f *fakeConn) Exists(_ context.Context, p string) (bool, error) {
@@ -58,21 +63,23 @@ func (f *fakeConn) Exists(_ context.Context, p string) (bool, error) {
 func (f *fakeConn) Close() error { f.closed.Store(true); return nil }
 
 type env struct {
-	st     *store.SQLite
+	st     *store.DB
 	eng    *Engine
-	blobs  *Blobs
+	blobs  *blobs.Store
 	online sync.Map // node ID -> reason ("" online)
 	ran    sync.Map // node ID -> true once a run connected to it
 }
 
-func newEnv(t *testing.T, run func(ctx context.Context, node string, cmd Command, stdout, stderr io.Writer) (int, error)) *env {
+func newEnv(
+	t *testing.T, run func(ctx context.Context, node string, cmd Command, stdout, stderr io.Writer) (int, error),
+) *env {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.OpenSQLite(context.Background(), filepath.Join(dir, "tether.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	blobs, err := NewBlobs(filepath.Join(dir, "blobs"), 1<<20)
+	blobs, err := blobs.New(filepath.Join(dir, "blobs"), 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,9 +98,12 @@ func newEnv(t *testing.T, run func(ctx context.Context, node string, cmd Command
 			if strings.HasPrefix(node, "unreachable") {
 				return nil, errors.New("handshake failed")
 			}
-			return &fakeConn{files: map[string][]byte{}, run: func(ctx context.Context, cmd Command, o, eo io.Writer) (int, error) {
-				return run(ctx, node, cmd, o, eo)
-			}}, nil
+			return &fakeConn{
+				files: map[string][]byte{},
+				run: func(ctx context.Context, cmd Command, o, eo io.Writer) (int, error) {
+					return run(ctx, node, cmd, o, eo)
+				},
+			}, nil
 		},
 	})
 	t.Cleanup(func() { e.eng.Close(); st.Close() })
@@ -173,7 +183,8 @@ func TestFanOutRespectsParallelAndRecordsResults(t *testing.T) {
 		t.Errorf("peak concurrency %d, want 2..7", p)
 	}
 	n, err := e.st.GetJobNode(context.Background(), j.ID, "n042")
-	if err != nil || string(n.LogHead) != "hello from n042\n" || n.ExitCode == nil || *n.ExitCode != 0 || n.StartedAt.IsZero() || n.FinishedAt.IsZero() {
+	if err != nil || string(n.LogHead) != "hello from n042\n" || n.ExitCode == nil || *n.ExitCode != 0 ||
+		n.StartedAt.IsZero() || n.FinishedAt.IsZero() {
 		t.Fatalf("n042 = %+v (log %q), %v", n, n.LogHead, err)
 	}
 	if len(runs) != 60 {
@@ -227,7 +238,8 @@ func TestTimeoutCancelOfflineAndConnectErrors(t *testing.T) {
 		return -1, ctx.Err()
 	})
 	e.online.Store("id-gone", "offline (last seen 1h ago)")
-	j := e.start(t, store.JobSpec{Command: "sleep 100", TimeoutSeconds: 1}, []string{"slow", "fast", "gone", "unreachable-1"})
+	j := e.start(t, store.JobSpec{Command: "sleep 100", TimeoutSeconds: 1},
+		[]string{"slow", "fast", "gone", "unreachable-1"})
 	got, runs := e.wait(t, j.ID)
 	if got.State != store.JobFailed {
 		t.Fatalf("job %+v", got)
@@ -254,7 +266,8 @@ func TestTimeoutCancelOfflineAndConnectErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, runs = e.wait(t, j.ID)
-	if got.State != store.JobCancelled || runs["a"].State != store.RunCancelled || runs["b"].State != store.RunCancelled || !strings.Contains(runs["a"].Error, "alice") {
+	if got.State != store.JobCancelled || runs["a"].State != store.RunCancelled ||
+		runs["b"].State != store.RunCancelled || !strings.Contains(runs["a"].Error, "alice") {
 		t.Fatalf("after cancel: %+v %+v", got, runs)
 	}
 	if err := e.eng.Cancel(j.ID, "alice"); !errors.Is(err, ErrNotRunning) {
@@ -273,7 +286,8 @@ func TestWaitOnline(t *testing.T) {
 	})
 	e.online.Store("id-late", "")
 	_, runs := e.wait(t, j.ID)
-	if runs["late"].State != store.RunOK || runs["never"].State != store.RunSkipped || !strings.Contains(runs["never"].Error, "after waiting 2s") {
+	if runs["late"].State != store.RunOK || runs["never"].State != store.RunSkipped ||
+		!strings.Contains(runs["never"].Error, "after waiting 2s") {
 		t.Fatalf("runs %+v", runs)
 	}
 }
@@ -286,10 +300,14 @@ func TestRemovedNodeRunsNothingOnANewcomer(t *testing.T) {
 	ctx := context.Background()
 	join := func(id, name string) {
 		t.Helper()
-		if err := e.st.CreateToken(ctx, store.Token{ID: "t-" + id, SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		if err := e.st.CreateToken(ctx, store.Token{
+			ID: "t-" + id, SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour),
+		}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.st.Join(ctx, "t-"+id, func(store.Token) error { return nil }, store.Node{ID: id, Name: name}); err != nil {
+		if _, err := e.st.Join(
+			ctx, "t-"+id, func(store.Token) error { return nil }, store.Node{ID: id, Name: name},
+		); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -366,7 +384,8 @@ func TestUploadsAreVerified(t *testing.T) {
 	var conn *fakeConn
 	e := newEnv(t, nil)
 	e.eng.cfg.Connect = func(context.Context, string) (Conn, error) {
-		conn = &fakeConn{files: map[string][]byte{"/keep": []byte("old")}, run: func(context.Context, Command, io.Writer, io.Writer) (int, error) { return 0, nil }}
+		conn = &fakeConn{files: map[string][]byte{"/keep": []byte("old")},
+			run: func(context.Context, Command, io.Writer, io.Writer) (int, error) { return 0, nil }}
 		return conn, nil
 	}
 	d, err := e.blobs.PutBytes([]byte("payload"))
@@ -378,7 +397,8 @@ func TestUploadsAreVerified(t *testing.T) {
 		{Name: "k", SHA256: d, Dest: "/keep", IfMissing: true},
 	}}, []string{"a"})
 	got, _ := e.wait(t, j.ID)
-	if got.State != store.JobSucceeded || string(conn.files["/opt/p"]) != "payload" || string(conn.files["/keep"]) != "old" || !conn.closed.Load() {
+	if got.State != store.JobSucceeded || string(conn.files["/opt/p"]) != "payload" ||
+		string(conn.files["/keep"]) != "old" || !conn.closed.Load() {
 		t.Fatalf("job %s, files %q, closed %v", got.State, conn.files, conn.closed.Load())
 	}
 	n, _ := e.st.GetJobNode(context.Background(), j.ID, "a")
@@ -401,13 +421,21 @@ func TestValidate(t *testing.T) {
 		{"maxfail pct", store.JobSpec{Command: "a", MaxFailures: "120%"}, "max failures"},
 		{"env", store.JobSpec{Command: "a", Env: map[string]string{"1X": "v"}}, "environment"},
 		{"nul", store.JobSpec{Command: "a\x00b"}, "NUL"},
-		{"relative", store.JobSpec{Command: "a", Uploads: []store.Upload{{Name: "x", SHA256: strings.Repeat("a", 64), Dest: "opt/x"}}}, "absolute"},
-		{"traversal", store.JobSpec{Command: "a", Uploads: []store.Upload{{Name: "x", SHA256: strings.Repeat("a", 64), Dest: "/opt/../etc/x"}}}, "clean"},
-		{"dir", store.JobSpec{Command: "a", Uploads: []store.Upload{{Name: "x", SHA256: strings.Repeat("a", 64), Dest: "/opt/"}}}, "directory"},
-		{"unknown blob", store.JobSpec{Command: "a", Uploads: []store.Upload{{Name: "x", SHA256: strings.Repeat("a", 64), Dest: "/opt/x"}}}, "not on the hub"},
+		{"relative", store.JobSpec{Command: "a", Uploads: []store.Upload{
+			{Name: "x", SHA256: strings.Repeat("a", 64), Dest: "opt/x"},
+		}}, "absolute"},
+		{"traversal", store.JobSpec{Command: "a", Uploads: []store.Upload{
+			{Name: "x", SHA256: strings.Repeat("a", 64), Dest: "/opt/../etc/x"},
+		}}, "clean"},
+		{"dir", store.JobSpec{Command: "a", Uploads: []store.Upload{
+			{Name: "x", SHA256: strings.Repeat("a", 64), Dest: "/opt/"},
+		}}, "directory"},
+		{"unknown blob", store.JobSpec{Command: "a", Uploads: []store.Upload{
+			{Name: "x", SHA256: strings.Repeat("a", 64), Dest: "/opt/x"},
+		}}, "not on the hub"},
 		{"ok", store.JobSpec{Command: "a"}, ""},
 	}
-	blobs, err := NewBlobs(t.TempDir(), 10)
+	blobs, err := blobs.New(t.TempDir(), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +469,9 @@ func TestMaxFailuresTolerated(t *testing.T) {
 }
 
 func TestLogBufKeepsHeadAndTail(t *testing.T) {
-	for _, size := range []int{0, 10, headCap, headCap + 10, headCap + tailCap, headCap + tailCap + 1, 5 * (headCap + tailCap)} {
+	for _, size := range []int{
+		0, 10, headCap, headCap + 10, headCap + tailCap, headCap + tailCap + 1, 5 * (headCap + tailCap),
+	} {
 		var l logBuf
 		all := make([]byte, size)
 		for i := range all {
@@ -468,14 +498,15 @@ func TestLogBufKeepsHeadAndTail(t *testing.T) {
 }
 
 func TestBlobsRejectBadDigestsAndSizes(t *testing.T) {
-	b, err := NewBlobs(t.TempDir(), 8)
+	b, err := blobs.New(t.TempDir(), 8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.Put(strings.NewReader("123456789"), ""); !errors.Is(err, ErrBlobTooLarge) {
+	if _, _, err := b.Put(strings.NewReader("123456789"), ""); !errors.Is(err, blobs.ErrTooLarge) {
 		t.Fatalf("oversized: %v", err)
 	}
-	if _, _, err := b.Put(strings.NewReader("1234"), strings.Repeat("0", 64)); err == nil || !strings.Contains(err.Error(), "not the announced") {
+	if _, _, err := b.Put(strings.NewReader("1234"), strings.Repeat("0", 64)); err == nil ||
+		!strings.Contains(err.Error(), "not the announced") {
 		t.Fatalf("wrong digest: %v", err)
 	}
 	for _, d := range []string{"../../etc/passwd", strings.Repeat("A", 64), ""} {
@@ -536,7 +567,8 @@ func TestResolveDecidesStartAndConnect(t *testing.T) {
 	if got.State != store.JobPartial || runs["a"].State != store.RunOK || runs["b"].State != store.RunOK {
 		t.Fatalf("job %+v runs %+v", got, runs)
 	}
-	if r := runs["off"]; r.State != store.RunSkipped || r.Error != "offline (last seen 1h ago); pass --wait-online to wait for it" || !r.StartedAt.IsZero() {
+	if r := runs["off"]; r.State != store.RunSkipped ||
+		r.Error != "offline (last seen 1h ago); pass --wait-online to wait for it" || !r.StartedAt.IsZero() {
 		t.Fatalf("offline run = %+v", r)
 	}
 	for _, id := range []string{"id-a", "id-b", "id-off"} {
@@ -544,7 +576,8 @@ func TestResolveDecidesStartAndConnect(t *testing.T) {
 		if id == "id-off" {
 			want = 0
 		}
-		if r, d, o, c := count(&resolved, id), count(&dialled, id), count(&online, id), count(&connected, id); r != 1 || d != want || o != 0 || c != 0 {
+		if r, d, o, c := count(&resolved, id), count(&dialled, id), count(&online, id),
+			count(&connected, id); r != 1 || d != want || o != 0 || c != 0 {
 			t.Errorf("%s: resolved %d, dialled %d, online %d, connect %d; want 1, %d, 0, 0", id, r, d, want, o, c)
 		}
 	}
@@ -557,7 +590,9 @@ func TestResolveDecidesStartAndConnect(t *testing.T) {
 		return n.State == store.RunWaiting
 	})
 	e.online.Store("id-late", "")
-	if _, runs = e.wait(t, j.ID); runs["late"].State != store.RunOK || count(&resolved, "id-late") != 1 || count(&online, "id-late") == 0 || count(&connected, "id-late") != 1 {
-		t.Fatalf("waiting run %+v: online %d, connect %d", runs["late"], count(&online, "id-late"), count(&connected, "id-late"))
+	if _, runs = e.wait(t, j.ID); runs["late"].State != store.RunOK || count(&resolved, "id-late") != 1 ||
+		count(&online, "id-late") == 0 || count(&connected, "id-late") != 1 {
+		t.Fatalf("waiting run %+v: online %d, connect %d", runs["late"], count(&online, "id-late"),
+			count(&connected, "id-late"))
 	}
 }

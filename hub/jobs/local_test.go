@@ -80,12 +80,14 @@ func TestLocalKind(t *testing.T) {
 				t.Fatal(err)
 			}
 			local := &fakeLocal{reason: tc.reason, run: tc.run}
-			eng := New(context.Background(), Config{Store: st, FlushInterval: 10 * time.Millisecond, PollInterval: 10 * time.Millisecond,
+			eng := New(context.Background(), Config{
+				Store: st, FlushInterval: 10 * time.Millisecond, PollInterval: 10 * time.Millisecond,
 				Connect: func(context.Context, string) (Conn, error) {
 					t.Error("a local run connected to a node")
 					return nil, fmt.Errorf("no")
 				},
-				Local: map[string]Local{"kubeone_apply": local}})
+				Local: map[string]Local{"kubeone_apply": local},
+			})
 			t.Cleanup(func() { eng.Close(); st.Close() })
 			spec := store.JobSpec{Command: "kubeone apply", WaitOnlineSecs: tc.waitSecs}
 			if err := Validate(&spec, nil); err != nil {
@@ -116,8 +118,10 @@ func TestLocalKind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.State != tc.wantJob || run.State != tc.wantRun || !strings.Contains(run.Error, tc.wantError) || !strings.HasPrefix(string(run.LogHead), tc.wantLog) {
-				t.Fatalf("job %s, run %+v (log %q); want job %s, run %s, error %q, log %q", got.State, run, run.LogHead, tc.wantJob, tc.wantRun, tc.wantError, tc.wantLog)
+			if got.State != tc.wantJob || run.State != tc.wantRun || !strings.Contains(run.Error, tc.wantError) ||
+				!strings.HasPrefix(string(run.LogHead), tc.wantLog) {
+				t.Fatalf("job %s, run %+v (log %q); want job %s, run %s, error %q, log %q", got.State, run, run.LogHead,
+					tc.wantJob, tc.wantRun, tc.wantError, tc.wantLog)
 			}
 			if tc.reason != "" && !tc.readyLate && strings.Contains(run.Error, "--wait-online") {
 				t.Errorf("a local kind's skip names --wait-online, a flag of tether run: %q", run.Error)
@@ -126,7 +130,7 @@ func TestLocalKind(t *testing.T) {
 	}
 }
 
-func waitState(t *testing.T, st *store.SQLite, id, state string) {
+func waitState(t *testing.T, st *store.DB, id, state string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -132,7 +132,10 @@ func (lj *liveJob) stopReason() string {
 	lj.mu.Lock()
 	defer lj.mu.Unlock()
 	if lj.tolerated >= 0 && lj.failures > lj.tolerated {
-		return fmt.Sprintf("not started: %d runs failed, more than --max-failures %s allows", lj.failures, lj.job.Spec.MaxFailures)
+		return fmt.Sprintf(
+			"not started: %d runs failed, more than --max-failures %s allows",
+			lj.failures, lj.job.Spec.MaxFailures,
+		)
 	}
 	return ""
 }
@@ -183,7 +186,12 @@ func (lj *liveJob) run(ctx context.Context) {
 		m.JobsRunning.Dec()
 		m.JobsFinished.WithLabelValues(lj.job.Kind, state).Inc()
 	}
-	e.audit(store.AuditEvent{Kind: "job_finish", Operator: lj.job.CreatedBy, Result: state, Detail: fmt.Sprintf("job %s: %s", lj.job.ID, msg)})
+	e.audit(store.AuditEvent{
+		Kind:     "job_finish",
+		Operator: lj.job.CreatedBy,
+		Result:   state,
+		Detail:   fmt.Sprintf("job %s: %s", lj.job.ID, msg),
+	})
 	e.cfg.Logger.Info("job finished", "job", lj.job.ID, "state", state, "detail", msg)
 
 	final, err := e.cfg.Store.GetJob(context.Background(), lj.job.ID)
@@ -229,7 +237,10 @@ func (lj *liveJob) outcome(ctx context.Context) (string, string) {
 	by := lj.cancelledBy
 	lj.mu.Unlock()
 	total := len(lj.runs)
-	summary := fmt.Sprintf("%d/%d ok, %d failed, %d skipped", counts[store.RunOK], total, counts[store.RunFailed], counts[store.RunSkipped])
+	summary := fmt.Sprintf(
+		"%d/%d ok, %d failed, %d skipped",
+		counts[store.RunOK], total, counts[store.RunFailed], counts[store.RunSkipped],
+	)
 	switch {
 	case counts[store.RunInterrupted] > 0:
 		return store.JobInterrupted, "the hub shut down during the job; " + summary
@@ -242,7 +253,10 @@ func (lj *liveJob) outcome(ctx context.Context) (string, string) {
 		// is not the command's failure.
 		return store.JobPartial, summary
 	case lj.tolerated >= 0 && counts[store.RunFailed] > lj.tolerated:
-		return store.JobFailed, fmt.Sprintf("stopped: more than --max-failures %s failed; %s", lj.job.Spec.MaxFailures, summary)
+		return store.JobFailed, fmt.Sprintf(
+			"stopped: more than --max-failures %s failed; %s",
+			lj.job.Spec.MaxFailures, summary,
+		)
 	}
 	return store.JobFailed, summary
 }

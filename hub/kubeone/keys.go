@@ -30,7 +30,7 @@ func PrivateKeyPath(dataDir, cluster string) string {
 }
 
 // CertPath is the cluster's user certificate (what sshCertFile names),
-// re-issued by every Service.Manifest.
+// re-issued by every Clusters.Manifest.
 func CertPath(dataDir, cluster string) string { return filepath.Join(Dir(dataDir, cluster), certFile) }
 
 // createKey makes a new key pair for cluster, replacing any left by a

@@ -17,28 +17,34 @@
 // This is what the hub's wiring and the apply/reset jobs call; it stays
 // stable:
 //
-//   - [New] builds a [Service] from a [Config] (store, data dir, [Live]
+//   - [NewClusters] builds a [Clusters] from a [Config] (store, data dir, [Live]
 //     for what only the running hub knows: the bastion's address and the
 //     host keys presented now).
-//   - [Service.Create], [Service.Delete], [Service.SetMembers] change
-//     clusters (and the access that follows from them); [Service.Get] and
-//     [Service.List] return [Cluster] views; [Service.Load] returns the
+//   - [Clusters.Create], [Clusters.Delete], [Clusters.SetMembers] change
+//     clusters (and the access that follows from them); [Clusters.Get] and
+//     [Clusters.List] return [Cluster] views; [Clusters.Load] returns the
 //     stored record with its members and their nodes.
-//   - [Service.Manifest] renders a cluster's manifest with the host keys
+//   - [Clusters.Manifest] renders a cluster's manifest with the host keys
 //     presented right now (so call it right before running kubeone; see
 //     the note on pinning in manifest.go), and re-issues the cluster's
-//     user certificate first written to [Service.CertPath];
+//     user certificate first written to [Clusters.CertPath];
 //     [ManifestOptions] name another bastion address or other key/cert
 //     file paths (copies in a job's private directory). [Render] is the
 //     pure function under it.
-//   - [Service.PrivateKeyPath] and [Service.CertPath] (absolute), or
+//   - [Clusters.PrivateKeyPath] and [Clusters.CertPath] (absolute), or
 //     [PrivateKeyPath] and [CertPath] for a given data dir, name the
 //     cluster's key files.
-//   - [Service.Status] is the cluster's members with their tunnels; its
+//   - [Clusters.Status] is the cluster's members with their tunnels; its
 //     LastApply comes from the store ([store.KubeOneStore.SetKubeOneStatus]),
 //     its Kube from [Config.KubeHealth].
-//   - [Service.Collector] exports tether_kubeone_clusters and
+//   - [Clusters.Collector] exports tether_kubeone_clusters and
 //     tether_kubeone_members.
+//   - [Runs] are KubeOne runs (`tether kubeone apply|reset`): jobs of
+//     kinds [ApplyKind] and [ResetKind] the hub runs itself, one per
+//     cluster at a time, and the hub's own connections to a cluster's API
+//     server (kubeconfig, /readyz, proxy). [HubLive] is [Live] for a
+//     running hub.
+//   - [API] serves /v1/kubeone.
 //
 // KubeOne with this manifest: it dials the bastion as the cluster's
 // bastion user, authenticating with the certificate (sshCertFile: with a
@@ -180,14 +186,16 @@ func CheckMembers(controlPlane, workers []string) (warnings []string, err error)
 		seen[n] = true
 	}
 	if len(controlPlane)%2 == 0 {
-		warnings = append(warnings, fmt.Sprintf("%d control-plane nodes: etcd needs a majority, so an even number tolerates no more failures than one node fewer (use 1, 3 or 5)", len(controlPlane)))
+		warnings = append(warnings,
+			fmt.Sprintf("%d control-plane nodes: etcd needs a majority, so an even number tolerates no more failures than one "+
+				"node fewer (use 1, 3 or 5)", len(controlPlane)))
 	}
 	return warnings, nil
 }
 
 // CheckKubernetes checks a Kubernetes version KubeOne can install: a
 // release version MAJOR.MINOR.PATCH (no "v", no pre-release) within the
-// minors some KubeOne release the hub runs installs. Service.Create then
+// minors some KubeOne release the hub runs installs. Clusters.Create then
 // checks it against the hub's own kubeone.
 func CheckKubernetes(v string) error {
 	rule := fmt.Sprintf("KubeOne %s and later install Kubernetes 1.%d to 1.%d "+
@@ -240,12 +248,14 @@ func ParseExtra(extra string) (map[string]any, error) {
 	}
 	for _, k := range reservedExtra {
 		if _, ok := m[k]; ok {
-			return nil, invalidf("--manifest-extra may not set %q: the hub generates it from the cluster (members, --kubernetes)", k)
+			return nil, invalidf(
+				"--manifest-extra may not set %q: the hub generates it from the cluster (members, --kubernetes)", k)
 		}
 	}
 	if cn, ok := m["clusterNetwork"].(map[string]any); ok {
 		if _, ok := cn["cni"]; ok {
-			return nil, invalidf("--manifest-extra may not set clusterNetwork.cni: use --cni (external, for a CNI KubeOne does not install)")
+			return nil, invalidf(
+				"--manifest-extra may not set clusterNetwork.cni: use --cni (external, for a CNI KubeOne does not install)")
 		}
 	}
 	if err := checkJSONable(m, "--manifest-extra"); err != nil {
@@ -285,7 +295,9 @@ func checkJSONable(v any, path string) error {
 // does not exist or is revoked is ErrInvalid, a node with another
 // Kubernetes owner ErrConflict (the store checks that again, in the
 // transaction that stores the members).
-func ResolveMembers(cluster string, controlPlane, workers []string, byName map[string]store.Node, memberOf, engineOf map[string]string) ([]store.KubeOneMember, error) {
+func ResolveMembers(
+	cluster string, controlPlane, workers []string, byName map[string]store.Node, memberOf, engineOf map[string]string,
+) ([]store.KubeOneMember, error) {
 	var errs []error
 	var out []store.KubeOneMember
 	add := func(names []string, role string) {

@@ -45,14 +45,39 @@ func TestSpecCheck(t *testing.T) {
 		{"oldest", func(s *Spec) { s.Kubernetes = "1.27.0" }, "", ""},
 		{"newest", func(s *Spec) { s.Kubernetes = "1.36.2" }, "", ""},
 		{"bad login", func(s *Spec) { s.Login = "Root" }, `--login: invalid login "Root"`, ""},
-		{"bad cni", func(s *Spec) { s.CNI = "flannel" }, `unknown CNI "flannel": use one of canal, cilium, external, weave-net`, ""},
+		{
+			"bad cni",
+			func(s *Spec) { s.CNI = "flannel" },
+			`unknown CNI "flannel": use one of canal, cilium, external, weave-net`,
+			"",
+		},
 		{"no control plane", func(s *Spec) { s.ControlPlane = nil }, "at least one control-plane node", ""},
 		{"node twice", func(s *Spec) { s.Workers = []string{"n1"} }, `node "n1" is named twice`, ""},
 		{"extra not a mapping", func(s *Spec) { s.ManifestExtra = "- a\n- b\n" }, "not a YAML mapping", ""},
-		{"extra sets hosts", func(s *Spec) { s.ManifestExtra = "controlPlane: {hosts: []}\n" }, `may not set "controlPlane"`, ""},
-		{"extra sets version", func(s *Spec) { s.ManifestExtra = "versions: {kubernetes: 1.31.0}\n" }, `may not set "versions"`, ""},
-		{"extra sets cni", func(s *Spec) { s.ManifestExtra = "clusterNetwork: {cni: {cilium: {}}}\n" }, "clusterNetwork.cni: use --cni", ""},
-		{"extra non-string key", func(s *Spec) { s.ManifestExtra = "features:\n  1: x\n" }, "mapping key is not a string", ""},
+		{
+			"extra sets hosts",
+			func(s *Spec) { s.ManifestExtra = "controlPlane: {hosts: []}\n" },
+			`may not set "controlPlane"`,
+			"",
+		},
+		{
+			"extra sets version",
+			func(s *Spec) { s.ManifestExtra = "versions: {kubernetes: 1.31.0}\n" },
+			`may not set "versions"`,
+			"",
+		},
+		{
+			"extra sets cni",
+			func(s *Spec) { s.ManifestExtra = "clusterNetwork: {cni: {cilium: {}}}\n" },
+			"clusterNetwork.cni: use --cni",
+			"",
+		},
+		{
+			"extra non-string key",
+			func(s *Spec) { s.ManifestExtra = "features:\n  1: x\n" },
+			"mapping key is not a string",
+			"",
+		},
 		{"extra too big", func(s *Spec) { s.ManifestExtra = "a: " + strings.Repeat("x", MaxManifestExtra) }, "at most", ""},
 		{"extra fine", func(s *Spec) { s.ManifestExtra = "clusterNetwork: {podSubnet: 10.10.0.0/16}\n" }, "", ""},
 	}
@@ -188,7 +213,7 @@ func TestCheckRelease(t *testing.T) {
 			"checked only against what KubeOne 1.8 and later install (1.27 to 1.36): the hub's kubeone could not be asked"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &Service{cfg: Config{KubeOneRelease: tc.ask}}
+			s := &Clusters{cfg: Config{KubeOneRelease: tc.ask}}
 			warnings, err := s.checkRelease(context.Background(), tc.version)
 			warned := len(warnings) == 1 && strings.Contains(warnings[0], tc.says)
 			switch {

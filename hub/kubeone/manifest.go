@@ -129,7 +129,17 @@ func Render(in RenderInput) ([]byte, error) {
 
 // topLevel is the order of the manifest's first fields, as KubeOne's
 // examples write them; other fields (from the extra ones) follow sorted.
-var topLevel = []string{"apiVersion", "kind", "name", "versions", "cloudProvider", "apiEndpoint", "clusterNetwork", "controlPlane", "staticWorkers"}
+var topLevel = []string{
+	"apiVersion",
+	"kind",
+	"name",
+	"versions",
+	"cloudProvider",
+	"apiEndpoint",
+	"clusterNetwork",
+	"controlPlane",
+	"staticWorkers",
+}
 
 // marshalOrdered writes doc as YAML (two-space indent), its top-level
 // fields in topLevel order; nested mappings are sorted by key.
@@ -164,10 +174,14 @@ func host(in RenderInput, m store.KubeOneMember) (map[string]any, error) {
 	name := m.Node.Name
 	key := in.HostKeys[m.NodeID]
 	if len(key) == 0 {
-		return nil, fmt.Errorf("%w: member %q is not connected, so the host key it presents is not known; the manifest pins every host key, so connect it and try again", ErrConflict, name)
+		return nil, fmt.Errorf(
+			"%w: member %q is not connected, so the host key it presents is not known; "+
+				"the manifest pins every host key, so connect it and try again", ErrConflict, name)
 	}
 	if m.Node.Facts.Address == "" {
-		return nil, fmt.Errorf("%w: member %q has not reported its address (its agent reports it in every hello: connect it once with a current agent)", ErrConflict, name)
+		return nil, fmt.Errorf(
+			"%w: member %q has not reported its address (its agent reports it in every hello: "+
+				"connect it once with a current agent)", ErrConflict, name)
 	}
 	h := map[string]any{
 		"publicAddress":        name,

@@ -32,23 +32,33 @@ func fixedKey(t *testing.T, seed byte) []byte {
 }
 
 func member(id, name, role, addr string) store.KubeOneMember {
-	return store.KubeOneMember{NodeID: id, Role: role, Node: store.Node{ID: id, Name: name, Facts: control.Facts{Address: addr}}}
+	return store.KubeOneMember{
+		NodeID: id,
+		Role:   role,
+		Node:   store.Node{ID: id, Name: name, Facts: control.Facts{Address: addr}},
+	}
 }
 
 func renderInput(t *testing.T) RenderInput {
-	c := store.KubeOneCluster{Name: "edge1", ID: "c0ffee", Kubernetes: "1.30.5", Login: "root", CNI: "canal", Members: []store.KubeOneMember{
-		member("id1", "n1", store.KubeOneControlPlane, "10.0.0.11"),
-		member("id2", "n2", store.KubeOneControlPlane, "10.0.0.12"),
-		member("id3", "n3", store.KubeOneControlPlane, "10.0.0.13"),
-		member("id4", "n4", store.KubeOneWorker, "10.0.0.14"),
-		member("id5", "n5", store.KubeOneWorker, "fd00::15"),
-	}}
+	c := store.KubeOneCluster{Name: "edge1", ID: "c0ffee", Kubernetes: "1.30.5", Login: "root", CNI: "canal",
+		Members: []store.KubeOneMember{
+			member("id1", "n1", store.KubeOneControlPlane, "10.0.0.11"),
+			member("id2", "n2", store.KubeOneControlPlane, "10.0.0.12"),
+			member("id3", "n3", store.KubeOneControlPlane, "10.0.0.13"),
+			member("id4", "n4", store.KubeOneWorker, "10.0.0.14"),
+			member("id5", "n5", store.KubeOneWorker, "fd00::15"),
+		}}
 	keys := map[string][]byte{}
 	for i, m := range c.Members {
 		keys[m.NodeID] = fixedKey(t, byte(i+1))
 	}
-	return RenderInput{Cluster: c, Bastion: Bastion{Host: "hub.example.net", Port: 2222, HostKey: fixedKey(t, 100)}, HostKeys: keys,
-		KeyFile: "/var/lib/tether/kubeone/edge1/id_ed25519", CertFile: "/var/lib/tether/kubeone/edge1/id_ed25519-cert.pub"}
+	return RenderInput{
+		Cluster:  c,
+		Bastion:  Bastion{Host: "hub.example.net", Port: 2222, HostKey: fixedKey(t, 100)},
+		HostKeys: keys,
+		KeyFile:  "/var/lib/tether/kubeone/edge1/id_ed25519",
+		CertFile: "/var/lib/tether/kubeone/edge1/id_ed25519-cert.pub",
+	}
 }
 
 // TestRenderGolden: the generated manifests, byte for byte (go test
@@ -65,7 +75,8 @@ func TestRenderGolden(t *testing.T) {
 			in.Cluster.Members = in.Cluster.Members[:1]
 			in.Cluster.Login, in.Cluster.CNI = "ubuntu", "cilium"
 			// Maps merge into the generated ones; other values replace.
-			in.Cluster.Extra = `{"clusterNetwork":{"podSubnet":"10.10.0.0/16"},"apiEndpoint":{"host":"api.edge1.example"},"features":{"coreDNS":{"replicas":1}}}`
+			in.Cluster.Extra = `{"clusterNetwork":{"podSubnet":"10.10.0.0/16"},"apiEndpoint":{"host":"api.edge1.example"},` +
+				`"features":{"coreDNS":{"replicas":1}}}`
 			in.CertFile = ""
 		}},
 	}
@@ -108,13 +119,16 @@ func TestRenderGolden(t *testing.T) {
 			}
 			for i, h := range hosts {
 				m := in.Cluster.Members[i]
-				for field, want := range map[string][]byte{"sshHostPublicKey": in.HostKeys[m.NodeID], "bastionHostPublicKey": in.Bastion.HostKey} {
+				for field, want := range map[string][]byte{
+					"sshHostPublicKey": in.HostKeys[m.NodeID], "bastionHostPublicKey": in.Bastion.HostKey,
+				} {
 					b, err := base64.StdEncoding.DecodeString(h[field].(string))
 					if err != nil || !bytes.Equal(b, want) {
 						t.Errorf("host %s: %s does not decode to the key given (%v)", m.Node.Name, field, err)
 					}
 				}
-				if h["publicAddress"] != m.Node.Name || h["privateAddress"] != m.Node.Facts.Address || h["bastionUser"] != "kubeone-edge1" {
+				if h["publicAddress"] != m.Node.Name || h["privateAddress"] != m.Node.Facts.Address ||
+					h["bastionUser"] != "kubeone-edge1" {
 					t.Errorf("host %d: %v", i, h)
 				}
 			}

@@ -12,14 +12,15 @@ import (
 //
 //	tether_kubeone_clusters{status}
 //	tether_kubeone_members{cluster,role,tunnel="up|down"}
-func (s *Service) Collector() prometheus.Collector { return collector{s} }
+func (s *Clusters) Collector() prometheus.Collector { return collector{s} }
 
 var (
 	clustersDesc = prometheus.NewDesc("tether_kubeone_clusters", "KubeOne clusters by status.", []string{"status"}, nil)
-	membersDesc  = prometheus.NewDesc("tether_kubeone_members", "Members of each KubeOne cluster by role and whether their tunnel is up.", []string{"cluster", "role", "tunnel"}, nil)
+	membersDesc  = prometheus.NewDesc("tether_kubeone_members",
+		"Members of each KubeOne cluster by role and whether their tunnel is up.", []string{"cluster", "role", "tunnel"}, nil)
 )
 
-type collector struct{ s *Service }
+type collector struct{ s *Clusters }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- clustersDesc
@@ -47,7 +48,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, role := range []string{"control-plane", "worker"} {
 			for _, tunnel := range []string{"up", "down"} {
-				ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, counts[[2]string{role, tunnel}], cl.Name, role, tunnel)
+				ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, counts[[2]string{role, tunnel}],
+					cl.Name, role, tunnel)
 			}
 		}
 	}

@@ -46,16 +46,30 @@ type KubeHealth struct {
 }
 
 // Status returns the cluster's status now.
-func (s *Service) Status(ctx context.Context, name string) (Status, error) {
+func (s *Clusters) Status(ctx context.Context, name string) (Status, error) {
 	c, err := s.Load(ctx, name)
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{Name: c.Name, Kubernetes: c.Kubernetes, Status: c.Status, BastionUser: access.KubeOneBastionUser(c.Name), Members: []MemberStatus{}}
+	st := Status{
+		Name:        c.Name,
+		Kubernetes:  c.Kubernetes,
+		Status:      c.Status,
+		BastionUser: access.KubeOneBastionUser(c.Name),
+		Members:     []MemberStatus{},
+	}
 	for _, m := range c.Members {
 		n := m.Node
-		ms := MemberStatus{Node: n.Name, NodeID: m.NodeID, Role: m.Role, Online: n.Online && n.RevokedAt.IsZero(), Transport: n.Transport,
-			LastSeen: n.LastSeen, Address: n.Facts.Address, Revoked: !n.RevokedAt.IsZero()}
+		ms := MemberStatus{
+			Node:      n.Name,
+			NodeID:    m.NodeID,
+			Role:      m.Role,
+			Online:    n.Online && n.RevokedAt.IsZero(),
+			Transport: n.Transport,
+			LastSeen:  n.LastSeen,
+			Address:   n.Facts.Address,
+			Revoked:   !n.RevokedAt.IsZero(),
+		}
 		if ms.Online {
 			st.MembersUp++
 		}

@@ -65,7 +65,8 @@ func New() *Metrics {
 			Name: "tether_jobs_running", Help: "Jobs currently running.",
 		}),
 		NodeRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tether_job_node_runs_total", Help: "Per-node runs of jobs that finished, by result (ok, failed, skipped, cancelled).",
+			Name: "tether_job_node_runs_total",
+			Help: "Per-node runs of jobs that finished, by result (ok, failed, skipped, cancelled).",
 		}, []string{"result"}),
 		NodeRunDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tether_job_node_run_duration_seconds",
@@ -78,14 +79,18 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}, []string{"result"}),
 		ClusterMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "tether_cluster_members", Help: "Cluster members by state of the cluster-agent state machine (inactive, registering, install_in_progress, active, deregistering, uninstall_in_progress).",
+			Name: "tether_cluster_members",
+			Help: "Cluster members by state of the cluster-agent state machine " +
+				"(inactive, registering, install_in_progress, active, deregistering, uninstall_in_progress).",
 		}, []string{"state"}),
 		ClusterTransition: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tether_cluster_transitions_total", Help: "Cluster state machine transitions, by from and to state.",
 		}, []string{"from", "to"}),
 	}
 	m.AccessPushes = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "tether_access_pushes_total", Help: "Authorized-keys and SSH-trust updates sent to nodes after connects, renewals and access changes, by kind and result.",
+		Name: "tether_access_pushes_total",
+		Help: "Authorized-keys and SSH-trust updates sent to nodes after connects, renewals and access changes, " +
+			"by kind and result.",
 	}, []string{"kind", "result"})
 	m.AccessPushDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "tether_access_push_duration_seconds",
@@ -93,9 +98,14 @@ func New() *Metrics {
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
 	})
 	m.Registry.MustRegister(m.AccessPushes, m.AccessPushDuration)
-	m.Registry.MustRegister(m.JobsFinished, m.JobsRunning, m.NodeRuns, m.NodeRunDuration, m.SSHDialDuration, m.ClusterMembers, m.ClusterTransition)
-	m.Registry.MustRegister(m.NodesConnected, m.StreamsOpened, m.StreamsActive, m.RelayedBytes, m.JumpAttempts,
-		m.HandshakeDuration, m.Joins, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.Registry.MustRegister(
+		m.JobsFinished, m.JobsRunning, m.NodeRuns, m.NodeRunDuration, m.SSHDialDuration, m.ClusterMembers,
+		m.ClusterTransition,
+	)
+	m.Registry.MustRegister(
+		m.NodesConnected, m.StreamsOpened, m.StreamsActive, m.RelayedBytes, m.JumpAttempts, m.HandshakeDuration,
+		m.Joins, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
 	for _, t := range []string{"quic", "tcp"} {
 		m.NodesConnected.WithLabelValues(t)
 	}
@@ -125,10 +135,13 @@ func (m *Metrics) RegisterAdmission(read func() Admission) {
 
 var (
 	refusedDesc = prometheus.NewDesc("tether_tunnel_busy_refusals_total",
-		"Tunnel connections refused at the hub's handshake limit before any cryptography, by transport and whether the refusal carried a retry hint (hinted=no: too many refusals at once; the agent waits out its own backoff).",
+		"Tunnel connections refused at the hub's handshake limit before any cryptography, "+
+			"by transport and whether the refusal carried a retry hint "+
+			"(hinted=no: too many refusals at once; the agent waits out its own backoff).",
 		[]string{"transport", "hinted"}, nil)
 	admitRateDesc = prometheus.NewDesc("tether_tunnel_admission_rate_per_second",
-		"Sessions per second the hub is estimated to admit at its handshake limit; refused agents are asked back in a queue drained at this rate (0: not measured yet).",
+		"Sessions per second the hub is estimated to admit at its handshake limit; "+
+			"refused agents are asked back in a queue drained at this rate (0: not measured yet).",
 		nil, nil)
 	hsFailedDesc = prometheus.NewDesc("tether_tunnel_handshakes_failed_total",
 		"Tunnel connections that took one of the hub's handshake slots and ended without a session (both transports).",

@@ -15,7 +15,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/store"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // JobKind is the job kind of mission runs: the engine hands each node's run
@@ -31,8 +31,9 @@ const (
 
 // InterruptedReason is the error of a node whose run was live when its hub
 // stopped.
-const InterruptedReason = "interrupted: the hub stopped while this node's run was live; it is not run again for this generation " +
-	"(it may have run in part); the state check shows whether the node is as it should be, and a changed spec runs the next generation"
+const InterruptedReason = "interrupted: the hub stopped while this node's run was live; " +
+	"it is not run again for this generation (it may have run in part); " +
+	"the state check shows whether the node is as it should be, and a changed spec runs the next generation"
 
 // Store is what the manager keeps and reads.
 type Store interface {
@@ -59,7 +60,7 @@ type SiteView struct {
 	LastHeartbeat time.Time
 	// Status is its last status (nil before the first): its Missions
 	// (a Report) and, nested, its sub-sites' statuses.
-	Status *control.SiteStatus
+	Status *siteproto.Status
 }
 
 // Config is what a Manager works with.
@@ -154,8 +155,16 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Manager{cfg: cfg, jobs: cfg.Jobs, kick: make(chan struct{}, 1), check: make(chan struct{}, 1),
-		inflight: map[nodeKey]int64{}, checking: map[nodeKey]bool{}, observed: map[missionKey]int64{}, retryAt: map[nodeKey]time.Time{}}, nil
+	return &Manager{
+		cfg:      cfg,
+		jobs:     cfg.Jobs,
+		kick:     make(chan struct{}, 1),
+		check:    make(chan struct{}, 1),
+		inflight: map[nodeKey]int64{},
+		checking: map[nodeKey]bool{},
+		observed: map[missionKey]int64{},
+		retryAt:  map[nodeKey]time.Time{},
+	}, nil
 }
 
 // AttachJobs sets the job engine (it is built after the manager, whose
@@ -168,8 +177,9 @@ func (m *Manager) AttachJobs(j Jobs) {
 
 // Apply is the mission kind's desired.Kind.Apply: a new generation or a
 // tombstone was stored here.
-func (m *Manager) Apply(_ context.Context, o control.DesiredObject) {
-	m.cfg.Logger.Info("mission changed", "mission", o.Name, "origin", short(o.Origin), "generation", o.Generation, "deleted", o.Deleted)
+func (m *Manager) Apply(_ context.Context, o siteproto.DesiredObject) {
+	m.cfg.Logger.Info("mission changed", "mission", o.Name, "origin", short(o.Origin), "generation", o.Generation,
+		"deleted", o.Deleted)
 	m.Kick()
 }
 
@@ -222,7 +232,8 @@ func (m *Manager) sweepInterrupted(ctx context.Context, recs []store.MissionNode
 				continue
 			}
 		}
-		ok, err := m.cfg.Store.FinishMissionNode(ctx, r.Origin, r.Mission, r.NodeID, r.Generation, store.MissionFailed, InterruptedReason, m.cfg.Now())
+		ok, err := m.cfg.Store.FinishMissionNode(ctx, r.Origin, r.Mission, r.NodeID, r.Generation, store.MissionFailed,
+			InterruptedReason, m.cfg.Now())
 		if err != nil {
 			return n, err
 		}
@@ -304,7 +315,8 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		}
 		spec, err := ParseSpec(o.Spec)
 		if err != nil {
-			m.cfg.Logger.Error("mission spec unreadable here; not placed", "mission", o.Name, "origin", short(o.Origin), "err", err)
+			m.cfg.Logger.Error("mission spec unreadable here; not placed", "mission", o.Name, "origin", short(o.Origin), "err",
+				err)
 			continue
 		}
 		live[k] = true
@@ -331,7 +343,9 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	return nil
 }
 
-func (m *Manager) place(ctx context.Context, o store.DesiredRecord, spec Spec, nodes []store.Node, have map[string]store.MissionNode) error {
+func (m *Manager) place(
+	ctx context.Context, o store.DesiredRecord, spec Spec, nodes []store.Node, have map[string]store.MissionNode,
+) error {
 	k := missionKey{o.Origin, o.Name}
 	rel, ok := m.cfg.Where(o.Origin)
 	placed := ok && spec.Placement.PlacesHub(rel)
@@ -359,8 +373,9 @@ func (m *Manager) place(ctx context.Context, o store.DesiredRecord, spec Spec, n
 	for id, n := range matching {
 		r, ok := have[id]
 		if !ok || r.Generation < o.Generation {
-			if _, err := m.cfg.Store.PlanMissionNode(ctx, store.MissionNode{Origin: o.Origin, Mission: o.Name, NodeID: id, Node: n.Name,
-				Generation: o.Generation, UpdatedAt: now}); err != nil {
+			if _, err := m.cfg.Store.PlanMissionNode(ctx, store.MissionNode{
+				Origin: o.Origin, Mission: o.Name, NodeID: id, Node: n.Name, Generation: o.Generation, UpdatedAt: now,
+			}); err != nil {
 				return err
 			}
 			r = store.MissionNode{Generation: o.Generation, Phase: store.MissionPending}
@@ -397,15 +412,21 @@ func (m *Manager) place(ctx context.Context, o store.DesiredRecord, spec Spec, n
 	}
 	job := store.Job{Kind: JobKind, CreatedBy: "mission:" + o.Name, Spec: store.JobSpec{
 		Script: spec.Script, ScriptName: fmt.Sprintf("mission %s generation %d", o.Name, o.Generation),
-		Env:      map[string]string{EnvMission: o.Name, EnvOrigin: o.Origin, EnvGeneration: strconv.FormatInt(o.Generation, 10)},
-		Parallel: jobs.DefaultParallel, TimeoutSeconds: int(spec.Timeout() / time.Second), Selector: describePlacement(spec.Placement),
+		Env: map[string]string{
+			EnvMission:    o.Name,
+			EnvOrigin:     o.Origin,
+			EnvGeneration: strconv.FormatInt(o.Generation, 10),
+		},
+		Parallel: jobs.DefaultParallel, TimeoutSeconds: int(spec.Timeout() / time.Second),
+		Selector: describePlacement(spec.Placement),
 	}}
 	started, err := engine.Start(ctx, job, todo)
 	if err != nil {
 		m.release(k, todo, o.Generation)
 		return fmt.Errorf("mission %s: start runs on %d nodes: %w", o.Name, len(todo), err)
 	}
-	m.cfg.Logger.Info("mission runs started", "mission", o.Name, "generation", o.Generation, "nodes", len(todo), "job", started.ID)
+	m.cfg.Logger.Info("mission runs started", "mission", o.Name, "generation", o.Generation, "nodes", len(todo), "job",
+		started.ID)
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -474,12 +495,14 @@ func (l local) Run(ctx context.Context, job store.Job, nodeID string, stdout, st
 	if err != nil || name == "" || origin == "" {
 		return -1, fmt.Errorf("mission: job %s does not name its mission", job.ID)
 	}
-	started, err := m.cfg.Store.StartMissionNode(context.WithoutCancel(ctx), origin, name, nodeID, gen, job.ID, m.cfg.Now())
+	started, err := m.cfg.Store.StartMissionNode(context.WithoutCancel(ctx), origin, name, nodeID, gen, job.ID,
+		m.cfg.Now())
 	if err != nil {
 		return -1, err
 	}
 	if !started {
-		fmt.Fprintf(stderr, "[tether] mission %s generation %d already ran (or runs) on this node; not run again\n", name, gen)
+		fmt.Fprintf(stderr, "[tether] mission %s generation %d already ran (or runs) on this node; not run again\n", name,
+			gen)
 		return 0, nil
 	}
 	m.audit(store.AuditEvent{Kind: "mission_node", Node: nodeID, Operator: "mission:" + name, Result: "started",
@@ -620,7 +643,12 @@ func (m *Manager) stateCheck(ctx context.Context, r store.MissionNode, spec Spec
 		}
 		fmt.Fprintf(out, "connect: %v", err)
 	} else {
-		env := map[string]string{EnvMission: r.Mission, EnvOrigin: r.Origin, EnvGeneration: strconv.FormatInt(r.Generation, 10), "TETHER_NODE": r.Node}
+		env := map[string]string{
+			EnvMission:    r.Mission,
+			EnvOrigin:     r.Origin,
+			EnvGeneration: strconv.FormatInt(r.Generation, 10),
+			"TETHER_NODE": r.Node,
+		}
 		code, err := conn.Run(cctx, jobs.Command{Script: []byte(spec.StateCheck), Env: env}, out, out)
 		conn.Close()
 		switch {
@@ -636,7 +664,8 @@ func (m *Manager) stateCheck(ctx context.Context, r store.MissionNode, spec Spec
 	}
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer wcancel()
-	if err := m.cfg.Store.SetMissionCheck(wctx, r.Origin, r.Mission, r.NodeID, state, strings.TrimSpace(out.String()), m.cfg.Now()); err != nil {
+	if err := m.cfg.Store.SetMissionCheck(wctx, r.Origin, r.Mission, r.NodeID, state, strings.TrimSpace(out.String()),
+		m.cfg.Now()); err != nil {
 		m.cfg.Logger.Error("record state check", "mission", r.Mission, "node", r.Node, "err", err)
 	}
 }

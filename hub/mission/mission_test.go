@@ -16,7 +16,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/store"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 var (
@@ -95,7 +95,10 @@ func TestRelativePath(t *testing.T) {
 }
 
 func TestSpecValidate(t *testing.T) {
-	ok := Spec{Script: "echo hi", Placement: Placement{Sites: []string{"berlin", "sub.berlin"}, MatchLabels: map[string]string{"role": "pos"}}}
+	ok := Spec{
+		Script:    "echo hi",
+		Placement: Placement{Sites: []string{"berlin", "sub.berlin"}, MatchLabels: map[string]string{"role": "pos"}},
+	}
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +170,7 @@ func (fakeConn) Close() error                                 { return nil }
 
 type rig struct {
 	t      *testing.T
-	st     *store.SQLite
+	st     *store.DB
 	nodes  *fakeNodes
 	m      *Manager
 	engine *jobs.Engine
@@ -206,7 +209,11 @@ func newRig(t *testing.T, path string, nodes *fakeNodes) *rig {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r.engine = jobs.New(ctx, jobs.Config{Store: st, Connect: nodes.connect, Local: map[string]jobs.Local{JobKind: r.m.Local()}})
+	r.engine = jobs.New(ctx, jobs.Config{
+		Store:   st,
+		Connect: nodes.connect,
+		Local:   map[string]jobs.Local{JobKind: r.m.Local()},
+	})
 	r.m.AttachJobs(r.engine)
 	t.Cleanup(func() {
 		cancel()
@@ -220,10 +227,17 @@ func newRig(t *testing.T, path string, nodes *fakeNodes) *rig {
 func (r *rig) addNode(id, name string, labels map[string]string) {
 	r.t.Helper()
 	ctx := context.Background()
-	if err := r.st.CreateToken(ctx, store.Token{ID: "tok-" + id, SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour), Labels: labels}); err != nil {
+	if err := r.st.CreateToken(ctx, store.Token{
+		ID:         "tok-" + id,
+		SecretHash: []byte("h"),
+		UsesLeft:   1,
+		ExpiresAt:  time.Now().Add(time.Hour),
+		Labels:     labels,
+	}); err != nil {
 		r.t.Fatal(err)
 	}
-	if _, err := r.st.Join(ctx, "tok-"+id, func(store.Token) error { return nil }, store.Node{ID: id, Name: name}); err != nil {
+	if _, err := r.st.Join(ctx, "tok-"+id, func(store.Token) error { return nil },
+		store.Node{ID: id, Name: name}); err != nil {
 		r.t.Fatal(err)
 	}
 }
@@ -231,7 +245,13 @@ func (r *rig) addNode(id, name string, labels map[string]string) {
 func (r *rig) put(name string, gen int64, spec Spec) {
 	r.t.Helper()
 	raw, _ := json.Marshal(spec)
-	if _, err := r.st.StoreDesired(context.Background(), control.DesiredObject{Kind: Kind, Origin: selfID, Name: name, Generation: gen, Spec: raw}, time.Now()); err != nil {
+	if _, err := r.st.StoreDesired(context.Background(), siteproto.DesiredObject{
+		Kind:       Kind,
+		Origin:     selfID,
+		Name:       name,
+		Generation: gen,
+		Spec:       raw,
+	}, time.Now()); err != nil {
 		r.t.Fatal(err)
 	}
 }
@@ -289,7 +309,8 @@ func TestOncePerGeneration(t *testing.T) {
 		}
 	}
 	r.m.wg.Wait()
-	if a, b, c := nodes.count("id1", "v1"), nodes.count("id2", "v1"), nodes.count("id3", "v1"); a != 1 || b != 1 || c != 0 {
+	if a, b, c := nodes.count("id1", "v1"), nodes.count("id2", "v1"),
+		nodes.count("id3", "v1"); a != 1 || b != 1 || c != 0 {
 		t.Fatalf("runs of generation 1: n1 %d, n2 %d, n3 %d; want 1, 1 (failed: not retried), 0", a, b, c)
 	}
 
@@ -298,7 +319,8 @@ func TestOncePerGeneration(t *testing.T) {
 	r.settle("m", map[string]string{"n1": store.MissionApplied, "n2": store.MissionApplied, "n3": store.MissionApplied})
 	r.put("m", 3, Spec{Script: "v3", Placement: Placement{MatchLabels: map[string]string{"role": "db"}}})
 	r.settle("m", map[string]string{"n3": store.MissionApplied})
-	if n := nodes.count("id1", "v2") + nodes.count("id2", "v2") + nodes.count("id3", "v2") + nodes.count("id3", "v3"); n != 4 {
+	if n := nodes.count("id1", "v2") + nodes.count("id2", "v2") + nodes.count("id3", "v2") +
+		nodes.count("id3", "v3"); n != 4 {
 		t.Errorf("runs of generations 2 and 3: %d, want 4", n)
 	}
 
@@ -308,8 +330,16 @@ func TestOncePerGeneration(t *testing.T) {
 
 	// A tombstone drops the mission's records.
 	r.put("other", 1, Spec{Script: "o"})
-	r.settle("other", map[string]string{"n1": store.MissionApplied, "n2": store.MissionApplied, "n3": store.MissionApplied})
-	if _, err := r.st.StoreDesired(context.Background(), control.DesiredObject{Kind: Kind, Origin: selfID, Name: "other", Generation: 2, Deleted: true}, time.Now()); err != nil {
+	r.settle("other", map[string]string{
+		"n1": store.MissionApplied, "n2": store.MissionApplied, "n3": store.MissionApplied,
+	})
+	if _, err := r.st.StoreDesired(context.Background(), siteproto.DesiredObject{
+		Kind:       Kind,
+		Origin:     selfID,
+		Name:       "other",
+		Generation: 2,
+		Deleted:    true,
+	}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	r.settle("other", map[string]string{})
@@ -329,7 +359,14 @@ func TestInterruptedNotRerun(t *testing.T) {
 	// The previous process planned both nodes and started n1's run, then
 	// was killed: n1's script may be running on the node.
 	for _, id := range []string{"id1", "id2"} {
-		if _, err := r.st.PlanMissionNode(ctx, store.MissionNode{Origin: selfID, Mission: "m", NodeID: id, Node: "n" + id[2:], Generation: 1, UpdatedAt: time.Now()}); err != nil {
+		if _, err := r.st.PlanMissionNode(ctx, store.MissionNode{
+			Origin:     selfID,
+			Mission:    "m",
+			NodeID:     id,
+			Node:       "n" + id[2:],
+			Generation: 1,
+			UpdatedAt:  time.Now(),
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -339,11 +376,24 @@ func TestInterruptedNotRerun(t *testing.T) {
 	// Another replica on the same store runs mission o on n3 right now:
 	// its record is running under a job that is running; it is left alone.
 	r.addNode("id3", "n3", map[string]string{"role": "elsewhere"})
-	if err := r.st.CreateJob(ctx, store.Job{ID: "live", Kind: JobKind, State: store.JobRunning, CreatedAt: time.Now(), Owner: "other-replica",
-		Spec: store.JobSpec{Script: "o", Parallel: 1, TimeoutSeconds: 60}}, []store.NodeRef{{ID: "id3", Name: "n3"}}); err != nil {
+	if err := r.st.CreateJob(ctx, store.Job{
+		ID:        "live",
+		Kind:      JobKind,
+		State:     store.JobRunning,
+		CreatedAt: time.Now(),
+		Owner:     "other-replica",
+		Spec:      store.JobSpec{Script: "o", Parallel: 1, TimeoutSeconds: 60},
+	}, []store.NodeRef{{ID: "id3", Name: "n3"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.st.PlanMissionNode(ctx, store.MissionNode{Origin: selfID, Mission: "o", NodeID: "id3", Node: "n3", Generation: 1, UpdatedAt: time.Now()}); err != nil {
+	if _, err := r.st.PlanMissionNode(ctx, store.MissionNode{
+		Origin:     selfID,
+		Mission:    "o",
+		NodeID:     "id3",
+		Node:       "n3",
+		Generation: 1,
+		UpdatedAt:  time.Now(),
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := r.st.StartMissionNode(ctx, selfID, "o", "id3", 1, "live", time.Now()); err != nil || !ok {
@@ -356,7 +406,9 @@ func TestInterruptedNotRerun(t *testing.T) {
 	if recs, _ := r.st.ListMissionNodes(ctx, selfID, "o"); len(recs) != 1 || recs[0].Phase != store.MissionRunning {
 		t.Errorf("a run live under another replica's job = %+v, want it left running", recs)
 	}
-	recs := r.settle("m", map[string]string{"n1": store.MissionFailed, "n2": store.MissionApplied, "n3": store.MissionApplied})
+	recs := r.settle("m", map[string]string{
+		"n1": store.MissionFailed, "n2": store.MissionApplied, "n3": store.MissionApplied,
+	})
 	for _, rec := range recs {
 		if rec.Node == "n1" && rec.Error != InterruptedReason {
 			t.Errorf("n1 error = %q", rec.Error)
@@ -370,7 +422,8 @@ func TestInterruptedNotRerun(t *testing.T) {
 	code, err := r.m.Local().Run(ctx, store.Job{ID: "again", Spec: store.JobSpec{Script: "v1",
 		Env: map[string]string{EnvMission: "m", EnvOrigin: selfID, EnvGeneration: "1"}}}, "id2", io.Discard, io.Discard)
 	if err != nil || code != 0 || nodes.count("id2", "v1") != 1 {
-		t.Errorf("second hand-over: code %d, %v, runs %d; want it refused without running", code, err, nodes.count("id2", "v1"))
+		t.Errorf("second hand-over: code %d, %v, runs %d; want it refused without running", code, err,
+			nodes.count("id2", "v1"))
 	}
 }
 
@@ -413,7 +466,8 @@ func TestStateCheck(t *testing.T) {
 		t.Fatalf("states = %+v, %v", states, err)
 	}
 	s := states[0]
-	if !s.Placed || s.ObservedGeneration != 1 || s.Own.Applied != 2 || s.Own.CheckOK != 1 || s.Own.CheckFailed != 1 || len(s.Nodes) != 2 {
+	if !s.Placed || s.ObservedGeneration != 1 || s.Own.Applied != 2 || s.Own.CheckOK != 1 || s.Own.CheckFailed != 1 ||
+		len(s.Nodes) != 2 {
 		t.Errorf("state = %+v", s)
 	}
 }
@@ -423,15 +477,22 @@ func TestStateCheck(t *testing.T) {
 // totals, and a stale site marks everything below it stale when flattened.
 func TestAggregate(t *testing.T) {
 	sub := State{Origin: rootID, Name: "m", Generation: 2, ObservedGeneration: 2, Placed: true,
-		Own: Counts{Nodes: 1, Applied: 1}, Total: Counts{Nodes: 1, Applied: 1}, Nodes: []NodeState{{Node: "n9", Generation: 2, Phase: store.MissionApplied}}}
+		Own: Counts{Nodes: 1, Applied: 1}, Total: Counts{Nodes: 1, Applied: 1}, Nodes: []NodeState{
+			{Node: "n9", Generation: 2, Phase: store.MissionApplied},
+		}}
 	berlin := State{Origin: rootID, Name: "m", Generation: 2, ObservedGeneration: 2, Placed: true,
 		Own: Counts{Nodes: 2, Applied: 1, Failed: 1}, Total: Counts{Nodes: 3, Applied: 2, Failed: 1},
 		Nodes: []NodeState{{Node: "n1", Phase: store.MissionApplied}, {Node: "n2", Phase: store.MissionFailed}}}
 	subRaw, _ := json.Marshal(Report{Missions: []State{sub}})
 	berlinRaw, _ := json.Marshal(Report{Missions: []State{berlin}})
 	at := time.Now()
-	berlinStatus := &control.SiteStatus{Health: control.SiteDegraded, At: at, Missions: berlinRaw, Sites: []control.SubSite{
-		{Name: "sub", Connected: false, LastHeartbeat: at.Add(-time.Minute), Status: &control.SiteStatus{Health: control.SiteStale, Missions: subRaw}}}}
+	berlinStatus := &siteproto.Status{Health: siteproto.Degraded, At: at, Missions: berlinRaw, Sites: []siteproto.SubSite{
+		{
+			Name:          "sub",
+			Connected:     false,
+			LastHeartbeat: at.Add(-time.Minute),
+			Status:        &siteproto.Status{Health: siteproto.Stale, Missions: subRaw},
+		}}}
 
 	st, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "hub.db"))
 	if err != nil {
@@ -441,13 +502,21 @@ func TestAggregate(t *testing.T) {
 	m, err := New(Config{Store: st, HubID: selfID, Connect: (&fakeNodes{}).connect,
 		Where: func(origin string) (string, bool) { return "region", origin == rootID },
 		Sites: func() []SiteView {
-			return []SiteView{{Name: "berlin", Connected: true, Status: berlinStatus}, {Name: "munich", Stale: true, StaleFor: time.Minute}}
+			return []SiteView{
+				{Name: "berlin", Connected: true, Status: berlinStatus}, {Name: "munich", Stale: true, StaleFor: time.Minute},
+			}
 		}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec, _ := json.Marshal(Spec{Script: "x", Placement: Placement{Sites: []string{"berlin.region"}}})
-	if _, err := st.StoreDesired(context.Background(), control.DesiredObject{Kind: Kind, Origin: rootID, Name: "m", Generation: 2, Spec: spec}, time.Now()); err != nil {
+	if _, err := st.StoreDesired(context.Background(), siteproto.DesiredObject{
+		Kind:       Kind,
+		Origin:     rootID,
+		Name:       "m",
+		Generation: 2,
+		Spec:       spec,
+	}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	states, err := m.States(context.Background(), "", "")
@@ -475,10 +544,11 @@ func TestAggregate(t *testing.T) {
 		t.Errorf("node rows = %v", names)
 	}
 
-	var status control.SiteStatus
+	var status siteproto.Status
 	m.FillStatus(context.Background(), &status)
 	if len(status.ReceivedMissions) != 1 || len(status.ActiveMissions) != 0 {
-		t.Errorf("received %v active %v; want one received, none active (placed on berlin only)", status.ReceivedMissions, status.ActiveMissions)
+		t.Errorf("received %v active %v; want one received, none active (placed on berlin only)", status.ReceivedMissions,
+			status.ActiveMissions)
 	}
 	var rep Report
 	if err := json.Unmarshal(status.Missions, &rep); err != nil || len(rep.Missions) != 1 {
@@ -491,13 +561,13 @@ func TestAggregate(t *testing.T) {
 
 // countingStore counts ListNodes calls.
 type countingStore struct {
-	*store.SQLite
+	*store.DB
 	listNodes atomic.Int32
 }
 
 func (s *countingStore) ListNodes(ctx context.Context) ([]store.Node, error) {
 	s.listNodes.Add(1)
-	return s.SQLite.ListNodes(ctx)
+	return s.DB.ListNodes(ctx)
 }
 
 // TestReconcileWithoutMissionsReadsNoNodes: reconciliation runs every few
@@ -510,7 +580,7 @@ func TestReconcileWithoutMissionsReadsNoNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	st := &countingStore{SQLite: db}
+	st := &countingStore{DB: db}
 	m, err := New(Config{Store: st, HubID: selfID, Connect: (&fakeNodes{}).connect})
 	if err != nil {
 		t.Fatal(err)
@@ -522,7 +592,13 @@ func TestReconcileWithoutMissionsReadsNoNodes(t *testing.T) {
 		t.Errorf("Reconcile without missions listed the nodes %d times, want 0", n)
 	}
 	spec, _ := json.Marshal(Spec{Script: "x", Placement: Placement{MatchLabels: map[string]string{"a": "b"}}})
-	if _, err := db.StoreDesired(ctx, control.DesiredObject{Kind: Kind, Origin: selfID, Name: "m", Generation: 1, Spec: spec}, time.Now()); err != nil {
+	if _, err := db.StoreDesired(ctx, siteproto.DesiredObject{
+		Kind:       Kind,
+		Origin:     selfID,
+		Name:       "m",
+		Generation: 1,
+		Spec:       spec,
+	}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Reconcile(ctx); err != nil {

@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/hub/store"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // Desired is the desired-state sync missions are created through
 // (hub/desired.Sync).
 type Desired interface {
-	Put(ctx context.Context, kind, name string, spec json.RawMessage) (control.DesiredObject, bool, error)
-	Delete(ctx context.Context, kind, name string) (control.DesiredObject, error)
+	Put(ctx context.Context, kind, name string, spec json.RawMessage) (siteproto.DesiredObject, bool, error)
+	Delete(ctx context.Context, kind, name string) (siteproto.DesiredObject, error)
 }
 
 // ErrNotFound: no such mission at this hub.
@@ -63,9 +63,15 @@ type Detail struct {
 // Create stores a mission created at this hub: a new generation when its
 // spec differs from the stored one, else nothing changes.
 func (m *Manager) Create(ctx context.Context, d Desired, req CreateRequest, by string) (Detail, error) {
-	spec := Spec{Script: req.Script, ScriptName: req.ScriptName, StateCheck: req.StateCheck, CheckIntervalSeconds: req.CheckIntervalSeconds,
-		TimeoutSeconds: req.TimeoutSeconds, Placement: Placement{Sites: req.Sites, MatchLabels: req.MatchLabels}}
-	if err := control.ValidSiteLabel("mission name", req.Name); err != nil {
+	spec := Spec{
+		Script:               req.Script,
+		ScriptName:           req.ScriptName,
+		StateCheck:           req.StateCheck,
+		CheckIntervalSeconds: req.CheckIntervalSeconds,
+		TimeoutSeconds:       req.TimeoutSeconds,
+		Placement:            Placement{Sites: req.Sites, MatchLabels: req.MatchLabels},
+	}
+	if err := siteproto.ValidLabel("mission name", req.Name); err != nil {
 		return Detail{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if err := spec.Validate(); err != nil {
@@ -75,8 +81,9 @@ func (m *Manager) Create(ctx context.Context, d Desired, req CreateRequest, by s
 	if err != nil {
 		return Detail{}, err
 	}
-	if len(raw) > control.MaxDesiredSpec {
-		return Detail{}, fmt.Errorf("%w: the mission is %d bytes encoded; the limit is %d", ErrInvalid, len(raw), control.MaxDesiredSpec)
+	if len(raw) > siteproto.MaxDesiredSpec {
+		return Detail{}, fmt.Errorf("%w: the mission is %d bytes encoded; the limit is %d", ErrInvalid, len(raw),
+			siteproto.MaxDesiredSpec)
 	}
 	o, changed, err := d.Put(ctx, Kind, req.Name, raw)
 	if err != nil {
@@ -84,7 +91,8 @@ func (m *Manager) Create(ctx context.Context, d Desired, req CreateRequest, by s
 	}
 	if changed {
 		m.audit(store.AuditEvent{Kind: "mission_create", Operator: by, Result: "ok",
-			Detail: fmt.Sprintf("mission %s generation %d: %s, placement %s", req.Name, o.Generation, scriptLabel(spec), describePlacement(spec.Placement))})
+			Detail: fmt.Sprintf("mission %s generation %d: %s, placement %s", req.Name, o.Generation, scriptLabel(spec),
+				describePlacement(spec.Placement))})
 	}
 	det, err := m.Get(ctx, m.cfg.HubID, req.Name)
 	det.Created = changed
@@ -101,7 +109,7 @@ func scriptLabel(s Spec) string {
 // Delete writes the tombstone of a mission created at this hub: every hub
 // below drops it when the tombstone reaches it. Work already done on nodes
 // is not undone.
-func (m *Manager) Delete(ctx context.Context, d Desired, name, by string) (control.DesiredObject, error) {
+func (m *Manager) Delete(ctx context.Context, d Desired, name, by string) (siteproto.DesiredObject, error) {
 	o, err := d.Delete(ctx, Kind, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return o, fmt.Errorf("mission %q: %w (only missions created at this hub can be deleted here)", name, ErrNotFound)
@@ -109,7 +117,12 @@ func (m *Manager) Delete(ctx context.Context, d Desired, name, by string) (contr
 	if err != nil {
 		return o, err
 	}
-	m.audit(store.AuditEvent{Kind: "mission_delete", Operator: by, Result: "ok", Detail: fmt.Sprintf("mission %s: tombstone at generation %d", name, o.Generation)})
+	m.audit(store.AuditEvent{
+		Kind:     "mission_delete",
+		Operator: by,
+		Result:   "ok",
+		Detail:   fmt.Sprintf("mission %s: tombstone at generation %d", name, o.Generation),
+	})
 	return o, nil
 }
 
@@ -165,7 +178,8 @@ func (m *Manager) Get(ctx context.Context, origin, name string) (Detail, error) 
 		return Detail{}, fmt.Errorf("mission %q: %w", name, ErrNotFound)
 	case 1:
 	default:
-		return Detail{}, fmt.Errorf("%w: %d missions are named %q (from different hubs); give the origin", ErrInvalid, len(found), name)
+		return Detail{}, fmt.Errorf("%w: %d missions are named %q (from different hubs); give the origin", ErrInvalid,
+			len(found), name)
 	}
 	h := found[0]
 	states, err := m.States(ctx, h.Origin, h.Name)

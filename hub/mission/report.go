@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/hub/store"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // Check results of a node's state check.
@@ -165,7 +165,13 @@ func (m *Manager) States(ctx context.Context, origin, name string) ([]State, err
 		}
 		st.Total = st.Own
 		for _, s := range sites {
-			ss := SiteState{Name: s.Name, Connected: s.Connected, Stale: s.Stale, StaleFor: s.StaleFor, LastHeartbeat: s.LastHeartbeat}
+			ss := SiteState{
+				Name:          s.Name,
+				Connected:     s.Connected,
+				Stale:         s.Stale,
+				StaleFor:      s.StaleFor,
+				LastHeartbeat: s.LastHeartbeat,
+			}
 			if ss.Mission = stateFrom(s.Status, k, 0); ss.Mission != nil {
 				st.Total.add(ss.Mission.Total)
 			}
@@ -206,8 +212,8 @@ func (c *Counts) count(r store.MissionNode, gen int64) {
 // below it from the statuses nested in it (each hub reports only its own
 // nodes and its totals: the subtree's detail travels once, in the nested
 // statuses). nil when the site has not reported the mission.
-func stateFrom(st *control.SiteStatus, k missionKey, depth int) *State {
-	if st == nil || depth > control.MaxSiteDepth {
+func stateFrom(st *siteproto.Status, k missionKey, depth int) *State {
+	if st == nil || depth > siteproto.MaxDepth {
 		return nil
 	}
 	s := parseReport(st.Missions)[k]
@@ -217,7 +223,7 @@ func stateFrom(st *control.SiteStatus, k missionKey, depth int) *State {
 	s.Sites = nil
 	for _, sub := range st.Sites {
 		ss := SiteState{Name: sub.Name, Connected: sub.Connected, LastHeartbeat: sub.LastHeartbeat}
-		if sub.Status != nil && sub.Status.Health == control.SiteStale {
+		if sub.Status != nil && sub.Status.Health == siteproto.Stale {
 			ss.Stale = true
 			if !sub.LastHeartbeat.IsZero() && st.At.After(sub.LastHeartbeat) {
 				ss.StaleFor = st.At.Sub(sub.LastHeartbeat).Round(time.Second)
@@ -248,7 +254,7 @@ func parseReport(raw json.RawMessage) map[missionKey]*State {
 // FillStatus is the site status hook: it sets the missions document and
 // the received and active missions (Origin/Name; active: placed on this
 // hub's own nodes).
-func (m *Manager) FillStatus(ctx context.Context, st *control.SiteStatus) {
+func (m *Manager) FillStatus(ctx context.Context, st *siteproto.Status) {
 	states, err := m.States(ctx, "", "")
 	if err != nil {
 		m.cfg.Logger.Warn("mission states for the site status", "err", err)
@@ -257,10 +263,10 @@ func (m *Manager) FillStatus(ctx context.Context, st *control.SiteStatus) {
 	st.ReceivedMissions, st.ActiveMissions = nil, nil
 	for _, s := range states {
 		id := s.Origin + "/" + s.Name
-		if len(st.ReceivedMissions) < control.MaxRoles*4 {
+		if len(st.ReceivedMissions) < siteproto.MaxRoles*4 {
 			st.ReceivedMissions = append(st.ReceivedMissions, id)
 		}
-		if s.Placed && len(st.ActiveMissions) < control.MaxRoles*4 {
+		if s.Placed && len(st.ActiveMissions) < siteproto.MaxRoles*4 {
 			st.ActiveMissions = append(st.ActiveMissions, id)
 		}
 	}
@@ -338,12 +344,19 @@ func flatten(st State, path string, staleAbove bool, staleFor time.Duration, sit
 		if path != "" {
 			p += "." + path
 		}
-		row := SiteRow{Path: p, Connected: s.Connected && !staleAbove, Stale: s.Stale || staleAbove, StaleFor: s.StaleFor, LastHeartbeat: s.LastHeartbeat}
+		row := SiteRow{
+			Path:          p,
+			Connected:     s.Connected && !staleAbove,
+			Stale:         s.Stale || staleAbove,
+			StaleFor:      s.StaleFor,
+			LastHeartbeat: s.LastHeartbeat,
+		}
 		if staleAbove && staleFor > row.StaleFor {
 			row.StaleFor = staleFor
 		}
 		if s.Mission != nil {
-			row.Reported, row.Generation, row.ObservedGeneration, row.Placed, row.Own = true, s.Mission.Generation, s.Mission.ObservedGeneration, s.Mission.Placed, s.Mission.Own
+			row.Reported, row.Generation, row.ObservedGeneration, row.Placed, row.Own =
+				true, s.Mission.Generation, s.Mission.ObservedGeneration, s.Mission.Placed, s.Mission.Own
 		}
 		*sites = append(*sites, row)
 		if s.Mission != nil {

@@ -16,6 +16,9 @@
 // themselves). The state check then tells whether the node is as it should
 // be, and a changed spec (the next generation) runs it again. Nodes whose
 // run had not started are still pending and run after the restart.
+//
+// AtHub makes a hub's Manager and Start runs it (hub.go); API serves
+// /v1/missions (api.go).
 package mission
 
 import (
@@ -28,14 +31,14 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/internal/validate"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // Kind is the desired object kind of missions.
 const Kind = "mission"
 
 // Bounds of a mission spec (the whole spec stays under
-// control.MaxDesiredSpec).
+// siteproto.MaxDesiredSpec).
 const (
 	MaxScript             = 128 << 10
 	MaxStateCheck         = 16 << 10
@@ -107,7 +110,8 @@ func (s Spec) Validate() error {
 	case strings.TrimSpace(s.Script) == "":
 		return fmt.Errorf("%w: the script is empty", ErrInvalid)
 	case len(s.Script) > MaxScript:
-		return fmt.Errorf("%w: the script is %d bytes; the limit is %d (ship large payloads in a job upload or an artifact the script fetches)", ErrInvalid, len(s.Script), MaxScript)
+		return fmt.Errorf("%w: the script is %d bytes; the limit is %d (ship large payloads in a job upload or an artifact "+
+			"the script fetches)", ErrInvalid, len(s.Script), MaxScript)
 	case len(s.StateCheck) > MaxStateCheck:
 		return fmt.Errorf("%w: the state check is %d bytes; the limit is %d", ErrInvalid, len(s.StateCheck), MaxStateCheck)
 	case strings.ContainsRune(s.Script, 0) || strings.ContainsRune(s.StateCheck, 0):
@@ -132,7 +136,7 @@ func (p Placement) Validate() error {
 		return fmt.Errorf("%w: %d sites; the limit is %d", ErrInvalid, len(p.Sites), MaxPlacementSites)
 	}
 	for _, s := range p.Sites {
-		if err := control.ValidSitePath(s); err != nil {
+		if err := siteproto.ValidPath(s); err != nil {
 			return fmt.Errorf("%w: placement: %v", ErrInvalid, err)
 		}
 	}

@@ -94,7 +94,9 @@ func New(cfg Config) (*Feed, error) {
 // Publish records a change this replica made (and applied) for the others,
 // and nudges them.
 func (f *Feed) Publish(ctx context.Context, kind, subject string) error {
-	if _, err := f.cfg.Store.RecordChange(ctx, store.Change{Kind: kind, Subject: subject, Origin: f.cfg.Origin}); err != nil {
+	if _, err := f.cfg.Store.RecordChange(ctx, store.Change{
+		Kind: kind, Subject: subject, Origin: f.cfg.Origin,
+	}); err != nil {
 		return err
 	}
 	if f.cfg.Nudger != nil {

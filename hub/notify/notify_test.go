@@ -69,12 +69,12 @@ func TestChangesReachTheOtherReplicas(t *testing.T) {
 
 // readyStore signals when a feed has read where it starts.
 type readyStore struct {
-	*store.SQLite
+	*store.DB
 	ready chan<- struct{}
 }
 
 func (r readyStore) LastChange(ctx context.Context) (int64, error) {
-	seq, err := r.SQLite.LastChange(ctx)
+	seq, err := r.DB.LastChange(ctx)
 	r.ready <- struct{}{}
 	return seq, err
 }

@@ -6,7 +6,7 @@
 // The user-data carries no secret: the machine made its key itself and
 // keeps it (the onboarding CLI writes StateDir/node.key); what is rendered
 // is the certificate, the CAs, the agent's config, its labels, its unit
-// and the commands that start it, in the shape control.UserData documents
+// and the commands that start it, in the shape onboardproto.UserData documents
 // (write_files and runcmd only), so that cloud-init and the onboarding CLI
 // apply it alike.
 package onboard
@@ -25,6 +25,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/onboardproto"
 )
 
 // Where the rendered files go on the machine. StateDir is the state dir
@@ -94,7 +95,8 @@ func Match(profiles []store.OSProfile, distro, version, idLike string) (store.OS
 	if len(have) > 0 {
 		list = "the hub has: " + strings.Join(have, "; ")
 	}
-	return store.OSProfile{}, "", fmt.Errorf("%w: %q version %q (ID_LIKE %q) matches no profile by distro and version, nor by family; %s. Add one with `tether osprofile add NAME --distro %s --version %s`",
+	return store.OSProfile{}, "", fmt.Errorf("%w: %q version %q (ID_LIKE %q) matches no profile by distro and "+
+		"version, nor by family; %s. Add one with `tether osprofile add NAME --distro %s --version %s`",
 		ErrNoProfile, distro, version, idLike, list, orDash(distro), orDash(version))
 }
 
@@ -126,7 +128,7 @@ func orDash(s string) string {
 }
 
 // Data is what a profile's template is rendered with. Every field is
-// documented in the README ("Onboarding machines in the field").
+// documented in docs/onboarding.md ("Cloud-init templates").
 type Data struct {
 	NodeID string   // the node's ID
 	Name   string   // the node's name
@@ -141,13 +143,15 @@ type Data struct {
 	NodeCA     string            // PEM, the root node certificates chain to (StateDir/node_ca.crt)
 	NodeConfig string            // JSON, the agent's node.json (StateDir/node.json)
 	Labels     map[string]string // the node's labels on the hub
-	LabelsFile string            // the labels asked for on site, KEY=VALUE lines (LabelsPath): the node's own word, reported back, never selected on
-	LabelsPath string            // LabelsPath
-	Unit       string            // the agent's systemd unit (packaging.EdgeUnit)
-	UnitPath   string            // UnitPath
+	// LabelsFile holds the labels asked for on site, KEY=VALUE lines (LabelsPath): the node's own
+	// word, reported back, never selected on.
+	LabelsFile string
+	LabelsPath string // LabelsPath
+	Unit       string // the agent's systemd unit (packaging.EdgeUnit)
+	UnitPath   string // UnitPath
 	// What the machine reported.
 	Facts   control.Facts
-	Machine control.MachineFacts
+	Machine onboardproto.MachineFacts
 }
 
 //go:embed default.yaml.tmpl
@@ -198,7 +202,7 @@ func Parse(text string) (*template.Template, error) {
 }
 
 // Render renders text ("" is the default template) with d and checks the
-// result is user-data of the allowed shape (control.ParseUserData).
+// result is user-data of the allowed shape (onboardproto.ParseUserData).
 func Render(text string, d Data) (string, error) {
 	t, err := Parse(text)
 	if err != nil {
@@ -206,10 +210,10 @@ func Render(text string, d Data) (string, error) {
 	}
 	t.Funcs(template.FuncMap{"nodeenv": func() string { return nodeEnv(d) }})
 	var out bytes.Buffer
-	if err := t.Execute(&limitWriter{w: &out, left: control.MaxUserData}, d); err != nil {
+	if err := t.Execute(&limitWriter{w: &out, left: onboardproto.MaxUserData}, d); err != nil {
 		return "", fmt.Errorf("onboard: render template: %w", err)
 	}
-	if _, err := control.ParseUserData(out.String()); err != nil {
+	if _, err := onboardproto.ParseUserData(out.String()); err != nil {
 		return "", fmt.Errorf("onboard: rendered template is not valid onboarding user-data: %w", err)
 	}
 	return out.String(), nil
@@ -224,7 +228,7 @@ type limitWriter struct {
 
 func (l *limitWriter) Write(p []byte) (int, error) {
 	if len(p) > l.left {
-		return 0, fmt.Errorf("output larger than %d bytes", control.MaxUserData)
+		return 0, fmt.Errorf("output larger than %d bytes", onboardproto.MaxUserData)
 	}
 	l.left -= len(p)
 	return l.w.Write(p)
@@ -244,11 +248,13 @@ func SampleData() Data {
 		NodeID: "0123456789abcdef", Name: "sample-node", Hubs: []string{"hub.example:7443"},
 		Profile: "sample", MatchedBy: MatchedByVersion,
 		StateDir: StateDir, Cert: samplePEM, CA: samplePEM, NodeCA: samplePEM,
-		NodeConfig: `{"node_id":"0123456789abcdef","name":"sample-node","hubs":["hub.example:7443"],"joined_at":"` + time.Unix(0, 0).UTC().Format(time.RFC3339) + `"}`,
-		Labels:     labels, LabelsFile: LabelsFile(labels), LabelsPath: LabelsPath,
+		NodeConfig: `{"node_id":"0123456789abcdef","name":"sample-node","hubs":["hub.example:7443"],"joined_at":"` +
+			time.Unix(0, 0).UTC().Format(time.RFC3339) + `"}`,
+		Labels: labels, LabelsFile: LabelsFile(labels), LabelsPath: LabelsPath,
 		Unit: "[Unit]\nDescription=sample\n", UnitPath: UnitPath,
-		Facts:   control.Facts{Hostname: "sample", OSID: "debian", OSVersion: "12", Arch: "amd64"},
-		Machine: control.MachineFacts{UUID: "00000000-0000-0000-0000-000000000000", UUIDSource: "/sys/class/dmi/id/product_uuid", OSIDLike: "debian"},
+		Facts: control.Facts{Hostname: "sample", OSID: "debian", OSVersion: "12", Arch: "amd64"},
+		Machine: onboardproto.MachineFacts{UUID: "00000000-0000-0000-0000-000000000000",
+			UUIDSource: "/sys/class/dmi/id/product_uuid", OSIDLike: "debian"},
 	}
 }
 

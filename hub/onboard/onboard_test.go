@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tether-dev/tether/hub/store"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/onboardproto"
 )
 
 func TestMatch(t *testing.T) {
@@ -60,7 +60,8 @@ func TestMatch(t *testing.T) {
 
 // TestValidate: what a template must be to be stored, each failure named.
 func TestValidate(t *testing.T) {
-	ok := "#cloud-config\nwrite_files:\n  - path: {{.StateDir}}/node.crt\n    permissions: \"0600\"\n    encoding: b64\n    content: {{b64 .Cert}}\nruncmd:\n  - [systemctl, enable, --now, tether-edge]\n"
+	ok := "#cloud-config\nwrite_files:\n  - path: {{.StateDir}}/node.crt\n    permissions: \"0600\"\n" +
+		"    encoding: b64\n    content: {{b64 .Cert}}\nruncmd:\n  - [systemctl, enable, --now, tether-edge]\n"
 	cases := []struct {
 		name, tmpl, want string
 	}{
@@ -74,10 +75,12 @@ func TestValidate(t *testing.T) {
 		{"another module", ok + "packages: [curl]\n", "field packages not found"},
 		{"runcmd as a shell string", "#cloud-config\nruncmd:\n  - systemctl enable --now tether-edge\n", "cannot unmarshal"},
 		{"relative path", "#cloud-config\nwrite_files:\n  - path: etc/x\n    content: x\n", "must be absolute"},
-		{"bad permissions", "#cloud-config\nwrite_files:\n  - path: /etc/x\n    permissions: rw\n    content: x\n", "permissions"},
+		{"bad permissions", "#cloud-config\nwrite_files:\n  - path: /etc/x\n    permissions: rw\n    content: x\n",
+			"permissions"},
 		{"bad encoding", "#cloud-config\nwrite_files:\n  - path: /etc/x\n    encoding: gzip\n    content: x\n", "encoding"},
 		{"output without end", "#cloud-config\n{{range 100000000}}# {{$.Cert}}\n{{end}}", "larger than"},
-		{"owner is not allowed", "#cloud-config\nwrite_files:\n  - path: /etc/x\n    owner: root\n    content: x\n", "field owner not found"},
+		{"owner is not allowed", "#cloud-config\nwrite_files:\n  - path: /etc/x\n    owner: root\n    content: x\n",
+			"field owner not found"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -104,7 +107,7 @@ func TestDefaultTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := control.ParseUserData(out)
+	u, err := onboardproto.ParseUserData(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,11 +123,13 @@ func TestDefaultTemplate(t *testing.T) {
 			t.Errorf("%s carries a private key", f.Path)
 		}
 	}
-	want := []string{StateDir + "/node.crt", StateDir + "/ca.crt", StateDir + "/node_ca.crt", LabelsPath, UnitPath, StateDir + "/node.json"}
+	want := []string{StateDir + "/node.crt", StateDir + "/ca.crt", StateDir + "/node_ca.crt", LabelsPath, UnitPath,
+		StateDir + "/node.json"}
 	if strings.Join(paths, " ") != strings.Join(want, " ") {
 		t.Fatalf("files %v, want %v", paths, want)
 	}
-	if len(u.RunCmd) != 2 || strings.Join(u.RunCmd[0], " ") != "systemctl daemon-reload" || strings.Join(u.RunCmd[1], " ") != "systemctl enable --now tether-edge" {
+	if len(u.RunCmd) != 2 || strings.Join(u.RunCmd[0], " ") != "systemctl daemon-reload" ||
+		strings.Join(u.RunCmd[1], " ") != "systemctl enable --now tether-edge" {
 		t.Fatalf("runcmd %v", u.RunCmd)
 	}
 	if got := LabelsFile(map[string]string{"b": "2", "a": "1"}); !strings.HasSuffix(got, "a=1\nb=2\n") {
@@ -146,7 +151,7 @@ func TestNodeEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := control.ParseUserData(out)
+	u, err := onboardproto.ParseUserData(out)
 	if err != nil {
 		t.Fatal(err)
 	}

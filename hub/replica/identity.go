@@ -42,7 +42,9 @@ type identityBundle struct {
 //     one identity.
 //
 // create makes the identity files in a directory, keeping any that exist.
-func ShareIdentity(ctx context.Context, st store.ReplicaStore, dataDir string, files []string, create func(dir string) error) error {
+func ShareIdentity(
+	ctx context.Context, st store.ReplicaStore, dataDir string, files []string, create func(dir string) error,
+) error {
 	stored, err := st.GetSecret(ctx, IdentitySecret)
 	if errors.Is(err, store.ErrNotFound) {
 		stored, err = offerIdentity(ctx, st, dataDir, files, create)
@@ -68,7 +70,8 @@ func ShareIdentity(ctx context.Context, st store.ReplicaStore, dataDir string, f
 		case err != nil:
 			return fmt.Errorf("replica: %w", err)
 		case !bytes.Equal(cur, b.Files[f]):
-			return fmt.Errorf("%w: %s differs; move this data dir's identity files away (%s) to take the shared one, or point this hub at its own store",
+			return fmt.Errorf("%w: %s differs; move this data dir's identity files away (%s) to take the shared one, "+
+				"or point this hub at its own store",
 				ErrIdentityMismatch, filepath.Join(dataDir, f), filepath.Join(dataDir, "ca"))
 		}
 	}
@@ -92,9 +95,12 @@ func fileMode(f string) os.FileMode {
 }
 
 // offerIdentity offers this replica's identity and returns the stored one.
-func offerIdentity(ctx context.Context, st store.ReplicaStore, dataDir string, files []string, create func(dir string) error) ([]byte, error) {
+func offerIdentity(
+	ctx context.Context, st store.ReplicaStore, dataDir string, files []string, create func(dir string) error,
+) ([]byte, error) {
 	dir := dataDir
-	if !slices.ContainsFunc(files, func(f string) bool { _, err := os.Stat(filepath.Join(dataDir, f)); return err == nil }) {
+	if !slices.ContainsFunc(files,
+		func(f string) bool { _, err := os.Stat(filepath.Join(dataDir, f)); return err == nil }) {
 		// A fresh replica makes its offer aside: if another replica's offer
 		// wins, nothing of this one's was ever in the data dir.
 		tmp, err := os.MkdirTemp(dataDir, ".identity-")

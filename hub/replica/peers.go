@@ -1,8 +1,9 @@
 // Package replica lets several hub processes ("replicas") share one store
 // and act as one hub: they present one identity (identity.go), record which
-// replica holds each node's tunnel (presence, leased), and forward a stream
+// replica holds each node's tunnel (presence, leased), forward a stream
 // for a node held elsewhere over an mTLS peer link to the holder (a
-// peerRoute, one of hub/access's routes).
+// peerRoute, one of hub/access's routes), pass changes to each other and
+// elect the leader that runs the fleet's singletons (replication.go).
 //
 // A peer link is a tunnel session (QUIC or TLS+yamux, package tunnel)
 // between two replicas, authenticated on both ends by replica certificates
@@ -148,7 +149,11 @@ func New(ctx context.Context, cfg Config) (*Peers, error) {
 		ClientCAs:        p.roots,
 		VerifyConnection: func(cs tls.ConnectionState) error { _, err := checkPeer(cs, ""); return err },
 	}
-	p.ln, err = tunnel.Listen(ctx, cfg.Listen, tunnel.ListenConfig{TunnelTLS: server, Config: cfg.Tunnel, Logger: p.log.With("component", "peer-listener")})
+	p.ln, err = tunnel.Listen(ctx, cfg.Listen, tunnel.ListenConfig{
+		TunnelTLS: server,
+		Config:    cfg.Tunnel,
+		Logger:    p.log.With("component", "peer-listener"),
+	})
 	if err != nil {
 		p.m.unregister()
 		return nil, fmt.Errorf("replica: --peer-listen %s: %w", cfg.Listen, err)
@@ -274,9 +279,15 @@ func (p *Peers) linkIDsLocked() []string {
 // back to Disconnected when the tunnel ends. A store failure is logged: the
 // node is then reachable through this replica only.
 func (p *Peers) Connected(ctx context.Context, nodeID string, session []byte) store.Presence {
-	pr, err := p.cfg.Store.ClaimPresence(ctx, store.Presence{NodeID: nodeID, ReplicaID: p.cfg.ID, LeaseUntil: time.Now().Add(p.cfg.LeaseTTL), Session: session})
+	pr, err := p.cfg.Store.ClaimPresence(ctx, store.Presence{
+		NodeID:     nodeID,
+		ReplicaID:  p.cfg.ID,
+		LeaseUntil: time.Now().Add(p.cfg.LeaseTTL),
+		Session:    session,
+	})
 	if err != nil {
-		p.log.Warn("replica: record presence; other replicas cannot reach this node until it reconnects", "node_id", nodeID, "err", err)
+		p.log.Warn("replica: record presence; other replicas cannot reach this node until it reconnects", "node_id", nodeID,
+			"err", err)
 		return store.Presence{}
 	}
 	return pr

@@ -24,7 +24,7 @@ import (
 	"github.com/tether-dev/tether/tunnel"
 )
 
-func openStore(t *testing.T) *store.SQLite {
+func openStore(t *testing.T) *store.DB {
 	t.Helper()
 	s, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "tether.db"))
 	if err != nil {
@@ -116,7 +116,8 @@ func TestShareIdentityOneIdentity(t *testing.T) {
 	}
 	// A lost file comes back from the store.
 	os.Remove(filepath.Join(dirs[1], "secret.key"))
-	if err := ShareIdentity(ctx, st, dirs[1], testFiles, testCreate); err != nil || !sameFiles(first, readFiles(t, dirs[1])) {
+	if err := ShareIdentity(ctx, st, dirs[1], testFiles, testCreate); err != nil ||
+		!sameFiles(first, readFiles(t, dirs[1])) {
 		t.Fatalf("restoring a lost file: %v", err)
 	}
 	if entries, _ := filepath.Glob(filepath.Join(dirs[2], ".identity-*")); len(entries) != 0 {
@@ -165,7 +166,15 @@ func startReplica(t *testing.T, st store.ReplicaStore, c *ca.CA, id string, hold
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	tc := tunnel.DefaultConfig()
-	p, err := New(context.Background(), Config{ID: id, Store: st, CA: c, Listen: "127.0.0.1:0", Hold: hold, Tunnel: tc, Registerer: reg})
+	p, err := New(context.Background(), Config{
+		ID:         id,
+		Store:      st,
+		CA:         c,
+		Listen:     "127.0.0.1:0",
+		Hold:       hold,
+		Tunnel:     tc,
+		Registerer: reg,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +266,8 @@ func TestPeerRouteForwards(t *testing.T) {
 	if !ok {
 		t.Fatal("no route to n2")
 	}
-	if _, err := r2.Dial(ctx, tunnel.Header{Service: tunnel.ServiceSSH}); err == nil || !strings.Contains(err.Error(), "not held here") {
+	if _, err := r2.Dial(ctx, tunnel.Header{Service: tunnel.ServiceSSH}); err == nil ||
+		!strings.Contains(err.Error(), "not held here") {
 		t.Fatalf("dial a node the holder does not hold: %v", err)
 	}
 	// Once b releases the node, a no longer routes to it.
@@ -309,7 +319,11 @@ func TestPeerLinkNeedsReplicaCertificate(t *testing.T) {
 		{"replica certificate", replicaA, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := tunnel.Dialer{Transport: tunnel.TransportTCP, TLSConfig: &tls.Config{Certificates: []tls.Certificate{tc.cert}, RootCAs: c.Pool(), ServerName: ca.ReplicaServerName}}
+			d := tunnel.Dialer{Transport: tunnel.TransportTCP, TLSConfig: &tls.Config{
+				Certificates: []tls.Certificate{tc.cert},
+				RootCAs:      c.Pool(),
+				ServerName:   ca.ReplicaServerName,
+			}}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			sess, err := d.Dial(ctx, b.p.Addr().String())
@@ -354,7 +368,9 @@ func TestMalformedPeerRequestClosesStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, junk := range [][]byte{{9, 1, 'x'}, {1, 0}, {1, 2, 0xff, '\n', 1, 0, 3, 1, 0, 0}, {1, 2, 'n', '1', 7, 0, 3, 9, 9, 9}} {
+	for _, junk := range [][]byte{
+		{9, 1, 'x'}, {1, 0}, {1, 2, 0xff, '\n', 1, 0, 3, 1, 0, 0}, {1, 2, 'n', '1', 7, 0, 3, 9, 9, 9},
+	} {
 		s, err := sess.OpenStream(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -395,7 +411,11 @@ func TestRequestRoundTrip(t *testing.T) {
 	if buf.String() != "payload" {
 		t.Fatalf("ReadRequest read into the payload: %q left", buf.String())
 	}
-	for _, bad := range []Request{{NodeID: "", Header: want.Header}, {NodeID: strings.Repeat("a", 65), Header: want.Header}, {NodeID: "a/b", Header: want.Header}} {
+	for _, bad := range []Request{
+		{NodeID: "", Header: want.Header},
+		{NodeID: strings.Repeat("a", 65), Header: want.Header},
+		{NodeID: "a/b", Header: want.Header},
+	} {
 		if err := WriteRequest(io.Discard, bad); !errors.Is(err, ErrBadRequest) {
 			t.Errorf("WriteRequest(%q): %v, want ErrBadRequest", bad.NodeID, err)
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/tunnel"
 )
 
@@ -81,7 +81,7 @@ func (e *refusedError) Error() string {
 }
 
 // Unwrap lets callers treat it as the agent refusing a stream.
-func (e *refusedError) Unwrap() error { return registry.ErrRefused }
+func (e *refusedError) Unwrap() error { return nodeconn.ErrRefused }
 
 // countedStream meters a forwarded stream's bytes on the entry replica.
 type countedStream struct {
@@ -119,12 +119,15 @@ func newPeerMetrics(reg prometheus.Registerer) *peerMetrics {
 	m := &peerMetrics{
 		reg: reg,
 		links: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tether_peer_links",
-			Help: "Live peer links to other hub replicas, by direction (out: dialed by this replica, in: accepted)."}, []string{"direction"}),
+			Help: "Live peer links to other hub replicas, by direction (out: dialed by this replica, in: accepted)."},
+			[]string{"direction"}),
 		streams: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_peer_streams_total",
-			Help: "Streams forwarded over peer links, by direction (out: to the holder, in: from an entry replica) and result (ok, refused, error, malformed)."},
+			Help: "Streams forwarded over peer links, by direction (out: to the holder, in: from an entry replica) " +
+				"and result (ok, refused, error, malformed)."},
 			[]string{"direction", "result"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_peer_bytes_total",
-			Help: "Payload bytes of forwarded streams on peer links, by direction (to_peer, from_peer)."}, []string{"direction"}),
+			Help: "Payload bytes of forwarded streams on peer links, by direction (to_peer, from_peer)."},
+			[]string{"direction"}),
 		dialErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_peer_dial_errors_total",
 			Help: "Failed dials of a peer link to another hub replica."}),
 	}

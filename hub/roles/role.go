@@ -107,7 +107,10 @@ func (r Role) check() (Selector, error) {
 	}
 	for _, p := range r.Services {
 		if p != ServiceExpose && p != ServiceConnect {
-			return Selector{}, fmt.Errorf("roles: role %q: service permission %q: want %s or %s", r.Name, p, ServiceExpose, ServiceConnect)
+			return Selector{}, fmt.Errorf(
+				"roles: role %q: service permission %q: want %s or %s",
+				r.Name, p, ServiceExpose, ServiceConnect,
+			)
 		}
 	}
 	for _, l := range r.Logins {

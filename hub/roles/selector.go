@@ -150,7 +150,10 @@ func clip(s string) string {
 // *SelectorError values naming the bad term and its 1-based position.
 func ParseSelector(s string) (Selector, error) {
 	if len(s) > MaxSelectorLen {
-		return Selector{}, &SelectorError{Selector: s, Reason: fmt.Sprintf("selector is %d bytes, at most %d", len(s), MaxSelectorLen)}
+		return Selector{}, &SelectorError{
+			Selector: s,
+			Reason:   fmt.Sprintf("selector is %d bytes, at most %d", len(s), MaxSelectorLen),
+		}
 	}
 	trimmed := strings.TrimSpace(s)
 	if trimmed == "" || trimmed == "*" {
@@ -361,7 +364,9 @@ func parseTerm(t string) (requirement, string) {
 			return requirement{}, fmt.Sprintf(`expected a label key after "!", got %s`, describe(toks, 1))
 		}
 		if len(toks) > 2 {
-			return requirement{}, fmt.Sprintf(`unexpected %s after "!%s" ("!" takes only a key)`, describe(toks, 2), toks[1].text)
+			return requirement{}, fmt.Sprintf(
+				`unexpected %s after "!%s" ("!" takes only a key)`, describe(toks, 2), toks[1].text,
+			)
 		}
 		if reason := checkKey(toks[1].text); reason != "" {
 			return requirement{}, reason
@@ -419,7 +424,9 @@ func parseTerm(t string) (requirement, string) {
 		return requirement{key: key, op: o, values: values}, ""
 
 	default:
-		return requirement{}, fmt.Sprintf(`unexpected %s after key %q (want "=", "!=", "in" or "notin")`, describe(toks, 1), key)
+		return requirement{}, fmt.Sprintf(
+			`unexpected %s after key %q (want "=", "!=", "in" or "notin")`, describe(toks, 1), key,
+		)
 	}
 }
 

@@ -177,7 +177,8 @@ func TestParseSelectorBounds(t *testing.T) {
 	if _, err := ParseSelector(vals(MaxSetValues)); err != nil {
 		t.Errorf("%d set values: %v", MaxSetValues, err)
 	}
-	if _, err := ParseSelector(vals(MaxSetValues + 1)); err == nil || !strings.Contains(err.Error(), "more than 64 values") {
+	if _, err := ParseSelector(vals(MaxSetValues + 1)); err == nil ||
+		!strings.Contains(err.Error(), "more than 64 values") {
 		t.Errorf("%d set values: err = %v", MaxSetValues+1, err)
 	}
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // requestTimeout bounds reading a stream's request frame and reaching the
@@ -36,10 +36,12 @@ type Config struct {
 	// DialDown opens a TCP stream to port on node target (relative to this
 	// hub: one of its own nodes, or one below a site) through the door,
 	// answered by the node; route says which way it went, for audit.
-	DialDown func(ctx context.Context, target string, port uint16, req *control.RouteRequest) (st tunnel.Stream, route string, err error)
+	DialDown func(
+		ctx context.Context, target string, port uint16, req *siteproto.RouteRequest,
+	) (st tunnel.Stream, route string, err error)
 	// OpenUp sends a route request up this hub's uplink and returns the
 	// answered stream; nil when the hub has no parent.
-	OpenUp func(ctx context.Context, req *control.RouteRequest) (tunnel.Stream, error)
+	OpenUp func(ctx context.Context, req *siteproto.RouteRequest) (tunnel.Stream, error)
 	// Audit records one audit event.
 	Audit func(store.AuditEvent)
 	// Metrics, if set, registers the byte and stream counters.
@@ -112,7 +114,7 @@ func (r *Relay) Suffix(origin string) (string, bool) {
 // answers the agent, and relays until both sides end. It closes st.
 func (r *Relay) ServeConnect(ctx context.Context, st tunnel.Stream, consumer, remote string) {
 	_ = st.SetReadDeadline(time.Now().Add(requestTimeout))
-	req, err := control.ReadServiceConnect(st)
+	req, err := siteproto.ReadServiceConnect(st)
 	_ = st.SetReadDeadline(time.Time{})
 	if err != nil {
 		r.refuse(st, "?", "agent", store.AuditEvent{Kind: "service_connect", Node: consumer, Remote: remote},
@@ -131,15 +133,24 @@ func (r *Relay) ServeConnect(ctx context.Context, st tunnel.Stream, consumer, re
 	}
 	sfx, ok := r.Suffix(sv.Origin)
 	if !ok {
-		r.refuse(st, sv.Name, "agent", ev, fmt.Errorf("%w: service %s comes from a hub this hub no longer knows", ErrRefused, sv.Name))
+		r.refuse(st, sv.Name, "agent", ev,
+			fmt.Errorf("%w: service %s comes from a hub this hub no longer knows", ErrRefused, sv.Name))
 		return
 	}
 	if err := CheckConsumer(sv, sfx, consumer); err != nil {
 		r.refuse(st, sv.Name, "agent", ev, err)
 		return
 	}
-	rr := &control.RouteRequest{Target: sv.Target, Service: uint8(tunnel.ServiceTCP), Port: sv.Port, Purpose: control.PurposeService,
-		Origin: sv.Origin, ServiceName: sv.Name, Operator: "node:" + consumer, Trace: newTrace()}
+	rr := &siteproto.RouteRequest{
+		Target:      sv.Target,
+		Service:     uint8(tunnel.ServiceTCP),
+		Port:        sv.Port,
+		Purpose:     siteproto.PurposeService,
+		Origin:      sv.Origin,
+		ServiceName: sv.Name,
+		Operator:    "node:" + consumer,
+		Trace:       newTrace(),
+	}
 	r.carry(ctx, st, sv, sfx, "", rr, "agent", ev)
 }
 
@@ -147,20 +158,26 @@ func (r *Relay) ServeConnect(ctx context.Context, st tunnel.Stream, consumer, re
 // opened on its uplink to this hub (header and request already read): it
 // checks the request against the service this hub holds, then carries it
 // on (down to the target, or further up). It closes st.
-func (r *Relay) ServeRoute(ctx context.Context, st tunnel.Stream, child string, req *control.RouteRequest, remote string) {
+func (r *Relay) ServeRoute(
+	ctx context.Context, st tunnel.Stream, child string, req *siteproto.RouteRequest, remote string,
+) {
 	ev := store.AuditEvent{Kind: "service_route", Node: req.Target, Operator: req.Operator, Remote: remote}
-	if req.Purpose != control.PurposeService {
-		r.refuse(st, "?", "site", ev, fmt.Errorf("%w: a site may open route streams to its parent only for service tunnels, not %s", ErrRefused, req.Purpose))
+	if req.Purpose != siteproto.PurposeService {
+		r.refuse(st, "?", "site", ev,
+			fmt.Errorf("%w: a site may open route streams to its parent only for service tunnels, not %s", ErrRefused,
+				req.Purpose))
 		return
 	}
 	sv, err := r.cfg.Store.GetService(ctx, req.ServiceName)
 	if err != nil {
-		r.refuse(st, req.ServiceName, "site", ev, fmt.Errorf("%w: no service named %q on this hub", ErrRefused, req.ServiceName))
+		r.refuse(st, req.ServiceName, "site", ev,
+			fmt.Errorf("%w: no service named %q on this hub", ErrRefused, req.ServiceName))
 		return
 	}
 	sfx, ok := r.Suffix(sv.Origin)
 	if !ok {
-		r.refuse(st, sv.Name, "site", ev, fmt.Errorf("%w: service %s comes from a hub this hub no longer knows", ErrRefused, sv.Name))
+		r.refuse(st, sv.Name, "site", ev,
+			fmt.Errorf("%w: service %s comes from a hub this hub no longer knows", ErrRefused, sv.Name))
 		return
 	}
 	if err := CheckRoute(sv, sfx, child, req); err != nil {
@@ -175,16 +192,18 @@ func (r *Relay) ServeRoute(ctx context.Context, st tunnel.Stream, child string, 
 // read): the request must match the service this hub holds, whose target
 // must be inside this hub's subtree; the stream goes down to it. It closes
 // st.
-func (r *Relay) ServeFromParent(ctx context.Context, st tunnel.Stream, req *control.RouteRequest, remote string) {
+func (r *Relay) ServeFromParent(ctx context.Context, st tunnel.Stream, req *siteproto.RouteRequest, remote string) {
 	ev := store.AuditEvent{Kind: "service_route", Node: req.Target, Operator: req.Operator, Remote: remote}
 	sv, err := r.cfg.Store.GetService(ctx, req.ServiceName)
 	if err != nil {
-		r.refuse(st, req.ServiceName, "parent", ev, fmt.Errorf("%w: no service named %q on this hub", ErrRefused, req.ServiceName))
+		r.refuse(st, req.ServiceName, "parent", ev,
+			fmt.Errorf("%w: no service named %q on this hub", ErrRefused, req.ServiceName))
 		return
 	}
 	sfx, ok := r.Suffix(sv.Origin)
 	if !ok {
-		r.refuse(st, sv.Name, "parent", ev, fmt.Errorf("%w: service %s comes from a hub this hub no longer knows", ErrRefused, sv.Name))
+		r.refuse(st, sv.Name, "parent", ev,
+			fmt.Errorf("%w: service %s comes from a hub this hub no longer knows", ErrRefused, sv.Name))
 		return
 	}
 	if err := CheckFromParent(sv, sfx, req); err != nil {
@@ -197,7 +216,10 @@ func (r *Relay) ServeFromParent(ctx context.Context, st tunnel.Stream, req *cont
 // carry reaches sv's target from this hub, answers st, and relays.
 // fromChild is the child site the stream came up from ("" for an agent of
 // this hub): the stream never goes back down into it.
-func (r *Relay) carry(ctx context.Context, st tunnel.Stream, sv store.Service, sfx, fromChild string, req *control.RouteRequest, from string, ev store.AuditEvent) {
+func (r *Relay) carry(
+	ctx context.Context, st tunnel.Stream, sv store.Service, sfx, fromChild string, req *siteproto.RouteRequest,
+	from string, ev store.AuditEvent,
+) {
 	ev.Detail = fmt.Sprintf("service %s → %s:%d (trace %s)", sv.Name, sv.Target, sv.Port, req.Trace)
 	dctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	out, route, err := r.reach(dctx, sv, sfx, fromChild, req)
@@ -231,16 +253,20 @@ func (r *Relay) carry(ctx context.Context, st tunnel.Stream, sv store.Service, s
 
 // reach opens the stream to sv's target: down when it is inside this
 // hub's subtree, up otherwise.
-func (r *Relay) reach(ctx context.Context, sv store.Service, sfx, fromChild string, req *control.RouteRequest) (tunnel.Stream, string, error) {
+func (r *Relay) reach(
+	ctx context.Context, sv store.Service, sfx, fromChild string, req *siteproto.RouteRequest,
+) (tunnel.Stream, string, error) {
 	rel, inside := Relative(sv.Target, sfx)
 	if inside {
 		if fromChild != "" && Under(rel, fromChild) {
-			return nil, "", fmt.Errorf("%w: service %s's target %s is below site %s, which sent the stream up", ErrRefused, sv.Name, rel, fromChild)
+			return nil, "", fmt.Errorf("%w: service %s's target %s is below site %s, which sent the stream up", ErrRefused,
+				sv.Name, rel, fromChild)
 		}
 		return r.cfg.DialDown(ctx, rel, sv.Port, req)
 	}
 	if r.cfg.OpenUp == nil {
-		return nil, "", fmt.Errorf("%w: service %s's target %s is outside this hub's subtree and the hub has no parent", ErrRefused, sv.Name, sv.Target)
+		return nil, "", fmt.Errorf("%w: service %s's target %s is outside this hub's subtree and the hub has no parent",
+			ErrRefused, sv.Name, sv.Target)
 	}
 	st, err := r.cfg.OpenUp(ctx, req)
 	if err != nil {

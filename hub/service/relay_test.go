@@ -13,7 +13,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 type oneService struct{ sv store.Service }
@@ -79,14 +79,16 @@ func TestRelayRoutes(t *testing.T) {
 			var went string
 			r, err := New(Config{Store: oneService{sv}, HubID: region,
 				Suffixes: func(o string) (string, bool) { return "region", o == root },
-				DialDown: func(_ context.Context, target string, port uint16, req *control.RouteRequest) (tunnel.Stream, string, error) {
+				DialDown: func(
+					_ context.Context, target string, port uint16, req *siteproto.RouteRequest,
+				) (tunnel.Stream, string, error) {
 					if target != strings.TrimSuffix(tc.target, ".region") || port != 5432 || req.ServiceName != "db" {
 						return nil, "", errors.New("dialed the wrong thing")
 					}
 					went = "down"
 					return echoStream(t, &wg), "site munich", nil
 				},
-				OpenUp: func(_ context.Context, req *control.RouteRequest) (tunnel.Stream, error) {
+				OpenUp: func(_ context.Context, req *siteproto.RouteRequest) (tunnel.Stream, error) {
 					if req.Target != tc.target || req.Origin != root {
 						return nil, errors.New("sent up the wrong request")
 					}
@@ -99,7 +101,14 @@ func TestRelayRoutes(t *testing.T) {
 			}
 			defer r.Close()
 			in, out := tcpPair(t)
-			req := &control.RouteRequest{Target: tc.target, Service: 2, Port: 5432, Purpose: control.PurposeService, Origin: root, ServiceName: "db"}
+			req := &siteproto.RouteRequest{
+				Target:      tc.target,
+				Service:     2,
+				Port:        5432,
+				Purpose:     siteproto.PurposeService,
+				Origin:      root,
+				ServiceName: "db",
+			}
 			done := make(chan struct{})
 			go func() { defer close(done); r.ServeRoute(context.Background(), out, tc.child, req, "test") }()
 			rep, err := tunnel.ReadReply(in)

@@ -17,6 +17,10 @@
 // agent reaches the target's one port only if it is a bound consumer, and
 // a child site's route request must name the service's exact target and
 // port and come from a site with a consumer below it (Check*).
+//
+// Tunnels (tunnels.go) wires them into a hub: the Relay that carries the
+// streams, the bindings pushed to consumer agents, services as a kind of
+// desired state; API (api.go) serves /v1/services.
 package service
 
 import (
@@ -27,7 +31,7 @@ import (
 	"strings"
 
 	"github.com/tether-dev/tether/hub/store"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // Kind is the desired-object kind of services.
@@ -80,19 +84,20 @@ func FromSpec(origin, name string, generation int64, raw json.RawMessage) (store
 }
 
 // Validate checks a service's name, target, port and bindings: at most one
-// binding per consumer, at most control.MaxServiceBindings in all.
+// binding per consumer, at most siteproto.MaxServiceBindings in all.
 func Validate(sv store.Service) error {
-	if err := control.ValidSiteLabel("service name", sv.Name); err != nil {
+	if err := siteproto.ValidLabel("service name", sv.Name); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if err := control.ValidNodePath(sv.Target); err != nil {
+	if err := siteproto.ValidNodePath(sv.Target); err != nil {
 		return fmt.Errorf("%w: service %s target: %v", ErrInvalid, sv.Name, err)
 	}
 	if sv.Port == 0 {
 		return fmt.Errorf("%w: service %s: port 0 (want 1..65535)", ErrInvalid, sv.Name)
 	}
-	if len(sv.Bindings) > control.MaxServiceBindings*16 {
-		return fmt.Errorf("%w: service %s has %d consumers, at most %d", ErrInvalid, sv.Name, len(sv.Bindings), control.MaxServiceBindings*16)
+	if len(sv.Bindings) > siteproto.MaxServiceBindings*16 {
+		return fmt.Errorf("%w: service %s has %d consumers, at most %d", ErrInvalid, sv.Name, len(sv.Bindings),
+			siteproto.MaxServiceBindings*16)
 	}
 	seen := map[string]bool{}
 	for _, b := range sv.Bindings {
@@ -100,7 +105,8 @@ func Validate(sv store.Service) error {
 			return fmt.Errorf("service %s: %w", sv.Name, err)
 		}
 		if b.Consumer == sv.Target {
-			return fmt.Errorf("%w: service %s: node %s is its own target; connect to the port directly", ErrInvalid, sv.Name, b.Consumer)
+			return fmt.Errorf("%w: service %s: node %s is its own target; connect to the port directly", ErrInvalid, sv.Name,
+				b.Consumer)
 		}
 		if seen[b.Consumer] {
 			return fmt.Errorf("%w: service %s: node %s is bound twice", ErrInvalid, sv.Name, b.Consumer)
@@ -112,7 +118,7 @@ func Validate(sv store.Service) error {
 
 // ValidateBinding checks one consumer binding: a node path and a port.
 func ValidateBinding(b store.ServiceBinding) error {
-	if err := control.ValidNodePath(b.Consumer); err != nil {
+	if err := siteproto.ValidNodePath(b.Consumer); err != nil {
 		return fmt.Errorf("%w: consumer: %v", ErrInvalid, err)
 	}
 	if b.Port == 0 {
@@ -149,8 +155,8 @@ type Suffixes func(origin string) (suffix string, ok bool)
 // name. A binding port already taken by an earlier service (by name) on
 // the same node is left out: the hub refuses such a connect, so only
 // objects sent from different origins can collide.
-func BindingsFor(svcs []store.Service, suffixes Suffixes, node string) []control.ServiceBinding {
-	out := []control.ServiceBinding{}
+func BindingsFor(svcs []store.Service, suffixes Suffixes, node string) []siteproto.ServiceBinding {
+	out := []siteproto.ServiceBinding{}
 	used := map[uint16]bool{}
 	for _, sv := range svcs {
 		sfx, ok := suffixes(sv.Origin)
@@ -163,12 +169,12 @@ func BindingsFor(svcs []store.Service, suffixes Suffixes, node string) []control
 				continue
 			}
 			used[b.Port] = true
-			out = append(out, control.ServiceBinding{Name: sv.Name, Listen: fmt.Sprintf("127.0.0.1:%d", b.Port)})
+			out = append(out, siteproto.ServiceBinding{Name: sv.Name, Listen: fmt.Sprintf("127.0.0.1:%d", b.Port)})
 		}
 	}
-	slices.SortFunc(out, func(a, b control.ServiceBinding) int { return strings.Compare(a.Name, b.Name) })
-	if len(out) > control.MaxServiceBindings {
-		out = out[:control.MaxServiceBindings]
+	slices.SortFunc(out, func(a, b siteproto.ServiceBinding) int { return strings.Compare(a.Name, b.Name) })
+	if len(out) > siteproto.MaxServiceBindings {
+		out = out[:siteproto.MaxServiceBindings]
 	}
 	return out
 }
@@ -200,14 +206,16 @@ func CheckConsumer(sv store.Service, suffix, consumer string) error {
 // exact target as the origin names it, its port over TCP, and sv must have
 // a consumer below child. So a site cannot use a service to reach anything
 // but the one node and port the service names.
-func CheckRoute(sv store.Service, suffix, child string, req *control.RouteRequest) error {
+func CheckRoute(sv store.Service, suffix, child string, req *siteproto.RouteRequest) error {
 	switch {
-	case req.Purpose != control.PurposeService || req.ServiceName != sv.Name:
+	case req.Purpose != siteproto.PurposeService || req.ServiceName != sv.Name:
 		return fmt.Errorf("%w: route for %s %q is not for service %s", ErrRefused, req.Purpose, req.ServiceName, sv.Name)
 	case req.Origin != sv.Origin:
-		return fmt.Errorf("%w: service %s: route names origin %.16s…, the service's is %.16s…", ErrRefused, sv.Name, req.Origin, sv.Origin)
+		return fmt.Errorf("%w: service %s: route names origin %.16s…, the service's is %.16s…", ErrRefused, sv.Name,
+			req.Origin, sv.Origin)
 	case req.Target != sv.Target || req.Service != 2 || req.Port != sv.Port:
-		return fmt.Errorf("%w: service %s leads to %s:%d only, not %s:%d", ErrRefused, sv.Name, sv.Target, sv.Port, req.Target, req.Port)
+		return fmt.Errorf("%w: service %s leads to %s:%d only, not %s:%d", ErrRefused, sv.Name, sv.Target, sv.Port,
+			req.Target, req.Port)
 	}
 	for _, b := range sv.Bindings {
 		if rel, ok := Relative(b.Consumer, suffix); ok && Under(rel, child) {
@@ -221,17 +229,19 @@ func CheckRoute(sv store.Service, suffix, child string, req *control.RouteReques
 // hub's parent may be carried for sv: it must name sv's origin, and sv's
 // exact target (as this hub names it, inside its own subtree) and port
 // over TCP.
-func CheckFromParent(sv store.Service, suffix string, req *control.RouteRequest) error {
+func CheckFromParent(sv store.Service, suffix string, req *siteproto.RouteRequest) error {
 	rel, inside := Relative(sv.Target, suffix)
 	switch {
-	case req.Purpose != control.PurposeService || req.ServiceName != sv.Name:
+	case req.Purpose != siteproto.PurposeService || req.ServiceName != sv.Name:
 		return fmt.Errorf("%w: route for %s %q is not for service %s", ErrRefused, req.Purpose, req.ServiceName, sv.Name)
 	case req.Origin != sv.Origin:
-		return fmt.Errorf("%w: service %s: route names origin %.16s…, the service's is %.16s…", ErrRefused, sv.Name, req.Origin, sv.Origin)
+		return fmt.Errorf("%w: service %s: route names origin %.16s…, the service's is %.16s…", ErrRefused, sv.Name,
+			req.Origin, sv.Origin)
 	case !inside:
 		return fmt.Errorf("%w: service %s's target %s is not below this hub", ErrRefused, sv.Name, sv.Target)
 	case req.Target != rel || req.Service != 2 || req.Port != sv.Port:
-		return fmt.Errorf("%w: service %s leads to %s:%d only, not %s:%d", ErrRefused, sv.Name, rel, sv.Port, req.Target, req.Port)
+		return fmt.Errorf("%w: service %s leads to %s:%d only, not %s:%d", ErrRefused, sv.Name, rel, sv.Port, req.Target,
+			req.Port)
 	}
 	return nil
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/tether-dev/tether/hub/store"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 const (
@@ -88,14 +88,21 @@ func berlinSuffixes(origin string) (string, bool) {
 }
 
 func TestBindingsFor(t *testing.T) {
-	a := svc("n3.munich.region", 5432, bind("m2.berlin.region", 15432), bind("m3.berlin.region", 15432), bind("m2.munich.region", 1))
+	a := svc("n3.munich.region", 5432, bind("m2.berlin.region", 15432), bind("m3.berlin.region", 15432),
+		bind("m2.munich.region", 1))
 	b := store.Service{Name: "cache", Origin: region, Target: "c1.munich", Port: 6379, Generation: 1,
 		Bindings: []store.ServiceBinding{bind("m2.berlin", 16379), bind("m2.sub.berlin", 16379)}}
 	clash := store.Service{Name: "zz", Origin: region, Target: "c1.munich", Port: 1, Generation: 1,
 		Bindings: []store.ServiceBinding{bind("m2.berlin", 15432)}}
-	unknown := store.Service{Name: "aa", Origin: strings.Repeat("3", 64), Target: "x", Port: 1, Bindings: []store.ServiceBinding{bind("m2", 9)}}
+	unknown := store.Service{
+		Name:     "aa",
+		Origin:   strings.Repeat("3", 64),
+		Target:   "x",
+		Port:     1,
+		Bindings: []store.ServiceBinding{bind("m2", 9)},
+	}
 	got := BindingsFor([]store.Service{unknown, b, a, clash}, berlinSuffixes, "m2")
-	want := []control.ServiceBinding{{Name: "cache", Listen: "127.0.0.1:16379"}, {Name: "db", Listen: "127.0.0.1:15432"}}
+	want := []siteproto.ServiceBinding{{Name: "cache", Listen: "127.0.0.1:16379"}, {Name: "db", Listen: "127.0.0.1:15432"}}
 	gj, _ := json.Marshal(got)
 	wj, _ := json.Marshal(want)
 	if string(gj) != string(wj) {
@@ -124,7 +131,14 @@ func TestCheckConsumer(t *testing.T) {
 
 func TestCheckRoute(t *testing.T) {
 	sv := svc("n3.munich.region", 5432, bind("m2.berlin.region", 15432))
-	good := control.RouteRequest{Target: "n3.munich.region", Service: 2, Port: 5432, Purpose: control.PurposeService, Origin: root, ServiceName: "db"}
+	good := siteproto.RouteRequest{
+		Target:      "n3.munich.region",
+		Service:     2,
+		Port:        5432,
+		Purpose:     siteproto.PurposeService,
+		Origin:      root,
+		ServiceName: "db",
+	}
 	// At region (suffix "region"), from child berlin.
 	if err := CheckRoute(sv, "region", "berlin", &good); err != nil {
 		t.Fatalf("good route refused: %v", err)
@@ -132,15 +146,15 @@ func TestCheckRoute(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		child string
-		edit  func(r *control.RouteRequest)
+		edit  func(r *siteproto.RouteRequest)
 	}{
-		{"other port", "berlin", func(r *control.RouteRequest) { r.Port = 22 }},
-		{"other target", "berlin", func(r *control.RouteRequest) { r.Target = "n4.munich.region" }},
-		{"ssh", "berlin", func(r *control.RouteRequest) { r.Service, r.Port = 1, 0 }},
-		{"other origin", "berlin", func(r *control.RouteRequest) { r.Origin = region }},
-		{"other service", "berlin", func(r *control.RouteRequest) { r.ServiceName = "cache" }},
-		{"jump purpose", "berlin", func(r *control.RouteRequest) { r.Purpose = control.PurposeJump }},
-		{"site without consumers", "munich", func(*control.RouteRequest) {}},
+		{"other port", "berlin", func(r *siteproto.RouteRequest) { r.Port = 22 }},
+		{"other target", "berlin", func(r *siteproto.RouteRequest) { r.Target = "n4.munich.region" }},
+		{"ssh", "berlin", func(r *siteproto.RouteRequest) { r.Service, r.Port = 1, 0 }},
+		{"other origin", "berlin", func(r *siteproto.RouteRequest) { r.Origin = region }},
+		{"other service", "berlin", func(r *siteproto.RouteRequest) { r.ServiceName = "cache" }},
+		{"jump purpose", "berlin", func(r *siteproto.RouteRequest) { r.Purpose = siteproto.PurposeJump }},
+		{"site without consumers", "munich", func(*siteproto.RouteRequest) {}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := good
@@ -161,7 +175,8 @@ func TestSpecRoundTrip(t *testing.T) {
 	if got.Target != sv.Target || got.Port != sv.Port || len(got.Bindings) != 1 || got.Bindings[0] != sv.Bindings[0] {
 		t.Fatalf("round trip: %+v, want %+v", got, sv)
 	}
-	if _, err := FromSpec(root, "db", 1, json.RawMessage(`{"target":"n3","port":1,"extra":1}`)); !errors.Is(err, ErrInvalid) {
+	if _, err := FromSpec(root, "db", 1,
+		json.RawMessage(`{"target":"n3","port":1,"extra":1}`)); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("unknown field accepted: %v", err)
 	}
 }
@@ -186,19 +201,26 @@ func FuzzFromSpec(f *testing.F) {
 func TestCheckFromParent(t *testing.T) {
 	sv := svc("n3.berlin.region", 5432, bind("m2.munich.region", 15432))
 	// At berlin (suffix "berlin.region" under the root), from the region.
-	good := control.RouteRequest{Target: "n3", Service: 2, Port: 5432, Purpose: control.PurposeService, Origin: root, ServiceName: "db"}
+	good := siteproto.RouteRequest{
+		Target:      "n3",
+		Service:     2,
+		Port:        5432,
+		Purpose:     siteproto.PurposeService,
+		Origin:      root,
+		ServiceName: "db",
+	}
 	if err := CheckFromParent(sv, "berlin.region", &good); err != nil {
 		t.Fatalf("good route refused: %v", err)
 	}
 	for _, tc := range []struct {
 		name, suffix string
-		edit         func(r *control.RouteRequest)
+		edit         func(r *siteproto.RouteRequest)
 	}{
-		{"other node", "berlin.region", func(r *control.RouteRequest) { r.Target = "n4" }},
-		{"other port", "berlin.region", func(r *control.RouteRequest) { r.Port = 22 }},
-		{"ssh", "berlin.region", func(r *control.RouteRequest) { r.Service, r.Port = 1, 0 }},
-		{"other origin", "berlin.region", func(r *control.RouteRequest) { r.Origin = region }},
-		{"target not below this hub", "munich.region", func(r *control.RouteRequest) {}},
+		{"other node", "berlin.region", func(r *siteproto.RouteRequest) { r.Target = "n4" }},
+		{"other port", "berlin.region", func(r *siteproto.RouteRequest) { r.Port = 22 }},
+		{"ssh", "berlin.region", func(r *siteproto.RouteRequest) { r.Service, r.Port = 1, 0 }},
+		{"other origin", "berlin.region", func(r *siteproto.RouteRequest) { r.Origin = region }},
+		{"target not below this hub", "munich.region", func(r *siteproto.RouteRequest) {}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := good

@@ -11,10 +11,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // ChildrenConfig configures the parent's side.
@@ -81,7 +82,7 @@ type Children struct {
 	hmu        sync.Mutex // guards handlers and onConnect
 	handlers   map[control.Type]func(ctx context.Context, site Child, m *control.Message)
 	onConnect  []func(ctx context.Context, site Child)
-	onStreams  func(ctx context.Context, site Child, st tunnel.Stream, req *control.RouteRequest)
+	onStreams  func(ctx context.Context, site Child, st tunnel.Stream, req *siteproto.RouteRequest)
 	mu         sync.Mutex        // guards sites
 	sites      map[string]*child // by site name
 	knownSince time.Time         // when this hub started (sites not heard since are unreachable since then)
@@ -95,7 +96,7 @@ type child struct {
 	// sessionStart is when its latest session began: a fresh session
 	// counts as heard from.
 	sessionStart time.Time
-	conn         *registry.Conn // the live session; nil when down
+	conn         *nodeconn.Conn // the live session; nil when down
 	// staging holds a full inventory run until its Done page.
 	staging []store.SiteNode
 	inFull  bool
@@ -145,8 +146,10 @@ func (c *Children) OnConnect(f func(ctx context.Context, site Child)) {
 // route request are read and checked here, and f, called in its own
 // goroutine, owns st, answers with a tunnel.Reply and carries the bytes.
 // Without f such streams are refused with a reply, and welcomes do not
-// list control.HubCapSiteStreams (register f before sessions are served).
-func (c *Children) ServeStreams(f func(ctx context.Context, site Child, st tunnel.Stream, req *control.RouteRequest)) {
+// list siteproto.HubCapSiteStreams (register f before sessions are served).
+func (c *Children) ServeStreams(
+	f func(ctx context.Context, site Child, st tunnel.Stream, req *siteproto.RouteRequest),
+) {
 	c.hmu.Lock()
 	defer c.hmu.Unlock()
 	c.onStreams = f
@@ -154,7 +157,7 @@ func (c *Children) ServeStreams(f func(ctx context.Context, site Child, st tunne
 
 // ServesStreams reports whether streams from sites are served (a
 // ServeStreams callback is set): the welcome then lists
-// control.HubCapSiteStreams.
+// siteproto.HubCapSiteStreams.
 func (c *Children) ServesStreams() bool {
 	c.hmu.Lock()
 	defer c.hmu.Unlock()
@@ -211,7 +214,7 @@ func (c *Children) refresh() {
 		}
 		delete(byID, ch.NodeID)
 		if r.StatusSeq > ch.seq && len(r.Status) > 0 {
-			var st control.SiteStatus
+			var st siteproto.Status
 			if json.Unmarshal(r.Status, &st) == nil {
 				ch.seq, ch.Status, ch.LastHeartbeat = r.StatusSeq, &st, r.StatusAt
 			}
@@ -229,7 +232,7 @@ func (c *Children) childOf(r store.Site) *child {
 	ch := &child{Child: Child{Name: r.Name, NodeID: r.NodeID, HubID: r.HubID, Path: r.Path, HostCAs: r.HostCAs,
 		LastHeartbeat: r.StatusAt, Since: c.knownSince}, subtree: r.Subtree, seq: r.StatusSeq}
 	if len(r.Status) > 0 {
-		var st control.SiteStatus
+		var st siteproto.Status
 		if json.Unmarshal(r.Status, &st) == nil {
 			ch.Status = &st
 		}
@@ -265,7 +268,7 @@ func (c *Children) viewLocked(ch *child) Child {
 
 // Session returns the live session of site name, to open tunnel.ServiceRoute
 // streams on (false when the site is down or no such site).
-func (c *Children) Session(name string) (*registry.Conn, bool) {
+func (c *Children) Session(name string) (*nodeconn.Conn, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ch, ok := c.sites[name]
@@ -280,7 +283,7 @@ func (c *Children) Session(name string) (*registry.Conn, bool) {
 func (c *Children) Send(ctx context.Context, site string, m *control.Message) error {
 	c.mu.Lock()
 	ch, ok := c.sites[site]
-	var conn *registry.Conn
+	var conn *nodeconn.Conn
 	var view Child
 	if ok {
 		conn, view = ch.conn, c.viewLocked(ch)
@@ -318,9 +321,10 @@ func (c *Children) Subtree() []string {
 // its certificate came from a site token (ErrNotSite otherwise), its hello
 // names it as the certificate does, and its subtree holds neither this hub
 // nor one above it (ErrCycle). It returns the welcome's site section.
-func (c *Children) Admit(ctx context.Context, nodeID, name string, h *control.SiteHello) (*control.SiteWelcome, error) {
+func (c *Children) Admit(ctx context.Context, nodeID, name string, h *siteproto.Hello) (*siteproto.Welcome, error) {
 	if _, err := c.cfg.Store.GetSite(ctx, nodeID); errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %s joined with a node token; a site hub joins with a site token (`tether site token create`)", ErrNotSite, name)
+		return nil, fmt.Errorf(
+			"%w: %s joined with a node token; a site hub joins with a site token (`tether site token create`)", ErrNotSite, name)
 	} else if err != nil {
 		return nil, err
 	}
@@ -334,21 +338,21 @@ func (c *Children) Admit(ctx context.Context, nodeID, name string, h *control.Si
 	if err := checkCycle(c.cfg.HubID, above, h); err != nil {
 		return nil, err
 	}
-	if len(above)+1 > control.MaxSiteDepth {
-		return nil, fmt.Errorf("site: %s would be deeper than %d hubs below the root", name, control.MaxSiteDepth)
+	if len(above)+1 > siteproto.MaxDepth {
+		return nil, fmt.Errorf("site: %s would be deeper than %d hubs below the root", name, siteproto.MaxDepth)
 	}
 	full := name
 	if path != "" {
 		full = name + "." + path
 	}
-	if err := control.ValidSitePath(full); err != nil {
+	if err := siteproto.ValidPath(full); err != nil {
 		return nil, fmt.Errorf("site: %s: %w", name, err)
 	}
-	return &control.SiteWelcome{Path: full, Ancestors: append([]string{c.cfg.HubID}, above...)}, nil
+	return &siteproto.Welcome{Path: full, Ancestors: append([]string{c.cfg.HubID}, above...)}, nil
 }
 
 // checkCycle refuses a site whose subtree holds this hub or one above it.
-func checkCycle(self string, above []string, h *control.SiteHello) error {
+func checkCycle(self string, above []string, h *siteproto.Hello) error {
 	for _, id := range append([]string{self}, above...) {
 		if h.HubID == id || slices.Contains(h.Subtree, id) {
 			return fmt.Errorf("%w: site %s's subtree holds hub %s, which is this hub or above it", ErrCycle, h.Name, short(id))
@@ -370,7 +374,9 @@ func short(id string) string {
 // Connected records conn as site name's live session (after Admit and the
 // welcome), runs the OnConnect hooks, and returns the function to call when
 // the session ends.
-func (c *Children) Connected(ctx context.Context, conn *registry.Conn, h *control.SiteHello, w *control.SiteWelcome) (disconnected func()) {
+func (c *Children) Connected(
+	ctx context.Context, conn *nodeconn.Conn, h *siteproto.Hello, w *siteproto.Welcome,
+) (disconnected func()) {
 	now := c.cfg.Now()
 	if err := c.cfg.Store.UpdateSiteHello(ctx, conn.NodeID, h.HubID, w.Path, h.HostCAs, h.Subtree); err != nil {
 		c.log.Error("record site hello", "site", conn.Name, "err", err)
@@ -411,7 +417,8 @@ func (c *Children) Connected(ctx context.Context, conn *registry.Conn, h *contro
 			ch.staging, ch.inFull = nil, false
 		}
 		c.mu.Unlock()
-		if err := c.cfg.Store.SetSiteDisconnected(context.Background(), conn.NodeID, at); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := c.cfg.Store.SetSiteDisconnected(context.Background(), conn.NodeID, at); err != nil &&
+			!errors.Is(err, store.ErrNotFound) {
 			c.log.Error("record site disconnect", "site", conn.Name, "err", err)
 		}
 		c.cfg.Changed()
@@ -420,7 +427,7 @@ func (c *Children) Connected(ctx context.Context, conn *registry.Conn, h *contro
 }
 
 // acceptStreams serves the streams a site opens until its session ends.
-func (c *Children) acceptStreams(ctx context.Context, conn *registry.Conn) {
+func (c *Children) acceptStreams(ctx context.Context, conn *nodeconn.Conn) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -434,10 +441,10 @@ func (c *Children) acceptStreams(ctx context.Context, conn *registry.Conn) {
 
 // serveStream reads a site's stream header and route request and hands
 // the stream on, or refuses it with a reason (audited).
-func (c *Children) serveStream(ctx context.Context, conn *registry.Conn, st tunnel.Stream) {
+func (c *Children) serveStream(ctx context.Context, conn *nodeconn.Conn, st tunnel.Stream) {
 	refuse := func(why string) {
-		c.cfg.Audit(store.AuditEvent{At: c.cfg.Now(), Kind: "stream", Node: conn.Name, Remote: conn.Session.RemoteAddr().String(),
-			Result: "refused", Detail: "site stream: " + why})
+		c.cfg.Audit(store.AuditEvent{At: c.cfg.Now(), Kind: "stream", Node: conn.Name,
+			Remote: conn.Session.RemoteAddr().String(), Result: "refused", Detail: "site stream: " + why})
 		_ = tunnel.WriteReply(st, tunnel.Reply{OK: false, Reason: why})
 		st.Close()
 	}
@@ -458,7 +465,7 @@ func (c *Children) serveStream(ctx context.Context, conn *registry.Conn, st tunn
 		refuse("a site may open only route streams, not " + h.String())
 		return
 	}
-	req, err := control.ReadRouteRequest(st)
+	req, err := siteproto.ReadRouteRequest(st)
 	if err != nil {
 		refuse("bad route request: " + err.Error())
 		return
@@ -479,7 +486,7 @@ const routeReadTimeout = 15 * time.Second
 // false when conn is not a connected site or the message is not a site
 // message (the caller's own handling applies); an error means the site
 // broke the protocol and its session must close (already audited).
-func (c *Children) Dispatch(ctx context.Context, conn *registry.Conn, m *control.Message) (handled bool, err error) {
+func (c *Children) Dispatch(ctx context.Context, conn *nodeconn.Conn, m *control.Message) (handled bool, err error) {
 	c.mu.Lock()
 	ch, ok := c.sites[conn.Name]
 	ok = ok && ch.conn == conn
@@ -488,12 +495,12 @@ func (c *Children) Dispatch(ctx context.Context, conn *registry.Conn, m *control
 		return false, nil
 	}
 	switch m.Type {
-	case control.TypeSiteStatus:
+	case siteproto.TypeStatus:
 		return true, c.status(ctx, ch, m.SiteStatus)
-	case control.TypeSiteNodes:
+	case siteproto.TypeNodes:
 		if err := c.inventory(ctx, ch, m.SiteNodes); err != nil {
-			c.cfg.Audit(store.AuditEvent{At: c.cfg.Now(), Kind: "site", Node: conn.Name, Remote: conn.Session.RemoteAddr().String(),
-				Result: "refused", Detail: "site session closed: " + err.Error()})
+			c.cfg.Audit(store.AuditEvent{At: c.cfg.Now(), Kind: "site", Node: conn.Name,
+				Remote: conn.Session.RemoteAddr().String(), Result: "refused", Detail: "site session closed: " + err.Error()})
 			return true, err
 		}
 		return true, nil
@@ -511,7 +518,7 @@ func (c *Children) Dispatch(ctx context.Context, conn *registry.Conn, m *control
 
 // status stores a site's heartbeat; a Seq at or below the last one stored
 // is a late duplicate and changes nothing.
-func (c *Children) status(ctx context.Context, ch *child, st *control.SiteStatus) error {
+func (c *Children) status(ctx context.Context, ch *child, st *siteproto.Status) error {
 	now := c.cfg.Now()
 	c.mu.Lock()
 	dup := st.Seq <= ch.seq

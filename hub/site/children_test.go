@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // hubIDs are made-up hub IDs (64 hex digits).
@@ -77,10 +78,17 @@ func newFixture(t testing.TB, above func() (string, []string)) *fixture {
 	}
 	t.Cleanup(func() { st.Close() })
 	for _, j := range []struct{ kind, id, name string }{{store.TokenSite, "s1", "berlin"}, {store.TokenNode, "n1", "n1"}} {
-		if err := st.CreateToken(ctx, store.Token{ID: "t" + j.id, SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour), Kind: j.kind}); err != nil {
+		if err := st.CreateToken(ctx, store.Token{
+			ID:         "t" + j.id,
+			SecretHash: []byte("h"),
+			UsesLeft:   1,
+			ExpiresAt:  time.Now().Add(time.Hour),
+			Kind:       j.kind,
+		}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.Join(ctx, "t"+j.id, func(store.Token) error { return nil }, store.Node{ID: j.id, Name: j.name}); err != nil {
+		if _, err := st.Join(ctx, "t"+j.id, func(store.Token) error { return nil },
+			store.Node{ID: j.id, Name: j.name}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,27 +99,33 @@ func newFixture(t testing.TB, above func() (string, []string)) *fixture {
 
 func (f *fixture) open(t testing.TB, above func() (string, []string)) *Children {
 	t.Helper()
-	c, err := NewChildren(context.Background(), ChildrenConfig{Store: f.st, HubID: self, Above: above, StaleAfter: 30 * time.Second,
-		Now: f.clock.now, Audit: func(e store.AuditEvent) { f.mu.Lock(); f.audit = append(f.audit, e); f.mu.Unlock() }})
+	c, err := NewChildren(context.Background(), ChildrenConfig{
+		Store:      f.st,
+		HubID:      self,
+		Above:      above,
+		StaleAfter: 30 * time.Second,
+		Now:        f.clock.now,
+		Audit:      func(e store.AuditEvent) { f.mu.Lock(); f.audit = append(f.audit, e); f.mu.Unlock() },
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-func siteHello(subtree ...string) *control.SiteHello {
-	return &control.SiteHello{Name: "berlin", HubID: berlin, Subtree: append([]string{berlin}, subtree...)}
+func siteHello(subtree ...string) *siteproto.Hello {
+	return &siteproto.Hello{Name: "berlin", HubID: berlin, Subtree: append([]string{berlin}, subtree...)}
 }
 
 // connect admits and connects berlin; the returned function disconnects it.
-func (f *fixture) connect(t testing.TB) (*registry.Conn, func()) {
+func (f *fixture) connect(t testing.TB) (*nodeconn.Conn, func()) {
 	t.Helper()
 	h := siteHello(below)
 	w, err := f.c.Admit(context.Background(), "s1", "berlin", h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := registry.NewConn("s1", "berlin", newIdleSession(), nil)
+	conn := nodeconn.NewConn("s1", "berlin", newIdleSession(), nil)
 	done := f.c.Connected(context.Background(), conn, h, w)
 	return conn, func() { conn.Session.Close(); done() }
 }
@@ -121,15 +135,20 @@ func TestAdmit(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		nodeID string
-		hello  *control.SiteHello
+		hello  *siteproto.Hello
 		want   error
 	}{
 		{"a site below", "s1", siteHello(below), nil},
 		{"subtree holds this hub", "s1", siteHello(self), ErrCycle},
 		{"subtree holds a hub above", "s1", siteHello(parent), ErrCycle},
-		{"the site is this hub", "s1", &control.SiteHello{Name: "berlin", HubID: self, Subtree: []string{self}}, ErrCycle},
-		{"a node token's certificate", "n1", &control.SiteHello{Name: "n1", HubID: berlin, Subtree: []string{berlin}}, ErrNotSite},
-		{"another site's name", "s1", &control.SiteHello{Name: "munich", HubID: berlin, Subtree: []string{berlin}}, ErrNotSite},
+		{"the site is this hub", "s1", &siteproto.Hello{Name: "berlin", HubID: self, Subtree: []string{self}}, ErrCycle},
+		{
+			"a node token's certificate",
+			"n1",
+			&siteproto.Hello{Name: "n1", HubID: berlin, Subtree: []string{berlin}},
+			ErrNotSite,
+		},
+		{"another site's name", "s1", &siteproto.Hello{Name: "munich", HubID: berlin, Subtree: []string{berlin}}, ErrNotSite},
 		{"no site section", "s1", nil, ErrNotSite},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -142,7 +161,8 @@ func TestAdmit(t *testing.T) {
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Admit = %v, want %v", err, tc.want)
 			}
-			if tc.want == nil && (w.Path != "berlin.region" || len(w.Ancestors) != 2 || w.Ancestors[0] != self || w.Ancestors[1] != parent) {
+			if tc.want == nil &&
+				(w.Path != "berlin.region" || len(w.Ancestors) != 2 || w.Ancestors[0] != self || w.Ancestors[1] != parent) {
 				t.Fatalf("welcome = %+v", w)
 			}
 		})
@@ -150,7 +170,10 @@ func TestAdmit(t *testing.T) {
 }
 
 func status(seq uint64, online int) *control.Message {
-	return &control.Message{Type: control.TypeSiteStatus, SiteStatus: &control.SiteStatus{Seq: seq, Health: control.SiteHealthy, NodesOnline: online, NodesTotal: 9}}
+	return &control.Message{
+		Type:       siteproto.TypeStatus,
+		SiteStatus: &siteproto.Status{Seq: seq, Health: siteproto.Healthy, NodesOnline: online, NodesTotal: 9},
+	}
 }
 
 func TestStaleAfterSilence(t *testing.T) {
@@ -173,9 +196,10 @@ func TestStaleAfterSilence(t *testing.T) {
 		f.clock.add(s.wait)
 		c, _ := f.c.Get("berlin")
 		if c.Stale != s.stale || c.StaleFor != s.staleFor || c.Connected != s.connected {
-			t.Fatalf("step %d: stale %v for %s, connected %v; want %v for %s", i, c.Stale, c.StaleFor, c.Connected, s.stale, s.staleFor)
+			t.Fatalf("step %d: stale %v for %s, connected %v; want %v for %s", i, c.Stale, c.StaleFor, c.Connected, s.stale,
+				s.staleFor)
 		}
-		if want := map[bool]string{true: control.SiteStale, false: control.SiteHealthy}[s.stale]; c.Health() != want {
+		if want := map[bool]string{true: siteproto.Stale, false: siteproto.Healthy}[s.stale]; c.Health() != want {
 			t.Fatalf("step %d: health %s, want %s", i, c.Health(), want)
 		}
 	}
@@ -191,7 +215,8 @@ func TestStaleAfterSilence(t *testing.T) {
 		t.Fatalf("just cut: %+v", c)
 	}
 	var ue *UnreachableError
-	if err := f.c.Send(context.Background(), "berlin", status(3, 3)); !errors.As(err, &ue) || !errors.Is(err, ErrSiteUnreachable) || !ue.Since.Equal(cutAt) {
+	if err := f.c.Send(context.Background(), "berlin", status(3, 3)); !errors.As(err, &ue) ||
+		!errors.Is(err, ErrSiteUnreachable) || !ue.Since.Equal(cutAt) {
 		t.Fatalf("Send to a cut site = %v", err)
 	}
 	if !strings.Contains(ue.Error(), "site berlin unreachable since") {
@@ -226,11 +251,15 @@ func TestStatusSeqDropsDuplicates(t *testing.T) {
 }
 
 func nodesMsg(full, done bool, removed []string, names ...string) *control.Message {
-	m := &control.SiteNodes{Full: full, Done: done, Removed: removed}
+	m := &siteproto.Nodes{Full: full, Done: done, Removed: removed}
 	for _, n := range names {
-		m.Nodes = append(m.Nodes, control.SiteNode{Name: n, ID: "id-" + n, Labels: map[string]string{"site": "munich", "role": "pos"}})
+		m.Nodes = append(m.Nodes, siteproto.Node{
+			Name:   n,
+			ID:     "id-" + n,
+			Labels: map[string]string{"site": "munich", "role": "pos"},
+		})
 	}
-	return &control.Message{Type: control.TypeSiteNodes, SiteNodes: m}
+	return &control.Message{Type: siteproto.TypeNodes, SiteNodes: m}
 }
 
 func TestInventoryPages(t *testing.T) {
@@ -287,11 +316,11 @@ func TestInventoryPages(t *testing.T) {
 }
 
 func TestInventoryNamesOutsideTheSubtree(t *testing.T) {
-	// Both valid at the site, so control's own checks let them through.
-	deep := "n" + strings.Repeat(".s", control.MaxSiteDepth)     // one site too deep here
+	// Both valid at the site, so the site protocol's own checks let them through.
+	deep := "n" + strings.Repeat(".s", siteproto.MaxDepth)       // one site too deep here
 	long := "n" + strings.Repeat("."+strings.Repeat("x", 61), 4) // 249 bytes: too long here
 	for _, n := range []string{deep, long} {
-		if err := control.ValidNodePath(n); err != nil {
+		if err := siteproto.ValidNodePath(n); err != nil {
 			t.Fatalf("%s: %v", n, err)
 		}
 	}
@@ -323,7 +352,7 @@ func TestInventoryNamesOutsideTheSubtree(t *testing.T) {
 
 func TestDispatchIgnoresNonSites(t *testing.T) {
 	f := newFixture(t, nil)
-	conn := registry.NewConn("n1", "n1", newIdleSession(), nil)
+	conn := nodeconn.NewConn("n1", "n1", newIdleSession(), nil)
 	if handled, err := f.c.Dispatch(context.Background(), conn, status(1, 1)); handled || err != nil {
 		t.Fatalf("a node's site_status handled: %v, %v", handled, err)
 	}
@@ -340,10 +369,11 @@ func TestListFollowsTheStore(t *testing.T) {
 	if l := other.List(); len(l) != 1 || l[0].Status == nil || l[0].Status.Seq != 4 || l[0].Connected {
 		t.Fatalf("other replica lists %+v", l)
 	}
-	if _, err := f.st.SetSiteStatus(context.Background(), "s1", 9, []byte(`{"seq":9,"health":"degraded"}`), f.clock.now()); err != nil {
+	if _, err := f.st.SetSiteStatus(context.Background(), "s1", 9, []byte(`{"seq":9,"health":"degraded"}`),
+		f.clock.now()); err != nil {
 		t.Fatal(err)
 	}
-	if l := f.c.List(); len(l) != 1 || l[0].Status.Seq != 9 || l[0].Health() != control.SiteDegraded {
+	if l := f.c.List(); len(l) != 1 || l[0].Status.Seq != 9 || l[0].Health() != siteproto.Degraded {
 		t.Fatalf("after a newer stored status: %+v", l)
 	}
 	// A removed site is gone.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // FuzzSiteMessages: whatever a site sends on its control stream, what the
@@ -17,7 +18,8 @@ import (
 func FuzzSiteMessages(f *testing.F) {
 	seeds := []string{
 		// a full inventory in one page
-		`{"type":"site_nodes","site_nodes":{"full":true,"done":true,"nodes":[{"name":"n1","id":"a","online":true,"labels":{"site":"munich"}}]}}`,
+		`{"type":"site_nodes","site_nodes":{"full":true,"done":true,` +
+			`"nodes":[{"name":"n1","id":"a","online":true,"labels":{"site":"munich"}}]}}`,
 		// a change naming a node of a sub-site, and a removal
 		`{"type":"site_nodes","site_nodes":{"nodes":[{"name":"n2.sub","id":"b"}],"removed":["n1"]}}`,
 		// a name that is valid at the site but one site too deep here
@@ -48,7 +50,7 @@ func FuzzSiteMessages(f *testing.F) {
 		}
 		for _, n := range nodes {
 			full := n.FullName()
-			if !strings.HasSuffix(full, ".berlin") || n.Site != "berlin" || control.ValidNodePath(full) != nil {
+			if !strings.HasSuffix(full, ".berlin") || n.Site != "berlin" || siteproto.ValidNodePath(full) != nil {
 				t.Fatalf("kept %q (site %q)", full, n.Site)
 			}
 			if want := full[strings.Index(full, ".")+1:]; n.Labels["site"] != want {

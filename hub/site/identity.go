@@ -13,9 +13,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/tether-dev/tether/edge"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
+	"github.com/tether-dev/tether/tunnel/uplink"
 )
 
 // Files of the parent identity, in the directory given to JoinParent and
@@ -34,7 +35,7 @@ var ErrNotJoined = errors.New("site: this hub has not joined a parent hub")
 
 // parentConfig is what parent.json holds.
 type parentConfig struct {
-	edge.NodeConfig
+	uplink.NodeConfig
 	// Path and Ancestors are from the parent's last welcome.
 	Path      string   `json:"path,omitempty"`
 	Ancestors []string `json:"ancestors,omitempty"`
@@ -46,7 +47,7 @@ type identity struct {
 
 	mu  sync.Mutex // guards the following fields
 	cfg parentConfig
-	id  *edge.Identity
+	id  *uplink.Identity
 }
 
 // Joined reports whether dir holds a parent identity.
@@ -56,21 +57,25 @@ func Joined(dir string) bool {
 }
 
 // JoinParent joins the parent hub named by joinString as site name, with a
-// site token, and stores the identity in dir. A dir that already holds one
-// is kept as it is (a restart needs no token): joined is false then.
-func JoinParent(ctx context.Context, dir, joinString, name string) (joined bool, err error) {
+// site token, and stores the identity in dir; version is this hub's, sent
+// in the join request. A dir that already holds one is kept as it is (a
+// restart needs no token): joined is false then.
+func JoinParent(ctx context.Context, dir, joinString, name, version string) (joined bool, err error) {
 	if Joined(dir) {
 		return false, nil
 	}
 	if joinString == "" {
-		return false, fmt.Errorf("%w (no %s in %s): start it with --parent JOIN_STRING (from `tether site token create` on the parent)", ErrNotJoined, parentFile, dir)
+		return false, fmt.Errorf(
+			"%w (no %s in %s): start it with --parent JOIN_STRING (from `tether site token create` on the parent)",
+			ErrNotJoined, parentFile, dir)
 	}
-	if err := control.ValidSiteLabel("site name", name); err != nil {
+	if err := siteproto.ValidLabel("site name", name); err != nil {
 		return false, fmt.Errorf("site: --site: %w", err)
 	}
-	id, err := edge.Enroll(ctx, edge.JoinOptions{JoinString: joinString, Name: name, Kind: control.JoinSite})
+	id, err := uplink.Enroll(ctx, uplink.EnrollOptions{JoinString: joinString, Name: name, Kind: control.JoinSite,
+		AgentVersion: version})
 	if err != nil {
-		if errors.Is(err, edge.ErrJoinRefused) {
+		if errors.Is(err, uplink.ErrJoinRefused) {
 			return false, fmt.Errorf("site: the parent hub refused this site hub: %w", err)
 		}
 		return false, fmt.Errorf("site: join the parent hub: %w", err)
@@ -128,7 +133,7 @@ func loadIdentity(dir string) (*identity, error) {
 			return nil, fmt.Errorf("site: load parent identity: %w", err)
 		}
 	}
-	id, err := edge.ParseIdentity(cfg.NodeConfig, files[0], files[1], files[2], files[3])
+	id, err := uplink.ParseIdentity(cfg.NodeConfig, files[0], files[1], files[2], files[3])
 	if err != nil {
 		return nil, fmt.Errorf("site: load parent identity from %s: %w", dir, err)
 	}
@@ -166,34 +171,16 @@ func (i *identity) setPlace(path string, ancestors []string) error {
 // renewed checks and stores a renewed certificate: it chains to the
 // parent's node CA and is for this site's key.
 func (i *identity) renewed(pemChain string) (*x509.Certificate, error) {
-	certs, err := pki.ParseCerts([]byte(pemChain))
-	if err != nil {
-		return nil, err
-	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	inter := x509.NewCertPool()
-	for _, c := range certs[1:] {
-		inter.AddCert(c)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(i.id.NodeCA)
-	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter,
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-		return nil, fmt.Errorf("renewed certificate does not verify: %w", err)
-	}
-	pub, ok := certs[0].PublicKey.(interface{ Equal(x any) bool })
-	if !ok || !pub.Equal(i.id.Cert.Leaf.PublicKey) {
-		return nil, errors.New("renewed certificate is not for this site's key")
+	certs, cert, err := uplink.VerifyRenewed(pemChain, i.id.NodeCA, i.id.Key())
+	if err != nil {
+		return nil, err
 	}
 	if err := pki.WriteFileAtomic(filepath.Join(i.dir, certFile), pki.EncodeCerts(certs...), 0o600); err != nil {
 		return nil, err
 	}
-	chain := make([][]byte, len(certs))
-	for k, c := range certs {
-		chain[k] = c.Raw
-	}
-	i.id.Cert = tls.Certificate{Certificate: chain, PrivateKey: i.id.Cert.PrivateKey, Leaf: certs[0]}
+	i.id.Cert = cert
 	return certs[0], nil
 }
 

@@ -7,13 +7,13 @@ import (
 	"strings"
 
 	"github.com/tether-dev/tether/hub/store"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // inventory applies one site_nodes message. Names arrive relative to the
 // site (control validated each); here they get the site's name appended,
 // which must still be a valid name at this hub.
-func (c *Children) inventory(ctx context.Context, ch *child, in *control.SiteNodes) error {
+func (c *Children) inventory(ctx context.Context, ch *child, in *siteproto.Nodes) error {
 	nodes := make([]store.SiteNode, 0, len(in.Nodes))
 	for _, n := range in.Nodes {
 		sn, err := siteNodeOf(ch.Name, ch.NodeID, n)
@@ -23,7 +23,7 @@ func (c *Children) inventory(ctx context.Context, ch *child, in *control.SiteNod
 		nodes = append(nodes, sn)
 	}
 	for _, r := range in.Removed {
-		if err := control.ValidNodePath(r + "." + ch.Name); err != nil {
+		if err := siteproto.ValidNodePath(r + "." + ch.Name); err != nil {
 			return fmt.Errorf("site %s: inventory removal %q: %w", ch.Name, r, err)
 		}
 	}
@@ -64,9 +64,9 @@ const maxInventory = 200_000
 
 // siteNodeOf is n as this hub stores it: named relative to site, with the
 // label site=SUFFIX (its site path relative to this hub).
-func siteNodeOf(site, siteID string, n control.SiteNode) (store.SiteNode, error) {
+func siteNodeOf(site, siteID string, n siteproto.Node) (store.SiteNode, error) {
 	full := n.Name + "." + site
-	if err := control.ValidNodePath(full); err != nil {
+	if err := siteproto.ValidNodePath(full); err != nil {
 		return store.SiteNode{}, fmt.Errorf("site %s: inventory name %q: %w", site, n.Name, err)
 	}
 	suffix := site

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // report sends the status heartbeat and the inventory for one session: at
@@ -52,7 +53,7 @@ func (s *uplinkSession) report(ctx context.Context, queuedSince time.Time) error
 	}
 }
 
-func (s *uplinkSession) sendStatus(ctx context.Context, queuedSince time.Time) (*control.SiteStatus, error) {
+func (s *uplinkSession) sendStatus(ctx context.Context, queuedSince time.Time) (*siteproto.Status, error) {
 	st, err := s.u.buildStatus(ctx, queuedSince)
 	if err != nil {
 		return nil, err
@@ -60,20 +61,20 @@ func (s *uplinkSession) sendStatus(ctx context.Context, queuedSince time.Time) (
 	return s.sendBuilt(st)
 }
 
-func (s *uplinkSession) sendBuilt(st *control.SiteStatus) (*control.SiteStatus, error) {
+func (s *uplinkSession) sendBuilt(st *siteproto.Status) (*siteproto.Status, error) {
 	seq, err := s.u.seqs.take()
 	if err != nil {
 		return nil, err
 	}
 	st.Seq, st.At = seq, time.Now().UTC()
-	if err := s.send(&control.Message{Type: control.TypeSiteStatus, SiteStatus: st}); err != nil {
+	if err := s.send(&control.Message{Type: siteproto.TypeStatus, SiteStatus: st}); err != nil {
 		return nil, err
 	}
 	return st, nil
 }
 
 // buildStatus is the site's status now, hooks applied (Seq and At unset).
-func (u *Uplink) buildStatus(ctx context.Context, queuedSince time.Time) (*control.SiteStatus, error) {
+func (u *Uplink) buildStatus(ctx context.Context, queuedSince time.Time) (*siteproto.Status, error) {
 	st, err := u.cfg.Status(ctx)
 	if err != nil {
 		return nil, err
@@ -85,14 +86,14 @@ func (u *Uplink) buildStatus(ctx context.Context, queuedSince time.Time) (*contr
 		f(st)
 	}
 	st.QueuedSince = queuedSince
-	if err := (&control.Message{Type: control.TypeSiteStatus, SiteStatus: st}).Validate(); err != nil {
+	if err := (&control.Message{Type: siteproto.TypeStatus, SiteStatus: st}).Validate(); err != nil {
 		return nil, fmt.Errorf("site status: %w", err)
 	}
 	return st, nil
 }
 
 // sameStatus compares two statuses without Seq, At and QueuedSince.
-func sameStatus(a, b *control.SiteStatus) bool {
+func sameStatus(a, b *siteproto.Status) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
@@ -112,7 +113,7 @@ type invKey struct {
 	Labels          string
 }
 
-func keyOf(n control.SiteNode) invKey {
+func keyOf(n siteproto.Node) invKey {
 	l, _ := json.Marshal(n.Labels)
 	return invKey{ID: n.ID, Transport: n.Transport, Online: n.Online, Revoked: n.Revoked, Labels: string(l)}
 }
@@ -127,8 +128,8 @@ func (s *uplinkSession) sendFullInventory(ctx context.Context) (map[string]invKe
 	sent := make(map[string]invKey, len(nodes))
 	for i := 0; i == 0 || i < len(nodes); i += inventoryPage {
 		page := nodes[i:min(i+inventoryPage, len(nodes))]
-		m := &control.SiteNodes{Full: i == 0, Done: i+inventoryPage >= len(nodes), Nodes: page}
-		if err := s.send(&control.Message{Type: control.TypeSiteNodes, SiteNodes: m}); err != nil {
+		m := &siteproto.Nodes{Full: i == 0, Done: i+inventoryPage >= len(nodes), Nodes: page}
+		if err := s.send(&control.Message{Type: siteproto.TypeNodes, SiteNodes: m}); err != nil {
 			return nil, err
 		}
 	}
@@ -148,7 +149,7 @@ func (s *uplinkSession) sendInventoryChanges(ctx context.Context, sent map[strin
 	}
 	now, pages := inventoryChanges(sent, nodes)
 	for _, m := range pages {
-		if err := s.send(&control.Message{Type: control.TypeSiteNodes, SiteNodes: m}); err != nil {
+		if err := s.send(&control.Message{Type: siteproto.TypeNodes, SiteNodes: m}); err != nil {
 			return nil, err
 		}
 	}
@@ -158,9 +159,9 @@ func (s *uplinkSession) sendInventoryChanges(ctx context.Context, sent map[strin
 // inventoryChanges is the inventory state of nodes and the change
 // messages (upserts, removals; at most inventoryPage entries each) that
 // turn sent into it.
-func inventoryChanges(sent map[string]invKey, nodes []control.SiteNode) (map[string]invKey, []*control.SiteNodes) {
+func inventoryChanges(sent map[string]invKey, nodes []siteproto.Node) (map[string]invKey, []*siteproto.Nodes) {
 	now := make(map[string]invKey, len(nodes))
-	var up []control.SiteNode
+	var up []siteproto.Node
 	for _, n := range nodes {
 		k := keyOf(n)
 		now[n.Name] = k
@@ -175,9 +176,9 @@ func inventoryChanges(sent map[string]invKey, nodes []control.SiteNode) (map[str
 		}
 	}
 	slices.Sort(removed)
-	var pages []*control.SiteNodes
+	var pages []*siteproto.Nodes
 	for len(up) > 0 || len(removed) > 0 {
-		m := &control.SiteNodes{}
+		m := &siteproto.Nodes{}
 		n := min(len(up), inventoryPage)
 		m.Nodes, up = up[:n], up[n:]
 		r := min(len(removed), inventoryPage-n)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // TestSeqsGrowAcrossRestarts: a restarted site never reuses a status
@@ -34,18 +34,18 @@ func TestSeqsGrowAcrossRestarts(t *testing.T) {
 }
 
 func TestSameStatus(t *testing.T) {
-	base := control.SiteStatus{Seq: 1, At: time.Unix(1, 0), Health: control.SiteHealthy, NodesOnline: 1, NodesTotal: 2}
+	base := siteproto.Status{Seq: 1, At: time.Unix(1, 0), Health: siteproto.Healthy, NodesOnline: 1, NodesTotal: 2}
 	for _, tc := range []struct {
 		name   string
-		change func(*control.SiteStatus)
+		change func(*siteproto.Status)
 		same   bool
 	}{
-		{"seq and time", func(s *control.SiteStatus) { s.Seq, s.At = 2, time.Unix(2, 0) }, true},
-		{"queued since", func(s *control.SiteStatus) { s.QueuedSince = time.Unix(3, 0) }, true},
-		{"a node came online", func(s *control.SiteStatus) { s.NodesOnline = 2 }, false},
-		{"health", func(s *control.SiteStatus) { s.Health = control.SiteDegraded }, false},
-		{"a sub-site", func(s *control.SiteStatus) { s.Sites = []control.SubSite{{Name: "sub"}} }, false},
-		{"missions", func(s *control.SiteStatus) { s.ActiveMissions = []string{"o/m"} }, false},
+		{"seq and time", func(s *siteproto.Status) { s.Seq, s.At = 2, time.Unix(2, 0) }, true},
+		{"queued since", func(s *siteproto.Status) { s.QueuedSince = time.Unix(3, 0) }, true},
+		{"a node came online", func(s *siteproto.Status) { s.NodesOnline = 2 }, false},
+		{"health", func(s *siteproto.Status) { s.Health = siteproto.Degraded }, false},
+		{"a sub-site", func(s *siteproto.Status) { s.Sites = []siteproto.SubSite{{Name: "sub"}} }, false},
+		{"missions", func(s *siteproto.Status) { s.ActiveMissions = []string{"o/m"} }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := base
@@ -58,21 +58,28 @@ func TestSameStatus(t *testing.T) {
 }
 
 func TestInventoryChanges(t *testing.T) {
-	n := func(name string, online bool, labels map[string]string) control.SiteNode {
-		return control.SiteNode{Name: name, ID: "id-" + name, Online: online, Labels: labels, LastSeen: time.Now()}
+	n := func(name string, online bool, labels map[string]string) siteproto.Node {
+		return siteproto.Node{Name: name, ID: "id-" + name, Online: online, Labels: labels, LastSeen: time.Now()}
 	}
-	sent, pages := inventoryChanges(nil, []control.SiteNode{n("a", true, nil), n("b", true, nil), n("c.sub", false, nil)})
+	sent, pages := inventoryChanges(nil, []siteproto.Node{n("a", true, nil), n("b", true, nil), n("c.sub", false, nil)})
 	if len(pages) != 1 || len(pages[0].Nodes) != 3 {
 		t.Fatalf("from nothing: %+v", pages)
 	}
 	for _, tc := range []struct {
 		name    string
-		nodes   []control.SiteNode
+		nodes   []siteproto.Node
 		up      []string
 		removed []string
 	}{
-		{"nothing changed but last seen", []control.SiteNode{n("a", true, nil), n("b", true, nil), n("c.sub", false, nil)}, nil, nil},
-		{"one offline, one gone, one new, one relabelled", []control.SiteNode{n("a", false, nil), n("c.sub", false, map[string]string{"role": "pos"}), n("d", true, nil)},
+		{
+			"nothing changed but last seen",
+			[]siteproto.Node{n("a", true, nil), n("b", true, nil), n("c.sub", false, nil)},
+			nil,
+			nil,
+		},
+		{"one offline, one gone, one new, one relabelled", []siteproto.Node{
+			n("a", false, nil), n("c.sub", false, map[string]string{"role": "pos"}), n("d", true, nil),
+		},
 			[]string{"a", "c.sub", "d"}, []string{"b"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,7 +100,7 @@ func TestInventoryChanges(t *testing.T) {
 		})
 	}
 	// Many changes are split into pages under the frame bound.
-	var many []control.SiteNode
+	var many []siteproto.Node
 	for i := range 2*inventoryPage + 1 {
 		many = append(many, n(fmt.Sprintf("n%d", i), true, nil))
 	}
@@ -114,7 +121,7 @@ func TestCheckWelcome(t *testing.T) {
 		{"this hub its own parent", []string{self}, ErrCycle},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := checkWelcome(self, &control.SiteWelcome{Path: "berlin", Ancestors: tc.ancestors}); !errors.Is(err, tc.want) {
+			if err := checkWelcome(self, &siteproto.Welcome{Path: "berlin", Ancestors: tc.ancestors}); !errors.Is(err, tc.want) {
 				t.Fatalf("checkWelcome = %v, want %v", err, tc.want)
 			}
 		})

@@ -9,6 +9,12 @@
 //	                   admission (site certificate, no cycle), their status
 //	                   heartbeat and staleness, the streams they open
 //	inventory.go       the parent's side of a site's node inventory
+//	hub.go             a hub's own status and inventory as it reports them
+//	                   up, and which sessions it admits as sites
+//	routes.go          reaching nodes below sites: the door's access.Sites
+//	                   at a parent, the parent's route streams at a site
+//	trust.go           SSH trust down the tree, host CAs up it
+//	api.go             GET /v1/sites
 //	uplink.go          the site's side: the Uplink and its loop, kept up
 //	                   with the agent's backoff
 //	uplink_session.go  one session with the parent: hello, heartbeats,
@@ -32,7 +38,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/pki"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // DefaultStatusInterval is how often a site reports its status up.
@@ -107,7 +113,7 @@ type Child struct {
 	Stale    bool          `json:"stale"`
 	StaleFor time.Duration `json:"stale_for,omitempty"`
 	// Status is the last status the site sent (nil before its first).
-	Status *control.SiteStatus `json:"status,omitempty"`
+	Status *siteproto.Status `json:"status,omitempty"`
 }
 
 // Health is the site's health as shown: stale when it is, else what it
@@ -115,13 +121,13 @@ type Child struct {
 func (c Child) Health() string {
 	switch {
 	case c.Stale:
-		return control.SiteStale
+		return siteproto.Stale
 	case c.Status != nil:
 		return c.Status.Health
 	case c.Connected:
-		return control.SiteHealthy
+		return siteproto.Healthy
 	}
-	return control.SiteStale
+	return siteproto.Stale
 }
 
 // Unreachable is the error for a command that needs the site now, or nil

@@ -5,23 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
+	"github.com/tether-dev/tether/tunnel/uplink"
 )
 
-// Timeouts of one uplink attempt (as the agent's).
+// Timeouts of the site's own exchanges; the connection's are the shared
+// uplink client's (uplink.DialTimeout and the rest).
 const (
-	dialTimeout    = 20 * time.Second
-	openCtlTimeout = 10 * time.Second
-	welcomeTimeout = 15 * time.Second
-	sendTimeout    = 10 * time.Second
-	routeTimeout   = 15 * time.Second
-	renewAnswer    = 30 * time.Second
+	routeTimeout = 15 * time.Second // opening a route stream and its reply
 	// inventoryPage bounds the entries of one site_nodes message so it
 	// stays well under control.MaxFrame.
 	inventoryPage = 1000
@@ -51,10 +48,10 @@ type UplinkConfig struct {
 	// Status builds the site's status (health, node counts, sub-sites);
 	// Seq, At and QueuedSince are set here, and the AddStatus hooks fill
 	// the rest. Required.
-	Status func(ctx context.Context) (*control.SiteStatus, error)
+	Status func(ctx context.Context) (*siteproto.Status, error)
 	// Inventory lists the site's nodes and its sub-sites' nodes, named
 	// relative to this site. Required.
-	Inventory func(ctx context.Context) ([]control.SiteNode, error)
+	Inventory func(ctx context.Context) ([]siteproto.Node, error)
 	// AgentVersion is put in the hello.
 	AgentVersion string
 	Transport    tunnel.Transport
@@ -105,8 +102,8 @@ type Uplink struct {
 	hmu       sync.Mutex // guards the hooks
 	handlers  map[control.Type]func(ctx context.Context, m *control.Message)
 	onConnect []func(ctx context.Context)
-	addStatus []func(*control.SiteStatus)
-	routes    func(ctx context.Context, st tunnel.Stream, req *control.RouteRequest)
+	addStatus []func(*siteproto.Status)
+	routes    func(ctx context.Context, st tunnel.Stream, req *siteproto.RouteRequest)
 
 	mu          sync.Mutex // guards the following fields
 	sess        *uplinkSession
@@ -133,7 +130,8 @@ func NewUplink(cfg UplinkConfig) (*Uplink, error) {
 		return nil, err
 	}
 	return &Uplink{cfg: cfg, log: cfg.Logger.With("component", "uplink", "site", id.cfg.Name), id: id, seqs: sq,
-		handlers: map[control.Type]func(context.Context, *control.Message){}, started: time.Now(), kick: make(chan struct{}, 1)}, nil
+		handlers: map[control.Type]func(context.Context, *control.Message){}, started: time.Now(),
+		kick: make(chan struct{}, 1)}, nil
 }
 
 // Name is this site's name at its parent.
@@ -219,7 +217,7 @@ func (u *Uplink) OnConnect(f func(ctx context.Context)) {
 
 // AddStatus registers f, called with every status before it goes up, to
 // fill the parts other owners know (missions). It must not block.
-func (u *Uplink) AddStatus(f func(*control.SiteStatus)) {
+func (u *Uplink) AddStatus(f func(*siteproto.Status)) {
 	u.hmu.Lock()
 	defer u.hmu.Unlock()
 	u.addStatus = append(u.addStatus, f)
@@ -228,7 +226,7 @@ func (u *Uplink) AddStatus(f func(*control.SiteStatus)) {
 // ServeRoutes registers f for the tunnel.ServiceRoute streams the parent
 // opens: f owns st, answers with a tunnel.Reply and carries the bytes.
 // Without f such streams are refused with a reply saying so.
-func (u *Uplink) ServeRoutes(f func(ctx context.Context, st tunnel.Stream, req *control.RouteRequest)) {
+func (u *Uplink) ServeRoutes(f func(ctx context.Context, st tunnel.Stream, req *siteproto.RouteRequest)) {
 	u.hmu.Lock()
 	defer u.hmu.Unlock()
 	u.routes = f
@@ -246,15 +244,17 @@ func (u *Uplink) Changed() {
 // OpenRoute opens a tunnel.ServiceRoute stream to the parent, writes the
 // header and req, and reads the parent's reply: the stream is ready for
 // bytes when err is nil. ErrUplinkDown when the uplink is down.
-func (u *Uplink) OpenRoute(ctx context.Context, req *control.RouteRequest) (tunnel.Stream, error) {
+func (u *Uplink) OpenRoute(ctx context.Context, req *siteproto.RouteRequest) (tunnel.Stream, error) {
 	u.mu.Lock()
 	s, caps := u.sess, u.parentCaps
 	u.mu.Unlock()
 	if s == nil {
 		return nil, ErrUplinkDown
 	}
-	if !slices.Contains(caps, control.HubCapSiteStreams) {
-		return nil, fmt.Errorf("%w: the parent hub takes no streams from its sites (its welcome does not list %q)", ErrNoStreams, control.HubCapSiteStreams)
+	if !slices.Contains(caps, siteproto.HubCapSiteStreams) {
+		return nil, fmt.Errorf(
+			"%w: the parent hub takes no streams from its sites (its welcome does not list %q)",
+			ErrNoStreams, siteproto.HubCapSiteStreams)
 	}
 	ctx, cancel := context.WithTimeout(ctx, routeTimeout)
 	defer cancel()
@@ -268,7 +268,7 @@ func (u *Uplink) OpenRoute(ctx context.Context, req *control.RouteRequest) (tunn
 		st.Close()
 		return nil, fmt.Errorf("site: route to %s: send header: %w", req.Target, err)
 	}
-	if err := control.WriteRouteRequest(st, req); err != nil {
+	if err := siteproto.WriteRouteRequest(st, req); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("site: route to %s: %w", req.Target, err)
 	}
@@ -299,44 +299,24 @@ func (u *Uplink) Err() error {
 // site for good (ErrRefused, ErrCycle): then it stops and says why. The
 // status heartbeat runs beside it.
 func (u *Uplink) Run(ctx context.Context) error {
-	attempt := 0
-	for {
-		connected, err := u.runOnce(ctx)
-		if ctx.Err() != nil {
+	r := uplink.Retry{
+		BackoffMin: u.cfg.BackoffMin, BackoffMax: u.cfg.BackoffMax,
+		Stop: func(err error) error {
+			if errors.Is(err, ErrRefused) || errors.Is(err, ErrCycle) {
+				u.mu.Lock()
+				u.fatal = err
+				u.mu.Unlock()
+				u.log.Error("uplink stopped; this hub keeps serving its own nodes and sites", "err", err)
+				return err
+			}
 			return nil
-		}
-		if errors.Is(err, ErrRefused) || errors.Is(err, ErrCycle) {
+		},
+		Waiting: func(err error, wait time.Duration) {
 			u.mu.Lock()
-			u.fatal = err
+			u.lastErr = err
 			u.mu.Unlock()
-			u.log.Error("uplink stopped; this hub keeps serving its own nodes and sites", "err", err)
-			return err
-		}
-		if connected {
-			attempt = 0
-		}
-		u.mu.Lock()
-		u.lastErr = err
-		u.mu.Unlock()
-		wait := backoff(attempt, u.cfg.BackoffMin, u.cfg.BackoffMax)
-		attempt++
-		u.log.Warn("uplink to the parent hub down; retrying", "err", err, "in", wait.Round(time.Millisecond))
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
-		}
+			u.log.Warn("uplink to the parent hub down; retrying", "err", err, "in", wait.Round(time.Millisecond))
+		},
 	}
-}
-
-// backoff is "full jitter" with the base as a floor, as the agent's.
-func backoff(attempt int, base, max time.Duration) time.Duration {
-	d := base
-	for i := 0; i < attempt && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	return base/2 + time.Duration(rand.Int64N(int64(d)))
+	return r.Run(ctx, u.runOnce)
 }

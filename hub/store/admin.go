@@ -32,7 +32,8 @@ const migrationAdmin = `CREATE TABLE settings (
 			'role "admin" renamed to "admin-legacy" on upgrade: "admin" is now the built-in role of hub admins'
 		WHERE EXISTS (SELECT 1 FROM roles WHERE name = 'admin');
 	UPDATE roles SET name = 'admin-legacy' WHERE name = 'admin';
-	UPDATE operators SET roles = (SELECT json_group_array(CASE WHEN value = 'admin' THEN 'admin-legacy' ELSE value END) FROM json_each(operators.roles))
+	UPDATE operators SET roles = (SELECT json_group_array(CASE WHEN value = 'admin' THEN 'admin-legacy' ELSE value END) ` +
+	`FROM json_each(operators.roles))
 		WHERE EXISTS (SELECT 1 FROM json_each(operators.roles) WHERE value = 'admin');
 	UPDATE api_tokens SET role = 'admin-legacy' WHERE role = 'admin';
 	UPDATE jobs SET role = 'admin-legacy' WHERE role = 'admin';
@@ -41,7 +42,7 @@ const migrationAdmin = `CREATE TABLE settings (
 const settingAdminValidFrom = "admin_valid_from"
 
 // AdminValidFrom implements AdminStore.
-func (s *SQLite) AdminValidFrom(ctx context.Context) (time.Time, error) {
+func (s *DB) AdminValidFrom(ctx context.Context) (time.Time, error) {
 	var v string
 	err := s.db.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ?`, settingAdminValidFrom).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -58,9 +59,10 @@ func (s *SQLite) AdminValidFrom(ctx context.Context) (time.Time, error) {
 }
 
 // SetAdminValidFrom implements AdminStore.
-func (s *SQLite) SetAdminValidFrom(ctx context.Context, t time.Time) error {
+func (s *DB) SetAdminValidFrom(ctx context.Context, t time.Time) error {
 	if _, err := s.db.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?)
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, settingAdminValidFrom, strconv.FormatInt(unix(t), 10)); err != nil {
+		ON CONFLICT (key) DO UPDATE SET value = `+
+		`excluded.value`, settingAdminValidFrom, strconv.FormatInt(unix(t), 10)); err != nil {
 		return fmt.Errorf("store: set admin valid-from: %w", err)
 	}
 	return nil

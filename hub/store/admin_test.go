@@ -15,7 +15,8 @@ func TestAdminMigrationRenamesUserRole(t *testing.T) {
 	ctx := context.Background()
 	path := dataDirAt(t, 4,
 		`INSERT INTO roles (name, nodes, logins) VALUES ('admin', 'site=lab', '["ubuntu"]')`,
-		`INSERT INTO operators (name, public_key, fingerprint, created_at, roles) VALUES ('bob', 'k', 'f', 1, '["ops","admin"]')`,
+		`INSERT INTO operators (name, public_key, fingerprint, created_at, roles) VALUES ('bob', 'k', 'f', `+
+			`1, '["ops","admin"]')`,
 		`INSERT INTO api_tokens (id, secret_hash, role, created_at) VALUES ('t1', x'00', 'admin', 1)`,
 	)
 
@@ -28,7 +29,8 @@ func TestAdminMigrationRenamesUserRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(roles); got != "[{admin * [*] false false []} {admin-legacy site=lab [ubuntu] false false []} {all * [*] false false []}]" {
+	if got := fmt.Sprint(roles); got != "[{admin * [*] false false []} {admin-legacy site=lab [ubuntu] false false []} "+
+		"{all * [*] false false []}]" {
 		t.Fatalf("roles after upgrade: %s", got)
 	}
 	ops, _ := s.ListOperators(ctx)

@@ -27,8 +27,9 @@ type APITokenStore interface {
 }
 
 // CreateAPIToken implements APITokenStore.
-func (s *SQLite) CreateAPIToken(ctx context.Context, t APIToken) error {
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO api_tokens (id, secret_hash, role, description, created_at, expires_at) VALUES (?,?,?,?,?,?)`,
+func (s *DB) CreateAPIToken(ctx context.Context, t APIToken) error {
+	if _, err := s.db.ExecContext(ctx,
+		`INSERT INTO api_tokens (id, secret_hash, role, description, created_at, expires_at) VALUES (?,?,?,?,?,?)`,
 		t.ID, t.SecretHash, t.Role, t.Description, unix(t.CreatedAt), unix(t.ExpiresAt)); err != nil {
 		return fmt.Errorf("store: create API token %s: %w", t.ID, err)
 	}
@@ -48,7 +49,7 @@ func scanAPIToken(r scanner) (APIToken, error) {
 }
 
 // GetAPIToken implements APITokenStore.
-func (s *SQLite) GetAPIToken(ctx context.Context, id string) (APIToken, error) {
+func (s *DB) GetAPIToken(ctx context.Context, id string) (APIToken, error) {
 	t, err := scanAPIToken(s.db.QueryRowContext(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return APIToken{}, fmt.Errorf("store: API token %s: %w", id, ErrNotFound)
@@ -60,7 +61,7 @@ func (s *SQLite) GetAPIToken(ctx context.Context, id string) (APIToken, error) {
 }
 
 // ListAPITokens implements APITokenStore.
-func (s *SQLite) ListAPITokens(ctx context.Context) ([]APIToken, error) {
+func (s *DB) ListAPITokens(ctx context.Context) ([]APIToken, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens ORDER BY created_at`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list API tokens: %w", err)
@@ -78,7 +79,7 @@ func (s *SQLite) ListAPITokens(ctx context.Context) ([]APIToken, error) {
 }
 
 // DeleteAPIToken implements APITokenStore.
-func (s *SQLite) DeleteAPIToken(ctx context.Context, id string) error {
+func (s *DB) DeleteAPIToken(ctx context.Context, id string) error {
 	res, err := s.db.ExecContext(ctx, `DELETE FROM api_tokens WHERE id = ?`, id)
 	if err != nil {
 		return fmt.Errorf("store: delete API token %s: %w", id, err)

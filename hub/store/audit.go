@@ -10,8 +10,9 @@ import (
 type AuditEvent struct {
 	ID int64 `json:"id"`
 	// At is when it happened; AppendAudit stamps an event without one.
-	At             time.Time `json:"at"`
-	Kind           string    `json:"kind"` // join, jump, revoke, remove, operator_add, operator_remove, role_put, role_remove
+	At time.Time `json:"at"`
+	// Kind: join, jump, revoke, remove, operator_add, operator_remove, role_put, role_remove
+	Kind           string    `json:"kind"`
 	Operator       string    `json:"operator,omitempty"`
 	Node           string    `json:"node,omitempty"`
 	KeyFingerprint string    `json:"key_fingerprint,omitempty"`
@@ -33,24 +34,34 @@ type AuditFilter struct {
 	Limit    int       // newest N, default 1000
 }
 
-// AppendAudit implements Store. An event without a time is stamped with
+// AuditStore is the append-only audit log.
+type AuditStore interface {
+	AppendAudit(ctx context.Context, e AuditEvent) error
+	ListAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, error)
+}
+
+// AppendAudit implements AuditStore. An event without a time is stamped with
 // the store's clock: every writer (hub, API, controllers) goes through
 // here, and a row at time zero would fall outside every --since window.
-func (s *SQLite) AppendAudit(ctx context.Context, e AuditEvent) error {
+func (s *DB) AppendAudit(ctx context.Context, e AuditEvent) error {
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO audit (at, kind, operator, node, key_fingerprint, remote, result, detail, ended_at, bytes_to_node, bytes_from_node)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?)`, unix(e.At), e.Kind, e.Operator, e.Node, e.KeyFingerprint, e.Remote, e.Result, e.Detail,
+	if _, err := s.db.ExecContext(ctx,
+		`INSERT INTO audit (at, kind, operator, node, key_fingerprint, remote, result, detail, ended_at, `+
+			`bytes_to_node, bytes_from_node)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
+		unix(e.At), e.Kind, e.Operator, e.Node, e.KeyFingerprint, e.Remote, e.Result, e.Detail,
 		unix(e.EndedAt), e.BytesToNode, e.BytesFromNode); err != nil {
 		return fmt.Errorf("store: append audit event %s: %w", e.Kind, err)
 	}
 	return nil
 }
 
-// ListAudit implements Store.
-func (s *SQLite) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, error) {
-	q := `SELECT id, at, kind, operator, node, key_fingerprint, remote, result, detail, ended_at, bytes_to_node, bytes_from_node FROM audit WHERE 1=1`
+// ListAudit implements AuditStore.
+func (s *DB) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, error) {
+	q := `SELECT id, at, kind, operator, node, key_fingerprint, remote, result, detail, ended_at, bytes_to_node, ` +
+		`bytes_from_node FROM audit WHERE 1=1`
 	var args []any
 	if f.Node != "" {
 		q += ` AND node = ?`

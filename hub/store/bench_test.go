@@ -21,7 +21,12 @@ func BenchmarkJoin(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			if err := s.CreateToken(ctx, Token{ID: "t", SecretHash: []byte("h"), UsesLeft: 1 << 30, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+			if err := s.CreateToken(ctx, Token{
+				ID:         "t",
+				SecretHash: []byte("h"),
+				UsesLeft:   1 << 30,
+				ExpiresAt:  time.Now().Add(time.Hour),
+			}); err != nil {
 				b.Fatal(err)
 			}
 			var seq atomic.Int64
@@ -69,7 +74,12 @@ func BenchmarkHello(b *testing.B) {
 						b.Error(err)
 						return
 					}
-					if err := s.UpdateNodeSeen(ctx, id, Seen{Online: true, Transport: "quic", AgentVersion: "v1", At: time.Now()}); err != nil {
+					if err := s.UpdateNodeSeen(ctx, id, Seen{
+						Online:       true,
+						Transport:    "quic",
+						AgentVersion: "v1",
+						At:           time.Now(),
+					}); err != nil {
 						b.Error(err)
 						return
 					}

@@ -9,7 +9,7 @@ import (
 // JobBlobDigests returns the blob digests (hex) every stored job's spec
 // uploads: the blob store's garbage collection keeps them, so a rerun of
 // any job finds its files.
-func (s *SQLite) JobBlobDigests(ctx context.Context) ([]string, error) {
+func (s *DB) JobBlobDigests(ctx context.Context) ([]string, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT spec FROM jobs`)
 	if err != nil {
 		return nil, fmt.Errorf("store: job blob digests: %w", err)

@@ -54,7 +54,7 @@ type ChangeStore interface {
 }
 
 // RecordChange implements ChangeStore.
-func (s *SQLite) RecordChange(ctx context.Context, c Change) (int64, error) {
+func (s *DB) RecordChange(ctx context.Context, c Change) (int64, error) {
 	var seq int64
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -91,8 +91,9 @@ func (s *SQLite) RecordChange(ctx context.Context, c Change) (int64, error) {
 // ChangesSince implements ChangeStore. The feed polls it four times a
 // second on SQLite, so it is prepared once: parsing was two thirds of an
 // idle hub's poll.
-func (s *SQLite) ChangesSince(ctx context.Context, seq int64, limit int) ([]Change, error) {
-	rows, err := s.hot().QueryContext(ctx, `SELECT seq, kind, subject, origin, at FROM changes WHERE seq > ? ORDER BY seq LIMIT ?`, seq, limit)
+func (s *DB) ChangesSince(ctx context.Context, seq int64, limit int) ([]Change, error) {
+	rows, err := s.hot().QueryContext(ctx,
+		`SELECT seq, kind, subject, origin, at FROM changes WHERE seq > ? ORDER BY seq LIMIT ?`, seq, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: read changes: %w", err)
 	}
@@ -111,7 +112,7 @@ func (s *SQLite) ChangesSince(ctx context.Context, seq int64, limit int) ([]Chan
 }
 
 // LastChange implements ChangeStore.
-func (s *SQLite) LastChange(ctx context.Context) (int64, error) {
+func (s *DB) LastChange(ctx context.Context) (int64, error) {
 	var seq int64
 	if err := s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM changes`).Scan(&seq); err != nil {
 		return 0, fmt.Errorf("store: read changes: %w", err)

@@ -14,11 +14,12 @@ import (
 // uninstall_in_progress; see provisioners/cluster). A member belongs to one
 // node ID and goes when that node is removed.
 type ClusterMember struct {
-	NodeID         string    `json:"node_id"`
-	Node           string    `json:"node"` // the node's name, read from the nodes table
-	Engine         string    `json:"engine"`
-	Desired        string    `json:"desired"` // active | inactive
-	State          string    `json:"state"`   // inactive, registering, install_in_progress, active, deregistering, uninstall_in_progress
+	NodeID  string `json:"node_id"`
+	Node    string `json:"node"` // the node's name, read from the nodes table
+	Engine  string `json:"engine"`
+	Desired string `json:"desired"` // active | inactive
+	// State: inactive, registering, install_in_progress, active, deregistering, uninstall_in_progress
+	State          string    `json:"state"`
 	EngineDigest   string    `json:"engine_digest,omitempty"`
 	LastTransition time.Time `json:"last_transition,omitzero"`
 	LastError      string    `json:"last_error,omitempty"`
@@ -98,12 +99,12 @@ type ClusterStore interface {
 }
 
 // PutClusterMember implements ClusterStore.
-func (s *SQLite) PutClusterMember(ctx context.Context, m ClusterMember) error {
+func (s *DB) PutClusterMember(ctx context.Context, m ClusterMember) error {
 	return s.fencedTx(ctx, func(tx *sql.Tx) error { return s.putMember(ctx, tx, m) })
 }
 
 // ChangeClusterMember implements ClusterStore.
-func (s *SQLite) ChangeClusterMember(ctx context.Context, nodeID string, change MemberChange) (ClusterMember, error) {
+func (s *DB) ChangeClusterMember(ctx context.Context, nodeID string, change MemberChange) (ClusterMember, error) {
 	var out ClusterMember
 	err := s.fencedTx(ctx, func(tx *sql.Tx) error {
 		name, err := s.lockNode(ctx, tx, nodeID)
@@ -136,7 +137,7 @@ func (s *SQLite) ChangeClusterMember(ctx context.Context, nodeID string, change 
 // KubeOne members) all lock it first, so they run one after the other
 // and each sees what the other stored. ErrNotFound if there is no such
 // node.
-func (s *SQLite) lockNode(ctx context.Context, tx *sql.Tx, nodeID string) (string, error) {
+func (s *DB) lockNode(ctx context.Context, tx *sql.Tx, nodeID string) (string, error) {
 	var name string
 	err := tx.QueryRowContext(ctx, `SELECT name FROM nodes WHERE id = ?`+s.d.forUpdate, nodeID).Scan(&name)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -149,7 +150,7 @@ func (s *SQLite) lockNode(ctx context.Context, tx *sql.Tx, nodeID string) (strin
 }
 
 // putMember writes m in tx after the ownership check.
-func (s *SQLite) putMember(ctx context.Context, tx *sql.Tx, m ClusterMember) error {
+func (s *DB) putMember(ctx context.Context, tx *sql.Tx, m ClusterMember) error {
 	if _, err := s.lockNode(ctx, tx, m.NodeID); err != nil {
 		return fmt.Errorf("store: cluster member (%s): %w", m.Node, err)
 	}
@@ -180,7 +181,7 @@ func (s *SQLite) putMember(ctx context.Context, tx *sql.Tx, m ClusterMember) err
 }
 
 // AdvanceClusterMember implements ClusterStore.
-func (s *SQLite) AdvanceClusterMember(ctx context.Context, m ClusterMember, from string) error {
+func (s *DB) AdvanceClusterMember(ctx context.Context, m ClusterMember, from string) error {
 	return s.fencedTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE cluster_members SET state = ?, engine_digest = ?, last_transition = ?,
 			last_error = ?, last_job = ?, updated_at = ? WHERE node_id = ? AND state = ?`,
@@ -210,7 +211,8 @@ func (s *SQLite) AdvanceClusterMember(ctx context.Context, m ClusterMember, from
 // every node to find the few members (the cluster controller's re-read,
 // every 30 s: 100,000 rows at a hub of 100,000 nodes, a twentieth of its
 // idle CPU). PostgreSQL plans a CROSS JOIN with a WHERE as any inner join.
-const memberSelect = `SELECT m.node_id, n.name, m.engine, m.desired, m.state, m.engine_digest, m.last_transition, m.last_error, m.last_job, m.updated_at
+const memberSelect = `SELECT m.node_id, n.name, m.engine, m.desired, m.state, m.engine_digest, m.last_transition, ` +
+	`m.last_error, m.last_job, m.updated_at
 	FROM cluster_members m CROSS JOIN nodes n WHERE n.id = m.node_id`
 
 // listMembers is ListClusterMembers' query.
@@ -219,7 +221,8 @@ const listMembers = memberSelect + ` ORDER BY n.name`
 func scanMember(r scanner) (ClusterMember, error) {
 	var m ClusterMember
 	var last, updated int64
-	if err := r.Scan(&m.NodeID, &m.Node, &m.Engine, &m.Desired, &m.State, &m.EngineDigest, &last, &m.LastError, &m.LastJob, &updated); err != nil {
+	if err := r.Scan(&m.NodeID, &m.Node, &m.Engine, &m.Desired, &m.State, &m.EngineDigest, &last, &m.LastError, &m.LastJob,
+		&updated); err != nil {
 		return ClusterMember{}, err
 	}
 	m.LastTransition, m.UpdatedAt = fromUnix(last), fromUnix(updated)
@@ -227,7 +230,7 @@ func scanMember(r scanner) (ClusterMember, error) {
 }
 
 // GetClusterMember implements ClusterStore.
-func (s *SQLite) GetClusterMember(ctx context.Context, nodeID string) (ClusterMember, error) {
+func (s *DB) GetClusterMember(ctx context.Context, nodeID string) (ClusterMember, error) {
 	m, err := scanMember(s.db.QueryRowContext(ctx, memberSelect+` AND m.node_id = ?`, nodeID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return ClusterMember{}, fmt.Errorf("store: cluster member %s: %w", nodeID, ErrNotFound)
@@ -239,7 +242,7 @@ func (s *SQLite) GetClusterMember(ctx context.Context, nodeID string) (ClusterMe
 }
 
 // ListClusterMembers implements ClusterStore.
-func (s *SQLite) ListClusterMembers(ctx context.Context) ([]ClusterMember, error) {
+func (s *DB) ListClusterMembers(ctx context.Context) ([]ClusterMember, error) {
 	rows, err := s.db.QueryContext(ctx, listMembers)
 	if err != nil {
 		return nil, fmt.Errorf("store: list cluster members: %w", err)

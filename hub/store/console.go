@@ -52,8 +52,9 @@ type ConsoleStore interface {
 var ErrExpired = errors.New("expired")
 
 // CreateConsoleCode implements ConsoleStore.
-func (s *SQLite) CreateConsoleCode(ctx context.Context, c ConsoleCode) error {
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO console_codes (hash, operator, key_tag, admin, created_at, expires_at) VALUES (?,?,?,?,?,?)`,
+func (s *DB) CreateConsoleCode(ctx context.Context, c ConsoleCode) error {
+	if _, err := s.db.ExecContext(ctx,
+		`INSERT INTO console_codes (hash, operator, key_tag, admin, created_at, expires_at) VALUES (?,?,?,?,?,?)`,
 		c.Hash, c.Operator, c.KeyTag, c.Admin, unix(c.CreatedAt), unix(c.ExpiresAt)); err != nil {
 		return fmt.Errorf("store: create console sign-in code: %w", err)
 	}
@@ -61,7 +62,7 @@ func (s *SQLite) CreateConsoleCode(ctx context.Context, c ConsoleCode) error {
 }
 
 // TakeConsoleCode implements ConsoleStore.
-func (s *SQLite) TakeConsoleCode(ctx context.Context, hash string, now time.Time) (ConsoleCode, error) {
+func (s *DB) TakeConsoleCode(ctx context.Context, hash string, now time.Time) (ConsoleCode, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return ConsoleCode{}, fmt.Errorf("store: take console sign-in code: %w", err)
@@ -69,7 +70,8 @@ func (s *SQLite) TakeConsoleCode(ctx context.Context, hash string, now time.Time
 	defer tx.Rollback()
 	c := ConsoleCode{Hash: hash}
 	var created, expires int64
-	err = tx.QueryRowContext(ctx, `SELECT operator, key_tag, admin, created_at, expires_at FROM console_codes WHERE hash = ?`, hash).
+	err = tx.QueryRowContext(ctx,
+		`SELECT operator, key_tag, admin, created_at, expires_at FROM console_codes WHERE hash = ?`, hash).
 		Scan(&c.Operator, &c.KeyTag, &c.Admin, &created, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return ConsoleCode{}, ErrNotFound
@@ -95,8 +97,9 @@ func (s *SQLite) TakeConsoleCode(ctx context.Context, hash string, now time.Time
 }
 
 // CreateConsoleSession implements ConsoleStore.
-func (s *SQLite) CreateConsoleSession(ctx context.Context, cs ConsoleSession) error {
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO console_sessions (hash, operator, key_tag, admin, csrf, created_at, expires_at) VALUES (?,?,?,?,?,?,?)`,
+func (s *DB) CreateConsoleSession(ctx context.Context, cs ConsoleSession) error {
+	if _, err := s.db.ExecContext(ctx,
+		`INSERT INTO console_sessions (hash, operator, key_tag, admin, csrf, created_at, expires_at) VALUES (?,?,?,?,?,?,?)`,
 		cs.Hash, cs.Operator, cs.KeyTag, cs.Admin, cs.CSRF, unix(cs.CreatedAt), unix(cs.ExpiresAt)); err != nil {
 		return fmt.Errorf("store: create console session: %w", err)
 	}
@@ -104,10 +107,12 @@ func (s *SQLite) CreateConsoleSession(ctx context.Context, cs ConsoleSession) er
 }
 
 // GetConsoleSession implements ConsoleStore.
-func (s *SQLite) GetConsoleSession(ctx context.Context, hash string, now time.Time) (ConsoleSession, error) {
+func (s *DB) GetConsoleSession(ctx context.Context, hash string, now time.Time) (ConsoleSession, error) {
 	cs := ConsoleSession{Hash: hash}
 	var created, expires int64
-	err := s.db.QueryRowContext(ctx, `SELECT operator, key_tag, admin, csrf, created_at, expires_at FROM console_sessions WHERE hash = ? AND expires_at > ?`,
+	err := s.db.QueryRowContext(ctx,
+		`SELECT operator, key_tag, admin, csrf, created_at, expires_at FROM console_sessions WHERE hash = ? AND `+
+			`expires_at > ?`,
 		hash, unix(now)).Scan(&cs.Operator, &cs.KeyTag, &cs.Admin, &cs.CSRF, &created, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return ConsoleSession{}, ErrNotFound
@@ -120,7 +125,7 @@ func (s *SQLite) GetConsoleSession(ctx context.Context, hash string, now time.Ti
 }
 
 // DeleteConsoleSession implements ConsoleStore.
-func (s *SQLite) DeleteConsoleSession(ctx context.Context, hash string) error {
+func (s *DB) DeleteConsoleSession(ctx context.Context, hash string) error {
 	if _, err := s.db.ExecContext(ctx, `DELETE FROM console_sessions WHERE hash = ?`, hash); err != nil {
 		return fmt.Errorf("store: delete console session: %w", err)
 	}
@@ -128,7 +133,7 @@ func (s *SQLite) DeleteConsoleSession(ctx context.Context, hash string) error {
 }
 
 // PruneConsole implements ConsoleStore.
-func (s *SQLite) PruneConsole(ctx context.Context, now time.Time) error {
+func (s *DB) PruneConsole(ctx context.Context, now time.Time) error {
 	for _, table := range []string{"console_codes", "console_sessions"} {
 		if _, err := s.db.ExecContext(ctx, `DELETE FROM `+table+` WHERE expires_at <= ?`, unix(now)); err != nil {
 			return fmt.Errorf("store: prune %s: %w", table, err)

@@ -52,7 +52,15 @@ func TestConsoleMigrationAndCodes(t *testing.T) {
 				t.Fatalf("take %s: %+v, %v; want %v", tt.hash, c, err, tt.want)
 			}
 		}
-		sess := ConsoleSession{Hash: "s1", Operator: "alice", KeyTag: "k1", Admin: true, CSRF: "tok", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+		sess := ConsoleSession{
+			Hash:      "s1",
+			Operator:  "alice",
+			KeyTag:    "k1",
+			Admin:     true,
+			CSRF:      "tok",
+			CreatedAt: now,
+			ExpiresAt: now.Add(time.Hour),
+		}
 		if err := s.CreateConsoleSession(ctx, sess); err != nil {
 			t.Fatal(err)
 		}

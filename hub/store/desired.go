@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 // migrationDesired adds desired state sent down the tree of hubs (hub/desired):
@@ -56,7 +56,7 @@ const migrationDesired = `CREATE TABLE desired_objects (
 // DesiredRecord is a stored desired object and when this hub stored its
 // generation.
 type DesiredRecord struct {
-	control.DesiredObject
+	siteproto.DesiredObject
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
@@ -65,14 +65,16 @@ type DesiredStore interface {
 	// StoreDesired stores o, in one transaction, if its generation is
 	// higher than the one stored for its Kind/Origin/Name, and reports
 	// whether it did. An older or equal generation changes nothing.
-	StoreDesired(ctx context.Context, o control.DesiredObject, at time.Time) (bool, error)
+	StoreDesired(ctx context.Context, o siteproto.DesiredObject, at time.Time) (bool, error)
 	// BumpDesired changes an object that originates at this hub: it stores
 	// the next generation with spec (or a tombstone when deleted) and
 	// returns it with true. It changes nothing and returns the stored
 	// object with false when that already says the same (same spec and not
 	// deleted, or already a tombstone), or when a tombstone is asked for an
 	// object never stored (ErrNotFound then).
-	BumpDesired(ctx context.Context, kind, origin, name string, spec []byte, deleted bool, at time.Time) (control.DesiredObject, bool, error)
+	BumpDesired(
+		ctx context.Context, kind, origin, name string, spec []byte, deleted bool, at time.Time,
+	) (siteproto.DesiredObject, bool, error)
 	// GetDesired returns one object, tombstone or not (ErrNotFound if none).
 	GetDesired(ctx context.Context, kind, origin, name string) (DesiredRecord, error)
 	// ListDesired lists the objects of kind ("" = every kind), tombstones
@@ -80,20 +82,21 @@ type DesiredStore interface {
 	ListDesired(ctx context.Context, kind string) ([]DesiredRecord, error)
 	// AckDesired records the generations child site acknowledged; a
 	// lower generation than the one recorded changes nothing.
-	AckDesired(ctx context.Context, site string, acks []control.DesiredAck) error
+	AckDesired(ctx context.Context, site string, acks []siteproto.DesiredAck) error
 	// UnackedDesired lists the objects whose stored generation the child
 	// site has not acknowledged.
-	UnackedDesired(ctx context.Context, site string) ([]control.DesiredObject, error)
+	UnackedDesired(ctx context.Context, site string) ([]siteproto.DesiredObject, error)
 
 	MissionStore
 }
 
 // StoreDesired implements DesiredStore.
-func (s *SQLite) StoreDesired(ctx context.Context, o control.DesiredObject, at time.Time) (bool, error) {
+func (s *DB) StoreDesired(ctx context.Context, o siteproto.DesiredObject, at time.Time) (bool, error) {
 	var stored bool
 	err := s.inTx(ctx, "store desired "+o.Kind+"/"+o.Name, func(tx *sql.Tx) error {
 		var gen int64
-		err := tx.QueryRowContext(ctx, `SELECT generation FROM desired_objects WHERE kind = ? AND origin = ? AND name = ?`+s.d.forUpdate,
+		err := tx.QueryRowContext(ctx,
+			`SELECT generation FROM desired_objects WHERE kind = ? AND origin = ? AND name = ?`+s.d.forUpdate,
 			o.Kind, o.Origin, o.Name).Scan(&gen)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
@@ -108,21 +111,26 @@ func (s *SQLite) StoreDesired(ctx context.Context, o control.DesiredObject, at t
 	return stored, err
 }
 
-func putDesired(ctx context.Context, tx *sql.Tx, o control.DesiredObject, at time.Time) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO desired_objects (kind, origin, name, generation, deleted, spec, updated_at) VALUES (?,?,?,?,?,?,?)
-		ON CONFLICT (kind, origin, name) DO UPDATE SET generation = excluded.generation, deleted = excluded.deleted, spec = excluded.spec, updated_at = excluded.updated_at`,
+func putDesired(ctx context.Context, tx *sql.Tx, o siteproto.DesiredObject, at time.Time) error {
+	_, err := tx.ExecContext(ctx,
+		`INSERT INTO desired_objects (kind, origin, name, generation, deleted, spec, updated_at) VALUES (?,?,?,?,?,?,?)
+		ON CONFLICT (kind, origin, name) DO UPDATE SET generation = excluded.generation, deleted = excluded.deleted, `+
+			`spec = excluded.spec, updated_at = excluded.updated_at`,
 		o.Kind, o.Origin, o.Name, o.Generation, o.Deleted, string(o.Spec), unix(at))
 	return err
 }
 
 // BumpDesired implements DesiredStore.
-func (s *SQLite) BumpDesired(ctx context.Context, kind, origin, name string, spec []byte, deleted bool, at time.Time) (control.DesiredObject, bool, error) {
+func (s *DB) BumpDesired(
+	ctx context.Context, kind, origin, name string, spec []byte, deleted bool, at time.Time,
+) (siteproto.DesiredObject, bool, error) {
 	var (
-		out     control.DesiredObject
+		out     siteproto.DesiredObject
 		changed bool
 	)
 	err := s.inTx(ctx, "change desired "+kind+"/"+name, func(tx *sql.Tx) error {
-		cur, err := scanDesired(tx.QueryRowContext(ctx, `SELECT kind, origin, name, generation, deleted, spec, updated_at FROM desired_objects
+		cur, err := scanDesired(tx.QueryRowContext(ctx,
+			`SELECT kind, origin, name, generation, deleted, spec, updated_at FROM desired_objects
 			WHERE kind = ? AND origin = ? AND name = ?`+s.d.forUpdate, kind, origin, name))
 		switch {
 		case errors.Is(err, ErrNotFound):
@@ -135,7 +143,13 @@ func (s *SQLite) BumpDesired(ctx context.Context, kind, origin, name string, spe
 			out = cur.DesiredObject
 			return nil
 		}
-		out = control.DesiredObject{Kind: kind, Origin: origin, Name: name, Generation: cur.Generation + 1, Deleted: deleted}
+		out = siteproto.DesiredObject{
+			Kind:       kind,
+			Origin:     origin,
+			Name:       name,
+			Generation: cur.Generation + 1,
+			Deleted:    deleted,
+		}
 		if !deleted {
 			out.Spec = append([]byte(nil), spec...)
 		}
@@ -146,7 +160,7 @@ func (s *SQLite) BumpDesired(ctx context.Context, kind, origin, name string, spe
 }
 
 // inTx runs f in a transaction and commits it; what names the work in errors.
-func (s *SQLite) inTx(ctx context.Context, what string, f func(tx *sql.Tx) error) error {
+func (s *DB) inTx(ctx context.Context, what string, f func(tx *sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: %s: %w", what, err)
@@ -185,8 +199,9 @@ func scanDesired(r scanner) (DesiredRecord, error) {
 }
 
 // GetDesired implements DesiredStore.
-func (s *SQLite) GetDesired(ctx context.Context, kind, origin, name string) (DesiredRecord, error) {
-	d, err := scanDesired(s.db.QueryRowContext(ctx, `SELECT kind, origin, name, generation, deleted, spec, updated_at FROM desired_objects
+func (s *DB) GetDesired(ctx context.Context, kind, origin, name string) (DesiredRecord, error) {
+	d, err := scanDesired(s.db.QueryRowContext(ctx,
+		`SELECT kind, origin, name, generation, deleted, spec, updated_at FROM desired_objects
 		WHERE kind = ? AND origin = ? AND name = ?`, kind, origin, name))
 	if errors.Is(err, ErrNotFound) {
 		return d, fmt.Errorf("%s %q: %w", kind, name, ErrNotFound)
@@ -198,8 +213,9 @@ func (s *SQLite) GetDesired(ctx context.Context, kind, origin, name string) (Des
 }
 
 // ListDesired implements DesiredStore.
-func (s *SQLite) ListDesired(ctx context.Context, kind string) ([]DesiredRecord, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT kind, origin, name, generation, deleted, spec, updated_at FROM desired_objects
+func (s *DB) ListDesired(ctx context.Context, kind string) ([]DesiredRecord, error) {
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT kind, origin, name, generation, deleted, spec, updated_at FROM desired_objects
 		WHERE ? = '' OR kind = ? ORDER BY kind, origin, name`, kind, kind)
 	if err != nil {
 		return nil, fmt.Errorf("store: list desired: %w", err)
@@ -217,7 +233,7 @@ func (s *SQLite) ListDesired(ctx context.Context, kind string) ([]DesiredRecord,
 }
 
 // AckDesired implements DesiredStore.
-func (s *SQLite) AckDesired(ctx context.Context, site string, acks []control.DesiredAck) error {
+func (s *DB) AckDesired(ctx context.Context, site string, acks []siteproto.DesiredAck) error {
 	return s.inTx(ctx, "record acks of site "+site, func(tx *sql.Tx) error {
 		for _, a := range acks {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO desired_acks (site, kind, origin, name, generation) VALUES (?,?,?,?,?)
@@ -231,15 +247,16 @@ func (s *SQLite) AckDesired(ctx context.Context, site string, acks []control.Des
 }
 
 // UnackedDesired implements DesiredStore.
-func (s *SQLite) UnackedDesired(ctx context.Context, site string) ([]control.DesiredObject, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT o.kind, o.origin, o.name, o.generation, o.deleted, o.spec, o.updated_at FROM desired_objects o
+func (s *DB) UnackedDesired(ctx context.Context, site string) ([]siteproto.DesiredObject, error) {
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT o.kind, o.origin, o.name, o.generation, o.deleted, o.spec, o.updated_at FROM desired_objects o
 		LEFT JOIN desired_acks a ON a.site = ? AND a.kind = o.kind AND a.origin = o.origin AND a.name = o.name
 		WHERE a.generation IS NULL OR a.generation < o.generation ORDER BY o.kind, o.origin, o.name`, site)
 	if err != nil {
 		return nil, fmt.Errorf("store: unacked desired of site %s: %w", site, err)
 	}
 	defer rows.Close()
-	var out []control.DesiredObject
+	var out []siteproto.DesiredObject
 	for rows.Next() {
 		d, err := scanDesired(rows)
 		if err != nil {
@@ -289,10 +306,14 @@ type MissionStore interface {
 	// generation gen, atomically, and reports whether it did: false means
 	// the run started before (or the generation moved on), so it must not
 	// start again.
-	StartMissionNode(ctx context.Context, origin, mission, nodeID string, gen int64, jobID string, at time.Time) (bool, error)
+	StartMissionNode(
+		ctx context.Context, origin, mission, nodeID string, gen int64, jobID string, at time.Time,
+	) (bool, error)
 	// FinishMissionNode records a run's end (applied or failed) for a node
 	// running at generation gen; false if it was not running at gen.
-	FinishMissionNode(ctx context.Context, origin, mission, nodeID string, gen int64, phase, errMsg string, at time.Time) (bool, error)
+	FinishMissionNode(
+		ctx context.Context, origin, mission, nodeID string, gen int64, phase, errMsg string, at time.Time,
+	) (bool, error)
 	// SetMissionCheck records a state check's result.
 	SetMissionCheck(ctx context.Context, origin, mission, nodeID, state, output string, at time.Time) error
 	// ListMissionNodes lists the node records of a mission ("" and "": of
@@ -304,9 +325,11 @@ type MissionStore interface {
 }
 
 // PlanMissionNode implements MissionStore.
-func (s *SQLite) PlanMissionNode(ctx context.Context, n MissionNode) (bool, error) {
-	res, err := s.db.ExecContext(ctx, `INSERT INTO mission_nodes (origin, name, node_id, node, generation, phase, updated_at) VALUES (?,?,?,?,?,?,?)
-		ON CONFLICT (origin, name, node_id) DO UPDATE SET node = excluded.node, generation = excluded.generation, phase = excluded.phase,
+func (s *DB) PlanMissionNode(ctx context.Context, n MissionNode) (bool, error) {
+	res, err := s.db.ExecContext(ctx,
+		`INSERT INTO mission_nodes (origin, name, node_id, node, generation, phase, updated_at) VALUES (?,?,?,?,?,?,?)
+		ON CONFLICT (origin, name, node_id) DO UPDATE SET node = excluded.node, generation = excluded.generation, `+
+			`phase = excluded.phase,
 			job_id = '', error = '', started_at = 0, finished_at = 0, updated_at = excluded.updated_at
 		WHERE mission_nodes.generation < excluded.generation`,
 		n.Origin, n.Mission, n.NodeID, n.Node, n.Generation, MissionPending, unix(n.UpdatedAt))
@@ -318,7 +341,9 @@ func (s *SQLite) PlanMissionNode(ctx context.Context, n MissionNode) (bool, erro
 }
 
 // StartMissionNode implements MissionStore.
-func (s *SQLite) StartMissionNode(ctx context.Context, origin, mission, nodeID string, gen int64, jobID string, at time.Time) (bool, error) {
+func (s *DB) StartMissionNode(
+	ctx context.Context, origin, mission, nodeID string, gen int64, jobID string, at time.Time,
+) (bool, error) {
 	res, err := s.db.ExecContext(ctx, `UPDATE mission_nodes SET phase = ?, job_id = ?, started_at = ?, updated_at = ?
 		WHERE origin = ? AND name = ? AND node_id = ? AND generation = ? AND phase = ?`,
 		MissionRunning, jobID, unix(at), unix(at), origin, mission, nodeID, gen, MissionPending)
@@ -330,7 +355,9 @@ func (s *SQLite) StartMissionNode(ctx context.Context, origin, mission, nodeID s
 }
 
 // FinishMissionNode implements MissionStore.
-func (s *SQLite) FinishMissionNode(ctx context.Context, origin, mission, nodeID string, gen int64, phase, errMsg string, at time.Time) (bool, error) {
+func (s *DB) FinishMissionNode(
+	ctx context.Context, origin, mission, nodeID string, gen int64, phase, errMsg string, at time.Time,
+) (bool, error) {
 	res, err := s.db.ExecContext(ctx, `UPDATE mission_nodes SET phase = ?, error = ?, finished_at = ?, updated_at = ?
 		WHERE origin = ? AND name = ? AND node_id = ? AND generation = ? AND phase = ?`,
 		phase, errMsg, unix(at), unix(at), origin, mission, nodeID, gen, MissionRunning)
@@ -342,8 +369,9 @@ func (s *SQLite) FinishMissionNode(ctx context.Context, origin, mission, nodeID 
 }
 
 // SetMissionCheck implements MissionStore.
-func (s *SQLite) SetMissionCheck(ctx context.Context, origin, mission, nodeID, state, output string, at time.Time) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE mission_nodes SET check_state = ?, check_output = ?, checked_at = ?, updated_at = ?
+func (s *DB) SetMissionCheck(ctx context.Context, origin, mission, nodeID, state, output string, at time.Time) error {
+	_, err := s.db.ExecContext(ctx,
+		`UPDATE mission_nodes SET check_state = ?, check_output = ?, checked_at = ?, updated_at = ?
 		WHERE origin = ? AND name = ? AND node_id = ?`, state, output, unix(at), unix(at), origin, mission, nodeID)
 	if err != nil {
 		return fmt.Errorf("store: record state check of mission %s on node %s: %w", mission, nodeID, err)
@@ -352,8 +380,9 @@ func (s *SQLite) SetMissionCheck(ctx context.Context, origin, mission, nodeID, s
 }
 
 // ListMissionNodes implements MissionStore.
-func (s *SQLite) ListMissionNodes(ctx context.Context, origin, mission string) ([]MissionNode, error) {
-	q := `SELECT origin, name, node_id, node, generation, phase, job_id, error, started_at, finished_at, check_state, check_output, checked_at, updated_at
+func (s *DB) ListMissionNodes(ctx context.Context, origin, mission string) ([]MissionNode, error) {
+	q := `SELECT origin, name, node_id, node, generation, phase, job_id, error, started_at, finished_at, check_state, ` +
+		`check_output, checked_at, updated_at
 		FROM mission_nodes`
 	var args []any
 	if origin != "" || mission != "" {
@@ -375,14 +404,15 @@ func (s *SQLite) ListMissionNodes(ctx context.Context, origin, mission string) (
 			&started, &finished, &n.CheckState, &n.CheckOutput, &checked, &updatedAt); err != nil {
 			return nil, fmt.Errorf("store: list mission nodes: %w", err)
 		}
-		n.StartedAt, n.FinishedAt, n.CheckedAt, n.UpdatedAt = fromUnix(started), fromUnix(finished), fromUnix(checked), fromUnix(updatedAt)
+		n.StartedAt, n.FinishedAt, n.CheckedAt, n.UpdatedAt =
+			fromUnix(started), fromUnix(finished), fromUnix(checked), fromUnix(updatedAt)
 		out = append(out, n)
 	}
 	return out, rows.Err()
 }
 
 // DeleteMissionNodes implements MissionStore.
-func (s *SQLite) DeleteMissionNodes(ctx context.Context, origin, mission, nodeID string) error {
+func (s *DB) DeleteMissionNodes(ctx context.Context, origin, mission, nodeID string) error {
 	q, args := `DELETE FROM mission_nodes WHERE origin = ? AND name = ?`, []any{origin, mission}
 	if nodeID != "" {
 		q += ` AND node_id = ?`

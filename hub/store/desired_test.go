@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
 var testOrigin = strings.Repeat("ab", 32)
@@ -18,8 +18,8 @@ var testOrigin = strings.Repeat("ab", 32)
 func TestDesiredGenerations(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, openTest func(t *testing.T) *DB) {
 		ctx, s := context.Background(), openTest(t)
-		obj := func(gen int64, spec string, deleted bool) control.DesiredObject {
-			o := control.DesiredObject{Kind: "mission", Origin: testOrigin, Name: "m1", Generation: gen, Deleted: deleted}
+		obj := func(gen int64, spec string, deleted bool) siteproto.DesiredObject {
+			o := siteproto.DesiredObject{Kind: "mission", Origin: testOrigin, Name: "m1", Generation: gen, Deleted: deleted}
 			if spec != "" {
 				o.Spec = []byte(spec)
 			}
@@ -27,7 +27,7 @@ func TestDesiredGenerations(t *testing.T) {
 		}
 		now := time.Now()
 		steps := []struct {
-			o        control.DesiredObject
+			o        siteproto.DesiredObject
 			stored   bool
 			wantGen  int64
 			wantSpec string
@@ -65,10 +65,14 @@ func TestDesiredGenerations(t *testing.T) {
 		if err != nil || len(un) != 1 || un[0].Generation != 4 {
 			t.Fatalf("unacked before ack = %+v, %v", un, err)
 		}
-		if err := s.AckDesired(ctx, "site-a", []control.DesiredAck{{Kind: "mission", Origin: testOrigin, Name: "m1", Generation: 4}}); err != nil {
+		if err := s.AckDesired(ctx, "site-a", []siteproto.DesiredAck{
+			{Kind: "mission", Origin: testOrigin, Name: "m1", Generation: 4},
+		}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.AckDesired(ctx, "site-a", []control.DesiredAck{{Kind: "mission", Origin: testOrigin, Name: "m1", Generation: 2}}); err != nil {
+		if err := s.AckDesired(ctx, "site-a", []siteproto.DesiredAck{
+			{Kind: "mission", Origin: testOrigin, Name: "m1", Generation: 2},
+		}); err != nil {
 			t.Fatal(err)
 		}
 		if un, _ := s.UnackedDesired(ctx, "site-a"); len(un) != 0 {
@@ -115,7 +119,8 @@ func TestDesiredBump(t *testing.T) {
 				t.Fatalf("step %d: %v", i, err)
 			}
 			if o.Generation != st.gen || changed != st.changed || o.Deleted != st.deleted {
-				t.Errorf("step %d: gen %d changed %v deleted %v, want %d %v %v", i, o.Generation, changed, o.Deleted, st.gen, st.changed, st.deleted)
+				t.Errorf("step %d: gen %d changed %v deleted %v, want %d %v %v", i, o.Generation, changed, o.Deleted, st.gen,
+					st.changed, st.deleted)
 			}
 		}
 		list, err := s.ListDesired(ctx, "mission")
@@ -163,7 +168,8 @@ func TestMissionNodes(t *testing.T) {
 		if err != nil || len(list) != 1 {
 			t.Fatalf("list = %+v, %v", list, err)
 		}
-		if g := list[0]; g.Phase != MissionApplied || g.JobID != "job1" || g.CheckState != "ok" || g.CheckOutput != "fine" || g.StartedAt.IsZero() {
+		if g := list[0]; g.Phase != MissionApplied || g.JobID != "job1" || g.CheckState != "ok" || g.CheckOutput != "fine" ||
+			g.StartedAt.IsZero() {
 			t.Errorf("record = %+v", g)
 		}
 		n.Generation = 2

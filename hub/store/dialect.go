@@ -82,10 +82,6 @@ func (h hotDB) ExecContext(ctx context.Context, q string, args ...any) (sql.Resu
 	return st.ExecContext(ctx, args...)
 }
 
-// SQLite is the name the store's methods are written on; it is the same
-// type for both backends.
-type SQLite = DB
-
 // dialect is what differs between the backends' SQL.
 type dialect struct {
 	// name is "sqlite" or "postgres".
@@ -177,7 +173,9 @@ func parseSpec(spec, dataDir string) (kind, loc string, err error) {
 		// A bare path is a SQLite file, as sqlite:PATH.
 		return "sqlite", spec, nil
 	}
-	return "", "", fmt.Errorf("store: --store %q: want a SQLite file (PATH or sqlite:PATH) or postgres://USER@HOST/DB?sslmode=verify-full", redactSpec(spec))
+	return "", "", fmt.Errorf(
+		"store: --store %q: want a SQLite file (PATH or sqlite:PATH) or postgres://USER@HOST/DB?sslmode=verify-full",
+		redactSpec(spec))
 }
 
 // rebind turns the `?` placeholders of q into PostgreSQL's `$1, $2, …`,

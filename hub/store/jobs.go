@@ -196,7 +196,7 @@ type JobStore interface {
 }
 
 // CreateJob implements JobStore.
-func (s *SQLite) CreateJob(ctx context.Context, j Job, nodes []NodeRef) error {
+func (s *DB) CreateJob(ctx context.Context, j Job, nodes []NodeRef) error {
 	spec, err := json.Marshal(j.Spec)
 	if err != nil {
 		return fmt.Errorf("store: job %s: encode spec: %w", j.ID, err)
@@ -232,8 +232,9 @@ func (s *SQLite) CreateJob(ctx context.Context, j Job, nodes []NodeRef) error {
 }
 
 // FinishJob implements JobStore.
-func (s *SQLite) FinishJob(ctx context.Context, id, state, errMsg string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET state = ?, error = ?, finished_at = ? WHERE id = ?`, state, errMsg, unix(at), id)
+func (s *DB) FinishJob(ctx context.Context, id, state, errMsg string, at time.Time) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET state = ?, error = ?, finished_at = ? WHERE id = ?`, state, errMsg,
+		unix(at), id)
 	if err != nil {
 		return fmt.Errorf("store: finish job %s: %w", id, err)
 	}
@@ -244,7 +245,7 @@ func (s *SQLite) FinishJob(ctx context.Context, id, state, errMsg string, at tim
 }
 
 // UpdateJobNodes implements JobStore.
-func (s *SQLite) UpdateJobNodes(ctx context.Context, nodes []JobNode) error {
+func (s *DB) UpdateJobNodes(ctx context.Context, nodes []JobNode) error {
 	if len(nodes) == 0 {
 		return nil
 	}
@@ -253,8 +254,10 @@ func (s *SQLite) UpdateJobNodes(ctx context.Context, nodes []JobNode) error {
 		return fmt.Errorf("store: update job nodes: %w", err)
 	}
 	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, `UPDATE job_nodes SET state = ?, exit_code = ?, error = ?, started_at = ?, finished_at = ?,
-		log_head = ?, log_tail = ?, log_dropped = ?, log_bytes = ? WHERE job_id = ? AND node_id = ? AND state NOT IN (?,?,?,?,?)`)
+	stmt, err := tx.PrepareContext(ctx,
+		`UPDATE job_nodes SET state = ?, exit_code = ?, error = ?, started_at = ?, finished_at = ?,
+		log_head = ?, log_tail = ?, log_dropped = ?, log_bytes = ? WHERE job_id = ? AND node_id = ? AND state NOT IN `+
+			`(?,?,?,?,?)`)
 	if err != nil {
 		return fmt.Errorf("store: update job nodes: %w", err)
 	}
@@ -297,7 +300,7 @@ func scanJob(r scanner) (Job, error) {
 }
 
 // GetJob implements JobStore.
-func (s *SQLite) GetJob(ctx context.Context, id string) (Job, error) {
+func (s *DB) GetJob(ctx context.Context, id string) (Job, error) {
 	j, err := scanJob(s.db.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Job{}, fmt.Errorf("store: job %s: %w", id, ErrNotFound)
@@ -312,7 +315,7 @@ func (s *SQLite) GetJob(ctx context.Context, id string) (Job, error) {
 }
 
 // ListJobs implements JobStore: newest first.
-func (s *SQLite) ListJobs(ctx context.Context, f JobFilter) ([]Job, error) {
+func (s *DB) ListJobs(ctx context.Context, f JobFilter) ([]Job, error) {
 	limit := f.Limit
 	if limit <= 0 || limit > 10000 {
 		limit = 100
@@ -348,7 +351,7 @@ func (s *SQLite) ListJobs(ctx context.Context, f JobFilter) ([]Job, error) {
 	return out, s.fillCounts(ctx, ptrs)
 }
 
-func (s *SQLite) fillCounts(ctx context.Context, jobs []*Job) error {
+func (s *DB) fillCounts(ctx context.Context, jobs []*Job) error {
 	for _, j := range jobs {
 		j.Counts, j.Total = map[string]int{}, 0
 		rows, err := s.db.QueryContext(ctx, `SELECT state, count(*) FROM job_nodes WHERE job_id = ? GROUP BY state`, j.ID)
@@ -379,7 +382,9 @@ func scanJobNode(r scanner, extra ...any) (JobNode, error) {
 	var n JobNode
 	var code sql.NullInt64
 	var started, finished int64
-	dest := append([]any{&n.JobID, &n.NodeID, &n.Node, &n.State, &code, &n.Error, &started, &finished, &n.LogDropped, &n.LogBytes}, extra...)
+	dest := append([]any{
+		&n.JobID, &n.NodeID, &n.Node, &n.State, &code, &n.Error, &started, &finished, &n.LogDropped, &n.LogBytes,
+	}, extra...)
 	if err := r.Scan(dest...); err != nil {
 		return JobNode{}, err
 	}
@@ -392,7 +397,7 @@ func scanJobNode(r scanner, extra ...any) (JobNode, error) {
 }
 
 // ListJobNodes implements JobStore.
-func (s *SQLite) ListJobNodes(ctx context.Context, jobID string) ([]JobNode, error) {
+func (s *DB) ListJobNodes(ctx context.Context, jobID string) ([]JobNode, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+jobNodeColumns+` FROM job_nodes WHERE job_id = ? ORDER BY node`, jobID)
 	if err != nil {
 		return nil, fmt.Errorf("store: job %s nodes: %w", jobID, err)
@@ -410,10 +415,12 @@ func (s *SQLite) ListJobNodes(ctx context.Context, jobID string) ([]JobNode, err
 }
 
 // GetJobNode implements JobStore.
-func (s *SQLite) GetJobNode(ctx context.Context, jobID, node string) (JobNode, error) {
+func (s *DB) GetJobNode(ctx context.Context, jobID, node string) (JobNode, error) {
 	var n JobNode
 	var head, tail []byte
-	n, err := scanJobNode(s.db.QueryRowContext(ctx, `SELECT `+jobNodeColumns+`, log_head, log_tail FROM job_nodes WHERE job_id = ? AND node = ?`, jobID, node), &head, &tail)
+	n, err := scanJobNode(s.db.QueryRowContext(ctx,
+		`SELECT `+jobNodeColumns+
+			`, log_head, log_tail FROM job_nodes WHERE job_id = ? AND node = ?`, jobID, node), &head, &tail)
 	if errors.Is(err, sql.ErrNoRows) {
 		return JobNode{}, fmt.Errorf("store: job %s node %s: %w", jobID, node, ErrNotFound)
 	}
@@ -425,12 +432,12 @@ func (s *SQLite) GetJobNode(ctx context.Context, jobID, node string) (JobNode, e
 }
 
 // InterruptJobs implements JobStore.
-func (s *SQLite) InterruptJobs(ctx context.Context, at time.Time) (int, error) {
+func (s *DB) InterruptJobs(ctx context.Context, at time.Time) (int, error) {
 	return s.interruptJobs(ctx, at, "interrupted by a hub restart", "1 = 1")
 }
 
 // InterruptJobsOf implements JobStore.
-func (s *SQLite) InterruptJobsOf(ctx context.Context, owners []string, at time.Time) (int, error) {
+func (s *DB) InterruptJobsOf(ctx context.Context, owners []string, at time.Time) (int, error) {
 	if len(owners) == 0 {
 		return 0, nil
 	}
@@ -438,26 +445,28 @@ func (s *SQLite) InterruptJobsOf(ctx context.Context, owners []string, at time.T
 	for i, o := range owners {
 		args[i] = o
 	}
-	return s.interruptJobs(ctx, at, "interrupted by a hub restart", "owner IN (?"+strings.Repeat(",?", len(owners)-1)+")", args...)
+	return s.interruptJobs(ctx, at, "interrupted by a hub restart", "owner IN (?"+strings.Repeat(",?", len(owners)-1)+")",
+		args...)
 }
 
 // InterruptOrphanedJobs implements JobStore. Which replicas are alive is
 // read in the same statement, so a job a replica starts right after its
 // lease is taken is never taken for an orphan.
-func (s *SQLite) InterruptOrphanedJobs(ctx context.Context, grace time.Duration, at time.Time) (int, error) {
+func (s *DB) InterruptOrphanedJobs(ctx context.Context, grace time.Duration, at time.Time) (int, error) {
 	now, err := s.leaseNow(ctx, s.db)
 	if err != nil {
 		return 0, fmt.Errorf("store: interrupt jobs of stopped replicas: %w", err)
 	}
 	return s.interruptJobs(ctx, at, "interrupted: the hub replica running it stopped", `owner != '' AND owner NOT IN
-		(SELECT holder FROM leases WHERE name = '`+ReplicaLeasePrefix+`' || holder AND expires_at > ?)`, unix(now.Add(-grace)))
+		(SELECT holder FROM leases WHERE name = '`+ReplicaLeasePrefix+`' || holder AND expires_at > ?)`,
+		unix(now.Add(-grace)))
 }
 
 // markJobsAliveChunk bounds the IDs of one MarkJobsAlive statement.
 const markJobsAliveChunk = 500
 
 // MarkJobsAlive implements JobStore.
-func (s *SQLite) MarkJobsAlive(ctx context.Context, ids []string, at time.Time) error {
+func (s *DB) MarkJobsAlive(ctx context.Context, ids []string, at time.Time) error {
 	for chunk := range slices.Chunk(ids, markJobsAliveChunk) {
 		args := make([]any, 0, len(chunk)+2)
 		args = append(args, unix(at), JobRunning)
@@ -482,10 +491,12 @@ const interruptedAt = `CASE WHEN j.alive_at > 0 AND j.alive_at < CAST(? AS BIGIN
 // jobs' columns) and their live runs interrupted, fenced by ctx. They end
 // at the job's last sign of life, so the downtime is not in a run's
 // duration; a run that started after it ends when it started.
-func (s *SQLite) interruptJobs(ctx context.Context, at time.Time, why, where string, args ...any) (int, error) {
+func (s *DB) interruptJobs(ctx context.Context, at time.Time, why, where string, args ...any) (int, error) {
 	var n int64
 	err := s.fencedTx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `UPDATE job_nodes SET state = ?, error = 'the hub stopped while this run was live; rerun with `+"`tether jobs rerun`"+`',
+		if _, err := tx.ExecContext(ctx,
+			`UPDATE job_nodes SET state = ?, error = 'the hub stopped while this run was live; rerun with `+
+				"`tether jobs rerun`"+`',
 		finished_at = CASE WHEN started_at = 0 THEN 0
 			ELSE (SELECT CASE WHEN `+interruptedAt+` > job_nodes.started_at THEN `+interruptedAt+`
 				ELSE job_nodes.started_at END FROM jobs j WHERE j.id = job_nodes.job_id) END

@@ -22,15 +22,38 @@ func TestJobsLifecycleAndInterrupt(t *testing.T) {
 		}
 		now := time.Now().UTC().Truncate(time.Millisecond)
 		spec := JobSpec{Command: "true", Parallel: 5, TimeoutSeconds: 60, MaxFailures: "10%", Role: "automation"}
-		if err := s.CreateJob(ctx, Job{ID: "j1", Kind: "run", Spec: spec, CreatedBy: "admin", State: JobRunning, CreatedAt: now}, refs("a", "b", "c")); err != nil {
+		if err := s.CreateJob(ctx, Job{
+			ID:        "j1",
+			Kind:      "run",
+			Spec:      spec,
+			CreatedBy: "admin",
+			State:     JobRunning,
+			CreatedAt: now,
+		}, refs("a", "b", "c")); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.CreateJob(ctx, Job{ID: "j2", Kind: "run", Spec: JobSpec{Command: "x"}, State: JobRunning, CreatedAt: now.Add(time.Second)}, refs("a")); err != nil {
+		if err := s.CreateJob(ctx, Job{
+			ID:        "j2",
+			Kind:      "run",
+			Spec:      JobSpec{Command: "x"},
+			State:     JobRunning,
+			CreatedAt: now.Add(time.Second),
+		}, refs("a")); err != nil {
 			t.Fatal(err)
 		}
 		zero, one := 0, 1
 		if err := s.UpdateJobNodes(ctx, []JobNode{
-			{JobID: "j1", NodeID: "id-a", Node: "a", State: RunOK, ExitCode: &zero, StartedAt: now, FinishedAt: now.Add(time.Second), LogHead: []byte("hello\n"), LogBytes: 6},
+			{
+				JobID:      "j1",
+				NodeID:     "id-a",
+				Node:       "a",
+				State:      RunOK,
+				ExitCode:   &zero,
+				StartedAt:  now,
+				FinishedAt: now.Add(time.Second),
+				LogHead:    []byte("hello\n"),
+				LogBytes:   6,
+			},
 			{JobID: "j1", NodeID: "id-b", Node: "b", State: RunRunning, StartedAt: now},
 			{JobID: "j2", NodeID: "id-a", Node: "a", State: RunFailed, ExitCode: &one, StartedAt: now, FinishedAt: now},
 		}); err != nil {
@@ -43,7 +66,8 @@ func TestJobsLifecycleAndInterrupt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if j.Total != 3 || j.Counts[RunOK] != 1 || j.Counts[RunRunning] != 1 || j.Counts[RunPending] != 1 || j.Spec.MaxFailures != "10%" {
+		if j.Total != 3 || j.Counts[RunOK] != 1 || j.Counts[RunRunning] != 1 || j.Counts[RunPending] != 1 ||
+			j.Spec.MaxFailures != "10%" {
 			t.Fatalf("job = %+v", j)
 		}
 		jobs, err := s.ListJobs(ctx, JobFilter{})
@@ -113,7 +137,8 @@ func TestClusterMembersAndAPITokens(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := s.GetClusterMember(ctx, "id-n1")
-		if err != nil || got.Node != "n1" || got.State != "registering" || !got.LastTransition.Equal(now) || got.LastError != "x" {
+		if err != nil || got.Node != "n1" || got.State != "registering" || !got.LastTransition.Equal(now) ||
+			got.LastError != "x" {
 			t.Fatalf("GetClusterMember = %+v, %v", got, err)
 		}
 		if all, _ := s.ListClusterMembers(ctx); len(all) != 1 {
@@ -124,7 +149,8 @@ func TestClusterMembersAndAPITokens(t *testing.T) {
 		if err := s.CreateAPIToken(ctx, tok); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := s.GetAPIToken(ctx, "t1"); err != nil || got.Role != "automation" || string(got.SecretHash) != "\x01\x02" {
+		if got, err := s.GetAPIToken(ctx, "t1"); err != nil || got.Role != "automation" ||
+			string(got.SecretHash) != "\x01\x02" {
 			t.Fatalf("GetAPIToken = %+v, %v", got, err)
 		}
 		if err := s.DeleteAPIToken(ctx, "t1"); err != nil {
@@ -171,7 +197,13 @@ func TestListClusterMembersReadsMembersFirst(t *testing.T) {
 	for _, n := range []string{"n3", "n1", "n2"} {
 		addNode(t, s, "id-"+n, n)
 		if n != "n2" {
-			if err := s.PutClusterMember(ctx, ClusterMember{NodeID: "id-" + n, Engine: "k3s", Desired: "active", State: "inactive", UpdatedAt: time.Now()}); err != nil {
+			if err := s.PutClusterMember(ctx, ClusterMember{
+				NodeID:    "id-" + n,
+				Engine:    "k3s",
+				Desired:   "active",
+				State:     "inactive",
+				UpdatedAt: time.Now(),
+			}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -193,7 +225,8 @@ func TestListClusterMembersReadsMembersFirst(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if len(plan) == 0 || !strings.HasPrefix(plan[0], "SCAN m") || slices.ContainsFunc(plan, func(d string) bool { return strings.HasPrefix(d, "SCAN n") }) {
+	if len(plan) == 0 || !strings.HasPrefix(plan[0], "SCAN m") ||
+		slices.ContainsFunc(plan, func(d string) bool { return strings.HasPrefix(d, "SCAN n") }) {
 		t.Fatalf("plan %q: want cluster_members (m) scanned and nodes (n) searched by ID", plan)
 	}
 	all, err := s.ListClusterMembers(ctx)
@@ -203,10 +236,15 @@ func TestListClusterMembersReadsMembersFirst(t *testing.T) {
 }
 
 // addNode registers a node through a join token of its own.
-func addNode(t *testing.T, s *SQLite, id, name string) Node {
+func addNode(t *testing.T, s *DB, id, name string) Node {
 	t.Helper()
 	ctx := context.Background()
-	if err := s.CreateToken(ctx, Token{ID: "tok-" + id, SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+	if err := s.CreateToken(ctx, Token{
+		ID:         "tok-" + id,
+		SecretHash: []byte("h"),
+		UsesLeft:   1,
+		ExpiresAt:  time.Now().Add(time.Hour),
+	}); err != nil {
 		t.Fatal(err)
 	}
 	n, err := s.Join(ctx, "tok-"+id, accept, Node{ID: id, Name: name})
@@ -228,18 +266,38 @@ func TestRemovedNodeNameInheritsNothing(t *testing.T) {
 		now := time.Now().UTC().Truncate(time.Millisecond)
 		old := addNode(t, s, "id-old", "edge-1")
 		addNode(t, s, "id-other", "edge-2")
-		if err := s.PutClusterMember(ctx, ClusterMember{NodeID: old.ID, Engine: "k3s", Desired: "active", State: "active", UpdatedAt: now}); err != nil {
+		if err := s.PutClusterMember(ctx, ClusterMember{
+			NodeID:    old.ID,
+			Engine:    "k3s",
+			Desired:   "active",
+			State:     "active",
+			UpdatedAt: now,
+		}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.PutClusterMember(ctx, ClusterMember{NodeID: "id-other", Engine: "k3s", Desired: "active", State: "active", UpdatedAt: now}); err != nil {
+		if err := s.PutClusterMember(ctx, ClusterMember{
+			NodeID:    "id-other",
+			Engine:    "k3s",
+			Desired:   "active",
+			State:     "active",
+			UpdatedAt: now,
+		}); err != nil {
 			t.Fatal(err)
 		}
 		targets := []NodeRef{{ID: old.ID, Name: old.Name}, {ID: "id-other", Name: "edge-2"}}
-		if err := s.CreateJob(ctx, Job{ID: "j1", Kind: "run", Spec: JobSpec{Command: "true", WaitOnlineSecs: 3600}, State: JobRunning, CreatedAt: now}, targets); err != nil {
+		if err := s.CreateJob(ctx, Job{
+			ID:        "j1",
+			Kind:      "run",
+			Spec:      JobSpec{Command: "true", WaitOnlineSecs: 3600},
+			State:     JobRunning,
+			CreatedAt: now,
+		}, targets); err != nil {
 			t.Fatal(err)
 		}
 		waiting := JobNode{JobID: "j1", NodeID: old.ID, Node: old.Name, State: RunWaiting}
-		if err := s.UpdateJobNodes(ctx, []JobNode{waiting, {JobID: "j1", NodeID: "id-other", Node: "edge-2", State: RunWaiting}}); err != nil {
+		if err := s.UpdateJobNodes(ctx, []JobNode{
+			waiting, {JobID: "j1", NodeID: "id-other", Node: "edge-2", State: RunWaiting},
+		}); err != nil {
 			t.Fatal(err)
 		}
 
@@ -287,11 +345,14 @@ func TestMigrateNamesToNodeIDs(t *testing.T) {
 	// edge-3 (id-3b) joined after job j1 was created: the job's edge-3 was
 	// an earlier machine under that name.
 	path := dataDirAt(t, 4,
-		`INSERT INTO nodes (id, name, created_at) VALUES ('id-1', 'edge-1', 1), ('id-2', 'edge-2', 1), ('id-3b', 'edge-3', 2000)`,
+		`INSERT INTO nodes (id, name, created_at) VALUES ('id-1', 'edge-1', 1), ('id-2', 'edge-2', 1), ('id-3b', `+
+			`'edge-3', 2000)`,
 		`INSERT INTO cluster_members (node, engine, desired, state, updated_at) VALUES
-			('edge-1', 'k3s', 'active', 'active', 3000), ('gone', 'k3s', 'active', 'install_in_progress', 5), ('edge-3', 'k3s', 'active', 'active', 5)`,
+			('edge-1', 'k3s', 'active', 'active', 3000), ('gone', 'k3s', 'active', 'install_in_progress', 5), ('edge-3', `+
+			`'k3s', 'active', 'active', 5)`,
 		`INSERT INTO jobs (id, kind, spec, state, created_at) VALUES ('j1', 'run', '{}', 'running', 1000)`,
-		`INSERT INTO job_nodes (job_id, node, state) VALUES ('j1', 'edge-1', 'waiting'), ('j1', 'edge-2', 'ok'), ('j1', 'gone', 'failed'), ('j1', 'edge-3', 'waiting')`,
+		`INSERT INTO job_nodes (job_id, node, state) VALUES ('j1', 'edge-1', 'waiting'), ('j1', 'edge-2', 'ok'), ('j1', `+
+			`'gone', 'failed'), ('j1', 'edge-3', 'waiting')`,
 	)
 
 	s, err := OpenSQLite(ctx, path)

@@ -80,14 +80,17 @@ type KubeOneStore interface {
 }
 
 // CreateKubeOneCluster implements KubeOneStore.
-func (s *SQLite) CreateKubeOneCluster(ctx context.Context, c KubeOneCluster) error {
+func (s *DB) CreateKubeOneCluster(ctx context.Context, c KubeOneCluster) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: create KubeOne cluster %s: %w", c.Name, err)
 	}
 	defer tx.Rollback()
-	_, err = tx.ExecContext(ctx, `INSERT INTO kubeone_clusters (name, id, kubernetes, login, cni, extra, public_key, status, created_at, updated_at)
-		VALUES (?,?,?,?,?,?,?,?,?,?)`, c.Name, c.ID, c.Kubernetes, c.Login, c.CNI, orEmptyObject(c.Extra), c.PublicKey, c.Status, unix(c.CreatedAt), unix(c.CreatedAt))
+	_, err = tx.ExecContext(ctx,
+		`INSERT INTO kubeone_clusters (name, id, kubernetes, login, cni, extra, public_key, status, created_at, updated_at)
+		VALUES (?,?,?,?,?,?,?,?,?,?)`,
+		c.Name, c.ID, c.Kubernetes, c.Login, c.CNI, orEmptyObject(c.Extra), c.PublicKey, c.Status,
+		unix(c.CreatedAt), unix(c.CreatedAt))
 	if isUniqueViolation(err) {
 		return fmt.Errorf("store: KubeOne cluster %q: %w", c.Name, ErrNameTaken)
 	}
@@ -112,7 +115,7 @@ func orEmptyObject(s string) string {
 // (ErrInOtherCluster) and no engine of the cluster state machine (a
 // *KubernetesOwnerError). The nodes are locked first, in ID order, as a
 // cluster member's write locks its node, so the two never both win.
-func (s *SQLite) putMembers(ctx context.Context, tx *sql.Tx, cluster string, members []KubeOneMember) error {
+func (s *DB) putMembers(ctx context.Context, tx *sql.Tx, cluster string, members []KubeOneMember) error {
 	ids := make([]string, 0, len(members))
 	for _, m := range members {
 		ids = append(ids, m.NodeID)
@@ -144,7 +147,8 @@ func (s *SQLite) putMembers(ctx context.Context, tx *sql.Tx, cluster string, mem
 		case err != nil && !errors.Is(err, sql.ErrNoRows):
 			return fmt.Errorf("store: KubeOne cluster %s: member %s: engine: %w", cluster, m.NodeID, err)
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO kubeone_members (node_id, cluster, role, position) VALUES (?,?,?,?)`, m.NodeID, cluster, m.Role, i)
+		_, err = tx.ExecContext(ctx, `INSERT INTO kubeone_members (node_id, cluster, role, position) VALUES (?,?,?,?)`,
+			m.NodeID, cluster, m.Role, i)
 		if isForeignKeyViolation(err) {
 			return fmt.Errorf("store: KubeOne cluster %s: node %s: %w", cluster, m.NodeID, ErrNotFound)
 		}
@@ -155,7 +159,8 @@ func (s *SQLite) putMembers(ctx context.Context, tx *sql.Tx, cluster string, mem
 	return nil
 }
 
-const kubeOneColumns = `name, id, kubernetes, login, cni, extra, public_key, status, last_apply_job, last_apply_result, last_apply_at, created_at, updated_at`
+const kubeOneColumns = `name, id, kubernetes, login, cni, extra, public_key, status, last_apply_job, ` +
+	`last_apply_result, last_apply_at, created_at, updated_at`
 
 func scanKubeOne(r scanner) (KubeOneCluster, error) {
 	var c KubeOneCluster
@@ -172,8 +177,9 @@ func scanKubeOne(r scanner) (KubeOneCluster, error) {
 }
 
 // GetKubeOneCluster implements KubeOneStore.
-func (s *SQLite) GetKubeOneCluster(ctx context.Context, name string) (KubeOneCluster, error) {
-	c, err := scanKubeOne(s.db.QueryRowContext(ctx, `SELECT `+kubeOneColumns+` FROM kubeone_clusters WHERE name = ?`, name))
+func (s *DB) GetKubeOneCluster(ctx context.Context, name string) (KubeOneCluster, error) {
+	c, err := scanKubeOne(s.db.QueryRowContext(ctx, `SELECT `+kubeOneColumns+` FROM kubeone_clusters WHERE name = ?`,
+		name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return KubeOneCluster{}, fmt.Errorf("store: KubeOne cluster %q: %w", name, ErrNotFound)
 	}
@@ -189,7 +195,7 @@ func (s *SQLite) GetKubeOneCluster(ctx context.Context, name string) (KubeOneClu
 }
 
 // ListKubeOneClusters implements KubeOneStore (by name).
-func (s *SQLite) ListKubeOneClusters(ctx context.Context) ([]KubeOneCluster, error) {
+func (s *DB) ListKubeOneClusters(ctx context.Context) ([]KubeOneCluster, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+kubeOneColumns+` FROM kubeone_clusters ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list KubeOne clusters: %w", err)
@@ -219,7 +225,7 @@ func (s *SQLite) ListKubeOneClusters(ctx context.Context) ([]KubeOneCluster, err
 
 // kubeOneMembers returns the members of cluster ("" for every cluster)
 // with their nodes, per cluster, control-plane first, each in its order.
-func (s *SQLite) kubeOneMembers(ctx context.Context, cluster string) (map[string][]KubeOneMember, error) {
+func (s *DB) kubeOneMembers(ctx context.Context, cluster string) (map[string][]KubeOneMember, error) {
 	cols := make([]string, 0, 20)
 	for c := range strings.SplitSeq(nodeColumns, ",") {
 		cols = append(cols, "n."+strings.TrimSpace(c))
@@ -255,7 +261,7 @@ type rowPrefix struct {
 func (p rowPrefix) Scan(dest ...any) error { return p.r.Scan(append(p.dest, dest...)...) }
 
 // SetKubeOneMembers implements KubeOneStore.
-func (s *SQLite) SetKubeOneMembers(ctx context.Context, name string, members []KubeOneMember, at time.Time) error {
+func (s *DB) SetKubeOneMembers(ctx context.Context, name string, members []KubeOneMember, at time.Time) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: KubeOne cluster %s: members: %w", name, err)
@@ -275,11 +281,12 @@ func (s *SQLite) SetKubeOneMembers(ctx context.Context, name string, members []K
 }
 
 // SetKubeOneStatus implements KubeOneStore.
-func (s *SQLite) SetKubeOneStatus(ctx context.Context, name, status string, apply KubeOneApply, at time.Time) error {
+func (s *DB) SetKubeOneStatus(ctx context.Context, name, status string, apply KubeOneApply, at time.Time) error {
 	q := `UPDATE kubeone_clusters SET status = ?, updated_at = ? WHERE name = ?`
 	args := []any{status, unix(at), name}
 	if apply.Job != "" {
-		q = `UPDATE kubeone_clusters SET status = ?, updated_at = ?, last_apply_job = ?, last_apply_result = ?, last_apply_at = ? WHERE name = ?`
+		q = `UPDATE kubeone_clusters SET status = ?, updated_at = ?, last_apply_job = ?, last_apply_result = ?, ` +
+			`last_apply_at = ? WHERE name = ?`
 		args = []any{status, unix(at), apply.Job, apply.Result, unix(apply.At), name}
 	}
 	res, err := s.fencedExec(ctx, q, args...)
@@ -293,7 +300,7 @@ func (s *SQLite) SetKubeOneStatus(ctx context.Context, name, status string, appl
 }
 
 // DeleteKubeOneCluster implements KubeOneStore (its members go with it).
-func (s *SQLite) DeleteKubeOneCluster(ctx context.Context, name string) error {
+func (s *DB) DeleteKubeOneCluster(ctx context.Context, name string) error {
 	res, err := s.db.ExecContext(ctx, `DELETE FROM kubeone_clusters WHERE name = ?`, name)
 	if err != nil {
 		return fmt.Errorf("store: delete KubeOne cluster %s: %w", name, err)

@@ -37,7 +37,12 @@ func TestKubeOneClusters(t *testing.T) {
 		if migrations[kubeOneSchemaVersion-1] != migrationKubeOne {
 			t.Fatalf("migration v%d is not the KubeOne migration; update kubeOneSchemaVersion", kubeOneSchemaVersion)
 		}
-		if err := s.CreateToken(ctx, Token{ID: "t", SecretHash: []byte("h"), UsesLeft: 10, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		if err := s.CreateToken(ctx, Token{
+			ID:         "t",
+			SecretHash: []byte("h"),
+			UsesLeft:   10,
+			ExpiresAt:  time.Now().Add(time.Hour),
+		}); err != nil {
 			t.Fatal(err)
 		}
 		for _, n := range []string{"n1", "n2", "n3", "n4", "n5"} {
@@ -47,8 +52,8 @@ func TestKubeOneClusters(t *testing.T) {
 		}
 		now := time.Now().Truncate(time.Millisecond)
 		cluster := func(name string, members ...string) KubeOneCluster {
-			c := KubeOneCluster{Name: name, ID: "cid-" + name, Kubernetes: "1.30.5", Login: "root", CNI: "canal", PublicKey: "ssh-ed25519 AAAA",
-				Status: "created", CreatedAt: now}
+			c := KubeOneCluster{Name: name, ID: "cid-" + name, Kubernetes: "1.30.5", Login: "root", CNI: "canal",
+				PublicKey: "ssh-ed25519 AAAA", Status: "created", CreatedAt: now}
 			for i, m := range members {
 				role := KubeOneWorker
 				if i == 0 {
@@ -99,10 +104,14 @@ func TestKubeOneClusters(t *testing.T) {
 		}
 
 		// A member change: n1 leaves, n5 joins; n4 (in b) may not.
-		if err := s.SetKubeOneMembers(ctx, "a", []KubeOneMember{{NodeID: "id-n2", Role: KubeOneControlPlane}, {NodeID: "id-n4", Role: KubeOneWorker}}, now); !errors.Is(err, ErrInOtherCluster) {
+		if err := s.SetKubeOneMembers(ctx, "a", []KubeOneMember{
+			{NodeID: "id-n2", Role: KubeOneControlPlane}, {NodeID: "id-n4", Role: KubeOneWorker},
+		}, now); !errors.Is(err, ErrInOtherCluster) {
 			t.Fatalf("n4 moved from b to a: %v", err)
 		}
-		if err := s.SetKubeOneMembers(ctx, "a", []KubeOneMember{{NodeID: "id-n2", Role: KubeOneControlPlane}, {NodeID: "id-n5", Role: KubeOneWorker}}, now); err != nil {
+		if err := s.SetKubeOneMembers(ctx, "a", []KubeOneMember{
+			{NodeID: "id-n2", Role: KubeOneControlPlane}, {NodeID: "id-n5", Role: KubeOneWorker},
+		}, now); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.SetKubeOneMembers(ctx, "nope", nil, now); !errors.Is(err, ErrNotFound) {
@@ -139,11 +148,14 @@ func TestKubeOneClusters(t *testing.T) {
 		if g, w := memberIDs(list[0]), []string{"control-plane:n2"}; !slices.Equal(g, w) {
 			t.Errorf("after reopen members %v, want %v", g, w)
 		}
-		if list[0].Status != "installed" || list[0].LastApply.Job != apply.Job || list[0].LastApply.Result != apply.Result || !list[0].LastApply.At.Equal(apply.At) {
+		if list[0].Status != "installed" || list[0].LastApply.Job != apply.Job || list[0].LastApply.Result != apply.Result ||
+			!list[0].LastApply.At.Equal(apply.At) {
 			t.Errorf("after reopen status %q, last apply %+v", list[0].Status, list[0].LastApply)
 		}
 		// n4 is free again once b is gone.
-		if err := s2.SetKubeOneMembers(ctx, "a", []KubeOneMember{{NodeID: "id-n4", Role: KubeOneControlPlane}}, now); err != nil {
+		if err := s2.SetKubeOneMembers(ctx, "a", []KubeOneMember{
+			{NodeID: "id-n4", Role: KubeOneControlPlane},
+		}, now); err != nil {
 			t.Fatal(err)
 		}
 	})

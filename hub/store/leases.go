@@ -83,9 +83,10 @@ type LeaseStore interface {
 }
 
 // AcquireLease implements LeaseStore.
-func (s *SQLite) AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
+func (s *DB) AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (Lease, error) {
 	if name == "" || holder == "" || ttl <= 0 {
-		return Lease{}, fmt.Errorf("store: acquire lease %q for %q: name, holder and a positive ttl are required", name, holder)
+		return Lease{}, fmt.Errorf("store: acquire lease %q for %q: name, holder and a positive ttl are required", name,
+			holder)
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -96,14 +97,16 @@ func (s *SQLite) AcquireLease(ctx context.Context, name, holder string, ttl time
 	if err != nil {
 		return Lease{}, fmt.Errorf("store: acquire lease %s: %w", name, err)
 	}
-	cur, err := scanLease(tx.QueryRowContext(ctx, `SELECT name, holder, epoch, expires_at FROM leases WHERE name = ?`+s.d.forUpdate, name))
+	cur, err := scanLease(tx.QueryRowContext(ctx,
+		`SELECT name, holder, epoch, expires_at FROM leases WHERE name = ?`+s.d.forUpdate, name))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		cur = Lease{Name: name}
 	case err != nil:
 		return Lease{}, fmt.Errorf("store: acquire lease %s: %w", name, err)
 	case cur.Holder != holder && cur.Expires.After(now):
-		return cur, fmt.Errorf("%w: %s holds %s until %s", ErrLeaseHeld, cur.Holder, name, cur.Expires.Format(time.RFC3339Nano))
+		return cur, fmt.Errorf("%w: %s holds %s until %s", ErrLeaseHeld, cur.Holder, name,
+			cur.Expires.Format(time.RFC3339Nano))
 	}
 	// Every acquisition starts a term, even by the same holder (a
 	// restarted replica): the previous process's fence is over.
@@ -127,14 +130,15 @@ func (s *SQLite) AcquireLease(ctx context.Context, name, holder string, ttl time
 }
 
 // RenewLease implements LeaseStore.
-func (s *SQLite) RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, error) {
+func (s *DB) RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, error) {
 	now, err := s.leaseNow(ctx, s.db)
 	if err != nil {
 		return l, fmt.Errorf("store: renew lease %s: %w", l.Name, err)
 	}
 	next := l
 	next.Expires = now.Add(ttl).UTC()
-	res, err := s.db.ExecContext(ctx, `UPDATE leases SET expires_at = ? WHERE name = ? AND holder = ? AND epoch = ? AND expires_at > ?`,
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE leases SET expires_at = ? WHERE name = ? AND holder = ? AND epoch = ? AND expires_at > ?`,
 		unix(next.Expires), l.Name, l.Holder, l.Epoch, unix(now))
 	if err != nil {
 		return l, fmt.Errorf("store: renew lease %s: %w", l.Name, err)
@@ -146,7 +150,7 @@ func (s *SQLite) RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Le
 }
 
 // ReleaseLease implements LeaseStore.
-func (s *SQLite) ReleaseLease(ctx context.Context, l Lease) error {
+func (s *DB) ReleaseLease(ctx context.Context, l Lease) error {
 	now, err := s.leaseNow(ctx, s.db)
 	if err != nil {
 		return fmt.Errorf("store: release lease %s: %w", l.Name, err)
@@ -159,9 +163,10 @@ func (s *SQLite) ReleaseLease(ctx context.Context, l Lease) error {
 }
 
 // ListLeases implements LeaseStore.
-func (s *SQLite) ListLeases(ctx context.Context, prefix string) ([]Lease, error) {
+func (s *DB) ListLeases(ctx context.Context, prefix string) ([]Lease, error) {
 	esc := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(prefix)
-	rows, err := s.db.QueryContext(ctx, `SELECT name, holder, epoch, expires_at FROM leases WHERE name LIKE ? ESCAPE '\' ORDER BY name`, esc+"%")
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT name, holder, epoch, expires_at FROM leases WHERE name LIKE ? ESCAPE '\' ORDER BY name`, esc+"%")
 	if err != nil {
 		return nil, fmt.Errorf("store: list leases: %w", err)
 	}
@@ -180,14 +185,15 @@ func (s *SQLite) ListLeases(ctx context.Context, prefix string) ([]Lease, error)
 // leaseNow is the time leases are measured by: on PostgreSQL the
 // database's clock, which every replica reads alike whatever its own
 // clock says; on SQLite (one machine) the clock they share.
-func (s *SQLite) leaseNow(ctx context.Context, q interface {
+func (s *DB) leaseNow(ctx context.Context, q interface {
 	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
 }) (time.Time, error) {
 	if s.d.name != "postgres" {
 		return time.Now(), nil
 	}
 	var ms int64
-	if err := q.QueryRowContext(ctx, `SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)`).Scan(&ms); err != nil {
+	if err := q.QueryRowContext(ctx,
+		`SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)`).Scan(&ms); err != nil {
 		return time.Time{}, err
 	}
 	return time.UnixMilli(ms), nil
@@ -210,7 +216,7 @@ func scanLease(r scanner) (Lease, error) {
 // updates the row) waits for the write's commit, so no write of an old
 // term can land after its successor's first. SQLite runs one write
 // transaction at a time, which gives the same order.
-func (s *SQLite) checkFence(ctx context.Context, tx *sql.Tx) error {
+func (s *DB) checkFence(ctx context.Context, tx *sql.Tx) error {
 	f, ok := FenceFrom(ctx)
 	if !ok {
 		return nil
@@ -220,7 +226,8 @@ func (s *SQLite) checkFence(ctx context.Context, tx *sql.Tx) error {
 		return fmt.Errorf("store: check lease %s: %w", f.Lease, err)
 	}
 	var one int
-	err = tx.QueryRowContext(ctx, `SELECT 1 FROM leases WHERE name = ? AND holder = ? AND epoch = ? AND expires_at > ?`+s.d.forShare,
+	err = tx.QueryRowContext(ctx,
+		`SELECT 1 FROM leases WHERE name = ? AND holder = ? AND epoch = ? AND expires_at > ?`+s.d.forShare,
 		f.Lease, f.Holder, f.Epoch, unix(now)).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w (%s, epoch %d)", ErrFenced, f.Lease, f.Epoch)
@@ -233,7 +240,7 @@ func (s *SQLite) checkFence(ctx context.Context, tx *sql.Tx) error {
 
 // fencedExec is db.ExecContext for the writes a singleton makes: when ctx
 // carries a fence, the fence is checked in the same transaction.
-func (s *SQLite) fencedExec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+func (s *DB) fencedExec(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	if _, ok := FenceFrom(ctx); !ok {
 		return s.db.ExecContext(ctx, q, args...)
 	}
@@ -247,7 +254,7 @@ func (s *SQLite) fencedExec(ctx context.Context, q string, args ...any) (sql.Res
 }
 
 // fencedTx runs fn in a transaction that first checks ctx's fence.
-func (s *SQLite) fencedTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (s *DB) fencedTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

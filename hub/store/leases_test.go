@@ -75,7 +75,13 @@ func TestFencedWritesRefusedAfterTakeover(t *testing.T) {
 		oldCtx := WithFence(ctx, Fence{Lease: LeaderLease, Holder: old.Holder, Epoch: old.Epoch})
 		now := time.Now()
 		create := func(ctx context.Context, id string) error {
-			return s.CreateJob(ctx, Job{ID: id, Kind: "run", Spec: JobSpec{Command: "true"}, State: JobRunning, CreatedAt: now}, refs("a"))
+			return s.CreateJob(ctx, Job{
+				ID:        id,
+				Kind:      "run",
+				Spec:      JobSpec{Command: "true"},
+				State:     JobRunning,
+				CreatedAt: now,
+			}, refs("a"))
 		}
 		if err := create(oldCtx, "j-before"); err != nil {
 			t.Fatalf("write by the current leader: %v", err)
@@ -93,7 +99,8 @@ func TestFencedWritesRefusedAfterTakeover(t *testing.T) {
 			write func(ctx context.Context) error
 		}{
 			{"create job", func(ctx context.Context) error { return create(ctx, "j-"+fenceHolder(ctx)) }},
-			{"interrupt orphaned jobs", func(ctx context.Context) error { _, err := s.InterruptOrphanedJobs(ctx, 0, now); return err }},
+			{"interrupt orphaned jobs",
+				func(ctx context.Context) error { _, err := s.InterruptOrphanedJobs(ctx, 0, now); return err }},
 			{"upgrade state", func(ctx context.Context) error {
 				if err := s.SetUpgradeState(ctx, "nope", UpgradeRunning, "", now); errors.Is(err, ErrNotFound) {
 					return nil // the fence passed; there is just no such upgrade
@@ -135,7 +142,14 @@ func TestInterruptOrphanedJobsOnlyDeadReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, owner := range []string{"alive", "dead", "never-seen", ""} {
-			j := Job{ID: "j-" + owner, Kind: "run", Spec: JobSpec{Command: "true"}, State: JobRunning, CreatedAt: now, Owner: owner}
+			j := Job{
+				ID:        "j-" + owner,
+				Kind:      "run",
+				Spec:      JobSpec{Command: "true"},
+				State:     JobRunning,
+				CreatedAt: now,
+				Owner:     owner,
+			}
 			if err := s.CreateJob(ctx, j, refs("a")); err != nil {
 				t.Fatal(err)
 			}
@@ -150,7 +164,9 @@ func TestInterruptOrphanedJobsOnlyDeadReplicas(t *testing.T) {
 		if err != nil || n != 1 {
 			t.Fatalf("InterruptOrphanedJobs = %d, %v; want 1 (dead)", n, err)
 		}
-		for owner, want := range map[string]string{"alive": JobRunning, "dead": JobInterrupted, "never-seen": JobInterrupted, "": JobRunning} {
+		for owner, want := range map[string]string{
+			"alive": JobRunning, "dead": JobInterrupted, "never-seen": JobInterrupted, "": JobRunning,
+		} {
 			j, err := s.GetJob(ctx, "j-"+owner)
 			if err != nil || j.State != want || j.Owner != owner {
 				t.Errorf("job of %q: %s owner %q, %v; want %s", owner, j.State, j.Owner, err, want)
@@ -175,7 +191,11 @@ func TestChangeFeed(t *testing.T) {
 			t.Fatalf("LastChange of an empty feed = %d, %v", seq, err)
 		}
 		var seqs []int64
-		for _, c := range []Change{{Kind: ChangeAccess, Origin: "r-a"}, {Kind: ChangeNodeRevoked, Subject: "node-id", Origin: "r-b"}, {Kind: ChangeWork}} {
+		for _, c := range []Change{
+			{Kind: ChangeAccess, Origin: "r-a"},
+			{Kind: ChangeNodeRevoked, Subject: "node-id", Origin: "r-b"},
+			{Kind: ChangeWork},
+		} {
 			seq, err := s.RecordChange(ctx, c)
 			if err != nil {
 				t.Fatal(err)
@@ -183,7 +203,8 @@ func TestChangeFeed(t *testing.T) {
 			seqs = append(seqs, seq)
 		}
 		got, err := s.ChangesSince(ctx, seqs[0], 10)
-		if err != nil || len(got) != 2 || got[0].Kind != ChangeNodeRevoked || got[0].Subject != "node-id" || got[0].Origin != "r-b" || got[1].Seq != seqs[2] {
+		if err != nil || len(got) != 2 || got[0].Kind != ChangeNodeRevoked || got[0].Subject != "node-id" ||
+			got[0].Origin != "r-b" || got[1].Seq != seqs[2] {
 			t.Fatalf("ChangesSince = %+v, %v", got, err)
 		}
 		if last, err := s.LastChange(ctx); err != nil || last != seqs[2] {

@@ -218,7 +218,8 @@ const migrationNodeIDs = `CREATE TABLE cluster_members_by_id (
 		last_job TEXT NOT NULL DEFAULT '',
 		updated_at INTEGER NOT NULL
 	);
-	INSERT INTO cluster_members_by_id (node_id, engine, desired, state, engine_digest, last_transition, last_error, last_job, updated_at)
+	INSERT INTO cluster_members_by_id (node_id, engine, desired, state, engine_digest, last_transition, last_error, ` +
+	`last_job, updated_at)
 		SELECT n.id, m.engine, m.desired, m.state, m.engine_digest, m.last_transition, m.last_error, m.last_job, m.updated_at
 		FROM cluster_members m JOIN nodes n ON n.name = m.node AND m.updated_at >= n.created_at;
 	DROP TABLE cluster_members;
@@ -247,7 +248,8 @@ const migrationOperatorKeys = `CREATE TABLE operators_v7 (
 		public_key TEXT NOT NULL,
 		added_at INTEGER NOT NULL
 	);
-	INSERT INTO operator_keys (fingerprint, operator, public_key, added_at) SELECT fingerprint, name, public_key, created_at FROM operators;
+	INSERT INTO operator_keys (fingerprint, operator, public_key, added_at) SELECT fingerprint, name, public_key, ` +
+	`created_at FROM operators;
 	DROP TABLE operators;
 	ALTER TABLE operators_v7 RENAME TO operators;
 	CREATE INDEX operator_keys_operator ON operator_keys (operator);`

@@ -50,7 +50,8 @@ var pgMigrations = []string{
 	END $$;
 	CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit FOR EACH ROW EXECUTE FUNCTION tether_audit_append_only();
 	CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit FOR EACH ROW EXECUTE FUNCTION tether_audit_append_only();
-	CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit FOR EACH STATEMENT EXECUTE FUNCTION tether_audit_append_only();`,
+	CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit FOR EACH STATEMENT EXECUTE FUNCTION ` +
+		`tether_audit_append_only();`,
 	// v3: keys of removed operators.
 	pgTypes(migrations[2]),
 	// v4: jobs and per-node results, cluster memberships, API tokens.

@@ -51,8 +51,42 @@ type Seen struct {
 	At           time.Time
 }
 
-// Join implements Store.
-func (s *SQLite) Join(ctx context.Context, tokenID string, check func(Token) error, n Node) (Node, error) {
+// NodeStore persists enrolled nodes: their identity, certificate, labels,
+// facts and connection status.
+type NodeStore interface {
+	// Join atomically checks and consumes one use of token id (check compares
+	// the secret and is called inside the transaction), and creates node with
+	// the token's labels merged in. The node's name must be free. A site
+	// token (Token.IsSite) also creates the site's row in sites.
+	Join(ctx context.Context, tokenID string, check func(Token) error, n Node) (Node, error)
+
+	GetNode(ctx context.Context, id string) (Node, error)
+	GetNodeByName(ctx context.Context, name string) (Node, error)
+	ListNodes(ctx context.Context) ([]Node, error)
+	// CountNodes is how many nodes are enrolled and not revoked.
+	CountNodes(ctx context.Context) (int, error)
+	UpdateNodeSeen(ctx context.Context, id string, s Seen) error
+	// MarkAllOffline is called at hub start: no session survives a restart.
+	MarkAllOffline(ctx context.Context) error
+	DeleteNode(ctx context.Context, id string) error
+
+	// UpdateNodeCert records a renewed certificate.
+	UpdateNodeCert(ctx context.Context, id, serial string, expires time.Time) error
+	// RevokeNode marks a node refused for good (its record is kept).
+	RevokeNode(ctx context.Context, id string, at time.Time) error
+	// LabelNodes applies c to the hub-set labels of the nodes with these
+	// IDs, atomically, and returns them as changed (ErrNotFound if one is
+	// gone; nothing changes then, nor when check refuses a node).
+	LabelNodes(ctx context.Context, ids []string, c LabelChange, check func(Node) error) ([]Node, error)
+	// SetReportedLabels records the labels a node's agent reported. They
+	// are kept apart from the hub-set labels and never select a node.
+	SetReportedLabels(ctx context.Context, id string, labels map[string]string) error
+	// SetNodeFacts records the facts of a node's latest hello.
+	SetNodeFacts(ctx context.Context, id string, facts control.Facts) error
+}
+
+// Join implements NodeStore.
+func (s *DB) Join(ctx context.Context, tokenID string, check func(Token) error, n Node) (Node, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return Node{}, fmt.Errorf("store: join: %w", err)
@@ -112,7 +146,9 @@ func insertNode(ctx context.Context, tx *sql.Tx, n Node) error {
 	if err != nil {
 		return fmt.Errorf("store: node %q facts: %w", n.Name, err)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO nodes (id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires, facts)
+	_, err = tx.ExecContext(ctx,
+		`INSERT INTO nodes (id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, `+
+			`created_at, cert_serial, cert_expires, facts)
 		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		n.ID, n.Name, encodeLabels(n.Labels), n.Hostname, n.OS, n.Arch, n.MachineID, n.AgentVersion, n.Transport, n.Online,
 		unix(n.LastSeen), unix(n.CreatedAt), n.CertSerial, unix(n.CertExpires), string(facts))
@@ -125,7 +161,8 @@ func insertNode(ctx context.Context, tx *sql.Tx, n Node) error {
 	return nil
 }
 
-const nodeColumns = `id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires, revoked_at, reported_labels, facts`
+const nodeColumns = `id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, ` +
+	`created_at, cert_serial, cert_expires, revoked_at, reported_labels, facts`
 
 func scanNode(r scanner) (Node, error) {
 	var n Node
@@ -145,11 +182,12 @@ func scanNode(r scanner) (Node, error) {
 	if err := json.Unmarshal([]byte(facts), &n.Facts); err != nil {
 		return Node{}, fmt.Errorf("store: node %s: facts: %w", n.ID, err)
 	}
-	n.LastSeen, n.CreatedAt, n.CertExpires, n.RevokedAt = fromUnix(lastSeen), fromUnix(created), fromUnix(certExp), fromUnix(revoked)
+	n.LastSeen, n.CreatedAt, n.CertExpires, n.RevokedAt =
+		fromUnix(lastSeen), fromUnix(created), fromUnix(certExp), fromUnix(revoked)
 	return n, nil
 }
 
-func (s *SQLite) getNode(ctx context.Context, where, arg string) (Node, error) {
+func (s *DB) getNode(ctx context.Context, where, arg string) (Node, error) {
 	n, err := scanNode(s.hot().QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE `+where+` = ?`, arg))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Node{}, fmt.Errorf("store: node %q: %w", arg, ErrNotFound)
@@ -160,18 +198,18 @@ func (s *SQLite) getNode(ctx context.Context, where, arg string) (Node, error) {
 	return n, nil
 }
 
-// GetNode implements Store.
-func (s *SQLite) GetNode(ctx context.Context, id string) (Node, error) {
+// GetNode implements NodeStore.
+func (s *DB) GetNode(ctx context.Context, id string) (Node, error) {
 	return s.getNode(ctx, "id", id)
 }
 
-// GetNodeByName implements Store.
-func (s *SQLite) GetNodeByName(ctx context.Context, name string) (Node, error) {
+// GetNodeByName implements NodeStore.
+func (s *DB) GetNodeByName(ctx context.Context, name string) (Node, error) {
 	return s.getNode(ctx, "name", name)
 }
 
-// ListNodes implements Store.
-func (s *SQLite) ListNodes(ctx context.Context) ([]Node, error) {
+// ListNodes implements NodeStore.
+func (s *DB) ListNodes(ctx context.Context) ([]Node, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list nodes: %w", err)
@@ -188,8 +226,8 @@ func (s *SQLite) ListNodes(ctx context.Context) ([]Node, error) {
 	return out, rows.Err()
 }
 
-// CountNodes implements Store.
-func (s *SQLite) CountNodes(ctx context.Context) (int, error) {
+// CountNodes implements NodeStore.
+func (s *DB) CountNodes(ctx context.Context) (int, error) {
 	var n int
 	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM nodes WHERE revoked_at = 0`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("store: count nodes: %w", err)
@@ -197,21 +235,21 @@ func (s *SQLite) CountNodes(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// MarkAllOffline implements Store.
-func (s *SQLite) MarkAllOffline(ctx context.Context) error {
+// MarkAllOffline implements NodeStore.
+func (s *DB) MarkAllOffline(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, `UPDATE nodes SET online = 0 WHERE online != 0`); err != nil {
 		return fmt.Errorf("store: mark nodes offline: %w", err)
 	}
 	return nil
 }
 
-// DeleteNode implements Store. In the same transaction it removes the
+// DeleteNode implements NodeStore. In the same transaction it removes the
 // node's cluster membership and ends its runs that have not started
 // (pending, waiting for the node) as skipped with NodeRemovedReason, so
 // nothing of the node passes to a machine that joins later under its name.
 // A run already running is left to the job engine: the node's tunnel closes
 // with the removal and the run fails.
-func (s *SQLite) DeleteNode(ctx context.Context, id string) error {
+func (s *DB) DeleteNode(ctx context.Context, id string) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: delete node %s: %w", id, err)
@@ -234,9 +272,10 @@ func (s *SQLite) DeleteNode(ctx context.Context, id string) error {
 	return tx.Commit()
 }
 
-// RevokeNode implements Store.
-func (s *SQLite) RevokeNode(ctx context.Context, id string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET revoked_at = ?, online = 0 WHERE id = ? AND revoked_at = 0`, unix(at), id)
+// RevokeNode implements NodeStore.
+func (s *DB) RevokeNode(ctx context.Context, id string, at time.Time) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET revoked_at = ?, online = 0 WHERE id = ? AND revoked_at = 0`,
+		unix(at), id)
 	if err != nil {
 		return fmt.Errorf("store: revoke node %s: %w", id, err)
 	}
@@ -248,9 +287,10 @@ func (s *SQLite) RevokeNode(ctx context.Context, id string, at time.Time) error 
 	return nil
 }
 
-// UpdateNodeCert implements Store.
-func (s *SQLite) UpdateNodeCert(ctx context.Context, id, serial string, expires time.Time) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET cert_serial = ?, cert_expires = ? WHERE id = ?`, serial, unix(expires), id)
+// UpdateNodeCert implements NodeStore.
+func (s *DB) UpdateNodeCert(ctx context.Context, id, serial string, expires time.Time) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET cert_serial = ?, cert_expires = ? WHERE id = ?`, serial,
+		unix(expires), id)
 	if err != nil {
 		return fmt.Errorf("store: update node %s certificate: %w", id, err)
 	}
@@ -282,10 +322,10 @@ func (c LabelChange) Apply(labels map[string]string) map[string]string {
 	return out
 }
 
-// LabelNodes implements Store. All nodes change in one transaction: after a
+// LabelNodes implements NodeStore. All nodes change in one transaction: after a
 // crash either every node carries the change or none does. check, if not
 // nil, sees each node's new labels and may refuse the whole change.
-func (s *SQLite) LabelNodes(ctx context.Context, ids []string, c LabelChange, check func(Node) error) ([]Node, error) {
+func (s *DB) LabelNodes(ctx context.Context, ids []string, c LabelChange, check func(Node) error) ([]Node, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("store: label nodes: %w", err)
@@ -317,8 +357,8 @@ func (s *SQLite) LabelNodes(ctx context.Context, ids []string, c LabelChange, ch
 	return out, nil
 }
 
-// SetReportedLabels implements Store.
-func (s *SQLite) SetReportedLabels(ctx context.Context, id string, labels map[string]string) error {
+// SetReportedLabels implements NodeStore.
+func (s *DB) SetReportedLabels(ctx context.Context, id string, labels map[string]string) error {
 	res, err := s.hot().ExecContext(ctx, `UPDATE nodes SET reported_labels = ? WHERE id = ?`, encodeLabels(labels), id)
 	if err != nil {
 		return fmt.Errorf("store: node %s reported labels: %w", id, err)
@@ -329,8 +369,8 @@ func (s *SQLite) SetReportedLabels(ctx context.Context, id string, labels map[st
 	return nil
 }
 
-// SetNodeFacts implements Store.
-func (s *SQLite) SetNodeFacts(ctx context.Context, id string, facts control.Facts) error {
+// SetNodeFacts implements NodeStore.
+func (s *DB) SetNodeFacts(ctx context.Context, id string, facts control.Facts) error {
 	b, err := json.Marshal(facts)
 	if err != nil {
 		return fmt.Errorf("store: node %s facts: %w", id, err)

@@ -23,10 +23,18 @@ func TestLabelNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		if err := s.CreateToken(ctx, Token{ID: "t", SecretHash: []byte("h"), UsesLeft: 10, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		if err := s.CreateToken(ctx, Token{
+			ID:         "t",
+			SecretHash: []byte("h"),
+			UsesLeft:   10,
+			ExpiresAt:  time.Now().Add(time.Hour),
+		}); err != nil {
 			t.Fatal(err)
 		}
-		for _, n := range []Node{{ID: "1", Name: "a", Labels: map[string]string{"env": "dev", "old": "x"}}, {ID: "2", Name: "b", Labels: map[string]string{"env": "dev"}}} {
+		for _, n := range []Node{
+			{ID: "1", Name: "a", Labels: map[string]string{"env": "dev", "old": "x"}},
+			{ID: "2", Name: "b", Labels: map[string]string{"env": "dev"}},
+		} {
 			if _, err := s.Join(ctx, "t", accept, n); err != nil {
 				t.Fatal(err)
 			}
@@ -42,7 +50,9 @@ func TestLabelNodes(t *testing.T) {
 			wantErr bool
 			want    map[string]map[string]string // by id, after the case
 		}{
-			{"set and remove", []string{"1", "2"}, LabelChange{Set: map[string]string{"env": "prod"}, Remove: []string{"old", "absent"}}, nil, false,
+			{"set and remove", []string{"1", "2"}, LabelChange{
+				Set: map[string]string{"env": "prod"}, Remove: []string{"old", "absent"},
+			}, nil, false,
 				map[string]map[string]string{"1": {"env": "prod"}, "2": {"env": "prod"}}},
 			{"one node gone changes none", []string{"1", "nope"}, LabelChange{Set: map[string]string{"tier": "edge"}}, nil, true,
 				map[string]map[string]string{"1": {"env": "prod"}, "2": {"env": "prod"}}},
@@ -95,7 +105,8 @@ func TestLabelNodes(t *testing.T) {
 // every node starts with no reported labels.
 func TestMigrateReportedLabels(t *testing.T) {
 	ctx := context.Background()
-	path := dataDirAt(t, 7, `INSERT INTO nodes (id, name, labels, created_at) VALUES ('id-1', 'edge-1', '{"env":"prod"}', 1)`)
+	path := dataDirAt(t, 7,
+		`INSERT INTO nodes (id, name, labels, created_at) VALUES ('id-1', 'edge-1', '{"env":"prod"}', 1)`)
 	s, err := OpenSQLite(ctx, path)
 	if err != nil {
 		t.Fatal(err)
@@ -127,8 +138,19 @@ func TestNodeFacts(t *testing.T) {
 	if old.Facts != (control.Facts{}) {
 		t.Fatalf("migrated node facts = %+v, want empty", old.Facts)
 	}
-	joined := control.Facts{Hostname: "h", Arch: "arm64", Interface: "eth0", Address: "192.168.1.7", MAC: "02:00:00:00:00:01"}
-	if err := s.CreateToken(ctx, Token{ID: "t", SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+	joined := control.Facts{
+		Hostname:  "h",
+		Arch:      "arm64",
+		Interface: "eth0",
+		Address:   "192.168.1.7",
+		MAC:       "02:00:00:00:00:01",
+	}
+	if err := s.CreateToken(ctx, Token{
+		ID:         "t",
+		SecretHash: []byte("h"),
+		UsesLeft:   1,
+		ExpiresAt:  time.Now().Add(time.Hour),
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Join(ctx, "t", accept, Node{ID: "id-1", Name: "edge-1", Facts: joined}); err != nil {
@@ -167,7 +189,12 @@ func TestCountNodes(t *testing.T) {
 			}
 		}
 		count(0)
-		if err := s.CreateToken(ctx, Token{ID: "t", SecretHash: []byte("h"), UsesLeft: 10, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		if err := s.CreateToken(ctx, Token{
+			ID:         "t",
+			SecretHash: []byte("h"),
+			UsesLeft:   10,
+			ExpiresAt:  time.Now().Add(time.Hour),
+		}); err != nil {
 			t.Fatal(err)
 		}
 		for _, n := range []Node{{ID: "1", Name: "a"}, {ID: "2", Name: "b"}, {ID: "3", Name: "c"}} {

@@ -105,7 +105,9 @@ type OnboardingStore interface {
 	// check on it (the secret comparison), refuses it if not Usable,
 	// consumes one use, creates n with the credential's labels merged over
 	// n's, and binds m to it. A crash leaves either nothing or all of it.
-	Onboard(ctx context.Context, credID string, check func(OnboardingCredential) error, m Machine, n Node) (node Node, existing bool, err error)
+	Onboard(
+		ctx context.Context, credID string, check func(OnboardingCredential) error, m Machine, n Node,
+	) (node Node, existing bool, err error)
 }
 
 // migrationOnboarding: credentials (hashed), OS profiles, and the machine
@@ -146,7 +148,8 @@ func scanCredential(r scanner) (OnboardingCredential, error) {
 	var c OnboardingCredential
 	var labels string
 	var exp, created, revoked int64
-	if err := r.Scan(&c.ID, &c.Name, &c.SecretHash, &c.Role, &labels, &c.Uses, &c.UsesLeft, &exp, &created, &revoked); err != nil {
+	if err := r.Scan(&c.ID, &c.Name, &c.SecretHash, &c.Role, &labels, &c.Uses, &c.UsesLeft, &exp, &created,
+		&revoked); err != nil {
 		return OnboardingCredential{}, err
 	}
 	var err error
@@ -157,10 +160,12 @@ func scanCredential(r scanner) (OnboardingCredential, error) {
 	return c, nil
 }
 
-// CreateOnboardingCredential implements Store.
-func (s *SQLite) CreateOnboardingCredential(ctx context.Context, c OnboardingCredential) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO onboarding_credentials (`+credentialColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?)`,
-		c.ID, c.Name, c.SecretHash, c.Role, encodeLabels(c.Labels), c.Uses, c.UsesLeft, unix(c.ExpiresAt), unix(c.CreatedAt), unix(c.RevokedAt))
+// CreateOnboardingCredential implements OnboardingStore.
+func (s *DB) CreateOnboardingCredential(ctx context.Context, c OnboardingCredential) error {
+	_, err := s.db.ExecContext(ctx,
+		`INSERT INTO onboarding_credentials (`+credentialColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?)`,
+		c.ID, c.Name, c.SecretHash, c.Role, encodeLabels(c.Labels), c.Uses, c.UsesLeft, unix(c.ExpiresAt), unix(c.CreatedAt),
+		unix(c.RevokedAt))
 	if isUniqueViolation(err) {
 		return fmt.Errorf("store: onboarding credential %q: %w", c.Name, ErrNameTaken)
 	}
@@ -170,8 +175,8 @@ func (s *SQLite) CreateOnboardingCredential(ctx context.Context, c OnboardingCre
 	return nil
 }
 
-// ListOnboardingCredentials implements Store.
-func (s *SQLite) ListOnboardingCredentials(ctx context.Context) ([]OnboardingCredential, error) {
+// ListOnboardingCredentials implements OnboardingStore.
+func (s *DB) ListOnboardingCredentials(ctx context.Context) ([]OnboardingCredential, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+credentialColumns+` FROM onboarding_credentials ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list onboarding credentials: %w", err)
@@ -188,8 +193,8 @@ func (s *SQLite) ListOnboardingCredentials(ctx context.Context) ([]OnboardingCre
 	return out, rows.Err()
 }
 
-// GetOnboardingCredential implements Store.
-func (s *SQLite) GetOnboardingCredential(ctx context.Context, id string) (OnboardingCredential, error) {
+// GetOnboardingCredential implements OnboardingStore.
+func (s *DB) GetOnboardingCredential(ctx context.Context, id string) (OnboardingCredential, error) {
 	return getCredential(ctx, s.db, "id", id, "")
 }
 
@@ -198,7 +203,8 @@ type queryRower interface {
 }
 
 func getCredential(ctx context.Context, q queryRower, where, arg, lock string) (OnboardingCredential, error) {
-	c, err := scanCredential(q.QueryRowContext(ctx, `SELECT `+credentialColumns+` FROM onboarding_credentials WHERE `+where+` = ?`+lock, arg))
+	c, err := scanCredential(q.QueryRowContext(ctx,
+		`SELECT `+credentialColumns+` FROM onboarding_credentials WHERE `+where+` = ?`+lock, arg))
 	if errors.Is(err, sql.ErrNoRows) {
 		return OnboardingCredential{}, fmt.Errorf("store: onboarding credential %q: %w", arg, ErrNotFound)
 	}
@@ -208,10 +214,12 @@ func getCredential(ctx context.Context, q queryRower, where, arg, lock string) (
 	return c, nil
 }
 
-// RevokeOnboardingCredential implements Store. Revoking twice keeps the
+// RevokeOnboardingCredential implements OnboardingStore. Revoking twice keeps the
 // first time.
-func (s *SQLite) RevokeOnboardingCredential(ctx context.Context, name string, at time.Time) (OnboardingCredential, error) {
-	res, err := s.db.ExecContext(ctx, `UPDATE onboarding_credentials SET revoked_at = CASE WHEN revoked_at = 0 THEN ? ELSE revoked_at END WHERE name = ?`, unix(at), name)
+func (s *DB) RevokeOnboardingCredential(ctx context.Context, name string, at time.Time) (OnboardingCredential, error) {
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE onboarding_credentials SET revoked_at = CASE WHEN revoked_at = 0 THEN ? ELSE revoked_at END `+
+			`WHERE name = ?`, unix(at), name)
 	if err != nil {
 		return OnboardingCredential{}, fmt.Errorf("store: revoke onboarding credential %q: %w", name, err)
 	}
@@ -221,9 +229,10 @@ func (s *SQLite) RevokeOnboardingCredential(ctx context.Context, name string, at
 	return getCredential(ctx, s.db, "name", name, "")
 }
 
-// AddOSProfile implements Store.
-func (s *SQLite) AddOSProfile(ctx context.Context, p OSProfile) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO os_profiles (name, distro, version, family, cloud_init, created_at) VALUES (?,?,?,?,?,?)`,
+// AddOSProfile implements OnboardingStore.
+func (s *DB) AddOSProfile(ctx context.Context, p OSProfile) error {
+	_, err := s.db.ExecContext(ctx,
+		`INSERT INTO os_profiles (name, distro, version, family, cloud_init, created_at) VALUES (?,?,?,?,?,?)`,
 		p.Name, p.Distro, p.Version, p.Family, p.CloudInit, unix(p.CreatedAt))
 	if isUniqueViolation(err) {
 		return fmt.Errorf("store: OS profile %q (%s %s): %w", p.Name, p.Distro, p.Version, ErrNameTaken)
@@ -234,9 +243,10 @@ func (s *SQLite) AddOSProfile(ctx context.Context, p OSProfile) error {
 	return nil
 }
 
-// ListOSProfiles implements Store.
-func (s *SQLite) ListOSProfiles(ctx context.Context) ([]OSProfile, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, distro, version, family, cloud_init, created_at FROM os_profiles ORDER BY name`)
+// ListOSProfiles implements OnboardingStore.
+func (s *DB) ListOSProfiles(ctx context.Context) ([]OSProfile, error) {
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT name, distro, version, family, cloud_init, created_at FROM os_profiles ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list OS profiles: %w", err)
 	}
@@ -254,8 +264,8 @@ func (s *SQLite) ListOSProfiles(ctx context.Context) ([]OSProfile, error) {
 	return out, rows.Err()
 }
 
-// DeleteOSProfile implements Store.
-func (s *SQLite) DeleteOSProfile(ctx context.Context, name string) error {
+// DeleteOSProfile implements OnboardingStore.
+func (s *DB) DeleteOSProfile(ctx context.Context, name string) error {
 	res, err := s.db.ExecContext(ctx, `DELETE FROM os_profiles WHERE name = ?`, name)
 	if err != nil {
 		return fmt.Errorf("store: delete OS profile %q: %w", name, err)
@@ -266,15 +276,16 @@ func (s *SQLite) DeleteOSProfile(ctx context.Context, name string) error {
 	return nil
 }
 
-// GetMachine implements Store.
-func (s *SQLite) GetMachine(ctx context.Context, uuid string) (Machine, error) {
+// GetMachine implements OnboardingStore.
+func (s *DB) GetMachine(ctx context.Context, uuid string) (Machine, error) {
 	return getMachine(ctx, s.db, uuid)
 }
 
 func getMachine(ctx context.Context, q queryRower, uuid string) (Machine, error) {
 	var m Machine
 	var created int64
-	err := q.QueryRowContext(ctx, `SELECT uuid, node_id, public_key, credential_id, created_at FROM machines WHERE uuid = ?`, uuid).
+	err := q.QueryRowContext(ctx,
+		`SELECT uuid, node_id, public_key, credential_id, created_at FROM machines WHERE uuid = ?`, uuid).
 		Scan(&m.UUID, &m.NodeID, &m.PublicKey, &m.CredentialID, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Machine{}, fmt.Errorf("store: machine %q: %w", uuid, ErrNotFound)
@@ -286,8 +297,10 @@ func getMachine(ctx context.Context, q queryRower, uuid string) (Machine, error)
 	return m, nil
 }
 
-// Onboard implements Store.
-func (s *SQLite) Onboard(ctx context.Context, credID string, check func(OnboardingCredential) error, m Machine, n Node) (Node, bool, error) {
+// Onboard implements OnboardingStore.
+func (s *DB) Onboard(
+	ctx context.Context, credID string, check func(OnboardingCredential) error, m Machine, n Node,
+) (Node, bool, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return Node{}, false, fmt.Errorf("store: onboard: %w", err)
@@ -296,7 +309,8 @@ func (s *SQLite) Onboard(ctx context.Context, credID string, check func(Onboardi
 	switch prev, err := getMachine(ctx, tx, m.UUID); {
 	case err == nil:
 		if prev.PublicKey != m.PublicKey {
-			return Node{}, false, fmt.Errorf("%w: machine %s is node id %s since %s", ErrMachineKeyMismatch, m.UUID, prev.NodeID, prev.CreatedAt.UTC().Format(time.RFC3339))
+			return Node{}, false, fmt.Errorf("%w: machine %s is node id %s since %s", ErrMachineKeyMismatch, m.UUID, prev.NodeID,
+				prev.CreatedAt.UTC().Format(time.RFC3339))
 		}
 		node, err := scanNode(tx.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE id = ?`, prev.NodeID))
 		if err != nil {
@@ -321,7 +335,8 @@ func (s *SQLite) Onboard(ctx context.Context, credID string, check func(Onboardi
 	if err := c.Usable(now); err != nil {
 		return Node{}, false, err
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE onboarding_credentials SET uses_left = uses_left - 1 WHERE id = ?`, credID); err != nil {
+	if _, err := tx.ExecContext(ctx, `UPDATE onboarding_credentials SET uses_left = uses_left - 1 WHERE id = ?`,
+		credID); err != nil {
 		return Node{}, false, fmt.Errorf("store: onboard: consume credential: %w", err)
 	}
 	labels := map[string]string{}
@@ -338,7 +353,8 @@ func (s *SQLite) Onboard(ctx context.Context, credID string, check func(Onboardi
 	if m.CreatedAt.IsZero() {
 		m.CreatedAt = now
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO machines (uuid, node_id, public_key, credential_id, created_at) VALUES (?,?,?,?,?)`,
+	if _, err := tx.ExecContext(ctx,
+		`INSERT INTO machines (uuid, node_id, public_key, credential_id, created_at) VALUES (?,?,?,?,?)`,
 		m.UUID, m.NodeID, m.PublicKey, m.CredentialID, unix(m.CreatedAt)); err != nil {
 		return Node{}, false, fmt.Errorf("store: onboard: bind machine %s: %w", m.UUID, err)
 	}

@@ -18,7 +18,7 @@ import (
 // onboarding tables (renumbered with the list at merge).
 const migrationOnboardingVersion = 12
 
-func openTestStore(t *testing.T) (*SQLite, string) {
+func openTestStore(t *testing.T) (*DB, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "tether.db")
 	s, err := OpenSQLite(context.Background(), path)
@@ -32,7 +32,8 @@ func openTestStore(t *testing.T) (*SQLite, string) {
 func testCredential(id, name string, uses int) OnboardingCredential {
 	now := time.Now()
 	return OnboardingCredential{ID: id, Name: name, SecretHash: []byte("hash-" + id), Role: "onboarder",
-		Labels: map[string]string{"site": "berlin"}, Uses: uses, UsesLeft: uses, ExpiresAt: now.Add(time.Hour), CreatedAt: now}
+		Labels: map[string]string{"site": "berlin"}, Uses: uses, UsesLeft: uses, ExpiresAt: now.Add(time.Hour),
+		CreatedAt: now}
 }
 
 func acceptCredential(OnboardingCredential) error { return nil }
@@ -60,7 +61,9 @@ func TestOnboardTransaction(t *testing.T) {
 		if n.Labels["site"] != "berlin" || n.Labels["rack"] != "r1" {
 			t.Fatalf("labels %v", n.Labels)
 		}
-		again, existing, err := s.Onboard(ctx, "c1", acceptCredential, Machine{UUID: "uuid-1", PublicKey: "k1"}, Node{ID: "n2", Name: "other"})
+		again, existing, err := s.Onboard(ctx, "c1", acceptCredential, Machine{
+			UUID: "uuid-1", PublicKey: "k1",
+		}, Node{ID: "n2", Name: "other"})
 		if err != nil || !existing || again.ID != "n1" {
 			t.Fatalf("retry: %+v existing=%v %v", again, existing, err)
 		}
@@ -82,11 +85,32 @@ func TestOnboardTransaction(t *testing.T) {
 			chk  func(OnboardingCredential) error
 			want error
 		}{
-			{"another key", "c1", Machine{UUID: "uuid-1", PublicKey: "k2"}, Node{ID: "n3", Name: "x3"}, acceptCredential, ErrMachineKeyMismatch},
-			{"unknown credential", "nope", Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "x3"}, acceptCredential, ErrCredentialUnknown},
+			{
+				"another key",
+				"c1",
+				Machine{UUID: "uuid-1", PublicKey: "k2"},
+				Node{ID: "n3", Name: "x3"},
+				acceptCredential,
+				ErrMachineKeyMismatch,
+			},
+			{
+				"unknown credential",
+				"nope",
+				Machine{UUID: "uuid-3", PublicKey: "k3"},
+				Node{ID: "n3", Name: "x3"},
+				acceptCredential,
+				ErrCredentialUnknown,
+			},
 			{"check refuses", "c1", Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "x3"},
 				func(OnboardingCredential) error { return ErrCredentialUnknown }, ErrCredentialUnknown},
-			{"name taken", "c1", Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "shop-1"}, acceptCredential, ErrNameTaken},
+			{
+				"name taken",
+				"c1",
+				Machine{UUID: "uuid-3", PublicKey: "k3"},
+				Node{ID: "n3", Name: "shop-1"},
+				acceptCredential,
+				ErrNameTaken,
+			},
 		}
 		for _, tc := range refusals {
 			t.Run(tc.name, func(t *testing.T) {
@@ -101,10 +125,14 @@ func TestOnboardTransaction(t *testing.T) {
 				}
 			})
 		}
-		if _, _, err := s.Onboard(ctx, "c1", acceptCredential, Machine{UUID: "uuid-2", PublicKey: "k2"}, Node{ID: "n2", Name: "shop-2"}); err != nil {
+		if _, _, err := s.Onboard(ctx, "c1", acceptCredential, Machine{
+			UUID: "uuid-2", PublicKey: "k2",
+		}, Node{ID: "n2", Name: "shop-2"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := s.Onboard(ctx, "c1", acceptCredential, Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "shop-3"}); !errors.Is(err, ErrCredentialUsedUp) {
+		if _, _, err := s.Onboard(ctx, "c1", acceptCredential, Machine{
+			UUID: "uuid-3", PublicKey: "k3",
+		}, Node{ID: "n3", Name: "shop-3"}); !errors.Is(err, ErrCredentialUsedUp) {
 			t.Fatalf("exhausted: %v", err)
 		}
 
@@ -113,7 +141,9 @@ func TestOnboardTransaction(t *testing.T) {
 		if err := s.CreateOnboardingCredential(ctx, exp); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := s.Onboard(ctx, "c2", acceptCredential, Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "shop-3"}); !errors.Is(err, ErrCredentialExpired) {
+		if _, _, err := s.Onboard(ctx, "c2", acceptCredential, Machine{
+			UUID: "uuid-3", PublicKey: "k3",
+		}, Node{ID: "n3", Name: "shop-3"}); !errors.Is(err, ErrCredentialExpired) {
 			t.Fatalf("expired: %v", err)
 		}
 		if err := s.CreateOnboardingCredential(ctx, testCredential("c3", "gone", 5)); err != nil {
@@ -126,7 +156,9 @@ func TestOnboardTransaction(t *testing.T) {
 		if _, err := s.RevokeOnboardingCredential(ctx, "nobody", time.Now()); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("revoke unknown: %v", err)
 		}
-		if _, _, err := s.Onboard(ctx, "c3", acceptCredential, Machine{UUID: "uuid-3", PublicKey: "k3"}, Node{ID: "n3", Name: "shop-3"}); !errors.Is(err, ErrCredentialRevoked) {
+		if _, _, err := s.Onboard(ctx, "c3", acceptCredential, Machine{
+			UUID: "uuid-3", PublicKey: "k3",
+		}, Node{ID: "n3", Name: "shop-3"}); !errors.Is(err, ErrCredentialRevoked) {
 			t.Fatalf("revoked: %v", err)
 		}
 
@@ -144,10 +176,18 @@ func TestOSProfiles(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, openTest func(t *testing.T) *DB) {
 		ctx := context.Background()
 		s := openTest(t)
-		if err := s.AddOSProfile(ctx, OSProfile{Name: "debian-12", Distro: "debian", Version: "12", Family: "debian", CloudInit: "#cloud-config\n"}); err != nil {
+		if err := s.AddOSProfile(ctx, OSProfile{
+			Name:      "debian-12",
+			Distro:    "debian",
+			Version:   "12",
+			Family:    "debian",
+			CloudInit: "#cloud-config\n",
+		}); err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range []OSProfile{{Name: "debian-12", Distro: "debian", Version: "13"}, {Name: "deb", Distro: "debian", Version: "12"}} {
+		for _, p := range []OSProfile{
+			{Name: "debian-12", Distro: "debian", Version: "13"}, {Name: "deb", Distro: "debian", Version: "12"},
+		} {
 			if err := s.AddOSProfile(ctx, p); !errors.Is(err, ErrNameTaken) {
 				t.Fatalf("%+v: %v, want ErrNameTaken", p, err)
 			}
@@ -265,7 +305,9 @@ func onboardForever(path string) {
 	}
 	for i := 0; ; i++ {
 		id := strconv.Itoa(i)
-		if _, _, err := s.Onboard(ctx, "c1", acceptCredential, Machine{UUID: "uuid-" + id, PublicKey: "k"}, Node{ID: id, Name: "n" + id}); err != nil {
+		if _, _, err := s.Onboard(ctx, "c1", acceptCredential, Machine{
+			UUID: "uuid-" + id, PublicKey: "k",
+		}, Node{ID: id, Name: "n" + id}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

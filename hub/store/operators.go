@@ -33,8 +33,27 @@ type OperatorKey struct {
 	AddedAt     time.Time `json:"added_at"`
 }
 
-// AddOperator implements Store.
-func (s *SQLite) AddOperator(ctx context.Context, o Operator) error {
+// OperatorStore persists operators, their SSH keys and roles, and the keys
+// revoked from them.
+type OperatorStore interface {
+	AddOperator(ctx context.Context, o Operator) error
+	ListOperators(ctx context.Context) ([]Operator, error)
+	// RemoveOperator deletes the operator and adds its keys to the revoked keys.
+	RemoveOperator(ctx context.Context, name string) error
+	// AddOperatorKey registers one more key for operator name (ErrNotFound
+	// if there is none; ErrNameTaken if any operator holds the key).
+	AddOperatorKey(ctx context.Context, name string, k OperatorKey) error
+	// RemoveOperatorKey deletes one of the operator's keys and adds it to
+	// the revoked keys; the operator's only key is refused (ErrLastKey).
+	RemoveOperatorKey(ctx context.Context, name, fingerprint string) error
+	// SetOperatorRoles replaces the operator's roles.
+	SetOperatorRoles(ctx context.Context, name string, roles []string) error
+	// ListRevokedKeys returns revoked operator keys (authorized_keys format).
+	ListRevokedKeys(ctx context.Context) ([]string, error)
+}
+
+// AddOperator implements OperatorStore.
+func (s *DB) AddOperator(ctx context.Context, o Operator) error {
 	keys := o.Keys
 	if len(keys) == 0 {
 		keys = []OperatorKey{{PublicKey: o.PublicKey, Fingerprint: o.Fingerprint, AddedAt: o.CreatedAt}}
@@ -45,7 +64,8 @@ func (s *SQLite) AddOperator(ctx context.Context, o Operator) error {
 		return fmt.Errorf("store: add operator %q: %w", o.Name, err)
 	}
 	defer tx.Rollback()
-	_, err = tx.ExecContext(ctx, `INSERT INTO operators (name, created_at, roles) VALUES (?,?,?)`, o.Name, unix(o.CreatedAt), string(roles))
+	_, err = tx.ExecContext(ctx, `INSERT INTO operators (name, created_at, roles) VALUES (?,?,?)`, o.Name,
+		unix(o.CreatedAt), string(roles))
 	if isUniqueViolation(err) {
 		return fmt.Errorf("store: operator %q: %w", o.Name, ErrNameTaken)
 	}
@@ -63,14 +83,14 @@ func (s *SQLite) AddOperator(ctx context.Context, o Operator) error {
 	return tx.Commit()
 }
 
-// AddOperatorKey implements Store.
-func (s *SQLite) AddOperatorKey(ctx context.Context, name string, k OperatorKey) error {
+// AddOperatorKey implements OperatorStore.
+func (s *DB) AddOperatorKey(ctx context.Context, name string, k OperatorKey) error {
 	return s.inOperatorTx(ctx, name, "add key to", func(tx *sql.Tx) error { return addKeyTx(ctx, tx, name, k) })
 }
 
 // inOperatorTx runs fn in one transaction if operator name exists
 // (ErrNotFound otherwise); what names the change in errors.
-func (s *SQLite) inOperatorTx(ctx context.Context, name, what string, fn func(*sql.Tx) error) error {
+func (s *DB) inOperatorTx(ctx context.Context, name, what string, fn func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: %s operator %q: %w", what, name, err)
@@ -88,7 +108,8 @@ func (s *SQLite) inOperatorTx(ctx context.Context, name, what string, fn func(*s
 // addKeyTx registers k for operator name. Registering a key again is an
 // explicit decision to trust it again, so it leaves the revoked keys.
 func addKeyTx(ctx context.Context, tx *sql.Tx, name string, k OperatorKey) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO operator_keys (fingerprint, operator, public_key, added_at) VALUES (?,?,?,?)`,
+	_, err := tx.ExecContext(ctx,
+		`INSERT INTO operator_keys (fingerprint, operator, public_key, added_at) VALUES (?,?,?,?)`,
 		k.Fingerprint, name, k.PublicKey, unix(k.AddedAt))
 	if isUniqueViolation(err) {
 		return fmt.Errorf("store: key %s: %w", k.Fingerprint, ErrNameTaken)
@@ -116,15 +137,17 @@ func operatorExistsTx(ctx context.Context, tx *sql.Tx, name, lock string) error 
 	return nil
 }
 
-// RemoveOperatorKey implements Store: the key moves to the revoked keys in
+// RemoveOperatorKey implements OperatorStore: the key moves to the revoked keys in
 // the same transaction. An operator's only key is refused (ErrLastKey).
-func (s *SQLite) RemoveOperatorKey(ctx context.Context, name, fingerprint string) error {
-	return s.inOperatorTx(ctx, name, "remove key of", func(tx *sql.Tx) error { return removeKeyTx(ctx, tx, name, fingerprint) })
+func (s *DB) RemoveOperatorKey(ctx context.Context, name, fingerprint string) error {
+	return s.inOperatorTx(ctx, name, "remove key of",
+		func(tx *sql.Tx) error { return removeKeyTx(ctx, tx, name, fingerprint) })
 }
 
 func removeKeyTx(ctx context.Context, tx *sql.Tx, name, fingerprint string) error {
 	var key string
-	err := tx.QueryRowContext(ctx, `SELECT public_key FROM operator_keys WHERE operator = ? AND fingerprint = ?`, name, fingerprint).Scan(&key)
+	err := tx.QueryRowContext(ctx, `SELECT public_key FROM operator_keys WHERE operator = ? AND fingerprint = ?`, name,
+		fingerprint).Scan(&key)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("store: operator %q has no key %s: %w", name, fingerprint, ErrNotFound)
 	}
@@ -154,8 +177,8 @@ func revokeKeyTx(ctx context.Context, tx *sql.Tx, fingerprint, key string) error
 	return err
 }
 
-// SetOperatorRoles implements Store: the operator's roles are replaced.
-func (s *SQLite) SetOperatorRoles(ctx context.Context, name string, roles []string) error {
+// SetOperatorRoles implements OperatorStore: the operator's roles are replaced.
+func (s *DB) SetOperatorRoles(ctx context.Context, name string, roles []string) error {
 	b, _ := json.Marshal(roles)
 	res, err := s.db.ExecContext(ctx, `UPDATE operators SET roles = ? WHERE name = ?`, string(b), name)
 	if err != nil {
@@ -167,8 +190,8 @@ func (s *SQLite) SetOperatorRoles(ctx context.Context, name string, roles []stri
 	return nil
 }
 
-// ListOperators implements Store.
-func (s *SQLite) ListOperators(ctx context.Context) ([]Operator, error) {
+// ListOperators implements OperatorStore.
+func (s *DB) ListOperators(ctx context.Context) ([]Operator, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT o.name, o.created_at, o.roles, k.public_key, k.fingerprint, k.added_at
 		FROM operators o JOIN operator_keys k ON k.operator = o.name ORDER BY o.name, k.added_at, k.fingerprint`)
 	if err != nil {
@@ -191,7 +214,13 @@ func (s *SQLite) ListOperators(ctx context.Context) ([]Operator, error) {
 			o.Keys = append(o.Keys, k)
 			continue
 		}
-		o := Operator{Name: name, CreatedAt: fromUnix(created), PublicKey: k.PublicKey, Fingerprint: k.Fingerprint, Keys: []OperatorKey{k}}
+		o := Operator{
+			Name:        name,
+			CreatedAt:   fromUnix(created),
+			PublicKey:   k.PublicKey,
+			Fingerprint: k.Fingerprint,
+			Keys:        []OperatorKey{k},
+		}
 		if err := json.Unmarshal([]byte(roles), &o.Roles); err != nil {
 			return nil, fmt.Errorf("store: operator %q roles: %w", name, err)
 		}
@@ -200,9 +229,9 @@ func (s *SQLite) ListOperators(ctx context.Context) ([]Operator, error) {
 	return out, rows.Err()
 }
 
-// RemoveOperator implements Store: the operator's keys move to the revoked
+// RemoveOperator implements OperatorStore: the operator's keys move to the revoked
 // keys in the same transaction.
-func (s *SQLite) RemoveOperator(ctx context.Context, name string) error {
+func (s *DB) RemoveOperator(ctx context.Context, name string) error {
 	return s.inOperatorTx(ctx, name, "remove", func(tx *sql.Tx) error { return removeOperatorTx(ctx, tx, name) })
 }
 
@@ -236,8 +265,8 @@ func removeOperatorTx(ctx context.Context, tx *sql.Tx, name string) error {
 	return nil
 }
 
-// ListRevokedKeys implements Store.
-func (s *SQLite) ListRevokedKeys(ctx context.Context) ([]string, error) {
+// ListRevokedKeys implements OperatorStore.
+func (s *DB) ListRevokedKeys(ctx context.Context) ([]string, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT public_key FROM revoked_keys ORDER BY fingerprint`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list revoked keys: %w", err)

@@ -25,7 +25,9 @@ func TestOperatorKeys(t *testing.T) {
 		s := openTest(t)
 		t0 := time.Unix(1000, 0)
 		if err := s.AddOperator(ctx, Operator{Name: "alice", Roles: []string{"all"}, CreatedAt: t0,
-			Keys: []OperatorKey{{PublicKey: "k1", Fingerprint: "f1"}, {PublicKey: "k2", Fingerprint: "f2", AddedAt: t0.Add(time.Second)}}}); err != nil {
+			Keys: []OperatorKey{
+				{PublicKey: "k1", Fingerprint: "f1"}, {PublicKey: "k2", Fingerprint: "f2", AddedAt: t0.Add(time.Second)},
+			}}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.AddOperator(ctx, Operator{Name: "bob", PublicKey: "k3", Fingerprint: "f3", CreatedAt: t0}); err != nil {
@@ -36,10 +38,20 @@ func TestOperatorKeys(t *testing.T) {
 			do   func() error
 			want error
 		}{
-			{"key of another operator", func() error { return s.AddOperatorKey(ctx, "alice", OperatorKey{PublicKey: "k3", Fingerprint: "f3"}) }, ErrNameTaken},
-			{"key to missing operator", func() error { return s.AddOperatorKey(ctx, "carol", OperatorKey{PublicKey: "k9", Fingerprint: "f9"}) }, ErrNotFound},
+			{"key of another operator", func() error {
+				return s.AddOperatorKey(ctx, "alice", OperatorKey{
+					PublicKey: "k3", Fingerprint: "f3",
+				})
+			}, ErrNameTaken},
+			{"key to missing operator", func() error {
+				return s.AddOperatorKey(ctx, "carol", OperatorKey{
+					PublicKey: "k9", Fingerprint: "f9",
+				})
+			}, ErrNotFound},
 			{"third key", func() error {
-				return s.AddOperatorKey(ctx, "alice", OperatorKey{PublicKey: "k4", Fingerprint: "f4", AddedAt: t0.Add(2 * time.Second)})
+				return s.AddOperatorKey(ctx, "alice", OperatorKey{
+					PublicKey: "k4", Fingerprint: "f4", AddedAt: t0.Add(2 * time.Second),
+				})
 			}, nil},
 			{"remove unknown key", func() error { return s.RemoveOperatorKey(ctx, "alice", "f3") }, ErrNotFound},
 			{"remove key", func() error { return s.RemoveOperatorKey(ctx, "alice", "f1") }, nil},
@@ -57,7 +69,8 @@ func TestOperatorKeys(t *testing.T) {
 			t.Fatalf("list: %v %v", ops, err)
 		}
 		a := ops[0]
-		if got := keyFingerprints(a); !slices.Equal(got, []string{"f2", "f4"}) || a.Fingerprint != "f2" || a.PublicKey != "k2" {
+		if got := keyFingerprints(a); !slices.Equal(got, []string{"f2", "f4"}) || a.Fingerprint != "f2" ||
+			a.PublicKey != "k2" {
 			t.Errorf("alice's keys = %v (first %s), want [f2 f4] (first f2)", got, a.Fingerprint)
 		}
 		if !slices.Equal(a.Roles, []string{"ops", "db"}) {
@@ -88,7 +101,8 @@ func TestMigrateOperatorKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := dataDirAt(t, 6,
-		`INSERT INTO operators (name, public_key, fingerprint, created_at, roles) VALUES ('alice', 'ka', 'fa', 10, '["ops"]'), ('bob', 'kb', 'fb', 20, '["all"]')`)
+		`INSERT INTO operators (name, public_key, fingerprint, created_at, roles) VALUES ('alice', 'ka', 'fa', `+
+			`10, '["ops"]'), ('bob', 'kb', 'fb', 20, '["all"]')`)
 	s, err := OpenSQLite(ctx, path)
 	if err != nil {
 		t.Fatal(err)

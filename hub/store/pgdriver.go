@@ -129,7 +129,8 @@ func (c *pgConn) CheckNamedValue(nv *driver.NamedValue) error {
 // connection and retries, so only a server that is still down fails the
 // call.
 func (c *pgConn) wrap(err error, retryable bool) error {
-	if err == nil || errors.Is(err, driver.ErrBadConn) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.Is(err, driver.ErrBadConn) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	code := pgCode(err)

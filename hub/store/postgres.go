@@ -67,14 +67,19 @@ func PostgresConfig(dsn string) (*pgx.ConnConfig, error) {
 		return nil, fmt.Errorf("store: --store %s: not a valid URL: %v", redactSpec(dsn), err)
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
-		return nil, fmt.Errorf("store: --store %s is not a postgres:// URL (postgres://USER@HOST/DB?sslmode=verify-full)", redactSpec(dsn))
+		return nil, fmt.Errorf("store: --store %s is not a postgres:// URL (postgres://USER@HOST/DB?sslmode=verify-full)",
+			redactSpec(dsn))
 	}
 	mode := u.Query().Get("sslmode")
 	switch {
 	case mode == "":
-		return nil, fmt.Errorf("store: --store %s names no sslmode: add sslmode=verify-full (or sslmode=disable for a server on a unix socket or loopback)", redactSpec(dsn))
+		return nil, fmt.Errorf(
+			"store: --store %s names no sslmode: add sslmode=verify-full (or sslmode=disable for a server on a unix socket "+
+				"or loopback)", redactSpec(dsn))
 	case !sslModes[mode]:
-		return nil, fmt.Errorf("store: --store %s: sslmode=%s is not accepted: use verify-full, verify-ca, require, or disable (local server only)", redactSpec(dsn), mode)
+		return nil, fmt.Errorf(
+			"store: --store %s: sslmode=%s is not accepted: use verify-full, verify-ca, require, or disable (local server only)",
+			redactSpec(dsn), mode)
 	}
 	if strings.TrimPrefix(u.Path, "/") == "" && u.Query().Get("dbname") == "" {
 		return nil, fmt.Errorf("store: --store %s names no database (postgres://USER@HOST/DB?sslmode=…)", redactSpec(dsn))

@@ -99,7 +99,8 @@ func postgresSchema(t *testing.T, s *DB) map[string]map[string]column {
 // same columns, types (INTEGER↔BIGINT, TEXT, BLOB↔BYTEA) and NOT NULLs.
 func TestMigrationsInStep(t *testing.T) {
 	if len(pgMigrations) != len(migrations) {
-		t.Fatalf("%d PostgreSQL migrations for %d SQLite ones: add the PostgreSQL version of each new migration to pgMigrations", len(pgMigrations), len(migrations))
+		t.Fatalf("%d PostgreSQL migrations for %d SQLite ones: add the PostgreSQL version of each new migration to "+
+			"pgMigrations", len(pgMigrations), len(migrations))
 	}
 	ctx := context.Background()
 	lite, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "tether.db"))
@@ -219,7 +220,12 @@ func TestPostgresRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.CreateToken(ctx, Token{ID: "a", SecretHash: []byte("h"), UsesLeft: 10, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+	if err := s.CreateToken(ctx, Token{
+		ID:         "a",
+		SecretHash: []byte("h"),
+		UsesLeft:   10,
+		ExpiresAt:  time.Now().Add(time.Hour),
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Join(ctx, "a", accept, Node{ID: "1", Name: "n1"}); err != nil {
@@ -302,7 +308,12 @@ func TestConcurrentJoinsSpendTokenOnce(t *testing.T) {
 		}
 		defer s2.Close()
 		const uses, joiners = 3, 16
-		if err := s1.CreateToken(ctx, Token{ID: "a", SecretHash: []byte("h"), UsesLeft: uses, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		if err := s1.CreateToken(ctx, Token{
+			ID:         "a",
+			SecretHash: []byte("h"),
+			UsesLeft:   uses,
+			ExpiresAt:  time.Now().Add(time.Hour),
+		}); err != nil {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
@@ -372,7 +383,9 @@ func TestPostgresConfig(t *testing.T) {
 			}
 		})
 	}
-	for _, spec := range []string{"", "sqlite", "sqlite:/x/tether.db", "/shared/tether.db", "postgres://u@h/d?sslmode=require"} {
+	for _, spec := range []string{
+		"", "sqlite", "sqlite:/x/tether.db", "/shared/tether.db", "postgres://u@h/d?sslmode=require",
+	} {
 		if err := CheckSpec(spec); err != nil {
 			t.Errorf("CheckSpec(%q): %v", spec, err)
 		}
@@ -395,7 +408,10 @@ func TestRebind(t *testing.T) {
 		{`SELECT 1`, `SELECT 1`},
 		{`SELECT a FROM t WHERE x = ? AND y IN (?,?)`, `SELECT a FROM t WHERE x = $1 AND y IN ($2,$3)`},
 		{`UPDATE t SET e = 'why? it''s ?' WHERE id = ?`, `UPDATE t SET e = 'why? it''s ?' WHERE id = $1`},
-		{`SELECT "odd?col" FROM t WHERE a = ? -- why?` + "\n" + `AND b = ?`, `SELECT "odd?col" FROM t WHERE a = $1 -- why?` + "\n" + `AND b = $2`},
+		{
+			`SELECT "odd?col" FROM t WHERE a = ? -- why?` + "\n" + `AND b = ?`,
+			`SELECT "odd?col" FROM t WHERE a = $1 -- why?` + "\n" + `AND b = $2`,
+		},
 		{`SELECT /* ? */ ?`, `SELECT /* ? */ $1`},
 		{`SELECT '?`, `SELECT '?`},
 	} {

@@ -118,21 +118,24 @@ const migrationReplicas = `CREATE TABLE replicas (
 	);`
 
 // HeartbeatReplica implements ReplicaStore.
-func (s *SQLite) HeartbeatReplica(ctx context.Context, r Replica) error {
+func (s *DB) HeartbeatReplica(ctx context.Context, r Replica) error {
 	links, _ := json.Marshal(nonNil(r.Links))
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: heartbeat replica %s: %w", r.ID, err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO replicas (id, peer_addr, api_addr, ssh_addr, version, started, lease_until, links)
+	if _, err := tx.ExecContext(ctx,
+		`INSERT INTO replicas (id, peer_addr, api_addr, ssh_addr, version, started, lease_until, links)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET peer_addr = excluded.peer_addr, api_addr = excluded.api_addr, ssh_addr = excluded.ssh_addr,
+		ON CONFLICT (id) DO UPDATE SET peer_addr = excluded.peer_addr, api_addr = excluded.api_addr, `+
+			`ssh_addr = excluded.ssh_addr,
 			version = excluded.version, started = excluded.started, lease_until = excluded.lease_until, links = excluded.links`,
 		r.ID, r.PeerAddr, r.APIAddr, r.SSHAddr, r.Version, unix(r.Started), unix(r.LeaseUntil), string(links)); err != nil {
 		return fmt.Errorf("store: heartbeat replica %s: %w", r.ID, err)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE presence SET lease_until = ? WHERE replica_id = ?`, unix(r.LeaseUntil), r.ID); err != nil {
+	if _, err := tx.ExecContext(ctx, `UPDATE presence SET lease_until = ? WHERE replica_id = ?`, unix(r.LeaseUntil),
+		r.ID); err != nil {
 		return fmt.Errorf("store: renew presence of replica %s: %w", r.ID, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -149,8 +152,9 @@ func nonNil(s []string) []string {
 }
 
 // ListReplicas implements ReplicaStore.
-func (s *SQLite) ListReplicas(ctx context.Context) ([]Replica, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, peer_addr, api_addr, ssh_addr, version, started, lease_until, links FROM replicas ORDER BY id`)
+func (s *DB) ListReplicas(ctx context.Context) ([]Replica, error) {
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT id, peer_addr, api_addr, ssh_addr, version, started, lease_until, links FROM replicas ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list replicas: %w", err)
 	}
@@ -175,13 +179,14 @@ func (s *SQLite) ListReplicas(ctx context.Context) ([]Replica, error) {
 }
 
 // DeleteReplica implements ReplicaStore.
-func (s *SQLite) DeleteReplica(ctx context.Context, id string) error {
+func (s *DB) DeleteReplica(ctx context.Context, id string) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: delete replica %s: %w", id, err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `UPDATE presence SET replica_id = '', lease_until = 0, session = '' WHERE replica_id = ?`, id); err != nil {
+	if _, err := tx.ExecContext(ctx,
+		`UPDATE presence SET replica_id = '', lease_until = 0, session = '' WHERE replica_id = ?`, id); err != nil {
 		return fmt.Errorf("store: release presence of replica %s: %w", id, err)
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM replicas WHERE id = ?`, id); err != nil {
@@ -191,8 +196,9 @@ func (s *SQLite) DeleteReplica(ctx context.Context, id string) error {
 }
 
 // ClaimPresence implements ReplicaStore.
-func (s *SQLite) ClaimPresence(ctx context.Context, p Presence) (Presence, error) {
-	err := s.db.QueryRowContext(ctx, `INSERT INTO presence (node_id, replica_id, epoch, lease_until, session) VALUES (?, ?, 1, ?, ?)
+func (s *DB) ClaimPresence(ctx context.Context, p Presence) (Presence, error) {
+	err := s.db.QueryRowContext(ctx,
+		`INSERT INTO presence (node_id, replica_id, epoch, lease_until, session) VALUES (?, ?, 1, ?, ?)
 		ON CONFLICT (node_id) DO UPDATE SET replica_id = excluded.replica_id, epoch = presence.epoch + 1,
 			lease_until = excluded.lease_until, session = excluded.session
 		RETURNING epoch`, p.NodeID, p.ReplicaID, unix(p.LeaseUntil), string(p.Session)).Scan(&p.Epoch)
@@ -204,26 +210,30 @@ func (s *SQLite) ClaimPresence(ctx context.Context, p Presence) (Presence, error
 
 // ReleasePresence implements ReplicaStore. The row stays (with its epoch),
 // so the next claim's epoch is still higher than any before.
-func (s *SQLite) ReleasePresence(ctx context.Context, p Presence) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE presence SET replica_id = '', lease_until = 0, session = '' WHERE node_id = ? AND replica_id = ? AND epoch = ?`,
+func (s *DB) ReleasePresence(ctx context.Context, p Presence) error {
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE presence SET replica_id = '', lease_until = 0, session = '' WHERE node_id = ? AND replica_id = ? `+
+			`AND epoch = ?`,
 		p.NodeID, p.ReplicaID, p.Epoch)
 	if err != nil {
 		return fmt.Errorf("store: release presence of node %s: %w", p.NodeID, err)
 	}
 	if n, err := res.RowsAffected(); err == nil && n == 0 {
-		return fmt.Errorf("store: release presence of node %s (replica %s, epoch %d): %w", p.NodeID, p.ReplicaID, p.Epoch, ErrStale)
+		return fmt.Errorf("store: release presence of node %s (replica %s, epoch %d): %w", p.NodeID, p.ReplicaID, p.Epoch,
+			ErrStale)
 	}
 	return nil
 }
 
 // GetPresence implements ReplicaStore.
-func (s *SQLite) GetPresence(ctx context.Context, nodeID string) (Presence, error) {
+func (s *DB) GetPresence(ctx context.Context, nodeID string) (Presence, error) {
 	p := Presence{NodeID: nodeID}
 	var (
 		lease   int64
 		session string
 	)
-	err := s.db.QueryRowContext(ctx, `SELECT replica_id, epoch, lease_until, session FROM presence WHERE node_id = ?`, nodeID).Scan(&p.ReplicaID, &p.Epoch, &lease, &session)
+	err := s.db.QueryRowContext(ctx, `SELECT replica_id, epoch, lease_until, session FROM presence WHERE node_id = ?`,
+		nodeID).Scan(&p.ReplicaID, &p.Epoch, &lease, &session)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Presence{}, fmt.Errorf("store: presence of node %s: %w", nodeID, ErrNotFound)
 	}
@@ -238,8 +248,9 @@ func (s *SQLite) GetPresence(ctx context.Context, nodeID string) (Presence, erro
 }
 
 // ListPresence implements ReplicaStore.
-func (s *SQLite) ListPresence(ctx context.Context) ([]Presence, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT node_id, replica_id, epoch, lease_until FROM presence WHERE replica_id <> '' ORDER BY node_id`)
+func (s *DB) ListPresence(ctx context.Context) ([]Presence, error) {
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT node_id, replica_id, epoch, lease_until FROM presence WHERE replica_id <> '' ORDER BY node_id`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list presence: %w", err)
 	}
@@ -260,7 +271,7 @@ func (s *SQLite) ListPresence(ctx context.Context) ([]Presence, error) {
 }
 
 // GetSecret implements ReplicaStore.
-func (s *SQLite) GetSecret(ctx context.Context, name string) ([]byte, error) {
+func (s *DB) GetSecret(ctx context.Context, name string) ([]byte, error) {
 	var v []byte
 	err := s.db.QueryRowContext(ctx, `SELECT value FROM secrets WHERE name = ?`, name).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -273,8 +284,9 @@ func (s *SQLite) GetSecret(ctx context.Context, name string) ([]byte, error) {
 }
 
 // PutSecretIfAbsent implements ReplicaStore.
-func (s *SQLite) PutSecretIfAbsent(ctx context.Context, name string, value []byte) ([]byte, error) {
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO secrets (name, value, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING`,
+func (s *DB) PutSecretIfAbsent(ctx context.Context, name string, value []byte) ([]byte, error) {
+	if _, err := s.db.ExecContext(ctx,
+		`INSERT INTO secrets (name, value, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING`,
 		name, value, unix(time.Now())); err != nil {
 		return nil, fmt.Errorf("store: put secret %q: %w", name, err)
 	}

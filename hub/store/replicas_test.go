@@ -35,7 +35,12 @@ func testPresenceEpochs(t *testing.T, s ReplicaStore) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b2, err := s.ClaimPresence(ctx, Presence{NodeID: "n1", ReplicaID: "b", LeaseUntil: lease, Session: []byte(`{"state_dir":"/b"}`)})
+	b2, err := s.ClaimPresence(ctx, Presence{
+		NodeID:     "n1",
+		ReplicaID:  "b",
+		LeaseUntil: lease,
+		Session:    []byte(`{"state_dir":"/b"}`),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +51,8 @@ func testPresenceEpochs(t *testing.T, s ReplicaStore) {
 		t.Fatalf("late release of replica a's claim: %v, want ErrStale", err)
 	}
 	p, err := s.GetPresence(ctx, "n1")
-	if err != nil || p.ReplicaID != "b" || p.Epoch != b2.Epoch || !p.Live(time.Now()) || string(p.Session) != `{"state_dir":"/b"}` {
+	if err != nil || p.ReplicaID != "b" || p.Epoch != b2.Epoch || !p.Live(time.Now()) ||
+		string(p.Session) != `{"state_dir":"/b"}` {
 		t.Fatalf("after the stale release: %+v, %v; want replica b's claim", p, err)
 	}
 	// The same replica reconnecting: the earlier session's end is stale too.
@@ -81,10 +87,14 @@ func testPresenceEpochs(t *testing.T, s ReplicaStore) {
 func testPresenceLeases(t *testing.T, s ReplicaStore) {
 	ctx := context.Background()
 	now := time.Now().Truncate(time.Millisecond)
-	if _, err := s.ClaimPresence(ctx, Presence{NodeID: "n1", ReplicaID: "a", LeaseUntil: now.Add(time.Second)}); err != nil {
+	if _, err := s.ClaimPresence(ctx, Presence{
+		NodeID: "n1", ReplicaID: "a", LeaseUntil: now.Add(time.Second),
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ClaimPresence(ctx, Presence{NodeID: "n2", ReplicaID: "b", LeaseUntil: now.Add(time.Second)}); err != nil {
+	if _, err := s.ClaimPresence(ctx, Presence{
+		NodeID: "n2", ReplicaID: "b", LeaseUntil: now.Add(time.Second),
+	}); err != nil {
 		t.Fatal(err)
 	}
 	later := now.Add(time.Hour)
@@ -149,7 +159,16 @@ func testSecretFirstWriteWins(t *testing.T, s ReplicaStore) {
 func testReplicas(t *testing.T, s ReplicaStore) {
 	ctx := context.Background()
 	now := time.Now().Truncate(time.Millisecond)
-	r := Replica{ID: "b", PeerAddr: "h:7444", APIAddr: "h:7443", SSHAddr: "h:2222", Version: "v1", Started: now, LeaseUntil: now.Add(time.Minute), Links: []string{"a"}}
+	r := Replica{
+		ID:         "b",
+		PeerAddr:   "h:7444",
+		APIAddr:    "h:7443",
+		SSHAddr:    "h:2222",
+		Version:    "v1",
+		Started:    now,
+		LeaseUntil: now.Add(time.Minute),
+		Links:      []string{"a"},
+	}
 	if err := s.HeartbeatReplica(ctx, Replica{ID: "a", LeaseUntil: now}); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +184,8 @@ func testReplicas(t *testing.T, s ReplicaStore) {
 		t.Fatalf("ListReplicas: %+v, %v", all, err)
 	}
 	got := all[1]
-	if got.ID != "b" || got.PeerAddr != "h2:7444" || got.APIAddr != r.APIAddr || !got.Started.Equal(now) || len(got.Links) != 1 || got.Links[0] != "a" {
+	if got.ID != "b" || got.PeerAddr != "h2:7444" || got.APIAddr != r.APIAddr || !got.Started.Equal(now) ||
+		len(got.Links) != 1 || got.Links[0] != "a" {
 		t.Fatalf("replica b: %+v, want %+v", got, r)
 	}
 }

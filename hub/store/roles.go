@@ -21,24 +21,34 @@ type Role struct {
 	Services []string `json:"services,omitempty"`
 }
 
-// PutRole implements Store.
-func (s *SQLite) PutRole(ctx context.Context, r Role) error {
+// RoleStore persists roles (see hub/roles for what they grant).
+type RoleStore interface {
+	PutRole(ctx context.Context, r Role) error
+	ListRoles(ctx context.Context) ([]Role, error)
+	DeleteRole(ctx context.Context, name string) error
+}
+
+// PutRole implements RoleStore.
+func (s *DB) PutRole(ctx context.Context, r Role) error {
 	logins, _ := json.Marshal(r.Logins)
 	services, _ := json.Marshal(r.Services)
 	if r.Services == nil {
 		services = []byte("[]")
 	}
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO roles (name, nodes, logins, forwarding, confirm, services) VALUES (?,?,?,?,?,?)
-		ON CONFLICT (name) DO UPDATE SET nodes = excluded.nodes, logins = excluded.logins, forwarding = excluded.forwarding, confirm = excluded.confirm, services = excluded.services`,
+	if _, err := s.db.ExecContext(ctx,
+		`INSERT INTO roles (name, nodes, logins, forwarding, confirm, services) VALUES (?,?,?,?,?,?)
+		ON CONFLICT (name) DO UPDATE SET nodes = excluded.nodes, logins = excluded.logins, `+
+			`forwarding = excluded.forwarding, confirm = excluded.confirm, services = excluded.services`,
 		r.Name, r.Nodes, string(logins), !r.NoForwarding, r.Confirm, string(services)); err != nil {
 		return fmt.Errorf("store: put role %q: %w", r.Name, err)
 	}
 	return nil
 }
 
-// ListRoles implements Store.
-func (s *SQLite) ListRoles(ctx context.Context) ([]Role, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, nodes, logins, forwarding, confirm, services FROM roles ORDER BY name`)
+// ListRoles implements RoleStore.
+func (s *DB) ListRoles(ctx context.Context) ([]Role, error) {
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT name, nodes, logins, forwarding, confirm, services FROM roles ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list roles: %w", err)
 	}
@@ -65,8 +75,8 @@ func (s *SQLite) ListRoles(ctx context.Context) ([]Role, error) {
 	return out, rows.Err()
 }
 
-// DeleteRole implements Store.
-func (s *SQLite) DeleteRole(ctx context.Context, name string) error {
+// DeleteRole implements RoleStore.
+func (s *DB) DeleteRole(ctx context.Context, name string) error {
 	res, err := s.db.ExecContext(ctx, `DELETE FROM roles WHERE name = ?`, name)
 	if err != nil {
 		return fmt.Errorf("store: delete role %q: %w", name, err)

@@ -38,7 +38,7 @@ type seenWrite struct {
 const updateSeenSQL = `UPDATE nodes SET online = ?, transport = CASE WHEN ? = '' THEN transport ELSE ? END,
 		agent_version = CASE WHEN ? = '' THEN agent_version ELSE ? END, last_seen = ? WHERE id = ?`
 
-// UpdateNodeSeen implements Store.
+// UpdateNodeSeen implements NodeStore.
 func (s *DB) UpdateNodeSeen(ctx context.Context, id string, st Seen) error {
 	w := &seenWrite{id: id, seen: st, done: make(chan struct{})}
 	g := &s.seen
@@ -128,7 +128,8 @@ func (e stmtExec) ExecContext(ctx context.Context, _ string, args ...any) (sql.R
 
 func (s *DB) updateSeen(ctx context.Context, e execer, w *seenWrite) error {
 	st := w.seen
-	res, err := e.ExecContext(ctx, updateSeenSQL, st.Online, st.Transport, st.Transport, st.AgentVersion, st.AgentVersion, unix(st.At), w.id)
+	res, err := e.ExecContext(ctx, updateSeenSQL, st.Online, st.Transport, st.Transport, st.AgentVersion, st.AgentVersion,
+		unix(st.At), w.id)
 	if err != nil {
 		return fmt.Errorf("store: update node %s: %w", w.id, err)
 	}

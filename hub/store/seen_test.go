@@ -30,7 +30,11 @@ func TestSeenGroupCommit(t *testing.T) {
 		errs := make([]error, nodes+1)
 		for i := range nodes {
 			wg.Go(func() {
-				errs[i] = s.UpdateNodeSeen(ctx, fmt.Sprint("id", i), Seen{Online: i%2 == 0, Transport: fmt.Sprint("t", i), At: at.Add(time.Duration(i) * time.Second)})
+				errs[i] = s.UpdateNodeSeen(ctx, fmt.Sprint("id", i), Seen{
+					Online:    i%2 == 0,
+					Transport: fmt.Sprint("t", i),
+					At:        at.Add(time.Duration(i) * time.Second),
+				})
 			})
 		}
 		wg.Go(func() { errs[nodes] = s.UpdateNodeSeen(ctx, "missing", Seen{Online: true, At: at}) })
@@ -58,12 +62,15 @@ func TestSeenGroupCommit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n.Online != (i%2 == 0) || n.Transport != fmt.Sprint("t", i) || !n.LastSeen.Equal(at.Add(time.Duration(i)*time.Second)) {
-				t.Fatalf("node %d after the group commit: online=%v transport=%q last_seen=%v", i, n.Online, n.Transport, n.LastSeen)
+			if n.Online != (i%2 == 0) || n.Transport != fmt.Sprint("t", i) ||
+				!n.LastSeen.Equal(at.Add(time.Duration(i)*time.Second)) {
+				t.Fatalf("node %d after the group commit: online=%v transport=%q last_seen=%v", i, n.Online, n.Transport,
+					n.LastSeen)
 			}
 		}
 		if n, _ := s.GetNode(ctx, "id0"); n.Online || !n.LastSeen.Equal(at.Add(time.Hour)) || n.Transport != "t0" {
-			t.Fatalf("id0: online=%v last_seen=%v transport=%q, want the later write's offline at %v, transport kept", n.Online, n.LastSeen, n.Transport, at.Add(time.Hour))
+			t.Fatalf("id0: online=%v last_seen=%v transport=%q, want the later write's offline at %v, transport kept", n.Online,
+				n.LastSeen, n.Transport, at.Add(time.Hour))
 		}
 	})
 }

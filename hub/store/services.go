@@ -48,7 +48,7 @@ type ServiceStore interface {
 }
 
 // UpdateService implements ServiceStore.
-func (s *SQLite) UpdateService(ctx context.Context, name string, f func(cur *Service) (*Service, error)) (*Service, error) {
+func (s *DB) UpdateService(ctx context.Context, name string, f func(cur *Service) (*Service, error)) (*Service, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("store: update service %s: %w", name, err)
@@ -80,13 +80,15 @@ func (s *SQLite) UpdateService(ctx context.Context, name string, f func(cur *Ser
 		if next.Name != name {
 			return nil, fmt.Errorf("store: update service %s: the update renames it to %q", name, next.Name)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO services (name, origin, target, port, generation, created_by, created_at, updated_at)
+		if _, err := tx.ExecContext(ctx,
+			`INSERT INTO services (name, origin, target, port, generation, created_by, created_at, updated_at)
 			VALUES (?,?,?,?,?,?,?,?)`, next.Name, next.Origin, next.Target, int(next.Port), next.Generation, next.CreatedBy,
 			unix(next.CreatedAt), unix(next.UpdatedAt)); err != nil {
 			return nil, fmt.Errorf("store: store service %s: %w", name, err)
 		}
 		for _, b := range next.Bindings {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO service_bindings (service, consumer, port, created_by, created_at) VALUES (?,?,?,?,?)`,
+			if _, err := tx.ExecContext(ctx,
+				`INSERT INTO service_bindings (service, consumer, port, created_by, created_at) VALUES (?,?,?,?,?)`,
 				name, b.Consumer, int(b.Port), b.CreatedBy, unix(b.CreatedAt)); err != nil {
 				return nil, fmt.Errorf("store: service %s: binding of %s: %w", name, b.Consumer, err)
 			}
@@ -107,7 +109,9 @@ func getService(ctx context.Context, q queryer, name, lock string) (Service, err
 	var sv Service
 	var port int
 	var created, updated int64
-	err := q.QueryRowContext(ctx, `SELECT name, origin, target, port, generation, created_by, created_at, updated_at FROM services WHERE name = ?`+lock, name).
+	err := q.QueryRowContext(ctx,
+		`SELECT name, origin, target, port, generation, created_by, created_at, updated_at FROM services `+
+			`WHERE name = ?`+lock, name).
 		Scan(&sv.Name, &sv.Origin, &sv.Target, &port, &sv.Generation, &sv.CreatedBy, &created, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Service{}, fmt.Errorf("store: service %q: %w", name, ErrNotFound)
@@ -125,7 +129,9 @@ func getService(ctx context.Context, q queryer, name, lock string) (Service, err
 }
 
 func listBindings(ctx context.Context, q queryer, where string, args ...any) (map[string][]ServiceBinding, error) {
-	rows, err := q.QueryContext(ctx, `SELECT service, consumer, port, created_by, created_at FROM service_bindings `+where+` ORDER BY service, consumer`, args...)
+	rows, err := q.QueryContext(ctx,
+		`SELECT service, consumer, port, created_by, created_at FROM service_bindings `+where+` ORDER BY service, consumer`,
+		args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: list service bindings: %w", err)
 	}
@@ -146,13 +152,14 @@ func listBindings(ctx context.Context, q queryer, where string, args ...any) (ma
 }
 
 // GetService implements ServiceStore.
-func (s *SQLite) GetService(ctx context.Context, name string) (Service, error) {
+func (s *DB) GetService(ctx context.Context, name string) (Service, error) {
 	return getService(ctx, s.db, name, "")
 }
 
 // ListServices implements ServiceStore.
-func (s *SQLite) ListServices(ctx context.Context) ([]Service, error) {
-	rows, err := s.hot().QueryContext(ctx, `SELECT name, origin, target, port, generation, created_by, created_at, updated_at FROM services ORDER BY name`)
+func (s *DB) ListServices(ctx context.Context) ([]Service, error) {
+	rows, err := s.hot().QueryContext(ctx,
+		`SELECT name, origin, target, port, generation, created_by, created_at, updated_at FROM services ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list services: %w", err)
 	}
@@ -162,7 +169,8 @@ func (s *SQLite) ListServices(ctx context.Context) ([]Service, error) {
 		var sv Service
 		var port int
 		var created, updated int64
-		if err := rows.Scan(&sv.Name, &sv.Origin, &sv.Target, &port, &sv.Generation, &sv.CreatedBy, &created, &updated); err != nil {
+		if err := rows.Scan(&sv.Name, &sv.Origin, &sv.Target, &port, &sv.Generation, &sv.CreatedBy, &created,
+			&updated); err != nil {
 			return nil, fmt.Errorf("store: list services: %w", err)
 		}
 		sv.Port, sv.CreatedAt, sv.UpdatedAt = uint16(port), fromUnix(created), fromUnix(updated)

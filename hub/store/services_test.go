@@ -16,8 +16,11 @@ func TestServices(t *testing.T) {
 		ctx := context.Background()
 		now := time.Now().UTC().Truncate(time.Millisecond)
 		origin := "ab12"
-		sv := Service{Name: "db", Origin: origin, Target: "n3.berlin", Port: 5432, Generation: 1, CreatedBy: "admin", CreatedAt: now, UpdatedAt: now,
-			Bindings: []ServiceBinding{{Consumer: "m2.munich", Port: 15432, CreatedAt: now}, {Consumer: "a1", Port: 1, CreatedAt: now}}}
+		sv := Service{Name: "db", Origin: origin, Target: "n3.berlin", Port: 5432, Generation: 1, CreatedBy: "admin",
+			CreatedAt: now, UpdatedAt: now,
+			Bindings: []ServiceBinding{
+				{Consumer: "m2.munich", Port: 15432, CreatedAt: now}, {Consumer: "a1", Port: 1, CreatedAt: now},
+			}}
 		if _, err := s.UpdateService(ctx, "db", func(cur *Service) (*Service, error) {
 			if cur != nil {
 				t.Fatalf("a new service exists: %+v", cur)
@@ -27,12 +30,14 @@ func TestServices(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := s.GetService(ctx, "db")
-		if err != nil || got.Target != "n3.berlin" || got.Port != 5432 || got.Origin != origin || !got.CreatedAt.Equal(now) || len(got.Bindings) != 2 ||
+		if err != nil || got.Target != "n3.berlin" || got.Port != 5432 || got.Origin != origin || !got.CreatedAt.Equal(now) ||
+			len(got.Bindings) != 2 ||
 			got.Bindings[0].Consumer != "a1" || got.Bindings[1].Port != 15432 {
 			t.Fatalf("stored service: %+v %v", got, err)
 		}
 		boom := errors.New("boom")
-		if _, err := s.UpdateService(ctx, "db", func(cur *Service) (*Service, error) { return nil, boom }); !errors.Is(err, boom) {
+		if _, err := s.UpdateService(ctx, "db", func(cur *Service) (*Service, error) { return nil, boom }); !errors.Is(err,
+			boom) {
 			t.Fatalf("update error: %v", err)
 		}
 		if _, err := s.UpdateService(ctx, "db", func(cur *Service) (*Service, error) {
@@ -57,7 +62,12 @@ func TestServices(t *testing.T) {
 			t.Fatalf("services after delete: %+v", all)
 		}
 
-		if err := s.PutRole(ctx, Role{Name: "links", Nodes: "*", Logins: []string{"x"}, Services: []string{"expose", "connect"}}); err != nil {
+		if err := s.PutRole(ctx, Role{
+			Name:     "links",
+			Nodes:    "*",
+			Logins:   []string{"x"},
+			Services: []string{"expose", "connect"},
+		}); err != nil {
 			t.Fatal(err)
 		}
 		rs, _ := s.ListRoles(ctx)

@@ -29,7 +29,7 @@ type Site struct {
 	Path    string   `json:"path"`
 	HostCAs []string `json:"host_cas"`
 	Subtree []string `json:"subtree"`
-	// Status is the site's last status (control.SiteStatus, JSON), with
+	// Status is the site's last status (siteproto.Status, JSON), with
 	// its sequence number and when it arrived here (this hub's clock).
 	Status    json.RawMessage `json:"status,omitempty"`
 	StatusSeq uint64          `json:"status_seq"`
@@ -82,13 +82,15 @@ type SiteStore interface {
 	ListSiteNodes(ctx context.Context, siteID string) ([]SiteNode, error)
 }
 
-const siteColumns = `node_id, name, hub_id, path, host_cas, subtree, status, status_seq, status_at, disconnected_at, joined_at`
+const siteColumns = `node_id, name, hub_id, path, host_cas, subtree, status, status_seq, status_at, ` +
+	`disconnected_at, joined_at`
 
 func scanSite(r scanner) (Site, error) {
 	var s Site
 	var hostCAs, subtree, status string
 	var seq, at, disc, joined int64
-	if err := r.Scan(&s.NodeID, &s.Name, &s.HubID, &s.Path, &hostCAs, &subtree, &status, &seq, &at, &disc, &joined); err != nil {
+	if err := r.Scan(&s.NodeID, &s.Name, &s.HubID, &s.Path, &hostCAs, &subtree, &status, &seq, &at, &disc,
+		&joined); err != nil {
 		return Site{}, err
 	}
 	if err := json.Unmarshal([]byte(hostCAs), &s.HostCAs); err != nil {
@@ -106,7 +108,8 @@ func scanSite(r scanner) (Site, error) {
 }
 
 func insertSiteTx(ctx context.Context, tx *sql.Tx, n Node) error {
-	if _, err := tx.ExecContext(ctx, `INSERT INTO sites (node_id, name, joined_at) VALUES (?,?,?)`, n.ID, n.Name, unix(n.CreatedAt)); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO sites (node_id, name, joined_at) VALUES (?,?,?)`, n.ID, n.Name,
+		unix(n.CreatedAt)); err != nil {
 		return fmt.Errorf("store: site %q: %w", n.Name, err)
 	}
 	return nil
@@ -152,14 +155,18 @@ func jsonList(l []string) string {
 
 // UpdateSiteHello implements SiteStore.
 func (s *DB) UpdateSiteHello(ctx context.Context, nodeID, hubID, path string, hostCAs, subtree []string) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE sites SET hub_id = ?, path = ?, host_cas = ?, subtree = ?, disconnected_at = 0 WHERE node_id = ?`,
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE sites SET hub_id = ?, path = ?, host_cas = ?, subtree = ?, disconnected_at = 0 WHERE node_id = ?`,
 		hubID, path, jsonList(hostCAs), jsonList(subtree), nodeID)
 	return affectedOne(res, err, "site "+nodeID)
 }
 
 // SetSiteStatus implements SiteStore.
-func (s *DB) SetSiteStatus(ctx context.Context, nodeID string, seq uint64, status json.RawMessage, at time.Time) (bool, error) {
-	res, err := s.db.ExecContext(ctx, `UPDATE sites SET status = ?, status_seq = ?, status_at = ? WHERE node_id = ? AND status_seq < ?`,
+func (s *DB) SetSiteStatus(
+	ctx context.Context, nodeID string, seq uint64, status json.RawMessage, at time.Time,
+) (bool, error) {
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE sites SET status = ?, status_seq = ?, status_at = ? WHERE node_id = ? AND status_seq < ?`,
 		string(status), int64(seq), unix(at), nodeID, int64(seq))
 	if err != nil {
 		return false, fmt.Errorf("store: site %s status: %w", nodeID, err)
@@ -231,7 +238,8 @@ func (s *DB) siteNodesTx(ctx context.Context, siteID string, f func(tx *sql.Tx, 
 
 func upsertSiteNodesTx(ctx context.Context, tx *sql.Tx, siteID, site string, nodes []SiteNode) error {
 	for _, n := range nodes {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO site_nodes (site_id, site, name, id, labels, online, last_seen, transport, revoked)
+		if _, err := tx.ExecContext(ctx,
+			`INSERT INTO site_nodes (site_id, site, name, id, labels, online, last_seen, transport, revoked)
 			VALUES (?,?,?,?,?,?,?,?,?)
 			ON CONFLICT (site_id, name) DO UPDATE SET id = excluded.id, labels = excluded.labels, online = excluded.online,
 				last_seen = excluded.last_seen, transport = excluded.transport, revoked = excluded.revoked`,
@@ -260,7 +268,8 @@ func (s *DB) ListSiteNodes(ctx context.Context, siteID string) ([]SiteNode, erro
 		var n SiteNode
 		var labels string
 		var seen int64
-		if err := rows.Scan(&n.SiteID, &n.Site, &n.Name, &n.ID, &labels, &n.Online, &seen, &n.Transport, &n.Revoked); err != nil {
+		if err := rows.Scan(&n.SiteID, &n.Site, &n.Name, &n.ID, &labels, &n.Online, &seen, &n.Transport,
+			&n.Revoked); err != nil {
 			return nil, fmt.Errorf("store: list site nodes: %w", err)
 		}
 		if n.Labels, err = decodeLabels(labels); err != nil {

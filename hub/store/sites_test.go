@@ -12,7 +12,13 @@ import (
 func joinAs(t *testing.T, s *DB, kind, id, name string) Node {
 	t.Helper()
 	ctx := context.Background()
-	if err := s.CreateToken(ctx, Token{ID: "tok-" + id, SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour), Kind: kind}); err != nil {
+	if err := s.CreateToken(ctx, Token{
+		ID:         "tok-" + id,
+		SecretHash: []byte("h"),
+		UsesLeft:   1,
+		ExpiresAt:  time.Now().Add(time.Hour),
+		Kind:       kind,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	n, err := s.Join(ctx, "tok-"+id, func(Token) error { return nil }, Node{ID: id, Name: name})
@@ -54,7 +60,8 @@ func TestSiteTokensMakeSites(t *testing.T) {
 			t.Fatalf("hello of a non-site = %v, want ErrNotFound", err)
 		}
 		sites, err := s.ListSites(ctx)
-		if err != nil || len(sites) != 1 || sites[0].Path != "berlin.region" || len(sites[0].Subtree) != 2 || sites[0].HostCAs[0] != "ca" {
+		if err != nil || len(sites) != 1 || sites[0].Path != "berlin.region" || len(sites[0].Subtree) != 2 ||
+			sites[0].HostCAs[0] != "ca" {
 			t.Fatalf("ListSites = %+v, %v", sites, err)
 		}
 	})
@@ -122,7 +129,9 @@ func TestSiteInventory(t *testing.T) {
 			t.Fatalf("n7 = %+v", l[0])
 		}
 		// Changes: an upsert and a removal; a full inventory replaces all.
-		if err := s.ApplySiteNodes(ctx, "s1", []SiteNode{{Name: "n7", ID: "id7", Online: false}, {Name: "n9"}}, []string{"n8.sub"}); err != nil {
+		if err := s.ApplySiteNodes(ctx, "s1", []SiteNode{
+			{Name: "n7", ID: "id7", Online: false}, {Name: "n9"},
+		}, []string{"n8.sub"}); err != nil {
 			t.Fatal(err)
 		}
 		if got := names("s1"); len(got) != 2 || got[0] != "n7.berlin" || got[1] != "n9.berlin" {

@@ -22,7 +22,7 @@ var _ Store = (*DB)(nil)
 // OpenSQLite opens (creating if needed) the database at path and migrates
 // it. SQLite is the default store: one database file, WAL journal with
 // synchronous=FULL so a committed write survives kill -9 and power loss.
-func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
+func OpenSQLite(ctx context.Context, path string) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
@@ -187,7 +187,8 @@ func isUniqueViolation(err error) bool {
 }
 
 func isForeignKeyViolation(err error) bool {
-	return err != nil && (strings.Contains(err.Error(), "FOREIGN KEY constraint failed") || pgCode(err) == pgForeignKeyViolation)
+	return err != nil &&
+		(strings.Contains(err.Error(), "FOREIGN KEY constraint failed") || pgCode(err) == pgForeignKeyViolation)
 }
 
 type scanner interface{ Scan(...any) error }

@@ -41,7 +41,11 @@ func TestJoinConsumesToken(t *testing.T) {
 				}
 				var err error
 				for i := 0; i < tc.joins; i++ {
-					_, err = s.Join(ctx, "a", accept, Node{ID: fmt.Sprint("id", i), Name: fmt.Sprint("n", i), Labels: map[string]string{"role": "x"}})
+					_, err = s.Join(ctx, "a", accept, Node{
+						ID:     fmt.Sprint("id", i),
+						Name:   fmt.Sprint("n", i),
+						Labels: map[string]string{"role": "x"},
+					})
 				}
 				if !errors.Is(err, tc.wantErr) && !(tc.wantErr == nil && err == nil) {
 					t.Fatalf("last join: %v, want %v", err, tc.wantErr)
@@ -267,7 +271,15 @@ func TestRolesAuditRevoke(t *testing.T) {
 		base := time.Now().Truncate(time.Millisecond)
 		for i, e := range []AuditEvent{
 			{At: base, Kind: "join", Node: "n1", Result: "ok"},
-			{At: base.Add(time.Second), Kind: "jump", Operator: "bob", Node: "n1", Result: "ok", BytesToNode: 10, EndedAt: base.Add(2 * time.Second)},
+			{
+				At:          base.Add(time.Second),
+				Kind:        "jump",
+				Operator:    "bob",
+				Node:        "n1",
+				Result:      "ok",
+				BytesToNode: 10,
+				EndedAt:     base.Add(2 * time.Second),
+			},
 			{At: base.Add(3 * time.Second), Kind: "jump", Operator: "eve", Node: "n2", Result: "denied"},
 		} {
 			if err := s.AppendAudit(ctx, e); err != nil {

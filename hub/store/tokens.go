@@ -20,12 +20,24 @@ type Token struct {
 	Kind string `json:"kind"`
 }
 
+// TokenStore persists join tokens (hashed); Join consumes them.
+type TokenStore interface {
+	// CreateToken stores a new join token.
+	CreateToken(ctx context.Context, t Token) error
+	ListTokens(ctx context.Context) ([]Token, error)
+	// GetToken returns join token id (ErrNotFound if there is none), for
+	// the join endpoint to authenticate a request before it signs anything.
+	GetToken(ctx context.Context, id string) (Token, error)
+	DeleteToken(ctx context.Context, id string) error
+}
+
 // IsSite reports whether the token registers site hubs.
 func (t Token) IsSite() bool { return t.Kind == TokenSite }
 
-// CreateToken implements Store.
-func (s *SQLite) CreateToken(ctx context.Context, t Token) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO tokens (id, secret_hash, labels, uses_left, expires_at, created_at, kind) VALUES (?,?,?,?,?,?,?)`,
+// CreateToken implements TokenStore.
+func (s *DB) CreateToken(ctx context.Context, t Token) error {
+	_, err := s.db.ExecContext(ctx,
+		`INSERT INTO tokens (id, secret_hash, labels, uses_left, expires_at, created_at, kind) VALUES (?,?,?,?,?,?,?)`,
 		t.ID, t.SecretHash, encodeLabels(t.Labels), t.UsesLeft, unix(t.ExpiresAt), unix(t.CreatedAt), tokenKind(t.Kind))
 	if err != nil {
 		return fmt.Errorf("store: create token %s: %w", t.ID, err)
@@ -33,8 +45,8 @@ func (s *SQLite) CreateToken(ctx context.Context, t Token) error {
 	return nil
 }
 
-// ListTokens implements Store.
-func (s *SQLite) ListTokens(ctx context.Context) ([]Token, error) {
+// ListTokens implements TokenStore.
+func (s *DB) ListTokens(ctx context.Context) ([]Token, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+tokenColumns+` FROM tokens ORDER BY created_at`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list tokens: %w", err)
@@ -75,8 +87,8 @@ func scanToken(r scanner) (Token, error) {
 	return t, nil
 }
 
-// DeleteToken implements Store.
-func (s *SQLite) DeleteToken(ctx context.Context, id string) error {
+// DeleteToken implements TokenStore.
+func (s *DB) DeleteToken(ctx context.Context, id string) error {
 	res, err := s.db.ExecContext(ctx, `DELETE FROM tokens WHERE id = ?`, id)
 	if err != nil {
 		return fmt.Errorf("store: delete token %s: %w", id, err)
@@ -87,8 +99,8 @@ func (s *SQLite) DeleteToken(ctx context.Context, id string) error {
 	return nil
 }
 
-// GetToken implements Store.
-func (s *SQLite) GetToken(ctx context.Context, id string) (Token, error) {
+// GetToken implements TokenStore.
+func (s *DB) GetToken(ctx context.Context, id string) (Token, error) {
 	t, err := scanToken(s.db.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Token{}, fmt.Errorf("store: token %s: %w", id, ErrNotFound)

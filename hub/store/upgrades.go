@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // Rollout states of an upgrade. running, paused are live; halted (the
@@ -52,11 +52,11 @@ type UpgradeSpec struct {
 
 // Upgrade is one rollout of an artifact pinned by digest.
 type Upgrade struct {
-	Name      string              `json:"name"`
-	Kind      control.UpgradeKind `json:"kind"`
-	Reference string              `json:"reference"`
-	Digest    string              `json:"digest"`
-	Version   string              `json:"version"`
+	Name      string            `json:"name"`
+	Kind      upgradeproto.Kind `json:"kind"`
+	Reference string            `json:"reference"`
+	Digest    string            `json:"digest"`
+	Version   string            `json:"version"`
 	// Pinned is the resolved artifact (hub/artifacts.Pinned as JSON): the
 	// documents the nodes verify against Digest.
 	Pinned    json.RawMessage `json:"pinned"`
@@ -72,18 +72,18 @@ type Upgrade struct {
 // UpgradeNode is one target node's place in an upgrade: the hub's view of
 // the per-node state machine, with each step's time and reason.
 type UpgradeNode struct {
-	Upgrade     string                      `json:"upgrade"`
-	NodeID      string                      `json:"node_id"`
-	Node        string                      `json:"node"` // the node's name when the upgrade was created
-	Batch       int                         `json:"batch"`
-	Step        control.UpgradeStep         `json:"step"`
-	Reason      string                      `json:"reason,omitempty"`
-	FromVersion string                      `json:"from_version,omitempty"`
-	ConfirmedBy string                      `json:"confirmed_by,omitempty"`
-	History     []control.UpgradeTransition `json:"history"`
-	JobID       string                      `json:"job_id,omitempty"` // the last job that drove the node
-	StartedAt   time.Time                   `json:"started_at,omitzero"`
-	UpdatedAt   time.Time                   `json:"updated_at"`
+	Upgrade     string                    `json:"upgrade"`
+	NodeID      string                    `json:"node_id"`
+	Node        string                    `json:"node"` // the node's name when the upgrade was created
+	Batch       int                       `json:"batch"`
+	Step        upgradeproto.Step         `json:"step"`
+	Reason      string                    `json:"reason,omitempty"`
+	FromVersion string                    `json:"from_version,omitempty"`
+	ConfirmedBy string                    `json:"confirmed_by,omitempty"`
+	History     []upgradeproto.Transition `json:"history"`
+	JobID       string                    `json:"job_id,omitempty"` // the last job that drove the node
+	StartedAt   time.Time                 `json:"started_at,omitzero"`
+	UpdatedAt   time.Time                 `json:"updated_at"`
 }
 
 // UpgradeStore persists upgrades and their nodes.
@@ -107,9 +107,10 @@ type UpgradeStore interface {
 }
 
 // CreateUpgrade implements UpgradeStore.
-func (s *SQLite) CreateUpgrade(ctx context.Context, u Upgrade, nodes []UpgradeNode) error {
-	if !control.ValidDigest(u.Digest) {
-		return fmt.Errorf("store: upgrade %q: digest %q is not sha256:<64 hex> (an upgrade without a digest cannot exist)", u.Name, u.Digest)
+func (s *DB) CreateUpgrade(ctx context.Context, u Upgrade, nodes []UpgradeNode) error {
+	if !upgradeproto.ValidDigest(u.Digest) {
+		return fmt.Errorf("store: upgrade %q: digest %q is not sha256:<64 hex> (an upgrade without a digest cannot exist)",
+			u.Name, u.Digest)
 	}
 	spec, err := json.Marshal(u.Spec)
 	if err != nil {
@@ -120,8 +121,11 @@ func (s *SQLite) CreateUpgrade(ctx context.Context, u Upgrade, nodes []UpgradeNo
 		return fmt.Errorf("store: create upgrade %q: %w", u.Name, err)
 	}
 	defer tx.Rollback()
-	_, err = tx.ExecContext(ctx, `INSERT INTO upgrades (name, kind, reference, digest, version, pinned, spec, state, reason, fetched, created_by, created_at, updated_at)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`, u.Name, string(u.Kind), u.Reference, u.Digest, u.Version, string(u.Pinned), string(spec),
+	_, err = tx.ExecContext(ctx,
+		`INSERT INTO upgrades (name, kind, reference, digest, version, pinned, spec, state, reason, fetched, `+
+			`created_by, created_at, updated_at)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		u.Name, string(u.Kind), u.Reference, u.Digest, u.Version, string(u.Pinned), string(spec),
 		u.State, u.Reason, u.Fetched, u.CreatedBy, unix(u.CreatedAt), unix(u.UpdatedAt))
 	if isUniqueViolation(err) {
 		return fmt.Errorf("store: upgrade %q: %w", u.Name, ErrNameTaken)
@@ -147,23 +151,28 @@ type execer interface {
 
 func putUpgradeNode(ctx context.Context, db execer, n UpgradeNode, insert bool) error {
 	if n.History == nil {
-		n.History = []control.UpgradeTransition{}
+		n.History = []upgradeproto.Transition{}
 	}
 	hist, err := json.Marshal(n.History)
 	if err != nil {
 		return fmt.Errorf("store: upgrade %q node %s: %w", n.Upgrade, n.Node, err)
 	}
 	if insert {
-		_, err = db.ExecContext(ctx, `INSERT INTO upgrade_nodes (upgrade, node_id, node, batch, step, reason, from_version, confirmed_by, history, job_id, started_at, updated_at)
-			VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`, n.Upgrade, n.NodeID, n.Node, n.Batch, string(n.Step), n.Reason, n.FromVersion, n.ConfirmedBy,
+		_, err = db.ExecContext(ctx,
+			`INSERT INTO upgrade_nodes (upgrade, node_id, node, batch, step, reason, from_version, confirmed_by, `+
+				`history, job_id, started_at, updated_at)
+			VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+			n.Upgrade, n.NodeID, n.Node, n.Batch, string(n.Step), n.Reason, n.FromVersion, n.ConfirmedBy,
 			string(hist), n.JobID, unix(n.StartedAt), unix(n.UpdatedAt))
 		if err != nil {
 			return fmt.Errorf("store: upgrade %q node %s: %w", n.Upgrade, n.Node, err)
 		}
 		return nil
 	}
-	res, err := db.ExecContext(ctx, `UPDATE upgrade_nodes SET step = ?, reason = ?, from_version = ?, confirmed_by = ?, history = ?, job_id = ?,
-		started_at = ?, updated_at = ? WHERE upgrade = ? AND node_id = ?`, string(n.Step), n.Reason, n.FromVersion, n.ConfirmedBy, string(hist),
+	res, err := db.ExecContext(ctx,
+		`UPDATE upgrade_nodes SET step = ?, reason = ?, from_version = ?, confirmed_by = ?, history = ?, job_id = ?,
+		started_at = ?, updated_at = ? WHERE upgrade = ? AND node_id = ?`,
+		string(n.Step), n.Reason, n.FromVersion, n.ConfirmedBy, string(hist),
 		n.JobID, unix(n.StartedAt), unix(n.UpdatedAt), n.Upgrade, n.NodeID)
 	if err != nil {
 		return fmt.Errorf("store: upgrade %q node %s: %w", n.Upgrade, n.Node, err)
@@ -174,16 +183,19 @@ func putUpgradeNode(ctx context.Context, db execer, n UpgradeNode, insert bool) 
 	return nil
 }
 
-const upgradeSelect = `SELECT name, kind, reference, digest, version, pinned, spec, state, reason, fetched, created_by, created_at, updated_at FROM upgrades`
+const upgradeSelect = `SELECT name, kind, reference, digest, version, pinned, spec, state, reason, fetched, ` +
+	`created_by, created_at, updated_at FROM upgrades`
 
 func scanUpgrade(r scanner) (Upgrade, error) {
 	var u Upgrade
 	var kind, pinned, spec string
 	var created, updated int64
-	if err := r.Scan(&u.Name, &kind, &u.Reference, &u.Digest, &u.Version, &pinned, &spec, &u.State, &u.Reason, &u.Fetched, &u.CreatedBy, &created, &updated); err != nil {
+	if err := r.Scan(&u.Name, &kind, &u.Reference, &u.Digest, &u.Version, &pinned, &spec, &u.State, &u.Reason, &u.Fetched,
+		&u.CreatedBy, &created, &updated); err != nil {
 		return Upgrade{}, err
 	}
-	u.Kind, u.Pinned, u.CreatedAt, u.UpdatedAt = control.UpgradeKind(kind), json.RawMessage(pinned), fromUnix(created), fromUnix(updated)
+	u.Kind, u.Pinned, u.CreatedAt, u.UpdatedAt =
+		upgradeproto.Kind(kind), json.RawMessage(pinned), fromUnix(created), fromUnix(updated)
 	if err := json.Unmarshal([]byte(spec), &u.Spec); err != nil {
 		return Upgrade{}, fmt.Errorf("upgrade %q spec: %w", u.Name, err)
 	}
@@ -191,7 +203,7 @@ func scanUpgrade(r scanner) (Upgrade, error) {
 }
 
 // GetUpgrade implements UpgradeStore.
-func (s *SQLite) GetUpgrade(ctx context.Context, name string) (Upgrade, error) {
+func (s *DB) GetUpgrade(ctx context.Context, name string) (Upgrade, error) {
 	u, err := scanUpgrade(s.db.QueryRowContext(ctx, upgradeSelect+` WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Upgrade{}, fmt.Errorf("store: upgrade %q: %w", name, ErrNotFound)
@@ -203,7 +215,7 @@ func (s *SQLite) GetUpgrade(ctx context.Context, name string) (Upgrade, error) {
 }
 
 // ListUpgrades implements UpgradeStore.
-func (s *SQLite) ListUpgrades(ctx context.Context) ([]Upgrade, error) {
+func (s *DB) ListUpgrades(ctx context.Context) ([]Upgrade, error) {
 	rows, err := s.hot().QueryContext(ctx, upgradeSelect+` ORDER BY created_at DESC, name`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list upgrades: %w", err)
@@ -221,16 +233,17 @@ func (s *SQLite) ListUpgrades(ctx context.Context) ([]Upgrade, error) {
 }
 
 // SetUpgradeState implements UpgradeStore.
-func (s *SQLite) SetUpgradeState(ctx context.Context, name, state, reason string, at time.Time) error {
-	return s.updateUpgrade(ctx, name, `UPDATE upgrades SET state = ?, reason = ?, updated_at = ? WHERE name = ?`, state, reason, unix(at), name)
+func (s *DB) SetUpgradeState(ctx context.Context, name, state, reason string, at time.Time) error {
+	return s.updateUpgrade(ctx, name, `UPDATE upgrades SET state = ?, reason = ?, updated_at = ? WHERE name = ?`, state,
+		reason, unix(at), name)
 }
 
 // SetUpgradeFetched implements UpgradeStore.
-func (s *SQLite) SetUpgradeFetched(ctx context.Context, name string) error {
+func (s *DB) SetUpgradeFetched(ctx context.Context, name string) error {
 	return s.updateUpgrade(ctx, name, `UPDATE upgrades SET fetched = 1 WHERE name = ?`, name)
 }
 
-func (s *SQLite) updateUpgrade(ctx context.Context, name, q string, args ...any) error {
+func (s *DB) updateUpgrade(ctx context.Context, name, q string, args ...any) error {
 	res, err := s.fencedExec(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("store: upgrade %q: %w", name, err)
@@ -242,16 +255,17 @@ func (s *SQLite) updateUpgrade(ctx context.Context, name, q string, args ...any)
 }
 
 // PutUpgradeNode implements UpgradeStore.
-func (s *SQLite) PutUpgradeNode(ctx context.Context, n UpgradeNode) error {
+func (s *DB) PutUpgradeNode(ctx context.Context, n UpgradeNode) error {
 	if _, ok := FenceFrom(ctx); ok {
 		return s.fencedTx(ctx, func(tx *sql.Tx) error { return putUpgradeNode(ctx, tx, n, false) })
 	}
 	return putUpgradeNode(ctx, s.db, n, false)
 }
 
-const upgradeNodeSelect = `SELECT upgrade, node_id, node, batch, step, reason, from_version, confirmed_by, history, job_id, started_at, updated_at FROM upgrade_nodes`
+const upgradeNodeSelect = `SELECT upgrade, node_id, node, batch, step, reason, from_version, confirmed_by, history, ` +
+	`job_id, started_at, updated_at FROM upgrade_nodes`
 
-func (s *SQLite) listUpgradeNodes(ctx context.Context, where string, arg string) ([]UpgradeNode, error) {
+func (s *DB) listUpgradeNodes(ctx context.Context, where string, arg string) ([]UpgradeNode, error) {
 	rows, err := s.hot().QueryContext(ctx, upgradeNodeSelect+` WHERE `+where+` ORDER BY batch, node`, arg)
 	if err != nil {
 		return nil, fmt.Errorf("store: upgrade nodes: %w", err)
@@ -262,10 +276,11 @@ func (s *SQLite) listUpgradeNodes(ctx context.Context, where string, arg string)
 		var n UpgradeNode
 		var step, hist string
 		var started, updated int64
-		if err := rows.Scan(&n.Upgrade, &n.NodeID, &n.Node, &n.Batch, &step, &n.Reason, &n.FromVersion, &n.ConfirmedBy, &hist, &n.JobID, &started, &updated); err != nil {
+		if err := rows.Scan(&n.Upgrade, &n.NodeID, &n.Node, &n.Batch, &step, &n.Reason, &n.FromVersion, &n.ConfirmedBy, &hist,
+			&n.JobID, &started, &updated); err != nil {
 			return nil, fmt.Errorf("store: upgrade nodes: %w", err)
 		}
-		n.Step, n.StartedAt, n.UpdatedAt = control.UpgradeStep(step), fromUnix(started), fromUnix(updated)
+		n.Step, n.StartedAt, n.UpdatedAt = upgradeproto.Step(step), fromUnix(started), fromUnix(updated)
 		if err := json.Unmarshal([]byte(hist), &n.History); err != nil {
 			return nil, fmt.Errorf("store: upgrade %q node %s history: %w", n.Upgrade, n.Node, err)
 		}
@@ -275,11 +290,11 @@ func (s *SQLite) listUpgradeNodes(ctx context.Context, where string, arg string)
 }
 
 // ListUpgradeNodes implements UpgradeStore.
-func (s *SQLite) ListUpgradeNodes(ctx context.Context, name string) ([]UpgradeNode, error) {
+func (s *DB) ListUpgradeNodes(ctx context.Context, name string) ([]UpgradeNode, error) {
 	return s.listUpgradeNodes(ctx, "upgrade = ?", name)
 }
 
 // UpgradeNodesOf implements UpgradeStore.
-func (s *SQLite) UpgradeNodesOf(ctx context.Context, nodeID string) ([]UpgradeNode, error) {
+func (s *DB) UpgradeNodesOf(ctx context.Context, nodeID string) ([]UpgradeNode, error) {
 	return s.listUpgradeNodes(ctx, "node_id = ?", nodeID)
 }

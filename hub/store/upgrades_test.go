@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // migrationUpgradesVersion is the schema version that adds upgrades and
@@ -16,8 +16,15 @@ const migrationUpgradesVersion = 13
 
 func testUpgrade(name string) Upgrade {
 	at := time.Now().UTC().Truncate(time.Millisecond)
-	return Upgrade{Name: name, Kind: control.UpgradeBundle, Reference: "oci://r/x:1", Digest: "sha256:" + strings.Repeat("a", 64), Version: "1",
-		Pinned: []byte(`{"digest":"x"}`), Spec: UpgradeSpec{Batch: "10%", Canary: 1, FailureTolerance: "5%", RequireConfirmation: true, HealthTimeoutSeconds: 60},
+	return Upgrade{Name: name, Kind: upgradeproto.KindBundle, Reference: "oci://r/x:1",
+		Digest: "sha256:" + strings.Repeat("a", 64), Version: "1",
+		Pinned: []byte(`{"digest":"x"}`), Spec: UpgradeSpec{
+			Batch:                "10%",
+			Canary:               1,
+			FailureTolerance:     "5%",
+			RequireConfirmation:  true,
+			HealthTimeoutSeconds: 60,
+		},
 		State: UpgradeRunning, CreatedBy: "admin", CreatedAt: at, UpdatedAt: at}
 }
 
@@ -36,8 +43,15 @@ func TestUpgradesPersist(t *testing.T) {
 		u := testUpgrade("edge-1.4")
 		at := u.CreatedAt
 		nodes := []UpgradeNode{
-			{NodeID: n1.ID, Node: "n1", Batch: 0, Step: control.StepPending, History: []control.UpgradeTransition{{Step: control.StepPending, At: at}}, UpdatedAt: at},
-			{NodeID: "id-2", Node: "n2", Batch: 1, Step: control.StepPending, UpdatedAt: at},
+			{
+				NodeID:    n1.ID,
+				Node:      "n1",
+				Batch:     0,
+				Step:      upgradeproto.StepPending,
+				History:   []upgradeproto.Transition{{Step: upgradeproto.StepPending, At: at}},
+				UpdatedAt: at,
+			},
+			{NodeID: "id-2", Node: "n2", Batch: 1, Step: upgradeproto.StepPending, UpdatedAt: at},
 		}
 		if err := s.CreateUpgrade(ctx, u, nodes); err != nil {
 			t.Fatal(err)
@@ -51,8 +65,11 @@ func TestUpgradesPersist(t *testing.T) {
 			t.Error("an upgrade without a digest was stored")
 		}
 		n := nodes[0]
-		n.Upgrade, n.Step, n.Reason, n.ConfirmedBy, n.JobID = "edge-1.4", control.StepFailed, "digest mismatch (want a, got b)", "operator:alice", "job1"
-		n.History = append(n.History, control.UpgradeTransition{Step: control.StepFailed, At: at.Add(time.Second), Reason: n.Reason})
+		n.Upgrade, n.Step, n.Reason, n.ConfirmedBy, n.JobID = "edge-1.4", upgradeproto.StepFailed,
+			"digest mismatch (want a, got b)", "operator:alice", "job1"
+		n.History = append(n.History, upgradeproto.Transition{
+			Step: upgradeproto.StepFailed, At: at.Add(time.Second), Reason: n.Reason,
+		})
 		if err := s.PutUpgradeNode(ctx, n); err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +79,9 @@ func TestUpgradesPersist(t *testing.T) {
 		if err := s.SetUpgradeFetched(ctx, "edge-1.4"); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.PutUpgradeNode(ctx, UpgradeNode{Upgrade: "edge-1.4", NodeID: "gone", Node: "x"}); !errors.Is(err, ErrNotFound) {
+		if err := s.PutUpgradeNode(ctx, UpgradeNode{
+			Upgrade: "edge-1.4", NodeID: "gone", Node: "x",
+		}); !errors.Is(err, ErrNotFound) {
 			t.Errorf("put of a node not in the upgrade: %v", err)
 		}
 		s.Close()
@@ -76,16 +95,17 @@ func TestUpgradesPersist(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.State != UpgradeHalted || got.Reason != "1 of 2 failed" || !got.Fetched || got.Digest != u.Digest || got.Spec.Batch != "10%" ||
-			!got.Spec.RequireConfirmation || string(got.Pinned) != `{"digest":"x"}` {
+		if got.State != UpgradeHalted || got.Reason != "1 of 2 failed" || !got.Fetched || got.Digest != u.Digest ||
+			got.Spec.Batch != "10%" || !got.Spec.RequireConfirmation || string(got.Pinned) != `{"digest":"x"}` {
 			t.Errorf("upgrade after reopen: %+v", got)
 		}
 		ns, err := s.ListUpgradeNodes(ctx, "edge-1.4")
 		if err != nil || len(ns) != 2 {
 			t.Fatalf("nodes %v %v", ns, err)
 		}
-		if g := ns[0]; g.Step != control.StepFailed || g.ConfirmedBy != "operator:alice" || len(g.History) != 2 ||
-			g.History[1].Reason != "digest mismatch (want a, got b)" || !g.History[1].At.Equal(at.Add(time.Second)) || g.JobID != "job1" {
+		if g := ns[0]; g.Step != upgradeproto.StepFailed || g.ConfirmedBy != "operator:alice" || len(g.History) != 2 ||
+			g.History[1].Reason != "digest mismatch (want a, got b)" || !g.History[1].At.Equal(at.Add(time.Second)) ||
+			g.JobID != "job1" {
 			t.Errorf("node after reopen: %+v", g)
 		}
 		of, err := s.UpgradeNodesOf(ctx, "id-2")
@@ -103,7 +123,8 @@ func TestUpgradesPersist(t *testing.T) {
 // the permission.
 func TestUpgradesMigrationRoles(t *testing.T) {
 	ctx := context.Background()
-	path := dataDirAt(t, migrationUpgradesVersion-1, `INSERT INTO roles (name, nodes, logins, forwarding) VALUES ('ops', 'site=lab', '["root"]', 1)`)
+	path := dataDirAt(t, migrationUpgradesVersion-1,
+		`INSERT INTO roles (name, nodes, logins, forwarding) VALUES ('ops', 'site=lab', '["root"]', 1)`)
 	s, err := OpenSQLite(ctx, path)
 	if err != nil {
 		t.Fatal(err)

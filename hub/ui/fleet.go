@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/hub/api"
-	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/hub/roles"
 	"github.com/tether-dev/tether/hub/store"
 )
@@ -29,7 +29,7 @@ const (
 )
 
 // fleet serves the paged, filtered node list. It filters a cached copy of
-// the store's nodes joined with the registry's live sessions, which are
+// the store's nodes joined with the live node connections, which are
 // always current: a node going offline shows at once, a relabel or a new
 // node within FleetCacheTTL. A request that finds the copy older than that
 // is answered from it while one background read of the store replaces it,
@@ -109,10 +109,10 @@ func (f *fleet) invalidate() {
 	f.mu.Unlock()
 }
 
-// live is the registry's sessions by node name, read once per request.
-func live(reg *registry.Registry) map[string]*registry.Conn {
+// live is the live connections by node name, read once per request.
+func live(reg *nodeconn.Table) map[string]*nodeconn.Conn {
 	all := reg.All()
-	m := make(map[string]*registry.Conn, len(all))
+	m := make(map[string]*nodeconn.Conn, len(all))
 	for _, c := range all {
 		m[c.Name] = c
 	}
@@ -120,7 +120,9 @@ func live(reg *registry.Registry) map[string]*registry.Conn {
 }
 
 // stateOf is node n's state given the live sessions.
-func stateOf(n *store.Node, conns map[string]*registry.Conn, staleAfter time.Duration, now time.Time) (string, *registry.Conn) {
+func stateOf(
+	n *store.Node, conns map[string]*nodeconn.Conn, staleAfter time.Duration, now time.Time,
+) (string, *nodeconn.Conn) {
 	if !n.RevokedAt.IsZero() {
 		return StateRevoked, nil
 	}
@@ -209,7 +211,8 @@ func ParseFleetQuery(r *http.Request) (FleetQuery, error) {
 		}
 	}
 	if _, ok := sorters[strings.TrimPrefix(q.Sort, "-")]; q.Sort != "" && !ok {
-		return q, fmt.Errorf("sort %q: want one of name, state, site, version, os, last_seen, transport (- first for descending)", q.Sort)
+		return q, fmt.Errorf(
+			"sort %q: want one of name, state, site, version, os, last_seen, transport (- first for descending)", q.Sort)
 	}
 	return q, nil
 }
@@ -220,7 +223,7 @@ var stateRank = map[string]int{StateOffline: 0, StateStale: 1, StateOnline: 2, S
 type hit struct {
 	n     *store.Node
 	state string
-	conn  *registry.Conn
+	conn  *nodeconn.Conn
 }
 
 var sorters = map[string]func(a, b *hit) int{
@@ -257,7 +260,7 @@ func (f *fleet) Page(ctx context.Context, sees func(*store.Node) bool, q FleetQu
 	if err != nil {
 		return FleetPage{}, err
 	}
-	conns := live(f.cfg.Registry)
+	conns := live(f.cfg.Conns)
 	now := time.Now()
 	out := FleetPage{Counts: map[string]int{StateOnline: 0, StateStale: 0, StateOffline: 0, StateRevoked: 0},
 		Versions: map[string]int{}, OSes: map[string]int{}, Offset: q.Offset, Nodes: []FleetNode{}}
@@ -388,7 +391,7 @@ func (c *Console) nodeDetail(w http.ResponseWriter, r *http.Request, s *signedIn
 		writeErr(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	state, conn := stateOf(&n, live(c.cfg.Registry), c.cfg.StaleAfter, time.Now())
+	state, conn := stateOf(&n, live(c.cfg.Conns), c.cfg.StaleAfter, time.Now())
 	n.Online = conn != nil
 	if conn != nil {
 		n.Transport = conn.Session.Transport().String()
@@ -452,7 +455,7 @@ func (c *Console) liveFingerprint() uint64 {
 	now := time.Now()
 	var sum uint64
 	var b [9]byte
-	for _, conn := range c.cfg.Registry.All() {
+	for _, conn := range c.cfg.Conns.All() {
 		h := fnv.New64a()
 		h.Write([]byte(conn.NodeID))
 		binary.LittleEndian.PutUint64(b[:8], uint64(conn.Connected.UnixNano()))

@@ -89,14 +89,28 @@ func (c *Console) terminal(w http.ResponseWriter, r *http.Request, s *signedIn) 
 		return
 	}
 	if subtle.ConstantTimeCompare([]byte(first.CSRF), []byte(s.sess.CSRF)) != 1 {
-		c.cfg.Audit(store.AuditEvent{Kind: "console_csrf", Operator: whoOf(s.sess.Operator), Remote: r.RemoteAddr, Result: "refused",
-			Detail: "terminal to " + node + ": CSRF token missing or wrong"})
+		c.cfg.Audit(store.AuditEvent{Kind: "console_csrf", Operator: whoOf(s.sess.Operator), Remote: r.RemoteAddr,
+			Result: "refused", Detail: "terminal to " + node + ": CSRF token missing or wrong"})
 		fail("CSRF token missing or wrong: reload the console")
 		return
 	}
 	start := time.Now()
-	rec := store.AuditEvent{At: start, Kind: "console_terminal", Operator: whoOf(s.sess.Operator), Node: node, Remote: r.RemoteAddr, Detail: "login " + login}
-	sh, err := c.cfg.Hub.OpenTerminal(ctx, TerminalRequest{Caller: s.caller, Node: node, Login: login, Cols: first.Cols, Rows: first.Rows, Remote: r.RemoteAddr})
+	rec := store.AuditEvent{
+		At:       start,
+		Kind:     "console_terminal",
+		Operator: whoOf(s.sess.Operator),
+		Node:     node,
+		Remote:   r.RemoteAddr,
+		Detail:   "login " + login,
+	}
+	sh, err := c.cfg.Hub.OpenTerminal(ctx, TerminalRequest{
+		Caller: s.caller,
+		Node:   node,
+		Login:  login,
+		Cols:   first.Cols,
+		Rows:   first.Rows,
+		Remote: r.RemoteAddr,
+	})
 	if err != nil {
 		rec.Result, rec.EndedAt, rec.Detail = terminalResult(err), time.Now(), rec.Detail+": "+err.Error()
 		c.cfg.Audit(rec)

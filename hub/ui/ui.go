@@ -15,7 +15,8 @@
 // grants exactly what the API grants the same person. What the API has no
 // endpoint for is here: the paged fleet view (fleet.go), its live updates,
 // and the browser terminal (terminal.go), which goes through the one door
-// (hub/access) like `ssh -J`.
+// (hub/access) like `ssh -J`. NewHub (hub.go) is the console's hold on a
+// running hub: who signs in, whether a session may still act, the shell.
 package ui
 
 import (
@@ -38,7 +39,8 @@ import (
 
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/api"
-	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/api/apitype"
+	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/hub/store"
 )
 
@@ -85,10 +87,10 @@ type Hub interface {
 
 // Config configures the console.
 type Config struct {
-	Store    store.Store
-	Door     *access.Door
-	Registry *registry.Registry
-	Hub      Hub
+	Store store.Store
+	Door  *access.Door
+	Conns *nodeconn.Table
+	Hub   Hub
 	// API is the hub's API handler, served to signed-in browsers.
 	API http.Handler
 	// StaleAfter: a node whose agent has been silent this long on a live
@@ -116,8 +118,8 @@ type Console struct {
 
 // New builds the console.
 func New(cfg Config) (*Console, error) {
-	if cfg.Store == nil || cfg.Door == nil || cfg.Registry == nil || cfg.Hub == nil || cfg.API == nil {
-		return nil, errors.New("ui: Store, Door, Registry, Hub and API are required")
+	if cfg.Store == nil || cfg.Door == nil || cfg.Conns == nil || cfg.Hub == nil || cfg.API == nil {
+		return nil, errors.New("ui: Store, Door, Conns, Hub and API are required")
 	}
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = 45 * time.Second
@@ -141,7 +143,11 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ui: embedded assets: %w", err)
 	}
-	c := &Console{cfg: cfg, static: http.StripPrefix("/ui/assets/", http.FileServer(http.FS(sub))), mux: http.NewServeMux()}
+	c := &Console{
+		cfg:    cfg,
+		static: http.StripPrefix("/ui/assets/", http.FileServer(http.FS(sub))),
+		mux:    http.NewServeMux(),
+	}
 	c.fleet = newFleet(cfg)
 	c.mux.HandleFunc("POST /v1/console/codes", c.createCode)
 	c.mux.HandleFunc("GET /ui/signin", c.signin)
@@ -154,7 +160,8 @@ func New(cfg Config) (*Console, error) {
 	c.mux.HandleFunc("/ui/api/v1/", c.session(c.api))
 	c.mux.HandleFunc("GET /ui/assets/", c.asset)
 	c.mux.HandleFunc("GET /ui/{$}", c.index)
-	c.mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusSeeOther) })
+	c.mux.HandleFunc("GET /ui",
+		func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusSeeOther) })
 	c.mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		// Client-side routes (/ui/nodes/N, /ui/jobs/ID …) load the app.
 		if r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, "/ui/api/") {
@@ -211,14 +218,26 @@ func (c *Console) createCode(w http.ResponseWriter, r *http.Request) {
 	}
 	code, hash := newSecret()
 	now := time.Now()
-	cc := store.ConsoleCode{Hash: hash, Operator: id.Operator, KeyTag: id.KeyTag, Admin: id.Admin, CreatedAt: now, ExpiresAt: now.Add(c.cfg.CodeTTL)}
+	cc := store.ConsoleCode{
+		Hash:      hash,
+		Operator:  id.Operator,
+		KeyTag:    id.KeyTag,
+		Admin:     id.Admin,
+		CreatedAt: now,
+		ExpiresAt: now.Add(c.cfg.CodeTTL),
+	}
 	if err := c.cfg.Store.CreateConsoleCode(r.Context(), cc); err != nil {
 		writeErr(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	c.cfg.Audit(store.AuditEvent{Kind: "console_code", Operator: whoOf(id.Operator), Remote: r.RemoteAddr, Result: "ok",
 		Detail: "one-time console sign-in code until " + cc.ExpiresAt.UTC().Format(time.RFC3339)})
-	writeJSON(w, http.StatusCreated, api.ConsoleCodeResponse{Code: code, URL: "https://" + r.Host + "/ui/signin?code=" + code, ExpiresAt: cc.ExpiresAt, Operator: id.Operator})
+	writeJSON(w, http.StatusCreated, apitype.ConsoleCodeResponse{
+		Code:      code,
+		URL:       "https://" + r.Host + "/ui/signin?code=" + code,
+		ExpiresAt: cc.ExpiresAt,
+		Operator:  id.Operator,
+	})
 }
 
 func whoOf(operator string) string {
@@ -236,7 +255,8 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		c.cfg.Audit(store.AuditEvent{Kind: "console_signin", Remote: r.RemoteAddr, Result: "refused", Detail: why})
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(http.StatusForbidden)
-		fmt.Fprintf(w, "<!doctype html><title>Tether console</title><h1>Sign-in refused</h1><p>%s</p><p>Run <code>tether ui</code> again for a new link.</p>", html.EscapeString(why))
+		fmt.Fprintf(w, "<!doctype html><title>Tether console</title><h1>Sign-in refused</h1><p>%s</p>"+
+			"<p>Run <code>tether ui</code> again for a new link.</p>", html.EscapeString(why))
 	}
 	if code == "" || len(code) > 100 {
 		refuse("This sign-in link has no valid code.")
@@ -257,7 +277,15 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	cookie, hash := newSecret()
 	csrf, _ := newSecret()
-	sess := store.ConsoleSession{Hash: hash, Operator: cc.Operator, KeyTag: cc.KeyTag, Admin: cc.Admin, CSRF: csrf, CreatedAt: now, ExpiresAt: now.Add(c.cfg.SessionTTL)}
+	sess := store.ConsoleSession{
+		Hash:      hash,
+		Operator:  cc.Operator,
+		KeyTag:    cc.KeyTag,
+		Admin:     cc.Admin,
+		CSRF:      csrf,
+		CreatedAt: now,
+		ExpiresAt: now.Add(c.cfg.SessionTTL),
+	}
 	if _, err := c.cfg.Hub.Caller(sess); err != nil {
 		refuse("The operator may no longer sign in: " + err.Error())
 		return
@@ -277,8 +305,21 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) signout(w http.ResponseWriter, r *http.Request, s *signedIn) {
 	_ = c.cfg.Store.DeleteConsoleSession(r.Context(), s.sess.Hash)
-	c.cfg.Audit(store.AuditEvent{Kind: "console_signout", Operator: whoOf(s.sess.Operator), Remote: r.RemoteAddr, Result: "ok"})
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	c.cfg.Audit(store.AuditEvent{
+		Kind:     "console_signout",
+		Operator: whoOf(s.sess.Operator),
+		Remote:   r.RemoteAddr,
+		Result:   "ok",
+	})
+	http.SetCookie(w, &http.Cookie{
+		Name:     CookieName,
+		Value:    "",
+		Path:     "/",
+		HttpOnly: true,
+		Secure:   true,
+		SameSite: http.SameSiteStrictMode,
+		MaxAge:   -1,
+	})
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -314,8 +355,8 @@ func (c *Console) session(next func(http.ResponseWriter, *http.Request, *signedI
 		}
 		if stateChanging(r.Method) {
 			if err := checkCSRF(r, s.sess.CSRF); err != nil {
-				c.cfg.Audit(store.AuditEvent{Kind: "console_csrf", Operator: whoOf(s.sess.Operator), Remote: r.RemoteAddr, Result: "refused",
-					Detail: r.Method + " " + r.URL.Path + ": " + err.Error()})
+				c.cfg.Audit(store.AuditEvent{Kind: "console_csrf", Operator: whoOf(s.sess.Operator), Remote: r.RemoteAddr,
+					Result: "refused", Detail: r.Method + " " + r.URL.Path + ": " + err.Error()})
 				writeErr(w, http.StatusForbidden, err.Error())
 				return
 			}

@@ -19,7 +19,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/access"
-	"github.com/tether-dev/tether/hub/registry"
+	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/internal/testenv"
 )
@@ -47,7 +47,7 @@ func (f *fakeHub) OpenTerminal(context.Context, TerminalRequest) (Shell, error) 
 
 type testConsole struct {
 	*Console
-	st  *store.SQLite
+	st  *store.DB
 	hub *fakeHub
 	// apiHits counts requests that reached the API handler.
 	apiHits int
@@ -63,13 +63,17 @@ func newTestConsole(t testing.TB) *testConsole {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	reg := registry.New()
-	door, err := access.New(ctx, access.Config{Store: st, Registry: reg, UserCAs: func() []gossh.PublicKey { return nil }})
+	reg := nodeconn.NewTable()
+	door, err := access.New(ctx, access.Config{Store: st, Conns: reg, UserCAs: func() []gossh.PublicKey { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc := &testConsole{st: st, hub: &fakeHub{id: Identity{Operator: "alice", Admin: true}, ops: map[string]bool{"alice": true}}, dbPath: path}
-	c, err := New(Config{Store: st, Door: door, Registry: reg, Hub: tc.hub,
+	tc := &testConsole{
+		st:     st,
+		hub:    &fakeHub{id: Identity{Operator: "alice", Admin: true}, ops: map[string]bool{"alice": true}},
+		dbPath: path,
+	}
+	c, err := New(Config{Store: st, Door: door, Conns: reg, Hub: tc.hub,
 		API: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tc.apiHits++; w.WriteHeader(http.StatusOK) })})
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +82,9 @@ func newTestConsole(t testing.TB) *testConsole {
 	return tc
 }
 
-func (tc *testConsole) do(t *testing.T, method, path string, cookie *http.Cookie, header map[string]string) *httptest.ResponseRecorder {
+func (tc *testConsole) do(
+	t *testing.T, method, path string, cookie *http.Cookie, header map[string]string,
+) *httptest.ResponseRecorder {
 	t.Helper()
 	r := httptest.NewRequest(method, "https://hub.example:7443"+path, strings.NewReader("{}"))
 	if cookie != nil {
@@ -132,8 +138,9 @@ func TestSignIn(t *testing.T) {
 	expired, _ := newSecret()
 	storeExpired := func() {
 		now := time.Now()
-		if err := tc.st.CreateConsoleCode(context.Background(), store.ConsoleCode{Hash: hashOf(expired), Operator: "alice", Admin: true,
-			CreatedAt: now.Add(-2 * time.Minute), ExpiresAt: now.Add(-time.Minute)}); err != nil {
+		if err := tc.st.CreateConsoleCode(context.Background(),
+			store.ConsoleCode{Hash: hashOf(expired), Operator: "alice", Admin: true,
+				CreatedAt: now.Add(-2 * time.Minute), ExpiresAt: now.Add(-time.Minute)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -164,8 +171,8 @@ func TestSignIn(t *testing.T) {
 				return
 			}
 			ck := w.Result().Cookies()[0]
-			if ck.Name != CookieName || !ck.HttpOnly || !ck.Secure || ck.SameSite != http.SameSiteStrictMode || ck.Path != "/" || ck.Domain != "" ||
-				ck.MaxAge < int(time.Hour/time.Second) {
+			if ck.Name != CookieName || !ck.HttpOnly || !ck.Secure || ck.SameSite != http.SameSiteStrictMode ||
+				ck.Path != "/" || ck.Domain != "" || ck.MaxAge < int(time.Hour/time.Second) {
 				t.Fatalf("cookie %+v", ck)
 			}
 			if loc := w.Header().Get("Location"); loc != "/ui/" {
@@ -191,8 +198,20 @@ func TestCSRFAndSession(t *testing.T) {
 		{"GET needs no token", "GET", ck, nil, http.StatusOK},
 		{"POST without token", "POST", ck, nil, http.StatusForbidden},
 		{"POST with a wrong token", "POST", ck, map[string]string{CSRFHeader: "guess"}, http.StatusForbidden},
-		{"POST from another origin", "POST", ck, map[string]string{CSRFHeader: csrf, "Origin": "https://evil.example"}, http.StatusForbidden},
-		{"POST with the token", "POST", ck, map[string]string{CSRFHeader: csrf, "Origin": "https://hub.example:7443"}, http.StatusOK},
+		{
+			"POST from another origin",
+			"POST",
+			ck,
+			map[string]string{CSRFHeader: csrf, "Origin": "https://evil.example"},
+			http.StatusForbidden,
+		},
+		{
+			"POST with the token",
+			"POST",
+			ck,
+			map[string]string{CSRFHeader: csrf, "Origin": "https://hub.example:7443"},
+			http.StatusOK,
+		},
 		{"DELETE without token", "DELETE", ck, nil, http.StatusForbidden},
 		{"no cookie", "GET", nil, nil, http.StatusUnauthorized},
 		{"forged cookie", "GET", &http.Cookie{Name: CookieName, Value: "forged"}, nil, http.StatusUnauthorized},
@@ -209,7 +228,8 @@ func TestCSRFAndSession(t *testing.T) {
 		})
 	}
 	t.Run("only console endpoints of the API", func(t *testing.T) {
-		if w := tc.do(t, "POST", "/ui/api/v1/operators", ck, map[string]string{CSRFHeader: csrf}); w.Code != http.StatusNotFound {
+		if w := tc.do(t, "POST", "/ui/api/v1/operators", ck,
+			map[string]string{CSRFHeader: csrf}); w.Code != http.StatusNotFound {
 			t.Fatalf("/v1/operators through the console: %d", w.Code)
 		}
 	})
@@ -309,7 +329,8 @@ func TestFleetPage(t *testing.T) {
 	t.Run("visibility", func(t *testing.T) {
 		prodOnly := func(n *store.Node) bool { return n.Labels["env"] == "prod" }
 		p, err := tc.fleet.Page(context.Background(), prodOnly, FleetQuery{Limit: 50})
-		if err != nil || p.Total != 250 || p.Matched != 250 || p.Versions["v1.0.0"]+p.Versions["v1.1.0"]+p.Versions["v1.2.0"] != 250 {
+		if err != nil || p.Total != 250 || p.Matched != 250 ||
+			p.Versions["v1.0.0"]+p.Versions["v1.1.0"]+p.Versions["v1.2.0"] != 250 {
 			t.Fatalf("%v: total %d matched %d versions %v", err, p.Total, p.Matched, p.Versions)
 		}
 	})
@@ -325,7 +346,14 @@ func TestFleetPage(t *testing.T) {
 // FuzzParseFleetQuery: whatever the query string, the parse answers an
 // error or a query within bounds, and never panics.
 func FuzzParseFleetQuery(f *testing.F) {
-	for _, s := range []string{"", "q=a&state=online,stale&label=site%3Db&sort=-last_seen&offset=5&limit=500", "limit=0", "state=,", "sort=-", "offset=99999999999999999999"} {
+	for _, s := range []string{
+		"",
+		"q=a&state=online,stale&label=site%3Db&sort=-last_seen&offset=5&limit=500",
+		"limit=0",
+		"state=,",
+		"sort=-",
+		"offset=99999999999999999999",
+	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
@@ -346,8 +374,8 @@ func FuzzParseFleetQuery(f *testing.F) {
 
 func TestStateOf(t *testing.T) {
 	now := time.Now()
-	conn := func(id string, connected time.Time, heard time.Time) *registry.Conn {
-		c := registry.NewConn(id, "n1", nil, nil)
+	conn := func(id string, connected time.Time, heard time.Time) *nodeconn.Conn {
+		c := nodeconn.NewConn(id, "n1", nil, nil)
 		c.Connected = connected
 		if !heard.IsZero() {
 			c.Heard.Store(heard.UnixNano())
@@ -357,18 +385,33 @@ func TestStateOf(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		node store.Node
-		conn *registry.Conn
+		conn *nodeconn.Conn
 		want string
 	}{
 		{"no session", store.Node{ID: "a", Name: "n1"}, nil, StateOffline},
-		{"heard lately", store.Node{ID: "a", Name: "n1"}, conn("a", now.Add(-time.Hour), now.Add(-10*time.Second)), StateOnline},
-		{"connected lately, not heard yet", store.Node{ID: "a", Name: "n1"}, conn("a", now.Add(-5*time.Second), time.Time{}), StateOnline},
-		{"silent too long", store.Node{ID: "a", Name: "n1"}, conn("a", now.Add(-time.Hour), now.Add(-2*time.Minute)), StateStale},
+		{
+			"heard lately",
+			store.Node{ID: "a", Name: "n1"},
+			conn("a", now.Add(-time.Hour), now.Add(-10*time.Second)),
+			StateOnline,
+		},
+		{
+			"connected lately, not heard yet",
+			store.Node{ID: "a", Name: "n1"},
+			conn("a", now.Add(-5*time.Second), time.Time{}),
+			StateOnline,
+		},
+		{
+			"silent too long",
+			store.Node{ID: "a", Name: "n1"},
+			conn("a", now.Add(-time.Hour), now.Add(-2*time.Minute)),
+			StateStale,
+		},
 		{"a namesake's session", store.Node{ID: "a", Name: "n1"}, conn("b", now, now), StateOffline},
 		{"revoked", store.Node{ID: "a", Name: "n1", RevokedAt: now}, conn("a", now, now), StateRevoked},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			conns := map[string]*registry.Conn{}
+			conns := map[string]*nodeconn.Conn{}
 			if tt.conn != nil {
 				conns["n1"] = tt.conn
 			}

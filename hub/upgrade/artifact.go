@@ -6,19 +6,19 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // Artifact is an artifact resolved once, at creation (the same fields as
 // hub/artifacts.Pinned, so the hub converts one into the other): stored in
 // the upgrade, it is all the rollout needs later except the blobs.
 type Artifact struct {
-	Reference string              `json:"reference"`
-	Digest    string              `json:"digest"`
-	Kind      control.UpgradeKind `json:"kind"`
-	Version   string              `json:"version"`
-	Index     []byte              `json:"index,omitempty"`
-	Manifests map[string][]byte   `json:"manifests"`
+	Reference string            `json:"reference"`
+	Digest    string            `json:"digest"`
+	Kind      upgradeproto.Kind `json:"kind"`
+	Version   string            `json:"version"`
+	Index     []byte            `json:"index,omitempty"`
+	Manifests map[string][]byte `json:"manifests"`
 }
 
 // ErrDigestMismatch is a blob (or document) that does not hash to its
@@ -38,10 +38,10 @@ type Source interface {
 
 // forPlatform is what a node of goos/goarch gets: the index (agents), the
 // manifest and its files.
-func (a Artifact) forPlatform(goos, goarch string) (index, manifest []byte, files []control.UpgradeFile, err error) {
+func (a Artifact) forPlatform(goos, goarch string) (index, manifest []byte, files []upgradeproto.File, err error) {
 	switch a.Kind {
-	case control.UpgradeAgent:
-		ix, err := control.ParseArtifactIndex(a.Index)
+	case upgradeproto.KindAgent:
+		ix, err := upgradeproto.ParseArtifactIndex(a.Index)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -49,7 +49,7 @@ func (a Artifact) forPlatform(goos, goarch string) (index, manifest []byte, file
 			return nil, nil, nil, err
 		}
 		index, manifest = a.Index, a.Manifests[goos+"/"+goarch]
-	case control.UpgradeBundle:
+	case upgradeproto.KindBundle:
 		manifest = a.Manifests[""]
 	default:
 		return nil, nil, nil, fmt.Errorf("artifact kind %q is neither agent nor bundle", a.Kind)
@@ -57,7 +57,7 @@ func (a Artifact) forPlatform(goos, goarch string) (index, manifest []byte, file
 	if manifest == nil {
 		return nil, nil, nil, fmt.Errorf("the pinned artifact holds no manifest for %s/%s", goos, goarch)
 	}
-	m, err := control.ParseArtifactManifest(manifest)
+	m, err := upgradeproto.ParseArtifactManifest(manifest)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -79,12 +79,12 @@ func (a Artifact) platforms() []string {
 func (a Artifact) blobDigests() []string {
 	var out []string
 	for _, m := range a.Manifests {
-		mm, err := control.ParseArtifactManifest(m)
+		mm, err := upgradeproto.ParseArtifactManifest(m)
 		if err != nil {
 			continue
 		}
 		for _, f := range mm.Files() {
-			out = append(out, control.DigestHex(f.Digest))
+			out = append(out, upgradeproto.DigestHex(f.Digest))
 		}
 	}
 	return out
@@ -93,5 +93,5 @@ func (a Artifact) blobDigests() []string {
 // compareVersions orders two agent versions as the node does: -1, 0, 1,
 // and ok=false when either is not a version (a development build).
 func compareVersions(a, b string) (int, bool) {
-	return control.CompareVersions(strings.TrimSpace(a), strings.TrimSpace(b))
+	return upgradeproto.CompareVersions(strings.TrimSpace(a), strings.TrimSpace(b))
 }

@@ -3,10 +3,13 @@
 // and rolls it out to the target nodes in batches (an optional canary
 // first), bounded by --max-unavailable, halting when failures exceed the
 // tolerance. Each node is driven through the per-node state machine of
-// tunnel/control (offer, push the files, apply) by jobs of the job engine,
+// tunnel/upgradeproto (offer, push the files, apply) by jobs of the job engine,
 // so the node's output is a job log with an exit code and a timeout; the
 // node reports its own steps on the control stream afterwards (health
 // check, rollback, a confirmation given on the node).
+//
+// Beside the controller: its HTTP endpoints (api.go), the node drive over
+// SSH (drive.go) and the artifacts' source, registries (source.go).
 //
 // Everything the controller knows is in the store: a hub that restarts
 // picks every running upgrade up where it was, and re-drives nodes whose
@@ -28,7 +31,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/store"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // JobKind is the kind of the jobs that drive nodes through an upgrade.
@@ -68,9 +71,17 @@ type Driver interface {
 	// node's answer to the offer. An error wrapping ErrConnLost means the
 	// connection ended mid-way (an agent upgrade restarts the agent, and
 	// an embedded SSH server with it): the node's record decides.
-	Drive(ctx context.Context, t Target, offer control.UpgradeOffer, files []control.UpgradeFile, confirmedBy string, log io.Writer, offered func(control.NodeUpgradeState)) (control.NodeUpgradeState, int64, error)
+	Drive(
+		ctx context.Context,
+		t Target,
+		offer upgradeproto.Offer,
+		files []upgradeproto.File,
+		confirmedBy string,
+		log io.Writer,
+		offered func(upgradeproto.NodeState),
+	) (upgradeproto.NodeState, int64, error)
 	// Status reads the node's record of the upgrade.
-	Status(ctx context.Context, t Target, name string) (control.NodeUpgradeState, error)
+	Status(ctx context.Context, t Target, name string) (upgradeproto.NodeState, error)
 }
 
 // Jobs starts jobs (the hub's job engine).
@@ -139,7 +150,14 @@ func New(cfg Config) *Controller {
 	if cfg.Audit == nil {
 		cfg.Audit = func(store.AuditEvent) {}
 	}
-	c := &Controller{cfg: cfg, wake: make(chan struct{}, 1), inflight: map[string]bool{}, jobOf: map[string]string{}, polled: map[string]time.Time{}, lost: map[string]int{}}
+	c := &Controller{
+		cfg:      cfg,
+		wake:     make(chan struct{}, 1),
+		inflight: map[string]bool{},
+		jobOf:    map[string]string{},
+		polled:   map[string]time.Time{},
+		lost:     map[string]int{},
+	}
 	c.metrics = newMetrics(c)
 	return c
 }
@@ -212,8 +230,9 @@ type CreateRequest struct {
 // rollout's options and stores the upgrade with every target pending in
 // its batch. Nothing is fetched or pushed yet.
 func (c *Controller) Create(ctx context.Context, req CreateRequest) (store.Upgrade, error) {
-	if !control.ValidUpgradeName(req.Name) {
-		return store.Upgrade{}, fmt.Errorf("%w: name %q: want a lowercase name of at most 63 characters (letters, digits, '-', '.')", ErrInvalid, req.Name)
+	if !upgradeproto.ValidName(req.Name) {
+		return store.Upgrade{}, fmt.Errorf(
+			"%w: name %q: want a lowercase name of at most 63 characters (letters, digits, '-', '.')", ErrInvalid, req.Name)
 	}
 	if len(req.Targets) == 0 {
 		return store.Upgrade{}, fmt.Errorf("%w: no target nodes", ErrInvalid)
@@ -230,7 +249,7 @@ func (c *Controller) Create(ctx context.Context, req CreateRequest) (store.Upgra
 		return store.Upgrade{}, fmt.Errorf("%w: --canary and --max-unavailable must not be negative", ErrInvalid)
 	}
 	if s.HealthTimeoutSeconds == 0 {
-		s.HealthTimeoutSeconds = int(control.DefaultHealthTimeout / time.Second)
+		s.HealthTimeoutSeconds = int(upgradeproto.DefaultHealthTimeout / time.Second)
 	}
 	if s.HealthTimeoutSeconds < 1 || s.HealthTimeoutSeconds > 24*3600 {
 		return store.Upgrade{}, fmt.Errorf("%w: health timeout %ds: want 1s..24h", ErrInvalid, s.HealthTimeoutSeconds)
@@ -245,10 +264,11 @@ func (c *Controller) Create(ctx context.Context, req CreateRequest) (store.Upgra
 	if err != nil {
 		return store.Upgrade{}, fmt.Errorf("%w: artifact %s: %w", ErrInvalid, req.Reference, err)
 	}
-	if !control.ValidDigest(a.Digest) {
-		return store.Upgrade{}, fmt.Errorf("%w: artifact %s resolved to no digest; an upgrade without a digest cannot exist", ErrInvalid, req.Reference)
+	if !upgradeproto.ValidDigest(a.Digest) {
+		return store.Upgrade{}, fmt.Errorf("%w: artifact %s resolved to no digest; an upgrade without a digest cannot exist",
+			ErrInvalid, req.Reference)
 	}
-	if a.Kind == control.UpgradeAgent && !s.AllowDowngrade {
+	if a.Kind == upgradeproto.KindAgent && !s.AllowDowngrade {
 		var older []string
 		for _, n := range req.Targets {
 			if cmp, ok := compareVersions(n.AgentVersion, a.Version); ok && cmp > 0 {
@@ -256,7 +276,9 @@ func (c *Controller) Create(ctx context.Context, req CreateRequest) (store.Upgra
 			}
 		}
 		if len(older) > 0 {
-			return store.Upgrade{}, fmt.Errorf("%w: version %s is older than what %s run: a downgrade; pass --allow-downgrade to go back", ErrInvalid, a.Version, strings.Join(older, ", "))
+			return store.Upgrade{}, fmt.Errorf(
+				"%w: version %s is older than what %s run: a downgrade; pass --allow-downgrade to go back", ErrInvalid, a.Version,
+				strings.Join(older, ", "))
 		}
 	}
 	pinned, err := marshalArtifact(a)
@@ -264,28 +286,38 @@ func (c *Controller) Create(ctx context.Context, req CreateRequest) (store.Upgra
 		return store.Upgrade{}, err
 	}
 	now := c.cfg.Now().UTC()
-	u := store.Upgrade{Name: req.Name, Kind: a.Kind, Reference: req.Reference, Digest: a.Digest, Version: a.Version, Pinned: pinned,
-		Spec: *s, State: store.UpgradeRunning, CreatedBy: req.By, CreatedAt: now, UpdatedAt: now}
+	u := store.Upgrade{Name: req.Name, Kind: a.Kind, Reference: req.Reference, Digest: a.Digest, Version: a.Version,
+		Pinned: pinned, Spec: *s, State: store.UpgradeRunning, CreatedBy: req.By, CreatedAt: now, UpdatedAt: now}
 	targets := slices.Clone(req.Targets)
 	slices.SortFunc(targets, func(a, b store.Node) int { return strings.Compare(a.Name, b.Name) })
 	nodes := make([]store.UpgradeNode, len(targets))
 	for i, n := range targets {
 		from := ""
-		if a.Kind == control.UpgradeAgent {
+		if a.Kind == upgradeproto.KindAgent {
 			from = n.AgentVersion
 		}
-		nodes[i] = store.UpgradeNode{NodeID: n.ID, Node: n.Name, Batch: batchOf(i, s.Canary, batch), Step: control.StepPending,
-			FromVersion: from, History: []control.UpgradeTransition{{Step: control.StepPending, At: now}}, UpdatedAt: now}
+		nodes[i] = store.UpgradeNode{
+			NodeID:      n.ID,
+			Node:        n.Name,
+			Batch:       batchOf(i, s.Canary, batch),
+			Step:        upgradeproto.StepPending,
+			FromVersion: from,
+			History:     []upgradeproto.Transition{{Step: upgradeproto.StepPending, At: now}},
+			UpdatedAt:   now,
+		}
 	}
 	if err := c.cfg.Store.CreateUpgrade(ctx, u, nodes); err != nil {
 		if errors.Is(err, store.ErrNameTaken) {
-			return store.Upgrade{}, fmt.Errorf("%w: an upgrade named %q exists (see `tether upgrade list`)", ErrConflict, req.Name)
+			return store.Upgrade{}, fmt.Errorf("%w: an upgrade named %q exists (see `tether upgrade list`)", ErrConflict,
+				req.Name)
 		}
 		return store.Upgrade{}, err
 	}
 	c.cfg.Audit(store.AuditEvent{Kind: "upgrade_create", Operator: req.By, Result: "ok",
-		Detail: fmt.Sprintf("upgrade %s: %s %s pinned at %s (%s), %d nodes, batch %q canary %d max-unavailable %d failure-tolerance %q confirmation %t downgrade %t",
-			u.Name, u.Kind, u.Version, u.Digest, u.Reference, len(nodes), s.Batch, s.Canary, s.MaxUnavailable, s.FailureTolerance, s.RequireConfirmation, s.AllowDowngrade)})
+		Detail: fmt.Sprintf("upgrade %s: %s %s pinned at %s (%s), %d nodes, batch %q canary %d max-unavailable %d "+
+			"failure-tolerance %q confirmation %t downgrade %t",
+			u.Name, u.Kind, u.Version, u.Digest, u.Reference, len(nodes), s.Batch, s.Canary, s.MaxUnavailable,
+			s.FailureTolerance, s.RequireConfirmation, s.AllowDowngrade)})
 	c.cfg.Logger.Info("upgrade created", "upgrade", u.Name, "digest", u.Digest, "nodes", len(nodes), "by", req.By)
 	c.Wake()
 	return u, nil
@@ -334,12 +366,14 @@ func (c *Controller) act(ctx context.Context, name, by, verb string, from []stri
 		return store.Upgrade{}, err
 	}
 	if !slices.Contains(from, u.State) {
-		return u, fmt.Errorf("%w: upgrade %s is %s; %s needs it %s", ErrConflict, name, u.State, verb, strings.Join(from, " or "))
+		return u, fmt.Errorf("%w: upgrade %s is %s; %s needs it %s", ErrConflict, name, u.State, verb,
+			strings.Join(from, " or "))
 	}
 	now := c.cfg.Now().UTC()
 	reason := verb + " by " + by
 	if to == store.UpgradeCancelled {
-		if err := c.endWaitingLocked(ctx, u, control.StepCancelled, "cancelled by "+by+" before the node was reached"); err != nil {
+		if err := c.endWaitingLocked(ctx, u, upgradeproto.StepCancelled,
+			"cancelled by "+by+" before the node was reached"); err != nil {
 			return u, err
 		}
 	}
@@ -370,7 +404,9 @@ func (c *Controller) Cancel(ctx context.Context, name, by string) (store.Upgrade
 
 // endWaitingLocked moves the nodes the rollout has not reached to step
 // (cancelled), c.mu held.
-func (c *Controller) endWaitingLocked(ctx context.Context, u store.Upgrade, step control.UpgradeStep, reason string) error {
+func (c *Controller) endWaitingLocked(
+	ctx context.Context, u store.Upgrade, step upgradeproto.Step, reason string,
+) error {
 	nodes, err := c.cfg.Store.ListUpgradeNodes(ctx, u.Name)
 	if err != nil {
 		return err
@@ -379,7 +415,8 @@ func (c *Controller) endWaitingLocked(ctx context.Context, u store.Upgrade, step
 		if c.inflight[key(u.Name, n.NodeID)] {
 			continue
 		}
-		if n.Step == control.StepPending || (n.Step == control.StepAwaitingConfirmation && step == control.StepCancelled) {
+		if n.Step == upgradeproto.StepPending ||
+			(n.Step == upgradeproto.StepAwaitingConfirmation && step == upgradeproto.StepCancelled) {
 			if err := c.moveLocked(ctx, u, &n, step, reason); err != nil {
 				return err
 			}
@@ -405,8 +442,9 @@ func (c *Controller) Confirm(ctx context.Context, name string, node store.Node, 
 	if err != nil {
 		return store.UpgradeNode{}, err
 	}
-	if n.Step != control.StepAwaitingConfirmation {
-		return n, fmt.Errorf("%w: node %s is %s in upgrade %s, not awaiting_confirmation", ErrConflict, node.Name, n.Step, name)
+	if n.Step != upgradeproto.StepAwaitingConfirmation {
+		return n, fmt.Errorf("%w: node %s is %s in upgrade %s, not awaiting_confirmation", ErrConflict, node.Name, n.Step,
+			name)
 	}
 	if n.ConfirmedBy != "" {
 		return n, fmt.Errorf("%w: node %s was confirmed by %s already", ErrConflict, node.Name, n.ConfirmedBy)
@@ -436,7 +474,9 @@ func (c *Controller) nodeLocked(ctx context.Context, name, nodeID string) (store
 
 // moveLocked takes a node's hub record one step (the state machine
 // decides), records it, audits the steps that end a node, c.mu held.
-func (c *Controller) moveLocked(ctx context.Context, u store.Upgrade, n *store.UpgradeNode, to control.UpgradeStep, reason string) error {
+func (c *Controller) moveLocked(
+	ctx context.Context, u store.Upgrade, n *store.UpgradeNode, to upgradeproto.Step, reason string,
+) error {
 	st := nodeState(u, *n)
 	now := c.cfg.Now()
 	if err := st.Move(to, reason, now); err != nil {
@@ -446,7 +486,9 @@ func (c *Controller) moveLocked(ctx context.Context, u store.Upgrade, n *store.U
 }
 
 // recordLocked stores st as the node's record and notes what changed.
-func (c *Controller) recordLocked(ctx context.Context, u store.Upgrade, n *store.UpgradeNode, st control.NodeUpgradeState, was control.UpgradeStep) error {
+func (c *Controller) recordLocked(
+	ctx context.Context, u store.Upgrade, n *store.UpgradeNode, st upgradeproto.NodeState, was upgradeproto.Step,
+) error {
 	prev := n.UpdatedAt
 	n.Step, n.Reason, n.History, n.UpdatedAt = st.Step, st.Reason, st.History, st.UpdatedAt
 	if st.ConfirmedBy != "" {
@@ -457,14 +499,15 @@ func (c *Controller) recordLocked(ctx context.Context, u store.Upgrade, n *store
 	}
 	if was != st.Step {
 		c.metrics.stepDone(u.Kind, was, st.UpdatedAt.Sub(prev))
-		c.cfg.Logger.Info("upgrade node step", "upgrade", u.Name, "node", n.Node, "from", was, "to", st.Step, "reason", st.Reason)
+		c.cfg.Logger.Info("upgrade node step", "upgrade", u.Name, "node", n.Node, "from", was, "to", st.Step, "reason",
+			st.Reason)
 		if st.Step.Terminal() {
 			res := "ok"
-			if st.Step == control.StepFailed || st.Step == control.StepRolledBack {
+			if st.Step == upgradeproto.StepFailed || st.Step == upgradeproto.StepRolledBack {
 				res = "failed"
 			}
 			kind := "upgrade_node"
-			if st.Step == control.StepRolledBack {
+			if st.Step == upgradeproto.StepRolledBack {
 				kind = "upgrade_rollback"
 			}
 			c.cfg.Audit(store.AuditEvent{Kind: kind, Node: n.Node, Result: res,
@@ -475,22 +518,38 @@ func (c *Controller) recordLocked(ctx context.Context, u store.Upgrade, n *store
 }
 
 // stepRank orders the steps along the state machine.
-var stepRank = map[control.UpgradeStep]int{control.StepPending: 0, control.StepAwaitingConfirmation: 1, control.StepDownloading: 2,
-	control.StepVerifying: 3, control.StepInstalling: 4, control.StepHealthCheck: 5, control.StepSucceeded: 6, control.StepFailed: 6,
-	control.StepRolledBack: 6, control.StepSkipped: 6, control.StepCancelled: 6}
+var stepRank = map[upgradeproto.Step]int{
+	upgradeproto.StepPending: 0, upgradeproto.StepAwaitingConfirmation: 1, upgradeproto.StepDownloading: 2,
+	upgradeproto.StepVerifying: 3, upgradeproto.StepInstalling: 4, upgradeproto.StepHealthCheck: 5,
+	upgradeproto.StepSucceeded: 6, upgradeproto.StepFailed: 6,
+	upgradeproto.StepRolledBack: 6, upgradeproto.StepSkipped: 6, upgradeproto.StepCancelled: 6,
+}
 
 // nodeState is the hub's record as the state machine's type.
-func nodeState(u store.Upgrade, n store.UpgradeNode) control.NodeUpgradeState {
-	return control.NodeUpgradeState{Name: u.Name, Kind: u.Kind, Digest: u.Digest, FromVersion: n.FromVersion, ToVersion: u.Version,
-		Step: n.Step, Reason: n.Reason, ConfirmedBy: n.ConfirmedBy, History: slices.Clone(n.History), UpdatedAt: n.UpdatedAt}
+func nodeState(u store.Upgrade, n store.UpgradeNode) upgradeproto.NodeState {
+	return upgradeproto.NodeState{
+		Name:        u.Name,
+		Kind:        u.Kind,
+		Digest:      u.Digest,
+		FromVersion: n.FromVersion,
+		ToVersion:   u.Version,
+		Step:        n.Step,
+		Reason:      n.Reason,
+		ConfirmedBy: n.ConfirmedBy,
+		History:     slices.Clone(n.History),
+		UpdatedAt:   n.UpdatedAt,
+	}
 }
 
 // adoptLocked takes the node's own word for its step: the node is where
 // the upgrade happens, so its report wins over the hub's view unless the
 // hub's record has ended. Steps the hub did not see are kept from the
 // node's history.
-func (c *Controller) adoptLocked(ctx context.Context, u store.Upgrade, n *store.UpgradeNode, rep control.NodeUpgradeState) error {
-	if n.Step.Terminal() || (rep.Step == n.Step && rep.Reason == n.Reason && (rep.ConfirmedBy == "" || rep.ConfirmedBy == n.ConfirmedBy)) {
+func (c *Controller) adoptLocked(
+	ctx context.Context, u store.Upgrade, n *store.UpgradeNode, rep upgradeproto.NodeState,
+) error {
+	if n.Step.Terminal() ||
+		(rep.Step == n.Step && rep.Reason == n.Reason && (rep.ConfirmedBy == "" || rep.ConfirmedBy == n.ConfirmedBy)) {
 		return nil
 	}
 	// Reports and a drive's answers can cross: an older record of the
@@ -515,7 +574,7 @@ func (c *Controller) adoptLocked(ctx context.Context, u store.Upgrade, n *store.
 		if at.IsZero() || at.Before(last) {
 			at = c.cfg.Now().UTC()
 		}
-		st.History = append(st.History, control.UpgradeTransition{Step: rep.Step, At: at, Reason: rep.Reason})
+		st.History = append(st.History, upgradeproto.Transition{Step: rep.Step, At: at, Reason: rep.Reason})
 		if k := len(st.History); k > 32 {
 			st.History = st.History[k-32:]
 		}
@@ -539,7 +598,9 @@ func (c *Controller) adoptLocked(ctx context.Context, u store.Upgrade, n *store.
 // (TypeUpgradeState, validated by the caller): each one for an upgrade
 // that targets this node and pins the same digest updates the hub's view.
 // It returns what it ignored, for the caller's audit.
-func (c *Controller) Report(ctx context.Context, nodeID string, states []control.NodeUpgradeState) (ignored []string, err error) {
+func (c *Controller) Report(
+	ctx context.Context, nodeID string, states []upgradeproto.NodeState,
+) (ignored []string, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	recs, err := c.cfg.Store.UpgradeNodesOf(ctx, nodeID)
@@ -579,14 +640,14 @@ func (c *Controller) Connected(ctx context.Context, nodeID, version string) {
 		return
 	}
 	for _, n := range recs {
-		if n.Step != control.StepHealthCheck && n.Step != control.StepInstalling {
+		if n.Step != upgradeproto.StepHealthCheck && n.Step != upgradeproto.StepInstalling {
 			continue
 		}
 		u, err := c.cfg.Store.GetUpgrade(ctx, n.Upgrade)
-		if err != nil || u.Kind != control.UpgradeAgent || u.Version != version {
+		if err != nil || u.Kind != upgradeproto.KindAgent || u.Version != version {
 			continue
 		}
-		if err := c.moveLocked(ctx, u, &n, control.StepSucceeded, "the node reconnected running "+version); err != nil {
+		if err := c.moveLocked(ctx, u, &n, upgradeproto.StepSucceeded, "the node reconnected running "+version); err != nil {
 			c.cfg.Logger.Warn("upgrade node not recorded", "upgrade", u.Name, "node", n.Node, "err", err)
 		}
 	}

@@ -16,10 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tether-dev/tether/hub/blobs"
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/internal/testenv"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // These tests drive the real controller, store and job engine; the
@@ -30,30 +31,66 @@ import (
 
 func bundleArtifact(t *testing.T, version string) Artifact {
 	t.Helper()
-	m := control.OCIManifest{SchemaVersion: 2, MediaType: control.MediaTypeOCIManifest, ArtifactType: control.ArtifactTypeBundle,
-		Config:      control.OCIDescriptor{MediaType: control.MediaTypeOCIEmpty, Digest: control.DigestOf([]byte("{}")), Size: 2},
-		Layers:      []control.OCIDescriptor{{MediaType: control.MediaTypeBundleFile, Digest: control.DigestOf([]byte("#!/bin/sh\n")), Size: 10, Annotations: map[string]string{control.AnnotationTitle: control.BundleInstall}}},
-		Annotations: map[string]string{control.AnnotationVersion: version}}
+	m := upgradeproto.OCIManifest{
+		SchemaVersion: 2,
+		MediaType:     upgradeproto.MediaTypeOCIManifest,
+		ArtifactType:  upgradeproto.ArtifactTypeBundle,
+		Config: upgradeproto.OCIDescriptor{
+			MediaType: upgradeproto.MediaTypeOCIEmpty, Digest: upgradeproto.DigestOf([]byte("{}")), Size: 2,
+		},
+		Layers: []upgradeproto.OCIDescriptor{{
+			MediaType:   upgradeproto.MediaTypeBundleFile,
+			Digest:      upgradeproto.DigestOf([]byte("#!/bin/sh\n")),
+			Size:        10,
+			Annotations: map[string]string{upgradeproto.AnnotationTitle: upgradeproto.BundleInstall},
+		}},
+		Annotations: map[string]string{upgradeproto.AnnotationVersion: version},
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Artifact{Reference: "oci://127.0.0.1:5000/b:" + version, Digest: control.DigestOf(b), Kind: control.UpgradeBundle, Version: version, Manifests: map[string][]byte{"": b}}
+	return Artifact{
+		Reference: "oci://127.0.0.1:5000/b:" + version,
+		Digest:    upgradeproto.DigestOf(b),
+		Kind:      upgradeproto.KindBundle,
+		Version:   version,
+		Manifests: map[string][]byte{"": b},
+	}
 }
 
 func agentArtifact(t *testing.T, version string) Artifact {
 	t.Helper()
-	m := control.OCIManifest{SchemaVersion: 2, MediaType: control.MediaTypeOCIManifest, ArtifactType: control.ArtifactTypeAgent,
-		Config:      control.OCIDescriptor{MediaType: control.MediaTypeOCIEmpty, Digest: control.DigestOf([]byte("{}")), Size: 2},
-		Layers:      []control.OCIDescriptor{{MediaType: control.MediaTypeAgentBinary, Digest: control.DigestOf([]byte("ELF" + version)), Size: 3 + int64(len(version))}},
-		Annotations: map[string]string{control.AnnotationVersion: version}}
+	m := upgradeproto.OCIManifest{
+		SchemaVersion: 2,
+		MediaType:     upgradeproto.MediaTypeOCIManifest,
+		ArtifactType:  upgradeproto.ArtifactTypeAgent,
+		Config: upgradeproto.OCIDescriptor{
+			MediaType: upgradeproto.MediaTypeOCIEmpty, Digest: upgradeproto.DigestOf([]byte("{}")), Size: 2,
+		},
+		Layers: []upgradeproto.OCIDescriptor{{
+			MediaType: upgradeproto.MediaTypeAgentBinary,
+			Digest:    upgradeproto.DigestOf([]byte("ELF" + version)),
+			Size:      3 + int64(len(version)),
+		}},
+		Annotations: map[string]string{upgradeproto.AnnotationVersion: version},
+	}
 	mb, _ := json.Marshal(m)
-	ix := control.OCIIndex{SchemaVersion: 2, MediaType: control.MediaTypeOCIIndex, ArtifactType: control.ArtifactTypeAgent,
-		Manifests:   []control.OCIDescriptor{{MediaType: control.MediaTypeOCIManifest, Digest: control.DigestOf(mb), Size: int64(len(mb)), Platform: &control.OCIPlatform{OS: "linux", Architecture: "amd64"}}},
-		Annotations: map[string]string{control.AnnotationVersion: version}}
+	ix := upgradeproto.OCIIndex{
+		SchemaVersion: 2,
+		MediaType:     upgradeproto.MediaTypeOCIIndex,
+		ArtifactType:  upgradeproto.ArtifactTypeAgent,
+		Manifests: []upgradeproto.OCIDescriptor{{
+			MediaType: upgradeproto.MediaTypeOCIManifest,
+			Digest:    upgradeproto.DigestOf(mb),
+			Size:      int64(len(mb)),
+			Platform:  &upgradeproto.OCIPlatform{OS: "linux", Architecture: "amd64"},
+		}},
+		Annotations: map[string]string{upgradeproto.AnnotationVersion: version},
+	}
 	ib, _ := json.Marshal(ix)
-	return Artifact{Reference: "oci://127.0.0.1:5000/edge:" + version, Digest: control.DigestOf(ib), Kind: control.UpgradeAgent, Version: version, Index: ib,
-		Manifests: map[string][]byte{"linux/amd64": mb}}
+	return Artifact{Reference: "oci://127.0.0.1:5000/edge:" + version, Digest: upgradeproto.DigestOf(ib),
+		Kind: upgradeproto.KindAgent, Version: version, Index: ib, Manifests: map[string][]byte{"linux/amd64": mb}}
 }
 
 // fakeSource serves one artifact; tamper makes Fetch find a bad blob.
@@ -75,7 +112,8 @@ func (s *fakeSource) Fetch(_ context.Context, a Artifact, _ []string) error {
 	defer s.mu.Unlock()
 	s.fetches++
 	if s.tamper {
-		return fmt.Errorf("blob %s: %w (want %s, got sha256:%s)", a.Digest, ErrDigestMismatch, a.Digest, strings.Repeat("0", 64))
+		return fmt.Errorf("blob %s: %w (want %s, got sha256:%s)", a.Digest, ErrDigestMismatch, a.Digest,
+			strings.Repeat("0", 64))
 	}
 	return nil
 }
@@ -84,7 +122,7 @@ func (s *fakeSource) Fetch(_ context.Context, a Artifact, _ []string) error {
 // records drives, their order and the highest concurrency seen.
 type fakeDriver struct {
 	mu       sync.Mutex
-	answer   func(t Target, offer control.UpgradeOffer, confirmedBy string) (control.UpgradeStep, string)
+	answer   func(t Target, offer upgradeproto.Offer, confirmedBy string) (upgradeproto.Step, string)
 	drives   map[string]int
 	order    []string
 	active   int
@@ -93,11 +131,19 @@ type fakeDriver struct {
 	versions map[string]string
 }
 
-func (d *fakeDriver) Status(_ context.Context, t Target, name string) (control.NodeUpgradeState, error) {
-	return control.NodeUpgradeState{}, errors.New("no status in this fake")
+func (d *fakeDriver) Status(_ context.Context, t Target, name string) (upgradeproto.NodeState, error) {
+	return upgradeproto.NodeState{}, errors.New("no status in this fake")
 }
 
-func (d *fakeDriver) Drive(ctx context.Context, t Target, offer control.UpgradeOffer, files []control.UpgradeFile, confirmedBy string, log io.Writer, _ func(control.NodeUpgradeState)) (control.NodeUpgradeState, int64, error) {
+func (d *fakeDriver) Drive(
+	ctx context.Context,
+	t Target,
+	offer upgradeproto.Offer,
+	files []upgradeproto.File,
+	confirmedBy string,
+	log io.Writer,
+	_ func(upgradeproto.NodeState),
+) (upgradeproto.NodeState, int64, error) {
 	d.mu.Lock()
 	d.drives[t.Name]++
 	d.order = append(d.order, t.Name)
@@ -110,24 +156,24 @@ func (d *fakeDriver) Drive(ctx context.Context, t Target, offer control.UpgradeO
 		select {
 		case <-rel:
 		case <-ctx.Done():
-			return control.NodeUpgradeState{}, 0, ctx.Err()
+			return upgradeproto.NodeState{}, 0, ctx.Err()
 		}
 	}
 	if _, err := offer.Verify(); err != nil {
-		return control.NodeUpgradeState{}, 0, err
+		return upgradeproto.NodeState{}, 0, err
 	}
-	step, reason := control.StepSucceeded, ""
+	step, reason := upgradeproto.StepSucceeded, ""
 	if d.answer != nil {
 		step, reason = d.answer(t, offer, confirmedBy)
 	}
 	fmt.Fprintf(log, "installing on %s\n", t.Name)
-	return control.NodeUpgradeState{Name: offer.Name, Kind: offer.Kind, Digest: offer.Digest, ToVersion: offer.Version, Step: step, Reason: reason,
-		ConfirmedBy: confirmedBy, UpdatedAt: time.Now()}, 100, nil
+	return upgradeproto.NodeState{Name: offer.Name, Kind: offer.Kind, Digest: offer.Digest, ToVersion: offer.Version,
+		Step: step, Reason: reason, ConfirmedBy: confirmedBy, UpdatedAt: time.Now()}, 100, nil
 }
 
 type rig struct {
 	t       *testing.T
-	st      *store.SQLite
+	st      *store.DB
 	src     *fakeSource
 	drv     *fakeDriver
 	c       *Controller
@@ -148,7 +194,14 @@ func newRig(t *testing.T, a Artifact, n int) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	r := &rig{t: t, st: st, src: &fakeSource{a: a}, drv: &fakeDriver{drives: map[string]int{}}, offline: map[string]bool{}, version: map[string]string{}}
+	r := &rig{
+		t:       t,
+		st:      st,
+		src:     &fakeSource{a: a},
+		drv:     &fakeDriver{drives: map[string]int{}},
+		offline: map[string]bool{},
+		version: map[string]string{},
+	}
 	for i := range n {
 		name := fmt.Sprintf("n%02d", i)
 		r.nodes = append(r.nodes, addNode(t, st, "id-"+name, name, "1.0.0"))
@@ -158,10 +211,15 @@ func newRig(t *testing.T, a Artifact, n int) *rig {
 	return r
 }
 
-func addNode(t *testing.T, s *store.SQLite, id, name, version string) store.Node {
+func addNode(t *testing.T, s *store.DB, id, name, version string) store.Node {
 	t.Helper()
 	ctx := context.Background()
-	if err := s.CreateToken(ctx, store.Token{ID: "tok-" + id, SecretHash: []byte("h"), UsesLeft: 1, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+	if err := s.CreateToken(ctx, store.Token{
+		ID:         "tok-" + id,
+		SecretHash: []byte("h"),
+		UsesLeft:   1,
+		ExpiresAt:  time.Now().Add(time.Hour),
+	}); err != nil {
 		t.Fatal(err)
 	}
 	n, err := s.Join(ctx, "tok-"+id, func(store.Token) error { return nil }, store.Node{ID: id, Name: name})
@@ -181,8 +239,8 @@ func (r *rig) target(nodeID string) (Target, string) {
 	if r.offline[nodeID] {
 		return Target{}, "offline"
 	}
-	return Target{NodeID: nodeID, Name: strings.TrimPrefix(nodeID, "id-"), Exe: "/usr/bin/tether-edge", StateDir: "/var/lib/tether-edge",
-		OS: "linux", Arch: "amd64", Version: r.version[nodeID]}, ""
+	return Target{NodeID: nodeID, Name: strings.TrimPrefix(nodeID, "id-"), Exe: "/usr/bin/tether-edge",
+		StateDir: "/var/lib/tether-edge", OS: "linux", Arch: "amd64", Version: r.version[nodeID]}, ""
 }
 
 func (r *rig) clock() time.Time {
@@ -198,7 +256,7 @@ func (r *rig) clock() time.Time {
 // process would; stop ends both (a hub stopping).
 func (r *rig) start() {
 	ctx, cancel := context.WithCancel(context.Background())
-	blobs, err := jobs.NewBlobs(filepath.Join(r.t.TempDir(), "blobs"), 1<<20)
+	blobs, err := blobs.New(filepath.Join(r.t.TempDir(), "blobs"), 1<<20)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -210,8 +268,13 @@ func (r *rig) start() {
 	}
 	r.c = New(Config{Store: r.st, Source: r.src, Driver: r.drv, Target: r.target, Tick: 5 * time.Millisecond,
 		HealthMargin: time.Second, Now: r.clock, Audit: audit, Logger: testenv.Logger(r.t)})
-	r.eng = jobs.New(ctx, jobs.Config{Store: r.st, Blobs: blobs, FlushInterval: 5 * time.Millisecond, PollInterval: 5 * time.Millisecond,
-		Local: map[string]jobs.Local{JobKind: r.c.Local()}})
+	r.eng = jobs.New(ctx, jobs.Config{
+		Store:         r.st,
+		Blobs:         blobs,
+		FlushInterval: 5 * time.Millisecond,
+		PollInterval:  5 * time.Millisecond,
+		Local:         map[string]jobs.Local{JobKind: r.c.Local()},
+	})
 	if _, err := r.eng.Recover(ctx); err != nil {
 		r.t.Fatal(err)
 	}
@@ -224,7 +287,13 @@ func (r *rig) start() {
 
 func (r *rig) create(name string, spec store.UpgradeSpec) store.Upgrade {
 	r.t.Helper()
-	u, err := r.c.Create(context.Background(), CreateRequest{Name: name, Reference: r.src.a.Reference, Spec: spec, Targets: r.nodes, By: "admin:test"})
+	u, err := r.c.Create(context.Background(), CreateRequest{
+		Name:      name,
+		Reference: r.src.a.Reference,
+		Spec:      spec,
+		Targets:   r.nodes,
+		By:        "admin:test",
+	})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -255,7 +324,7 @@ func (r *rig) steps(name string) map[string]store.UpgradeNode {
 	return out
 }
 
-func (r *rig) waitStep(name, node string, step control.UpgradeStep) store.UpgradeNode {
+func (r *rig) waitStep(name, node string, step upgradeproto.Step) store.UpgradeNode {
 	r.t.Helper()
 	var n store.UpgradeNode
 	testenv.WaitFor(r.t, node+" to reach "+string(step), 10*time.Second, func() bool {
@@ -286,7 +355,7 @@ func TestRolloutBatches(t *testing.T) {
 			batchOf := map[string]int{}
 			maxBatch := 0
 			for name, n := range steps {
-				if n.Step != control.StepSucceeded {
+				if n.Step != upgradeproto.StepSucceeded {
 					t.Errorf("%s: %s %s", name, n.Step, n.Reason)
 				}
 				batchOf[name] = n.Batch
@@ -318,7 +387,8 @@ func TestRolloutBatches(t *testing.T) {
 			}
 			// Each step's time and reason are kept.
 			h := steps["n00"].History
-			if len(h) < 2 || h[0].Step != control.StepPending || h[len(h)-1].Step != control.StepSucceeded || h[0].At.IsZero() {
+			if len(h) < 2 || h[0].Step != upgradeproto.StepPending || h[len(h)-1].Step != upgradeproto.StepSucceeded ||
+				h[0].At.IsZero() {
 				t.Errorf("history %+v", h)
 			}
 		})
@@ -329,8 +399,8 @@ func TestRolloutBatches(t *testing.T) {
 // kept; nodes never reached are cancelled.
 func TestFailureToleranceHalts(t *testing.T) {
 	r := newRig(t, bundleArtifact(t, "2"), 10)
-	r.drv.answer = func(t Target, _ control.UpgradeOffer, _ string) (control.UpgradeStep, string) {
-		return control.StepFailed, "install.sh exited 3 on " + t.Name
+	r.drv.answer = func(t Target, _ upgradeproto.Offer, _ string) (upgradeproto.Step, string) {
+		return upgradeproto.StepFailed, "install.sh exited 3 on " + t.Name
 	}
 	r.create("bad", store.UpgradeSpec{Batch: "2", FailureTolerance: "1"})
 	u := r.waitState("bad", store.UpgradeHalted)
@@ -340,12 +410,12 @@ func TestFailureToleranceHalts(t *testing.T) {
 	var failed, cancelled int
 	for name, n := range r.steps("bad") {
 		switch n.Step {
-		case control.StepFailed:
+		case upgradeproto.StepFailed:
 			failed++
 			if n.Reason != "install.sh exited 3 on "+name {
 				t.Errorf("%s reason %q", name, n.Reason)
 			}
-		case control.StepCancelled:
+		case upgradeproto.StepCancelled:
 			cancelled++
 		default:
 			t.Errorf("%s: %s", name, n.Step)
@@ -367,7 +437,7 @@ func TestTamperedBlobFailsEveryNode(t *testing.T) {
 		t.Errorf("reason %q", u.Reason)
 	}
 	for name, n := range r.steps("t") {
-		if n.Step != control.StepFailed || !strings.HasPrefix(n.Reason, "digest mismatch (want ") {
+		if n.Step != upgradeproto.StepFailed || !strings.HasPrefix(n.Reason, "digest mismatch (want ") {
 			t.Errorf("%s: %s %q", name, n.Step, n.Reason)
 		}
 	}
@@ -380,19 +450,19 @@ func TestTamperedBlobFailsEveryNode(t *testing.T) {
 // hub; the confirmation is recorded and drives it on.
 func TestConfirmOnHub(t *testing.T) {
 	r := newRig(t, bundleArtifact(t, "2"), 2)
-	r.drv.answer = func(_ Target, o control.UpgradeOffer, by string) (control.UpgradeStep, string) {
+	r.drv.answer = func(_ Target, o upgradeproto.Offer, by string) (upgradeproto.Step, string) {
 		if o.RequireConfirmation && by == "" {
-			return control.StepAwaitingConfirmation, ""
+			return upgradeproto.StepAwaitingConfirmation, ""
 		}
-		return control.StepSucceeded, ""
+		return upgradeproto.StepSucceeded, ""
 	}
 	r.create("c", store.UpgradeSpec{RequireConfirmation: true})
-	r.waitStep("c", "n00", control.StepAwaitingConfirmation)
-	r.waitStep("c", "n01", control.StepAwaitingConfirmation)
+	r.waitStep("c", "n00", upgradeproto.StepAwaitingConfirmation)
+	r.waitStep("c", "n01", upgradeproto.StepAwaitingConfirmation)
 	if _, err := r.c.Confirm(context.Background(), "c", r.nodes[0], "operator:alice"); err != nil {
 		t.Fatal(err)
 	}
-	n := r.waitStep("c", "n00", control.StepSucceeded)
+	n := r.waitStep("c", "n00", upgradeproto.StepSucceeded)
 	if n.ConfirmedBy != "operator:alice" {
 		t.Errorf("confirmed by %q", n.ConfirmedBy)
 	}
@@ -401,11 +471,12 @@ func TestConfirmOnHub(t *testing.T) {
 	}
 	// The other node is confirmed on the node itself: its report moves it.
 	u, _ := r.st.GetUpgrade(context.Background(), "c")
-	if _, err := r.c.Report(context.Background(), "id-n01", []control.NodeUpgradeState{{Name: "c", Kind: u.Kind, Digest: u.Digest, ToVersion: "2",
-		Step: control.StepSucceeded, ConfirmedBy: "root@n01 (on the node)", UpdatedAt: time.Now()}}); err != nil {
+	if _, err := r.c.Report(context.Background(), "id-n01",
+		[]upgradeproto.NodeState{{Name: "c", Kind: u.Kind, Digest: u.Digest, ToVersion: "2",
+			Step: upgradeproto.StepSucceeded, ConfirmedBy: "root@n01 (on the node)", UpdatedAt: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}
-	if n := r.waitStep("c", "n01", control.StepSucceeded); n.ConfirmedBy != "root@n01 (on the node)" {
+	if n := r.waitStep("c", "n01", upgradeproto.StepSucceeded); n.ConfirmedBy != "root@n01 (on the node)" {
 		t.Errorf("confirmed by %q", n.ConfirmedBy)
 	}
 	r.waitState("c", store.UpgradeDone)
@@ -414,17 +485,18 @@ func TestConfirmOnHub(t *testing.T) {
 // A report for another digest than the pinned one changes nothing.
 func TestReportOtherDigestIgnored(t *testing.T) {
 	r := newRig(t, bundleArtifact(t, "2"), 1)
-	r.drv.answer = func(Target, control.UpgradeOffer, string) (control.UpgradeStep, string) {
-		return control.StepAwaitingConfirmation, ""
+	r.drv.answer = func(Target, upgradeproto.Offer, string) (upgradeproto.Step, string) {
+		return upgradeproto.StepAwaitingConfirmation, ""
 	}
 	r.create("d", store.UpgradeSpec{RequireConfirmation: true})
-	r.waitStep("d", "n00", control.StepAwaitingConfirmation)
-	ign, err := r.c.Report(context.Background(), "id-n00", []control.NodeUpgradeState{{Name: "d", Kind: control.UpgradeBundle,
-		Digest: "sha256:" + strings.Repeat("1", 64), Step: control.StepSucceeded}})
+	r.waitStep("d", "n00", upgradeproto.StepAwaitingConfirmation)
+	ign, err := r.c.Report(context.Background(), "id-n00",
+		[]upgradeproto.NodeState{{Name: "d", Kind: upgradeproto.KindBundle,
+			Digest: "sha256:" + strings.Repeat("1", 64), Step: upgradeproto.StepSucceeded}})
 	if err != nil || len(ign) != 1 {
 		t.Fatalf("ignored %v, err %v", ign, err)
 	}
-	if n := r.steps("d")["n00"]; n.Step != control.StepAwaitingConfirmation {
+	if n := r.steps("d")["n00"]; n.Step != upgradeproto.StepAwaitingConfirmation {
 		t.Errorf("step %s after a report of another digest", n.Step)
 	}
 }
@@ -434,28 +506,31 @@ func TestReportOtherDigestIgnored(t *testing.T) {
 // recorded with its reason, silence past the health timeout fails.
 func TestAgentHealthCheck(t *testing.T) {
 	r := newRig(t, agentArtifact(t, "1.1.0"), 3)
-	r.drv.answer = func(Target, control.UpgradeOffer, string) (control.UpgradeStep, string) {
-		return control.StepHealthCheck, ""
+	r.drv.answer = func(Target, upgradeproto.Offer, string) (upgradeproto.Step, string) {
+		return upgradeproto.StepHealthCheck, ""
 	}
 	u := r.create("a", store.UpgradeSpec{HealthTimeoutSeconds: 1, FailureTolerance: "100%"})
 	for _, n := range []string{"n00", "n01", "n02"} {
-		r.waitStep("a", n, control.StepHealthCheck)
+		r.waitStep("a", n, upgradeproto.StepHealthCheck)
 	}
 	r.c.Connected(context.Background(), "id-n00", "1.1.0")
-	if n := r.waitStep("a", "n00", control.StepSucceeded); !strings.Contains(n.Reason, "reconnected running 1.1.0") {
+	if n := r.waitStep("a", "n00", upgradeproto.StepSucceeded); !strings.Contains(n.Reason, "reconnected running 1.1.0") {
 		t.Errorf("reason %q", n.Reason)
 	}
-	if _, err := r.c.Report(context.Background(), "id-n01", []control.NodeUpgradeState{{Name: "a", Kind: u.Kind, Digest: u.Digest, ToVersion: "1.1.0",
-		Step: control.StepRolledBack, Reason: "new version did not reconnect within 1s", UpdatedAt: time.Now()}}); err != nil {
+	if _, err := r.c.Report(context.Background(), "id-n01",
+		[]upgradeproto.NodeState{{Name: "a", Kind: u.Kind, Digest: u.Digest, ToVersion: "1.1.0",
+			Step: upgradeproto.StepRolledBack, Reason: "new version did not reconnect within 1s",
+			UpdatedAt: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}
-	if n := r.waitStep("a", "n01", control.StepRolledBack); n.Reason != "new version did not reconnect within 1s" {
+	if n := r.waitStep("a", "n01", upgradeproto.StepRolledBack); n.Reason != "new version did not reconnect within 1s" {
 		t.Errorf("reason %q", n.Reason)
 	}
 	r.mu.Lock()
 	r.now = time.Now().Add(time.Minute)
 	r.mu.Unlock()
-	if n := r.waitStep("a", "n02", control.StepFailed); !strings.Contains(n.Reason, "no report from the node within the health timeout") {
+	if n := r.waitStep("a", "n02", upgradeproto.StepFailed); !strings.Contains(n.Reason,
+		"no report from the node within the health timeout") {
 		t.Errorf("reason %q", n.Reason)
 	}
 	r.waitState("a", store.UpgradeDone)
@@ -469,8 +544,8 @@ func TestDowngradeAndSkip(t *testing.T) {
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "--allow-downgrade") {
 		t.Fatalf("create: %v, want a refused downgrade", err)
 	}
-	r.drv.answer = func(Target, control.UpgradeOffer, string) (control.UpgradeStep, string) {
-		return control.StepSucceeded, ""
+	r.drv.answer = func(Target, upgradeproto.Offer, string) (upgradeproto.Step, string) {
+		return upgradeproto.StepSucceeded, ""
 	}
 	r.create("down", store.UpgradeSpec{AllowDowngrade: true})
 	r.waitState("down", store.UpgradeDone)
@@ -479,7 +554,7 @@ func TestDowngradeAndSkip(t *testing.T) {
 	r2.create("same", store.UpgradeSpec{})
 	r2.waitState("same", store.UpgradeDone)
 	for name, n := range r2.steps("same") {
-		if n.Step != control.StepSkipped || n.Reason != "already at 1.0.0" {
+		if n.Step != upgradeproto.StepSkipped || n.Reason != "already at 1.0.0" {
 			t.Errorf("%s: %s %q", name, n.Step, n.Reason)
 		}
 	}
@@ -496,15 +571,15 @@ func TestOfflineWaitsUntilDeadline(t *testing.T) {
 	r.offline["id-n00"], r.offline["id-n01"] = true, true
 	r.mu.Unlock()
 	r.create("o", store.UpgradeSpec{Batch: "1", Deadline: time.Now().Add(time.Hour), FailureTolerance: "100%"})
-	r.waitStep("o", "n02", control.StepSucceeded)
+	r.waitStep("o", "n02", upgradeproto.StepSucceeded)
 	r.mu.Lock()
 	r.offline["id-n00"] = false
 	r.mu.Unlock()
-	r.waitStep("o", "n00", control.StepSucceeded)
+	r.waitStep("o", "n00", upgradeproto.StepSucceeded)
 	r.mu.Lock()
 	r.now = time.Now().Add(2 * time.Hour)
 	r.mu.Unlock()
-	if n := r.waitStep("o", "n01", control.StepFailed); !strings.Contains(n.Reason, "offline at the deadline") {
+	if n := r.waitStep("o", "n01", upgradeproto.StepFailed); !strings.Contains(n.Reason, "offline at the deadline") {
 		t.Errorf("reason %q", n.Reason)
 	}
 	r.waitState("o", store.UpgradeDone)
@@ -516,7 +591,8 @@ func TestPauseResumeCancel(t *testing.T) {
 	r := newRig(t, bundleArtifact(t, "2"), 4)
 	r.drv.release = make(chan struct{})
 	r.create("p", store.UpgradeSpec{Batch: "1"})
-	testenv.WaitFor(t, "first drive", 10*time.Second, func() bool { r.drv.mu.Lock(); defer r.drv.mu.Unlock(); return r.drv.active == 1 })
+	testenv.WaitFor(t, "first drive", 10*time.Second,
+		func() bool { r.drv.mu.Lock(); defer r.drv.mu.Unlock(); return r.drv.active == 1 })
 	ctx := context.Background()
 	if _, err := r.c.Pause(ctx, "p", "admin"); err != nil {
 		t.Fatal(err)
@@ -525,19 +601,20 @@ func TestPauseResumeCancel(t *testing.T) {
 		t.Errorf("second pause: %v", err)
 	}
 	r.drv.release <- struct{}{}
-	r.waitStep("p", "n00", control.StepSucceeded)
+	r.waitStep("p", "n00", upgradeproto.StepSucceeded)
 	if _, err := r.c.Resume(ctx, "p", "admin"); err != nil {
 		t.Fatal(err)
 	}
 	r.drv.release <- struct{}{}
-	r.waitStep("p", "n01", control.StepSucceeded)
-	testenv.WaitFor(t, "third drive", 10*time.Second, func() bool { r.drv.mu.Lock(); defer r.drv.mu.Unlock(); return r.drv.active == 1 })
+	r.waitStep("p", "n01", upgradeproto.StepSucceeded)
+	testenv.WaitFor(t, "third drive", 10*time.Second,
+		func() bool { r.drv.mu.Lock(); defer r.drv.mu.Unlock(); return r.drv.active == 1 })
 	if _, err := r.c.Cancel(ctx, "p", "admin"); err != nil {
 		t.Fatal(err)
 	}
 	close(r.drv.release)
-	r.waitStep("p", "n02", control.StepSucceeded)
-	if n := r.steps("p")["n03"]; n.Step != control.StepCancelled {
+	r.waitStep("p", "n02", upgradeproto.StepSucceeded)
+	if n := r.steps("p")["n03"]; n.Step != upgradeproto.StepCancelled {
 		t.Errorf("n03: %s", n.Step)
 	}
 	if r.drv.drives["n03"] != 0 {
@@ -552,11 +629,11 @@ func TestAuditRowsTimed(t *testing.T) {
 	start := time.Now().Truncate(time.Millisecond)
 	ctx := context.Background()
 	r := newRig(t, bundleArtifact(t, "2"), 3)
-	r.drv.answer = func(_ Target, offer control.UpgradeOffer, _ string) (control.UpgradeStep, string) {
+	r.drv.answer = func(_ Target, offer upgradeproto.Offer, _ string) (upgradeproto.Step, string) {
 		if offer.Name == "bad" {
-			return control.StepFailed, "install.sh exited 3"
+			return upgradeproto.StepFailed, "install.sh exited 3"
 		}
-		return control.StepSucceeded, ""
+		return upgradeproto.StepSucceeded, ""
 	}
 	r.drv.release = make(chan struct{})
 	r.create("ok", store.UpgradeSpec{Batch: "1"})
@@ -612,16 +689,17 @@ func TestRestartResumes(t *testing.T) {
 	r.create("r", store.UpgradeSpec{Batch: "2"})
 	r.drv.release <- struct{}{}
 	r.drv.release <- struct{}{}
-	r.waitStep("r", "n00", control.StepSucceeded)
-	r.waitStep("r", "n01", control.StepSucceeded)
-	testenv.WaitFor(t, "batch 2 drives", 10*time.Second, func() bool { r.drv.mu.Lock(); defer r.drv.mu.Unlock(); return r.drv.active == 2 })
+	r.waitStep("r", "n00", upgradeproto.StepSucceeded)
+	r.waitStep("r", "n01", upgradeproto.StepSucceeded)
+	testenv.WaitFor(t, "batch 2 drives", 10*time.Second,
+		func() bool { r.drv.mu.Lock(); defer r.drv.mu.Unlock(); return r.drv.active == 2 })
 	r.stop()
 	// The hub stopped mid-batch; a new controller and engine on the store:
 	r.drv.release = nil
 	r.start()
 	r.waitState("r", store.UpgradeDone)
 	for name, n := range r.steps("r") {
-		if n.Step != control.StepSucceeded {
+		if n.Step != upgradeproto.StepSucceeded {
 			t.Errorf("%s: %s", name, n.Step)
 		}
 	}
@@ -636,7 +714,15 @@ func TestBatchSize(t *testing.T) {
 		n    int
 		want int
 		err  bool
-	}{{"", 7, 7, false}, {"3", 7, 3, false}, {"10%", 25, 3, false}, {"1%", 5, 1, false}, {"0", 5, 0, true}, {"x", 5, 0, true}, {"101%", 5, 0, true}} {
+	}{
+		{"", 7, 7, false},
+		{"3", 7, 3, false},
+		{"10%", 25, 3, false},
+		{"1%", 5, 1, false},
+		{"0", 5, 0, true},
+		{"x", 5, 0, true},
+		{"101%", 5, 0, true},
+	} {
 		got, err := BatchSize(tc.in, tc.n)
 		if (err != nil) != tc.err || got != tc.want {
 			t.Errorf("BatchSize(%q, %d) = %d, %v", tc.in, tc.n, got, err)
@@ -648,16 +734,16 @@ func TestBatchSize(t *testing.T) {
 // step durations, bytes pushed.
 func TestMetrics(t *testing.T) {
 	r := newRig(t, bundleArtifact(t, "2"), 3)
-	r.drv.answer = func(t Target, _ control.UpgradeOffer, _ string) (control.UpgradeStep, string) {
+	r.drv.answer = func(t Target, _ upgradeproto.Offer, _ string) (upgradeproto.Step, string) {
 		if t.Name == "n02" {
-			return control.StepAwaitingConfirmation, ""
+			return upgradeproto.StepAwaitingConfirmation, ""
 		}
-		return control.StepSucceeded, ""
+		return upgradeproto.StepSucceeded, ""
 	}
 	r.create("m", store.UpgradeSpec{RequireConfirmation: true})
-	r.waitStep("m", "n02", control.StepAwaitingConfirmation)
-	r.waitStep("m", "n00", control.StepSucceeded)
-	r.waitStep("m", "n01", control.StepSucceeded)
+	r.waitStep("m", "n02", upgradeproto.StepAwaitingConfirmation)
+	r.waitStep("m", "n00", upgradeproto.StepSucceeded)
+	r.waitStep("m", "n01", upgradeproto.StepSucceeded)
 	reg := prometheus.NewRegistry()
 	for _, c := range r.c.Collectors() {
 		reg.MustRegister(c)
@@ -667,7 +753,8 @@ func TestMetrics(t *testing.T) {
 # TYPE tether_upgrade_bytes_pushed_total counter
 tether_upgrade_bytes_pushed_total 300
 `
-	if err := promtestutil.GatherAndCompare(reg, strings.NewReader(want), "tether_upgrade_bytes_pushed_total"); err != nil {
+	if err := promtestutil.GatherAndCompare(reg, strings.NewReader(want),
+		"tether_upgrade_bytes_pushed_total"); err != nil {
 		t.Error(err)
 	}
 	mfs, err := reg.Gather()

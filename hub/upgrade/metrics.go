@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tether-dev/tether/hub/store"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // Metrics are the rollouts' Prometheus metrics:
@@ -23,14 +23,17 @@ type Metrics struct {
 }
 
 var (
-	nodesDesc    = prometheus.NewDesc("tether_upgrade_nodes", "Target nodes of each live upgrade, by step of the per-node state machine.", []string{"upgrade", "step"}, nil)
-	rolloutsDesc = prometheus.NewDesc("tether_upgrade_rollouts", "Upgrades by rollout state (running, paused, halted, cancelled, done).", []string{"state"}, nil)
+	nodesDesc = prometheus.NewDesc("tether_upgrade_nodes",
+		"Target nodes of each live upgrade, by step of the per-node state machine.", []string{"upgrade", "step"}, nil)
+	rolloutsDesc = prometheus.NewDesc("tether_upgrade_rollouts",
+		"Upgrades by rollout state (running, paused, halted, cancelled, done).", []string{"state"}, nil)
 )
 
 func newMetrics(c *Controller) *Metrics {
 	return &Metrics{c: c,
 		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "tether_upgrade_step_duration_seconds", Help: "Time a node spent in a step of an upgrade, by upgrade kind and step.",
+			Name:    "tether_upgrade_step_duration_seconds",
+			Help:    "Time a node spent in a step of an upgrade, by upgrade kind and step.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
 		}, []string{"kind", "step"}),
 		bytesPushed: prometheus.NewCounter(prometheus.CounterOpts{
@@ -44,7 +47,7 @@ func (c *Controller) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{c.metrics.stepDuration, c.metrics.bytesPushed, gauges{c}}
 }
 
-func (m *Metrics) stepDone(kind control.UpgradeKind, step control.UpgradeStep, d time.Duration) {
+func (m *Metrics) stepDone(kind upgradeproto.Kind, step upgradeproto.Step, d time.Duration) {
 	if d >= 0 && step != "" {
 		m.stepDuration.WithLabelValues(string(kind), string(step)).Observe(d.Seconds())
 	}
@@ -72,7 +75,9 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	states := map[string]float64{}
-	for _, s := range []string{store.UpgradeRunning, store.UpgradePaused, store.UpgradeHalted, store.UpgradeCancelled, store.UpgradeDone} {
+	for _, s := range []string{
+		store.UpgradeRunning, store.UpgradePaused, store.UpgradeHalted, store.UpgradeCancelled, store.UpgradeDone,
+	} {
 		states[s] = 0
 	}
 	for _, u := range ups {
@@ -84,7 +89,7 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 		if err != nil {
 			continue
 		}
-		steps := map[control.UpgradeStep]float64{}
+		steps := map[upgradeproto.Step]float64{}
 		for _, n := range nodes {
 			steps[n.Step]++
 		}
@@ -97,5 +102,8 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-var allSteps = []control.UpgradeStep{control.StepPending, control.StepAwaitingConfirmation, control.StepDownloading, control.StepVerifying,
-	control.StepInstalling, control.StepHealthCheck, control.StepSucceeded, control.StepFailed, control.StepRolledBack, control.StepSkipped, control.StepCancelled}
+var allSteps = []upgradeproto.Step{
+	upgradeproto.StepPending, upgradeproto.StepAwaitingConfirmation, upgradeproto.StepDownloading,
+	upgradeproto.StepVerifying, upgradeproto.StepInstalling, upgradeproto.StepHealthCheck, upgradeproto.StepSucceeded,
+	upgradeproto.StepFailed, upgradeproto.StepRolledBack, upgradeproto.StepSkipped, upgradeproto.StepCancelled,
+}

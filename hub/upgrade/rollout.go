@@ -11,7 +11,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/jobs"
 	"github.com/tether-dev/tether/hub/store"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 func marshalArtifact(a Artifact) (json.RawMessage, error) {
@@ -50,18 +50,23 @@ func (c *Controller) reconcile(ctx context.Context, u store.Upgrade) error {
 	for i := range nodes {
 		n := &nodes[i]
 		switch {
-		case n.Step == control.StepInstalling && !c.inflight[key(u.Name, n.NodeID)] && now.Sub(n.UpdatedAt) > install:
-			err = c.moveLocked(ctx, u, n, control.StepFailed, fmt.Sprintf("no report from the node for %s after its install began: it did not come back on %s, nor report a rollback",
-				install, u.Version))
-		case n.Step == control.StepHealthCheck && !c.inflight[key(u.Name, n.NodeID)] && now.Sub(n.UpdatedAt) > health:
-			err = c.moveLocked(ctx, u, n, control.StepFailed, fmt.Sprintf("no report from the node within the health timeout (%ds) and %s: it did not come back on %s, nor report a rollback",
-				u.Spec.HealthTimeoutSeconds, c.cfg.HealthMargin, u.Version))
-		case n.Step == control.StepPending && !u.Spec.Deadline.IsZero() && now.After(u.Spec.Deadline):
+		case n.Step == upgradeproto.StepInstalling && !c.inflight[key(u.Name, n.NodeID)] && now.Sub(n.UpdatedAt) > install:
+			err = c.moveLocked(ctx, u, n, upgradeproto.StepFailed,
+				fmt.Sprintf("no report from the node for %s after its install began: it did not come back on %s, "+
+					"nor report a rollback",
+					install, u.Version))
+		case n.Step == upgradeproto.StepHealthCheck && !c.inflight[key(u.Name, n.NodeID)] && now.Sub(n.UpdatedAt) > health:
+			err = c.moveLocked(ctx, u, n, upgradeproto.StepFailed,
+				fmt.Sprintf("no report from the node within the health timeout (%ds) and %s: it did not come back on %s, "+
+					"nor report a rollback",
+					u.Spec.HealthTimeoutSeconds, c.cfg.HealthMargin, u.Version))
+		case n.Step == upgradeproto.StepPending && !u.Spec.Deadline.IsZero() && now.After(u.Spec.Deadline):
 			_, why := c.cfg.Target(n.NodeID)
 			if why == "" {
 				why = "not reached"
 			}
-			err = c.moveLocked(ctx, u, n, control.StepFailed, fmt.Sprintf("%s at the deadline %s", why, u.Spec.Deadline.UTC().Format(time.RFC3339)))
+			err = c.moveLocked(ctx, u, n, upgradeproto.StepFailed,
+				fmt.Sprintf("%s at the deadline %s", why, u.Spec.Deadline.UTC().Format(time.RFC3339)))
 		}
 		if err != nil {
 			return err
@@ -73,7 +78,7 @@ func (c *Controller) reconcile(ctx context.Context, u store.Upgrade) error {
 	live := 0
 	for _, n := range nodes {
 		switch {
-		case n.Step == control.StepFailed || n.Step == control.StepRolledBack:
+		case n.Step == upgradeproto.StepFailed || n.Step == upgradeproto.StepRolledBack:
 			failed = append(failed, fmt.Sprintf("%s: %s", n.Node, n.Reason))
 		case !n.Step.Terminal():
 			live++
@@ -83,7 +88,8 @@ func (c *Controller) reconcile(ctx context.Context, u store.Upgrade) error {
 	// Without --failure-tolerance no failure is tolerated: a bad release
 	// stops itself at its first failure.
 	if tol := max(mf.Tolerated(len(nodes)), 0); len(failed) > tol {
-		reason := fmt.Sprintf("%d of %d nodes failed, more than the failure tolerance (%s) allows: %s", len(failed), len(nodes), toleranceText(u.Spec.FailureTolerance, tol), firstFew(failed))
+		reason := fmt.Sprintf("%d of %d nodes failed, more than the failure tolerance (%s) allows: %s", len(failed),
+			len(nodes), toleranceText(u.Spec.FailureTolerance, tol), firstFew(failed))
 		return c.haltLocked(ctx, u, reason)
 	}
 	if live == 0 {
@@ -98,7 +104,8 @@ func (c *Controller) reconcile(ctx context.Context, u store.Upgrade) error {
 		if n.Step.Terminal() {
 			continue
 		}
-		if _, why := c.cfg.Target(n.NodeID); why != "" && n.Step == control.StepPending && !(u.Spec.Canary > 0 && n.Batch == 0) {
+		if _, why := c.cfg.Target(n.NodeID); why != "" && n.Step == upgradeproto.StepPending &&
+			!(u.Spec.Canary > 0 && n.Batch == 0) {
 			continue
 		}
 		if batch < 0 || n.Batch < batch {
@@ -118,7 +125,9 @@ func (c *Controller) reconcile(ctx context.Context, u store.Upgrade) error {
 	for _, n := range nodes {
 		// An agent installing or in its health check is down or about to
 		// be; a bundle's install is within its drive.
-		if c.inflight[key(u.Name, n.NodeID)] || (u.Kind == control.UpgradeAgent && (n.Step == control.StepHealthCheck || n.Step == control.StepInstalling)) {
+		if c.inflight[key(u.Name, n.NodeID)] ||
+			(u.Kind == upgradeproto.KindAgent &&
+				(n.Step == upgradeproto.StepHealthCheck || n.Step == upgradeproto.StepInstalling)) {
 			busy++
 		}
 	}
@@ -132,20 +141,22 @@ func (c *Controller) reconcile(ctx context.Context, u store.Upgrade) error {
 		// on the node (it reported downloading), or cut short by a hub
 		// restart before the install: again (the node's record decides).
 		// An install under way is the node's: its reports move it on.
-		redrive := n.Step == control.StepDownloading || n.Step == control.StepVerifying ||
-			(u.Kind == control.UpgradeBundle && (n.Step == control.StepInstalling || n.Step == control.StepHealthCheck))
-		if n.Step != control.StepPending && !(n.Step == control.StepAwaitingConfirmation && n.ConfirmedBy != "") && !redrive {
+		redrive := n.Step == upgradeproto.StepDownloading || n.Step == upgradeproto.StepVerifying ||
+			(u.Kind == upgradeproto.KindBundle &&
+				(n.Step == upgradeproto.StepInstalling || n.Step == upgradeproto.StepHealthCheck))
+		if n.Step != upgradeproto.StepPending && !(n.Step == upgradeproto.StepAwaitingConfirmation && n.ConfirmedBy != "") &&
+			!redrive {
 			continue
 		}
 		t, why := c.cfg.Target(n.NodeID)
 		if why != "" {
 			continue
 		}
-		if n.Step == control.StepPending {
+		if n.Step == upgradeproto.StepPending {
 			if skip, fail := c.versionCheck(u, t); skip != "" || fail != "" {
-				to, reason := control.StepSkipped, skip
+				to, reason := upgradeproto.StepSkipped, skip
 				if fail != "" {
-					to, reason = control.StepFailed, fail
+					to, reason = upgradeproto.StepFailed, fail
 				}
 				if err := c.moveLocked(ctx, u, n, to, reason); err != nil {
 					return err
@@ -189,14 +200,15 @@ func firstFew(reasons []string) string {
 // versionCheck: a node already at the target is skipped; one on a newer
 // version fails unless the upgrade allows downgrades.
 func (c *Controller) versionCheck(u store.Upgrade, t Target) (skip, fail string) {
-	if u.Kind != control.UpgradeAgent {
+	if u.Kind != upgradeproto.KindAgent {
 		return "", ""
 	}
 	if t.Version == u.Version {
 		return "already at " + u.Version, ""
 	}
 	if cmp, ok := compareVersions(t.Version, u.Version); ok && cmp > 0 && !u.Spec.AllowDowngrade {
-		return "", fmt.Sprintf("downgrade from %s to %s refused (create the upgrade with --allow-downgrade to go back)", t.Version, u.Version)
+		return "", fmt.Sprintf("downgrade from %s to %s refused (create the upgrade with --allow-downgrade to go back)",
+			t.Version, u.Version)
 	}
 	return "", ""
 }
@@ -218,12 +230,16 @@ func (c *Controller) fetchLocked(ctx context.Context, u store.Upgrade, nodes []s
 		}
 		for i := range nodes {
 			if !nodes[i].Step.Terminal() && !c.inflight[key(u.Name, nodes[i].NodeID)] {
-				if err := c.moveLocked(ctx, u, &nodes[i], control.StepFailed, reason); err != nil {
+				if err := c.moveLocked(ctx, u, &nodes[i], upgradeproto.StepFailed, reason); err != nil {
 					return err
 				}
 			}
 		}
-		c.cfg.Audit(store.AuditEvent{Kind: "upgrade_artifact", Result: "refused", Detail: fmt.Sprintf("upgrade %s: %s from %s: %s", u.Name, u.Digest, u.Reference, err)})
+		c.cfg.Audit(store.AuditEvent{
+			Kind:   "upgrade_artifact",
+			Result: "refused",
+			Detail: fmt.Sprintf("upgrade %s: %s from %s: %s", u.Name, u.Digest, u.Reference, err),
+		})
 		return c.haltLocked(ctx, u, "the artifact failed verification, nothing was pushed: "+reason)
 	}
 	if err != nil {
@@ -246,7 +262,7 @@ func (c *Controller) fetchLocked(ctx context.Context, u store.Upgrade, nodes []s
 // haltLocked ends the rollout: the nodes it has not reached are
 // cancelled first, so a halted upgrade's nodes are final when it shows.
 func (c *Controller) haltLocked(ctx context.Context, u store.Upgrade, reason string) error {
-	if err := c.endWaitingLocked(ctx, u, control.StepCancelled, "not reached: the rollout halted"); err != nil {
+	if err := c.endWaitingLocked(ctx, u, upgradeproto.StepCancelled, "not reached: the rollout halted"); err != nil {
 		return err
 	}
 	if err := c.cfg.Store.SetUpgradeState(ctx, u.Name, store.UpgradeHalted, reason, c.cfg.Now().UTC()); err != nil {
@@ -258,12 +274,12 @@ func (c *Controller) haltLocked(ctx context.Context, u store.Upgrade, reason str
 }
 
 func (c *Controller) finishLocked(ctx context.Context, u store.Upgrade, nodes []store.UpgradeNode) error {
-	counts := map[control.UpgradeStep]int{}
+	counts := map[upgradeproto.Step]int{}
 	for _, n := range nodes {
 		counts[n.Step]++
 	}
-	reason := fmt.Sprintf("%d succeeded, %d skipped, %d failed, %d rolled back", counts[control.StepSucceeded], counts[control.StepSkipped],
-		counts[control.StepFailed], counts[control.StepRolledBack])
+	reason := fmt.Sprintf("%d succeeded, %d skipped, %d failed, %d rolled back", counts[upgradeproto.StepSucceeded],
+		counts[upgradeproto.StepSkipped], counts[upgradeproto.StepFailed], counts[upgradeproto.StepRolledBack])
 	if err := c.cfg.Store.SetUpgradeState(ctx, u.Name, store.UpgradeDone, reason, c.cfg.Now().UTC()); err != nil {
 		return err
 	}
@@ -282,7 +298,12 @@ func (c *Controller) startLocked(ctx context.Context, u store.Upgrade, nodes []*
 		refs[i] = store.NodeRef{ID: n.NodeID, Name: n.Node}
 		c.inflight[key(u.Name, n.NodeID)] = true
 	}
-	spec := store.JobSpec{Parallel: len(nodes), TimeoutSeconds: u.Spec.TimeoutSeconds, Role: u.Spec.Role, Upgrade: &store.UpgradeRun{Name: u.Name}}
+	spec := store.JobSpec{
+		Parallel:       len(nodes),
+		TimeoutSeconds: u.Spec.TimeoutSeconds,
+		Role:           u.Spec.Role,
+		Upgrade:        &store.UpgradeRun{Name: u.Name},
+	}
 	j, err := c.jobs.Start(ctx, store.Job{Kind: JobKind, Spec: spec, CreatedBy: "upgrade:" + u.Name}, refs)
 	if err != nil {
 		for _, n := range nodes {
@@ -329,7 +350,9 @@ func (c *Controller) pollLocked(u store.Upgrade, nodes []store.UpgradeNode, now 
 	for _, n := range nodes {
 		k := key(u.Name, n.NodeID)
 		last, seen := c.polled[k]
-		if u.Kind != control.UpgradeAgent || (n.Step != control.StepInstalling && n.Step != control.StepHealthCheck) || c.inflight[k] || (seen && (last.IsZero() || now.Sub(last) < c.cfg.PollEvery)) {
+		if u.Kind != upgradeproto.KindAgent ||
+			(n.Step != upgradeproto.StepInstalling && n.Step != upgradeproto.StepHealthCheck) || c.inflight[k] ||
+			(seen && (last.IsZero() || now.Sub(last) < c.cfg.PollEvery)) {
 			continue
 		}
 		if !seen {
@@ -422,8 +445,8 @@ func (c *Controller) drive(ctx context.Context, j store.Job, nodeID string, stdo
 	if store.UpgradeFinal(u.State) {
 		// Halted or cancelled between the job's start and this run.
 		c.mu.Lock()
-		if n.Step == control.StepPending {
-			err = c.moveLocked(ctx, u, &n, control.StepCancelled, "not reached: the rollout is "+u.State)
+		if n.Step == upgradeproto.StepPending {
+			err = c.moveLocked(ctx, u, &n, upgradeproto.StepCancelled, "not reached: the rollout is "+u.State)
 		}
 		c.mu.Unlock()
 		return 0, err
@@ -437,19 +460,27 @@ func (c *Controller) drive(ctx context.Context, j store.Job, nodeID string, stdo
 		return -1, fmt.Errorf("node %s: %s", n.Node, why)
 	}
 	from := ""
-	if u.Kind == control.UpgradeAgent {
+	if u.Kind == upgradeproto.KindAgent {
 		from = t.Version // a bundle's version on the node is the node's to know
 	}
-	offer := control.UpgradeOffer{Name: u.Name, Kind: u.Kind, Version: u.Version, FromVersion: from, Digest: u.Digest,
-		RequireConfirmation: u.Spec.RequireConfirmation, AllowDowngrade: u.Spec.AllowDowngrade, HealthTimeoutSeconds: u.Spec.HealthTimeoutSeconds}
-	var files []control.UpgradeFile
+	offer := upgradeproto.Offer{
+		Name:                 u.Name,
+		Kind:                 u.Kind,
+		Version:              u.Version,
+		FromVersion:          from,
+		Digest:               u.Digest,
+		RequireConfirmation:  u.Spec.RequireConfirmation,
+		AllowDowngrade:       u.Spec.AllowDowngrade,
+		HealthTimeoutSeconds: u.Spec.HealthTimeoutSeconds,
+	}
+	var files []upgradeproto.File
 	offer.Index, offer.Manifest, files, err = a.forPlatform(t.OS, t.Arch)
 	if err != nil {
 		c.fail(ctx, u, nodeID, fmt.Sprintf("no artifact for the node's platform %s/%s: %v", t.OS, t.Arch, err))
 		return 1, nil
 	}
 	fmt.Fprintf(stdout, "upgrade %s: %s %s (%s), %d files\n", u.Name, u.Kind, u.Version, u.Digest, len(files))
-	adopt := func(st control.NodeUpgradeState) {
+	adopt := func(st upgradeproto.NodeState) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		cur, err := c.nodeLocked(ctx, name, nodeID)
@@ -477,9 +508,16 @@ func (c *Controller) drive(ctx context.Context, j store.Job, nodeID string, stdo
 			// it): the node reports when it is back, or is read. A bundle
 			// is driven again: the node fails an install cut short.
 			fmt.Fprintf(stdout, "connection lost (%v); the node's record decides\n", err)
-			if u.Kind == control.UpgradeAgent && offer.Digest != "" {
-				adopt(control.NodeUpgradeState{Name: u.Name, Kind: u.Kind, Digest: u.Digest, ToVersion: u.Version, Step: control.StepInstalling,
-					Reason: "the connection ended during apply (the agent restarts); waiting for the node's report", UpdatedAt: c.cfg.Now().UTC()})
+			if u.Kind == upgradeproto.KindAgent && offer.Digest != "" {
+				adopt(upgradeproto.NodeState{
+					Name:      u.Name,
+					Kind:      u.Kind,
+					Digest:    u.Digest,
+					ToVersion: u.Version,
+					Step:      upgradeproto.StepInstalling,
+					Reason:    "the connection ended during apply (the agent restarts); waiting for the node's report",
+					UpdatedAt: c.cfg.Now().UTC(),
+				})
 			}
 			return 0, nil
 		}
@@ -499,7 +537,7 @@ func (c *Controller) drive(ctx context.Context, j store.Job, nodeID string, stdo
 		return -1, err
 	}
 	fmt.Fprintf(stdout, "node: %s %s\n", st.Step, st.Reason)
-	if st.Step == control.StepFailed || st.Step == control.StepRolledBack {
+	if st.Step == upgradeproto.StepFailed || st.Step == upgradeproto.StepRolledBack {
 		return 1, nil
 	}
 	return 0, nil
@@ -514,7 +552,7 @@ func (c *Controller) fail(ctx context.Context, u store.Upgrade, nodeID, reason s
 	if err != nil || n.Step.Terminal() {
 		return
 	}
-	if err := c.moveLocked(ctx, u, &n, control.StepFailed, reason); err != nil {
+	if err := c.moveLocked(ctx, u, &n, upgradeproto.StepFailed, reason); err != nil {
 		// A step the machine cannot fail from (health_check can; every
 		// live step can): record it anyway.
 		c.cfg.Logger.Warn("upgrade node not recorded", "upgrade", u.Name, "node", n.Node, "err", err)

@@ -68,7 +68,9 @@ func streams(dir Direction) []string {
 // setToxic installs (or replaces) the toxic name on stream.
 func (p *TCP) setToxic(name, typ, stream string, attrs any) error {
 	p.removeToxic(name)
-	body, err := json.Marshal(map[string]any{"name": name, "type": typ, "stream": stream, "toxicity": 1.0, "attributes": attrs})
+	body, err := json.Marshal(
+		map[string]any{"name": name, "type": typ, "stream": stream, "toxicity": 1.0, "attributes": attrs},
+	)
 	if err != nil {
 		return err
 	}
@@ -110,7 +112,9 @@ func (p *TCP) SetFaults(dir Direction, f Faults) error {
 			}
 		}
 		if f.Bandwidth > 0 {
-			if err := p.setToxic("bandwidth_"+s, "bandwidth", s, map[string]int64{"rate": max(1, f.Bandwidth/1024)}); err != nil {
+			if err := p.setToxic(
+				"bandwidth_"+s, "bandwidth", s, map[string]int64{"rate": max(1, f.Bandwidth/1024)},
+			); err != nil {
 				return err
 			}
 		}

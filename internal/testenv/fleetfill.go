@@ -24,7 +24,8 @@ func FillNodes(t testing.TB, dbPath string, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stmt, err := tx.Prepare(`INSERT INTO nodes (id, name, labels, hostname, os, arch, machine_id, agent_version, transport, online, last_seen, created_at, cert_serial, cert_expires, facts)
+	stmt, err := tx.Prepare(`INSERT INTO nodes (id, name, labels, hostname, os, arch, machine_id, agent_version, ` +
+		`transport, online, last_seen, created_at, cert_serial, cert_expires, facts)
 		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +41,8 @@ func FillNodes(t testing.TB, dbPath string, n int) {
 		if i%3 == 0 {
 			osName = "Ubuntu 24.04 LTS"
 		}
-		if _, err := stmt.Exec(fmt.Sprintf("id%08d", i), fmt.Sprintf("node-%06d", i), labels, fmt.Sprintf("host-%06d", i), osName, "amd64", "",
+		if _, err := stmt.Exec(fmt.Sprintf("id%08d", i), fmt.Sprintf("node-%06d", i), labels,
+			fmt.Sprintf("host-%06d", i), osName, "amd64", "",
 			fmt.Sprintf("v1.%d.0", i%3), "quic", 0, now-int64(i)*1000, now, "", 0, "{}"); err != nil {
 			t.Fatal(err)
 		}

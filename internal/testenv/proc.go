@@ -136,7 +136,10 @@ func (p *Proc) WaitLog(sub string, n int, timeout time.Duration) error {
 			return fmt.Errorf("testenv: %s exited waiting for %q in its log:\n%s", p.Name, sub, p.Tail(4000))
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("testenv: %w after %v waiting for %q in the log of %s:\n%s", ErrTimeout, timeout, sub, p.Name, p.Tail(4000))
+			return fmt.Errorf(
+				"testenv: %w after %v waiting for %q in the log of %s:\n%s",
+				ErrTimeout, timeout, sub, p.Name, p.Tail(4000),
+			)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

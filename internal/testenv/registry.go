@@ -146,7 +146,9 @@ func (r *Registry) Close() error {
 func (r *Registry) Ref(repoAndTag string) string { return artifacts.Scheme + r.Host + "/" + repoAndTag }
 
 // PushAgent publishes an agent artifact: binaries maps "os/arch" to a file.
-func (r *Registry) PushAgent(ctx context.Context, ref, version string, binaries map[string]string) (artifacts.Pushed, error) {
+func (r *Registry) PushAgent(
+	ctx context.Context, ref, version string, binaries map[string]string,
+) (artifacts.Pushed, error) {
 	var bins []artifacts.AgentBinary
 	for p, f := range binaries {
 		bins = append(bins, artifacts.AgentBinary{Platform: p, Path: f})
@@ -155,7 +157,9 @@ func (r *Registry) PushAgent(ctx context.Context, ref, version string, binaries 
 }
 
 // PushBundle publishes a bundle; files maps names on the node to files.
-func (r *Registry) PushBundle(ctx context.Context, ref, version string, files map[string]string) (artifacts.Pushed, error) {
+func (r *Registry) PushBundle(
+	ctx context.Context, ref, version string, files map[string]string,
+) (artifacts.Pushed, error) {
 	var fs []artifacts.BundleFile
 	for n, f := range files {
 		fs = append(fs, artifacts.BundleFile{Name: n, Path: f})
@@ -301,8 +305,9 @@ func registryCerts() (caPEM []byte, cert tls.Certificate, err error) {
 		return nil, cert, err
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames: []string{"localhost"}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 	if err != nil {
 		return nil, cert, err

@@ -15,7 +15,9 @@ import (
 
 func TestPoll(t *testing.T) {
 	n := 0
-	if err := Poll(context.Background(), 5*time.Second, "three calls", func() bool { n++; return n == 3 }); err != nil || n != 3 {
+	if err := Poll(
+		context.Background(), 5*time.Second, "three calls", func() bool { n++; return n == 3 },
+	); err != nil || n != 3 {
 		t.Fatalf("Poll: %v after %d calls", err, n)
 	}
 	err := Poll(context.Background(), 100*time.Millisecond, "the impossible", func() bool { return false })

@@ -49,7 +49,9 @@ func BinDir(scratch string) (string, error) {
 // HubArgs are the flags of `tether hub` on the given addresses; extra
 // comes last.
 func HubArgs(dataDir, listen, sshListen, logLevel string, extra ...string) []string {
-	return append([]string{"--data-dir", dataDir, "--listen", listen, "--ssh-listen", sshListen, "--log-level", logLevel}, extra...)
+	return append(
+		[]string{"--data-dir", dataDir, "--listen", listen, "--ssh-listen", sshListen, "--log-level", logLevel},
+		extra...)
 }
 
 // WaitHub waits until the hub process p serves: its data dir's hub.json

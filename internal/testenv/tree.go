@@ -164,14 +164,18 @@ func BuildTree(ctx context.Context, cfg TreeConfig) (_ *Tree, err error) {
 	}
 	if tr.Region != nil {
 		for i := 1; i <= cfg.RegionAgents; i++ {
-			if _, err := tr.AddAgent(ctx, tr.Region, fmt.Sprintf("r%d", i), AgentTransport(i), cfg.labels(tr.Region, i)...); err != nil {
+			if _, err := tr.AddAgent(
+				ctx, tr.Region, fmt.Sprintf("r%d", i), AgentTransport(i), cfg.labels(tr.Region, i)...,
+			); err != nil {
 				return nil, err
 			}
 		}
 	}
 	for _, s := range cfg.Sites {
 		for i := 1; i <= cfg.AgentsPerSite; i++ {
-			if _, err := tr.AddAgent(ctx, tr.Sites[s], fmt.Sprintf("n%d", i), AgentTransport(i), cfg.labels(tr.Sites[s], i)...); err != nil {
+			if _, err := tr.AddAgent(
+				ctx, tr.Sites[s], fmt.Sprintf("n%d", i), AgentTransport(i), cfg.labels(tr.Sites[s], i)...,
+			); err != nil {
 				return nil, err
 			}
 		}
@@ -274,7 +278,10 @@ func (h *TreeHub) Stop() {
 func (h *TreeHub) Tether(ctx context.Context, args ...string) (string, error) {
 	out, errOut, err := h.run(ctx, args...)
 	if err != nil {
-		return out, fmt.Errorf("testenv: tether %s at hub %s: %w: %s", strings.Join(args, " "), h.Name, err, strings.TrimSpace(errOut))
+		return out, fmt.Errorf(
+			"testenv: tether %s at hub %s: %w: %s",
+			strings.Join(args, " "), h.Name, err, strings.TrimSpace(errOut),
+		)
 	}
 	return out, nil
 }
@@ -309,7 +316,9 @@ func (h *TreeHub) CLIArgs(args ...string) []string {
 // this one machine as one user, so a script run on many nodes tells them
 // apart by it (the embedded server passes no variables of the agent's
 // own).
-func (tr *Tree) AddAgent(ctx context.Context, h *TreeHub, name, transport string, labels ...string) (*TreeAgent, error) {
+func (tr *Tree) AddAgent(
+	ctx context.Context, h *TreeHub, name, transport string, labels ...string,
+) (*TreeAgent, error) {
 	args := []string{"token", "create", "--ttl", "1h"}
 	for _, l := range labels {
 		args = append(args, "--label", l)
@@ -318,7 +327,12 @@ func (tr *Tree) AddAgent(ctx context.Context, h *TreeHub, name, transport string
 	if err != nil {
 		return nil, err
 	}
-	a := &TreeAgent{Name: name, Hub: h, Transport: transport, StateDir: filepath.Join(tr.Cfg.Dir, "agent-"+name+"-"+h.Name)}
+	a := &TreeAgent{
+		Name:      name,
+		Hub:       h,
+		Transport: transport,
+		StateDir:  filepath.Join(tr.Cfg.Dir, "agent-"+name+"-"+h.Name),
+	}
 	shell := filepath.Join(tr.Cfg.Dir, "shell-"+name+"-"+h.Name)
 	wrapper := fmt.Sprintf("#!/bin/sh\nTETHER_TREE_NODE=%s\nexport TETHER_TREE_NODE\nexec /bin/sh \"$@\"\n", a.Path())
 	if err := os.WriteFile(shell, []byte(wrapper), 0o755); err != nil {

@@ -16,7 +16,8 @@ func TestParseSites(t *testing.T) {
 		{"empty list", `[]`, nil, false},
 		{"flat", `[{"name":"region","path":"region","health":"healthy","connected":true,"nodes_online":2,"nodes_total":2}]`,
 			[]SiteRow{flat}, false},
-		{"nested, status apart", `{"sites":[{"name":"region","connected":true,"status":{"health":"degraded","nodes_online":1,"nodes_total":7},
+		{"nested, status apart",
+			`{"sites":[{"name":"region","connected":true,"status":{"health":"degraded","nodes_online":1,"nodes_total":7},
 			"sites":[{"name":"munich","health":"stale"},{"name":"berlin","health":"healthy"}]}]}`,
 			[]SiteRow{
 				{Name: "berlin", Path: "berlin.region", Health: "healthy"},
@@ -26,7 +27,8 @@ func TestParseSites(t *testing.T) {
 		{"flat and nested both name a site once", `[{"name":"region","sites":[{"name":"berlin"}]},{"path":"berlin.region"}]`,
 			[]SiteRow{{Name: "berlin", Path: "berlin.region"}, {Name: "region", Path: "region"}}, false},
 		{"children with stale and nested statuses", `[{"name":"region","path":"region","connected":false,"stale":true,
-			"status":{"health":"healthy","nodes_online":1,"nodes_total":1,"sites":[{"name":"berlin","connected":true,"status":{"health":"healthy","nodes_total":3,"nodes_online":3}}]}}]`,
+			"status":{"health":"healthy","nodes_online":1,"nodes_total":1,"sites":[` +
+			`{"name":"berlin","connected":true,"status":{"health":"healthy","nodes_total":3,"nodes_online":3}}]}}]`,
 			[]SiteRow{
 				{Name: "berlin", Path: "berlin.region", Health: "healthy", Connected: true, NodesOnline: 3, NodesTotal: 3},
 				{Name: "region", Path: "region", Health: "stale", NodesOnline: 1, NodesTotal: 1},

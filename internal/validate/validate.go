@@ -53,12 +53,15 @@ func bad(what, value, rule string) error { return &Error{What: what, Value: valu
 
 // Rules, as told to the user.
 const (
-	loginRule    = "a user name of 1-32 characters: lowercase letters, digits, '_', '-' and '.', starting with a letter or '_'"
+	loginRule = "a user name of 1-32 characters: lowercase letters, digits, '_', '-' and '.', " +
+		"starting with a letter or '_'"
 	dnsLabelRule = "1-63 lowercase letters, digits and inner dashes (a DNS label), not all digits"
 	roleNameRule = "1-63 lowercase letters, digits and inner dashes (a DNS label)"
-	labelKeyRule = "1-63 characters: lowercase letters, digits, '.', '_', '/' and '-', starting and ending with a letter or digit"
-	labelValRule = "empty, or 1-63 characters: letters, digits, '.', '_' and '-', starting and ending with a letter or digit"
-	envNameRule  = "letters, digits and '_', not starting with a digit"
+	labelKeyRule = "1-63 characters: lowercase letters, digits, '.', '_', '/' and '-', " +
+		"starting and ending with a letter or digit"
+	labelValRule = "empty, or 1-63 characters: letters, digits, '.', '_' and '-', " +
+		"starting and ending with a letter or digit"
+	envNameRule = "letters, digits and '_', not starting with a digit"
 )
 
 // Login checks an SSH login (a user name on a node).

@@ -52,19 +52,29 @@ func LoadOrCreate(dir, name string) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	inter, interKey, err := loadOrCreatePair(dir, IntermediateCertFile, IntermediateKeyFile, func() (*x509.Certificate, crypto.Signer, error) {
-		return newIntermediate(name, root, rootKey)
-	})
+	inter, interKey, err := loadOrCreatePair(
+		dir,
+		IntermediateCertFile,
+		IntermediateKeyFile,
+		func() (*x509.Certificate, crypto.Signer, error) {
+			return newIntermediate(name, root, rootKey)
+		},
+	)
 	if err != nil {
 		return nil, err
 	}
 	if err := inter.CheckSignatureFrom(root); err != nil {
-		return nil, fmt.Errorf("ca: %s was not signed by %s: %w", filepath.Join(dir, IntermediateCertFile), filepath.Join(dir, CertFile), err)
+		return nil, fmt.Errorf(
+			"ca: %s was not signed by %s: %w",
+			filepath.Join(dir, IntermediateCertFile), filepath.Join(dir, CertFile), err,
+		)
 	}
 	return &CA{root: root, cert: inter, key: interKey}, nil
 }
 
-func loadOrCreatePair(dir, certFile, keyFile string, create func() (*x509.Certificate, crypto.Signer, error)) (*x509.Certificate, crypto.Signer, error) {
+func loadOrCreatePair(
+	dir, certFile, keyFile string, create func() (*x509.Certificate, crypto.Signer, error),
+) (*x509.Certificate, crypto.Signer, error) {
 	certPath, keyPath := filepath.Join(dir, certFile), filepath.Join(dir, keyFile)
 	certPEM, certErr := pki.ReadFile(certPath)
 	keyPEM, keyErr := pki.ReadFile(keyPath)
@@ -97,7 +107,11 @@ func loadOrCreatePair(dir, certFile, keyFile string, create func() (*x509.Certif
 	case keyErr != nil && !errors.Is(keyErr, pki.ErrNotFound):
 		return nil, nil, fmt.Errorf("ca: %w", keyErr)
 	default:
-		return nil, nil, fmt.Errorf("ca: only one of %s and %s exists; restore the missing file from backup (creating a new CA would lock out every joined node)", certPath, keyPath)
+		return nil, nil, fmt.Errorf(
+			"ca: only one of %s and %s exists; restore the missing file from backup (creating a new CA would lock "+
+				"out every joined node)",
+			certPath, keyPath,
+		)
 	}
 }
 
@@ -149,7 +163,9 @@ func newRoot(name string) (*x509.Certificate, crypto.Signer, error) {
 	return cert, key, nil
 }
 
-func newIntermediate(name string, root *x509.Certificate, rootKey crypto.Signer) (*x509.Certificate, crypto.Signer, error) {
+func newIntermediate(
+	name string, root *x509.Certificate, rootKey crypto.Signer,
+) (*x509.Certificate, crypto.Signer, error) {
 	key, err := pki.GenerateKey()
 	if err != nil {
 		return nil, nil, err
@@ -206,7 +222,9 @@ const serverTemplate = `{
 	"extKeyUsage": ["serverAuth", "clientAuth"]
 }`
 
-func (c *CA) sign(csr *x509.CertificateRequest, tmplText, cn string, sans []string, ttl time.Duration) (*x509.Certificate, error) {
+func (c *CA) sign(
+	csr *x509.CertificateRequest, tmplText, cn string, sans []string, ttl time.Duration,
+) (*x509.Certificate, error) {
 	data := x509util.CreateTemplateData(cn, sans)
 	tmpl, err := x509util.NewCertificate(csr, x509util.WithTemplate(tmplText, data))
 	if err != nil {
@@ -313,7 +331,9 @@ func (c *CA) IssueReplica(replicaID string, ttl time.Duration) (tls.Certificate,
 func (c *CA) Verify(cert *x509.Certificate) (pki.Identity, error) {
 	inter := x509.NewCertPool()
 	inter.AddCert(c.cert)
-	if _, err := cert.Verify(x509.VerifyOptions{Roots: c.Pool(), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+	if _, err := cert.Verify(x509.VerifyOptions{
+		Roots: c.Pool(), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}); err != nil {
 		return pki.Identity{}, fmt.Errorf("ca: verify %q: %w", cert.Subject.CommonName, err)
 	}
 	return pki.IdentityOf(cert)

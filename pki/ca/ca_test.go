@@ -74,7 +74,9 @@ func TestSignCSRIgnoresRequestedIdentity(t *testing.T) {
 	if len(cert.DNSNames) != 0 {
 		t.Fatalf("node cert has DNS names %v", cert.DNSNames)
 	}
-	if _, err := cert.Verify(x509.VerifyOptions{Roots: c.Pool(), DNSName: pki.HubServerName, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err == nil {
+	if _, err := cert.Verify(x509.VerifyOptions{
+		Roots: c.Pool(), DNSName: pki.HubServerName, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}); err == nil {
 		t.Fatal("node certificate verifies as a hub server certificate")
 	}
 	if _, err := c.SignCSR([]byte("junk"), want, "n1", time.Hour); err == nil {
@@ -103,7 +105,9 @@ func TestPinnedHandshake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{srvCert}, MinVersion: tls.VersionTLS13})
+	ln, err := tls.Listen(
+		"tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{srvCert}, MinVersion: tls.VersionTLS13},
+	)
 	if err != nil {
 		t.Fatal(err)
 	}

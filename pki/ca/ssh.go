@@ -144,7 +144,9 @@ func (c *SSHCA) Signer() ssh.Signer { return c.signer }
 // principals, extensions; TestSSHCertMatchesTemplate) without rendering and
 // decoding that template on every call: a hub restart has every node's host
 // certificate signed at once, and the template was most of each signature.
-func (c *SSHCA) sign(ct sshutil.CertType, pub ssh.PublicKey, keyID string, principals []string, ttl time.Duration) (*ssh.Certificate, error) {
+func (c *SSHCA) sign(
+	ct sshutil.CertType, pub ssh.PublicKey, keyID string, principals []string, ttl time.Duration,
+) (*ssh.Certificate, error) {
 	if pub == nil {
 		return nil, errors.New("ca: ssh certificate: no public key")
 	}
@@ -154,7 +156,13 @@ func (c *SSHCA) sign(ct sshutil.CertType, pub ssh.PublicKey, keyID string, princ
 	if len(principals) == 0 {
 		return nil, errors.New("ca: ssh certificate: no principals")
 	}
-	tmpl := sshutil.Certificate{Key: pub, Type: ct, KeyID: keyID, Principals: principals, Extensions: defaultExtensions(ct)}
+	tmpl := sshutil.Certificate{
+		Key:        pub,
+		Type:       ct,
+		KeyID:      keyID,
+		Principals: principals,
+		Extensions: defaultExtensions(ct),
+	}
 	cert := tmpl.GetCertificate()
 	now := time.Now()
 	cert.ValidAfter = uint64(now.Add(-sshClockSkew).Unix())
@@ -182,17 +190,22 @@ func defaultExtensions(ct sshutil.CertType) map[string]string {
 }
 
 // SignHost certifies a host key for the given host names.
-func (c *SSHCA) SignHost(pub ssh.PublicKey, keyID string, hostnames []string, ttl time.Duration) (*ssh.Certificate, error) {
+func (c *SSHCA) SignHost(
+	pub ssh.PublicKey, keyID string, hostnames []string, ttl time.Duration,
+) (*ssh.Certificate, error) {
 	return c.sign(sshutil.HostCert, pub, keyID, hostnames, ttl)
 }
 
 // SignUser certifies a user key for the given login names.
-func (c *SSHCA) SignUser(pub ssh.PublicKey, keyID string, logins []string, ttl time.Duration) (*ssh.Certificate, error) {
+func (c *SSHCA) SignUser(
+	pub ssh.PublicKey, keyID string, logins []string, ttl time.Duration,
+) (*ssh.Certificate, error) {
 	return c.sign(sshutil.UserCert, pub, keyID, logins, ttl)
 }
 
 // KnownHostsLine is the @cert-authority line that makes OpenSSH trust hosts
 // certified by key for the given host patterns.
 func KnownHostsLine(patterns []string, key ssh.PublicKey) string {
-	return "@cert-authority " + strings.Join(patterns, ",") + " " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key)))
+	return "@cert-authority " + strings.Join(patterns, ",") + " " +
+		strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key)))
 }

@@ -130,9 +130,12 @@ func TestSSHCertMatchesTemplate(t *testing.T) {
 		if got.CertType != w.CertType || got.KeyId != w.KeyId || !slices.Equal(got.ValidPrincipals, w.ValidPrincipals) ||
 			!maps.Equal(got.Extensions, w.Extensions) || !maps.Equal(got.CriticalOptions, w.CriticalOptions) ||
 			!bytes.Equal(got.Key.Marshal(), w.Key.Marshal()) {
-			t.Errorf("%v certificate differs from the template's:\n got type %d id %q principals %q ext %v crit %v\nwant type %d id %q principals %q ext %v crit %v",
-				tc.ct, got.CertType, got.KeyId, got.ValidPrincipals, got.Extensions, got.CriticalOptions,
-				w.CertType, w.KeyId, w.ValidPrincipals, w.Extensions, w.CriticalOptions)
+			t.Errorf(
+				"%v certificate differs from the template's:\n got type %d id %q principals %q ext %v crit %v\n"+
+					"want type %d id %q principals %q ext %v crit %v",
+				tc.ct, got.CertType, got.KeyId, got.ValidPrincipals, got.Extensions, got.CriticalOptions, w.CertType,
+				w.KeyId, w.ValidPrincipals, w.Extensions, w.CriticalOptions,
+			)
 		}
 		if tc.ct == sshutil.UserCert && len(got.Extensions) == 0 {
 			t.Error("user certificate without the default permit-* extensions")

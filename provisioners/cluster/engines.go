@@ -228,7 +228,8 @@ func loadEngine(fsys fs.FS, dir, name, display, source string) (Engine, error) {
 		return fmt.Errorf("cluster: engine %q: %w: %w", name, ErrInvalidEngine, err)
 	}
 	if !ValidEngineName(name) {
-		return Engine{}, wrap(fmt.Errorf("%s: directory name is not a DNS label (lowercase letters, digits and inner dashes, at most 63 characters); rename it", display))
+		return Engine{}, wrap(fmt.Errorf("%s: directory name is not a DNS label "+
+			"(lowercase letters, digits and inner dashes, at most 63 characters); rename it", display))
 	}
 	install, err := readScript(fsys, path.Join(dir, InstallFile), path.Join(display, InstallFile))
 	if err != nil {
@@ -344,7 +345,10 @@ func LoadEngines(dir string) (*Catalog, error) {
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: read engines directory: %w (create it, or configure no engines directory to use only the built-ins)", err)
+		return nil, fmt.Errorf(
+			"cluster: read engines directory: %w (create it, or configure no engines directory to use only the built-ins)",
+			err,
+		)
 	}
 	fsys := os.DirFS(dir)
 	for _, e := range entries {
@@ -396,7 +400,10 @@ func (c *Catalog) Get(name string) (Engine, error) {
 	if c.dir != "" {
 		hint = fmt.Sprintf("add %s with %s and %s", filepath.Join(c.dir, "<name>"), InstallFile, UninstallFile)
 	}
-	return Engine{}, fmt.Errorf("cluster: %w %q (known: %s; %s)", ErrUnknownEngine, name, strings.Join(c.Names(), ", "), hint)
+	return Engine{}, fmt.Errorf(
+		"cluster: %w %q (known: %s; %s)",
+		ErrUnknownEngine, name, strings.Join(c.Names(), ", "), hint,
+	)
 }
 
 // Err joins the errors of every broken engine directory, sorted by name; nil when all

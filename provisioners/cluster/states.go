@@ -335,7 +335,10 @@ func Decide(current State, desired Desired) (Step, error) {
 		return Step{}, fmt.Errorf("cluster: decide: %w %q (want one of %s)", ErrUnknownState, current, joinStates(States()))
 	}
 	if !desired.Valid() {
-		return Step{}, fmt.Errorf("cluster: decide: %w %q (want %s or %s)", ErrUnknownDesired, desired, DesiredActive, DesiredInactive)
+		return Step{}, fmt.Errorf(
+			"cluster: decide: %w %q (want %s or %s)",
+			ErrUnknownDesired, desired, DesiredActive, DesiredInactive,
+		)
 	}
 	stay := Step{From: current, Action: ActionNone, Success: current, Failure: current}
 	switch current {
@@ -375,7 +378,12 @@ func Decide(current State, desired Desired) (Step, error) {
 		// RegisterClusterResponse(success)": the hub always has the uninstall script at
 		// hand (remembered at install, else the catalog's), so this fires at once and a
 		// crash here just continues.
-		return Step{From: current, Action: ActionNone, Success: StateUninstallInProgress, Failure: StateUninstallInProgress}, nil
+		return Step{
+			From:    current,
+			Action:  ActionNone,
+			Success: StateUninstallInProgress,
+			Failure: StateUninstallInProgress,
+		}, nil
 	default: // StateUninstallInProgress
 		// Cluster agent: execute(uninstall_script); -> inactive whether it succeeded or failed.
 		// After a crash the uninstall is re-run: scripts are idempotent.
@@ -396,7 +404,10 @@ func Request(current State, desired Desired) (State, error) {
 		return "", fmt.Errorf("cluster: request: %w %q (want one of %s)", ErrUnknownState, current, joinStates(States()))
 	}
 	if !desired.Valid() {
-		return "", fmt.Errorf("cluster: request: %w %q (want %s or %s)", ErrUnknownDesired, desired, DesiredActive, DesiredInactive)
+		return "", fmt.Errorf(
+			"cluster: request: %w %q (want %s or %s)",
+			ErrUnknownDesired, desired, DesiredActive, DesiredInactive,
+		)
 	}
 	if current == StateInactive && desired == DesiredInactive {
 		return StateDeregistering, nil

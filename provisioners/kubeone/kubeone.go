@@ -113,7 +113,7 @@ func (r *Runner) Binary() (string, error) {
 			where += fmt.Sprintf(" (%v)", err)
 		}
 		return "", fmt.Errorf("%w: %s; install KubeOne %s or later on the hub's machine "+
-			"(see the README, \"KubeOne clusters\") or start the hub with --kubeone /path/to/kubeone",
+			"(see docs/clusters-and-kubeone.md, \"KubeOne clusters\") or start the hub with --kubeone /path/to/kubeone",
 			ErrNoBinary, where, MinRelease)
 	}
 	return filepath.Abs(p)
@@ -149,7 +149,9 @@ type Result struct {
 // to stdout and stderr as they come. When ctx ends the process group gets
 // SIGTERM, then SIGKILL after StopGrace, and Run returns ErrStopped. A
 // process that ran and exited non-zero is not an error: see ExitCode.
-func (r *Runner) Run(ctx context.Context, action Action, secrets Secrets, manifest func(Paths) ([]byte, error), stdout, stderr io.Writer) (Result, error) {
+func (r *Runner) Run(
+	ctx context.Context, action Action, secrets Secrets, manifest func(Paths) ([]byte, error), stdout, stderr io.Writer,
+) (Result, error) {
 	res := Result{ExitCode: -1}
 	if !action.Valid() {
 		return res, fmt.Errorf("kubeone: unknown action %q", action)

@@ -44,9 +44,25 @@ func TestRun(t *testing.T) {
 		want     []string
 	}{
 		{"apply ok", Apply, report + "exit 0", Secrets{PrivateKey: []byte("PRIVATE")}, 0,
-			[]string{"args=apply --manifest ", "--auto-approve", "dirmode=700", "keymode=600", "manifestmode=600", "key=PRIVATE", "manifest=sshPrivateKeyFile: ", "agent=none"}},
+			[]string{
+				"args=apply --manifest ",
+				"--auto-approve",
+				"dirmode=700",
+				"keymode=600",
+				"manifestmode=600",
+				"key=PRIVATE",
+				"manifest=sshPrivateKeyFile: ",
+				"agent=none",
+			}},
 		{"reset fails", Reset, report + "exit 3", Secrets{PrivateKey: []byte("K")}, 3, []string{"args=reset --manifest "}},
-		{"with certificate", Apply, report, Secrets{PrivateKey: []byte("K"), Certificate: []byte("CERT")}, 0, []string{"cert=CERT"}},
+		{
+			"with certificate",
+			Apply,
+			report,
+			Secrets{PrivateKey: []byte("K"), Certificate: []byte("CERT")},
+			0,
+			[]string{"cert=CERT"},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,18 +101,21 @@ func TestRunRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Run(context.Background(), Apply, Secrets{PrivateKey: []byte("k")}, manifestFor, nil, nil); !errors.Is(err, ErrNoBinary) {
+	if _, err := r.Run(context.Background(), Apply, Secrets{PrivateKey: []byte("k")},
+		manifestFor, nil, nil); !errors.Is(err, ErrNoBinary) {
 		t.Fatalf("missing binary: %v, want ErrNoBinary", err)
 	}
 	r.cfg.Binary = fakeKubeOne(t, "exit 0")
-	if _, err := r.Run(context.Background(), "upgrade", Secrets{PrivateKey: []byte("k")}, manifestFor, nil, nil); err == nil {
+	if _, err := r.Run(context.Background(), "upgrade", Secrets{PrivateKey: []byte("k")},
+		manifestFor, nil, nil); err == nil {
 		t.Fatal("unknown action accepted")
 	}
 	if _, err := r.Run(context.Background(), Apply, Secrets{}, manifestFor, nil, nil); err == nil {
 		t.Fatal("run without a key accepted")
 	}
 	bad := func(Paths) ([]byte, error) { return nil, errors.New("no such node") }
-	if _, err := r.Run(context.Background(), Apply, Secrets{PrivateKey: []byte("k")}, bad, nil, nil); err == nil || !strings.Contains(err.Error(), "no such node") {
+	if _, err := r.Run(context.Background(), Apply, Secrets{PrivateKey: []byte("k")}, bad, nil, nil); err == nil ||
+		!strings.Contains(err.Error(), "no such node") {
 		t.Fatalf("manifest error: %v", err)
 	}
 	if entries, _ := os.ReadDir(r.cfg.WorkDir); len(entries) != 0 {

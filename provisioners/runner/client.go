@@ -206,7 +206,10 @@ func (c *Client) exec(ctx context.Context, line string, stdout, stderr io.Writer
 	case werr == nil || exitErr != nil:
 		return res, nil
 	case c.connLost():
-		return res, fmt.Errorf("runner: node %q: %w while the command ran (it is killed on the node when its session ends): %w", c.node, ErrConnLost, werr)
+		return res, fmt.Errorf(
+			"runner: node %q: %w while the command ran (it is killed on the node when its session ends): %w",
+			c.node, ErrConnLost, werr,
+		)
 	}
 	return res, fmt.Errorf("runner: node %q: command: %w", c.node, werr)
 }

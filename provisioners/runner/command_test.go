@@ -10,7 +10,10 @@ import (
 // Quoting is checked with the shells a node may have: each word must come
 // back unchanged from the shell.
 func TestShellQuoteRoundTrip(t *testing.T) {
-	words := []string{"", "plain", "it's", "''", `"`, `\`, `\'`, "$HOME", "`id`", "$(id)", "a\nb", "*", "-n", "!x", "ünï", " lead", "trail "}
+	words := []string{
+		"", "plain", "it's", "''", `"`, `\`, `\'`, "$HOME", "`id`", "$(id)", "a\nb", "*", "-n", "!x", "ünï",
+		" lead", "trail ",
+	}
 	for _, sh := range []string{"/bin/sh", "/bin/bash"} {
 		if _, err := exec.LookPath(sh); err != nil {
 			t.Logf("%s not installed", sh)

@@ -32,8 +32,9 @@ func TestConnectHostVerification(t *testing.T) {
 					return []ssh.PublicKey{testenv.NewKey(t).Pub(), s.hostCA.Pub()}
 				}},
 				{name: "certificate for another node", node: "node2", wantErr: ErrHostKey, wantMsg: "principal"},
-				{name: "certificate from a foreign CA", node: testNodeName, wantErr: ErrHostKey, wantMsg: "not a trusted SSH host CA",
-					server: func() *testServer { return newServer(t, kind, hostCertRogue) }},
+				{name: "certificate from a foreign CA", node: testNodeName, wantErr: ErrHostKey,
+					wantMsg: "not a trusted SSH host CA",
+					server:  func() *testServer { return newServer(t, kind, hostCertRogue) }},
 				{name: "plain host key", node: testNodeName, wantErr: ErrHostKey, wantMsg: "plain",
 					server: func() *testServer { return newServer(t, kind, hostCertNone) }},
 				{name: "expired host certificate", node: testNodeName, wantErr: ErrHostKey, wantMsg: "expired",
@@ -75,7 +76,8 @@ func TestConnectHostVerification(t *testing.T) {
 						if out := mustRun(t, c, "echo ok"); out != "ok\n" {
 							t.Errorf("output %q", out)
 						}
-					} else if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), tt.wantMsg) || !strings.Contains(err.Error(), tt.node) {
+					} else if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), tt.wantMsg) ||
+						!strings.Contains(err.Error(), tt.node) {
 						t.Fatalf("Connect: %v, want %v mentioning %q and the node", err, tt.wantErr, tt.wantMsg)
 					}
 					mu.Lock()

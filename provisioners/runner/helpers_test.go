@@ -327,7 +327,10 @@ func waitGone(t *testing.T, pids []int, within time.Duration) {
 		if time.Now().After(deadline) {
 			for _, p := range left {
 				cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
-				t.Errorf("process %d (%q) still running %v after the run ended", p, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}), within)
+				t.Errorf(
+					"process %d (%q) still running %v after the run ended",
+					p, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}), within,
+				)
 				syscall.Kill(p, syscall.SIGKILL) // do not leave it to the next test
 			}
 			return

@@ -50,7 +50,10 @@ func TestRunOutputAndExitCodes(t *testing.T) {
 					wantSignal = tt.embeddedSignal
 				}
 				if res.ExitCode != tt.wantCode || res.Signal != wantSignal {
-					t.Errorf("exit %d signal %q, want %d signal %q; stderr %q", res.ExitCode, res.Signal, tt.wantCode, wantSignal, errOut)
+					t.Errorf(
+						"exit %d signal %q, want %d signal %q; stderr %q",
+						res.ExitCode, res.Signal, tt.wantCode, wantSignal, errOut,
+					)
 				}
 				if out != tt.wantOut {
 					if len(out) > 200 {
@@ -140,7 +143,8 @@ func TestRunScript(t *testing.T) {
 			// $0 is the uploaded file; its mode is checked from inside.
 			{"no #! runs with sh", "echo \"path=$0\"\necho mode=$(stat -c %a \"$0\")\nexit 4\n", "", 4},
 			{"#! interpreter and argument", "#!/bin/sh -e\necho \"path=$0\"\nfalse\necho not reached\n", "", 1},
-			{"#!/usr/bin/env bash", "#!/usr/bin/env bash\necho \"path=$0\"\necho \"bash=${BASH_VERSION:+yes}\"\n", "bash=yes\n", 0},
+			{"#!/usr/bin/env bash", "#!/usr/bin/env bash\necho \"path=$0\"\necho \"bash=${BASH_VERSION:+yes}\"\n",
+				"bash=yes\n", 0},
 			{"CRLF #! line", "#!/bin/sh\r\necho \"path=$0\"\n", "", 0},
 		}
 		for _, tt := range tests {
@@ -382,7 +386,10 @@ func TestRunCancelAtAnyMoment(t *testing.T) {
 			token := fmt.Sprintf("%s-%d-%d", s.kind, time.Now().UnixNano(), i)
 			ctx, cancel := context.WithCancel(context.Background())
 			time.AfterFunc(delay, cancel)
-			_, err := c.Run(ctx, Command{Line: "sleep 600 & sleep 600 & wait", Env: map[string]string{"TETHER_TEST_TOKEN": token}}, nil, nil)
+			_, err := c.Run(
+				ctx, Command{Line: "sleep 600 & sleep 600 & wait", Env: map[string]string{"TETHER_TEST_TOKEN": token}},
+				nil, nil,
+			)
 			cancel()
 			if !errors.Is(err, ErrCanceled) {
 				t.Fatalf("cancel after %v: %v, want ErrCanceled", delay, err)
@@ -409,7 +416,10 @@ func TestRunCombinedOutput(t *testing.T) {
 	s := newServer(t, "embedded", hostCertOK)
 	c := s.connect(t)
 	var out bytes.Buffer
-	res, err := c.Run(context.Background(), Command{Line: "i=0; while [ $i -lt 200 ]; do echo o; echo e >&2; i=$((i+1)); done"}, &out, &out)
+	res, err := c.Run(
+		context.Background(), Command{Line: "i=0; while [ $i -lt 200 ]; do echo o; echo e >&2; i=$((i+1)); done"},
+		&out, &out,
+	)
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("Run: %+v %v", res, err)
 	}
@@ -433,7 +443,10 @@ func TestRunEmbeddedServerRunsCommandPlainly(t *testing.T) {
 			t.Fatalf("output %q", out)
 		}
 		if direct := ppid == os.Getpid(); direct != (s.kind == "embedded") {
-			t.Errorf("%s: the command's parent is pid %d (this process %d): want it started directly only by the embedded server", s.kind, ppid, os.Getpid())
+			t.Errorf(
+				"%s: the command's parent is pid %d (this process %d): want it started directly only by the embedded server",
+				s.kind, ppid, os.Getpid(),
+			)
 		}
 	})
 }

@@ -159,7 +159,11 @@ func (r *Runner) connect(ctx context.Context, node string, auth Auth) (*Client, 
 		cas = r.cfg.HostCAsFor(node)
 	}
 	if len(cas) == 0 {
-		return nil, fmt.Errorf("runner: connect to node %q: %w: no trusted SSH host CA is configured; the hub must load its SSH host CA before it can provision", node, ErrHostKey)
+		return nil, fmt.Errorf(
+			"runner: connect to node %q: %w: no trusted SSH host CA is configured; "+
+				"the hub must load its SSH host CA before it can provision",
+			node, ErrHostKey,
+		)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, ctxError(node, "connect", err)
@@ -200,7 +204,10 @@ func (r *Runner) connect(ctx context.Context, node string, auth Auth) (*Client, 
 		case errors.As(err, &hkErr):
 			return nil, fmt.Errorf("runner: node %q: %w: %w; %s", node, ErrHostKey, hkErr.err, hkErr.hint)
 		case hk.verified && strings.Contains(err.Error(), "unable to authenticate"):
-			return nil, fmt.Errorf("runner: node %q: %w for login %q: %w; check that the node trusts the hub's SSH user CA for that login", node, ErrAuth, auth.Login, err)
+			return nil, fmt.Errorf(
+				"runner: node %q: %w for login %q: %w; check that the node trusts the hub's SSH user CA for that login",
+				node, ErrAuth, auth.Login, err,
+			)
 		}
 		return nil, fmt.Errorf("runner: SSH handshake with node %q: %w", node, err)
 	}
@@ -233,13 +240,17 @@ type hostKeyError struct {
 func (e *hostKeyError) Error() string { return e.err.Error() }
 func (e *hostKeyError) Unwrap() error { return e.err }
 
-const reenrollHint = "the node must present an SSH host certificate issued by the hub's SSH host CA for its name; re-enroll the node or renew its host certificate"
+const reenrollHint = "the node must present an SSH host certificate issued by the hub's SSH host CA for its name; " +
+	"re-enroll the node or renew its host certificate"
 
 func (h *hostKeyCheck) check(addr string, remote net.Addr, key ssh.PublicKey) error {
 	cert, ok := key.(*ssh.Certificate)
 	if !ok {
 		return &hostKeyError{
-			err:  fmt.Errorf("the node presented a plain %s host key (%s), not a host certificate", key.Type(), ssh.FingerprintSHA256(key)),
+			err: fmt.Errorf(
+				"the node presented a plain %s host key (%s), not a host certificate",
+				key.Type(), ssh.FingerprintSHA256(key),
+			),
 			hint: reenrollHint,
 		}
 	}
@@ -258,8 +269,12 @@ func (h *hostKeyCheck) check(addr string, remote net.Addr, key ssh.PublicKey) er
 	}
 	if !trusted {
 		return &hostKeyError{
-			err:  fmt.Errorf("the host certificate is signed by %s %s, which is not a trusted SSH host CA", cert.SignatureKey.Type(), ssh.FingerprintSHA256(cert.SignatureKey)),
-			hint: "if the hub's host CA was rotated, the node needs a certificate from the new CA; otherwise this is not the node it claims to be",
+			err: fmt.Errorf(
+				"the host certificate is signed by %s %s, which is not a trusted SSH host CA",
+				cert.SignatureKey.Type(), ssh.FingerprintSHA256(cert.SignatureKey),
+			),
+			hint: "if the hub's host CA was rotated, the node needs a certificate from the new CA; " +
+				"otherwise this is not the node it claims to be",
 		}
 	}
 	checker := ssh.CertChecker{

@@ -50,7 +50,10 @@ func (c *Client) Upload(ctx context.Context, src io.Reader, size int64, dst stri
 		mode = 0o644
 	}
 	if mode != opt.Mode && opt.Mode != 0 {
-		return "", fmt.Errorf("runner: node %q: upload to %s: mode %v is not a plain file mode: %w", c.node, dst, opt.Mode, ErrInvalid)
+		return "", fmt.Errorf(
+			"runner: node %q: upload to %s: mode %v is not a plain file mode: %w",
+			c.node, dst, opt.Mode, ErrInvalid,
+		)
 	}
 
 	dir, base := path.Split(dst)
@@ -71,7 +74,10 @@ func (c *Client) Upload(ctx context.Context, src io.Reader, size int64, dst stri
 		}
 		f, err := s.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL)
 		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("parent directory %s does not exist on the node; create it first (tether run -- mkdir -p %s): %w", dir, dir, err)
+			return fmt.Errorf(
+				"parent directory %s does not exist on the node; create it first (tether run -- mkdir -p %s): %w",
+				dir, dir, err,
+			)
 		}
 		if err != nil {
 			return fmt.Errorf("create temporary file %s: %w", tmp, err)

@@ -169,7 +169,12 @@ func TestUpload(t *testing.T) {
 		t.Run("cancelled midway", func(t *testing.T) {
 			testenv.WriteFile(t, dst, []byte("previous"), 0o644)
 			ctx, cancel := context.WithCancel(ctx)
-			br := &blockingReader{r: bytes.NewReader(data), n: 1 << 20, reached: make(chan struct{}), release: make(chan struct{})}
+			br := &blockingReader{
+				r:       bytes.NewReader(data),
+				n:       1 << 20,
+				reached: make(chan struct{}),
+				release: make(chan struct{}),
+			}
 			go func() {
 				<-br.reached
 				cancel()
@@ -196,7 +201,8 @@ func TestUpload(t *testing.T) {
 			_, err := c.Upload(ctx, strings.NewReader("x"), 1, p, UploadOptions{})
 			// Users read this message (tether run --upload): it says what to
 			// do, not which Go option to set.
-			if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "mkdir -p") || strings.Contains(err.Error(), "MkdirParents") {
+			if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "mkdir -p") ||
+				strings.Contains(err.Error(), "MkdirParents") {
 				t.Fatalf("Upload without parents: %v, want fs.ErrNotExist saying mkdir -p", err)
 			}
 			if _, err := c.Upload(ctx, strings.NewReader("x"), 1, p, UploadOptions{MkdirParents: true}); err != nil {
@@ -222,7 +228,9 @@ func TestUpload(t *testing.T) {
 		})
 
 		t.Run("bad requests", func(t *testing.T) {
-			if _, err := c.Upload(ctx, strings.NewReader(""), 0, dst, UploadOptions{Mode: fs.ModeDir | 0o755}); !errors.Is(err, ErrInvalid) {
+			if _, err := c.Upload(
+				ctx, strings.NewReader(""), 0, dst, UploadOptions{Mode: fs.ModeDir | 0o755},
+			); !errors.Is(err, ErrInvalid) {
 				t.Errorf("directory mode: %v, want ErrInvalid", err)
 			}
 			if _, err := c.Upload(ctx, strings.NewReader(""), -1, dst, UploadOptions{}); !errors.Is(err, ErrInvalid) {

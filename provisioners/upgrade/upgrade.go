@@ -1,7 +1,7 @@
 // Package upgrade drives one node through an over-the-air upgrade over
 // SSH, through the same runner the jobs use: it calls the node-side
-// updater the agent announced (the verbs of tunnel/control's upgrade
-// contract), pushes the artifact's files to the node's incoming directory,
+// updater the agent announced (the verbs of the upgrade contract,
+// tunnel/upgradeproto), pushes the artifact's files to the node's incoming directory,
 // and reads back the node's state.
 //
 // The node trusts nothing it is sent: it checks the offer against the
@@ -19,7 +19,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // Conn is an SSH connection to the node (the hub's runner client behind
@@ -86,7 +86,8 @@ func (n Node) call(ctx context.Context, verb string, args []string, in []byte, o
 	}
 	var stdout bytes.Buffer
 	var stderr bytes.Buffer
-	code, err := n.Conn.Run(ctx, line, script, &limited{w: &stdout, n: maxAnswer}, io.MultiWriter(log, &limited{w: &stderr, n: 4096}))
+	code, err := n.Conn.Run(ctx, line, script, &limited{w: &stdout, n: maxAnswer},
+		io.MultiWriter(log, &limited{w: &stderr, n: 4096}))
 	if err != nil {
 		return fmt.Errorf("upgrade %s: %w", verb, err)
 	}
@@ -95,7 +96,8 @@ func (n Node) call(ctx context.Context, verb string, args []string, in []byte, o
 	}
 	dec := json.NewDecoder(&stdout)
 	if err := dec.Decode(out); err != nil {
-		return fmt.Errorf("%w: `%s upgrade %s` (exit %d) answered no state: %v; %s", ErrUpdater, n.Exe, verb, code, err, lastLine(stderr.String()))
+		return fmt.Errorf("%w: `%s upgrade %s` (exit %d) answered no state: %v; %s", ErrUpdater, n.Exe, verb, code, err,
+			lastLine(stderr.String()))
 	}
 	return nil
 }
@@ -125,8 +127,10 @@ func (l *limited) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (n Node) state(ctx context.Context, verb string, args []string, in []byte, log io.Writer) (control.NodeUpgradeState, error) {
-	var st control.NodeUpgradeState
+func (n Node) state(
+	ctx context.Context, verb string, args []string, in []byte, log io.Writer,
+) (upgradeproto.NodeState, error) {
+	var st upgradeproto.NodeState
 	if err := n.call(ctx, verb, args, in, &st, log); err != nil {
 		return st, err
 	}
@@ -138,10 +142,10 @@ func (n Node) state(ctx context.Context, verb string, args []string, in []byte, 
 
 // Offer hands the node the upgrade (the node checks it against its pinned
 // digest and records it).
-func (n Node) Offer(ctx context.Context, o control.UpgradeOffer, log io.Writer) (control.NodeUpgradeState, error) {
+func (n Node) Offer(ctx context.Context, o upgradeproto.Offer, log io.Writer) (upgradeproto.NodeState, error) {
 	b, err := json.Marshal(o)
 	if err != nil {
-		return control.NodeUpgradeState{}, err
+		return upgradeproto.NodeState{}, err
 	}
 	return n.state(ctx, "offer", nil, b, log)
 }
@@ -149,18 +153,18 @@ func (n Node) Offer(ctx context.Context, o control.UpgradeOffer, log io.Writer) 
 // Push uploads each file to the upgrade's incoming directory on the node,
 // named by its digest, and returns the bytes sent. A file the node hashes
 // differently from its digest is an error (the node would refuse it).
-func (n Node) Push(ctx context.Context, name string, files []control.UpgradeFile, open Blobs) (int64, error) {
+func (n Node) Push(ctx context.Context, name string, files []upgradeproto.File, open Blobs) (int64, error) {
 	if err := n.check(); err != nil {
 		return 0, err
 	}
-	dir := control.UpgradeIncomingDir(n.StateDir, name)
+	dir := upgradeproto.IncomingDir(n.StateDir, name)
 	var sent int64
 	done := map[string]bool{}
 	for _, f := range files {
-		if !control.ValidDigest(f.Digest) {
+		if !upgradeproto.ValidDigest(f.Digest) {
 			return sent, fmt.Errorf("upgrade: file %s: digest %q", f.Name, f.Digest)
 		}
-		h := control.DigestHex(f.Digest)
+		h := upgradeproto.DigestHex(f.Digest)
 		if done[h] {
 			continue
 		}
@@ -184,7 +188,7 @@ func (n Node) Push(ctx context.Context, name string, files []control.UpgradeFile
 
 // Apply has the node verify and install the upgrade (confirmed by by when
 // not empty); a bundle's scripts' output goes to log.
-func (n Node) Apply(ctx context.Context, name, by string, log io.Writer) (control.NodeUpgradeState, error) {
+func (n Node) Apply(ctx context.Context, name, by string, log io.Writer) (upgradeproto.NodeState, error) {
 	args := []string{name}
 	if by != "" {
 		args = append(args, "--confirmed-by", by)
@@ -193,12 +197,12 @@ func (n Node) Apply(ctx context.Context, name, by string, log io.Writer) (contro
 }
 
 // Status reads the node's records (of name, or all when name is empty).
-func (n Node) Status(ctx context.Context, name string, log io.Writer) ([]control.NodeUpgradeState, error) {
+func (n Node) Status(ctx context.Context, name string, log io.Writer) ([]upgradeproto.NodeState, error) {
 	var args []string
 	if name != "" {
 		args = []string{name}
 	}
-	var out []control.NodeUpgradeState
+	var out []upgradeproto.NodeState
 	if err := n.call(ctx, "status", args, nil, &out, log); err != nil {
 		return nil, err
 	}
@@ -211,7 +215,7 @@ func (n Node) Status(ctx context.Context, name string, log io.Writer) ([]control
 }
 
 // Cancel has the node drop an upgrade it has not installed.
-func (n Node) Cancel(ctx context.Context, name string, log io.Writer) (control.NodeUpgradeState, error) {
+func (n Node) Cancel(ctx context.Context, name string, log io.Writer) (upgradeproto.NodeState, error) {
 	return n.state(ctx, "cancel", []string{name}, nil, log)
 }
 
@@ -221,7 +225,15 @@ func (n Node) Cancel(ctx context.Context, name string, log io.Writer) (control.N
 // pushed before apply even when the node waits for a person, so a
 // confirmation on the node can go on without the hub. offered, when not
 // nil, is told the node's answer to the offer before the files go.
-func (n Node) Drive(ctx context.Context, o control.UpgradeOffer, files []control.UpgradeFile, open Blobs, confirmedBy string, log io.Writer, offered func(control.NodeUpgradeState)) (control.NodeUpgradeState, int64, error) {
+func (n Node) Drive(
+	ctx context.Context,
+	o upgradeproto.Offer,
+	files []upgradeproto.File,
+	open Blobs,
+	confirmedBy string,
+	log io.Writer,
+	offered func(upgradeproto.NodeState),
+) (upgradeproto.NodeState, int64, error) {
 	st, err := n.Offer(ctx, o, log)
 	if err != nil {
 		return st, 0, err
@@ -229,16 +241,17 @@ func (n Node) Drive(ctx context.Context, o control.UpgradeOffer, files []control
 	if offered != nil {
 		offered(st)
 	}
-	if st.Step.Terminal() || st.Step == control.StepHealthCheck {
+	if st.Step.Terminal() || st.Step == upgradeproto.StepHealthCheck {
 		return st, 0, nil // the node had this upgrade already: its word stands
 	}
 	var sent int64
-	if st.Step == control.StepPending || st.Step == control.StepAwaitingConfirmation || st.Step == control.StepDownloading {
+	if st.Step == upgradeproto.StepPending || st.Step == upgradeproto.StepAwaitingConfirmation ||
+		st.Step == upgradeproto.StepDownloading {
 		if sent, err = n.Push(ctx, o.Name, files, open); err != nil {
 			return st, sent, err
 		}
 	}
-	if st.Step == control.StepAwaitingConfirmation && confirmedBy == "" {
+	if st.Step == upgradeproto.StepAwaitingConfirmation && confirmedBy == "" {
 		return st, sent, nil
 	}
 	st, err = n.Apply(ctx, o.Name, confirmedBy, log)

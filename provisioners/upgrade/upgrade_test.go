@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // fakeConn plays the node-side updater: answers[verb] is its stdout.
@@ -52,9 +52,16 @@ func (c *fakeConn) Upload(_ context.Context, src io.Reader, size int64, dst stri
 	return hex.EncodeToString(s[:]), nil
 }
 
-func answer(t *testing.T, step control.UpgradeStep, reason string) string {
+func answer(t *testing.T, step upgradeproto.Step, reason string) string {
 	t.Helper()
-	b, err := json.Marshal(control.NodeUpgradeState{Name: "u1", Kind: control.UpgradeBundle, Digest: "sha256:" + strings.Repeat("a", 64), ToVersion: "2", Step: step, Reason: reason})
+	b, err := json.Marshal(upgradeproto.NodeState{
+		Name:      "u1",
+		Kind:      upgradeproto.KindBundle,
+		Digest:    "sha256:" + strings.Repeat("a", 64),
+		ToVersion: "2",
+		Step:      step,
+		Reason:    reason,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +72,7 @@ func TestDrive(t *testing.T) {
 	payload := []byte("#!/bin/sh\necho hi\n")
 	sum := sha256.Sum256(payload)
 	digest := "sha256:" + hex.EncodeToString(sum[:])
-	files := []control.UpgradeFile{{Name: "install.sh", Digest: digest, Size: int64(len(payload))}}
+	files := []upgradeproto.File{{Name: "install.sh", Digest: digest, Size: int64(len(payload))}}
 	open := func(h string) (io.ReadCloser, int64, error) {
 		if h != hex.EncodeToString(sum[:]) {
 			return nil, 0, errors.New("no such blob")
@@ -79,28 +86,71 @@ func TestDrive(t *testing.T) {
 		applyCode   int
 		by          string
 		corrupt     bool
-		wantStep    control.UpgradeStep
+		wantStep    upgradeproto.Step
 		wantErr     string
 		wantApplied bool
 		wantPushed  bool
 	}{
-		{name: "installed", offer: answer(t, control.StepPending, ""), apply: answer(t, control.StepSucceeded, ""), wantStep: control.StepSucceeded, wantApplied: true, wantPushed: true},
-		{name: "refused by the node", offer: answer(t, control.StepPending, ""), apply: answer(t, control.StepFailed, "digest mismatch (want a, got b)"), applyCode: 1, wantStep: control.StepFailed, wantApplied: true, wantPushed: true},
-		{name: "waits for a person", offer: answer(t, control.StepAwaitingConfirmation, ""), wantStep: control.StepAwaitingConfirmation, wantPushed: true},
-		{name: "confirmed on the hub", offer: answer(t, control.StepAwaitingConfirmation, ""), by: "operator:alice", apply: answer(t, control.StepInstalling, ""), wantStep: control.StepInstalling, wantApplied: true, wantPushed: true},
-		{name: "node had it already", offer: answer(t, control.StepSucceeded, ""), wantStep: control.StepSucceeded},
+		{
+			name:        "installed",
+			offer:       answer(t, upgradeproto.StepPending, ""),
+			apply:       answer(t, upgradeproto.StepSucceeded, ""),
+			wantStep:    upgradeproto.StepSucceeded,
+			wantApplied: true,
+			wantPushed:  true,
+		},
+		{
+			name:        "refused by the node",
+			offer:       answer(t, upgradeproto.StepPending, ""),
+			apply:       answer(t, upgradeproto.StepFailed, "digest mismatch (want a, got b)"),
+			applyCode:   1,
+			wantStep:    upgradeproto.StepFailed,
+			wantApplied: true,
+			wantPushed:  true,
+		},
+		{
+			name:       "waits for a person",
+			offer:      answer(t, upgradeproto.StepAwaitingConfirmation, ""),
+			wantStep:   upgradeproto.StepAwaitingConfirmation,
+			wantPushed: true,
+		},
+		{
+			name:        "confirmed on the hub",
+			offer:       answer(t, upgradeproto.StepAwaitingConfirmation, ""),
+			by:          "operator:alice",
+			apply:       answer(t, upgradeproto.StepInstalling, ""),
+			wantStep:    upgradeproto.StepInstalling,
+			wantApplied: true,
+			wantPushed:  true,
+		},
+		{name: "node had it already", offer: answer(t, upgradeproto.StepSucceeded, ""), wantStep: upgradeproto.StepSucceeded},
 		{name: "no updater", offer: "", wantErr: "node-side updater failed"},
 		{name: "garbage answer", offer: `{"name":"../x","step":"pending"}`, wantErr: "bad state"},
-		{name: "corrupted in transit", offer: answer(t, control.StepPending, ""), corrupt: true, wantErr: "digest mismatch", wantPushed: true},
+		{
+			name:       "corrupted in transit",
+			offer:      answer(t, upgradeproto.StepPending, ""),
+			corrupt:    true,
+			wantErr:    "digest mismatch",
+			wantPushed: true,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &fakeConn{answers: map[string]string{"offer": tc.offer, "apply": tc.apply}, codes: map[string]int{"apply": tc.applyCode, "offer": 0}, uploads: map[string][]byte{}, corrupt: tc.corrupt}
+			c := &fakeConn{
+				answers: map[string]string{"offer": tc.offer, "apply": tc.apply},
+				codes:   map[string]int{"apply": tc.applyCode, "offer": 0},
+				uploads: map[string][]byte{},
+				corrupt: tc.corrupt,
+			}
 			if tc.offer == "" {
 				c.codes["offer"] = 127
 			}
 			n := Node{Conn: c, Exe: "/usr/local/bin/tether-edge", StateDir: "/var/lib/tether-edge"}
 			var log bytes.Buffer
-			st, sent, err := n.Drive(context.Background(), control.UpgradeOffer{Name: "u1", Kind: control.UpgradeBundle, Digest: "sha256:" + strings.Repeat("a", 64)}, files, open, tc.by, &log, nil)
+			st, sent, err := n.Drive(context.Background(), upgradeproto.Offer{
+				Name:   "u1",
+				Kind:   upgradeproto.KindBundle,
+				Digest: "sha256:" + strings.Repeat("a", 64),
+			}, files, open, tc.by, &log, nil)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err %v, want %q", err, tc.wantErr)
@@ -134,19 +184,28 @@ func TestDrive(t *testing.T) {
 // The offer reaches the updater on stdin through a here-document that no
 // offer can end early, and names are quoted.
 func TestOfferScript(t *testing.T) {
-	c := &fakeConn{answers: map[string]string{"offer": answer(t, control.StepPending, "")}, codes: map[string]int{}, uploads: map[string][]byte{}}
+	c := &fakeConn{
+		answers: map[string]string{"offer": answer(t, upgradeproto.StepPending, "")},
+		codes:   map[string]int{},
+		uploads: map[string][]byte{},
+	}
 	n := Node{Conn: c, Exe: "/opt/it's/tether-edge", StateDir: "/var/lib/tether-edge"}
-	if _, err := n.Offer(context.Background(), control.UpgradeOffer{Name: "u1", Manifest: []byte("{\n}")}, io.Discard); err != nil {
+	if _, err := n.Offer(context.Background(), upgradeproto.Offer{
+		Name: "u1", Manifest: []byte("{\n}"),
+	}, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	s := c.lines[0]
-	if !strings.Contains(s, `exec '/opt/it'\''s/tether-edge' upgrade offer --state-dir '/var/lib/tether-edge' <<'TETHER_UPGRADE_OFFER'`) {
+	if !strings.Contains(s,
+		`exec '/opt/it'\''s/tether-edge' upgrade offer --state-dir '/var/lib/tether-edge' <<'TETHER_UPGRADE_OFFER'`) {
 		t.Errorf("script %q", s)
 	}
 	if strings.Count(s, "\n") != 4 {
 		t.Errorf("the offer is not one line in %q", s)
 	}
-	if _, err := (Node{Conn: c, Exe: "tether-edge", StateDir: "/x"}).Offer(context.Background(), control.UpgradeOffer{}, io.Discard); !errors.Is(err, ErrUpdater) {
+	if _, err := (Node{
+		Conn: c, Exe: "tether-edge", StateDir: "/x",
+	}).Offer(context.Background(), upgradeproto.Offer{}, io.Discard); !errors.Is(err, ErrUpdater) {
 		t.Errorf("relative exe: %v", err)
 	}
 }
@@ -154,14 +213,19 @@ func TestOfferScript(t *testing.T) {
 // FuzzAnswer: whatever a node answers, Drive returns an error or a valid
 // state, and never panics.
 func FuzzAnswer(f *testing.F) {
-	f.Add(`{"name":"u1","kind":"bundle","digest":"sha256:` + strings.Repeat("a", 64) + `","to_version":"2","step":"succeeded"}`)
+	f.Add(`{"name":"u1","kind":"bundle","digest":"sha256:` + strings.Repeat("a", 64) +
+		`","to_version":"2","step":"succeeded"}`)
 	f.Add(`{"name":"u1","kind":"agent","step":"nope"}`)
 	f.Add(`[]`)
 	f.Add(`{"history":[{"step":"x"}]}`)
 	f.Fuzz(func(t *testing.T, ans string) {
-		c := &fakeConn{answers: map[string]string{"offer": ans, "apply": ans}, codes: map[string]int{}, uploads: map[string][]byte{}}
+		c := &fakeConn{
+			answers: map[string]string{"offer": ans, "apply": ans},
+			codes:   map[string]int{},
+			uploads: map[string][]byte{},
+		}
 		n := Node{Conn: c, Exe: "/bin/e", StateDir: "/s"}
-		st, _, err := n.Drive(context.Background(), control.UpgradeOffer{Name: "u1"}, nil, nil, "", io.Discard, nil)
+		st, _, err := n.Drive(context.Background(), upgradeproto.Offer{Name: "u1"}, nil, nil, "", io.Discard, nil)
 		if err == nil {
 			if verr := st.Validate(); verr != nil {
 				t.Fatalf("accepted an invalid state: %v", verr)

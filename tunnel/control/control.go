@@ -1,8 +1,16 @@
 // Package control is the node control protocol: the messages of a
 // session's control stream (the first stream the agent opens after
 // connecting), their order (see session.go), the capabilities an agent
-// announces, the liveness rule both sides apply, and the join request.
-// The hub and the agent both take all of it from here.
+// announces, the liveness rule both sides apply, and the join request that
+// enrols a node. The agent (and a site hub on its uplink) sends hello,
+// heartbeats and renewals; the hub answers with welcome, trust, notices and
+// renewed certificates. The hub and the agent both import it, and it imports
+// nothing of either.
+//
+// Message is the envelope of every frame on that stream, so it also carries
+// the bodies of two other contracts, each in its own package: the site
+// protocol (siteproto: a site hub and its parent) and a node's upgrade
+// reports (upgradeproto). Read validates those bodies with their own rules.
 //
 // Wire layout of one control frame:
 //
@@ -17,7 +25,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -25,7 +32,10 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/tether-dev/tether/tunnel/internal/wirecheck"
+	"github.com/tether-dev/tether/tunnel/siteproto"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // MaxFrame bounds one control message (the largest is a node's authorized key list).
@@ -34,8 +44,9 @@ const MaxFrame = 1 << 20
 // ProtocolVersion is sent in Hello; the hub refuses versions it does not know.
 const ProtocolVersion = 1
 
-// ErrBadMessage wraps every decoding or validation failure.
-var ErrBadMessage = errors.New("control: bad message")
+// ErrBadMessage wraps every decoding or validation failure, of the control
+// messages and of the bodies of other contracts they carry.
+var ErrBadMessage = wirecheck.ErrBadMessage
 
 // Type names a control message.
 type Type string
@@ -115,10 +126,10 @@ type Hello struct {
 	// labels it sets, and never selects a node by them.
 	Labels map[string]string `json:"labels,omitempty"`
 	// Upgrade says how the hub runs the node-side updater (with
-	// CapUpgrade); nil from an agent without one.
-	Upgrade *UpgradeSupport `json:"upgrade,omitempty"`
-	// Site is set by a site hub (with CapSite): see site.go.
-	Site *SiteHello `json:"site,omitempty"`
+	// upgradeproto.CapUpgrade); nil from an agent without one.
+	Upgrade *upgradeproto.Support `json:"upgrade,omitempty"`
+	// Site is set by a site hub (with siteproto.CapSite).
+	Site *siteproto.Hello `json:"site,omitempty"`
 	// MovedFrom is set when this session replaces a live one of the same
 	// agent on another transport ("tcp": the agent fell back to TCP and
 	// its QUIC re-probe got through). The hub then lets the old session
@@ -179,32 +190,33 @@ type ScopedUserCA struct {
 const maxScopedCAs = 8
 
 func (s *ScopedUserCA) validate() error {
-	if len(s.Keys) == 0 || len(s.Keys) > maxCaps {
-		return fmt.Errorf("%w: scoped user CA with %d keys (want 1..%d)", ErrBadMessage, len(s.Keys), maxCaps)
+	if len(s.Keys) == 0 || len(s.Keys) > wirecheck.MaxCaps {
+		return fmt.Errorf("%w: scoped user CA with %d keys (want 1..%d)", ErrBadMessage, len(s.Keys), wirecheck.MaxCaps)
 	}
 	for _, k := range s.Keys {
-		if err := checkString("scoped user CA", k, maxKeyLen); err != nil {
+		if err := wirecheck.String("scoped user CA", k, wirecheck.MaxKeyLen); err != nil {
 			return err
 		}
 	}
-	if len(s.Principals) > maxKeys || len(s.AnyLogin) > maxKeys || len(s.NoForwarding) > maxKeys {
+	if len(s.Principals) > wirecheck.MaxKeys || len(s.AnyLogin) > wirecheck.MaxKeys ||
+		len(s.NoForwarding) > wirecheck.MaxKeys {
 		return fmt.Errorf("%w: too many scoped principals", ErrBadMessage)
 	}
 	for login, ps := range s.Principals {
-		if err := checkString("login", login, 32); err != nil {
+		if err := wirecheck.String("login", login, 32); err != nil {
 			return err
 		}
-		if len(ps) > maxKeys {
+		if len(ps) > wirecheck.MaxKeys {
 			return fmt.Errorf("%w: too many scoped principals for %.32q", ErrBadMessage, login)
 		}
 		for _, pr := range ps {
-			if err := checkString("scoped principal", pr, maxShort); err != nil {
+			if err := wirecheck.String("scoped principal", pr, wirecheck.MaxShort); err != nil {
 				return err
 			}
 		}
 	}
 	for _, pr := range append(slices.Clone(s.AnyLogin), s.NoForwarding...) {
-		if err := checkString("scoped principal", pr, maxShort); err != nil {
+		if err := wirecheck.String("scoped principal", pr, wirecheck.MaxShort); err != nil {
 			return err
 		}
 	}
@@ -224,8 +236,8 @@ type Welcome struct {
 	// Capabilities are the HubCap* constants this hub supports; an agent
 	// ignores the ones it does not know, and an older hub sends none.
 	Capabilities []string `json:"capabilities,omitempty"`
-	// Site answers a site hub's hello (see site.go).
-	Site *SiteWelcome `json:"site,omitempty"`
+	// Site answers a site hub's hello.
+	Site *siteproto.Welcome `json:"site,omitempty"`
 }
 
 // Message is one control frame. Exactly the field matching Type is set.
@@ -237,53 +249,34 @@ type Message struct {
 	Notice         string    `json:"notice,omitempty"`
 	SSHTrust       *SSHTrust `json:"ssh_trust,omitempty"`
 	SSHEvent       *SSHEvent `json:"ssh_event,omitempty"`
-	// UpgradeStates: the node's upgrade records (TypeUpgradeState).
-	UpgradeStates []NodeUpgradeState `json:"upgrade_states,omitempty"`
-	// The site protocol (site.go): TypeSiteTrust, TypeDesired,
-	// TypeDesiredAck, TypeSiteStatus, TypeSiteNodes.
-	SiteTrust   *SiteTrust      `json:"site_trust,omitempty"`
-	Desired     []DesiredObject `json:"desired,omitempty"`
-	DesiredAcks []DesiredAck    `json:"desired_acks,omitempty"`
-	SiteStatus  *SiteStatus     `json:"site_status,omitempty"`
-	SiteNodes   *SiteNodes      `json:"site_nodes,omitempty"`
-	// ServiceBindings: TypeServiceBindings (an empty list closes every
-	// listener).
-	ServiceBindings []ServiceBinding `json:"service_bindings,omitempty"`
-	CSR             []byte           `json:"csr,omitempty"`  // renew: DER certificate request
-	Cert            string           `json:"cert,omitempty"` // renewed: PEM chain, leaf first
+	// UpgradeStates: the node's upgrade records (upgradeproto.TypeState).
+	UpgradeStates []upgradeproto.NodeState `json:"upgrade_states,omitempty"`
+	// The site protocol's bodies (package siteproto): siteproto.TypeTrust,
+	// TypeDesired, TypeDesiredAck, TypeStatus, TypeNodes.
+	SiteTrust   *siteproto.Trust          `json:"site_trust,omitempty"`
+	Desired     []siteproto.DesiredObject `json:"desired,omitempty"`
+	DesiredAcks []siteproto.DesiredAck    `json:"desired_acks,omitempty"`
+	SiteStatus  *siteproto.Status         `json:"site_status,omitempty"`
+	SiteNodes   *siteproto.Nodes          `json:"site_nodes,omitempty"`
+	// ServiceBindings: siteproto.TypeServiceBindings (an empty list closes
+	// every listener).
+	ServiceBindings []siteproto.ServiceBinding `json:"service_bindings,omitempty"`
+	CSR             []byte                     `json:"csr,omitempty"`  // renew: DER certificate request
+	Cert            string                     `json:"cert,omitempty"` // renewed: PEM chain, leaf first
 	// Fatal marks a notice after which the agent must not reconnect with
 	// this identity (the node was removed, or the identity is wrong).
 	Fatal bool `json:"fatal,omitempty"`
 }
 
-const (
-	maxShort  = 256  // names, versions, facts
-	maxKeys   = 4096 // authorized keys per node
-	maxKeyLen = 16 << 10
-	maxNotice = 1024
-	maxCaps   = 32
-	maxLabels = 64 // the hub's label rules allow fewer; this bounds the frame
-)
-
 // maxTransportWhy bounds Hello.TransportWhy.
 const maxTransportWhy = 64
-
-func checkString(field, s string, max int) error {
-	if len(s) > max {
-		return fmt.Errorf("%w: %s longer than %d bytes", ErrBadMessage, field, max)
-	}
-	if !utf8.ValidString(s) {
-		return fmt.Errorf("%w: %s is not UTF-8", ErrBadMessage, field)
-	}
-	return nil
-}
 
 // Validate checks the facts' bounds, and that the management address and
 // MAC parse; the hub stores them as the node's word, nothing more.
 func (f *Facts) Validate() error {
 	for field, v := range map[string]string{"hostname": f.Hostname, "os": f.OS, "os_id": f.OSID, "os_version": f.OSVersion,
 		"arch": f.Arch, "machine_id": f.MachineID, "interface": f.Interface, "address": f.Address, "mac": f.MAC} {
-		if err := checkString(field, v, maxShort); err != nil {
+		if err := wirecheck.String(field, v, wirecheck.MaxShort); err != nil {
 			return err
 		}
 	}
@@ -309,55 +302,65 @@ func (m *Message) Validate() error {
 			return fmt.Errorf("%w: hello without body", ErrBadMessage)
 		}
 		if h.ProtocolVersion != ProtocolVersion {
-			return fmt.Errorf("%w: protocol version %d not supported (want %d): upgrade the agent or hub", ErrBadMessage, h.ProtocolVersion, ProtocolVersion)
+			return fmt.Errorf(
+				"%w: protocol version %d not supported (want %d): upgrade the agent or hub",
+				ErrBadMessage,
+				h.ProtocolVersion,
+				ProtocolVersion,
+			)
 		}
 		for field, v := range map[string]string{"name": h.Name, "agent_version": h.AgentVersion} {
-			if err := checkString(field, v, maxShort); err != nil {
+			if err := wirecheck.String(field, v, wirecheck.MaxShort); err != nil {
 				return err
 			}
 		}
 		if err := h.Facts.Validate(); err != nil {
 			return err
 		}
-		if len(h.Capabilities) > maxCaps {
-			return fmt.Errorf("%w: more than %d capabilities", ErrBadMessage, maxCaps)
+		if len(h.Capabilities) > wirecheck.MaxCaps {
+			return fmt.Errorf("%w: more than %d capabilities", ErrBadMessage, wirecheck.MaxCaps)
 		}
 		for _, c := range h.Capabilities {
-			if err := checkString("capability", c, maxShort); err != nil {
+			if err := wirecheck.String("capability", c, wirecheck.MaxShort); err != nil {
 				return err
 			}
 		}
-		if err := checkString("host_key", h.HostKey, maxKeyLen); err != nil {
+		if err := wirecheck.String("host_key", h.HostKey, wirecheck.MaxKeyLen); err != nil {
 			return err
 		}
-		if err := checkString("state_dir", h.StateDir, maxShort); err != nil {
+		if err := wirecheck.String("state_dir", h.StateDir, wirecheck.MaxShort); err != nil {
 			return err
 		}
 		if h.StateDir != "" && (!strings.HasPrefix(h.StateDir, "/") || path.Clean(h.StateDir) != h.StateDir) {
 			return fmt.Errorf("%w: state_dir %q is not a clean absolute path", ErrBadMessage, h.StateDir)
 		}
-		if len(h.TransportWhy) > maxTransportWhy || strings.IndexFunc(h.TransportWhy, func(r rune) bool { return r < ' ' || r > '~' }) >= 0 {
-			return fmt.Errorf("%w: transport_why is not up to %d printable ASCII characters", ErrBadMessage, maxTransportWhy)
+		if len(h.TransportWhy) > maxTransportWhy ||
+			strings.IndexFunc(h.TransportWhy, func(r rune) bool { return r < ' ' || r > '~' }) >= 0 {
+			return fmt.Errorf(
+				"%w: transport_why is not up to %d printable ASCII characters",
+				ErrBadMessage,
+				maxTransportWhy,
+			)
 		}
 		if h.MovedFrom != "" && h.MovedFrom != "tcp" && h.MovedFrom != "quic" {
 			return fmt.Errorf("%w: moved_from %.16q is not a transport (tcp, quic)", ErrBadMessage, h.MovedFrom)
 		}
-		if err := h.Upgrade.validate(); err != nil {
+		if err := h.Upgrade.Validate(); err != nil {
 			return err
 		}
-		if slices.Contains(h.Capabilities, CapSite) || h.Site != nil {
-			if err := h.Site.validate(); err != nil {
+		if slices.Contains(h.Capabilities, siteproto.CapSite) || h.Site != nil {
+			if err := h.Site.Validate(); err != nil {
 				return err
 			}
 		}
-		if len(h.Labels) > maxLabels {
-			return fmt.Errorf("%w: more than %d labels", ErrBadMessage, maxLabels)
+		if len(h.Labels) > wirecheck.MaxLabels {
+			return fmt.Errorf("%w: more than %d labels", ErrBadMessage, wirecheck.MaxLabels)
 		}
 		for k, v := range h.Labels {
-			if err := checkString("label key", k, maxShort); err != nil {
+			if err := wirecheck.String("label key", k, wirecheck.MaxShort); err != nil {
 				return err
 			}
-			if err := checkString("label value", v, maxShort); err != nil {
+			if err := wirecheck.String("label value", v, wirecheck.MaxShort); err != nil {
 				return err
 			}
 		}
@@ -366,46 +369,46 @@ func (m *Message) Validate() error {
 		if t == nil {
 			return fmt.Errorf("%w: ssh_trust without body", ErrBadMessage)
 		}
-		if err := checkString("host_cert", t.HostCert, maxKeyLen); err != nil {
+		if err := wirecheck.String("host_cert", t.HostCert, wirecheck.MaxKeyLen); err != nil {
 			return err
 		}
-		if len(t.RevokedKeys) > maxKeys {
-			return fmt.Errorf("%w: more than %d revoked keys", ErrBadMessage, maxKeys)
+		if len(t.RevokedKeys) > wirecheck.MaxKeys {
+			return fmt.Errorf("%w: more than %d revoked keys", ErrBadMessage, wirecheck.MaxKeys)
 		}
 		for _, k := range t.RevokedKeys {
-			if err := checkString("revoked key", k, maxKeyLen); err != nil {
+			if err := wirecheck.String("revoked key", k, wirecheck.MaxKeyLen); err != nil {
 				return err
 			}
 		}
-		if len(t.Principals) > maxKeys || len(t.AnyLogin) > maxKeys {
+		if len(t.Principals) > wirecheck.MaxKeys || len(t.AnyLogin) > wirecheck.MaxKeys {
 			return fmt.Errorf("%w: too many principals", ErrBadMessage)
 		}
 		for login, ps := range t.Principals {
-			if err := checkString("login", login, 32); err != nil {
+			if err := wirecheck.String("login", login, 32); err != nil {
 				return err
 			}
-			if len(ps) > maxKeys {
+			if len(ps) > wirecheck.MaxKeys {
 				return fmt.Errorf("%w: too many principals for %.32q", ErrBadMessage, login)
 			}
 			for _, pr := range append(ps, t.AnyLogin...) {
-				if err := checkString("principal", pr, maxShort); err != nil {
+				if err := wirecheck.String("principal", pr, wirecheck.MaxShort); err != nil {
 					return err
 				}
 			}
 		}
-		if len(t.NoForwarding) > maxKeys {
+		if len(t.NoForwarding) > wirecheck.MaxKeys {
 			return fmt.Errorf("%w: too many no_forwarding principals", ErrBadMessage)
 		}
 		for _, pr := range t.NoForwarding {
-			if err := checkString("no_forwarding principal", pr, maxShort); err != nil {
+			if err := wirecheck.String("no_forwarding principal", pr, wirecheck.MaxShort); err != nil {
 				return err
 			}
 		}
-		if len(t.UserCAs) > maxCaps {
-			return fmt.Errorf("%w: more than %d user CAs", ErrBadMessage, maxCaps)
+		if len(t.UserCAs) > wirecheck.MaxCaps {
+			return fmt.Errorf("%w: more than %d user CAs", ErrBadMessage, wirecheck.MaxCaps)
 		}
 		for _, k := range t.UserCAs {
-			if err := checkString("user CA", k, maxKeyLen); err != nil {
+			if err := wirecheck.String("user CA", k, wirecheck.MaxKeyLen); err != nil {
 				return err
 			}
 		}
@@ -426,48 +429,56 @@ func (m *Message) Validate() error {
 			v    int
 		}{{"heartbeat_seconds", m.Welcome.HeartbeatSeconds}, {"dead_peer_seconds", m.Welcome.DeadPeerSeconds}} {
 			if f.v < 0 || f.v > maxLivenessSeconds {
-				return fmt.Errorf("%w: welcome %s %d is not between 0 and %d", ErrBadMessage, f.name, f.v, maxLivenessSeconds)
+				return fmt.Errorf(
+					"%w: welcome %s %d is not between 0 and %d",
+					ErrBadMessage,
+					f.name,
+					f.v,
+					maxLivenessSeconds,
+				)
 			}
 		}
-		if err := checkString("name", m.Welcome.Name, maxShort); err != nil {
+		if err := wirecheck.String("name", m.Welcome.Name, wirecheck.MaxShort); err != nil {
 			return err
 		}
-		if len(m.Welcome.Capabilities) > maxCaps {
-			return fmt.Errorf("%w: more than %d hub capabilities", ErrBadMessage, maxCaps)
+		if len(m.Welcome.Capabilities) > wirecheck.MaxCaps {
+			return fmt.Errorf("%w: more than %d hub capabilities", ErrBadMessage, wirecheck.MaxCaps)
 		}
 		for _, c := range m.Welcome.Capabilities {
-			if err := checkString("hub capability", c, maxShort); err != nil {
+			if err := wirecheck.String("hub capability", c, wirecheck.MaxShort); err != nil {
 				return err
 			}
 		}
 		if m.Welcome.Site != nil {
-			if err := m.Welcome.Site.validate(); err != nil {
+			if err := m.Welcome.Site.Validate(); err != nil {
 				return err
 			}
 		}
-	case TypeSiteTrust:
-		return m.SiteTrust.validate()
-	case TypeDesired:
-		return validateDesired(m.Desired)
-	case TypeDesiredAck:
-		return validateDesiredAcks(m.DesiredAcks)
-	case TypeSiteStatus:
-		return m.SiteStatus.validate(0)
-	case TypeSiteNodes:
-		return m.SiteNodes.validate()
-	case TypeServiceBindings:
-		return validateBindings(m.ServiceBindings)
+	case siteproto.TypeTrust:
+		return m.SiteTrust.Validate()
+	case siteproto.TypeDesired:
+		return siteproto.ValidateDesired(m.Desired)
+	case siteproto.TypeDesiredAck:
+		return siteproto.ValidateAcks(m.DesiredAcks)
+	case siteproto.TypeStatus:
+		return m.SiteStatus.Validate()
+	case siteproto.TypeNodes:
+		return m.SiteNodes.Validate()
+	case siteproto.TypeServiceBindings:
+		return siteproto.ValidateBindings(m.ServiceBindings)
 	case TypeSSHEvent:
 		e := m.SSHEvent
 		if e == nil || e.Kind == "" {
 			return fmt.Errorf("%w: ssh_event without kind", ErrBadMessage)
 		}
-		for field, v := range map[string]string{"kind": e.Kind, "login": e.Login, "operator": e.Operator, "key_fingerprint": e.KeyFingerprint} {
-			if err := checkString(field, v, maxShort); err != nil {
+		fields := map[string]string{"kind": e.Kind, "login": e.Login, "operator": e.Operator,
+			"key_fingerprint": e.KeyFingerprint}
+		for field, v := range fields {
+			if err := wirecheck.String(field, v, wirecheck.MaxShort); err != nil {
 				return err
 			}
 		}
-		if err := checkString("detail", e.Detail, maxNotice); err != nil {
+		if err := wirecheck.String("detail", e.Detail, wirecheck.MaxNotice); err != nil {
 			return err
 		}
 	case TypeRenew:
@@ -478,22 +489,22 @@ func (m *Message) Validate() error {
 		if m.Cert == "" || len(m.Cert) > 64<<10 {
 			return fmt.Errorf("%w: renewed needs a certificate of at most 64 KiB", ErrBadMessage)
 		}
-	case TypeUpgradeState:
-		if err := validateUpgradeStates(m.UpgradeStates); err != nil {
+	case upgradeproto.TypeState:
+		if err := upgradeproto.ValidateStates(m.UpgradeStates); err != nil {
 			return err
 		}
 	case TypeHeartbeat:
 	case TypeAuthorizedKeys:
-		if len(m.AuthorizedKeys) > maxKeys {
-			return fmt.Errorf("%w: more than %d authorized keys", ErrBadMessage, maxKeys)
+		if len(m.AuthorizedKeys) > wirecheck.MaxKeys {
+			return fmt.Errorf("%w: more than %d authorized keys", ErrBadMessage, wirecheck.MaxKeys)
 		}
 		for _, k := range m.AuthorizedKeys {
-			if err := checkString("authorized key", k, maxKeyLen); err != nil {
+			if err := wirecheck.String("authorized key", k, wirecheck.MaxKeyLen); err != nil {
 				return err
 			}
 		}
 	case TypeNotice:
-		if err := checkString("notice", m.Notice, maxNotice); err != nil {
+		if err := wirecheck.String("notice", m.Notice, wirecheck.MaxNotice); err != nil {
 			return err
 		}
 	default:

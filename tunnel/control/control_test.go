@@ -21,16 +21,49 @@ func frame(body string) []byte {
 
 func TestRoundTrip(t *testing.T) {
 	msgs := []*Message{
-		{Type: TypeHello, Hello: &Hello{ProtocolVersion: ProtocolVersion, Name: "n1", AgentVersion: "v0", Facts: Facts{Hostname: "h", OS: "Debian", Arch: "amd64"}, Capabilities: []string{"ssh-embedded"}}},
+		{
+			Type: TypeHello,
+			Hello: &Hello{
+				ProtocolVersion: ProtocolVersion,
+				Name:            "n1",
+				AgentVersion:    "v0",
+				Facts:           Facts{Hostname: "h", OS: "Debian", Arch: "amd64"},
+				Capabilities:    []string{"ssh-embedded"},
+			},
+		},
 		{Type: TypeWelcome, Welcome: &Welcome{NodeID: "id", Name: "n1", HeartbeatSeconds: 30}},
 		{Type: TypeWelcome, Welcome: &Welcome{NodeID: "id", Name: "n1", HeartbeatSeconds: 20, DeadPeerSeconds: 60}},
 		{Type: TypeHeartbeat},
 		{Type: TypeAuthorizedKeys, AuthorizedKeys: []string{"ssh-ed25519 AAAA"}},
 		{Type: TypeNotice, Notice: "bye"},
-		{Type: TypeSSHTrust, SSHTrust: &SSHTrust{HostCert: "ssh-ed25519-cert-v01@openssh.com AAAA", UserCAs: []string{"ssh-ed25519 AAAA"}, NoForwarding: []string{"tether:ops:root"}}},
+		{
+			Type: TypeSSHTrust,
+			SSHTrust: &SSHTrust{
+				HostCert:     "ssh-ed25519-cert-v01@openssh.com AAAA",
+				UserCAs:      []string{"ssh-ed25519 AAAA"},
+				NoForwarding: []string{"tether:ops:root"},
+			},
+		},
 		{Type: TypeWelcome, Welcome: &Welcome{NodeID: "id", Name: "n1", Capabilities: []string{HubCapSSHEvents}}},
-		{Type: TypeSSHEvent, SSHEvent: &SSHEvent{Kind: "login-refused", Login: "root", Operator: "alice", KeyFingerprint: "SHA256:x", Detail: "not allowed"}},
-		{Type: TypeSSHTrust, SSHTrust: &SSHTrust{UserCAs: []string{"ssh-ed25519 AAAA"}, ScopedUserCAs: []ScopedUserCA{{Keys: []string{"ssh-ed25519 BBBB"}, Principals: map[string][]string{"root": {"tether:ops:root"}}}}}},
+		{
+			Type: TypeSSHEvent,
+			SSHEvent: &SSHEvent{
+				Kind:           "login-refused",
+				Login:          "root",
+				Operator:       "alice",
+				KeyFingerprint: "SHA256:x",
+				Detail:         "not allowed",
+			},
+		},
+		{
+			Type: TypeSSHTrust,
+			SSHTrust: &SSHTrust{
+				UserCAs: []string{"ssh-ed25519 AAAA"},
+				ScopedUserCAs: []ScopedUserCA{
+					{Keys: []string{"ssh-ed25519 BBBB"}, Principals: map[string][]string{"root": {"tether:ops:root"}}},
+				},
+			},
+		},
 	}
 	var buf bytes.Buffer
 	for _, m := range msgs {
@@ -56,24 +89,34 @@ func TestReadRejects(t *testing.T) {
 	huge := make([]byte, 4)
 	binary.BigEndian.PutUint32(huge, MaxFrame+1)
 	cases := map[string][]byte{
-		"zero length":                {0, 0, 0, 0},
-		"oversized":                  huge,
-		"truncated length":           {0, 0},
-		"truncated body":             frame(`{"type":"heartbeat"}`)[:10],
-		"not json":                   frame(`hello`),
-		"unknown type":               frame(`{"type":"exec","notice":"rm -rf /"}`),
-		"hello no body":              frame(`{"type":"hello"}`),
-		"hello old proto":            frame(`{"type":"hello","hello":{"protocol_version":99,"name":"n"}}`),
-		"long name":                  frame(`{"type":"hello","hello":{"protocol_version":1,"name":"` + strings.Repeat("a", 300) + `"}}`),
+		"zero length":      {0, 0, 0, 0},
+		"oversized":        huge,
+		"truncated length": {0, 0},
+		"truncated body":   frame(`{"type":"heartbeat"}`)[:10],
+		"not json":         frame(`hello`),
+		"unknown type":     frame(`{"type":"exec","notice":"rm -rf /"}`),
+		"hello no body":    frame(`{"type":"hello"}`),
+		"hello old proto":  frame(`{"type":"hello","hello":{"protocol_version":99,"name":"n"}}`),
+		"long name": frame(
+			`{"type":"hello","hello":{"protocol_version":1,"name":"` + strings.Repeat("a", 300) + `"}}`,
+		),
 		"welcome no id":              frame(`{"type":"welcome","welcome":{}}`),
 		"welcome dead peer negative": frame(`{"type":"welcome","welcome":{"node_id":"id","dead_peer_seconds":-1}}`),
-		"welcome dead peer a year":   frame(`{"type":"welcome","welcome":{"node_id":"id","dead_peer_seconds":31536000}}`),
-		"welcome heartbeat overflow": frame(`{"type":"welcome","welcome":{"node_id":"id","heartbeat_seconds":9300000000}}`),
-		"ssh_trust no body":          frame(`{"type":"ssh_trust"}`),
-		"ssh_event no body":          frame(`{"type":"ssh_event"}`),
-		"ssh_event no kind":          frame(`{"type":"ssh_event","ssh_event":{"login":"root"}}`),
-		"scoped CA no keys":          frame(`{"type":"ssh_trust","ssh_trust":{"scoped_user_cas":[{"principals":{"root":["p"]}}]}}`),
-		"ssh_event long":             frame(`{"type":"ssh_event","ssh_event":{"kind":"forward","detail":"` + strings.Repeat("d", 2000) + `"}}`),
+		"welcome dead peer a year": frame(
+			`{"type":"welcome","welcome":{"node_id":"id","dead_peer_seconds":31536000}}`,
+		),
+		"welcome heartbeat overflow": frame(
+			`{"type":"welcome","welcome":{"node_id":"id","heartbeat_seconds":9300000000}}`,
+		),
+		"ssh_trust no body": frame(`{"type":"ssh_trust"}`),
+		"ssh_event no body": frame(`{"type":"ssh_event"}`),
+		"ssh_event no kind": frame(`{"type":"ssh_event","ssh_event":{"login":"root"}}`),
+		"scoped CA no keys": frame(
+			`{"type":"ssh_trust","ssh_trust":{"scoped_user_cas":[{"principals":{"root":["p"]}}]}}`,
+		),
+		"ssh_event long": frame(
+			`{"type":"ssh_event","ssh_event":{"kind":"forward","detail":"` + strings.Repeat("d", 2000) + `"}}`,
+		),
 	}
 	for name, in := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -126,13 +169,20 @@ func FuzzRead(f *testing.F) {
 	f.Add(frame(`{"type":"hello","hello":{"protocol_version":1,"name":"n1","facts":{"arch":"amd64"}}}`))
 	f.Add(frame(`{"type":"authorized_keys","authorized_keys":["ssh-ed25519 AAAA"]}`))
 	// A refused login as the embedded server reports it.
-	f.Add(frame(`{"type":"ssh_event","ssh_event":{"kind":"login-refused","login":"root","operator":"alice","key_fingerprint":"SHA256:x"}}`))
+	f.Add(frame(`{"type":"ssh_event","ssh_event":` +
+		`{"kind":"login-refused","login":"root","operator":"alice","key_fingerprint":"SHA256:x"}}`))
 	// A welcome from a hub that takes ssh events.
 	f.Add(frame(`{"type":"welcome","welcome":{"node_id":"id","heartbeat_seconds":30,"capabilities":["ssh-events"]}}`))
 	// A welcome that names the hub's dead-peer timeout.
-	f.Add(frame(`{"type":"welcome","welcome":{"node_id":"id","heartbeat_seconds":20,"dead_peer_seconds":60,"capabilities":["transport-liveness"]}}`))
+	f.Add(frame(`{"type":"welcome","welcome":` +
+		`{"node_id":"id","heartbeat_seconds":20,"dead_peer_seconds":60,"capabilities":["transport-liveness"]}}`))
 	// Trust with an ancestor hub's user CA scoped to one principal.
-	f.Add(frame(`{"type":"ssh_trust","ssh_trust":{"user_cas":[],"scoped_user_cas":[{"keys":["ssh-ed25519 AAAA"],"principals":{"root":["tether:ops:root"]}}]}}`))
+	f.Add(
+		frame(
+			`{"type":"ssh_trust","ssh_trust":{"user_cas":[],"scoped_user_cas":[{"keys":["ssh-ed25519 AAAA"],` +
+				`"principals":{"root":["tether:ops:root"]}}]}}`,
+		),
+	)
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0, 0, 0, 2, '{', '}'})
 	f.Fuzz(func(t *testing.T, in []byte) {

@@ -2,6 +2,8 @@ package control
 
 import (
 	"fmt"
+
+	"github.com/tether-dev/tether/tunnel/internal/wirecheck"
 )
 
 // JoinPath is the HTTP endpoint (on the hub's TLS port, ALPN h2/http1.1) that
@@ -55,7 +57,7 @@ func (r *JoinRequest) Validate() error {
 		return fmt.Errorf("join: csr missing or larger than 8 KiB")
 	}
 	for field, v := range map[string]string{"token": r.Token, "name": r.Name, "agent_version": r.AgentVersion} {
-		if err := checkString(field, v, maxShort); err != nil {
+		if err := wirecheck.String(field, v, wirecheck.MaxShort); err != nil {
 			return fmt.Errorf("join: %w", err)
 		}
 	}

@@ -22,6 +22,12 @@ import (
 //	hub  -> agent  notice     human-readable; Fatal ends the session for good
 //	agent -> hub   ssh_event  audit reports of the embedded SSH server, only
 //	                          if the welcome listed HubCapSSHEvents
+//	agent -> hub   upgrade_state  the node's upgrade records (upgradeproto), only
+//	                          if the welcome listed upgradeproto.HubCapUpgrades
+//	hub  -> agent  service_bindings  the service tunnels the node consumes
+//	                          (siteproto), if it announced siteproto.CapServiceConnect
+//
+// A site hub's session carries the site protocol besides (package siteproto).
 //
 // Each side treats a peer silent for Liveness.Deadline as gone. When the
 // agent announced CapTransportLiveness and the welcome lists it too

@@ -16,10 +16,26 @@ func TestLiveness(t *testing.T) {
 	}{
 		{"defaults", nil, Liveness{Every: 20 * s, Deadline: 50 * s, HubIdle: 60 * s}},
 		{"zero fields are defaults", &tunnel.Config{}, Liveness{Every: 20 * s, Deadline: 50 * s, HubIdle: 60 * s}},
-		{"the earlier defaults", &tunnel.Config{KeepAliveInterval: 5 * s, IdleTimeout: 15 * s}, Liveness{Every: 5 * s, Deadline: 12500 * time.Millisecond, HubIdle: 15 * s}},
-		{"fast test links", &tunnel.Config{KeepAliveInterval: 200 * time.Millisecond, IdleTimeout: time.Second}, Liveness{Every: s, Deadline: 2 * s, HubIdle: s}},
-		{"whole seconds", &tunnel.Config{KeepAliveInterval: 2500 * time.Millisecond, IdleTimeout: 10 * s}, Liveness{Every: 2 * s, Deadline: 9 * s, HubIdle: 10 * s}},
-		{"two beats at least", &tunnel.Config{KeepAliveInterval: 10 * s, IdleTimeout: 12 * s}, Liveness{Every: 10 * s, Deadline: 20 * s, HubIdle: 12 * s}},
+		{
+			"the earlier defaults",
+			&tunnel.Config{KeepAliveInterval: 5 * s, IdleTimeout: 15 * s},
+			Liveness{Every: 5 * s, Deadline: 12500 * time.Millisecond, HubIdle: 15 * s},
+		},
+		{
+			"fast test links",
+			&tunnel.Config{KeepAliveInterval: 200 * time.Millisecond, IdleTimeout: time.Second},
+			Liveness{Every: s, Deadline: 2 * s, HubIdle: s},
+		},
+		{
+			"whole seconds",
+			&tunnel.Config{KeepAliveInterval: 2500 * time.Millisecond, IdleTimeout: 10 * s},
+			Liveness{Every: 2 * s, Deadline: 9 * s, HubIdle: 10 * s},
+		},
+		{
+			"two beats at least",
+			&tunnel.Config{KeepAliveInterval: 10 * s, IdleTimeout: 12 * s},
+			Liveness{Every: 10 * s, Deadline: 20 * s, HubIdle: 12 * s},
+		},
 	} {
 		if got := LivenessOf(tc.c); got != tc.want {
 			t.Errorf("%s: LivenessOf = %+v, want %+v", tc.name, got, tc.want)
@@ -36,14 +52,47 @@ func TestAgentLiveness(t *testing.T) {
 		want Liveness
 	}{
 		{"hub's interval, own idle timeout", nil, &Welcome{HeartbeatSeconds: 20}, Liveness{Every: 20 * s, Deadline: 50 * s}},
-		{"a hub on the earlier 5s interval", nil, &Welcome{HeartbeatSeconds: 5}, Liveness{Every: 5 * s, Deadline: 57500 * time.Millisecond}},
-		{"hub beats slower than our idle timeout", &tunnel.Config{IdleTimeout: 3 * s}, &Welcome{HeartbeatSeconds: 5}, Liveness{Every: 5 * s, Deadline: 10 * s}},
-		{"no interval in the welcome", &tunnel.Config{IdleTimeout: s}, &Welcome{}, Liveness{Every: DefaultHeartbeat, Deadline: 2 * s}},
+		{
+			"a hub on the earlier 5s interval",
+			nil,
+			&Welcome{HeartbeatSeconds: 5},
+			Liveness{Every: 5 * s, Deadline: 57500 * time.Millisecond},
+		},
+		{
+			"hub beats slower than our idle timeout",
+			&tunnel.Config{IdleTimeout: 3 * s},
+			&Welcome{HeartbeatSeconds: 5},
+			Liveness{Every: 5 * s, Deadline: 10 * s},
+		},
+		{
+			"no interval in the welcome",
+			&tunnel.Config{IdleTimeout: s},
+			&Welcome{},
+			Liveness{Every: DefaultHeartbeat, Deadline: 2 * s},
+		},
 		{"no welcome", nil, nil, Liveness{Every: DefaultHeartbeat, Deadline: 60 * s}},
-		{"a hub that takes transport liveness", nil, &Welcome{HeartbeatSeconds: 20, DeadPeerSeconds: 60, Capabilities: []string{HubCapSSHEvents, HubCapTransportLiveness}},
-			Liveness{Every: 20 * s, Deadline: 50 * s, Transport: true, HubIdle: 60 * s}},
-		{"a hub that says its dead-peer timeout", nil, &Welcome{HeartbeatSeconds: 5, DeadPeerSeconds: 15}, Liveness{Every: 5 * s, Deadline: 57500 * time.Millisecond, HubIdle: 15 * s}},
-		{"a hub without it", nil, &Welcome{HeartbeatSeconds: 20, Capabilities: []string{HubCapSSHEvents}}, Liveness{Every: 20 * s, Deadline: 50 * s}},
+		{
+			"a hub that takes transport liveness",
+			nil,
+			&Welcome{
+				HeartbeatSeconds: 20,
+				DeadPeerSeconds:  60,
+				Capabilities:     []string{HubCapSSHEvents, HubCapTransportLiveness},
+			},
+			Liveness{Every: 20 * s, Deadline: 50 * s, Transport: true, HubIdle: 60 * s},
+		},
+		{
+			"a hub that says its dead-peer timeout",
+			nil,
+			&Welcome{HeartbeatSeconds: 5, DeadPeerSeconds: 15},
+			Liveness{Every: 5 * s, Deadline: 57500 * time.Millisecond, HubIdle: 15 * s},
+		},
+		{
+			"a hub without it",
+			nil,
+			&Welcome{HeartbeatSeconds: 20, Capabilities: []string{HubCapSSHEvents}},
+			Liveness{Every: 20 * s, Deadline: 50 * s},
+		},
 	} {
 		if got := AgentLiveness(tc.c, tc.w); got != tc.want {
 			t.Errorf("%s: AgentLiveness = %+v, want %+v", tc.name, got, tc.want)
@@ -54,7 +103,11 @@ func TestAgentLiveness(t *testing.T) {
 // The hub's and the agent's sides of one session agree when configured
 // alike: the agent gives the hub the same time the hub gives the agent.
 func TestLivenessSidesAgree(t *testing.T) {
-	for _, c := range []*tunnel.Config{nil, {KeepAliveInterval: time.Second, IdleTimeout: 3 * time.Second}, {KeepAliveInterval: 7 * time.Second, IdleTimeout: 9 * time.Second}} {
+	for _, c := range []*tunnel.Config{
+		nil,
+		{KeepAliveInterval: time.Second, IdleTimeout: 3 * time.Second},
+		{KeepAliveInterval: 7 * time.Second, IdleTimeout: 9 * time.Second},
+	} {
 		hub := LivenessOf(c)
 		agent := AgentLiveness(c, hub.Welcome("id", "n1"))
 		if hub != agent {
@@ -91,7 +144,14 @@ func TestAgentHeartbeats(t *testing.T) {
 		{"a faster agent under a default hub, tcp", earlier, nil, tcp, true, false},
 		// The welcome's interval is whole seconds: 2 s for a hub at 2.5 s,
 		// which then expects an agent on its settings sooner than it pings.
-		{"whole seconds", &tunnel.Config{KeepAliveInterval: 2500 * time.Millisecond, IdleTimeout: 10 * s}, &tunnel.Config{KeepAliveInterval: 2500 * time.Millisecond, IdleTimeout: 10 * s}, tcp, true, true},
+		{
+			"whole seconds",
+			&tunnel.Config{KeepAliveInterval: 2500 * time.Millisecond, IdleTimeout: 10 * s},
+			&tunnel.Config{KeepAliveInterval: 2500 * time.Millisecond, IdleTimeout: 10 * s},
+			tcp,
+			true,
+			true,
+		},
 	} {
 		w := LivenessOf(tc.hub).Welcome("id", "n1")
 		if tc.transport {

@@ -64,7 +64,8 @@ func enroll(ctx context.Context, args []string) error {
 		fleet = old
 	}
 	start := time.Now()
-	f, err := sim.Enroll(ctx, sim.EnrollOptions{JoinString: *join, Prefix: *prefix, From: len(fleet.Members), Count: *n, Parallel: *parallel,
+	f, err := sim.Enroll(ctx, sim.EnrollOptions{JoinString: *join, Prefix: *prefix, From: len(fleet.Members),
+		Count: *n, Parallel: *parallel,
 		Progress: func(done int) {
 			fmt.Printf("enrolled %d/%d (%.0f/s)\n", done, *n, float64(done)/time.Since(start).Seconds())
 		}})
@@ -126,8 +127,8 @@ func run(ctx context.Context, args []string) error {
 	defer sim.CollectTighter()()
 	ctx, cancel := context.WithTimeout(ctx, *duration)
 	defer cancel()
-	s, err := sim.Start(ctx, sim.Config{Fleet: fleet, From: *from, Count: *n, Transport: tr, SSHTarget: *ssh, SSHHostKey: *hostKey,
-		PerSocket: *perSocket, Ramp: *ramp, Tunnel: tun, Logger: log})
+	s, err := sim.Start(ctx, sim.Config{Fleet: fleet, From: *from, Count: *n, Transport: tr,
+		SSHTarget: *ssh, SSHHostKey: *hostKey, PerSocket: *perSocket, Ramp: *ramp, Tunnel: tun, Logger: log})
 	if err != nil {
 		return err
 	}

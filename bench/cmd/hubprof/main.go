@@ -40,7 +40,8 @@ func main() {
 	flag.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
 	flag.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "dead peer timeout")
 	level := flag.String("log-level", "warn", "debug, info, warn, error")
-	pprof := flag.String("pprof", envOr("HUBPROF_PPROF", "127.0.0.1:0"), "net/http/pprof address (port 0: any; the bound address is written to DATA_DIR/hubprof.addr)")
+	pprof := flag.String("pprof", envOr("HUBPROF_PPROF", "127.0.0.1:0"),
+		"net/http/pprof address (port 0: any; the bound address is written to DATA_DIR/hubprof.addr)")
 	contention := flag.Bool("contention", false, "enable the mutex and block profiles")
 	flag.Parse()
 	var lv slog.Level

@@ -111,7 +111,8 @@ func newJumpSetup(ctx context.Context, b *bench) (*jumpSetup, error) {
 		return err1 == nil && err2 == nil && q == 1 && t == 1
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w; quic agent: %s; tcp agent: %s", err, s.agents["quic"].Tail(500), s.agents["tcp"].Tail(500))
+		return nil, fmt.Errorf("%w; quic agent: %s; tcp agent: %s", err, s.agents["quic"].Tail(500),
+			s.agents["tcp"].Tail(500))
 	}
 	ok = true
 	return s, nil
@@ -135,7 +136,8 @@ func (s *jumpSetup) jumpArgs(path string) []string {
 		path, config = p, s.stockSSH
 	}
 	if path == "openssh" {
-		return []string{"-F", config, "-J", login + "@" + s.bastion.Addr, "-p", strconv.Itoa(s.node.Port), login + "@127.0.0.1"}
+		return []string{"-F", config, "-J", login + "@" + s.bastion.Addr, "-p", strconv.Itoa(s.node.Port),
+			login + "@127.0.0.1"}
 	}
 	return []string{"-F", config, "-J", "bench@" + s.hub.SSH, login + "@n-" + path}
 }

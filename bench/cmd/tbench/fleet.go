@@ -55,7 +55,8 @@ func (b *bench) fleet(ctx context.Context, env *harness.Env, n int) (string, *si
 	}
 	start := time.Now()
 	b.log.Info("enrolling simulated nodes through the join endpoint (once; cached)", "count", missing, "cache", b.cache)
-	more, err := sim.Enroll(ctx, sim.EnrollOptions{JoinString: join, Prefix: "sim", From: len(f.Members), Count: missing, Parallel: 16,
+	more, err := sim.Enroll(ctx, sim.EnrollOptions{JoinString: join, Prefix: "sim", From: len(f.Members),
+		Count: missing, Parallel: 16,
 		Progress: func(done int) {
 			if done%10000 == 0 {
 				b.log.Info("enrolled", "done", done, "of", missing, "per_second", int(float64(done)/time.Since(start).Seconds()))

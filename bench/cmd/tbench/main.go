@@ -58,25 +58,30 @@ type sizes struct {
 var profiles = map[string]sizes{
 	"tiny": {name: "tiny", p1MiB: []int{8}, p1Runs: 1, p2Secs: 0.5, p3Runs: 2, p3Opens: 5,
 		p4Counts: []int{20}, p4TCPMax: 20, p4Settle: 2 * time.Second, p4Idle: 2 * time.Second, p5Counts: []int{20},
-		p6Nodes: []int{3}, p6Upload: 64 << 10, p7Idle: 2 * time.Second, p8Agents: 20, p9Agents: 10, p11Agents: 150, p13Sites: 2, p13Agents: 20},
+		p6Nodes: []int{3}, p6Upload: 64 << 10, p7Idle: 2 * time.Second, p8Agents: 20, p9Agents: 10, p11Agents: 150,
+		p13Sites: 2, p13Agents: 20},
 	// tiny skips Ansible (ten seconds even for three nodes): make test
 	// checks that the scenarios run, not the reference.
 	"quick": {name: "quick", p1MiB: []int{256}, p1Runs: 1, p2Secs: 2, p3Runs: 10, p3Opens: 50,
 		p4Counts: []int{2000}, p4TCPMax: 2000, p4Settle: 10 * time.Second, p4Idle: 10 * time.Second, p5Counts: []int{2000},
-		p6Nodes: []int{50}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 50, p7Idle: 10 * time.Second, p8Agents: 2000, p9Agents: 100, p11Agents: 1500, p13Sites: 5, p13Agents: 200},
+		p6Nodes: []int{50}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 50, p7Idle: 10 * time.Second,
+		p8Agents: 2000, p9Agents: 100, p11Agents: 1500, p13Sites: 5, p13Agents: 200},
 	// full is what fits in 30 minutes on a 2-core machine, where the
 	// simulator's side of every handshake and session shares the cores with
 	// the hub: 10k agents per transport (about 90 s to connect each way),
 	// Ansible at 100 nodes only (1,000 would take it some 25 minutes).
 	"full": {name: "full", p1MiB: []int{1024, 4096}, p1Runs: 3, p2Secs: 5, p3Runs: 50, p3Opens: 200,
 		p4Counts: []int{10000}, p4TCPMax: 18000, p4Settle: 30 * time.Second, p4Idle: 2 * time.Minute, p5Counts: []int{10000},
-		p6Nodes: []int{100, 1000}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 100, p7Idle: 60 * time.Second, p8Agents: 10000, p9Agents: 1000, p11Agents: 30000, p13Sites: 10, p13Agents: 1000},
+		p6Nodes: []int{100, 1000}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 100, p7Idle: 60 * time.Second,
+		p8Agents: 10000, p9Agents: 1000, p11Agents: 30000, p13Sites: 10, p13Agents: 1000},
 	// max is full with the fleet sizes of the targets (10k, 50k, 100k
 	// agents; storms of 10k and 100k): for a machine with 8+ cores and
 	// 32+ GiB and an open-files limit above 200k (make bench BENCH_SIZE=max).
 	"max": {name: "max", p1MiB: []int{1024, 4096}, p1Runs: 3, p2Secs: 5, p3Runs: 50, p3Opens: 200,
-		p4Counts: []int{10000, 50000, 100000}, p4TCPMax: 100000, p4Settle: 30 * time.Second, p4Idle: 2 * time.Minute, p5Counts: []int{10000, 100000},
-		p6Nodes: []int{100, 1000}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 1000, p7Idle: 60 * time.Second, p8Agents: 10000, p9Agents: 1000, p11Agents: 30000, p13Sites: 10, p13Agents: 1000},
+		p4Counts: []int{10000, 50000, 100000}, p4TCPMax: 100000, p4Settle: 30 * time.Second, p4Idle: 2 * time.Minute,
+		p5Counts: []int{10000, 100000},
+		p6Nodes:  []int{100, 1000}, p6Upload: 1 << 20, p6Ansible: true, p6AnsibleMax: 1000, p7Idle: 60 * time.Second,
+		p8Agents: 10000, p9Agents: 1000, p11Agents: 30000, p13Sites: 10, p13Agents: 1000},
 }
 
 type scenario struct {
@@ -94,10 +99,13 @@ var scenarios = []scenario{
 	{"p6", "fan-out `true` and a 1 MiB upload vs Ansible", runP6},
 	{"p7", "agent footprint: binary size, idle RSS and CPU", runP7},
 	{"p8", "role edit / operator add under N connected agents: time until all hold the new keys, hub CPU", runP8},
-	{"p9", "agent upgrade rollout (batch 10%) vs scp through an OpenSSH bastion: wall, hub CPU, registry bytes, bytes pushed", runP9},
+	{"p9", "agent upgrade rollout (batch 10%) vs scp through an OpenSSH bastion: " +
+		"wall, hub CPU, registry bytes, bytes pushed", runP9},
 	{"p10", "a jump forwarded between hub replicas vs a direct one: bulk copy and ssh -J true", runP10},
-	{"p11", "simulated agents spread over three hub replicas on PostgreSQL: agents held, RSS and idle CPU per replica, ramp-up", runP11},
-	{"p12", "a jump from the root to a leaf two site levels down vs a direct jump at the site hub: bulk copy and ssh -J true", runP12},
+	{"p11", "simulated agents spread over three hub replicas on PostgreSQL: " +
+		"agents held, RSS and idle CPU per replica, ramp-up", runP11},
+	{"p12", "a jump from the root to a leaf two site levels down vs a direct jump at the site hub: " +
+		"bulk copy and ssh -J true", runP12},
 	{"p13", "mission fan-out from the root to simulated agents spread over site hubs vs tether run through them", runP13},
 }
 
@@ -124,10 +132,13 @@ func main() {
 	// interactive bash start-up (pyenv, conda, nvm) would be measured
 	// instead of Tether, and could stall every node on its own locks.
 	_ = os.Setenv("SHELL", "/bin/sh")
-	size := flag.String("size", "full", "tiny (make test), quick (make bench-quick), full (make bench: fits 30 minutes on 2 cores) or max (the target fleet sizes: 100k agents)")
+	size := flag.String("size", "full",
+		"tiny (make test), quick (make bench-quick), full (make bench: fits 30 minutes on 2 cores) or max (the "+
+			"target fleet sizes: 100k agents)")
 	results := flag.String("results", "bench/RESULTS.md", `file the report is appended to ("-": none)`)
 	bin := flag.String("bin", envOr("TETHER_BIN_DIR", "bin"), "directory with tether and tether-edge")
-	cache := flag.String("cache", envOr("TETHER_BENCH_CACHE", "/var/tmp/tether-bench"), "where enrolled fleets are kept between runs")
+	cache := flag.String("cache", envOr("TETHER_BENCH_CACHE", "/var/tmp/tether-bench"),
+		"where enrolled fleets are kept between runs")
 	keep := flag.Bool("keep", false, "keep scratch directories (logs) of the scenarios")
 	verbose := flag.Bool("v", false, "log progress at debug level")
 	p6Nodes := flag.String("p6-nodes", "", "override P6's node counts (comma-separated)")
@@ -233,7 +244,8 @@ func main() {
 		b.shared.Close()
 	}
 	if harness.LoadAvg1() > float64(2*runtimeCPUs()) {
-		b.report.Note("load average %.1f at the end on %d cores: other work shared the machine, so figures are noisy", harness.LoadAvg1(), runtimeCPUs())
+		b.report.Note("load average %.1f at the end on %d cores: other work shared the machine, so figures are noisy",
+			harness.LoadAvg1(), runtimeCPUs())
 	}
 	if *results != "-" && len(b.report.Rows) > 0 {
 		if err := b.report.AppendTo(*results, machine); err != nil {

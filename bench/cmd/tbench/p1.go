@@ -46,22 +46,27 @@ func runP1(ctx context.Context, b *bench) error {
 			Value: fmt.Sprintf("%.0f MB/s", ref), Ref: fmt.Sprintf("%.0f MB/s", ref), Ratio: "1.00×"})
 		for _, path := range []string{"quic", "tcp"} {
 			v := best[path]
-			b.report.Add(harness.Row{ID: "P1", What: fmt.Sprintf("%d MiB ssh -J copy, %s (best of %d)", mib, pathName(path), b.sz.p1Runs),
+			b.report.Add(harness.Row{ID: "P1",
+				What:  fmt.Sprintf("%d MiB ssh -J copy, %s (best of %d)", mib, pathName(path), b.sz.p1Runs),
 				Value: fmt.Sprintf("%.0f MB/s", v), Ref: fmt.Sprintf("%.0f MB/s", ref), Ratio: harness.Ratio(v, ref),
 				Target: "≥ 0.75×", Met: harness.YesNo(v >= 0.75*ref)})
 		}
 		if i == 0 {
 			v, ref := best[stockTCP], best[stockRef]
-			b.report.Add(harness.Row{ID: "P1", What: fmt.Sprintf("%d MiB ssh -J copy, %s (best of %d)", mib, pathName(stockTCP), b.sz.p1Runs),
-				Value: fmt.Sprintf("%.0f MB/s", v), Ref: fmt.Sprintf("%.0f MB/s OpenSSH bastion, stock ssh ciphers", ref), Ratio: harness.Ratio(v, ref),
+			b.report.Add(harness.Row{ID: "P1",
+				What:  fmt.Sprintf("%d MiB ssh -J copy, %s (best of %d)", mib, pathName(stockTCP), b.sz.p1Runs),
+				Value: fmt.Sprintf("%.0f MB/s", v), Ref: fmt.Sprintf("%.0f MB/s OpenSSH bastion, stock ssh ciphers", ref),
+				Ratio:  harness.Ratio(v, ref),
 				Target: "≥ 0.75×", Met: harness.YesNo(v >= 0.75*ref)})
 		}
 	}
 	ref := cpu.perGiB("openssh")
 	for _, path := range []string{"quic", "tcp"} {
-		b.report.Add(cpuRow("P1", fmt.Sprintf("ssh -J copy, relay CPU per GiB: the tether hub, %s agent (all sizes and runs)", pathName(path)), cpu.perGiB(path), ref))
+		b.report.Add(cpuRow("P1", fmt.Sprintf("ssh -J copy, relay CPU per GiB: the tether hub, %s agent (all sizes "+
+			"and runs)", pathName(path)), cpu.perGiB(path), ref))
 	}
-	b.report.Add(cpuRow("P1", fmt.Sprintf("ssh -J copy with stock ssh ciphers (the reference's too), relay CPU per GiB: the tether hub, %s agent (first size)", pathName("tcp")),
+	b.report.Add(cpuRow("P1", fmt.Sprintf("ssh -J copy with stock ssh ciphers (the reference's too), relay CPU "+
+		"per GiB: the tether hub, %s agent (first size)", pathName("tcp")),
 		cpu.perGiB(stockTCP), cpu.perGiB(stockRef)))
 	return nil
 }

@@ -60,7 +60,8 @@ func runP10(ctx context.Context, b *bench) error {
 	if err != nil {
 		return err
 	}
-	if _, err := env.Start("agent", filepath.Join(b.bin, "tether-edge"), "run", "--join", join, "--state-dir", env.Path("n1"),
+	if _, err := env.Start("agent", filepath.Join(b.bin, "tether-edge"), "run", "--join", join, "--state-dir",
+		env.Path("n1"),
 		"--name", "n1", "--ssh", node.Addr, "--transport", "quic", "--log-level", "warn"); err != nil {
 		return err
 	}
@@ -81,7 +82,9 @@ func runP10(ctx context.Context, b *bench) error {
 // compareJumps measures a jump path against a reference path in the same
 // run, alternating between them: the best ssh -J bulk copy of each size
 // and the median `ssh … true`, each path given as its ssh arguments.
-func (b *bench) compareJumps(ctx context.Context, id string, refArgs, pathArgs []string, refWhat, pathWhat string) error {
+func (b *bench) compareJumps(
+	ctx context.Context, id string, refArgs, pathArgs []string, refWhat, pathWhat string,
+) error {
 	paths := [][]string{refArgs, pathArgs}
 	for _, mib := range b.sz.p1MiB {
 		var best [2]float64
@@ -97,7 +100,8 @@ func (b *bench) compareJumps(ctx context.Context, id string, refArgs, pathArgs [
 		b.report.Add(harness.Row{ID: id, What: fmt.Sprintf("%d MiB ssh -J copy, %s (reference)", mib, refWhat),
 			Value: fmt.Sprintf("%.0f MB/s", best[0]), Ref: fmt.Sprintf("%.0f MB/s", best[0]), Ratio: "1.00×"})
 		b.report.Add(harness.Row{ID: id, What: fmt.Sprintf("%d MiB ssh -J copy, %s (best of %d)", mib, pathWhat, b.sz.p1Runs),
-			Value: fmt.Sprintf("%.0f MB/s", best[1]), Ref: fmt.Sprintf("%.0f MB/s", best[0]), Ratio: harness.Ratio(best[1], best[0])})
+			Value: fmt.Sprintf("%.0f MB/s", best[1]), Ref: fmt.Sprintf("%.0f MB/s", best[0]),
+			Ratio: harness.Ratio(best[1], best[0])})
 	}
 	var walls [2][]time.Duration
 	for range b.sz.p3Runs {
@@ -113,7 +117,8 @@ func (b *bench) compareJumps(ctx context.Context, id string, refArgs, pathArgs [
 		}
 	}
 	ref, v := median(walls[0]), median(walls[1])
-	b.report.Add(harness.Row{ID: id, What: fmt.Sprintf("ssh -J node true, %s (reference, median of %d)", refWhat, b.sz.p3Runs),
+	b.report.Add(harness.Row{ID: id,
+		What:  fmt.Sprintf("ssh -J node true, %s (reference, median of %d)", refWhat, b.sz.p3Runs),
 		Value: ms(ref), Ref: ms(ref), Ratio: "1.00×"})
 	b.report.Add(harness.Row{ID: id, What: fmt.Sprintf("ssh -J node true, %s (median of %d)", pathWhat, b.sz.p3Runs),
 		Value: ms(v), Ref: ms(ref), Ratio: harness.Ratio(v.Seconds(), ref.Seconds())})

@@ -130,9 +130,10 @@ func runP11(ctx context.Context, b *bench) error {
 	var wg sync.WaitGroup
 	for k := range hubs {
 		wg.Go(func() {
-			sims[k], errs[k] = sim.Start(ctx, sim.Config{Fleet: fleet, From: lo(k), Count: lo(k+1) - lo(k), Transport: tunnel.TransportQUIC,
-				PerSocket: 1000, Ramp: p11Ramp / len(hubs), IPBase: 10 + 2*k,
-				BackoffMin: simBackoffMin, BackoffMax: simBackoffMax, Logger: b.agentLog()})
+			sims[k], errs[k] = sim.Start(ctx,
+				sim.Config{Fleet: fleet, From: lo(k), Count: lo(k+1) - lo(k), Transport: tunnel.TransportQUIC,
+					PerSocket: 1000, Ramp: p11Ramp / len(hubs), IPBase: 10 + 2*k,
+					BackoffMin: simBackoffMin, BackoffMax: simBackoffMax, Logger: b.agentLog()})
 		})
 	}
 	wg.Wait()
@@ -159,8 +160,10 @@ func runP11(ctx context.Context, b *bench) error {
 		if held, err := replicaAgents(qctx, hubs[0]); err == nil {
 			heldBy = fmt.Sprint(held)
 		}
-		b.report.Add(harness.Row{ID: "P11", What: fmt.Sprintf("%d QUIC agents over %d replicas on PostgreSQL: all connected (ramp-up)", n, len(hubs)),
-			Value: "not completed", Comment: fmt.Sprintf("%d connected after %v (held per replica: %s); load average %.1f on %d cores",
+		b.report.Add(harness.Row{ID: "P11",
+			What:  fmt.Sprintf("%d QUIC agents over %d replicas on PostgreSQL: all connected (ramp-up)", n, len(hubs)),
+			Value: "not completed", Comment: fmt.Sprintf("%d connected after %v (held per replica: %s); load average "+
+				"%.1f on %d cores",
 				c, time.Since(start).Round(time.Second), heldBy, harness.LoadAvg1(), runtimeCPUs())})
 		return fmt.Errorf("%w (%d connected)", err, c)
 	}
@@ -217,18 +220,25 @@ func runP11(ctx context.Context, b *bench) error {
 		if have > 0 {
 			per = fmt.Sprintf("%.1f KiB per agent", float64(st1.RSS-base[i].RSS)/float64(have)/1024)
 		}
-		b.report.Add(harness.Row{ID: "P11", What: fmt.Sprintf("%d QUIC agents over %d replicas on PostgreSQL: replica %s, agents held", n, len(hubs), id),
-			Value: fmt.Sprintf("%d", have), Comment: fmt.Sprintf("`tether replicas -o json`; its own tether_nodes_connected: %d", c)})
-		b.report.Add(harness.Row{ID: "P11", What: fmt.Sprintf("%d QUIC agents over %d replicas on PostgreSQL: replica %s, RSS", n, len(hubs), id),
+		b.report.Add(harness.Row{ID: "P11",
+			What:    fmt.Sprintf("%d QUIC agents over %d replicas on PostgreSQL: replica %s, agents held", n, len(hubs), id),
+			Value:   fmt.Sprintf("%d", have),
+			Comment: fmt.Sprintf("`tether replicas -o json`; its own tether_nodes_connected: %d", c)})
+		b.report.Add(harness.Row{ID: "P11",
+			What:    fmt.Sprintf("%d QUIC agents over %d replicas on PostgreSQL: replica %s, RSS", n, len(hubs), id),
 			Value:   fmt.Sprintf("%.0f MiB", float64(st1.RSS)/(1<<20)),
 			Comment: fmt.Sprintf("%.0f MiB before the fleet; %s", float64(base[i].RSS)/(1<<20), per)})
-		b.report.Add(harness.Row{ID: "P11", What: fmt.Sprintf("%d QUIC agents over %d replicas on PostgreSQL: replica %s, CPU while idle (over %v)", n, len(hubs), id, wall.Round(time.Second)),
+		b.report.Add(harness.Row{ID: "P11",
+			What: fmt.Sprintf("%d QUIC agents over %d replicas on PostgreSQL: replica %s, CPU while idle (over %v)", n,
+				len(hubs), id, wall.Round(time.Second)),
 			Value:   fmt.Sprintf("%.1f %% of a core", (st1.CPU-st0[i].CPU).Seconds()/wall.Seconds()*100),
 			Comment: "keepalives, heartbeats, presence lease renewals"})
 	}
-	b.report.Add(harness.Row{ID: "P11", What: fmt.Sprintf("%d QUIC agents over %d replicas on PostgreSQL: all connected (ramp-up)", n, len(hubs)),
+	b.report.Add(harness.Row{ID: "P11",
+		What:  fmt.Sprintf("%d QUIC agents over %d replicas on PostgreSQL: all connected (ramp-up)", n, len(hubs)),
 		Value: fmt.Sprintf("%.1f s", up.Seconds()),
-		Comment: fmt.Sprintf("started at %d agents/s in total, a third per replica; enrolling them through r1's join endpoint took %.0f s",
+		Comment: fmt.Sprintf("started at %d agents/s in total, a third per replica; enrolling them through r1's "+
+			"join endpoint took %.0f s",
 			p11Ramp/len(hubs)*len(hubs), enrolled.Seconds())})
 	return nil
 }

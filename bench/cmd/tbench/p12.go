@@ -44,8 +44,9 @@ func runP12(ctx context.Context, b *bench) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	tr, err := testenv.BuildTree(ctx, testenv.TreeConfig{Bin: b.bin, Dir: dir, Sites: []string{"berlin"}, AgentsPerSite: -1,
-		NoLinks: true, LogLevel: "warn", AgentArgs: []string{"--ssh", node.Addr}})
+	tr, err := testenv.BuildTree(ctx,
+		testenv.TreeConfig{Bin: b.bin, Dir: dir, Sites: []string{"berlin"}, AgentsPerSite: -1,
+			NoLinks: true, LogLevel: "warn", AgentArgs: []string{"--ssh", node.Addr}})
 	if err != nil {
 		return err
 	}
@@ -79,5 +80,6 @@ func runP12(ctx context.Context, b *bench) error {
 	}); err != nil {
 		return fmt.Errorf("P12: %w\n%s", err, tr.Logs(2000))
 	}
-	return b.compareJumps(ctx, "P12", args["direct"], args["tree"], "direct at the site hub", "root → region → site → leaf")
+	return b.compareJumps(ctx, "P12", args["direct"], args["tree"], "direct at the site hub",
+		"root → region → site → leaf")
 }

@@ -69,7 +69,8 @@ func runP13(ctx context.Context, b *bench) error {
 		if err != nil {
 			return err
 		}
-		fleet, err := sim.Enroll(ctx, sim.EnrollOptions{JoinString: strings.TrimSpace(join), Prefix: name, Count: per, Parallel: 8})
+		fleet, err := sim.Enroll(ctx,
+			sim.EnrollOptions{JoinString: strings.TrimSpace(join), Prefix: name, Count: per, Parallel: 8})
 		if err != nil {
 			return fmt.Errorf("P13 enroll at %s: %w", name, err)
 		}
@@ -115,13 +116,14 @@ func runP13(ctx context.Context, b *bench) error {
 		return err
 	}
 	var last testenv.MissionView
-	err = harness.WaitFor(ctx, time.Duration(total)*100*time.Millisecond+2*time.Minute, "the root to show the mission applied on every node", func() bool {
-		m, err := tr.Root.Mission(ctx, "fanout")
-		if err == nil {
-			last = m
-		}
-		return err == nil && m.Total.Applied >= total
-	})
+	err = harness.WaitFor(ctx, time.Duration(total)*100*time.Millisecond+2*time.Minute,
+		"the root to show the mission applied on every node", func() bool {
+			m, err := tr.Root.Mission(ctx, "fanout")
+			if err == nil {
+				last = m
+			}
+			return err == nil && m.Total.Applied >= total
+		})
 	if err != nil {
 		return fmt.Errorf("P13: %w (last seen: %+v)\n%s", err, last.Total, tr.Logs(2000))
 	}
@@ -131,15 +133,19 @@ func runP13(ctx context.Context, b *bench) error {
 	start = time.Now()
 	_, runErr := tr.Root.Tether(ctx, "run", "-l", "role=pos", "--parallel", "200", "--", "true")
 	job := time.Since(start)
-	what := fmt.Sprintf("mission fan-out to %d simulated agents over %d site hubs: create at the root → root shows every node done", total, nSites)
+	what := fmt.Sprintf("mission fan-out to %d simulated agents over %d site hubs: create at the root → root "+
+		"shows every node done", total, nSites)
 	if runErr != nil {
 		b.report.Add(harness.Row{ID: "P13", What: what, Value: fmt.Sprintf("%.1f s", mission.Seconds())})
 		b.report.Note("P13 reference (tether run at the root through the sites) failed: %v", runErr)
 		return nil
 	}
-	b.report.Add(harness.Row{ID: "P13", What: fmt.Sprintf("tether run -l role=pos -- true at the root through %d site hubs to %d nodes (reference)", nSites, total),
+	b.report.Add(harness.Row{ID: "P13",
+		What: fmt.Sprintf("tether run -l role=pos -- true at the root through %d site hubs to %d nodes (reference)",
+			nSites, total),
 		Value: fmt.Sprintf("%.1f s", job.Seconds()), Ref: fmt.Sprintf("%.1f s", job.Seconds()), Ratio: "1.00×"})
 	b.report.Add(harness.Row{ID: "P13", What: what,
-		Value: fmt.Sprintf("%.1f s", mission.Seconds()), Ref: fmt.Sprintf("%.1f s", job.Seconds()), Ratio: harness.Ratio(mission.Seconds(), job.Seconds())})
+		Value: fmt.Sprintf("%.1f s", mission.Seconds()), Ref: fmt.Sprintf("%.1f s", job.Seconds()),
+		Ratio: harness.Ratio(mission.Seconds(), job.Seconds())})
 	return nil
 }

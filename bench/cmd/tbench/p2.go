@@ -50,7 +50,8 @@ func runP2(ctx context.Context, b *bench) error {
 	if err != nil {
 		return fmt.Errorf("P2 direct: %w", err)
 	}
-	b.report.Add(harness.Row{ID: "P2", What: "single TCP stream, direct loopback (reference)", Value: mbs(direct), Ref: mbs(direct), Ratio: "1.00×"})
+	b.report.Add(harness.Row{ID: "P2", What: "single TCP stream, direct loopback (reference)", Value: mbs(direct),
+		Ref: mbs(direct), Ratio: "1.00×"})
 
 	socat := 0.0
 	if _, err := exec.LookPath("socat"); err != nil {
@@ -60,7 +61,8 @@ func runP2(ctx context.Context, b *bench) error {
 		if err != nil {
 			return err
 		}
-		p, err := s.env.Start("socat", "socat", fmt.Sprintf("TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork", port), "TCP:"+sinkAddr)
+		p, err := s.env.Start("socat", "socat", fmt.Sprintf("TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork", port),
+			"TCP:"+sinkAddr)
 		if err != nil {
 			return err
 		}
@@ -78,7 +80,8 @@ func runP2(ctx context.Context, b *bench) error {
 		if socat, _, err = measure(func() (net.Conn, error) { return net.Dial("tcp", addr) }); err != nil {
 			return fmt.Errorf("P2 socat: %w", err)
 		}
-		b.report.Add(harness.Row{ID: "P2", What: "single TCP stream, socat relay (reference; socat defaults)", Value: mbs(socat), Ref: mbs(direct), Ratio: harness.Ratio(socat, direct)})
+		b.report.Add(harness.Row{ID: "P2", What: "single TCP stream, socat relay (reference; socat defaults)",
+			Value: mbs(socat), Ref: mbs(direct), Ratio: harness.Ratio(socat, direct)})
 	}
 	ref, refName := socat, "socat"
 	if ref == 0 {
@@ -92,9 +95,12 @@ func runP2(ctx context.Context, b *bench) error {
 	if frps, frpc, ok := frpBinaries(b.bin); b.sz.name == "tiny" {
 		// make test runs tiny on a clean clone, where frp is not built
 		// (a minute of compiling); bench/deps.sh builds it for the others.
-		b.report.Note("P2: no frp references at size tiny (`make bench` and `make bench-quick` build frp %s and compare)", frpVersion)
+		b.report.Note("P2: no frp references at size tiny (`make bench` and `make bench-quick` build frp %s and "+
+			"compare)", frpVersion)
 	} else if !ok {
-		b.report.Note("P2: frp %s is not installed (bench/deps.sh builds frps and frpc into .tools/bin, about a minute): no frp references; issue 18 measured frp tcp 476-547, frp QUIC 281-363, frp stcp 370-399 MB/s here", frpVersion)
+		b.report.Note("P2: frp %s is not installed (bench/deps.sh builds frps and frpc into .tools/bin, "+
+			"about a minute): no frp references; "+
+			"issue 18 measured frp tcp 476-547, frp QUIC 281-363, frp stcp 370-399 MB/s here", frpVersion)
 	} else {
 		for _, m := range frpModes {
 			f, err := startFRP(ctx, s.env, frps, frpc, m, sk.port())
@@ -116,7 +122,9 @@ func runP2(ctx context.Context, b *bench) error {
 				frpCPU.add(m.name, cpu1-cpu0, n)
 			}
 			frp[m.name] = v
-			b.report.Add(harness.Row{ID: "P2", What: "single TCP stream, " + m.what + " (reference, frp " + frpVersion + ")", Value: mbs(v), Ref: mbs(ref) + " " + refName, Ratio: harness.Ratio(v, ref),
+			b.report.Add(harness.Row{ID: "P2",
+				What: "single TCP stream, " + m.what + " (reference, frp " + frpVersion + ")", Value: mbs(v),
+				Ref: mbs(ref) + " " + refName, Ratio: harness.Ratio(v, ref),
 				Comment: fmt.Sprintf("frps %.2f CPU-s/GiB", frpCPU.perGiB(m.name))})
 		}
 	}
@@ -181,22 +189,26 @@ func runP2(ctx context.Context, b *bench) error {
 	if err != nil {
 		return fmt.Errorf("P2 OpenSSH bastion: %w", err)
 	}
-	b.report.Add(harness.Row{ID: "P2", What: "single TCP stream, SSH direct-tcpip via OpenSSH bastion (reference)", Value: mbs(osshV), Ref: mbs(ref) + " " + refName, Ratio: harness.Ratio(osshV, ref),
+	b.report.Add(harness.Row{ID: "P2", What: "single TCP stream, SSH direct-tcpip via OpenSSH bastion (reference)",
+		Value: mbs(osshV), Ref: mbs(ref) + " " + refName, Ratio: harness.Ratio(osshV, ref),
 		Comment: fmt.Sprintf("sshd %.2f CPU-s/GiB", cpu.perGiB("openssh"))})
 	for _, path := range transports {
 		v, err := viaSSH(path)
 		if err != nil {
 			return fmt.Errorf("P2 tether %s: %w", path, err)
 		}
-		b.report.Add(p2Row("SSH direct-tcpip via tether bastion to the node's tcp service, "+pathName(path), path, v, ref, refName, osshV))
+		b.report.Add(p2Row("SSH direct-tcpip via tether bastion to the node's tcp service, "+pathName(path), path, v,
+			ref, refName, osshV))
 		for _, fr := range p2FRPTargets(path) {
 			if fv, ok := frp[fr.mode]; ok {
-				b.report.Add(harness.Row{ID: "P2", What: fmt.Sprintf("ssh -L via tether bastion, %s, vs %s", pathName(path), fr.what),
+				b.report.Add(harness.Row{ID: "P2",
+					What:  fmt.Sprintf("ssh -L via tether bastion, %s, vs %s", pathName(path), fr.what),
 					Value: mbs(v), Ref: mbs(fv) + " frp " + fr.mode, Ratio: harness.Ratio(v, fv),
 					Target: fmt.Sprintf("≥ %.1f× frp %s", fr.factor, fr.mode), Met: harness.YesNo(v >= fr.factor*fv)})
 			}
 		}
-		row := cpuRow("P2", fmt.Sprintf("ssh -L relay CPU per GiB: the tether hub, %s agent", pathName(path)), cpu.perGiB(path), cpu.perGiB("openssh"))
+		row := cpuRow("P2", fmt.Sprintf("ssh -L relay CPU per GiB: the tether hub, %s agent", pathName(path)),
+			cpu.perGiB(path), cpu.perGiB("openssh"))
 		row.Comment = fmt.Sprintf("agent %.2f CPU-s/GiB", agentCPU.perGiB(path))
 		b.report.Add(row)
 	}
@@ -210,7 +222,8 @@ func runP2(ctx context.Context, b *bench) error {
 		if err != nil {
 			return fmt.Errorf("P2 tunnel relay %v: %w", tr, err)
 		}
-		b.report.Add(p2Row("tunnel alone (hub and agent relays in one process, no SSH), "+pathName(tr.String()), tr.String(), v, ref, refName, 0))
+		b.report.Add(p2Row("tunnel alone (hub and agent relays in one process, no SSH), "+pathName(tr.String()),
+			tr.String(), v, ref, refName, 0))
 	}
 	return nil
 }
@@ -232,7 +245,8 @@ func p2FRPTargets(path string) []frpTarget {
 }
 
 func p2Row(what, transport string, v, ref float64, refName string, ossh float64) harness.Row {
-	row := harness.Row{ID: "P2", What: "single TCP stream, " + what, Value: mbs(v), Ref: mbs(ref) + " " + refName, Ratio: harness.Ratio(v, ref)}
+	row := harness.Row{ID: "P2", What: "single TCP stream, " + what, Value: mbs(v), Ref: mbs(ref) + " " + refName,
+		Ratio: harness.Ratio(v, ref)}
 	if ossh > 0 {
 		row.Comment = fmt.Sprintf("%s of the OpenSSH bastion", harness.Ratio(v, ossh))
 	}

@@ -42,19 +42,25 @@ func runP3(ctx context.Context, b *bench) error {
 		opens[path] = ds
 	}
 	refWall, refOpen := median(walls["openssh"]), median(opens["openssh"])
-	b.report.Add(harness.Row{ID: "P3", What: fmt.Sprintf("ssh -J node true, OpenSSH bastion (reference, median of %d)", b.sz.p3Runs),
+	b.report.Add(harness.Row{ID: "P3",
+		What:  fmt.Sprintf("ssh -J node true, OpenSSH bastion (reference, median of %d)", b.sz.p3Runs),
 		Value: ms(refWall), Ref: ms(refWall), Ratio: "1.00×"})
 	for _, path := range []string{"quic", "tcp"} {
 		v := median(walls[path])
-		b.report.Add(harness.Row{ID: "P3", What: fmt.Sprintf("ssh -J node true, %s (median of %d)", pathName(path), b.sz.p3Runs),
+		b.report.Add(harness.Row{ID: "P3",
+			What:  fmt.Sprintf("ssh -J node true, %s (median of %d)", pathName(path), b.sz.p3Runs),
 			Value: ms(v), Ref: ms(refWall), Ratio: harness.Ratio(v.Seconds(), refWall.Seconds()),
 			Target: "≤ 1.0×", Met: harness.YesNo(v <= refWall)})
 	}
-	b.report.Add(harness.Row{ID: "P3", What: fmt.Sprintf("stream open (direct-tcpip to node sshd), OpenSSH bastion (reference, median of %d; p99 %s)", len(opens["openssh"]), ms(quantile(opens["openssh"], 0.99))),
+	b.report.Add(harness.Row{ID: "P3",
+		What: fmt.Sprintf("stream open (direct-tcpip to node sshd), OpenSSH bastion (reference, median of %d; p99 "+
+			"%s)", len(opens["openssh"]), ms(quantile(opens["openssh"], 0.99))),
 		Value: ms(refOpen), Ref: ms(refOpen), Ratio: "1.00×"})
 	for _, path := range []string{"quic", "tcp"} {
 		v := median(opens[path])
-		b.report.Add(harness.Row{ID: "P3", What: fmt.Sprintf("stream open (direct-tcpip to node sshd), %s (median of %d; p99 %s)", pathName(path), len(opens[path]), ms(quantile(opens[path], 0.99))),
+		b.report.Add(harness.Row{ID: "P3",
+			What: fmt.Sprintf("stream open (direct-tcpip to node sshd), %s (median of %d; p99 %s)", pathName(path),
+				len(opens[path]), ms(quantile(opens[path], 0.99))),
 			Value: ms(v), Ref: ms(refOpen), Ratio: harness.Ratio(v.Seconds(), refOpen.Seconds()),
 			Target: "≤ 1.0×", Met: harness.YesNo(v <= refOpen)})
 	}

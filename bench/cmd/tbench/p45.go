@@ -20,7 +20,8 @@ import (
 // and --dead-peer-timeout of three times this (the documented flags of
 // `tether hub` and `tether-edge run`), to show what idle CPU a fleet costs
 // at a longer interval than the default.
-var p4KeepAlive = flag.Duration("p4-keepalive", 0, "run P4 with this --keepalive (and 3× as --dead-peer-timeout) on hub and agents instead of the defaults")
+var p4KeepAlive = flag.Duration("p4-keepalive", 0,
+	"run P4 with this --keepalive (and 3× as --dead-peer-timeout) on hub and agents instead of the defaults")
 
 // p4Tunnel is the agents' tunnel config for -p4-keepalive (nil: defaults).
 func p4Tunnel() *tunnel.Config {
@@ -151,7 +152,8 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 		if tr == tunnel.TransportTCP && n > tcpMax {
 			b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s", n, pathName(name)),
 				Value: "not measured", Target: "100k agents", Met: "no",
-				Comment: fmt.Sprintf("the hub holds one file descriptor per TCP agent and RLIMIT_NOFILE is capped at %d on this machine (no CAP_SYS_RESOURCE); measured up to %d", nofileHard(), tcpMax)})
+				Comment: fmt.Sprintf("the hub holds one file descriptor per TCP agent and RLIMIT_NOFILE is capped at %d "+
+					"on this machine (no CAP_SYS_RESOURCE); measured up to %d", nofileHard(), tcpMax)})
 			continue
 		}
 		// The next step's memory, from what hub and simulators took per
@@ -162,7 +164,8 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 			if need, avail, ok := fitsMemory(hub.PID(), base.RSS, selfBase.RSS, childRSS(), have, n); !ok {
 				b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s", n, pathName(name)),
 					Value: "not measured", Target: "fits the machine", Met: "no",
-					Comment: fmt.Sprintf("needs ~%.1f GiB more (hub and simulators per agent as measured at %d), %.1f GiB available", need/(1<<30), have, avail/(1<<30))})
+					Comment: fmt.Sprintf("needs ~%.1f GiB more (hub and simulators per agent as measured at %d), %.1f GiB "+
+						"available", need/(1<<30), have, avail/(1<<30))})
 				break
 			}
 		}
@@ -173,7 +176,8 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 			// 2-core box (their heartbeats went silent, the hub closed
 			// them: 345 of 10,000 up after 3 min 40 s), where 1,000
 			// brought 10,000 up in 100 s.
-			s, err := sim.Start(ctx, sim.Config{Fleet: fleet, From: have, Count: n - have, Transport: tr, Ramp: 1000, Tunnel: p4Tunnel(),
+			s, err := sim.Start(ctx, sim.Config{Fleet: fleet, From: have, Count: n - have, Transport: tr, Ramp: 1000,
+				Tunnel:     p4Tunnel(),
 				BackoffMin: simBackoffMin, BackoffMax: simBackoffMax, Logger: b.agentLog()})
 			if err != nil {
 				return err
@@ -204,7 +208,8 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 			return fmt.Errorf("%w (%d connected, hub: %s)", err, connected(), hub.Tail(500))
 		}
 		up := time.Since(start)
-		b.log.Info("fleet connected", "transport", name, "agents", n, "took", up.Round(time.Millisecond), "agentsim_processes", len(procs))
+		b.log.Info("fleet connected", "transport", name, "agents", n, "took", up.Round(time.Millisecond),
+			"agentsim_processes", len(procs))
 		if err := harness.WaitFor(ctx, time.Minute, "the hub to count every agent", func() bool {
 			c, err := hub.Connected(ctx, name)
 			return err == nil && c >= n
@@ -219,7 +224,8 @@ func (b *bench) fleetRun(ctx context.Context, env *harness.Env, dataDir string, 
 		if p5 && slices.Contains(b.sz.p5Counts, n) && len(procs) > 0 {
 			b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("reconnect storm, %d agents, %s", n, pathName(name)),
 				Value: "not measured", Met: "no",
-				Comment: fmt.Sprintf("agents beyond the open-files limit (%d) run in agentsim processes, which do not report each agent's reconnect", tcpMax)})
+				Comment: fmt.Sprintf("agents beyond the open-files limit (%d) run in agentsim processes, which do not "+
+					"report each agent's reconnect", tcpMax)})
 		} else if p5 && slices.Contains(b.sz.p5Counts, n) {
 			if err := b.storm(ctx, hub, sims, n, name); err != nil {
 				return err
@@ -307,7 +313,8 @@ func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name s
 	if herr != nil {
 		heldNote = fmt.Sprintf("; sessions held at the end not read: %v", herr)
 	} else if held < n {
-		heldNote = fmt.Sprintf("; ONLY %d OF %d STILL CONNECTED at the end (load average %.1f): figure too low", held, n, harness.LoadAvg1())
+		heldNote = fmt.Sprintf("; ONLY %d OF %d STILL CONNECTED at the end (load average %.1f): figure too low", held,
+			n, harness.LoadAvg1())
 	}
 	perRSS := float64(st1.RSS-base.RSS) / float64(n)
 	perHeap := (m["go_memstats_heap_inuse_bytes"] - baseHeap) / float64(n)
@@ -322,11 +329,17 @@ func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name s
 		Value:  fmt.Sprintf("%.1f KiB", perRSS/1024),
 		Ref:    "rathole ≈36 KB/conn, frp ≈150 KB/client (published)",
 		Target: fmt.Sprintf("≤ %.0f KiB", limit), Met: harness.YesNo(perRSS/1024 <= limit),
-		Comment: fmt.Sprintf("growth over the same hub before any agent (%.0f MiB); hub RSS %.0f MiB in all, %.1f KiB per agent counting the baseline; Go heap in use %.1f KiB/agent, goroutine stacks %.1f KiB/agent; all connected in %v%s",
-			float64(base.RSS)/(1<<20), float64(st1.RSS)/(1<<20), float64(st1.RSS)/float64(n)/1024, perHeap/1024, perStack/1024, up.Round(time.Second), heldNote)})
-	b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: hub goroutines per agent", n, pathName(name)),
+		Comment: fmt.Sprintf("growth over the same hub before any agent (%.0f MiB); hub RSS %.0f MiB in all, %.1f "+
+			"KiB per agent counting the baseline; Go heap in use %.1f KiB/agent, goroutine stacks %.1f KiB/agent; all "+
+			"connected in %v%s",
+			float64(base.RSS)/(1<<20), float64(st1.RSS)/(1<<20), float64(st1.RSS)/float64(n)/1024, perHeap/1024,
+			perStack/1024, up.Round(time.Second), heldNote)})
+	b.report.Add(harness.Row{ID: "P4",
+		What:  fmt.Sprintf("%d idle agents, %s: hub goroutines per agent", n, pathName(name)),
 		Value: fmt.Sprintf("%.2f", perG)})
-	b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: hub CPU while idle (over %v, from %v after the last agent connected)", n, pathName(name), wall.Round(time.Second), settle),
+	b.report.Add(harness.Row{ID: "P4",
+		What: fmt.Sprintf("%d idle agents, %s: hub CPU while idle (over %v, from %v after the last agent connected)",
+			n, pathName(name), wall.Round(time.Second), settle),
 		Value: fmt.Sprintf("%.1f %% of a core", cpu), Target: "≤ 5 % of a core", Met: harness.YesNo(cpu <= 5),
 		Comment: fmt.Sprintf("%s; load average %.1f", keepaliveNote(), harness.LoadAvg1())})
 	if prof != nil {
@@ -336,7 +349,8 @@ func (b *bench) measureIdle(ctx context.Context, hub *harness.Hub, n int, name s
 	// mapped, so after the first transport its growth can be negative:
 	// only a growth is a figure.
 	if grew := float64(self.RSS+children) - float64(selfBase.RSS); grew > 0 {
-		b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: simulator RSS per agent (informational)", n, pathName(name)),
+		b.report.Add(harness.Row{ID: "P4",
+			What:  fmt.Sprintf("%d idle agents, %s: simulator RSS per agent (informational)", n, pathName(name)),
 			Value: fmt.Sprintf("%.1f KiB", grew/float64(n)/1024)})
 	}
 	return nil
@@ -354,7 +368,8 @@ func keepaliveNote() string {
 	if *p4KeepAlive > 0 {
 		return fmt.Sprintf("hub and agents run with --keepalive %v --dead-peer-timeout %v", *p4KeepAlive, 3**p4KeepAlive)
 	}
-	return fmt.Sprintf("the product's default keepalive (%v) and dead-peer timeout (%v)", tunnel.DefaultKeepAliveInterval, tunnel.DefaultIdleTimeout)
+	return fmt.Sprintf("the product's default keepalive (%v) and dead-peer timeout (%v)",
+		tunnel.DefaultKeepAliveInterval, tunnel.DefaultIdleTimeout)
 }
 
 // storm restarts the hub under n connected agents and waits for all of them
@@ -370,7 +385,8 @@ func (b *bench) storm(ctx context.Context, hub *harness.Hub, sims []*sim.Sim, n 
 		return err
 	}
 	ready := time.Now()
-	b.log.Info("hub restarted under the fleet", "transport", name, "agents", n, "restart_took", ready.Sub(t0).Round(time.Millisecond))
+	b.log.Info("hub restarted under the fleet", "transport", name, "agents", n, "restart_took",
+		ready.Sub(t0).Round(time.Millisecond))
 	limit := 30 * time.Second
 	if n > 10000 {
 		limit = 3 * time.Minute
@@ -413,38 +429,53 @@ func (b *bench) storm(ctx context.Context, hub *harness.Hub, sims []*sim.Sim, n 
 		late = append(late, s.Stragglers(ready, 3)...)
 	}
 	for _, st := range sim.LastBack(late, 3) {
-		b.log.Info("storm straggler (status changes since the restart)", "transport", name, "trail", strings.Join(st.Trail, " | "))
+		b.log.Info("storm straggler (status changes since the restart)", "transport", name, "trail",
+			strings.Join(st.Trail, " | "))
 	}
 	cpu := (st.CPU - cpu0).Seconds() / back.Seconds()
-	b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("reconnect storm, %d agents, %s: all back after hub restart", n, pathName(name)),
+	b.report.Add(harness.Row{ID: "P5",
+		What:   fmt.Sprintf("reconnect storm, %d agents, %s: all back after hub restart", n, pathName(name)),
 		Value:  fmt.Sprintf("%.1f s", rs.Last.Seconds()),
 		Target: fmt.Sprintf("≤ %v", limit), Met: harness.YesNo(rs.Last <= limit && rs.Back >= n),
 		Comment: fmt.Sprintf("from the new hub serving; p50 %.1f s, p99 %.1f s; hub stop+start took %.1f s; %s",
 			rs.P50.Seconds(), rs.P99.Seconds(), ready.Sub(t0).Seconds(), tl.summary())})
-	b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("reconnect storm, %d agents, %s: hub CPU during the storm", n, pathName(name)),
-		Value: fmt.Sprintf("%.2f cores", cpu), Comment: fmt.Sprintf("%.0f CPU-s over %.1f s", (st.CPU - cpu0).Seconds(), back.Seconds())})
+	b.report.Add(harness.Row{ID: "P5",
+		What:    fmt.Sprintf("reconnect storm, %d agents, %s: hub CPU during the storm", n, pathName(name)),
+		Value:   fmt.Sprintf("%.2f cores", cpu),
+		Comment: fmt.Sprintf("%.0f CPU-s over %.1f s", (st.CPU - cpu0).Seconds(), back.Seconds())})
 	refusals := ""
 	if m, err := hub.Metrics(ctx); err == nil {
 		// The restarted hub's counters: this storm's refusals only.
-		refusals = fmt.Sprintf("the hub refused %.0f QUIC and %.0f TCP attempts with a retry hint, %.0f TCP without (too many refusals at once), pacing them at %.0f admissions/s; %.0f handshakes took a slot and failed, holding slots %.0f s in all",
-			m[`tether_tunnel_busy_refusals_total{hinted="yes",transport="quic"}`], m[`tether_tunnel_busy_refusals_total{hinted="yes",transport="tcp"}`],
+		refusals = fmt.Sprintf("the hub refused %.0f QUIC and %.0f TCP attempts with a retry hint, %.0f TCP "+
+			"without (too many refusals at once), pacing them at %.0f admissions/s; %.0f handshakes took a slot and "+
+			"failed, holding slots %.0f s in all",
+			m[`tether_tunnel_busy_refusals_total{hinted="yes",transport="quic"}`],
+			m[`tether_tunnel_busy_refusals_total{hinted="yes",transport="tcp"}`],
 			m[`tether_tunnel_busy_refusals_total{hinted="no",transport="tcp"}`], m[`tether_tunnel_admission_rate_per_second`],
 			m[`tether_tunnel_handshakes_failed_total`], m[`tether_tunnel_handshake_failed_slot_seconds_total`])
 	}
-	b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("reconnect storm, %d agents, %s: failed or refused attempts", n, pathName(name)),
+	b.report.Add(harness.Row{ID: "P5",
+		What:  fmt.Sprintf("reconnect storm, %d agents, %s: failed or refused attempts", n, pathName(name)),
 		Value: fmt.Sprintf("%d (most by one agent: %d)", failed, rs.MaxFailures), Comment: refusals})
 	capGap := simBackoffMax + tunnel.DefaultHandshakeTimeout + time.Second
-	b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("reconnect storm, %d agents, %s: longest wait of one agent between attempts", n, pathName(name)),
-		Value: fmt.Sprintf("%.1f s", rs.MaxGap.Seconds()), Target: fmt.Sprintf("≤ backoff cap %v + one handshake timeout", simBackoffMax),
-		Met: harness.YesNo(rs.MaxGap <= capGap),
-		Comment: fmt.Sprintf("each agent's longest wait: p50 %.1f s, p99 %.1f s, max %.1f s (refused agents wait for the retry-after hint of the hub's admission pacer, on both transports); waits of %v or more, by what they followed: %s; load average %.1f",
-			rs.GapP50.Seconds(), rs.GapP99.Seconds(), rs.MaxGap.Seconds(), sim.LongGap, gapCauses(rs.LongGapAfter), harness.LoadAvg1())})
+	b.report.Add(harness.Row{ID: "P5",
+		What:   fmt.Sprintf("reconnect storm, %d agents, %s: longest wait of one agent between attempts", n, pathName(name)),
+		Value:  fmt.Sprintf("%.1f s", rs.MaxGap.Seconds()),
+		Target: fmt.Sprintf("≤ backoff cap %v + one handshake timeout", simBackoffMax),
+		Met:    harness.YesNo(rs.MaxGap <= capGap),
+		Comment: fmt.Sprintf("each agent's longest wait: p50 %.1f s, p99 %.1f s, max %.1f s (refused agents wait "+
+			"for the retry-after hint of the hub's admission pacer, on both transports); waits of %v or more, by what "+
+			"they followed: %s; load average %.1f",
+			rs.GapP50.Seconds(), rs.GapP99.Seconds(), rs.MaxGap.Seconds(), sim.LongGap, gapCauses(rs.LongGapAfter),
+			harness.LoadAvg1())})
 	if prof != nil && prof.cpu != nil {
 		if f := <-prof.cpu; f != "" {
 			b.log.Info("hub CPU profile of the storm", "file", f)
 			for _, e := range pprofTop(ctx, f, "cpu", 8) {
-				b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("reconnect storm, %d agents, %s: hub CPU in %s", n, pathName(name), e.fn),
-					Value: fmt.Sprintf("%.1f %%", e.pct), Comment: "share of the hub's CPU samples over the storm's first 15 s (flat)"})
+				b.report.Add(harness.Row{ID: "P5",
+					What:    fmt.Sprintf("reconnect storm, %d agents, %s: hub CPU in %s", n, pathName(name), e.fn),
+					Value:   fmt.Sprintf("%.1f %%", e.pct),
+					Comment: "share of the hub's CPU samples over the storm's first 15 s (flat)"})
 			}
 		}
 	}

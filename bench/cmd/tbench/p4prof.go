@@ -85,12 +85,14 @@ func (p *hubProfiler) startCPU(ctx context.Context, d time.Duration, name string
 // start function, and CPU by function, each per agent.
 func (p *hubProfiler) report(ctx context.Context, b *bench, n int, label, name string) {
 	add := func(what, value, comment string) {
-		b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: %s", n, label, what), Value: value, Comment: comment})
+		b.report.Add(harness.Row{ID: "P4", What: fmt.Sprintf("%d idle agents, %s: %s", n, label, what), Value: value,
+			Comment: comment})
 	}
 	if heap, err := p.fetch(ctx, "/debug/pprof/heap?gc=1", name+"-heap.pb.gz"); err == nil {
 		b.log.Info("hub heap profile", "file", heap)
 		for _, e := range pprofTop(ctx, heap, "inuse_space", 8) {
-			add("heap in use at "+e.fn, fmt.Sprintf("%.2f KiB/agent", e.value/float64(n)/1024), fmt.Sprintf("%.1f %% of the heap profile", e.pct))
+			add("heap in use at "+e.fn, fmt.Sprintf("%.2f KiB/agent", e.value/float64(n)/1024),
+				fmt.Sprintf("%.1f %% of the heap profile", e.pct))
 		}
 	}
 	if g, err := p.fetch(ctx, "/debug/pprof/goroutine?debug=1", name+"-goroutines.txt"); err == nil {
@@ -121,7 +123,8 @@ func pprofTop(ctx context.Context, file, index string, k int) []topEntry {
 	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount="+strconv.Itoa(k),
 		"-sample_index="+index, "-unit=B", file).Output()
 	if index == "cpu" {
-		out, err = exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount="+strconv.Itoa(k), "-unit=ns", file).Output()
+		out, err = exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount="+strconv.Itoa(k), "-unit=ns",
+			file).Output()
 	}
 	if err != nil {
 		return nil

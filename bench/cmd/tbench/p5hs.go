@@ -91,11 +91,14 @@ func (b *bench) handshakeRows(ctx context.Context) error {
 				return fmt.Errorf("%v: only %d of %d handshakes resumed", tr, resumed, n)
 			}
 		}
-		b.report.Add(harness.Row{ID: "P5", What: fmt.Sprintf("CPU per handshake, %s, resumed from a session ticket (hub + agent)", pathName(tr.String())),
+		b.report.Add(harness.Row{ID: "P5",
+			What:  fmt.Sprintf("CPU per handshake, %s, resumed from a session ticket (hub + agent)", pathName(tr.String())),
 			Value: fmt.Sprintf("%.2f ms", float64(cost[1].Microseconds())/1000),
 			Ref:   fmt.Sprintf("%.2f ms full handshake", float64(cost[0].Microseconds())/1000),
-			Ratio: fmt.Sprintf("%.2f×", float64(cost[1])/float64(cost[0])), Target: "a fraction of a full handshake", Met: harness.YesNo(cost[1] < cost[0]),
-			Comment: fmt.Sprintf("%d handshakes each on loopback; both keep the hybrid X25519MLKEM768 key exchange (resumption skips certificates and signatures, not the ECDHE)", n)})
+			Ratio: fmt.Sprintf("%.2f×", float64(cost[1])/float64(cost[0])), Target: "a fraction of a full handshake",
+			Met: harness.YesNo(cost[1] < cost[0]),
+			Comment: fmt.Sprintf("%d handshakes each on loopback; both keep the hybrid X25519MLKEM768 key exchange "+
+				"(resumption skips certificates and signatures, not the ECDHE)", n)})
 	}
 	return nil
 }
@@ -110,8 +113,9 @@ func selfCPU() time.Duration {
 // certificate (ECDSA P-256, as Tether's).
 func handshakePKI() (srv, cli *tls.Config, err error) {
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caT := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench ca"}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caT := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
 	caDER, err := x509.CreateCertificate(rand.Reader, caT, caT, &caKey.PublicKey, caKey)
 	if err != nil {
 		return nil, nil, err
@@ -121,8 +125,9 @@ func handshakePKI() (srv, cli *tls.Config, err error) {
 	pool.AddCert(ca)
 	leaf := func(serial int64, cn string, eku x509.ExtKeyUsage, dns []string) (tls.Certificate, error) {
 		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		t := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now().Add(-time.Hour),
-			NotAfter: time.Now().Add(24 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{eku}, DNSNames: dns, KeyUsage: x509.KeyUsageDigitalSignature}
+		t := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+			ExtKeyUsage: []x509.ExtKeyUsage{eku}, DNSNames: dns, KeyUsage: x509.KeyUsageDigitalSignature}
 		der, err := x509.CreateCertificate(rand.Reader, t, ca, &k.PublicKey, caKey)
 		if err != nil {
 			return tls.Certificate{}, err

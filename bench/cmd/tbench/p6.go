@@ -122,17 +122,21 @@ func runP6(ctx context.Context, b *bench) error {
 			return err
 		}
 		if os.Getenv("TBENCH_P6_UPLOAD") == "0" {
-			b.report.Add(harness.Row{ID: "P6", What: fmt.Sprintf("fan-out `true` on %d nodes, tether run (parallel %d, QUIC)", n, parallel),
-				Value: fmt.Sprintf("%.1f s", tTrue.wall.Seconds()), Comment: tTrue.comment(n) + "; upload and Ansible skipped (TBENCH_P6_UPLOAD=0)"})
+			b.report.Add(harness.Row{ID: "P6",
+				What:    fmt.Sprintf("fan-out `true` on %d nodes, tether run (parallel %d, QUIC)", n, parallel),
+				Value:   fmt.Sprintf("%.1f s", tTrue.wall.Seconds()),
+				Comment: tTrue.comment(n) + "; upload and Ansible skipped (TBENCH_P6_UPLOAD=0)"})
 			continue
 		}
 		if _, err := s.WaitConnected(ctx, total, 3*time.Minute); err != nil {
 			return err
 		}
-		tUp, err := tetherRun(ctx, b.bin, hub, names, parallel, "--upload", upload+":"+filepath.Join(dest, "tether.bin"), "--", "true")
+		tUp, err := tetherRun(ctx, b.bin, hub, names, parallel, "--upload",
+			upload+":"+filepath.Join(dest, "tether.bin"), "--", "true")
 		if err != nil {
 			// The fan-out of `true` succeeded: keep its figure.
-			b.report.Note("P6 fan-out `true` on %d nodes (parallel %d) took %.1f s before the upload failed; %s", n, parallel, tTrue.wall.Seconds(), tTrue.comment(n))
+			b.report.Note("P6 fan-out `true` on %d nodes (parallel %d) took %.1f s before the upload failed; %s", n,
+				parallel, tTrue.wall.Seconds(), tTrue.comment(n))
 			return err
 		}
 		var aTrue, aUp time.Duration
@@ -147,7 +151,9 @@ func runP6(ctx context.Context, b *bench) error {
 				b.report.Note("P6 reference on %d nodes failed, no ratio: %v", n, err)
 				aTrue = 0
 			}
-			if aUp, err = ansible(ctx, env, inv, "-m", "copy", "-a", "src="+upload+" dest="+filepath.Join(dest, "ansible.bin")); err != nil {
+			if aUp, err = ansible(
+				ctx, env, inv, "-m", "copy", "-a", "src="+upload+" dest="+filepath.Join(dest, "ansible.bin"),
+			); err != nil {
 				b.report.Note("P6 reference on %d nodes failed, no ratio: %v", n, err)
 				aUp = 0
 			}
@@ -161,7 +167,8 @@ func runP6(ctx context.Context, b *bench) error {
 			{"fan-out `true`", tTrue, aTrue, 10 * time.Second},
 			{fmt.Sprintf("fan-out %s upload (+ `true`)", sizeName(b.sz.p6Upload)), tUp, aUp, 0},
 		} {
-			row := harness.Row{ID: "P6", What: fmt.Sprintf("%s on %d nodes, tether run (parallel %d, QUIC)", r.what, n, parallel),
+			row := harness.Row{ID: "P6",
+				What:  fmt.Sprintf("%s on %d nodes, tether run (parallel %d, QUIC)", r.what, n, parallel),
 				Value: fmt.Sprintf("%.1f s", r.run.wall.Seconds()), Comment: r.run.comment(n)}
 			if r.ref > 0 {
 				row.Ref = fmt.Sprintf("%.1f s Ansible ad-hoc, forks 50, ProxyJump via OpenSSH bastion", r.ref.Seconds())
@@ -197,7 +204,9 @@ func sizeName(n int) string {
 
 // tetherRun runs `tether run --nodes ... ARGS` and returns its wall time; it
 // fails unless every node succeeded.
-func tetherRun(ctx context.Context, bin string, hub *harness.Hub, names []string, parallel int, args ...string) (fanOut, error) {
+func tetherRun(
+	ctx context.Context, bin string, hub *harness.Hub, names []string, parallel int, args ...string,
+) (fanOut, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	hub0, _ := harness.Stats(hub.Cmd.Process.Pid)
@@ -206,7 +215,8 @@ func tetherRun(ctx context.Context, bin string, hub *harness.Hub, names []string
 	// The CLI runs here rather than through hub.Tether: its own CPU is
 	// told apart from the simulated nodes' (both are this process's
 	// children).
-	argv := append([]string{"run", "--data-dir", hub.DataDir, "--nodes", strings.Join(names, ","), "--parallel", strconv.Itoa(parallel)}, args...)
+	argv := append([]string{"run", "--data-dir", hub.DataDir, "--nodes", strings.Join(names, ","), "--parallel",
+		strconv.Itoa(parallel)}, args...)
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "tether"), argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -215,7 +225,8 @@ func tetherRun(ctx context.Context, bin string, hub *harness.Hub, names []string
 	if err := cmd.Run(); err != nil {
 		return fanOut{}, fmt.Errorf("P6 tether run: %w: %s", err, tail(out.String(), 2000))
 	}
-	f := fanOut{wall: time.Since(start), simCPU: rusageCPU(syscall.RUSAGE_SELF) - self0, cmdCPU: rusageCPU(syscall.RUSAGE_CHILDREN) - children0}
+	f := fanOut{wall: time.Since(start), simCPU: rusageCPU(syscall.RUSAGE_SELF) - self0,
+		cmdCPU: rusageCPU(syscall.RUSAGE_CHILDREN) - children0}
 	if ps := cmd.ProcessState; ps != nil {
 		f.cliCPU = ps.UserTime() + ps.SystemTime()
 		f.cmdCPU -= f.cliCPU
@@ -239,8 +250,10 @@ type fanOut struct {
 func (f fanOut) comment(n int) string {
 	per := func(d time.Duration) float64 { return d.Seconds() * 1000 / float64(n) }
 	nodes := f.simCPU + f.cmdCPU
-	return fmt.Sprintf("hub CPU %.1f s (%.2f ms per node); CLI %.2f s (%.2f ms per node); simulated nodes on the same 2 cores %.1f s (%.2f ms per node: agents and SSH servers %.2f, the commands they ran %.2f); load %s",
-		f.hubCPU.Seconds(), per(f.hubCPU), f.cliCPU.Seconds(), per(f.cliCPU), nodes.Seconds(), per(nodes), per(f.simCPU), per(f.cmdCPU), loadAvg())
+	return fmt.Sprintf("hub CPU %.1f s (%.2f ms per node); CLI %.2f s (%.2f ms per node); simulated nodes on "+
+		"the same 2 cores %.1f s (%.2f ms per node: agents and SSH servers %.2f, the commands they ran %.2f); load %s",
+		f.hubCPU.Seconds(), per(f.hubCPU), f.cliCPU.Seconds(), per(f.cliCPU), nodes.Seconds(), per(nodes),
+		per(f.simCPU), per(f.cmdCPU), loadAvg())
 }
 
 // loadAvg is the 1-minute load average, quoted with every figure: the
@@ -292,7 +305,8 @@ func ansible(ctx context.Context, env *harness.Env, inv string, args ...string) 
 				bad = append(bad, l)
 			}
 		}
-		return 0, fmt.Errorf("P6 ansible %s: %w: %d hosts failed, first: %s", strings.Join(args, " "), err, len(bad), tail(strings.Join(bad, "\n"), 1500))
+		return 0, fmt.Errorf("P6 ansible %s: %w: %d hosts failed, first: %s", strings.Join(args, " "), err, len(bad),
+			tail(strings.Join(bad, "\n"), 1500))
 	}
 	return time.Since(start), nil
 }
@@ -304,14 +318,17 @@ func tail(s string, n int) string {
 	return s
 }
 
-func writeInventory(env *harness.Env, names []string, nodes *tcpNodes, key, sshConfig string, bastion *harness.SSHD) (string, error) {
+func writeInventory(
+	env *harness.Env, names []string, nodes *tcpNodes, key, sshConfig string, bastion *harness.SSHD,
+) (string, error) {
 	var b strings.Builder
 	b.WriteString("[nodes]\n")
 	for i, name := range names {
 		h, p, _ := net.SplitHostPort(nodes.addrs[i])
 		fmt.Fprintf(&b, "%s ansible_host=%s ansible_port=%s\n", name, h, p)
 	}
-	fmt.Fprintf(&b, "\n[nodes:vars]\nansible_user=%s\nansible_ssh_private_key_file=%s\nansible_python_interpreter=/usr/bin/python3\n", harness.Login(), key)
+	fmt.Fprintf(&b, "\n[nodes:vars]\nansible_user=%s\nansible_ssh_private_key_file=%s\n"+
+		"ansible_python_interpreter=/usr/bin/python3\n", harness.Login(), key)
 	fmt.Fprintf(&b, "ansible_ssh_common_args=-F %s -o ProxyJump=%s@%s\n", sshConfig, harness.Login(), bastion.Addr)
 	p := env.Path(fmt.Sprintf("inventory-%d.ini", len(names)))
 	return p, os.WriteFile(p, []byte(b.String()), 0o644)
@@ -466,7 +483,8 @@ func (p *p6Profile) report(ctx context.Context, b *bench, n int) {
 	add := func(who, file string) {
 		b.log.Info("P6 CPU profile", "who", who, "file", file)
 		for _, e := range pprofTop(ctx, file, "cpu", 8) {
-			b.report.Add(harness.Row{ID: "P6", What: fmt.Sprintf("%d nodes, %s CPU in %s", n, who, e.fn), Value: fmt.Sprintf("%.1f %%", e.pct),
+			b.report.Add(harness.Row{ID: "P6", What: fmt.Sprintf("%d nodes, %s CPU in %s", n, who, e.fn),
+				Value:   fmt.Sprintf("%.1f %%", e.pct),
 				Comment: "flat share of the CPU profile's samples"})
 		}
 	}

@@ -24,7 +24,8 @@ func runP7(ctx context.Context, b *bench) error {
 	}
 	size := fi.Size()
 	b.report.Add(harness.Row{ID: "P7", What: "tether-edge binary size (static, stripped: make build)",
-		Value: fmt.Sprintf("%.1f MB (%.1f MiB)", float64(size)/1e6, float64(size)/(1<<20)), Target: "≤ 12 MB", Met: harness.YesNo(size <= 12e6)})
+		Value: fmt.Sprintf("%.1f MB (%.1f MiB)", float64(size)/1e6, float64(size)/(1<<20)), Target: "≤ 12 MB",
+		Met: harness.YesNo(size <= 12e6)})
 
 	// Fresh agents: the shared ones have moved gigabytes (P1, P2).
 	s, err := newJumpSetup(ctx, b)
@@ -61,13 +62,18 @@ func runP7(ctx context.Context, b *bench) error {
 		}
 		cpu := (st.CPU - before[t].CPU).Seconds() / wall.Seconds() * 100
 		if anon, file, err := rssSplit(s.agents[t].PID()); err == nil {
-			b.report.Add(harness.Row{ID: "P7", What: fmt.Sprintf("idle agent RSS split, %s: anonymous (heap, stacks) / file-backed (the binary's pages)", pathName(t)),
-				Value:   fmt.Sprintf("%.1f MiB / %.1f MiB", float64(anon)/(1<<20), float64(file)/(1<<20)),
-				Comment: "the file-backed part is clean page cache shared with every process mapping the binary; the agent drops its mappings of the start-up pages 5 s after it connects, so this part is what it touched since"})
+			b.report.Add(harness.Row{ID: "P7",
+				What: fmt.Sprintf("idle agent RSS split, %s: anonymous (heap, stacks) / file-backed (the binary's pages)",
+					pathName(t)),
+				Value: fmt.Sprintf("%.1f MiB / %.1f MiB", float64(anon)/(1<<20), float64(file)/(1<<20)),
+				Comment: "the file-backed part is clean page cache shared with every process mapping the binary; the " +
+					"agent drops its mappings of the start-up pages 5 s after it connects, so this part is what it touched since"})
 		}
-		b.report.Add(harness.Row{ID: "P7", What: fmt.Sprintf("idle agent RSS, %s (connected, after %v)", pathName(t), (settle + wall).Round(time.Second)),
+		b.report.Add(harness.Row{ID: "P7",
+			What:  fmt.Sprintf("idle agent RSS, %s (connected, after %v)", pathName(t), (settle + wall).Round(time.Second)),
 			Value: fmt.Sprintf("%.1f MiB", float64(st.RSS)/(1<<20)), Target: "≤ 10 MiB", Met: harness.YesNo(st.RSS <= 10<<20)})
-		b.report.Add(harness.Row{ID: "P7", What: fmt.Sprintf("idle agent CPU, %s (over %v; /proc ticks are 10 ms)", pathName(t), wall.Round(time.Second)),
+		b.report.Add(harness.Row{ID: "P7",
+			What:  fmt.Sprintf("idle agent CPU, %s (over %v; /proc ticks are 10 ms)", pathName(t), wall.Round(time.Second)),
 			Value: fmt.Sprintf("%.3f %%", cpu), Target: "< 0.1 %", Met: harness.YesNo(cpu < 0.1)})
 	}
 	for _, t := range transports {
@@ -89,9 +95,11 @@ func runP7(ctx context.Context, b *bench) error {
 		if err != nil {
 			return err
 		}
-		b.report.Add(harness.Row{ID: "P7", What: fmt.Sprintf("agent RSS after serving one ssh -J true, %s (anonymous / file-backed)", pathName(t)),
-			Value:   fmt.Sprintf("%.1f MiB", float64(st.RSS)/(1<<20)),
-			Comment: fmt.Sprintf("%.1f MiB / %.1f MiB: the SSH code's pages, mapped back from the page cache", float64(anon)/(1<<20), float64(file)/(1<<20))})
+		b.report.Add(harness.Row{ID: "P7",
+			What:  fmt.Sprintf("agent RSS after serving one ssh -J true, %s (anonymous / file-backed)", pathName(t)),
+			Value: fmt.Sprintf("%.1f MiB", float64(st.RSS)/(1<<20)),
+			Comment: fmt.Sprintf("%.1f MiB / %.1f MiB: the SSH code's pages, mapped back from the page cache",
+				float64(anon)/(1<<20), float64(file)/(1<<20))})
 	}
 	return nil
 }

@@ -72,7 +72,9 @@ func runP8(ctx context.Context, b *bench) error {
 		return err
 	}
 	hostKey := env.Path("node-host-key")
-	if _, err := harness.Run(ctx, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "p8-node", "-f", hostKey); err != nil {
+	if _, err := harness.Run(
+		ctx, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "p8-node", "-f", hostKey,
+	); err != nil {
 		return err
 	}
 	for _, tr := range b.p8Transports {
@@ -83,7 +85,9 @@ func runP8(ctx context.Context, b *bench) error {
 	return nil
 }
 
-func (b *bench) roleEdit(ctx context.Context, env *harness.Env, cached string, fleet *sim.Fleet, tr tunnel.Transport, n int, hostKey string) error {
+func (b *bench) roleEdit(
+	ctx context.Context, env *harness.Env, cached string, fleet *sim.Fleet, tr tunnel.Transport, n int, hostKey string,
+) error {
 	name := tr.String()
 	// A copy of the fleet's hub: the operators and roles added here must
 	// not reach the cache that later runs and scenarios start from.
@@ -185,7 +189,8 @@ func (b *bench) roleEdit(ctx context.Context, env *harness.Env, cached string, f
 	}
 	defer s.Stop()
 	start := time.Now()
-	if err := harness.WaitFor(ctx, time.Duration(n)*30*time.Millisecond+2*time.Minute, fmt.Sprintf("%d %s agents to connect", n, name),
+	if err := harness.WaitFor(ctx, time.Duration(n)*30*time.Millisecond+2*time.Minute,
+		fmt.Sprintf("%d %s agents to connect", n, name),
 		func() bool { return s.Connected() >= n }); err != nil {
 		return fmt.Errorf("%w (%d connected, hub: %s)", err, s.Connected(), hub.Tail(500))
 	}
@@ -234,7 +239,9 @@ func (b *bench) roleEdit(ctx context.Context, env *harness.Env, cached string, f
 
 // timeChange makes change c with the fleet connected and reports how long
 // until every agent holds it, the hub's CPU for it and the pushes not needed.
-func (b *bench) timeChange(ctx context.Context, hub *harness.Hub, s *sim.Sim, c accessChange, ref refFigures, idle idleHub, n int, name string) error {
+func (b *bench) timeChange(
+	ctx context.Context, hub *harness.Hub, s *sim.Sim, c accessChange, ref refFigures, idle idleHub, n int, name string,
+) error {
 	drops0 := s.Drops()
 	s.Watch(c.want)
 	st0, err := harness.Stats(hub.PID())
@@ -271,22 +278,28 @@ func (b *bench) timeChange(ctx context.Context, hub *harness.Hub, s *sim.Sim, c 
 		pushedFor = ps.LastPush.Sub(t1)
 	}
 	label := fmt.Sprintf("%d agents, %s: %s", n, pathName(name), c.what)
-	call := fmt.Sprintf("the API call (tether CLI) took %d ms (%d ms with no agent)", t1.Sub(t0).Milliseconds(), ref.call.Milliseconds())
+	call := fmt.Sprintf("the API call (tether CLI) took %d ms (%d ms with no agent)", t1.Sub(t0).Milliseconds(),
+		ref.call.Milliseconds())
 	if dropped := s.Drops() - drops0; dropped > 0 {
 		call += fmt.Sprintf("; %d agents reconnected meanwhile (their connect pushes are counted)", dropped)
 	}
 	if c.want != nil {
 		b.report.Add(harness.Row{ID: "P8", What: label + ": time until every agent holds the new keys",
 			Value: fmt.Sprintf("%.2f s", all.Seconds()), Ref: fmt.Sprintf("0 agents: %.2f s API call", ref.call.Seconds()),
-			Comment: fmt.Sprintf("from the API call returning (0: all had them before the CLI exited); %.2f s from the call's start; %s", fromStart.Seconds(), call)})
+			Comment: fmt.Sprintf("from the API call returning (0: all had them before the CLI exited); %.2f s from "+
+				"the call's start; %s", fromStart.Seconds(), call)})
 	}
 	b.report.Add(harness.Row{ID: "P8", What: label + ": hub CPU",
 		Value: fmt.Sprintf("%.2f CPU-s", max(cpu, 0)), Ref: fmt.Sprintf("0 agents: %.2f CPU-s", ref.cpu.Seconds()),
-		Comment: fmt.Sprintf("%.2f ms per agent; %.2f CPU-s over %.1f s less the idle rate %.1f %% of a core; last push %.2f s after the call returned; %s",
-			max(cpu, 0)*1000/float64(n), (st1.CPU - st0.CPU).Seconds(), window.Seconds(), idle.cpuRate*100, pushedFor.Seconds(), call)})
+		Comment: fmt.Sprintf("%.2f ms per agent; %.2f CPU-s over %.1f s less the idle rate %.1f %% of a core; last "+
+			"push %.2f s after the call returned; %s",
+			max(cpu, 0)*1000/float64(n), (st1.CPU - st0.CPU).Seconds(), window.Seconds(), idle.cpuRate*100,
+			pushedFor.Seconds(), call)})
 	b.report.Add(harness.Row{ID: "P8", What: label + ": agents pushed to that needed nothing; pushes not needed",
-		Value: fmt.Sprintf("%d of %d agents; %d of %d pushes", ps.AgentsNeedless, n, ps.KeysUnchanged+ps.TrustUnchanged, ps.Keys+ps.Trust), Ref: "0",
-		Comment: fmt.Sprintf("%s; pushes received: %d authorized keys (%d unchanged), %d SSH trust (%d unchanged but for a re-signed host certificate)",
+		Value: fmt.Sprintf("%d of %d agents; %d of %d pushes", ps.AgentsNeedless, n,
+			ps.KeysUnchanged+ps.TrustUnchanged, ps.Keys+ps.Trust), Ref: "0",
+		Comment: fmt.Sprintf("%s; pushes received: %d authorized keys (%d unchanged), %d SSH trust (%d unchanged "+
+			"but for a re-signed host certificate)",
 			c.needs, ps.Keys, ps.KeysUnchanged, ps.Trust, ps.TrustUnchanged)})
 	return nil
 }

@@ -24,7 +24,7 @@ import (
 	"github.com/tether-dev/tether/edge/upgrade"
 	"github.com/tether-dev/tether/internal/testenv"
 	"github.com/tether-dev/tether/tunnel"
-	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
 // runP9 rolls an agent upgrade out to N simulated agents in batches of
@@ -48,7 +48,9 @@ import (
 // once the fleet is connected (simulated agents cannot exec a new binary).
 // The new version's binary is installed on disk but never executed.
 func runP9(ctx context.Context, b *bench) error {
-	if out, err := exec.Command(filepath.Join(b.bin, "tether"), "upgrade", "create", "--help").CombinedOutput(); err != nil {
+	if out, err := exec.Command(
+		filepath.Join(b.bin, "tether"), "upgrade", "create", "--help",
+	).CombinedOutput(); err != nil {
 		b.report.Note("P9 skipped: `tether upgrade create` is not in this build (%s)", strings.TrimSpace(string(out)))
 		return nil
 	}
@@ -86,12 +88,14 @@ func runP9(ctx context.Context, b *bench) error {
 	if err := os.MkdirAll(env.Path("registry"), 0o700); err != nil {
 		return err
 	}
-	reg, err := testenv.NewRegistry(env.Path("registry"), testenv.RegistryOptions{User: "bench", Password: hex.EncodeToString(pw)})
+	reg, err := testenv.NewRegistry(env.Path("registry"),
+		testenv.RegistryOptions{User: "bench", Password: hex.EncodeToString(pw)})
 	if err != nil {
 		return err
 	}
 	defer reg.Close()
-	pushed, err := reg.PushAgent(ctx, reg.Ref("tether/edge:"+to), to, map[string]string{runtime.GOOS + "/" + runtime.GOARCH: edgeBin})
+	pushed, err := reg.PushAgent(ctx, reg.Ref("tether/edge:"+to), to,
+		map[string]string{runtime.GOOS + "/" + runtime.GOARCH: edgeBin})
 	if err != nil {
 		return fmt.Errorf("P9: push the artifact: %w", err)
 	}
@@ -154,7 +158,8 @@ func runP9(ctx context.Context, b *bench) error {
 	m0, _ := hub.Metrics(ctx)
 	reg0, blobs0 := reg.BlobBytesServed(), reg.BlobsServed()
 	start := time.Now()
-	if _, err := hub.Tether(ctx, "upgrade", "create", "p9", "--artifact", pushed.Reference, "-l", "bench=p9", "--batch", "10%",
+	if _, err := hub.Tether(ctx, "upgrade", "create", "p9", "--artifact", pushed.Reference,
+		"-l", "bench=p9", "--batch", "10%",
 		// A node that fails is reported in the row instead of halting the
 		// measurement (the default tolerance is none).
 		"--failure-tolerance", "10%"); err != nil {
@@ -171,7 +176,8 @@ func runP9(ctx context.Context, b *bench) error {
 	}
 	m1, _ := hub.Metrics(ctx)
 	regBytes, regBlobs := reg.BlobBytesServed()-reg0, reg.BlobsServed()-blobs0
-	pushedToNodes := sumMetric(m1, "tether_upgrade_bytes_pushed_total") - sumMetric(m0, "tether_upgrade_bytes_pushed_total")
+	pushedToNodes := sumMetric(m1, "tether_upgrade_bytes_pushed_total") -
+		sumMetric(m0, "tether_upgrade_bytes_pushed_total")
 	hubRead := sumMetric(m1, "tether_upgrade_registry_bytes_total") - sumMetric(m0, "tether_upgrade_registry_bytes_total")
 
 	// The reference: the same binary with scp through an OpenSSH bastion
@@ -183,20 +189,28 @@ func runP9(ctx context.Context, b *bench) error {
 	defer ref.nodes.Close()
 	scpWall, scpErr := scpAll(ctx, env, ref.nodes, ref.sshConfig, ref.bastion, edgeBin, batch)
 
-	row := harness.Row{ID: "P9", What: fmt.Sprintf("agent upgrade rollout (%s binary) to %d simulated agents, batch 10%% (%d), QUIC", mib(binSize), n, batch),
+	row := harness.Row{ID: "P9",
+		What: fmt.Sprintf("agent upgrade rollout (%s binary) to %d simulated agents, batch 10%% (%d), QUIC",
+			mib(binSize), n, batch),
 		Value: fmt.Sprintf("%.1f s", wall.Seconds()),
-		Comment: fmt.Sprintf("%s; hub CPU %.1f s (%.1f ms per node); registry served %s of blobs in %d GETs = %s (the hub read %s with the manifests); pushed to nodes %s (%.2f× the binary per node)",
+		Comment: fmt.Sprintf("%s; hub CPU %.1f s (%.1f ms per node); registry served %s of blobs in %d GETs = %s "+
+			"(the hub read %s with the manifests); pushed to nodes %s (%.2f× the binary per node)",
 			final, hubCPU.Seconds(), hubCPU.Seconds()*1000/float64(n), mib(regBytes), regBlobs, onceOrNot(regBytes, binSize),
 			mib(int64(hubRead)), mib(int64(pushedToNodes)), pushedToNodes/float64(binSize)/float64(n)),
 		Target: "registry bytes = one artifact", Met: harness.YesNo(regBytes == binSize)}
 	if scpErr != nil {
 		b.report.Note("P9 reference (scp through an OpenSSH bastion) failed: %v", scpErr)
 	} else {
-		row.Ref = fmt.Sprintf("%.1f s: scp of the binary via an OpenSSH bastion (ProxyJump), %d at a time, %s total (a copy only: no verify, install, restart or health check)", scpWall.Seconds(), batch, mib(binSize*int64(n)))
+		row.Ref = fmt.Sprintf("%.1f s: scp of the binary via an OpenSSH bastion (ProxyJump), %d at a time, "+
+			"%s total (a copy only: no verify, install, restart or health check)", scpWall.Seconds(), batch,
+			mib(binSize*int64(n)))
 		row.Ratio = harness.Ratio(wall.Seconds(), scpWall.Seconds()) + " the scp time"
 	}
 	b.report.Add(row)
-	b.report.Note("P9: nodes are in-process edge.Agent sessions with embedded SSH servers; each node runs the real `tether-edge upgrade offer/apply/watch` on its own state dir; the service manager's restart is simulated (tbench restarts the in-process agent %s after the updater asks, and it then reports the new version); all of it shares the machine's %d cores with the hub", restartDelay, runtimeCPUs())
+	b.report.Note("P9: nodes are in-process edge.Agent sessions with embedded SSH servers; each node runs the "+
+		"real `tether-edge upgrade offer/apply/watch` on its own state dir; the service manager's restart is "+
+		"simulated (tbench restarts the in-process agent %s after the updater asks, and it then reports the new "+
+		"version); all of it shares the machine's %d cores with the hub", restartDelay, runtimeCPUs())
 	return nil
 }
 
@@ -249,7 +263,8 @@ type simManager struct {
 var restartDelay time.Duration
 
 func newSimManager(s *sim.Sim, nodes []*upgrade.Node, to, name string) *simManager {
-	return &simManager{s: s, nodes: nodes, to: to, name: name, restarted: make([]bool, len(nodes)), cleaned: make([]bool, len(nodes))}
+	return &simManager{s: s, nodes: nodes, to: to, name: name, restarted: make([]bool, len(nodes)),
+		cleaned: make([]bool, len(nodes))}
 }
 
 func (m *simManager) run(ctx context.Context, usr1 <-chan os.Signal) {
@@ -267,7 +282,7 @@ func (m *simManager) run(ctx context.Context, usr1 <-chan os.Signal) {
 		}
 		for i, nd := range m.nodes {
 			if restart && !m.restarted[i] && nd.InstalledVersion() == m.to {
-				if st, err := nd.Load(m.name); err == nil && st.Step == control.StepHealthCheck {
+				if st, err := nd.Load(m.name); err == nil && st.Step == upgradeproto.StepHealthCheck {
 					m.restarted[i] = true
 					m.restarts.Add(1)
 					m.wg.Go(func() {
@@ -280,7 +295,7 @@ func (m *simManager) run(ctx context.Context, usr1 <-chan os.Signal) {
 				}
 			}
 			if m.restarted[i] && !m.cleaned[i] {
-				if st, err := nd.Load(m.name); err == nil && st.Step == control.StepSucceeded {
+				if st, err := nd.Load(m.name); err == nil && st.Step == upgradeproto.StepSucceeded {
 					m.cleaned[i] = true
 					_ = os.RemoveAll(filepath.Join(nd.Dir, "agent", "versions"))
 				}
@@ -291,7 +306,8 @@ func (m *simManager) run(ctx context.Context, usr1 <-chan os.Signal) {
 
 // scpAll copies file to every node with scp through the bastion, parallel
 // at a time, each copy removed once it arrived.
-func scpAll(ctx context.Context, env *harness.Env, nodes *tcpNodes, sshConfig string, bastion *harness.SSHD, file string, parallel int) (time.Duration, error) {
+func scpAll(ctx context.Context, env *harness.Env, nodes *tcpNodes, sshConfig string, bastion *harness.SSHD,
+	file string, parallel int) (time.Duration, error) {
 	dest := env.Path("scp-dest")
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return 0, err
@@ -345,12 +361,12 @@ func waitRollout(ctx context.Context, hub *harness.Hub, name string, n int, time
 		if err := json.Unmarshal([]byte(out), &v); err != nil {
 			return "", fmt.Errorf("P9: tether upgrade show -o json: %w", err)
 		}
-		ok := v.Counts[string(control.StepSucceeded)]
+		ok := v.Counts[string(upgradeproto.StepSucceeded)]
 		summary := fmt.Sprintf("%d/%d nodes succeeded", ok, n)
 		if failed := n - ok; failed > 0 {
 			summary += fmt.Sprintf(", %d not (%v)", failed, v.Counts)
 			for _, nd := range v.Nodes {
-				if nd.Step == string(control.StepFailed) || nd.Step == string(control.StepRolledBack) {
+				if nd.Step == string(upgradeproto.StepFailed) || nd.Step == string(upgradeproto.StepRolledBack) {
 					summary += fmt.Sprintf("; first failure %s: %s", nd.Node, tail(nd.Reason, 300))
 					break
 				}

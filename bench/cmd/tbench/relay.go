@@ -141,7 +141,8 @@ func throwawayPKI() (server, client *tls.Config, err error) {
 		if err != nil {
 			return tls.Certificate{}, err
 		}
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: fmt.Sprint("bench-", serial)},
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial),
+			Subject:   pkix.Name{CommonName: fmt.Sprint("bench-", serial)},
 			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, DNSNames: dns}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
@@ -160,7 +161,8 @@ func throwawayPKI() (server, client *tls.Config, err error) {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	server = &tls.Config{Certificates: []tls.Certificate{hubCert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	server = &tls.Config{Certificates: []tls.Certificate{hubCert}, ClientCAs: pool,
+		ClientAuth: tls.RequireAndVerifyClientCert}
 	client = &tls.Config{Certificates: []tls.Certificate{nodeCert}, RootCAs: pool, ServerName: "hub"}
 	return server, client, nil
 }
@@ -198,10 +200,11 @@ func procCPU(pid int) (time.Duration, error) {
 // waitChildrenGone waits (bounded) until pid has no child processes, so
 // that the CPU of a connection's processes is in its counters.
 func waitChildrenGone(ctx context.Context, pid int) error {
-	return harness.WaitFor(ctx, 10*time.Second, fmt.Sprintf("the connection processes of pid %d to exit", pid), func() bool {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-		return err == nil && len(strings.TrimSpace(string(b))) == 0
-	})
+	return harness.WaitFor(ctx, 10*time.Second, fmt.Sprintf("the connection processes of pid %d to exit", pid),
+		func() bool {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+			return err == nil && len(strings.TrimSpace(string(b))) == 0
+		})
 }
 
 // cpuPerGiB is CPU seconds per GiB moved.
@@ -267,7 +270,8 @@ func profileHub(ctx context.Context, name string, d time.Duration) (wait func())
 		defer close(done)
 		ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+			fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), nil)
 		if err != nil {
 			return
 		}

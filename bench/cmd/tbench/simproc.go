@@ -29,9 +29,12 @@ const simProcessRamp = 250
 // startSimProcess starts agentsim (in bin) running fleet members
 // [from, from+n) from the fleet file against hub, its output in env's
 // scratch directory.
-func startSimProcess(env *harness.Env, bin, fleetPath, hub string, tr tunnel.Transport, from, n int) (*simProcess, error) {
+func startSimProcess(
+	env *harness.Env, bin, fleetPath, hub string, tr tunnel.Transport, from, n int,
+) (*simProcess, error) {
 	args := []string{"run", "-fleet", fleetPath, "-from", strconv.Itoa(from), "-n", strconv.Itoa(n), "-hub", hub,
-		"-transport", tr.String(), "-per-socket", "0", "-ramp", strconv.Itoa(simProcessRamp), "-report", "1s", "-duration", "24h"}
+		"-transport", tr.String(), "-per-socket", "0", "-ramp", strconv.Itoa(simProcessRamp), "-report", "1s",
+		"-duration", "24h"}
 	if *p4KeepAlive > 0 {
 		args = append(args, "-keepalive", p4KeepAlive.String(), "-dead-peer-timeout", (3 * *p4KeepAlive).String())
 	}

@@ -37,7 +37,8 @@ func (e *Env) StartHub(ctx context.Context, dataDir string, extra ...string) (*H
 	if err != nil {
 		return nil, err
 	}
-	h := &Hub{env: e, DataDir: dataDir, Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), SSH: fmt.Sprintf("127.0.0.1:%d", ports[1]), Extra: extra}
+	h := &Hub{env: e, DataDir: dataDir, Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		SSH: fmt.Sprintf("127.0.0.1:%d", ports[1]), Extra: extra}
 	return h, h.start(ctx)
 }
 

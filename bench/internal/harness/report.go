@@ -31,7 +31,8 @@ type Report struct {
 	head  bool
 }
 
-const tableHead = "| id | measurement | tether | reference (same run) | ratio | target | met |\n|---|---|---|---|---|---|---|\n"
+const tableHead = "| id | measurement | tether | reference (same run) | ratio | target | met |\n" +
+	"|---|---|---|---|---|---|---|\n"
 
 // Add records a row and prints it at once.
 func (r *Report) Add(row Row) {
@@ -69,13 +70,15 @@ func (row Row) markdown() string {
 	if row.Comment != "" {
 		what += " (" + row.Comment + ")"
 	}
-	return fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s |\n", row.ID, what, row.Value, dash(row.Ref), dash(row.Ratio), dash(row.Target), dash(row.Met))
+	return fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s |\n", row.ID, what, row.Value, dash(row.Ref),
+		dash(row.Ratio), dash(row.Target), dash(row.Met))
 }
 
 // Markdown is the whole report with the machine description.
 func (r *Report) Markdown(machine string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n## %s — %s (%s)\n\n%s\n\n", r.Title, time.Now().UTC().Format("2006-01-02T15:04Z"), gitRev(), machine)
+	fmt.Fprintf(&b, "\n## %s — %s (%s)\n\n%s\n\n", r.Title, time.Now().UTC().Format("2006-01-02T15:04Z"),
+		gitRev(), machine)
 	b.WriteString(tableHead)
 	for _, row := range r.Rows {
 		b.WriteString(row.markdown())
@@ -148,7 +151,9 @@ func gitRev() string {
 		return "unknown rev"
 	}
 	rev := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+	if st, err := exec.Command(
+		"git", "status", "--porcelain", "--untracked-files=no",
+	).Output(); err == nil && len(st) > 0 {
 		rev += "-dirty"
 	}
 	return rev

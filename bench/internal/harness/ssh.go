@@ -46,7 +46,8 @@ func (e *Env) StartSSHD(ctx context.Context, name string, extra ...string) (*SSH
 		return nil, err
 	}
 	var proc *Proc
-	lines := append(append([]string{}, extra...), "AllowTcpForwarding yes", "MaxStartups 1000:30:2000", "MaxSessions 100", "LogLevel INFO")
+	lines := append(append([]string{}, extra...), "AllowTcpForwarding yes", "MaxStartups 1000:30:2000",
+		"MaxSessions 100", "LogLevel INFO")
 	s, err := testenv.LaunchSSHD(testenv.SSHDConfig{Dir: e.Path(name), Lines: lines, AuthorizedKeys: pub}, name,
 		func(name string, cmd *exec.Cmd) (*testenv.Proc, error) {
 			p, err := e.StartCmd(name, cmd)

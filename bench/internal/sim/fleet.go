@@ -83,7 +83,8 @@ func (f *Fleet) identity(i int) (*edge.Identity, error) {
 	for _, der := range m.Chain {
 		certPEM = append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
 	}
-	id, err := edge.ParseIdentity(edge.NodeConfig{NodeID: m.NodeID, Name: m.Name, Hubs: m.Hubs}, certPEM, m.KeyPEM, f.CAPEM, f.NodeCAPEM)
+	id, err := edge.ParseIdentity(edge.NodeConfig{NodeID: m.NodeID, Name: m.Name, Hubs: m.Hubs}, certPEM, m.KeyPEM,
+		f.CAPEM, f.NodeCAPEM)
 	if err != nil {
 		return nil, fmt.Errorf("sim: identity of %s: %w", m.Name, err)
 	}

@@ -12,8 +12,9 @@ func keysMsg(keys ...string) *control.Message {
 }
 
 func trustMsg(hostCert string, revoked ...string) *control.Message {
-	return &control.Message{Type: control.TypeSSHTrust, SSHTrust: &control.SSHTrust{HostCert: hostCert, UserCAs: []string{"ca"},
-		RevokedKeys: revoked, Principals: map[string][]string{"root": {"tether:all:root"}}}}
+	return &control.Message{Type: control.TypeSSHTrust,
+		SSHTrust: &control.SSHTrust{HostCert: hostCert, UserCAs: []string{"ca"},
+			RevokedKeys: revoked, Principals: map[string][]string{"root": {"tether:all:root"}}}}
 }
 
 // pushTo is one control message to agent i.
@@ -46,7 +47,8 @@ func TestPushWatch(t *testing.T) {
 			want:   hasB,
 			after:  []pushTo{{0, keysMsg("a", "b")}, {1, keysMsg("a")}, {1, trustMsg("c1")}},
 			check: func(t *testing.T, ps PushStats) {
-				if ps.Have != 1 || ps.KeysUnchanged != 1 || ps.TrustUnchanged != 1 || ps.AgentsPushed != 2 || ps.AgentsNeedless != 1 {
+				if ps.Have != 1 || ps.KeysUnchanged != 1 || ps.TrustUnchanged != 1 || ps.AgentsPushed != 2 ||
+					ps.AgentsNeedless != 1 {
 					t.Errorf("got %+v", ps)
 				}
 			}},
@@ -67,7 +69,8 @@ func TestPushWatch(t *testing.T) {
 				}
 			}},
 		{name: "other control messages are not pushes",
-			after: []pushTo{{0, &control.Message{Type: control.TypeHeartbeat}}, {1, &control.Message{Type: control.TypeSSHTrust}}},
+			after: []pushTo{{0, &control.Message{Type: control.TypeHeartbeat}},
+				{1, &control.Message{Type: control.TypeSSHTrust}}},
 			check: func(t *testing.T, ps PushStats) {
 				if ps.Keys+ps.Trust != 0 || !ps.LastPush.IsZero() {
 					t.Errorf("got %+v", ps)

@@ -140,8 +140,9 @@ func Start(ctx context.Context, cfg Config) (*Sim, error) {
 			return nil, err
 		}
 		ec := edge.Config{
-			Identity: id, SSHTarget: cfg.SSHTarget, SSHHostKey: cfg.SSHHostKey, SSHDHostKey: cfg.SSHDHostKey, AllowPorts: cfg.AllowPorts,
-			Transport: cfg.Transport, Tunnel: cfg.Tunnel, BackoffMin: cfg.BackoffMin, BackoffMax: cfg.BackoffMax,
+			Identity: id, SSHTarget: cfg.SSHTarget, SSHHostKey: cfg.SSHHostKey, SSHDHostKey: cfg.SSHDHostKey,
+			AllowPorts: cfg.AllowPorts, Transport: cfg.Transport, Tunnel: cfg.Tunnel,
+			BackoffMin: cfg.BackoffMin, BackoffMax: cfg.BackoffMax,
 			Logger: cfg.Logger, OnStatus: s.onStatus(i), OnControl: s.pushes.onControl(i),
 		}
 		if cfg.Transport == tunnel.TransportQUIC && cfg.PerSocket > 0 {

@@ -58,25 +58,34 @@ func TestExecute(t *testing.T) {
 		errHas  string
 		notWant string
 	}{
-		{args: []string{"run"}, want: "run state=/var/lib/x out=text ports=[] bg=false level=info args=[] changed(output)=false"},
+		{args: []string{"run"},
+			want: "run state=/var/lib/x out=text ports=[] bg=false level=info args=[] changed(output)=false"},
 		{args: []string{"run", "--state-dir", "/s", "-o", "json", "--allow-port", "22", "--allow-port=80,443", "--supervise"},
 			want: "run state=/s out=json ports=[22 80 443] bg=true level=info args=[] changed(output)=true"},
-		{args: []string{"run", "ARG", "--state-dir=/s", "--log-level", "debug"}, want: "run state=/s out=text ports=[] bg=false level=debug args=[ARG] changed(output)=false"},
-		{args: []string{"--log-level", "warn", "run", "-state-dir", "/t"}, want: "run state=/t out=text ports=[] bg=false level=warn args=[] changed(output)=false"},
-		{args: []string{"run", "--", "--not-a-flag"}, want: "run state=/var/lib/x out=text ports=[] bg=false level=info args=[--not-a-flag] changed(output)=false"},
+		{args: []string{"run", "ARG", "--state-dir=/s", "--log-level", "debug"},
+			want: "run state=/s out=text ports=[] bg=false level=debug args=[ARG] changed(output)=false"},
+		{args: []string{"--log-level", "warn", "run", "-state-dir", "/t"},
+			want: "run state=/t out=text ports=[] bg=false level=warn args=[] changed(output)=false"},
+		{args: []string{"run", "--", "--not-a-flag"},
+			want: "run state=/var/lib/x out=text ports=[] bg=false level=info args=[--not-a-flag] changed(output)=false"},
 		{args: []string{"upgrade", "--state-dir", "/u", "apply", "N"}, want: "apply dir=/u level=info args=[N]"},
 		{args: []string{"upgrade", "apply", "N", "--state-dir", "/u"}, want: "apply dir=/u level=info args=[N]"},
-		{args: []string{"upgrade", "apply"}, usage: true, errHas: "accepts 1 argument(s), received 0 (see agent upgrade apply --help)"},
+		{args: []string{"upgrade", "apply"}, usage: true,
+			errHas: "accepts 1 argument(s), received 0 (see agent upgrade apply --help)"},
 		{args: []string{"run", "a", "b"}, usage: true, errHas: "accepts at most 1 argument(s), received 2"},
-		{args: []string{"run", "--bogus"}, usage: true, errHas: "flag provided but not defined: -bogus (see agent run --help)"},
+		{args: []string{"run", "--bogus"}, usage: true,
+			errHas: "flag provided but not defined: -bogus (see agent run --help)"},
 		{args: []string{"run", "--allow-port", "x"}, usage: true, errHas: `"x" is not an unsigned integer`},
 		{args: []string{"bogus"}, usage: true, errHas: `unknown command "bogus" for "agent"`},
 		{args: []string{"--version"}, outHas: "agent v1\n"},
 		{args: []string{"-v"}, outHas: "agent v1\n"},
 		{args: []string{"--help"}, outHas: "\n  -v, --version ", notWant: "\n      --version "},
 		{args: []string{"run", "-v"}, usage: true, errHas: "flag provided but not defined: -v (see agent run --help)"},
-		{args: []string{"--help"}, outHas: "Available Commands:\n  run         run it\n  upgrade     upgrades\n  completion  Print the shell completion script (bash, zsh or fish)\n  help        Help about any command"},
-		{args: []string{"run", "--help"}, outHas: "  -o, --output string      text or json (default \"text\")", notWant: "  -o string"},
+		{args: []string{"--help"},
+			outHas: "Available Commands:\n  run         run it\n  upgrade     upgrades\n" +
+				"  completion  Print the shell completion script (bash, zsh or fish)\n  help        Help about any command"},
+		{args: []string{"run", "--help"}, outHas: "  -o, --output string      text or json (default \"text\")",
+			notWant: "  -o string"},
 		{args: []string{"run", "-h"}, outHas: "Global Flags:\n      --log-level string   log level (default \"info\")"},
 		{args: []string{"help", "upgrade", "apply"}, outHas: "Usage:\n  agent upgrade apply NAME [flags]"},
 		{args: []string{"upgrade"}, outHas: "Use \"agent upgrade [command] --help\""},
@@ -132,7 +141,9 @@ func TestComplete(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{""}, "run\trun it\nupgrade\tupgrades\ncompletion\tPrint the shell completion script (bash, zsh or fish)\nhelp\tHelp about any command\n:4\n"},
+		{[]string{""},
+			"run\trun it\nupgrade\tupgrades\n" +
+				"completion\tPrint the shell completion script (bash, zsh or fish)\nhelp\tHelp about any command\n:4\n"},
 		{[]string{"u"}, "upgrade\tupgrades\n:4\n"},
 		{[]string{"upgrade", ""}, "apply\tapply one\n:4\n"},
 		{[]string{"run", "--al"}, "--allow-port\tport (repeatable)\n:4\n"},

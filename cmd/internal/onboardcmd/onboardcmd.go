@@ -43,7 +43,8 @@ func New(interactive Interactive) *edgecli.Command {
 		accessible               bool
 		root                     string
 	)
-	cmd := edgecli.New("onboard", "Onboard this machine to a hub with an onboarding credential (checks, facts, CA, cloud-init)")
+	cmd := edgecli.New("onboard",
+		"Onboard this machine to a hub with an onboarding credential (checks, facts, CA, cloud-init)")
 	cmd.Long = `Turn this machine into a node of a hub, run as root on the machine itself.
 
 It checks the prerequisites (root, systemd, a machine UUID, serial, clock
@@ -125,23 +126,31 @@ is then required.`
 	}
 	f := &cmd.Flags
 	f.StringVar(&c.Hub, "hub", os.Getenv("TETHER_HUB"), "hub address HOST[:PORT] (default port 7443; env TETHER_HUB)")
-	f.StringVar(&c.CAPin, "ca-pin", os.Getenv("TETHER_CA_PIN"), "the hub CA's fingerprint sha256:HEX (ca_pin in `tether onboarding create -o json` on the hub); required with --non-interactive (env TETHER_CA_PIN)")
-	f.StringVar(&cred, "credential", "", "onboarding credential: @FILE or the value (default: env TETHER_ONBOARD_CREDENTIAL, which keeps it out of the process list)")
+	f.StringVar(&c.CAPin, "ca-pin", os.Getenv("TETHER_CA_PIN"), "the hub CA's fingerprint sha256:HEX "+
+		"(ca_pin in `tether onboarding create -o json` on the hub); required with --non-interactive (env TETHER_CA_PIN)")
+	f.StringVar(&cred, "credential", "", "onboarding credential: @FILE or the value "+
+		"(default: env TETHER_ONBOARD_CREDENTIAL, which keeps it out of the process list)")
 	f.StringVar(&c.Name, "name", "", "node name (default: the hub derives it from the hostname)")
-	f.StringVar(&c.Site, "site", "", "site, sent as the label site=… (a reported label: the node's own word, written to its labels file)")
-	f.StringVar(&labels, "labels", "", "labels KEY=VALUE,… this machine reports (its labels file; never selected on: the hub's labels are the credential's)")
+	f.StringVar(&c.Site, "site", "",
+		"site, sent as the label site=… (a reported label: the node's own word, written to its labels file)")
+	f.StringVar(&labels, "labels", "", "labels KEY=VALUE,… this machine reports "+
+		"(its labels file; never selected on: the hub's labels are the credential's)")
 	f.StringVar(&c.Proxy.HTTPS, "https-proxy", "", "proxy to the hub (default: HTTPS_PROXY from the environment)")
 	f.BoolVar(&apply, "apply", false, "apply the cloud-init now and wait until the agent is connected (the default)")
 	f.BoolVar(&writeOnly, "write-only", false, "only write the cloud-init to --cloud-init-dir, for the next boot")
 	f.StringVar(&c.CloudInitDir, "cloud-init-dir", onboard.DefaultSeedDir, "NoCloud seed dir for --write-only")
-	f.StringVar(&c.Machine.StateDir, "state-dir", edgecli.DefaultStateDir(), "the agent's state dir (env TETHER_STATE_DIR)")
-	f.BoolVar(&c.Force, "force", false, "onboard again although the state dir holds an identity (same key: the hub returns the same node)")
+	f.StringVar(&c.Machine.StateDir, "state-dir", edgecli.DefaultStateDir(),
+		"the agent's state dir (env TETHER_STATE_DIR)")
+	f.BoolVar(&c.Force, "force", false,
+		"onboard again although the state dir holds an identity (same key: the hub returns the same node)")
 	f.BoolVar(&nonInt, "non-interactive", false, "take every input from flags and the environment; never prompt")
 	f.BoolVar(&accessible, "accessible", false, "plain line prompts instead of the full-screen form (also when TERM=dumb)")
 	f.DurationVar(&c.Timeout, "timeout", 0, "with --apply: how long to wait for the agent to connect (default 2m)")
-	f.IntVar(&c.Attempts, "attempts", 6, "tries of each network step before giving up (backoff doubles from 1s, capped at 30s)")
+	f.IntVar(&c.Attempts, "attempts", 6,
+		"tries of each network step before giving up (backoff doubles from 1s, capped at 30s)")
 	f.StringVar(&output, "output", "text", "text or json (the result on stdout; tables and progress on stderr)")
-	f.StringVar(&root, "root", cmp.Or(os.Getenv("TETHER_ONBOARD_ROOT"), "/"), "the machine's root filesystem: facts are read and cloud-init files written under it (for image builds and tests; env TETHER_ONBOARD_ROOT)")
+	f.StringVar(&root, "root", cmp.Or(os.Getenv("TETHER_ONBOARD_ROOT"), "/"), "the machine's root filesystem: "+
+		"facts are read and cloud-init files written under it (for image builds and tests; env TETHER_ONBOARD_ROOT)")
 	cmd.Alias("o", "output")
 	return cmd
 }

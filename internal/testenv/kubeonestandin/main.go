@@ -299,7 +299,10 @@ func load(path string) (cluster, error) {
 		return c, fmt.Errorf("manifest %s: %w", path, err)
 	}
 	if c.APIVersion != "kubeone.k8c.io/v1beta2" || c.Kind != "KubeOneCluster" {
-		return c, fmt.Errorf("manifest %s: apiVersion %q kind %q: want kubeone.k8c.io/v1beta2 KubeOneCluster", path, c.APIVersion, c.Kind)
+		return c, fmt.Errorf(
+			"manifest %s: apiVersion %q kind %q: want kubeone.k8c.io/v1beta2 KubeOneCluster",
+			path, c.APIVersion, c.Kind,
+		)
 	}
 	if err := checkKubernetes(c.Versions.Kubernetes); err != nil {
 		return c, fmt.Errorf("manifest %s: %w", path, err)
@@ -462,7 +465,9 @@ func authMethods(h host) ([]ssh.AuthMethod, error) {
 func pinned(what string, want []byte) ssh.HostKeyCallback {
 	return func(_ string, _ net.Addr, key ssh.PublicKey) error {
 		if len(want) == 0 {
-			fmt.Fprintf(os.Stderr, "WARN %s: no host key pinned; accepting %s %s\n", what, key.Type(), ssh.FingerprintSHA256(key))
+			fmt.Fprintf(
+				os.Stderr, "WARN %s: no host key pinned; accepting %s %s\n", what, key.Type(), ssh.FingerprintSHA256(key),
+			)
 			return nil
 		}
 		if !bytes.Equal(key.Marshal(), want) {

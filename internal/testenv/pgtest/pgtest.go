@@ -40,7 +40,9 @@ type T interface {
 
 // ErrNotInstalled is returned where PostgreSQL's server binaries are not
 // installed (scripts/ensure-deps.sh installs the postgresql package).
-var ErrNotInstalled = errors.New("PostgreSQL server not installed (apt-get install postgresql, or scripts/ensure-deps.sh)")
+var ErrNotInstalled = errors.New(
+	"PostgreSQL server not installed (apt-get install postgresql, or scripts/ensure-deps.sh)",
+)
 
 // BinDir finds initdb and postgres: $TETHER_PG_BIN, else the newest
 // /usr/lib/postgresql/*/bin (Debian), else PATH.

@@ -1,0 +1,87 @@
+package nodeconn
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tether-dev/tether/hub/store"
+	"github.com/tether-dev/tether/tunnel"
+)
+
+// agentHeaderTimeout bounds how long a stream an agent opened may take to
+// send its header.
+const agentHeaderTimeout = 10 * time.Second
+
+// serveAgentStreams accepts the streams a node's agent opens on its
+// session until ctx ends or the session does. The only stream an agent may
+// open besides its control stream is a tunnel.ServiceConnect stream, and
+// only if it announced siteproto.CapServiceConnect (serviceConnect) and this
+// hub serves service tunnels; anything else is refused and audited. The
+// returned wait blocks until the loop and every stream it serves have
+// ended: call it after ctx is cancelled.
+func (s *Server) serveAgentStreams(
+	ctx context.Context,
+	conn *Conn,
+	serviceConnect bool,
+	log *slog.Logger,
+) (wait func()) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			// AcceptStream fails once the session or ctx ends.
+			st, err := conn.Session.AcceptStream(ctx)
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.serveAgentStream(ctx, conn, st, serviceConnect, log)
+			}()
+		}
+	}()
+	return wg.Wait
+}
+
+func (s *Server) serveAgentStream(
+	ctx context.Context,
+	conn *Conn,
+	st tunnel.Stream,
+	serviceConnect bool,
+	log *slog.Logger,
+) {
+	stop := context.AfterFunc(ctx, func() { st.Close() })
+	defer stop()
+	_ = st.SetReadDeadline(time.Now().Add(agentHeaderTimeout))
+	h, err := tunnel.ReadHeader(st)
+	_ = st.SetReadDeadline(time.Time{})
+	remote := conn.Session.RemoteAddr().String()
+	if err == nil && h.Service == tunnel.ServiceConnect && serviceConnect {
+		s.cfg.Services.ServeConnect(ctx, st, conn.Name, remote)
+		return
+	}
+	why := "agents may not open streams to the hub, except service connects for the services they consume"
+	detail := "the agent opened a stream to the hub; agents may not open streams other than service connects"
+	switch {
+	case err != nil:
+		detail = "the agent opened a stream with a bad header: " + err.Error()
+	case h.Service == tunnel.ServiceConnect && !serviceConnect:
+		detail = "service connect stream from an agent that did not announce the service-connect capability"
+	case h.Service == tunnel.ServiceConnect:
+		why = "this hub does not serve service tunnels"
+		detail = "service connect stream while the hub serves no service tunnels"
+	}
+	log.Warn("agent stream refused", "err", err, "service", h.Service.String())
+	s.cfg.Audit.Refusal(
+		"stream",
+		remote,
+		store.AuditEvent{Kind: "stream", Node: conn.Name, Result: "refused", Detail: detail},
+	)
+	_ = st.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_ = tunnel.WriteReply(st, tunnel.Reply{OK: false, Reason: why})
+	st.Close()
+}
