@@ -19,7 +19,7 @@ PKG_VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null) &
 TEST_TIMEOUT ?= 20m
 BENCH_SIZE ?= full
 
-.PHONY: all build package test vet soak demo demo-stop bench bench-quick fuzz deps tools clean ui-assets depaware
+.PHONY: all build package test vet soak demo demo-stop bench bench-quick fuzz deps tools clean ui-assets depaware pkgmap
 
 all: build
 
@@ -83,6 +83,11 @@ test: deps tools build vet ## everything: unit, fuzz seed corpora, end-to-end wi
 # and the list differ. After a reviewed dependency change, rewrite them:
 depaware: ## rewrite cmd/*/depaware.txt, the third-party packages each binary links (then review the diff)
 	TETHER_DEPAWARE_UPDATE=1 $(GO) test -count=1 -run '^TestDepaware$$' ./cmd/tether ./cmd/tether-edge ./cmd/tether-edge-onboard
+
+# docs/design/packages.md lists every package with the first sentence of its
+# package comment; TestPackageMap (internal/pkgmap) fails when it drifts.
+pkgmap: ## rewrite docs/design/packages.md, the package map, from go list and the package comments
+	$(GO) run ./internal/pkgmap -o docs/design/packages.md
 
 # The long fault runs of SECURITY.md: 5-minute flaps per transport, 100k
 # login and join attempts, five stall rounds.

@@ -68,12 +68,14 @@ func TestGrafanaDashboard(t *testing.T) {
 	id, _, _ := strings.Cut(parsed.Token, ".")
 	unknown := strings.Replace(join, id+".", "zzzzzzzz.", 1)
 	if _, errOut, code := runCmd(t, 30*time.Second, filepath.Join(binDir, "tether-edge"), "join", unknown,
-		"--name", "graf-refused", "--state-dir", filepath.Join(t.TempDir(), "refused")); code == 0 || !strings.Contains(errOut, "unknown") {
+		"--name", "graf-refused", "--state-dir", filepath.Join(t.TempDir(), "refused"),
+	); code == 0 || !strings.Contains(errOut, "unknown") {
 		t.Fatalf("join with an unknown token: exit %d, %q", code, errOut)
 	}
 	stranger := testenv.NewKeyFile(t, filepath.Join(t.TempDir(), "stranger"))
-	if _, errOut, code := runCmd(t, 30*time.Second, "ssh", "-F", newSSHClient(t, h).cfg, "-o", "IdentityFile="+stranger.Path,
-		"-p", strconv.Itoa(h.sshPort), "mallory@127.0.0.1", "true"); code != 255 || !strings.Contains(errOut, "Permission denied") {
+	if _, errOut, code := runCmd(t, 30*time.Second, "ssh", "-F", newSSHClient(t, h).cfg,
+		"-o", "IdentityFile="+stranger.Path, "-p", strconv.Itoa(h.sshPort), "mallory@127.0.0.1", "true",
+	); code != 255 || !strings.Contains(errOut, "Permission denied") {
 		t.Fatalf("bastion login with an unknown key: exit %d, %q", code, errOut)
 	}
 	if code := h.getNoCredential(t, "/v1/nodes"); code != http.StatusUnauthorized {
@@ -81,7 +83,9 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 
 	// A jump that relays bytes both ways.
-	if out, errOut, code := newSSHClient(t, h).run(30*time.Second, "graf-quic", "echo", "via-jump"); code != 0 || strings.TrimSpace(out) != "via-jump" {
+	if out, errOut, code := newSSHClient(t, h).run(
+		30*time.Second, "graf-quic", "echo", "via-jump",
+	); code != 0 || strings.TrimSpace(out) != "via-jump" {
 		t.Fatalf("ssh -J: exit %d, out %q, err %q", code, out, errOut)
 	}
 	// A job that succeeds on both nodes and one that fails on both.
@@ -115,14 +119,15 @@ func TestGrafanaDashboard(t *testing.T) {
 }
 
 // promScrapesReadme runs real Prometheus (the Debian package) with the
-// README's scrape configuration against the hub, and evaluates every panel
-// query and the Job variable through its HTTP API: the README's snippet
+// docs' scrape configuration against the hub, and evaluates every panel
+// query and the Job variable through its HTTP API: the docs' snippet
 // must scrape (https, the hub's CA, no credential), and each query must
 // evaluate and return series.
 func promScrapesReadme(t *testing.T, h *hub, d *grafana.Dashboard) {
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
-		t.Skip("prometheus not installed (Debian package prometheus; make deps installs it): the README's scrape configuration is not run")
+		t.Skip("prometheus not installed (Debian package prometheus; make deps installs it): " +
+			"the docs' scrape configuration is not run")
 	}
 	cfg := readmePromConfig(t)
 	for old, repl := range map[string]string{
@@ -130,7 +135,8 @@ func promScrapesReadme(t *testing.T, h *hub, d *grafana.Dashboard) {
 		"hub.example:7443":              h.apiAddr(),
 	} {
 		if !strings.Contains(cfg, old) {
-			t.Fatalf("the README's scrape configuration no longer has %q; update this test:\n%s", old, cfg)
+			t.Fatalf("the docs' scrape configuration (docs/operations.md) no longer has %q; update this test:\n%s",
+				old, cfg)
 		}
 		cfg = strings.ReplaceAll(cfg, old, repl)
 	}
@@ -169,16 +175,21 @@ func promScrapesReadme(t *testing.T, h *hub, d *grafana.Dashboard) {
 			health = targets.ActiveTargets[0].Health + " " + targets.ActiveTargets[0].LastError
 		}
 		var v struct{ Result []struct{ Value [2]any } }
-		return api("/api/v1/query", url.Values{"query": {`count_over_time(up{job="tether"}[1m]) >= 3 and up == 1`}}, &v) == nil && len(v.Result) == 1
+		return api("/api/v1/query",
+			url.Values{"query": {`count_over_time(up{job="tether"}[1m]) >= 3 and up == 1`}}, &v) == nil && len(v.Result) == 1
 	}); err != nil {
 		t.Fatalf("%v; the target: %s", err, health)
 	}
 
 	var jobs, hubs []string
-	if err := api("/api/v1/label/job/values", url.Values{"match[]": {"tether_nodes_connected"}}, &jobs); err != nil || !slices.Contains(jobs, "tether") {
+	if err := api(
+		"/api/v1/label/job/values", url.Values{"match[]": {"tether_nodes_connected"}}, &jobs,
+	); err != nil || !slices.Contains(jobs, "tether") {
 		t.Errorf("the Job variable's values: %v, %v; want tether among them", jobs, err)
 	}
-	if err := api("/api/v1/label/instance/values", url.Values{"match[]": {`tether_nodes_connected{job=~"tether"}`}}, &hubs); err != nil || !slices.Contains(hubs, h.apiAddr()) {
+	if err := api(
+		"/api/v1/label/instance/values", url.Values{"match[]": {`tether_nodes_connected{job=~"tether"}`}}, &hubs,
+	); err != nil || !slices.Contains(hubs, h.apiAddr()) {
 		t.Errorf("the Hub variable's values: %v, %v; want %s among them", hubs, err, h.apiAddr())
 	}
 	vars := strings.NewReplacer("$job", "tether", "$instance", ".+", "$__rate_interval", "1m")
@@ -196,24 +207,25 @@ func promScrapesReadme(t *testing.T, h *hub, d *grafana.Dashboard) {
 }
 
 // readmePromConfig is the first yaml block after "**Prometheus.**" in the
-// README's "Metrics and dashboards" section.
+// "Metrics and dashboards" section of the user guide's operations page.
 func readmePromConfig(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	const page = "docs/operations.md"
+	b, err := os.ReadFile(filepath.Join("..", page))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(b), "\n### Metrics and dashboards\n")
+	_, section, ok := strings.Cut(string(b), "\n## Metrics and dashboards\n")
 	if !ok {
-		t.Fatal(`README.md has no "### Metrics and dashboards" heading`)
+		t.Fatal(page + ` has no "## Metrics and dashboards" heading`)
 	}
 	_, section, ok = strings.Cut(section, "**Prometheus.**")
 	if !ok {
-		t.Fatal(`README.md "Metrics and dashboards" has no **Prometheus.** paragraph`)
+		t.Fatal(page + ` "Metrics and dashboards" has no **Prometheus.** paragraph`)
 	}
 	_, block, ok := strings.Cut(section, "\n```yaml\n")
 	if !ok {
-		t.Fatal("README.md: no yaml block after **Prometheus.**")
+		t.Fatal(page + ": no yaml block after **Prometheus.**")
 	}
 	block, _, _ = strings.Cut(block, "\n```\n")
 	return block + "\n"
