@@ -5,7 +5,6 @@ import (
 	"net/http"
 
 	"github.com/tether-dev/tether/hub/api/route"
-	"github.com/tether-dev/tether/hub/operator"
 )
 
 // Admins decides which admin client certificates the API accepts
@@ -21,7 +20,7 @@ type Admins interface {
 }
 
 // ErrAdminRefused is wrapped by Admins.Authorize's refusals.
-var ErrAdminRefused = operator.ErrAdminRefused
+var ErrAdminRefused = route.ErrAdminRefused
 
 // admin wraps handlers that need an admin client certificate. Which ones
 // pass is the hub's decision (Deps.Admins; nil refuses all): the

@@ -9,7 +9,6 @@ import (
 	"github.com/tether-dev/tether/hub/api/route"
 	"github.com/tether-dev/tether/hub/cluster"
 	"github.com/tether-dev/tether/hub/jobs"
-	"github.com/tether-dev/tether/hub/operator"
 	"github.com/tether-dev/tether/hub/store"
 )
 
@@ -30,7 +29,7 @@ var (
 // Domain errors callers branch on.
 var (
 	// ErrLoginRefused is wrapped by Login errors the client caused (403).
-	ErrLoginRefused = operator.ErrLoginRefused
+	ErrLoginRefused = route.ErrLoginRefused
 	// ErrJoinRefused is wrapped by the join handler's token refusals
 	// (unknown, wrong secret, expired, used up: 403). The handler audits
 	// these itself, with the token id; a guard in front of the API can tell

@@ -11,7 +11,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/api/apitype"
-	"github.com/tether-dev/tether/hub/operator"
+	"github.com/tether-dev/tether/hub/api/route"
 	"github.com/tether-dev/tether/hub/roles"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/internal/validate"
@@ -31,7 +31,7 @@ type Operators interface {
 
 // ErrNotOperatorIdentity is wrapped by Operators.Authorize when the
 // certificate is not an operator's API identity (it may be an admin's).
-var ErrNotOperatorIdentity = operator.ErrNotOperatorIdentity
+var ErrNotOperatorIdentity = route.ErrNotOperatorIdentity
 
 // NodeSite is the site a node is shown under, from its hub-set labels: the
 // site label, which the door sets on every node below a site hub to its

@@ -6,7 +6,6 @@
 package operator
 
 import (
-	"errors"
 	"log/slog"
 	"time"
 
@@ -14,19 +13,21 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/tether-dev/tether/hub/access"
+	"github.com/tether-dev/tether/hub/api/route"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki/ca"
 )
 
-// Errors the refusals wrap, for the API to answer them.
+// Errors the refusals wrap. They are defined in hub/api/route so that the
+// route table maps them to statuses without importing this feature.
 var (
 	// ErrLoginRefused is wrapped by login errors the client caused (403).
-	ErrLoginRefused = errors.New("login refused")
+	ErrLoginRefused = route.ErrLoginRefused
 	// ErrAdminRefused is wrapped by AuthorizeAdmin's refusals.
-	ErrAdminRefused = errors.New("admin certificate refused")
+	ErrAdminRefused = route.ErrAdminRefused
 	// ErrNotOperatorIdentity is wrapped by AuthorizeOperator when the
 	// certificate is no operator API identity of this hub at all.
-	ErrNotOperatorIdentity = errors.New("not an operator API identity of this hub")
+	ErrNotOperatorIdentity = route.ErrNotOperatorIdentity
 )
 
 // Door is the part of the access door a login and the certificate checks

@@ -14,6 +14,14 @@ import (
 	"github.com/tether-dev/tether/hub/api/apitype"
 )
 
+// Refusals of identities, wrapped by hub/operator's checks; hub/api maps them to
+// statuses without importing that feature.
+var (
+	ErrLoginRefused        = errors.New("login refused")
+	ErrAdminRefused        = errors.New("admin certificate refused")
+	ErrNotOperatorIdentity = errors.New("not an operator API identity of this hub")
+)
+
 // failure is an API error with the message the client reads. The message
 // says what failed and what to do; the kind and the cause stay available
 // to errors.Is for the status and for guards, but the cause's text (store
