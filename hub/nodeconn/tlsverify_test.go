@@ -80,46 +80,19 @@ func TestIssuerAnchorsAgreeWithFullVerification(t *testing.T) {
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(5 * year), IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, root)
 
-	good := issueTestCert(
-		t,
-		leafTemplate("node-1", now.Add(-time.Minute), now.Add(24*time.Hour), x509.ExtKeyUsageClientAuth),
-		inter,
-	)
-	expired := issueTestCert(
-		t,
-		leafTemplate("node-2", now.Add(-48*time.Hour), now.Add(-24*time.Hour), x509.ExtKeyUsageClientAuth),
-		inter,
-	)
-	serverOnly := issueTestCert(
-		t,
-		leafTemplate("node-3", now.Add(-time.Minute), now.Add(24*time.Hour), x509.ExtKeyUsageServerAuth),
-		inter,
-	)
-	byForged := issueTestCert(
-		t,
-		leafTemplate("node-4", now.Add(-time.Minute), now.Add(24*time.Hour), x509.ExtKeyUsageClientAuth),
-		forged,
-	)
-	byOther := issueTestCert(
-		t,
-		leafTemplate("node-5", now.Add(-time.Minute), now.Add(24*time.Hour), x509.ExtKeyUsageClientAuth),
-		otherInter,
-	)
-	byShort := issueTestCert(
-		t,
-		leafTemplate("node-6", now.Add(-time.Minute), now.Add(24*time.Hour), x509.ExtKeyUsageClientAuth),
-		shortInter,
-	)
-	byUnderShortRoot := issueTestCert(
-		t,
-		leafTemplate("node-8", now.Add(-time.Minute), now.Add(24*time.Hour), x509.ExtKeyUsageClientAuth),
-		underShortRoot,
-	)
-	byServerOnly := issueTestCert(
-		t,
-		leafTemplate("node-7", now.Add(-time.Minute), now.Add(24*time.Hour), x509.ExtKeyUsageClientAuth),
-		serverOnlyInter,
-	)
+	// leaf issues a node certificate valid from..until under issuer.
+	leaf := func(name string, from, until time.Time, eku x509.ExtKeyUsage, issuer *testCA) *testCA {
+		return issueTestCert(t, leafTemplate(name, from, until, eku), issuer)
+	}
+	client, server := x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth
+	good := leaf("node-1", now.Add(-time.Minute), now.Add(24*time.Hour), client, inter)
+	expired := leaf("node-2", now.Add(-48*time.Hour), now.Add(-24*time.Hour), client, inter)
+	serverOnly := leaf("node-3", now.Add(-time.Minute), now.Add(24*time.Hour), server, inter)
+	byForged := leaf("node-4", now.Add(-time.Minute), now.Add(24*time.Hour), client, forged)
+	byOther := leaf("node-5", now.Add(-time.Minute), now.Add(24*time.Hour), client, otherInter)
+	byShort := leaf("node-6", now.Add(-time.Minute), now.Add(24*time.Hour), client, shortInter)
+	byUnderShortRoot := leaf("node-8", now.Add(-time.Minute), now.Add(24*time.Hour), client, underShortRoot)
+	byServerOnly := leaf("node-7", now.Add(-time.Minute), now.Add(24*time.Hour), client, serverOnlyInter)
 
 	roots := x509.NewCertPool()
 	roots.AddCert(root.cert)
