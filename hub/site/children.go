@@ -31,6 +31,12 @@ type ChildrenConfig struct {
 	// StaleAfter is how long a site may stay silent before it is shown
 	// stale; default StaleFactor × DefaultStatusInterval.
 	StaleAfter time.Duration
+	// Heartbeat is how often a site that announced
+	// siteproto.CapSiteLiveness is asked to heartbeat, and DeadPeer how
+	// long nothing may arrive on its session before this hub closes it;
+	// defaults DefaultSiteHeartbeat and DefaultSiteDeadPeer.
+	Heartbeat time.Duration
+	DeadPeer  time.Duration
 	// Audit records refusals and inventory violations; nil drops them.
 	Audit func(store.AuditEvent)
 	// Changed, if set, is called (without locks held, must not block)
@@ -55,6 +61,17 @@ func (c *ChildrenConfig) CheckAndSetDefaults() error {
 	}
 	if c.StaleAfter <= 0 {
 		c.StaleAfter = StaleFactor * DefaultStatusInterval
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = DefaultSiteHeartbeat
+	}
+	if c.DeadPeer <= 0 {
+		c.DeadPeer = DefaultSiteDeadPeer
+	}
+	if c.Heartbeat < siteproto.MinHeartbeatMillis*time.Millisecond || c.DeadPeer < 2*c.Heartbeat ||
+		c.DeadPeer > siteproto.MaxLivenessMillis*time.Millisecond {
+		return fmt.Errorf("site: a site heartbeat every %s, dead after %s: want at least %dms, and dead after "+
+			"two heartbeats or more", c.Heartbeat, c.DeadPeer, siteproto.MinHeartbeatMillis)
 	}
 	if c.Audit == nil {
 		c.Audit = func(store.AuditEvent) {}
@@ -97,6 +114,9 @@ type child struct {
 	// counts as heard from.
 	sessionStart time.Time
 	conn         *nodeconn.Conn // the live session; nil when down
+	// gone is closed once conn's end is recorded (Since set): a route that
+	// saw the session fail waits for it to say since when.
+	gone chan struct{}
 	// staging holds a full inventory run until its Done page.
 	staging []store.SiteNode
 	inFull  bool
@@ -254,6 +274,11 @@ func (c *Children) viewLocked(ch *child) Child {
 	}
 	if silent := now.Sub(heard); silent > c.cfg.StaleAfter {
 		v.Stale, v.StaleFor = true, silent.Round(time.Second)
+		if v.Connected {
+			// Unreachable since this hub judged it so, not since the
+			// status before: the site may have been well after that.
+			v.Since = heard.Add(c.cfg.StaleAfter)
+		}
 	}
 	if !v.Connected && v.Since.IsZero() {
 		v.Since = heard
@@ -269,13 +294,20 @@ func (c *Children) viewLocked(ch *child) Child {
 // Session returns the live session of site name, to open tunnel.ServiceRoute
 // streams on (false when the site is down or no such site).
 func (c *Children) Session(name string) (*nodeconn.Conn, bool) {
+	conn, _, ok := c.session(name)
+	return conn, ok
+}
+
+// session is Session, and a channel closed once that session's end is
+// recorded.
+func (c *Children) session(name string) (*nodeconn.Conn, <-chan struct{}, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ch, ok := c.sites[name]
 	if !ok || ch.conn == nil {
-		return nil, false
+		return nil, nil, false
 	}
-	return ch.conn, true
+	return ch.conn, ch.gone, true
 }
 
 // Send writes a control message to site name: ErrNoSuchSite, or an
@@ -388,13 +420,27 @@ func (c *Children) Connected(
 		c.sites[conn.Name] = ch
 	}
 	ch.HubID, ch.Path, ch.HostCAs, ch.subtree = h.HubID, w.Path, slices.Clone(h.HostCAs), slices.Clone(h.Subtree)
-	ch.conn, ch.Connected, ch.sessionStart, ch.Since = conn, true, now, time.Time{}
+	gone := make(chan struct{})
+	ch.conn, ch.gone, ch.Connected, ch.sessionStart, ch.Since = conn, gone, true, now, time.Time{}
 	ch.staging, ch.inFull = nil, false
 	view := c.viewLocked(ch)
 	c.mu.Unlock()
 	c.cfg.Changed()
 	c.log.Info("site connected", "site", conn.Name, "path", w.Path, "hub_id", short(h.HubID))
 
+	// ended records the session's end once, at the first of the watchdog's
+	// verdict and the session's own end, and says when that was.
+	ended := sync.OnceValue(func() time.Time {
+		at := c.cfg.Now()
+		c.mu.Lock()
+		if ch.conn == conn {
+			ch.conn, ch.Connected, ch.Since = nil, false, at
+			ch.staging, ch.inFull = nil, false
+		}
+		c.mu.Unlock()
+		close(gone)
+		return at
+	})
 	hctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	c.hmu.Lock()
@@ -404,25 +450,67 @@ func (c *Children) Connected(
 		wg.Go(func() { f(hctx, view) })
 	}
 	wg.Go(func() { c.acceptStreams(hctx, conn) })
+	if w.DeadPeerMillis > 0 {
+		wg.Go(func() { c.watch(hctx, conn, time.Duration(w.DeadPeerMillis)*time.Millisecond, ended) })
+	}
 	return func() {
 		cancel()
 		// The session ends here (it would right after): streams a site
 		// opened end with it, so waiting for their handlers cannot hang.
 		conn.Session.Close()
 		wg.Wait()
-		at := c.cfg.Now()
-		c.mu.Lock()
-		if ch.conn == conn {
-			ch.conn, ch.Connected, ch.Since = nil, false, at
-			ch.staging, ch.inFull = nil, false
-		}
-		c.mu.Unlock()
+		at := ended()
 		if err := c.cfg.Store.SetSiteDisconnected(context.Background(), conn.NodeID, at); err != nil &&
 			!errors.Is(err, store.ErrNotFound) {
 			c.log.Error("record site disconnect", "site", conn.Name, "err", err)
 		}
 		c.cfg.Changed()
 		c.log.Info("site disconnected", "site", conn.Name)
+	}
+}
+
+// watch closes conn's session once nothing at all arrived on it for
+// deadPeer (a site that announced siteproto.CapSiteLiveness heartbeats
+// several times within it, and its parent answers each beat, whose
+// acknowledgements arrive too). A site hub killed without a goodbye, or
+// whose link died, sends nothing more, and on QUIC nothing tells this hub
+// so: without this its routes would wait out the nodes' dead-peer timeout.
+// Counting every packet rather than control messages keeps a lossy link
+// from flapping: a retransmission or an acknowledgement is as good a sign
+// of life as a heartbeat held up behind a lost one.
+func (c *Children) watch(ctx context.Context, conn *nodeconn.Conn, deadPeer time.Duration, ended func() time.Time) {
+	tick := max(deadPeer/10, 10*time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	last, heardAt := conn.Session.Heard(), time.Now()
+	var longest time.Duration // the margin the link left, for the log
+	defer func() {
+		c.log.Debug("site session's watchdog ended", "site", conn.Name, "longest_silence", longest.Round(tick),
+			"dead_peer", deadPeer)
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-conn.Session.Done():
+			return
+		case now := <-t.C:
+			silent := now.Sub(heardAt)
+			if h := conn.Session.Heard(); h != last {
+				last, heardAt = h, now
+				continue
+			}
+			longest = max(longest, silent)
+			if silent >= deadPeer {
+				// Recorded before the close, so that the routes the
+				// close fails find the site down, since now.
+				ended()
+				c.log.Warn("nothing heard from the site; closing its session", "site", conn.Name,
+					"silent_for", silent.Round(time.Millisecond))
+				conn.Session.Close()
+				return
+			}
+		}
 	}
 }
 

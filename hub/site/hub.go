@@ -21,7 +21,8 @@ import (
 // checked, whether it is a site: a hello with CapSite must come from a
 // site token's certificate (and make no cycle), and a site token's
 // certificate may not serve as a node's. It returns the welcome's site
-// section (nil for a node) or why the session is refused.
+// section (nil for a node) or why the session is refused; a site that
+// announced siteproto.CapSiteLiveness is told its heartbeat there.
 func (c *Children) AdmitHello(ctx context.Context, node store.Node, h *control.Hello) (*siteproto.Welcome, error) {
 	if !slices.Contains(h.Capabilities, siteproto.CapSite) {
 		if _, err := c.cfg.Store.GetSite(ctx, node.ID); err == nil {
@@ -32,7 +33,12 @@ func (c *Children) AdmitHello(ctx context.Context, node store.Node, h *control.H
 		}
 		return nil, nil
 	}
-	return c.Admit(ctx, node.ID, node.Name, h.Site)
+	w, err := c.Admit(ctx, node.ID, node.Name, h.Site)
+	if err == nil && slices.Contains(h.Capabilities, siteproto.CapSiteLiveness) {
+		w.HeartbeatMillis = int(c.cfg.Heartbeat / time.Millisecond)
+		w.DeadPeerMillis = int(c.cfg.DeadPeer / time.Millisecond)
+	}
+	return w, err
 }
 
 // NodeLister lists this hub's own nodes (store.Store).

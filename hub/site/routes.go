@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -29,8 +31,28 @@ import (
 //     child site, which does the same).
 
 // routeOpenTimeout bounds opening a route stream on a child's session and
-// reading its answer: the child may itself route on through a site below.
-const routeOpenTimeout = 20 * time.Second
+// reading its answer while the session is up (a dead one fails the wait at
+// once): well under the 10 s a stock ssh's ConnectTimeout commonly gives a
+// whole jump, so the operator reads which hop is slow rather than
+// "Connection timed out during banner exchange". The child may route on
+// through a site below; it is told how long this hub waits
+// (RouteRequest.WaitMillis) and answers within it.
+const routeOpenTimeout = 7 * time.Second
+
+// goneWait bounds how long a route whose site session just failed waits
+// for the session's end to be recorded, to say since when the site is
+// unreachable (it takes a store write or two).
+const goneWait = 2 * time.Second
+
+// noAnswerError: a hop did not answer a route in time, its session up.
+type noAnswerError struct {
+	hop    string // "site berlin", "node n1"
+	within time.Duration
+}
+
+func (e *noAnswerError) Error() string {
+	return fmt.Sprintf("%s did not answer within %s", e.hop, e.within.Round(time.Millisecond))
+}
 
 // Routes adapts the hub's child sites to access.Sites.
 type Routes struct {
@@ -146,39 +168,59 @@ func accessNodeOf(n store.SiteNode) access.SiteNode {
 }
 
 // OpenRoute opens a tunnel.ServiceRoute stream on child's session, sends
-// req and reads the child's answer.
+// req and reads the child's answer. A child that is down, or whose session
+// ends meanwhile (its watchdog found it silent), fails the route with an
+// *access.SiteUnreachableError; one that does not answer within
+// routeOpenTimeout (or ctx's deadline, if sooner) with an error saying so.
 func (r *Routes) OpenRoute(ctx context.Context, child string, req *siteproto.RouteRequest) (tunnel.Stream, error) {
-	conn, ok := r.children.Session(child)
+	conn, gone, ok := r.children.session(child)
 	if !ok {
-		c, _ := r.children.Get(child)
-		if err := c.Unreachable(); err != nil {
-			var ue *UnreachableError
-			if errors.As(err, &ue) {
-				return nil, &access.SiteUnreachableError{Site: child, Since: ue.Since}
-			}
-		}
-		return nil, &access.SiteUnreachableError{Site: child, Since: c.Since}
+		return nil, r.unreachable(child)
 	}
-	ctx, cancel := context.WithTimeout(ctx, routeOpenTimeout)
+	wait := routeOpenTimeout
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d))
+	}
+	if wait <= 0 {
+		return nil, fmt.Errorf("route to site %s: %w", child, context.DeadlineExceeded)
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	sent := *req
+	sent.WaitMillis = int(wait / time.Millisecond)
+	failed := func(what string, err error) error {
+		if sessionEnded(conn.Session, err) {
+			// The session ended under the route: the site is down.
+			select {
+			case <-gone:
+			case <-time.After(goneWait):
+			}
+			return r.unreachable(child)
+		}
+		if isTimeout(err) {
+			return fmt.Errorf("%w, though its session is up: it, or a hop below it, is slow or overloaded; "+
+				"try again, or see `tether sites`", &noAnswerError{hop: "site " + child, within: wait})
+		}
+		return fmt.Errorf("%s site %s: %w", what, child, err)
+	}
 	st, err := conn.Session.OpenStream(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("open a route stream to site %s: %w", child, err)
+		return nil, failed("open a route stream to", err)
 	}
 	deadline, _ := ctx.Deadline()
 	_ = st.SetDeadline(deadline)
 	if err := tunnel.WriteHeader(st, tunnel.Header{Service: tunnel.ServiceRoute}); err != nil {
 		st.Close()
-		return nil, fmt.Errorf("send the route header to site %s: %w", child, err)
+		return nil, failed("send the route header to", err)
 	}
-	if err := siteproto.WriteRouteRequest(st, req); err != nil {
+	if err := siteproto.WriteRouteRequest(st, &sent); err != nil {
 		st.Close()
-		return nil, fmt.Errorf("send the route request to site %s: %w", child, err)
+		return nil, failed("send the route request to", err)
 	}
 	rep, err := tunnel.ReadReply(st)
 	if err != nil {
 		st.Close()
-		return nil, fmt.Errorf("read site %s's answer: %w", child, err)
+		return nil, failed("read the answer of", err)
 	}
 	_ = st.SetDeadline(time.Time{})
 	if !rep.OK {
@@ -186,6 +228,39 @@ func (r *Routes) OpenRoute(ctx context.Context, child string, req *siteproto.Rou
 		return nil, fmt.Errorf("site %s refused: %s", child, rep.Reason)
 	}
 	return st, nil
+}
+
+// unreachable is the error for a route to child while it is down, since
+// when this hub lost it (now, if the loss is not recorded yet).
+func (r *Routes) unreachable(child string) error {
+	c, ok := r.children.Get(child)
+	err := c.Unreachable()
+	var ue *UnreachableError
+	switch {
+	case ok && errors.As(err, &ue):
+		return &access.SiteUnreachableError{Site: child, Since: ue.Since}
+	case ok:
+		return &access.SiteUnreachableError{Site: child, Since: time.Now()}
+	}
+	return &access.SiteUnreachableError{Site: child}
+}
+
+// sessionEnded: err, from a stream of sess, says sess ended (a stream
+// hears of it before the session's Done closes).
+func sessionEnded(sess tunnel.Session, err error) bool {
+	select {
+	case <-sess.Done():
+		return true
+	default:
+		return errors.Is(err, tunnel.ErrSessionClosed)
+	}
+}
+
+// isTimeout: err is a deadline's (a stream's or a context's).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout())
 }
 
 // ParentRouteConfig is what ServeParentRoute works with.
@@ -220,7 +295,20 @@ func ServeParentRoute(ctx context.Context, st tunnel.Stream, req *siteproto.Rout
 	var out tunnel.Stream
 	if err == nil {
 		hop := access.Hop{Purpose: req.Purpose, Operator: req.Operator, Origin: req.Origin, Trace: req.Trace}
-		out, err = route.Dial(access.WithHop(ctx, hop), tunnel.Header{Service: tunnel.Service(req.Service), Port: req.Port})
+		dctx, cancel := context.WithCancel(ctx)
+		budget := answerBudget(req.WaitMillis)
+		if budget > 0 {
+			dctx, cancel = context.WithTimeout(ctx, budget)
+		}
+		out, err = route.Dial(access.WithHop(dctx, hop), tunnel.Header{Service: tunnel.Service(req.Service), Port: req.Port})
+		// The deadline, not dctx.Err(): a stream's deadline may fire a hair
+		// before the context's own timer does.
+		dl, _ := dctx.Deadline()
+		var na *noAnswerError
+		if err != nil && budget > 0 && !time.Now().Before(dl) && isTimeout(err) && !errors.As(err, &na) {
+			err = fmt.Errorf("%w: its agent or its link is slow", &noAnswerError{hop: "node " + n.Name, within: budget})
+		}
+		cancel()
 	}
 	if err != nil {
 		ev.Result = "refused"
@@ -251,6 +339,18 @@ func ServeParentRoute(ctx context.Context, st tunnel.Stream, req *siteproto.Rout
 	counts := tunnel.Pipe(st, out, nil)
 	ev.Result, ev.EndedAt, ev.BytesToNode, ev.BytesFromNode = "ok", time.Now(), counts.AtoB, counts.BtoA
 	cfg.Audit(ev)
+}
+
+// answerBudget is how long a site routing on a stream from its parent may
+// take to answer, the parent waiting waitMillis (0: unsaid, the hops' own
+// timeouts apply): a tenth less, and at least half a second less, so that
+// the refusal naming the slow hop reaches the parent before it gives up.
+func answerBudget(waitMillis int) time.Duration {
+	if waitMillis <= 0 {
+		return 0
+	}
+	wait := time.Duration(waitMillis) * time.Millisecond
+	return max(wait-max(wait/10, 500*time.Millisecond), 100*time.Millisecond)
 }
 
 // replyReason is err as a tunnel.Reply reason: no control characters, at

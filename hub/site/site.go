@@ -48,6 +48,19 @@ const DefaultStatusInterval = 10 * time.Second
 // before its parent shows it stale.
 const StaleFactor = 3
 
+// A site's liveness, tighter than a node's: a site's uplink is one
+// session per site, not one per node, and every command for the nodes
+// below it waits on it. A site heartbeats every DefaultSiteHeartbeat (its
+// parent answers each beat), and a parent that hears nothing at all on its
+// session for DefaultSiteDeadPeer closes it: commands for its nodes then
+// fail at once, saying since when, rather than waiting out the nodes'
+// dead-peer timeout. Three beats, and every packet counts (retransmissions
+// and acknowledgements too), so that a lossy link does not flap.
+const (
+	DefaultSiteHeartbeat = time.Second
+	DefaultSiteDeadPeer  = 3 * time.Second
+)
+
 // Sentinel errors callers branch on.
 var (
 	// ErrSiteUnreachable: the site's uplink is down (see UnreachableError).

@@ -54,7 +54,7 @@ func (u *Uplink) runOnce(ctx context.Context) (connected bool, err error) {
 	if err := u.id.setPlace(w.Site.Path, w.Site.Ancestors); err != nil {
 		u.log.Error("record the parent's welcome", "err", err)
 	}
-	live := control.AgentLiveness(u.cfg.Tunnel, w)
+	live := siteLiveness(control.AgentLiveness(u.cfg.Tunnel, w), w.Site)
 	u.mu.Lock()
 	queued := u.downSince
 	u.sess, u.parentCaps, u.lastErr, u.connectedAt = s, slices.Clone(w.Capabilities), nil, time.Now()
@@ -95,7 +95,7 @@ func (s *uplinkSession) hello() *control.Message {
 		Name:            u.id.snapshot().Name,
 		AgentVersion:    u.cfg.AgentVersion,
 		Facts:           uplink.GatherFacts(),
-		Capabilities:    []string{siteproto.CapSite, control.CapHeartbeat},
+		Capabilities:    []string{siteproto.CapSite, siteproto.CapSiteLiveness, control.CapHeartbeat},
 		Site: &siteproto.Hello{
 			Name:    u.id.snapshot().Name,
 			HubID:   u.cfg.HubID,
@@ -103,6 +103,17 @@ func (s *uplinkSession) hello() *control.Message {
 			HostCAs: u.cfg.HostCAs,
 		},
 	}}
+}
+
+// siteLiveness is the node's liveness rule (live) with the heartbeat the
+// parent's welcome asks of a site: the parent judges a site dead after a
+// few of them (siteproto.CapSiteLiveness). How long this site gives a
+// silent parent stays the node's rule.
+func siteLiveness(live control.Liveness, w *siteproto.Welcome) control.Liveness {
+	if w != nil && w.HeartbeatMillis > 0 {
+		live.Every = time.Duration(w.HeartbeatMillis) * time.Millisecond
+	}
+	return live
 }
 
 // serve runs a welcomed session: the parent's streams, heartbeats,

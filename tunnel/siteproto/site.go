@@ -11,7 +11,8 @@
 // Hello.Site set. On that session, besides the node protocol:
 //
 //	parent -> site    welcome       Welcome.Site: the site's path as the root
-//	                                names it, and the hub IDs above it
+//	                                names it, the hub IDs above it, and for a
+//	                                site with CapSiteLiveness its heartbeat
 //	parent -> site    site_trust    the SSH trust of every hub above the site
 //	                                (user CAs, roles, revoked keys), on
 //	                                connect and whenever it changes
@@ -65,6 +66,11 @@ const (
 	// listeners of service tunnels (TypeServiceBindings) and opens a
 	// tunnel.ServiceConnect stream per accepted connection.
 	CapServiceConnect = "service-connect"
+	// CapSiteLiveness (a site's hello): the site heartbeats at the interval
+	// its parent's welcome names (Welcome.HeartbeatMillis), so that the
+	// parent may judge it dead after Welcome.DeadPeerMillis of silence. A
+	// parent gives a site without it the nodes' liveness rule.
+	CapSiteLiveness = "site-liveness"
 )
 
 // Message types of the site protocol.
@@ -132,7 +138,20 @@ type Welcome struct {
 	// Ancestors are the hub IDs from the parent up to the root; a site
 	// whose own ID is among them must stop (a cycle) with a clear error.
 	Ancestors []string `json:"ancestors"`
+	// HeartbeatMillis, for a site that announced CapSiteLiveness, is how
+	// often it heartbeats on its control stream; DeadPeerMillis is how long
+	// the parent hears nothing at all on the site's session before it
+	// closes it and fails commands for the site's nodes at once. Both 0
+	// from a parent without (the nodes' rule applies).
+	HeartbeatMillis int `json:"heartbeat_ms,omitempty"`
+	DeadPeerMillis  int `json:"dead_peer_ms,omitempty"`
 }
+
+// Bounds of a site's liveness (Welcome.HeartbeatMillis, DeadPeerMillis).
+const (
+	MinHeartbeatMillis = 100
+	MaxLivenessMillis  = 3600 * 1000
+)
 
 // TrustRole is one role of a hub above a site, as sites apply it to their
 // own nodes.
@@ -308,7 +327,15 @@ type RouteRequest struct {
 	ServiceName string `json:"service_name,omitempty"`
 	// Trace correlates the audit rows of one stream across hops.
 	Trace string `json:"trace,omitempty"`
+	// WaitMillis is how long the hub that opened the stream waits for the
+	// answer (0: unsaid). A hub that routes on answers within it, so that
+	// the refusal that names the slow hop arrives before the hub above
+	// gives up on the whole route.
+	WaitMillis int `json:"wait_ms,omitempty"`
 }
+
+// MaxRouteWaitMillis bounds RouteRequest.WaitMillis.
+const MaxRouteWaitMillis = 60 * 1000
 
 // ServiceConnectRequest follows a tunnel.ServiceConnect header an agent
 // opens: a connection to service tunnel Name accepted on its local
@@ -423,6 +450,9 @@ func (r *RouteRequest) Validate() error {
 	}
 	if !validHubID(r.Origin) {
 		return fmt.Errorf("%w: route origin %.80q is not a hub ID", ErrBadSite, r.Origin)
+	}
+	if r.WaitMillis < 0 || r.WaitMillis > MaxRouteWaitMillis {
+		return fmt.Errorf("%w: route wait %d ms (want 0..%d)", ErrBadSite, r.WaitMillis, MaxRouteWaitMillis)
 	}
 	for field, v := range map[string]string{"operator": r.Operator, "trace": r.Trace} {
 		if err := wirecheck.String(field, v, wirecheck.MaxShort); err != nil {
@@ -568,6 +598,15 @@ func (w *Welcome) Validate() error {
 		if !validHubID(id) {
 			return fmt.Errorf("%w: ancestor hub id %.80q is not 64 hex digits", ErrBadSite, id)
 		}
+	}
+	if w.HeartbeatMillis == 0 && w.DeadPeerMillis == 0 {
+		return nil
+	}
+	if w.HeartbeatMillis < MinHeartbeatMillis || w.HeartbeatMillis > MaxLivenessMillis ||
+		w.DeadPeerMillis < 2*w.HeartbeatMillis || w.DeadPeerMillis > MaxLivenessMillis {
+		return fmt.Errorf("%w: site liveness of a heartbeat every %d ms, dead after %d ms "+
+			"(want %d..%d ms, dead after at least two heartbeats)",
+			ErrBadSite, w.HeartbeatMillis, w.DeadPeerMillis, MinHeartbeatMillis, MaxLivenessMillis)
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ func TestRouteRequestRoundTrip(t *testing.T) {
 		{Target: "n7", Service: 1, Purpose: PurposeJump, Operator: "alice", Origin: testHubID},
 		{
 			Target: "n7.sub.berlin", Service: 2, Port: 5432, Purpose: PurposeService, ServiceName: "berlin-db",
-			Origin: testHubID, Trace: "t1",
+			Origin: testHubID, Trace: "t1", WaitMillis: 7000,
 		},
 	} {
 		var b bytes.Buffer
@@ -50,6 +50,8 @@ func TestRouteRequestInvalid(t *testing.T) {
 		"unknown purpose":     func(r *RouteRequest) { r.Purpose = "exfiltrate" },
 		"service unnamed":     func(r *RouteRequest) { r.Purpose = PurposeService },
 		"origin not a hub id": func(r *RouteRequest) { r.Origin = "root" },
+		"negative wait":       func(r *RouteRequest) { r.WaitMillis = -1 },
+		"wait too long":       func(r *RouteRequest) { r.WaitMillis = MaxRouteWaitMillis + 1 },
 	} {
 		r := ok
 		mut(&r)
@@ -59,6 +61,36 @@ func TestRouteRequestInvalid(t *testing.T) {
 	}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid request refused: %v", err)
+	}
+}
+
+// TestWelcomeLiveness: a site's liveness is both fields or neither, a
+// heartbeat of at least MinHeartbeatMillis and a dead-peer time of at least
+// two heartbeats.
+func TestWelcomeLiveness(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		every, deadPeer int
+		ok              bool
+	}{
+		{"none (a parent without)", 0, 0, true},
+		{"a second, dead after three", 1000, 3000, true},
+		{"dead after two heartbeats", 500, 1000, true},
+		{"only a heartbeat", 1000, 0, false},
+		{"only a dead-peer time", 0, 3000, false},
+		{"dead after less than two heartbeats", 1000, 1999, false},
+		{"heartbeat too fast", MinHeartbeatMillis - 1, 1000, false},
+		{"dead-peer time too long", 1000, MaxLivenessMillis + 1, false},
+		{"negative", -1000, 3000, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := Welcome{Path: "berlin", Ancestors: []string{testHubID}, HeartbeatMillis: tc.every,
+				DeadPeerMillis: tc.deadPeer}
+			err := w.Validate()
+			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrBadSite)) {
+				t.Fatalf("Validate = %v, want ok %v", err, tc.ok)
+			}
+		})
 	}
 }
 
