@@ -86,7 +86,8 @@ func TestFaultFlapLatencyLoss(t *testing.T) {
 		sess := c.startSession(r.sessNode, "while :; do echo tick; sleep 0.5; done")
 		waitFor(t, "the session to run before flap "+fmt.Sprint(i), 30*time.Second, func() bool {
 			if sess.exited() {
-				t.Fatalf("session on %s ended before the flap: exit %d, %s", r.sessNode, sess.exitCode, sess.err.String())
+				t.Fatalf("session on %s ended before the flap: exit %d, %s; its agent's log ends:\n%s", r.sessNode,
+					sess.exitCode, sess.err.String(), agents[r.sessNode].Tail(3000))
 			}
 			return sess.lines() >= 2
 		})

@@ -105,24 +105,41 @@ func waitForState[T any](t *testing.T, what string, timeout time.Duration, get f
 // runCmd runs a command to completion with a timeout.
 func runCmd(t *testing.T, timeout time.Duration, bin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	stdout, stderr, code, err := runCmdErr(timeout, bin, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stdout, stderr, code
+}
+
+// runCmdNoFatal is runCmd for a goroutine other than the test's, where
+// t.Fatal must not be called: a command that did not run or timed out
+// reports code -1 and the reason on stderr.
+func runCmdNoFatal(timeout time.Duration, bin string, args ...string) (stdout, stderr string, code int) {
+	stdout, stderr, code, err := runCmdErr(timeout, bin, args...)
+	if err != nil {
+		return stdout, err.Error(), -1
+	}
+	return stdout, stderr, code
+}
+
+func runCmdErr(timeout time.Duration, bin string, args ...string) (stdout, stderr string, code int, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	code = 0
-	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else {
-			t.Fatalf("%s %v: %v", bin, args, err)
+	if err := cmd.Run(); err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			return "", "", 0, fmt.Errorf("%s %v: %w", bin, args, err)
 		}
+		code = ee.ExitCode()
 	}
 	if ctx.Err() != nil {
-		t.Fatalf("%s %v: timed out after %s\nstderr: %s", bin, args, timeout, e.String())
+		return "", "", 0, fmt.Errorf("%s %v: timed out after %s\nstderr: %s", bin, args, timeout, e.String())
 	}
-	return o.String(), e.String(), code
+	return o.String(), e.String(), code, nil
 }
 
 // hub is a running hub plus the paths tests need.

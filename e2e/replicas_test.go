@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -129,7 +130,8 @@ func testReplicas(t *testing.T, db string) {
 	joins := make([]string, 3)
 	nodes := []string{"n1", "n2", "n3"}
 	for i, h := range hubs {
-		// Each replica's join string names that replica: agent i lands on it.
+		// Each replica's join string names that replica first (and the
+		// others after it): agent i lands on it.
 		joins[i] = h.token("--ttl", "10m", "--uses", "3")
 		startAgent(t, joins[i], nodes[i], "--ssh", "embedded")
 	}
@@ -188,7 +190,9 @@ func testReplicas(t *testing.T, db string) {
 		h.p.Stop(syscall.SIGTERM, stopWait)
 		h.start()
 		sameIdentity(t, "r2 after its restart", first, readIdentity(t, h.dataDir))
-		h.waitConnected("n2", 0) // the new process's log
+		// n2's agent is back, on r2 or, if r2 was not yet, on the next
+		// replica its join string names.
+		hubs[0].waitOnline("n2", "")
 		// known_hosts written before the restart still verifies r2's
 		// bastion and the nodes behind it.
 		if out, errOut, code := clients[1].run(time.Minute, "n3", "echo", "again"); code != 0 ||
@@ -207,7 +211,7 @@ func testReplicas(t *testing.T, db string) {
 		}
 	})
 
-	t.Run("a killed replica's leases end", func(t *testing.T) { testReplicaKilled(t, hubs, clients) })
+	t.Run("a killed replica's leases end and its agent moves", func(t *testing.T) { testReplicaKilled(t, hubs, clients) })
 }
 
 // TestReplicasShowOwnAddresses: replicas behind one address (the same
@@ -228,17 +232,35 @@ func TestReplicasShowOwnAddresses(t *testing.T) {
 	}
 }
 
-// A replica killed outright loses its presence when its lease ends: the
-// others show it expired and its node offline, and a jump to that node
-// entering elsewhere is refused as offline instead of hanging.
+// A replica killed outright: a jump to its node entering elsewhere fails
+// at once with the reason (never hangs) until the node's agent, whose join
+// string names every replica, has reconnected to another one; the others
+// show the dead one expired once its lease ends, and the jump works again.
 func testReplicaKilled(t *testing.T, hubs []*hub, clients []*sshClient) {
 	hubs[2].p.Stop(syscall.SIGKILL, stopWait)
-	waitForState(t, "r3 expired and n3 offline at r1", 30*time.Second, func() bool {
-		return hubs[0].replicas()["r3"].Health == "expired" && !hubs[0].nodes()["n3"].Online
-	}, func(ok bool) bool { return ok })
-	_, errOut, code := clients[0].run(time.Minute, "n3", "true")
-	if code == 0 || !strings.Contains(errOut, "offline") {
-		t.Fatalf("ssh -J r1 to n3 (its replica killed): exit %d, stderr %s; want refused as offline", code, errOut)
+	killed := time.Now()
+	began := time.Now()
+	out, errOut, code := clients[0].run(time.Minute, "n3", "echo", "moved")
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("ssh -J r1 to n3 right after its replica died took %s, want at once", took)
+	}
+	if code != 0 && !strings.Contains(errOut, "which stopped answering") && !strings.Contains(errOut, "offline") {
+		t.Errorf("ssh -J r1 to n3 right after its replica died: exit %d, stderr %s; want the reason", code, errOut)
+	} else if code == 0 && strings.TrimSpace(out) != "moved" {
+		t.Errorf("ssh -J r1 to n3 right after its replica died: out %q", out)
+	}
+	// A QUIC agent hears nothing of a killed hub: it gives it up at its
+	// dead-peer timeout.
+	waitForState(t, "r3 expired and n3 held by another replica", 90*time.Second, func() map[string]replicaJSON {
+		return hubs[0].replicas()
+	}, func(m map[string]replicaJSON) bool {
+		return m["r3"].Health == "expired" &&
+			(slices.Contains(m["r1"].Agents, "n3") || slices.Contains(m["r2"].Agents, "n3"))
+	})
+	t.Logf("n3 held by another replica %s after kill -9 of r3", time.Since(killed).Round(time.Second))
+	if out, errOut, code := clients[0].run(time.Minute, "n3", "echo", "moved"); code != 0 ||
+		strings.TrimSpace(out) != "moved" {
+		t.Fatalf("ssh -J r1 to n3 (its replica killed, its agent moved): exit %d, out %q, err %s", code, out, errOut)
 	}
 	// The other replicas keep serving each other's nodes.
 	if out, errOut, code := clients[1].run(time.Minute, "n1", "echo", "still"); code != 0 ||

@@ -156,6 +156,8 @@ type Agent struct {
 	// drains are the sessions a transport move left draining (their live
 	// streams go on); Run waits for them.
 	drains sync.WaitGroup
+	// held are the hub's streams kept across reconnects (resume.go).
+	held *heldStreams
 
 	mu     sync.Mutex // guards the following fields
 	state  State      // changed only by setState
@@ -203,7 +205,8 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
-	a := &Agent{cfg: cfg, id: id, log: cfg.Logger.With("node", id.Config.Name), allow: map[uint16]bool{}}
+	a := &Agent{cfg: cfg, id: id, log: cfg.Logger.With("node", id.Config.Name), allow: map[uint16]bool{},
+		held: newHeldStreams()}
 	for _, p := range cfg.AllowPorts {
 		a.allow[p] = true
 	}
@@ -256,6 +259,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer cancel()
 	}
 	defer a.drains.Wait()
+	if a.held == nil { // an Agent made without New (tests)
+		a.held = newHeldStreams()
+	}
+	defer a.held.run(ctx)()
 	r := uplink.Retry{
 		BackoffMin: a.cfg.BackoffMin, BackoffMax: a.cfg.BackoffMax, RetryAfter: true,
 		Before: func() error {
@@ -279,7 +286,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.setState(StateBackoff, transition{err: err})
 		},
 	}
-	if err := r.Run(ctx, a.runOnce); err != nil {
+	err := r.Run(ctx, func(ctx context.Context) (bool, error) {
+		connected, err := a.runOnce(ctx)
+		a.attemptEnded(connected)
+		return connected, err
+	})
+	if err != nil {
 		return err
 	}
 	a.setState(StateStopped, transition{})

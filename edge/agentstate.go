@@ -13,7 +13,10 @@ import (
 //
 // and ends in refused (the hub refuses this identity for good),
 // rejoin-needed (the certificate expired offline) or stopped (Run's context
-// ended). Every change goes through Agent.setState.
+// ended). Every change goes through Agent.setState. A connected agent on
+// QUIC is hub-silent while its hub answers neither the keepalive nor the
+// probes after it (nudge), connected again when the hub answers, and in
+// backoff once the session ends at the dead-peer timeout.
 type State int
 
 // The agent's states.
@@ -21,6 +24,7 @@ const (
 	StateConnecting   State = iota // dialing the hub's addresses
 	StateHandshaking               // tunnel up: hello sent, waiting for the welcome
 	StateConnected                 // welcomed: serving the hub's streams
+	StateHubSilent                 // connected, but the hub has answered nothing past its keepalive
 	StateBackoff                   // the last attempt failed or the session ended; waiting to retry
 	StateRefused                   // the hub refused this identity; re-join needed
 	StateRejoinNeeded              // the certificate expired while offline
@@ -31,6 +35,7 @@ var stateNames = [...]string{
 	StateConnecting:   "connecting",
 	StateHandshaking:  "handshaking",
 	StateConnected:    "connected",
+	StateHubSilent:    "hub-silent",
 	StateBackoff:      "backoff",
 	StateRefused:      "refused",
 	StateRejoinNeeded: "rejoin-needed",
@@ -63,9 +68,12 @@ func (s State) terminal() bool {
 // transition says what accompanies a change of state, for the status.
 type transition struct {
 	err       error  // why: for backoff, refused and rejoin-needed
-	hub       string // the hub's address: for connected
-	transport string // the tunnel's transport: for connected
-	note      string // why that transport (Status.TransportWhy): for connected
+	hub       string // the hub's address: for connected and hub-silent
+	transport string // the tunnel's transport: for connected and hub-silent
+	note      string // why that transport (Status.TransportWhy): for connected and hub-silent
+	// since, if set, is when the new state began (the hub's silence began
+	// before it was noticed); else now.
+	since time.Time
 }
 
 // setState moves the agent to next and returns the state it left. It logs
@@ -81,11 +89,23 @@ func (a *Agent) setState(next State, t transition) (prev State) {
 	}
 	a.state = next
 	now := time.Now().UTC()
+	since := now
+	if !t.since.IsZero() {
+		since = t.since.UTC()
+	}
 	publish := false
 	switch next {
-	case StateConnected:
+	case StateConnected, StateHubSilent:
 		a.status.Hub, a.status.Transport, a.status.TransportWhy, a.status.LastError = t.hub, t.transport, t.note, ""
 		publish = true
+		// Back from a silence the session is connected since it was
+		// welcomed, not since the hub answered again.
+		switch {
+		case next == StateConnected && prev == StateHubSilent:
+			since = a.status.connected
+		case next == StateConnected:
+			a.status.connected = since
+		}
 	case StateBackoff:
 		a.status.Transport, a.status.TransportWhy, a.status.LastError = "", "", errString(t.err)
 		publish = true
@@ -98,7 +118,7 @@ func (a *Agent) setState(next State, t transition) (prev State) {
 	}
 	var st Status
 	if publish {
-		a.status.State, a.status.Since = next.statusName(), now
+		a.status.State, a.status.Since = next.statusName(), since
 		st = a.status
 	}
 	a.mu.Unlock()
@@ -110,6 +130,24 @@ func (a *Agent) setState(next State, t transition) (prev State) {
 		a.publish(st)
 	}
 	return prev
+}
+
+// hubSilence moves a connected agent to hub-silent (silent: the hub has
+// been silent since `since`), or a hub-silent one back to connected, with
+// t as for connected; in any other state it does nothing (the session
+// ended meanwhile).
+func (a *Agent) hubSilence(silent bool, since time.Time, t transition) {
+	from, to := StateConnected, StateHubSilent
+	if !silent {
+		from, to = to, from
+	}
+	a.mu.Lock()
+	ok := a.state == from
+	a.mu.Unlock()
+	if ok {
+		t.since = since
+		a.setState(to, t)
+	}
 }
 
 // updateStatus changes a field of the status that is not the state (the

@@ -4,13 +4,15 @@ import (
 	"errors"
 	"log/slog"
 	"testing"
+	"time"
 )
 
 func TestStateNames(t *testing.T) {
 	for s, want := range map[State]string{
 		StateConnecting: "connecting", StateHandshaking: "handshaking", StateConnected: "connected",
-		StateBackoff: "backoff", StateRefused: "refused", StateRejoinNeeded: "rejoin-needed", StateStopped: "stopped",
-		State(99): "State(99)",
+		StateHubSilent: "hub-silent", StateBackoff: "backoff", StateRefused: "refused", StateRejoinNeeded: "rejoin-needed",
+		StateStopped: "stopped",
+		State(99):    "State(99)",
 	} {
 		if s.String() != want {
 			t.Errorf("State(%d).String() = %q, want %q", int(s), s.String(), want)
@@ -72,5 +74,31 @@ func TestSetStateStatus(t *testing.T) {
 	}
 	if a.State() != StateRefused {
 		t.Errorf("final state %s, want refused", a.State())
+	}
+}
+
+// TestHubSilence: only a connected agent goes hub-silent, and only a
+// hub-silent one goes back: a silence noticed as its session ended leaves
+// the backoff alone.
+func TestHubSilence(t *testing.T) {
+	a := &Agent{log: slog.New(slog.DiscardHandler), state: StateHandshaking}
+	quic := transition{hub: "hub:7443", transport: "quic"}
+	a.hubSilence(true, time.Now(), quic)
+	if a.State() != StateHandshaking {
+		t.Fatalf("hub-silent while handshaking: %s", a.State())
+	}
+	a.setState(StateConnected, quic)
+	a.hubSilence(false, time.Time{}, quic) // not silent: nothing to end
+	if a.State() != StateConnected {
+		t.Fatalf("state %s, want connected", a.State())
+	}
+	a.hubSilence(true, time.Now().Add(-time.Minute), quic)
+	if a.State() != StateHubSilent || a.status.State != "hub-silent" || a.status.Transport != "quic" {
+		t.Fatalf("state %s, status %+v; want hub-silent over quic", a.State(), a.status)
+	}
+	a.setState(StateBackoff, transition{err: errors.New("nothing heard from the peer for 50s")})
+	a.hubSilence(false, time.Time{}, quic)
+	if a.State() != StateBackoff || a.status.State != "connecting" {
+		t.Fatalf("state %s, status %q after the session ended; want backoff, connecting", a.State(), a.status.State)
 	}
 }

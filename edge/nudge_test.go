@@ -1,106 +1,118 @@
 package edge
 
 import (
+	"context"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/uplink"
 )
 
-// TestNudger drives the nudger on its own schedule (next) against a hub
-// whose acknowledgements move the Heard mark at given times: a hub that
-// answers the keepalives is never nudged and costs a few samples per
-// keepalive, not one a second; a silent one gets a heartbeat once it has
-// been silent for quietAfter (within one sample), then one per beat while
-// the silence lasts; traffic in a skipped stretch never makes a heartbeat
-// late.
-func TestNudger(t *testing.T) {
-	const (
-		s          = time.Second
-		pingAfter  = 20 * s
-		quietAfter = 22 * s
-		beat       = 20 * s
-		every      = s
-		rtt        = 50 * time.Millisecond
-		end        = 10 * time.Minute
+// probedSession is a QUIC session as nudge sees it: a Heard mark the test
+// moves and the probes its dead-peer rule asks for.
+type probedSession struct {
+	tunnel.Session // only the methods below are called
+	heard          atomic.Uint64
+	probes         chan tunnel.Probe
+	pingAfter      atomic.Int64
+}
+
+func (s *probedSession) Heard() uint64               { return s.heard.Load() }
+func (s *probedSession) Transport() tunnel.Transport { return tunnel.TransportQUIC }
+func (s *probedSession) Close() error                { return nil }
+func (s *probedSession) Probes(pingAfter time.Duration) <-chan tunnel.Probe {
+	s.pingAfter.Store(int64(pingAfter))
+	return s.probes
+}
+
+// TestNudge: nudge starts the session's probes after the keepalive it was
+// given, sends a heartbeat for every probe the session asks for, says
+// hub-silent in the status from the first one (since the silence began,
+// not since it was noticed), and connected again, since the session was
+// welcomed, once the hub is heard.
+func TestNudge(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		seen []Status
 	)
-	// answered is the hub answering each keepalive (sent pingAfter after
-	// the last thing heard) after rtt, from 0 until stop.
-	answered := func(from, stop time.Duration) []time.Duration {
-		var out []time.Duration
-		for at := from + pingAfter + rtt; at < stop; at += pingAfter + rtt {
-			out = append(out, at)
-		}
-		return out
+	a := &Agent{
+		cfg: Config{OnStatus: func(st Status) {
+			mu.Lock()
+			seen = append(seen, st)
+			mu.Unlock()
+		}},
+		log:   slog.New(slog.DiscardHandler),
+		state: StateHandshaking,
 	}
-	for _, tc := range []struct {
-		name      string
-		heard     []time.Duration // when the mark moves, ascending
-		silentAt  time.Duration   // the last time it moves (the hub goes silent); <0: never silent
-		maxPerLap int             // most samples between two keepalive answers
-	}{
-		{"keepalives answered", answered(0, end), -1, 3},
-		{"silent from the start", nil, 0, 0},
-		{"silent after 5 keepalives", answered(0, 5*(pingAfter+rtt)+1), 5 * (pingAfter + rtt), 3},
-		{"traffic in a skipped stretch, then silence",
-			append(answered(0, 2*(pingAfter+rtt)+1), 2*(pingAfter+rtt)+7*s), 2*(pingAfter+rtt) + 7*s, 3},
-		{"traffic just before the answer, then silence",
-			append(answered(0, pingAfter+rtt+1), pingAfter+rtt+19*s+500*time.Millisecond),
-			pingAfter + rtt + 19*s + 500*time.Millisecond, 4},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t0 := time.Unix(1_000_000, 0)
-			mark := func(at time.Duration) uint64 {
-				n := uint64(0)
-				for _, h := range tc.heard {
-					if h <= at {
-						n++
-					}
-				}
-				return n
-			}
-			n := newNudger(pingAfter, quietAfter, beat, every, 0, t0)
-			var beats []time.Duration
-			samples, lap, lastMark := 0, 0, uint64(0)
-			for at := n.next(t0); at < end; {
-				now := t0.Add(at)
-				m := mark(at)
-				if m != lastMark {
-					if lap > tc.maxPerLap && tc.maxPerLap > 0 {
-						t.Errorf("%d samples before the answer at %v, want at most %d", lap, at, tc.maxPerLap)
-					}
-					lastMark, lap = m, 0
-				}
-				samples++
-				lap++
-				if n.due(m, now) {
-					beats = append(beats, at)
-				}
-				d := n.next(now)
-				if d < every {
-					t.Fatalf("next %v after the sample at %v, want at least %v", d, at, every)
-				}
-				at += d
-			}
-			if tc.silentAt < 0 {
-				if len(beats) > 0 {
-					t.Fatalf("heartbeats at %v to a hub answering every keepalive", beats)
-				}
-				if max := int(end/(pingAfter+rtt)+1) * tc.maxPerLap; samples > max {
-					t.Errorf("%d samples in %v, want at most %d", samples, end, max)
-				}
+	last := func() Status {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen[len(seen)-1]
+	}
+	tun := &probedSession{probes: make(chan tunnel.Probe)}
+	agentEnd, hubEnd := net.Pipe()
+	defer hubEnd.Close()
+	s := &session{a: a, tun: tun, hub: "hub:7443", log: a.log,
+		conn: uplink.NewControlConn(pipeStream{agentEnd}, hubPeer, a.log)}
+	a.setState(StateConnected, transition{hub: s.hub, transport: "quic"})
+	welcomed := last().Since
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.nudge(ctx, 25*time.Second)
+	}()
+	defer func() { cancel(); <-done }()
+
+	heartbeats := make(chan *control.Message, 4)
+	go func() {
+		for {
+			m, err := control.Read(hubEnd)
+			if err != nil {
 				return
 			}
-			if len(beats) == 0 {
-				t.Fatalf("no heartbeat to a hub silent from %v", tc.silentAt)
+			heartbeats <- m
+		}
+	}()
+	for i := range 3 {
+		silent := time.Duration(30+5*i) * time.Second
+		tun.probes <- tunnel.Probe{Silent: silent, Heard: 7}
+		select {
+		case m := <-heartbeats:
+			if m.Type != control.TypeHeartbeat {
+				t.Fatalf("probe %d: the hub read a %s, want a heartbeat", i, m.Type)
 			}
-			if first := beats[0]; first > tc.silentAt+quietAfter+2*every || first < tc.silentAt+quietAfter-pingAfter {
-				t.Errorf("first heartbeat at %v, hub silent from %v: want by %v", first, tc.silentAt,
-					tc.silentAt+quietAfter+2*every)
-			}
-			for i := 1; i < len(beats); i++ {
-				if gap := beats[i] - beats[i-1]; gap < beat || gap > beat+every {
-					t.Errorf("heartbeats %v apart (%v), want every %v", gap, beats, beat)
-				}
-			}
-		})
+		case <-time.After(5 * time.Second):
+			t.Fatalf("probe %d: no heartbeat", i)
+		}
+	}
+	if got := time.Duration(tun.pingAfter.Load()); got != 25*time.Second {
+		t.Errorf("probes started after a keepalive of %v, want 25s", got)
+	}
+	st := last()
+	if st.State != "hub-silent" || st.Transport != "quic" || st.Hub != "hub:7443" {
+		t.Fatalf("status after the probes %+v, want hub-silent on quic to hub:7443", st)
+	}
+	if ago := time.Since(st.Since); ago < 29*time.Second || ago > 31*time.Second {
+		t.Errorf("hub-silent since %v ago, want since the silence began 30s ago", ago.Round(time.Second))
+	}
+
+	tun.heard.Store(8) // the hub answers
+	deadline := time.Now().Add(10 * time.Second)
+	for last().State != "connected" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := last(); st.State != "connected" || !st.Since.Equal(welcomed) {
+		t.Errorf("status once the hub answered %+v, want connected since the welcome (%v)", st, welcomed)
+	}
+	if n := len(heartbeats); n != 0 {
+		t.Errorf("%d heartbeats nobody asked for", n)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/resume"
 )
 
 const headerTimeout = 10 * time.Second
@@ -21,8 +22,12 @@ const headerTimeout = 10 * time.Second
 // existed.
 const trustWait = 5 * time.Second
 
+// acceptStreams serves the streams the hub opens on sess until it ends.
+// keep, if set, makes them resumable (resume.go): each carries an id after
+// its header and, once answered, is held by the agent rather than by this
+// session, so it is served on beyond the session's end.
 func (a *Agent) acceptStreams(ctx context.Context, sess tunnel.Session, trusted <-chan struct{},
-	log *slog.Logger, wg *sync.WaitGroup, live *atomic.Int64) {
+	log *slog.Logger, wg *sync.WaitGroup, live *atomic.Int64, keep *resume.Config) {
 	for {
 		st, err := sess.AcceptStream(ctx)
 		if err != nil {
@@ -33,7 +38,7 @@ func (a *Agent) acceptStreams(ctx context.Context, sess tunnel.Session, trusted 
 		go func() {
 			defer wg.Done()
 			defer live.Add(-1)
-			a.serveStream(ctx, st, trusted, log)
+			a.serveStream(ctx, st, trusted, log, keep)
 		}()
 	}
 }
@@ -44,13 +49,47 @@ func (a *Agent) acceptStreams(ctx context.Context, sess tunnel.Session, trusted 
 // An ssh stream waits (at most trustWait) until the hub's first SSH trust of
 // the session is applied, so the SSH server it reaches already presents its
 // host certificate: clients verify it, and without it they refuse the node.
-func (a *Agent) serveStream(ctx context.Context, st tunnel.Stream, trusted <-chan struct{}, log *slog.Logger) {
+func (a *Agent) serveStream(ctx context.Context, st tunnel.Stream, trusted <-chan struct{}, log *slog.Logger,
+	keep *resume.Config) {
 	_ = st.SetReadDeadline(time.Now().Add(headerTimeout))
 	h, err := tunnel.ReadHeader(st)
 	if err != nil {
 		log.Warn("bad stream header; closing stream", "err", err)
 		st.Close()
 		return
+	}
+	// accepted answers ok and hands the relay on: to this session's
+	// goroutine, or for a resumable stream to the agent's held streams.
+	// It reports whether the relay ran or was handed on.
+	accepted := func(relay func(context.Context, tunnel.Stream)) bool {
+		if err := tunnel.WriteReply(st, tunnel.Reply{OK: true}); err != nil {
+			st.Close()
+			return false
+		}
+		relay(ctx, st)
+		return true
+	}
+	if keep != nil {
+		id, err := resume.ReadOpen(st)
+		if err != nil {
+			log.Warn("bad stream id; closing stream", "service", h.Service.String(), "err", err)
+			st.Close()
+			return
+		}
+		accepted = func(relay func(context.Context, tunnel.Stream)) bool {
+			if err := tunnel.WriteReply(st, tunnel.Reply{OK: true}); err != nil {
+				st.Close()
+				return false
+			}
+			rs, err := a.hold(id, st, *keep)
+			if err != nil {
+				log.Warn("stream not held; closing it", "err", err)
+				return false
+			}
+			held := a.held.runCtx()
+			a.held.wg.Go(func() { relay(held, rs) })
+			return true
+		}
 	}
 	_ = st.SetReadDeadline(time.Time{})
 	refuse := func(reason string) {
@@ -72,38 +111,37 @@ func (a *Agent) serveStream(ctx context.Context, st tunnel.Stream, trusted <-cha
 		}
 		t.Stop()
 		if a.sshd != nil {
-			if err := tunnel.WriteReply(st, tunnel.Reply{OK: true}); err != nil {
-				st.Close()
-				return
-			}
-			a.sshd.ServeConn(ctx, st)
+			accepted(func(ctx context.Context, st tunnel.Stream) { a.sshd.ServeConn(ctx, st) })
 			return
 		}
-		a.relayLocal(ctx, st, a.cfg.SSHTarget, refuse, "local sshd")
+		a.relayLocal(ctx, st, a.cfg.SSHTarget, refuse, accepted, "local sshd")
 	case tunnel.ServiceTCP:
 		if !a.allow[h.Port] {
 			refuse(fmt.Sprintf("port %d is not in this node's allow-list (tether-edge --allow-port)", h.Port))
 			return
 		}
-		a.relayLocal(ctx, st, net.JoinHostPort("127.0.0.1", strconv.Itoa(int(h.Port))), refuse, "local port")
+		a.relayLocal(ctx, st, net.JoinHostPort("127.0.0.1", strconv.Itoa(int(h.Port))), refuse, accepted, "local port")
 	default:
 		refuse(fmt.Sprintf("service %s not supported by this agent", h.Service))
 	}
 }
 
-func (a *Agent) relayLocal(ctx context.Context, st tunnel.Stream, addr string, refuse func(string), what string) {
+// relayLocal connects st to the local TCP address addr, answering the hub
+// through refuse or accepted.
+func (a *Agent) relayLocal(ctx context.Context, st tunnel.Stream, addr string, refuse func(string),
+	accepted func(func(context.Context, tunnel.Stream)) bool, what string) {
 	d := net.Dialer{Timeout: 5 * time.Second}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		refuse(fmt.Sprintf("%s at %s unreachable: %v", what, addr, err))
 		return
 	}
-	if err := tunnel.WriteReply(st, tunnel.Reply{OK: true}); err != nil {
-		c.Close()
-		st.Close()
-		return
+	relayed := accepted(func(ctx context.Context, st tunnel.Stream) {
+		stop := context.AfterFunc(ctx, func() { st.Close(); c.Close() })
+		defer stop()
+		tunnel.Pipe(st, c.(*net.TCPConn), nil)
+	})
+	if !relayed {
+		c.Close() // the answer did not get through
 	}
-	stop := context.AfterFunc(ctx, func() { st.Close(); c.Close() })
-	defer stop()
-	tunnel.Pipe(st, c.(*net.TCPConn), nil)
 }

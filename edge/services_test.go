@@ -41,7 +41,7 @@ func TestSSHStreamWaitsForTrust(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		a.serveStream(ctx, pipeStream{agentEnd}, trusted, a.log)
+		a.serveStream(ctx, pipeStream{agentEnd}, trusted, a.log, nil)
 	}()
 	if err := tunnel.WriteHeader(hubEnd, tunnel.Header{Service: tunnel.ServiceSSH}); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/resume"
 	"github.com/tether-dev/tether/tunnel/siteproto"
 	"github.com/tether-dev/tether/tunnel/upgradeproto"
 	"github.com/tether-dev/tether/tunnel/uplink"
@@ -96,7 +98,7 @@ func (s *session) run(ctx context.Context, welcome *control.Welcome) (*moved, er
 	clearHub := a.hubSession(s, welcome)
 	clearUpgrade := a.upgradeSession(s, welcome)
 	a.setState(StateConnected, transition{hub: s.hub, transport: s.tun.Transport().String(), note: s.note})
-	next, finish, err := s.serve(ctx, control.AgentLiveness(a.cfg.Tunnel, welcome))
+	next, finish, err := s.serve(ctx, control.AgentLiveness(a.cfg.Tunnel, welcome), s.keep(welcome))
 	clearUpgrade()
 	clearHub()
 	if next == nil {
@@ -150,7 +152,8 @@ func (a *Agent) newSession(tun tunnel.Session, addr string) *session {
 // hello is what the agent announces on a new session.
 func (s *session) hello() *control.Message {
 	a := s.a
-	caps := []string{control.CapTCP, control.CapHeartbeat, siteproto.CapServiceConnect, control.CapTransportLiveness}
+	caps := []string{control.CapTCP, control.CapHeartbeat, siteproto.CapServiceConnect, control.CapTransportLiveness,
+		control.CapResume}
 	up := a.upgradeSupport()
 	if up != nil {
 		caps = append(caps, upgradeproto.CapUpgrade)
@@ -199,17 +202,25 @@ func (s *session) write(f func(io.Writer) error) error { return s.conn.Write(f) 
 // A TCP session an auto-transport agent fell back to also re-probes QUIC
 // (reprobe); when that gets through, serve returns the new session at once
 // and finish, which ends this one once drain has waited for its streams.
-func (s *session) serve(ctx context.Context, live control.Liveness) (next *moved, finish func() error, err error) {
+//
+// keep, if set, makes the hub's streams resumable: the streams the agent
+// held when the session was welcomed are re-attached over it first.
+func (s *session) serve(ctx context.Context, live control.Liveness, keep *resume.Config) (next *moved,
+	finish func() error, err error) {
 	var wg sync.WaitGroup
 	sctx, cancel := context.WithCancel(ctx)
 	rctx, stopRenew := context.WithCancel(sctx)
 
 	renewed := make(chan struct{}, 1)
 	s.binds = newServiceBinder(sctx, s.tun.OpenStream, s.log)
+	if keep != nil {
+		held := s.a.held.set.Streams() // all of them from earlier sessions: this one has none yet
+		wg.Go(func() { s.a.resumeHeld(sctx, s.tun, held, s.log) })
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		s.a.acceptStreams(sctx, s.tun, s.trusted, s.log, &wg, &s.live)
+		s.a.acceptStreams(sctx, s.tun, s.trusted, s.log, &wg, &s.live, keep)
 		cancel()
 	}()
 	waitRenewals := s.a.renewals(rctx, s.send, renewed, s.log)
@@ -225,7 +236,7 @@ func (s *session) serve(ctx context.Context, live control.Liveness) (next *moved
 		}
 		wg.Go(func() { s.conn.Heartbeat(sctx, live.Every) })
 	case s.tun.Transport() == tunnel.TransportQUIC: // else the transport's keepalives carry liveness
-		wg.Go(func() { s.nudge(sctx, pingAfter, min(pingAfter, live.Every)) })
+		wg.Go(func() { s.nudge(sctx, pingAfter) })
 	}
 	ctlErr := make(chan error, 1)
 	wg.Go(func() {
@@ -264,106 +275,6 @@ func (s *session) serve(ctx context.Context, live control.Liveness) (next *moved
 		stopRenew() // the new session renews from now on
 		return m, finish, nil
 	}
-}
-
-// nudge runs beside a QUIC session whose liveness is the transport's. The
-// agent's keepalive is a QUIC PING, which a hub that was killed and
-// restarted on the same address drops without a word: the packet is too
-// small for a stateless reset (quic-go answers none below 43 bytes, so that
-// resets cannot be looped). A heartbeat is large enough. So once the hub
-// has acknowledged nothing for pingAfter (when the agent's keepalive goes
-// out) and a tenth more for the keepalive's answer, the agent sends a heartbeat, and another
-// every beat for as long as the hub stays silent: a live hub takes it as a
-// sign of life, a restarted hub answers with a stateless reset, and the
-// agent reconnects then instead of at its dead-peer timeout. beat is the
-// hub's keepalive interval, the cadence at which agents heartbeated before
-// transport liveness, or pingAfter if that is shorter. While the hub answers
-// the keepalives this sends nothing. It samples the session's Heard mark,
-// which moves with the hub's acknowledgements (tunnel.Dialer.AckLiveness),
-// so it also heartbeats when the hub keeps sending but acknowledges
-// nothing, which gives the tunnel's dead-peer close its answer when the hub
-// is alive. The samples are a second apart (a fifth of pingAfter when that
-// is shorter) only from when the keepalive's answer can first come; before
-// that the session sleeps (nudger.next): an idle agent wakes two or three
-// times per keepalive instead of every second.
-func (s *session) nudge(ctx context.Context, pingAfter, beat time.Duration) {
-	every := min(max(pingAfter/5, 10*time.Millisecond), time.Second)
-	// The keepalive's answer gets a tenth of pingAfter (2.5 s by default),
-	// at least one sample.
-	now := time.Now()
-	n := newNudger(pingAfter, pingAfter+max(pingAfter/10, every), beat, every, s.tun.Heard(), now)
-	t := time.NewTimer(n.next(now))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			if n.due(s.tun.Heard(), now) {
-				s.log.Debug(
-					"hub silent past its keepalive; sending a heartbeat", "silent_for", n.silentFor(now).Round(100*time.Millisecond))
-				if err := s.write(control.WriteHeartbeat); err != nil {
-					s.tun.Close()
-					return
-				}
-			}
-			t.Reset(n.next(now))
-		}
-	}
-}
-
-// nudger decides, from samples of a session's Heard mark, when a silent
-// hub is due a heartbeat: once it has been silent for quietAfter,
-// then every beat while the silence lasts; and when to take the next
-// sample.
-//
-// A change in the mark is known to have come after the sample before the
-// one that saw it (heardAfter), whenever that was. The keepalive goes out
-// pingAfter after the last thing heard, so its answer cannot come before
-// heardAfter+pingAfter: the samples until then are skipped, and from then
-// on come every apart. Silence is counted from heardAfter plus one every,
-// which is where a sampler a second apart would have counted it from; after
-// a skipped stretch in which the mark moved (traffic, not keepalives) it
-// counts from earlier than that, so a heartbeat may come early, never late.
-type nudger struct {
-	pingAfter, quietAfter, beat, every time.Duration
-	last                               uint64
-	sampledAt, heardAfter, nudgedAt    time.Time
-}
-
-func newNudger(pingAfter, quietAfter, beat, every time.Duration, heard uint64, now time.Time) *nudger {
-	return &nudger{pingAfter: pingAfter, quietAfter: quietAfter, beat: beat, every: every,
-		last: heard, sampledAt: now, heardAfter: now.Add(-every)}
-}
-
-// due records a sample and reports whether to send a heartbeat now.
-func (n *nudger) due(heard uint64, now time.Time) bool {
-	prev := n.sampledAt
-	n.sampledAt = now
-	if heard != n.last {
-		n.last, n.heardAfter, n.nudgedAt = heard, prev, time.Time{}
-		return false
-	}
-	if n.silentFor(now) < n.quietAfter || (!n.nudgedAt.IsZero() && now.Sub(n.nudgedAt) < n.beat) {
-		return false
-	}
-	n.nudgedAt = now
-	return true
-}
-
-// silentFor is how long the hub has been silent at now, as a sampler a
-// second apart would count it.
-func (n *nudger) silentFor(now time.Time) time.Duration {
-	return now.Sub(n.heardAfter) - n.every
-}
-
-// next is how long to wait after the sample at now for the next one.
-func (n *nudger) next(now time.Time) time.Duration {
-	answerFrom := n.heardAfter.Add(n.pingAfter)
-	if n.silentFor(now) >= n.quietAfter || !now.Before(answerFrom) {
-		return n.every
-	}
-	return max(n.every, answerFrom.Sub(now))
 }
 
 // readControl handles the hub's control messages (uplink.Conn.ReadControl)
@@ -414,4 +325,15 @@ func absStateDir(dir string) string {
 		return ""
 	}
 	return abs
+}
+
+// keep is the configuration of the streams the hub opens on a session it
+// welcomed with w: resumable if the hub keeps them (HubCapResume), for the
+// window it names; nil if not.
+func (s *session) keep(w *control.Welcome) *resume.Config {
+	if !slices.Contains(w.Capabilities, control.HubCapResume) || w.ResumeWindowSeconds <= 0 {
+		return nil
+	}
+	cfg := s.a.resumeConfig(time.Duration(w.ResumeWindowSeconds)*time.Second, s.log)
+	return &cfg
 }

@@ -53,10 +53,13 @@ func (a *Agent) onSSHEvent(e sshserver.Event) {
 	}
 }
 
-// hubSession records the session's send function while s is connected to
-// a hub that takes ssh events (its welcome lists control.HubCapSSHEvents);
-// the returned func clears it when the session ends.
+// hubSession runs for each welcomed session: it learns the hub addresses
+// the welcome announces (learnHubs), and records the session's send
+// function while s is connected to a hub that takes ssh events (its
+// welcome lists control.HubCapSSHEvents); the returned func clears it
+// when the session ends.
 func (a *Agent) hubSession(s *session, w *control.Welcome) (clear func()) {
+	a.learnHubs(w)
 	if a.sshd == nil || w == nil || !slices.Contains(w.Capabilities, control.HubCapSSHEvents) {
 		return func() {}
 	}

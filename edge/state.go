@@ -117,7 +117,7 @@ func saveIdentity(
 type Status struct {
 	Name      string `json:"name"`
 	NodeID    string `json:"node_id"`
-	State     string `json:"state"` // State.statusName: connecting|connected|refused|rejoin-needed|stopped
+	State     string `json:"state"` // State.statusName: connecting|connected|hub-silent|refused|rejoin-needed|stopped
 	Hub       string `json:"hub,omitempty"`
 	Transport string `json:"transport,omitempty"`
 	// TransportWhy says why the tunnel is on its transport when it is not
@@ -128,6 +128,10 @@ type Status struct {
 	CertExpires  time.Time `json:"cert_expires"`
 	PID          int       `json:"pid"`
 	Version      string    `json:"agent_version"`
+
+	// connected is when the session was welcomed: Since again when a
+	// hub-silent agent hears its hub again.
+	connected time.Time
 }
 
 func writeStatus(dir string, st Status) error {

@@ -123,9 +123,19 @@ type Config struct {
 	LeaderTTL time.Duration
 	// Site makes this hub a site of a parent hub (hub/site); the zero
 	// value is a hub without a parent.
-	Site   SiteConfig
-	Logger *slog.Logger
+	Site SiteConfig
+	// ResumeWindow is how long a stream to a node (a jump, a job's SSH
+	// connection, a forward) waits for the node to reconnect after its
+	// link went down, then ends; default nodeconn.DefaultResumeWindow,
+	// negative: streams end with the session (as for agents that do not
+	// keep them).
+	ResumeWindow time.Duration
+	Logger       *slog.Logger
 }
+
+// maxResumeWindow bounds --resume-window: a stream waiting longer holds its
+// buffers and the operator's connection for nothing a user would wait for.
+const maxResumeWindow = 24 * time.Hour
 
 // CheckAndSetDefaults validates c and fills defaults.
 func (c *Config) CheckAndSetDefaults() error {
@@ -137,6 +147,15 @@ func (c *Config) CheckAndSetDefaults() error {
 	}
 	if c.Listen == "" {
 		c.Listen = ":7443"
+	}
+	switch {
+	case c.ResumeWindow == 0:
+		c.ResumeWindow = nodeconn.DefaultResumeWindow
+	case c.ResumeWindow > maxResumeWindow:
+		return fmt.Errorf("hub: --resume-window %s: want at most %s (0 turns resuming off)", c.ResumeWindow,
+			maxResumeWindow)
+	case c.ResumeWindow > 0 && c.ResumeWindow < time.Second:
+		return fmt.Errorf("hub: --resume-window %s: want at least 1s (0 turns resuming off)", c.ResumeWindow)
 	}
 	if c.SSHListen == "" {
 		c.SSHListen = ":2222"

@@ -18,10 +18,22 @@ import (
 // TestMoveFromTCPToQUIC: an agent that fell back to TCP because UDP was
 // blocked (the fault proxy drops every datagram) re-probes QUIC and, once
 // UDP gets through, moves to it: a TCP stream opened before the move keeps
-// working, new streams go over QUIC, the node stays registered throughout,
-// and the TCP session ends once its last stream has.
+// working, new streams go over QUIC and the node stays registered
+// throughout. The stream moves with the agent (resumable streams): the TCP
+// session ends at once. On a hub that does not keep streams across
+// reconnects (--resume-window 0), the TCP session drains instead: it ends
+// once its last stream has.
 func TestMoveFromTCPToQUIC(t *testing.T) {
-	s, c := testHub(t)
+	t.Run("streams move", func(t *testing.T) { testMove(t, true) })
+	t.Run("streams drain", func(t *testing.T) { testMove(t, false) })
+}
+
+func testMove(t *testing.T, resumable bool) {
+	s, c := testHubConfig(t, func(cfg *Config) {
+		if !resumable {
+			cfg.ResumeWindow = -1
+		}
+	})
 	id := joinNode(t, c, "mover")
 	link, err := faultproxy.NewLink("127.0.0.1:0", id.Config.Hubs[0])
 	if err != nil {
@@ -96,10 +108,18 @@ func TestMoveFromTCPToQUIC(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the agent moved to quic", on(tunnel.TransportQUIC))
-	select {
-	case <-tcpConn.Session.Done():
+	tcpDone := func() bool {
+		select {
+		case <-tcpConn.Session.Done():
+			return true
+		default:
+			return false
+		}
+	}
+	if resumable {
+		waitFor(t, "the tcp session to end, its stream carried over", tcpDone)
+	} else if tcpDone() {
 		t.Fatal("the tcp session ended with a stream still open on it")
-	default:
 	}
 	// The stream lives on well past the hub's grace for closing a
 	// replaced session (a second): the old session drains, not closes.
@@ -118,14 +138,7 @@ func TestMoveFromTCPToQUIC(t *testing.T) {
 	}
 
 	old.Close()
-	waitFor(t, "the drained tcp session to end", func() bool {
-		select {
-		case <-tcpConn.Session.Done():
-			return true
-		default:
-			return false
-		}
-	})
+	waitFor(t, "the drained tcp session to end", tcpDone)
 	if conn() == nil {
 		t.Fatal("the node is no longer registered after its old session ended")
 	}

@@ -7,6 +7,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel"
@@ -20,11 +21,18 @@ import (
 // controllers' job engine and joined the peers.
 
 func (s *Server) newNodeConns() (*nodeconn.Server, error) {
+	s.metrics.RegisterResume(s.conns.ResumeStreams, s.conns.ResumeBuffered)
 	return nodeconn.New(nodeconn.Config{Store: s.store, Table: s.conns, IssueNode: s.issueNode,
 		NodeCertTTL: s.cfg.NodeCertTTL, HostCertTTL: s.cfg.HostCertTTL, Tunnel: s.cfg.Tunnel, Metrics: s.metrics,
 		Audit: s.auditLog, Access: s.pusher, Sites: connSites{s}, Services: connServices{s},
-		Presence: s.replicas, Watcher: connWatcher{s}, Logins: connLogins{s}, Logger: s.log})
+		Presence: s.replicas, Watcher: connWatcher{s}, Logins: connLogins{s}, Logger: s.log,
+		ResumeWindow: max(s.cfg.ResumeWindow, 0), ResumeEvents: resumeEvents{s.metrics}})
 }
+
+// resumeEvents counts resumable streams' events in the hub's metrics.
+type resumeEvents struct{ m *metrics.Metrics }
+
+func (e resumeEvents) Event(kind string) { e.m.ResumeEvents.WithLabelValues(kind).Inc() }
 
 type connSites struct{ s *Server }
 

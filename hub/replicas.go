@@ -50,10 +50,12 @@ func createIdentity(dir string) error {
 
 // startPeers joins the replica set: peer listener, lease, presence, and
 // the door's routes through other replicas. apiAddr and sshAddr are this
-// replica's bound API and bastion listeners, recorded for `tether replicas`.
-// It returns the stop function.
-func (s *Server) startPeers(ctx context.Context, apiAddr, sshAddr net.Addr) (func(), error) {
-	self := store.Replica{APIAddr: ownAddr(apiAddr), SSHAddr: ownAddr(sshAddr), Version: Version}
+// replica's bound API and bastion listeners, recorded for `tether replicas`;
+// advertise are the addresses agents dial for it, which join strings and
+// welcomes name beside the other live replicas'. It returns the stop
+// function.
+func (s *Server) startPeers(ctx context.Context, apiAddr, sshAddr net.Addr, advertise []string) (func(), error) {
+	self := store.Replica{APIAddr: ownAddr(apiAddr), SSHAddr: ownAddr(sshAddr), Version: Version, Hubs: advertise}
 	p, err := s.replicas.Join(ctx, replica.Config{
 		Store: s.store, CA: s.ca, Listen: s.cfg.PeerListen, Advertise: s.cfg.PeerAdvertise,
 		Hold: s.replicas.Hold(s.door), Tunnel: s.cfg.Tunnel, LeaseTTL: s.cfg.LeaseTTL, Registerer: s.metrics.Registry,

@@ -93,7 +93,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer backlog.Wait()
 	ln, err := tunnel.Listen(ctx, s.cfg.Listen, tunnel.ListenConfig{
 		TunnelTLS: tlsTunnel, HTTPTLS: tlsHTTP, Config: s.cfg.Tunnel, Logger: s.log.With("component", "tunnel"),
-		StatelessResetKey: resetKey, Backlog: backlog.Waiting,
+		StatelessResetKey: resetKey, Backlog: backlog.Waiting, PeersFile: filepath.Join(s.cfg.DataDir, "quic_peers"),
 	})
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", s.cfg.Listen, err)
@@ -212,7 +212,7 @@ func (s *Server) Run(ctx context.Context) error {
 		Handler: apiguard.New(apiguard.Config{Join: s.limits.Join, RateLimited: s.limits.Refused.WithLabelValues("join"),
 			Audit: s.auditLog, Log: s.log}).Wrap(api.NewHandler(api.Deps{
 			Store: s.store, Door: s.door, CA: s.ca, IssueNode: s.issueNode, NodeCA: s.nodeCA, Conns: s.conns,
-			Metrics: s.metrics, Advertise: advertise,
+			Metrics: s.metrics, Advertise: advertise, Hubs: s.replicas.JoinHubs,
 			NodeCertTTL: s.cfg.NodeCertTTL, Logger: s.log.With("component", "api"), OperatorsChanged: s.pusher.Changed,
 			SSHTrust:      identity.SSHTrust(sshAddr, advertise, s.cfg.NodeSuffix, s.hostCA, s.userCA),
 			SiteHostCAs:   s.trust.HostCAsBelow,
@@ -257,7 +257,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 	if s.cfg.PeerListen != "" {
 		// Before sessions are accepted: each one records its presence.
-		stopPeers, err := s.startPeers(ctx, ln.Addr(), sshAddr)
+		stopPeers, err := s.startPeers(ctx, ln.Addr(), sshAddr, advertise)
 		if err != nil {
 			return err
 		}

@@ -62,7 +62,7 @@ func ParseJoinString(s string) (JoinString, error) {
 	}
 	j := JoinString{Token: auth}
 	for _, h := range strings.Split(hosts, ",") {
-		if err := validateHostPort(h); err != nil {
+		if err := ValidateHubAddr(h); err != nil {
 			return JoinString{}, fmt.Errorf("%w: hub address %q: %v", ErrBadJoinString, h, err)
 		}
 		j.Addrs = append(j.Addrs, h)
@@ -82,7 +82,9 @@ func ParseJoinString(s string) (JoinString, error) {
 	return j, nil
 }
 
-func validateHostPort(hp string) error {
+// ValidateHubAddr checks a hub address as join strings and node configs
+// carry it: HOST:PORT, the host an IP address without a zone or a DNS name.
+func ValidateHubAddr(hp string) error {
 	host, port, err := net.SplitHostPort(hp)
 	if err != nil {
 		return err

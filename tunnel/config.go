@@ -229,8 +229,13 @@ func (c *Config) quicConfig() *quic.Config {
 		MaxConnectionReceiveWindow:     c.SessionWindow,
 		MaxIncomingStreams:             int64(c.MaxStreams),
 		MaxIncomingUniStreams:          -1, // Tether uses bidirectional streams only
+		Tracer:                         quicTracer,
 	}
 }
+
+// quicTracer, nil but in tests, traces every QUIC connection (qlog), to
+// see what was sent, acknowledged and lost around a silence.
+var quicTracer = quic.Config{}.Tracer
 
 // yamuxConfig maps a resolved Config onto yamux's.
 func (c *Config) yamuxConfig(log *slog.Logger) *yamux.Config {

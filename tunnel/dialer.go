@@ -57,10 +57,10 @@ type Dialer struct {
 	// even while the hub retransmits data it had in flight. Set it only if
 	// the session's owner sends something the hub acknowledges at least
 	// every keepalive interval whenever the hub sends no acknowledgement
-	// (Tether's agent: its heartbeats, or one whenever its keepalive went
-	// unanswered): quic-go's own keepalive waits for silence, so a session
-	// that keeps receiving a trickle and sends nothing of its own would be
-	// closed as dead.
+	// (Tether's agent: its heartbeats, or the probes the session asks for
+	// once its keepalive went unanswered: Prober): quic-go's own keepalive
+	// waits for silence, so a session that keeps receiving a trickle and
+	// sends nothing of its own would be closed as dead.
 	AckLiveness bool
 }
 
@@ -184,7 +184,9 @@ func (d *Dialer) dialAuto(
 }
 
 // dialQUIC opens a QUIC connection on the shared socket d.UDP, or on a UDP
-// socket of its own that is closed with the connection.
+// socket of its own that is closed with the connection. The socket's
+// non-QUIC datagrams are read for the session's life: the hub's retry hint
+// while dialing, its poke after a restart (quicPokeMagic) once dialed.
 func (d *Dialer) dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config, cfg *Config) (*quicSession, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
 	defer cancel()
@@ -197,7 +199,7 @@ func (d *Dialer) dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config,
 		if err != nil {
 			return nil, busyFromQUIC(err, d.UDP.hints, ua)
 		}
-		return d.quicSession(conn, cfg), nil
+		return d.quicSession(conn, cfg, d.UDP.hints), nil
 	}
 	// A transport of our own (not quic.DialAddr's) so that a refused dial
 	// can read the hub's retry hint (see quicBusyMagic).
@@ -210,33 +212,37 @@ func (d *Dialer) dialQUIC(ctx context.Context, addr string, tlsConf *tls.Config,
 		return nil, err
 	}
 	tr := &quic.Transport{Conn: udp}
-	hctx, stopHints := context.WithCancel(ctx)
-	hints := watchHints(hctx, tr, 2)
+	// The reader outlives the dial's ctx: it reads pokes until the
+	// connection ends.
+	rctx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
+	hints := watchHints(rctx, tr, 2)
 	conn, err := tr.Dial(ctx, ua, tlsConf, cfg.quicConfig())
 	if err != nil {
 		err = busyFromQUIC(err, hints, ua)
-		stopHints()
+		stopReader()
 		<-hints.done
 		_ = tr.Close()
 		_ = udp.Close()
 		return nil, err
 	}
-	stopHints()
 	// The transport would outlive the connection: end both with it.
 	context.AfterFunc(conn.Context(), func() {
+		stopReader()
 		<-hints.done
 		_ = tr.Close()
 		_ = udp.Close()
 	})
-	return d.quicSession(conn, cfg), nil
+	return d.quicSession(conn, cfg, hints), nil
 }
 
 // quicSession wraps a dialed connection: the dialing side's dead-peer rule
-// (watchPeer) runs on it, on the peer's acknowledgements with AckLiveness.
-func (d *Dialer) quicSession(conn *quic.Conn, cfg *Config) *quicSession {
+// (watchPeer) runs on it, on the peer's acknowledgements with AckLiveness,
+// and the hub's poke after a restart, read from box, ends it.
+func (d *Dialer) quicSession(conn *quic.Conn, cfg *Config, box *hintBox) *quicSession {
 	s := newQUICSession(conn)
 	s.acks = d.AckLiveness
 	s.watchPeer(cfg)
+	box.watch(s)
 	return s
 }
 

@@ -85,6 +85,12 @@ const (
 	// the agent's local listener of a service tunnel. A service connect
 	// frame (tunnel/siteproto) follows the header. Header.Port must be 0.
 	ServiceConnect Service = 4
+	// ServiceResume is opened by an agent that reconnected, once per
+	// resumable stream it still holds (tunnel/resume): a resume request
+	// frame follows the header, and the hub re-attaches the stream of that
+	// id to this new one. Only on sessions where both sides announced
+	// resumable streams (control.CapResume). Header.Port must be 0.
+	ServiceResume Service = 5
 )
 
 // String returns "ssh", "tcp", or "service(N)" for unknown values.
@@ -98,6 +104,8 @@ func (s Service) String() string {
 		return "route"
 	case ServiceConnect:
 		return "connect"
+	case ServiceResume:
+		return "resume"
 	}
 	return "service(" + strconv.Itoa(int(s)) + ")"
 }
@@ -122,7 +130,7 @@ func (h Header) String() string {
 // validate checks the invariants of a version 1 header.
 func (h Header) validate() error {
 	switch h.Service {
-	case ServiceSSH, ServiceRoute, ServiceConnect:
+	case ServiceSSH, ServiceRoute, ServiceConnect, ServiceResume:
 		if h.Port != 0 {
 			return fmt.Errorf("%w: port %d given for %s, want 0", ErrBadHeader, h.Port, h.Service)
 		}

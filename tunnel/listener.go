@@ -84,6 +84,15 @@ type ListenConfig struct {
 	// DefaultMaxHandshakes.
 	MaxHandshakes int
 
+	// PeersFile, if set, is where the listener writes down the address and
+	// poke token of each QUIC session's agent (rewritten within a second
+	// of a change): a listener that starts and finds the file of a run
+	// that ended less than an idle timeout ago pokes those agents, so that
+	// they reconnect at once instead of at their next keepalive (25 s at
+	// the defaults), when it is first asked to Accept. Keep it in the data
+	// dir: one per hub process.
+	PeersFile string
+
 	// Backlog, if set, bounds how many agents may be waiting to connect
 	// (the hub: its enrolled nodes less those connected; negative:
 	// unknown). Agents refused at MaxHandshakes are asked back in a queue
@@ -119,6 +128,9 @@ type Listener struct {
 	tickets   *ticketKeys    // nil without a StatelessResetKey
 	refuse    *refuser       // answers refused TCP connections with a retry hint
 	failed    *handshakeFailures
+	peers     *quicPeers    // nil without ListenConfig.PeersFile
+	accepting chan struct{} // closed by the first Accept: pokes may go
+	firstOnce sync.Once
 
 	mu   sync.Mutex                  // guards the following
 	live map[trackedSession]struct{} // sessions not yet ended, closed by Close
@@ -223,6 +235,7 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 		failed:    failed,
 		tickets:   tickets,
 		live:      make(map[trackedSession]struct{}),
+		accepting: make(chan struct{}),
 	}
 	l.http = &httpListener{l: l, conns: make(chan net.Conn), done: make(chan struct{})}
 	refuse.wg = &l.wg
@@ -238,6 +251,20 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 			}
 			return httpTLS, nil
 		},
+	}
+	if lc.PeersFile != "" {
+		l.peers = openQUICPeers(lc.PeersFile, cfg.IdleTimeout+peersTouchEvery, l.log)
+		l.wg.Go(func() { l.peers.keep(l.done) })
+		l.wg.Go(func() {
+			select {
+			case <-l.accepting:
+				l.peers.poke(func(b []byte, to net.Addr) error {
+					_, err := qtr.WriteTo(b, to)
+					return err
+				}, l.done)
+			case <-l.done:
+			}
+		})
 	}
 	l.wg.Go(l.acceptTCP)
 	for range quicAcceptors {
@@ -293,6 +320,8 @@ func (l *Listener) Accept(ctx context.Context) (Session, error) {
 		return nil, fmt.Errorf("tunnel: accept: %w", net.ErrClosed)
 	default:
 	}
+	// The hub serves its agents now: the previous run's may be poked.
+	l.firstOnce.Do(func() { close(l.accepting) })
 	select {
 	case s := <-l.sessions:
 		return s, nil
@@ -387,7 +416,12 @@ func (l *Listener) acceptQUIC() {
 		}
 		admitted(conn.Context())
 		l.log.Debug("tunnel session accepted", "transport", "quic", "remote", conn.RemoteAddr().String())
-		l.deliver(newQUICSession(conn))
+		s := newQUICSession(conn)
+		if l.peers != nil {
+			l.peers.add(s)
+			context.AfterFunc(conn.Context(), func() { l.peers.remove(s) })
+		}
+		l.deliver(s)
 	}
 }
 

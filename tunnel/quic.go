@@ -23,6 +23,9 @@ const (
 	// quicCodeDeadPeer closes a session whose peer was silent for the
 	// dead-peer timeout (quicSession.watchPeer).
 	quicCodeDeadPeer = 1
+	// quicCodeHubRestarted closes a dialed session whose hub said, with the
+	// session's own poke token, that it restarted (quicSession.poked).
+	quicCodeHubRestarted = 2
 )
 
 // quicSession is a Session over one QUIC connection. quic-go does the
@@ -33,33 +36,89 @@ type quicSession struct {
 	// acks: Heard marks the peer's acknowledgements, not its packets
 	// (Dialer.AckLiveness).
 	acks bool
+	// watch is the dialing side's dead-peer rule (nil on the hub).
+	watch *peerWatch
+	// token authenticates the hub's poke after a restart (pokeToken).
+	token     [pokeTokenLen]byte
+	tokenOnce sync.Once
 }
 
-var _ Session = (*quicSession)(nil)
+var (
+	_ Session = (*quicSession)(nil)
+	_ Prober  = (*quicSession)(nil)
+)
 
 func newQUICSession(conn *quic.Conn) *quicSession {
 	return &quicSession{conn: conn}
 }
 
-// watchPeer is the dialing side's dead-peer rule. quic-go pings once
-// nothing arrived for keepAliveAfter, and its idle timeout ends a session
-// whose peer stays silent, but silently: on a half-open link whose other
-// direction works, the hub, which sends no keepalives of its own and still
-// hears ours, would hold the session until ours stopped and its own idle
-// timeout ran out, twice the dead-peer timeout. So the session is closed
-// explicitly first, once nothing arrived for silentClose, and the
-// CONNECTION_CLOSE reaches a peer that can still hear. It samples Heard
-// from a timer (no goroutine) every quarter keepalive interval.
-func (s *quicSession) watchPeer(cfg *Config) {
-	w := &peerWatch{
-		s:       s,
-		every:   cfg.KeepAliveInterval / 4,
-		silent:  cfg.silentClose(),
-		last:    s.Heard(),
-		heardAt: time.Now(),
+// Prober is implemented by the QUIC sessions Dial returns. Their dead-peer
+// rule needs probes that only the session's owner can send: QUIC gives an
+// application no way to send a PING of its own, and quic-go's keepalive
+// sends one PING per silence, counted from the last packet received, with
+// only the loss timer's backed-off retransmissions after it. On a lossy
+// link with a long round trip that left one attempt before the dead-peer
+// close (measured: 2% of sessions through 300 ms and 5% loss each way died
+// within seconds of starting, see TestQUICProbesKeepLossySessions). So once
+// the peer has acknowledged nothing for longer than its keepalive's answer
+// takes, the session asks for a probe every half sample interval until it
+// hears the peer again or closes, and the owner sends something the peer
+// acknowledges (Tether's agent: a heartbeat, which is also large enough to
+// draw a restarted hub's stateless reset, as a PING is not).
+type Prober interface {
+	// Probes starts asking for probes once the peer has acknowledged
+	// nothing for pingAfter (when the keepalive goes out:
+	// Config.PingAfter, given the peer's idle timeout) and a little more
+	// for its answer. A Probe waits on the channel (one at most; none is
+	// queued behind it) until the owner takes it.
+	Probes(pingAfter time.Duration) <-chan Probe
+}
+
+// Probe asks the owner of a session (Prober) to send the peer something it
+// acknowledges.
+type Probe struct {
+	// Silent is how long the peer has acknowledged nothing, at least.
+	Silent time.Duration
+	// Heard is the session's Heard mark all that time: the peer is heard
+	// again once Heard differs.
+	Heard uint64
+}
+
+// Probes implements Prober.
+func (s *quicSession) Probes(pingAfter time.Duration) <-chan Probe {
+	w := s.watch
+	if w == nil {
+		return nil // an accepted session: the hub probes nobody
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// A peer with a shorter idle timeout makes the keepalive come sooner
+	// (Config.PingAfter), and the samples with it: a fifth of it apart at
+	// most, so the probes still come before QUIC's idle timeout.
+	w.rule.every = min(w.rule.every, max(pingAfter/5, 10*time.Millisecond))
+	w.rule.probeAfter = probeAfter(pingAfter, w.rule.every)
+	return w.probes
+}
+
+// watchPeer is the dialing side's dead-peer rule (peerRule), sampled from a
+// timer (no goroutine) every quarter keepalive interval. quic-go's idle
+// timeout ends a session whose peer stays silent, but silently: on a
+// half-open link whose other direction works, the hub, which sends no
+// keepalives of its own and still hears ours, would hold the session until
+// ours stopped and its own idle timeout ran out, twice the dead-peer
+// timeout. So the session is closed explicitly first, once nothing was
+// heard for silentClose, and the CONNECTION_CLOSE reaches a peer that can
+// still hear. Before that, it asks for probes (Prober).
+func (s *quicSession) watchPeer(cfg *Config) {
+	now := time.Now()
+	w := &peerWatch{
+		s:      s,
+		rule:   peerRule{every: cfg.KeepAliveInterval / 4, silent: cfg.silentClose(), last: s.Heard(), heardAt: now},
+		probes: make(chan Probe, 1),
+	}
+	s.watch = w
 	w.mu.Lock() // the first check waits for t
-	w.t = time.AfterFunc(w.every, w.check)
+	w.t = time.AfterFunc(w.rule.every, w.check)
 	w.mu.Unlock()
 	context.AfterFunc(s.conn.Context(), func() {
 		w.mu.Lock()
@@ -68,16 +127,14 @@ func (s *quicSession) watchPeer(cfg *Config) {
 	})
 }
 
-// peerWatch is the state of one session's watchPeer.
+// peerWatch runs one session's peerRule.
 type peerWatch struct {
 	s      *quicSession
-	every  time.Duration // how often the count is sampled
-	silent time.Duration // silence that closes the session
+	probes chan Probe
 
-	mu      sync.Mutex
-	t       *time.Timer
-	last    uint64    // the Heard mark at the last sample
-	heardAt time.Time // the sample at which last was first seen
+	mu   sync.Mutex
+	t    *time.Timer
+	rule peerRule
 }
 
 func (w *peerWatch) check() {
@@ -86,15 +143,97 @@ func (w *peerWatch) check() {
 	if w.s.conn.Context().Err() != nil {
 		return
 	}
-	// Whatever arrived since the previous sample arrived after it was
-	// taken: heardAt-every is the earliest the last packet can be.
-	if h := w.s.Heard(); h != w.last {
-		w.last, w.heardAt = h, time.Now()
-	} else if time.Since(w.heardAt) >= w.silent-w.every {
-		_ = w.s.conn.CloseWithError(quicCodeDeadPeer, fmt.Sprintf("nothing heard from the peer for %v", w.silent))
+	now := time.Now()
+	switch w.rule.sample(w.s.Heard(), now) {
+	case peerDead:
+		_ = w.s.conn.CloseWithError(quicCodeDeadPeer, fmt.Sprintf("nothing heard from the peer for %v", w.rule.silent))
+		return
+	case peerProbe:
+		select {
+		case w.probes <- Probe{Silent: w.rule.silentFor(now), Heard: w.rule.last}:
+		default: // the owner has not taken the last one yet
+		}
+		// While the silence lasts the samples, and the probes, come twice
+		// as often: more tries before the close, each with its own answer.
+		w.t.Reset(w.rule.every / 2)
 		return
 	}
-	w.t.Reset(w.every)
+	w.t.Reset(w.rule.every)
+}
+
+// peerRule decides, from samples of a session's Heard mark taken every
+// `every` (half that while it asks for probes), when the peer is due a
+// probe and when it is dead. A change in the mark came at most `every`
+// before the sample that saw it (heardAt), so the silence is counted from
+// heardAt: at most `every` short.
+type peerRule struct {
+	every time.Duration // how often the mark is sampled
+	// silent is the silence that closes the session: the close comes at a
+	// silence between silent-every and silent.
+	silent time.Duration
+	// probeAfter is the silence from which every sample asks for a probe
+	// (watchPeer then samples twice as often); 0: none (Probes not called).
+	probeAfter time.Duration
+
+	last    uint64    // the mark at the last sample
+	heardAt time.Time // the sample at which last was first seen
+}
+
+// Verdicts of peerRule.sample.
+const (
+	peerAlive = iota
+	peerProbe
+	peerDead
+)
+
+func (r *peerRule) sample(heard uint64, now time.Time) int {
+	if heard != r.last {
+		r.last, r.heardAt = heard, now
+		return peerAlive
+	}
+	switch silent := r.silentFor(now); {
+	case silent >= r.silent-r.every:
+		return peerDead
+	case r.probeAfter > 0 && silent >= r.probeAfter:
+		return peerProbe
+	}
+	return peerAlive
+}
+
+func (r *peerRule) silentFor(now time.Time) time.Duration { return now.Sub(r.heardAt) }
+
+// probeAfter is the silence after which a session sampled every `every`
+// asks for probes, given that its keepalive goes out after pingAfter: a
+// tenth of pingAfter later for the keepalive's answer, but at least one
+// sample (at the defaults the sample, 5 s, is the larger). Earlier would
+// send a probe beside every keepalive of an idle session, doubling what it
+// costs on a link metered by the byte; later leaves the probes less of the
+// dead-peer timeout (silentClose) to get an answer in.
+func probeAfter(pingAfter, every time.Duration) time.Duration {
+	return pingAfter + max(pingAfter/10, every)
+}
+
+// poked ends a dialed session whose hub proved, with the session's poke
+// token, that it no longer holds it: the hub restarted (see quicPokeMagic).
+// Only the hub knows the token besides this end, so the session is closed
+// at once, and the agent reconnects now instead of at its next keepalive.
+func (s *quicSession) poked() {
+	_ = s.conn.CloseWithError(quicCodeHubRestarted, "the hub restarted and no longer holds this session")
+}
+
+// pokeToken is the session's poke token: keying material exported from
+// its TLS session (RFC 8446 section 7.5), which only the two ends know.
+func (s *quicSession) pokeToken() [pokeTokenLen]byte {
+	s.tokenOnce.Do(func() {
+		cs := s.conn.ConnectionState().TLS
+		// Only fails before the handshake completes, which a session
+		// never is: a zero token matches no poke (parseQUICPoke).
+		b, err := cs.ExportKeyingMaterial(pokeTokenLabel, nil, pokeTokenLen)
+		if err == nil {
+			copy(s.token[:], b)
+		}
+	})
+	return s.token
 }
 
 // OpenStream opens a stream with OpenStreamSync, which blocks while the peer's

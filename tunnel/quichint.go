@@ -52,6 +52,41 @@ func parseQUICBusy(b []byte) (time.Duration, bool) {
 	return min(time.Duration(b[5])*time.Second, retryHintMax), true
 }
 
+// After a restart the hub sends each agent whose QUIC session its previous
+// run held (ListenConfig.PeersFile) a poke: quicPokeMagic and the session's
+// poke token, from the port the agent talks to. Without it, a restarted hub
+// hears an agent only when its next keepalive is due (25 s at the
+// defaults), and a PING is too small to draw a stateless reset. The token
+// is keying material exported from the session's TLS (RFC 8446 section
+// 7.5): only the two ends of that session know it, so a valid poke proves
+// the session is gone on the hub, and the agent closes it and reconnects at
+// once. A poke without the right token is dropped (a map lookup); one
+// replayed by an eavesdropper names a session already dead. Like the busy
+// hint, its first byte keeps quic-go from parsing it as QUIC, and it is
+// smaller than a QUIC packet: the hub sends it only after a restart, once a
+// second at most three times per agent, to the addresses it wrote down.
+var quicPokeMagic = [5]byte{0x00, 'T', 'P', 'O', 'K'}
+
+const (
+	pokeTokenLen   = 16
+	pokeTokenLabel = "EXPORTER-tether-hub-restarted"
+)
+
+// quicPokeRecord is the poke datagram for a session's token.
+func quicPokeRecord(token [pokeTokenLen]byte) []byte {
+	return append(quicPokeMagic[:], token[:]...)
+}
+
+// parseQUICPoke reads a poke datagram; ok is false for anything else,
+// including the zero token of a session without one.
+func parseQUICPoke(b []byte) (token [pokeTokenLen]byte, ok bool) {
+	if len(b) != len(quicPokeMagic)+pokeTokenLen || [5]byte(b[:5]) != quicPokeMagic {
+		return token, false
+	}
+	copy(token[:], b[5:])
+	return token, token != [pokeTokenLen]byte{}
+}
+
 type quicHint struct {
 	from netip.AddrPort
 	d    time.Duration
@@ -72,6 +107,8 @@ type hintBox struct {
 	queue  []quicHint
 	signal chan struct{} // a token when a hint was queued (capacity 1)
 	done   chan struct{} // closed when the reader has returned
+	// pokes are the live sessions on the socket, by poke token (watch).
+	pokes map[[pokeTokenLen]byte]*quicSession
 }
 
 // watchHints reads tr's non-QUIC packets until ctx ends or tr closes; the
@@ -111,9 +148,18 @@ func watchHints(ctx context.Context, tr *quic.Transport, room int) *hintBox {
 // reads: a test holds the reader back with it, as a busy scheduler would.
 var testHookHintReader func()
 
-// keep queues datagram p from if it is a hint; anything else, or a hint
-// beyond room, is dropped.
+// keep queues datagram p from if it is a hint, and ends the session a poke
+// names; anything else, or a hint beyond room, is dropped.
 func (b *hintBox) keep(p []byte, from net.Addr) {
+	if token, ok := parseQUICPoke(p); ok {
+		b.mu.Lock()
+		s := b.pokes[token]
+		b.mu.Unlock()
+		if s != nil {
+			go s.poked() // closing waits for the connection's loop
+		}
+		return
+	}
 	d, ok := parseQUICBusy(p)
 	ua, isUDP := from.(*net.UDPAddr)
 	if !ok || !isUDP {
@@ -125,6 +171,22 @@ func (b *hintBox) keep(p []byte, from net.Addr) {
 	}
 	b.mu.Unlock()
 	b.wake()
+}
+
+// watch lets a poke with s's token end s, until s ends.
+func (b *hintBox) watch(s *quicSession) {
+	token := s.pokeToken()
+	b.mu.Lock()
+	if b.pokes == nil {
+		b.pokes = map[[pokeTokenLen]byte]*quicSession{}
+	}
+	b.pokes[token] = s
+	b.mu.Unlock()
+	context.AfterFunc(s.conn.Context(), func() {
+		b.mu.Lock()
+		delete(b.pokes, token)
+		b.mu.Unlock()
+	})
 }
 
 // wake hands a waiting take the token, if none holds one yet.

@@ -66,11 +66,16 @@ const (
 	stateExited   = "not running (agent exited)"
 )
 
+// stateHubSilent is the agent's state while its hub answers neither its
+// keepalive nor the probes after it: the session is up on the agent's
+// side only as far as it knows.
+const stateHubSilent = "hub-silent"
+
 // agentGone reports whether st is the status of a running agent whose
 // process is gone (killed, crashed) without saying that it stopped.
 func agentGone(st edge.Status) bool {
 	// ESRCH only: EPERM means the process runs, as another user.
-	return st.PID != 0 && (st.State == "connected" || st.State == "connecting") &&
+	return st.PID != 0 && (st.State == "connected" || st.State == stateHubSilent || st.State == "connecting") &&
 		errors.Is(syscall.Kill(st.PID, 0), syscall.ESRCH)
 }
 
@@ -86,11 +91,16 @@ func printStatus(w io.Writer, st edge.Status, hubs []string, gone bool, now time
 	case gone:
 		fmt.Fprintf(w, "state:        not running (agent pid %d exited; it was %s %s)\n", st.PID, st.State,
 			whenText(st.Since, now))
+	case st.State == stateHubSilent:
+		fmt.Fprintf(w, "state:        %s %s (no answer from the hub to the keepalive and the probes since; "+
+			"the agent reconnects if it stays silent)\n", st.State, whenText(st.Since, now))
 	default:
 		fmt.Fprintf(w, "state:        %s %s\n", st.State, whenText(st.Since, now))
 	}
 	if st.Transport != "" && !gone {
-		if st.TransportWhy != "" {
+		if st.State == stateHubSilent {
+			fmt.Fprintf(w, "session:      %s over %s, not answering\n", st.Hub, st.Transport)
+		} else if st.TransportWhy != "" {
 			fmt.Fprintf(w, "connected to: %s over %s (%s)\n", st.Hub, st.Transport, st.TransportWhy)
 		} else {
 			fmt.Fprintf(w, "connected to: %s over %s\n", st.Hub, st.Transport)

@@ -39,6 +39,18 @@ func TestPrintStatus(t *testing.T) {
 				now.Add(-time.Hour).Local().Format(time.RFC3339) + " (1h0m0s ago))"},
 			[]string{"connected to:"},
 		},
+		{
+			// The hub answers nothing: the status must not say connected.
+			"hub silent",
+			edge.Status{State: "hub-silent", Since: now.Add(-4 * time.Second), Hub: "hub:7443", Transport: "quic"},
+			false,
+			[]string{
+				"state:        hub-silent since " + now.Add(-4*time.Second).Local().Format(time.RFC3339) + " (4s ago) " +
+					"(no answer from the hub",
+				"session:      hub:7443 over quic, not answering",
+			},
+			[]string{"connected"},
+		},
 		{"zero since", edge.Status{State: "stopped"}, false, []string{"state:        stopped since an unknown time"},
 			[]string{"0001"}},
 		{

@@ -59,6 +59,9 @@ GOGC or GOMAXPROCS in the environment turns the matching policy off.`,
 			}
 			cfg.Logger = log
 			cfg.Tunnel = tc
+			if cfg.ResumeWindow == 0 {
+				cfg.ResumeWindow = -1 // the flag's 0 turns resuming off; the Config's 0 is the default
+			}
 			if cfg.Site.Transport, err = tunnel.ParseTransport(parentTransport); err != nil {
 				return fmt.Errorf("--parent-transport: %w", err)
 			}
@@ -91,7 +94,7 @@ GOGC or GOMAXPROCS in the environment turns the matching policy off.`,
 		"paramiko, and on other CPUs)")
 	f.StringSliceVar(&cfg.Advertise, "advertise", nil,
 		"HOST:PORT agents should dial, put into join strings (repeatable; default: the --listen address, "+
-			"or this host's name if it is a wildcard)")
+			"or this host's name if it is a wildcard); a replica's join strings name every live replica's")
 	f.DurationVar(&cfg.NodeCertTTL, "node-cert-ttl", 24*time.Hour,
 		"lifetime of node certificates (agents renew at about 2/3 of it over the tunnel)")
 	f.DurationVar(&cfg.HostCertTTL, "host-cert-ttl", 7*24*time.Hour,
@@ -150,6 +153,9 @@ GOGC or GOMAXPROCS in the environment turns the matching policy off.`,
 		"tunnel keepalive interval: an agent pings its hub after a little more than this without hearing it, "+
 			"or heartbeats at this interval if its own --keepalive is longer (at most about 25s keeps a QUIC agent's UDP NAT "+
 			"binding open; docs/design/tunnels.md, Keepalive and windows)")
+	f.DurationVar(&cfg.ResumeWindow, "resume-window", 60*time.Second,
+		"how long a stream to a node (an ssh jump, a job, a forward) waits for the node to reconnect after its link "+
+			"went down, then ends with the reason; the agent keeps its side as long (0 turns resuming off)")
 	f.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout,
 		"a tunnel silent this long is considered dead (set on hub and agents alike; 3 × --keepalive by default)")
 	return cmd

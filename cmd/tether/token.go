@@ -29,8 +29,9 @@ func newTokenCreateCmd() *cobra.Command {
   tether-edge run --join "$JOIN" --state-dir /var/lib/tether-edge
 
 The join string carries the hub address(es), the token secret and the hub CA's
-SHA-256 pin; treat it as a secret until it expires or is used up. Labels are
-applied to every node that joins with it.`,
+SHA-256 pin; treat it as a secret until it expires or is used up. On a hub
+replica it names every live replica (this one first), so its nodes fail over
+to any of them. Labels are applied to every node that joins with it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l, err := apitype.ParseLabels(labels)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/tether-dev/tether/hub/metrics"
 	"github.com/tether-dev/tether/hub/nodeconn"
@@ -25,10 +26,36 @@ type Route interface {
 
 // Remote finds routes through other hub replicas sharing the store.
 type Remote interface {
-	// Route returns the route to node nodeID through the live replica
-	// that holds its tunnel; ok is false when no other replica holds it.
-	Route(ctx context.Context, nodeID string) (r Route, ok bool, err error)
+	// Route returns the route to node n through the live replica that
+	// holds its tunnel; ok is false when no other replica holds it. The
+	// route's Dial fails with a *ReplicaGoneError when that replica
+	// stopped answering.
+	Route(ctx context.Context, n store.Node) (r Route, ok bool, err error)
 }
+
+// ReplicaGoneError says the replica that held a node's tunnel stopped
+// answering (its process died and its machine reset the peer link, or the
+// link fell silent) and the node has not reconnected to this replica yet:
+// its agent moves to a live replica within seconds. It matches ErrOffline,
+// so every caller that handles an offline node handles it.
+type ReplicaGoneError struct {
+	Node    string
+	Replica string
+	Since   time.Time // when this replica found it gone
+	Err     error     // the peer link's error
+}
+
+func (e *ReplicaGoneError) Error() string {
+	return fmt.Sprintf("node %s was connected to replica %s, which stopped answering at %s; "+
+		"it has not reconnected here yet (its agent moves to a live replica within seconds: try again)",
+		e.Node, e.Replica, e.Since.UTC().Format(time.RFC3339))
+}
+
+// Is makes errors.Is(err, ErrOffline) true.
+func (e *ReplicaGoneError) Is(target error) bool { return target == ErrOffline }
+
+// Unwrap is the peer link's error.
+func (e *ReplicaGoneError) Unwrap() error { return e.Err }
 
 // SetRemote makes Resolve ask r for nodes whose tunnel is not on this hub.
 func (d *Door) SetRemote(r Remote) { d.remote.Store(&r) }
@@ -76,7 +103,7 @@ func (d *Door) Resolve(ctx context.Context, ref NodeRef) (store.Node, Route, err
 		return n, localRoute{c: c, m: d.cfg.Metrics}, nil
 	}
 	if rp := d.remote.Load(); rp != nil {
-		r, ok, err := (*rp).Route(ctx, n.ID)
+		r, ok, err := (*rp).Route(ctx, n)
 		if err != nil {
 			return n, nil, fmt.Errorf("access: find the replica holding %s: %w", n.Name, err)
 		}

@@ -112,7 +112,7 @@ func (h *handler) join(w http.ResponseWriter, r *http.Request) {
 		NodeID: n.ID, Name: n.Name,
 		Cert: string(pki.EncodeCerts(chain...)), CA: string(pki.EncodeCerts(h.CA.Certificate())),
 		NodeCA: string(pki.EncodeCerts(h.NodeCA)),
-		Hubs:   h.Advertise,
+		Hubs:   h.hubAddrs(r.Context()),
 	})
 }
 

@@ -111,7 +111,7 @@ func (h *handler) onboard(w http.ResponseWriter, r *http.Request) {
 		h.refuseOnboard(w, r, &o, ReasonUnknown, fail(ErrRefused, "onboarding refused: %s", err.Error()))
 		return
 	}
-	if len(h.Advertise) == 0 {
+	if len(h.hubAddrs(r.Context())) == 0 {
 		h.writeErr(w, r, fail(errInternal,
 			"onboarding: the hub has no advertised address; start it with --advertise HOST:PORT"))
 		return
@@ -242,11 +242,12 @@ func (h *handler) issueOnboarded(
 			"onboarding: the certificate authority could not sign the node certificate; "+
 				"try again shortly (no credential use was spent)"), issuerRetryAfter)
 	}
+	hubs := h.hubAddrs(ctx)
 	resp := onboardproto.Response{
 		NodeID: n.ID, Name: n.Name, Profile: p.Name, MatchedBy: matchedBy,
 		Cert: string(pki.EncodeCerts(chain...)), CA: string(pki.EncodeCerts(h.CA.Certificate())),
 		NodeCA: string(pki.EncodeCerts(h.NodeCA)),
-		Hubs:   h.Advertise,
+		Hubs:   hubs,
 	}
 	// node.json as the agent reads it (edge.NodeConfig).
 	cfg, err := json.MarshalIndent(struct {
@@ -254,12 +255,12 @@ func (h *handler) issueOnboarded(
 		Name     string    `json:"name"`
 		Hubs     []string  `json:"hubs"`
 		JoinedAt time.Time `json:"joined_at"`
-	}{n.ID, n.Name, h.Advertise, time.Now().UTC().Truncate(time.Second)}, "", "  ")
+	}{n.ID, n.Name, hubs, time.Now().UTC().Truncate(time.Second)}, "", "  ")
 	if err != nil {
 		return onboardproto.Response{}, nil, internal("onboarding: encode the node config", err)
 	}
 	d := onboard.Data{
-		NodeID: n.ID, Name: n.Name, Hubs: h.Advertise, Profile: p.Name, MatchedBy: matchedBy,
+		NodeID: n.ID, Name: n.Name, Hubs: hubs, Profile: p.Name, MatchedBy: matchedBy,
 		StateDir: onboard.StateDir, Cert: resp.Cert, CA: resp.CA, NodeCA: resp.NodeCA, NodeConfig: string(cfg) + "\n",
 		Labels: n.Labels, LabelsFile: onboard.LabelsFile(o.Labels), LabelsPath: onboard.LabelsPath,
 		Unit: packaging.EdgeUnit, UnitPath: onboard.UnitPath,

@@ -39,7 +39,7 @@ type Deps struct {
 	CA          *ca.CA
 	Conns       *nodeconn.Table
 	Metrics     *metrics.Metrics
-	Advertise   []string      // hub addresses put into join strings
+	Advertise   []string      // this hub's addresses for agents (--advertise, or its listener)
 	NodeCertTTL time.Duration // lifetime of issued node certificates
 	// IssueNode signs a node certificate chain (leaf first): the hub's own
 	// CA, or an external step-ca.
@@ -74,6 +74,10 @@ type Deps struct {
 	// Replicas knows the hub replicas sharing the store (replicas.go);
 	// nil on a hub that runs alone.
 	Replicas Replicas
+	// Hubs, if set, are the addresses of every live hub replica sharing
+	// the store, this one's first; join strings and new nodes' configs
+	// name them. Nil or empty: Advertise.
+	Hubs func(ctx context.Context) []string
 	// SiteHostCAs, if set, adds the host CAs of the sites below to GET
 	// /v1/ssh/trust (site.Trust.HostCAsBelow).
 	SiteHostCAs func() []apitype.SiteHostCA
@@ -87,6 +91,18 @@ type Deps struct {
 }
 
 type handler struct{ Deps }
+
+// hubAddrs are the hub addresses join strings and new nodes' configs name:
+// every live replica's on a replica, so the node's agent fails over to any
+// of them, else this hub's.
+func (h *handler) hubAddrs(ctx context.Context) []string {
+	if h.Hubs != nil {
+		if hubs := h.Hubs(ctx); len(hubs) > 0 {
+			return hubs
+		}
+	}
+	return h.Advertise
+}
 
 const maxBody = route.MaxBody
 
@@ -266,7 +282,8 @@ func (h *handler) createToken(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, fail(ErrInvalid, "token kind %.32q: want %q or %q", req.Kind, store.TokenNode, store.TokenSite))
 		return
 	}
-	if len(h.Advertise) == 0 {
+	hubs := h.hubAddrs(r.Context())
+	if len(hubs) == 0 {
 		h.writeErr(w, r, fail(errInternal, "hub has no advertised address; start it with --advertise HOST:PORT"))
 		return
 	}
@@ -289,7 +306,7 @@ func (h *handler) createToken(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, internal("store the join token", err))
 		return
 	}
-	js := pki.JoinString{Addrs: h.Advertise, Token: id + "." + secret, CAPin: h.CA.Pin()}
+	js := pki.JoinString{Addrs: hubs, Token: id + "." + secret, CAPin: h.CA.Pin()}
 	h.audit(store.AuditEvent{Kind: "token_create", Remote: r.RemoteAddr, Result: "ok",
 		Detail: fmt.Sprintf("%s token %s: %d use(s) until %s, labels %s", req.Kind, id, req.Uses,
 			t.ExpiresAt.UTC().Format(time.RFC3339), apitype.FormatLabels(req.Labels))})

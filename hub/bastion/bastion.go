@@ -28,6 +28,7 @@ import (
 	"github.com/tether-dev/tether/internal/validate"
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/resume"
 	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
@@ -443,6 +444,13 @@ func (b *Bastion) directTCPIP(_ *ssh.Server, conn *gossh.ServerConn, newChan gos
 		log.Info("jump stopped", "node", node, "reason", cause)
 		return
 	}
+	if lost := linkLost(st); lost != nil {
+		// x/crypto cannot send the operator's client a disconnect message
+		// (golang/go#37913): the reason is in the audit row and the log.
+		finish("link_lost", lost)
+		log.Info("jump ended: the node's link stayed down", "node", node, "reason", lost)
+		return
+	}
 	finish("ok", nil)
 	log.Info("jump ended", "node", node, "bytes_to_node", counts.AtoB, "bytes_from_node", counts.BtoA,
 		"duration", rec.End.Sub(rec.Start).Round(time.Millisecond))
@@ -495,3 +503,16 @@ func (c *relayedChannel) Read(p []byte) (int, error) {
 }
 
 var _ io.ReadWriteCloser = (*relayedChannel)(nil)
+
+// linkLost is why a resumable stream to a node ended because the node did
+// not come back within the resume window (tunnel/resume), or nil.
+func linkLost(st tunnel.Stream) error {
+	rs, ok := st.(*resume.Stream)
+	if !ok {
+		return nil
+	}
+	if err := rs.Err(); errors.Is(err, resume.ErrExpired) || errors.Is(err, resume.ErrRefused) {
+		return err
+	}
+	return nil
+}

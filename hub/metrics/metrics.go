@@ -29,6 +29,10 @@ type Metrics struct {
 
 	AccessPushes       *prometheus.CounterVec // kind: keys|trust, result: sent|error
 	AccessPushDuration prometheus.Histogram
+
+	// ResumeEvents: event detached|resumed|expired|refused (resumable
+	// streams, hub/nodeconn).
+	ResumeEvents *prometheus.CounterVec
 }
 
 // New creates and registers the metrics.
@@ -98,6 +102,15 @@ func New() *Metrics {
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
 	})
 	m.Registry.MustRegister(m.AccessPushes, m.AccessPushDuration)
+	m.ResumeEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tether_resume_events_total",
+		Help: "Resumable streams to nodes: detached (the node's link went down), resumed (re-attached after its " +
+			"reconnect), expired (the resume window passed), refused (a resume request that matched no stream).",
+	}, []string{"event"})
+	m.Registry.MustRegister(m.ResumeEvents)
+	for _, e := range []string{"detached", "resumed", "expired", "refused"} {
+		m.ResumeEvents.WithLabelValues(e)
+	}
 	m.Registry.MustRegister(
 		m.JobsFinished, m.JobsRunning, m.NodeRuns, m.NodeRunDuration, m.SSHDialDuration, m.ClusterMembers,
 		m.ClusterTransition,
@@ -168,4 +181,36 @@ func (c admissionCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(admitRateDesc, prometheus.GaugeValue, a.RatePerSecond)
 	ch <- prometheus.MustNewConstMetric(hsFailedDesc, prometheus.CounterValue, float64(a.HandshakesFailed))
 	ch <- prometheus.MustNewConstMetric(hsFailedHeldDesc, prometheus.CounterValue, a.FailedHeldSeconds)
+}
+
+// RegisterResume exports tether_resume_streams{state} (resumable streams the
+// hub holds: attached, detached) and tether_resume_buffered_bytes (bytes
+// kept unacknowledged for them), read at each scrape.
+func (m *Metrics) RegisterResume(streams func() (all, detached int), buffered func() int64) {
+	m.Registry.MustRegister(resumeCollector{streams: streams, buffered: buffered})
+}
+
+var (
+	resumeStreamsDesc = prometheus.NewDesc("tether_resume_streams",
+		"Resumable streams to nodes the hub holds, by state: attached, or detached waiting for the node to reconnect.",
+		[]string{"state"}, nil)
+	resumeBufferedDesc = prometheus.NewDesc("tether_resume_buffered_bytes",
+		"Bytes the hub keeps for resumable streams until the node acknowledges them (all nodes).", nil, nil)
+)
+
+type resumeCollector struct {
+	streams  func() (all, detached int)
+	buffered func() int64
+}
+
+func (c resumeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- resumeStreamsDesc
+	ch <- resumeBufferedDesc
+}
+
+func (c resumeCollector) Collect(ch chan<- prometheus.Metric) {
+	all, detached := c.streams()
+	ch <- prometheus.MustNewConstMetric(resumeStreamsDesc, prometheus.GaugeValue, float64(all-detached), "attached")
+	ch <- prometheus.MustNewConstMetric(resumeStreamsDesc, prometheus.GaugeValue, float64(detached), "detached")
+	ch <- prometheus.MustNewConstMetric(resumeBufferedDesc, prometheus.GaugeValue, float64(c.buffered()))
 }

@@ -84,6 +84,9 @@ type Services interface {
 type Presence interface {
 	Connected(ctx context.Context, c *Conn) store.Presence
 	Disconnected(p store.Presence)
+	// Hubs are the addresses agents dial for the live replicas, which the
+	// welcome announces (none on a single hub).
+	Hubs() []string
 }
 
 // Watcher hears of nodes' comings and what they report for the
@@ -125,7 +128,12 @@ type Config struct {
 	Presence    Presence
 	Watcher     Watcher
 	Logins      Logins
-	Logger      *slog.Logger
+	// ResumeWindow is how long streams to a node whose link went down wait
+	// for it to reconnect (resume.go); 0 turns resumable streams off.
+	ResumeWindow time.Duration
+	// ResumeEvents, if set, counts what happens to resumable streams.
+	ResumeEvents ResumeEvents
+	Logger       *slog.Logger
 }
 
 // Server admits nodes' tunnel sessions, serves them until they end, and

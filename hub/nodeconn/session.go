@@ -119,6 +119,11 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	s.storeFacts(ctx, log, node, msg.Hello.Facts)
 	conn := NewConn(node.ID, node.Name, sess, ctrl)
 	welcome := s.welcome(node.ID, node.Name)
+	if s.cfg.ResumeWindow > 0 && slices.Contains(msg.Hello.Capabilities, control.CapResume) {
+		s.enableResume(conn, s.cfg.ResumeWindow)
+		welcome.Capabilities = append(welcome.Capabilities, control.HubCapResume)
+		welcome.ResumeWindowSeconds = int((s.cfg.ResumeWindow + time.Second - 1) / time.Second)
+	}
 	if siteWelcome != nil {
 		welcome.Site = siteWelcome
 		welcome.Capabilities = append(welcome.Capabilities, siteproto.HubCapSites)
@@ -252,6 +257,7 @@ func (s *Server) holdSession(ctx context.Context, conn *Conn, ctrl tunnel.Stream
 func (s *Server) welcome(nodeID, name string) *control.Welcome {
 	w := s.Liveness().Welcome(nodeID, name)
 	w.Capabilities = []string{control.HubCapSSHEvents, control.HubCapTransportLiveness, upgradeproto.HubCapUpgrades}
+	w.Hubs = s.cfg.Presence.Hubs() // the live replicas' addresses: the agent fails over to any of them
 	return w
 }
 

@@ -15,10 +15,12 @@ import (
 const agentHeaderTimeout = 10 * time.Second
 
 // serveAgentStreams accepts the streams a node's agent opens on its
-// session until ctx ends or the session does. The only stream an agent may
-// open besides its control stream is a tunnel.ServiceConnect stream, and
-// only if it announced siteproto.CapServiceConnect (serviceConnect) and this
-// hub serves service tunnels; anything else is refused and audited. The
+// session until ctx ends or the session does. The only streams an agent may
+// open besides its control stream are a tunnel.ServiceConnect stream, only
+// if it announced siteproto.CapServiceConnect (serviceConnect) and this hub
+// serves service tunnels, and a tunnel.ServiceResume stream on a session
+// whose streams are resumable (resume.go); anything else is refused and
+// audited. The
 // returned wait blocks until the loop and every stream it serves have
 // ended: call it after ctx is cancelled.
 func (s *Server) serveAgentStreams(
@@ -64,6 +66,10 @@ func (s *Server) serveAgentStream(
 		s.cfg.Services.ServeConnect(ctx, st, conn.Name, remote)
 		return
 	}
+	if err == nil && h.Service == tunnel.ServiceResume && conn.resume != nil {
+		s.acceptResume(ctx, conn, st)
+		return
+	}
 	why := "agents may not open streams to the hub, except service connects for the services they consume"
 	detail := "the agent opened a stream to the hub; agents may not open streams other than service connects"
 	switch {
@@ -74,6 +80,9 @@ func (s *Server) serveAgentStream(
 	case h.Service == tunnel.ServiceConnect:
 		why = "this hub does not serve service tunnels"
 		detail = "service connect stream while the hub serves no service tunnels"
+	case h.Service == tunnel.ServiceResume:
+		why = "this session does not keep streams across reconnects"
+		detail = "resume stream from an agent whose session does not keep streams (no resume-streams capability)"
 	}
 	log.Warn("agent stream refused", "err", err, "service", h.Service.String())
 	s.cfg.Audit.Refusal(

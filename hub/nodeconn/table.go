@@ -11,6 +11,7 @@ import (
 
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/resume"
 	"github.com/tether-dev/tether/tunnel/upgradeproto"
 )
 
@@ -64,6 +65,9 @@ type Conn struct {
 
 	sendMu sync.Mutex // guards writes to the control stream
 	ctrl   tunnel.Stream
+	// resume: the node's streams outlive this session (resume.go); nil
+	// if its agent does not keep them.
+	resume *connResume
 }
 
 // Pushed records the access state a node last received, so a change pushes
@@ -132,6 +136,8 @@ type Table struct {
 	// ends when the agent closes it. One per node, so an agent cannot pile
 	// up sessions by moving again and again.
 	draining map[string]*Conn
+	// resume holds the nodes' resumable streams (resume.go).
+	resume resumeSets
 }
 
 // NewTable returns an empty table.
@@ -227,6 +233,13 @@ func (c *Conn) Dial(ctx context.Context, h tunnel.Header) (tunnel.Stream, error)
 		st.Close()
 		return nil, fmt.Errorf("send stream header to %s: %w", c.Name, err)
 	}
+	var id resume.ID
+	if c.resume != nil {
+		if id, err = c.openResumable(st); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("send stream id to %s: %w", c.Name, err)
+		}
+	}
 	rep, err := tunnel.ReadReply(st)
 	if err != nil {
 		st.Close()
@@ -236,6 +249,9 @@ func (c *Conn) Dial(ctx context.Context, h tunnel.Header) (tunnel.Stream, error)
 	if !rep.OK {
 		st.Close()
 		return nil, fmt.Errorf("%w: %s: %s", ErrRefused, c.Name, rep.Reason)
+	}
+	if c.resume != nil {
+		return c.keepResumable(id, st)
 	}
 	return st, nil
 }
@@ -248,8 +264,9 @@ func (r *Table) ReportsLogins(node string) bool {
 }
 
 // CloseNode ends, with notice, the session of the node with this ID if it
-// is here.
+// is here, and the streams it would resume.
 func (r *Table) CloseNode(nodeID, notice string) {
+	r.endResumable(nodeID, notice)
 	for _, c := range r.All() {
 		if c.NodeID == nodeID {
 			go c.CloseWithNotice(notice, true)

@@ -137,6 +137,28 @@ func (l *Local) Session(ctx context.Context, nodeID string) (SessionInfo, bool) 
 	return info, true
 }
 
+// Hubs are the addresses agents dial for the live replicas sharing the
+// store, this one's first, as of the last heartbeat (Peers.Hubs): the
+// welcome announces them. Nil on a hub that is not a replica.
+func (l *Local) Hubs() []string {
+	if p := l.peers.Load(); p != nil {
+		return p.Hubs()
+	}
+	return nil
+}
+
+// JoinHubs are Hubs as the store has them now, which join strings and new
+// nodes' configs name (the last heartbeat's if the store cannot be read).
+// Nil on a hub that is not a replica.
+func (l *Local) JoinHubs(ctx context.Context) []string {
+	p := l.peers.Load()
+	if p == nil {
+		return nil
+	}
+	hubs, _ := p.LiveHubs(ctx)
+	return hubs
+}
+
 // Holders maps the ID of each node whose tunnel a live replica holds to
 // that replica; nil on a hub that is not a replica.
 func (l *Local) Holders(ctx context.Context) (map[string]string, error) {
@@ -204,9 +226,13 @@ func (l *Local) List(ctx context.Context) (apitype.ReplicaList, error) {
 		if links == nil {
 			links = []string{}
 		}
+		hubs := rep.Hubs
+		if hubs == nil {
+			hubs = []string{}
+		}
 		out.Replicas = append(out.Replicas, apitype.Replica{ID: rep.ID, Self: rep.ID == l.id, Health: health,
 			PeerAddr: rep.PeerAddr, API: rep.APIAddr, SSH: rep.SSHAddr, Version: rep.Version, Started: rep.Started,
-			LeaseUntil: rep.LeaseUntil, Links: links, Agents: agents})
+			LeaseUntil: rep.LeaseUntil, Links: links, Agents: agents, Hubs: hubs})
 	}
 	return out, nil
 }

@@ -5,12 +5,13 @@
 // peerRoute, one of hub/access's routes), pass changes to each other and
 // elect the leader that runs the fleet's singletons (replication.go).
 //
-// A peer link is a tunnel session (QUIC or TLS+yamux, package tunnel)
-// between two replicas, authenticated on both ends by replica certificates
-// from the shared CA (pki.KindReplica): no node or operator certificate is
+// A peer link is a tunnel session (TLS+yamux, package tunnel) between two
+// replicas, authenticated on both ends by replica certificates from the
+// shared CA (pki.KindReplica): no node or operator certificate is
 // accepted, and a replica accepts only the peer it meant to dial. Links
 // are dialed on first use, kept alive by the tunnel's keepalives, and
-// redialed after they end.
+// redialed after they end; a holder they cannot reach fails its streams at
+// once (access.ReplicaGoneError).
 package replica
 
 import (
@@ -25,6 +26,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -36,6 +38,7 @@ import (
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/pki/ca"
 	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/control"
 )
 
 // DefaultLeaseTTL is how long a replica's leases (its own and its nodes'
@@ -47,6 +50,21 @@ const DefaultLeaseTTL = 15 * time.Second
 // requestTimeout bounds reading a peer request and waiting for the
 // holder's answer.
 const requestTimeout = 15 * time.Second
+
+// Peer links run between the replicas' own machines, not over edge links,
+// so they are dialed over TLS+TCP and keep themselves alive tightly: a
+// replica whose process dies has its links reset by its machine, and the
+// replica forwarding a stream to it knows at once; one whose machine falls
+// silent is found dead within peerDeadAfter, or peerHandshake for a new
+// link. A dial that failed is not tried again for peerRedialAfter: the
+// streams of a job fanned out to the nodes of a dead replica fail together
+// instead of dialing it one after another.
+const (
+	peerKeepAlive   = time.Second
+	peerDeadAfter   = 5 * time.Second
+	peerHandshake   = 5 * time.Second
+	peerRedialAfter = time.Second
+)
 
 // HoldFunc opens a stream to service h on a node whose tunnel is on this
 // replica. It refuses a node held elsewhere or nowhere: the holder
@@ -123,12 +141,21 @@ type Peers struct {
 	links   map[string]*link
 	self    store.Replica
 	started bool
+
+	hubs atomic.Pointer[[]string] // Hubs, read from the store at every heartbeat
 }
 
 // link is the outgoing peer link to one replica.
 type link struct {
 	mu   sync.Mutex // held while dialing, so one dial per peer at a time
 	sess tunnel.Session
+	// Guarded by Peers.mu: when the peer was found gone (its link ended
+	// or a dial failed; zero while it answers), and the last dial's
+	// failure.
+	lost       time.Time
+	failedAt   time.Time
+	failedWith error
+	told       bool // the loss was logged
 }
 
 // New issues this replica's peer certificate and binds the peer listener.
@@ -197,6 +224,7 @@ func (p *Peers) Start(ctx context.Context, self store.Replica) error {
 	p.mu.Lock()
 	p.self, p.started = self, true
 	p.mu.Unlock()
+	p.hubs.Store(&self.Hubs)
 	if err := p.heartbeat(ctx); err != nil {
 		return err
 	}
@@ -255,7 +283,59 @@ func (p *Peers) heartbeat(ctx context.Context) error {
 	self.LeaseUntil = time.Now().Add(p.cfg.LeaseTTL)
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseTTL/3)
 	defer cancel()
-	return p.cfg.Store.HeartbeatReplica(ctx, self)
+	if err := p.cfg.Store.HeartbeatReplica(ctx, self); err != nil {
+		return err
+	}
+	if _, err := p.LiveHubs(ctx); err != nil { // the welcome names the last list read meanwhile
+		p.log.Debug("replica: the live replicas' agent addresses were not read", "err", err)
+	}
+	return nil
+}
+
+// Hubs are the addresses agents dial for the live replicas (what the
+// welcome names): this replica's own first, then the others', each once,
+// at most control.MaxWelcomeHubs; as read from the store at the last
+// heartbeat.
+func (p *Peers) Hubs() []string {
+	if h := p.hubs.Load(); h != nil {
+		return *h
+	}
+	return nil
+}
+
+// LiveHubs is Hubs read from the store now (join strings name them: a
+// replica that started a moment ago is one).
+func (p *Peers) LiveHubs(ctx context.Context) ([]string, error) {
+	reps, err := p.cfg.Store.ListReplicas(ctx)
+	if err != nil {
+		return p.Hubs(), fmt.Errorf("replica: list the replicas for their agent addresses: %w", err)
+	}
+	p.mu.Lock()
+	self := p.self
+	p.mu.Unlock()
+	hubs := liveHubs(self, reps, time.Now())
+	p.hubs.Store(&hubs)
+	return hubs, nil
+}
+
+// liveHubs is Hubs as of now: self's addresses, then those of the other
+// replicas in reps whose lease runs, in the order of their IDs.
+func liveHubs(self store.Replica, reps []store.Replica, now time.Time) []string {
+	out := slices.Clone(self.Hubs)
+	for _, r := range reps {
+		if r.ID == self.ID || !r.LeaseUntil.After(now) {
+			continue
+		}
+		for _, h := range r.Hubs {
+			if !slices.Contains(out, h) {
+				out = append(out, h)
+			}
+		}
+	}
+	if len(out) > control.MaxWelcomeHubs {
+		out = out[:control.MaxWelcomeHubs]
+	}
+	return out
 }
 
 func (p *Peers) linkIDsLocked() []string {
@@ -322,7 +402,8 @@ func (p *Peers) Held(ctx context.Context, nodeID string) (store.Presence, bool) 
 
 // Route implements access.Remote: the route to a node through the live
 // replica that holds its tunnel, if that is another replica.
-func (p *Peers) Route(ctx context.Context, nodeID string) (access.Route, bool, error) {
+func (p *Peers) Route(ctx context.Context, n store.Node) (access.Route, bool, error) {
+	nodeID := n.ID
 	pr, err := p.cfg.Store.GetPresence(ctx, nodeID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, false, nil
@@ -340,7 +421,7 @@ func (p *Peers) Route(ctx context.Context, nodeID string) (access.Route, bool, e
 	}
 	for _, r := range reps {
 		if r.ID == pr.ReplicaID && r.LeaseUntil.After(now) && r.PeerAddr != "" {
-			return peerRoute{p: p, replica: r.ID, addr: r.PeerAddr, nodeID: nodeID}, true, nil
+			return peerRoute{p: p, replica: r.ID, addr: r.PeerAddr, nodeID: nodeID, node: n.Name}, true, nil
 		}
 	}
 	return nil, false, nil
@@ -370,7 +451,8 @@ func checkPeer(cs tls.ConnectionState, want string) (string, error) {
 	return id.ID, nil
 }
 
-// dial returns the live link to replica id, dialing it if there is none.
+// dial returns the live link to replica id, dialing it if there is none
+// (unless a dial failed less than peerRedialAfter ago: then its error).
 func (p *Peers) dial(ctx context.Context, id, addr string) (tunnel.Session, error) {
 	p.mu.Lock()
 	l := p.links[id]
@@ -391,7 +473,14 @@ func (p *Peers) dial(ctx context.Context, id, addr string) (tunnel.Session, erro
 	if p.ctx.Err() != nil {
 		return nil, errors.New("replica: shutting down")
 	}
+	p.mu.Lock()
+	failedAt, failedWith := l.failedAt, l.failedWith
+	p.mu.Unlock()
+	if time.Since(failedAt) < peerRedialAfter {
+		return nil, failedWith
+	}
 	d := tunnel.Dialer{
+		Transport: tunnel.TransportTCP,
 		TLSConfig: &tls.Config{
 			Certificates: []tls.Certificate{p.cert},
 			RootCAs:      p.roots,
@@ -401,16 +490,26 @@ func (p *Peers) dial(ctx context.Context, id, addr string) (tunnel.Session, erro
 				return err
 			},
 		},
-		Config: p.cfg.Tunnel,
+		Config: peerTunnel(p.cfg.Tunnel),
 		Logger: p.log,
 	}
 	sess, err := d.Dial(ctx, addr)
 	if err != nil {
 		p.m.dialErrors.Inc()
-		return nil, fmt.Errorf("replica: link to replica %s at %s: %w", id, addr, err)
+		err = fmt.Errorf("replica: link to replica %s at %s: %w", id, addr, err)
+		if ctx.Err() != nil { // the caller gave up: says nothing of the peer
+			return nil, err
+		}
+		p.mu.Lock()
+		l.failedAt, l.failedWith = time.Now(), err
+		if l.lost.IsZero() {
+			l.lost = l.failedAt
+		}
+		p.mu.Unlock()
+		return nil, err
 	}
 	p.mu.Lock()
-	l.sess = sess
+	l.sess, l.lost, l.failedAt, l.failedWith, l.told = sess, time.Time{}, time.Time{}, nil, false
 	p.mu.Unlock()
 	p.m.links.WithLabelValues("out").Inc()
 	p.log.Info("peer link up", "peer", id, "addr", addr, "transport", sess.Transport().String())
@@ -419,6 +518,11 @@ func (p *Peers) dial(ctx context.Context, id, addr string) (tunnel.Session, erro
 		defer p.wg.Done()
 		select {
 		case <-sess.Done():
+			p.mu.Lock()
+			if l.sess == sess && l.lost.IsZero() {
+				l.lost = time.Now()
+			}
+			p.mu.Unlock()
 		case <-p.ctx.Done():
 			sess.Close()
 		}
@@ -426,6 +530,35 @@ func (p *Peers) dial(ctx context.Context, id, addr string) (tunnel.Session, erro
 		p.log.Info("peer link down", "peer", id)
 	}()
 	return sess, nil
+}
+
+// lostSince is when replica id was found gone: its link ended or a dial to
+// it failed, or now if neither was recorded yet. first is true once per
+// loss, for the log.
+func (p *Peers) lostSince(id string) (since time.Time, first bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.links[id]
+	if l == nil {
+		return time.Now(), true
+	}
+	if l.lost.IsZero() {
+		l.lost = time.Now()
+	}
+	first, l.told = !l.told, true
+	return l.lost, first
+}
+
+// peerTunnel is the hub's tunnel settings with the peer links' liveness.
+// Only the dialing side's matter: the listener keeps the hub's, so a link
+// from a replica of an earlier version, which pings less often, stays up.
+func peerTunnel(c *tunnel.Config) *tunnel.Config {
+	var pc tunnel.Config
+	if c != nil {
+		pc = *c
+	}
+	pc.KeepAliveInterval, pc.IdleTimeout, pc.HandshakeTimeout = peerKeepAlive, peerDeadAfter, peerHandshake
+	return &pc
 }
 
 func (p *Peers) accept() {

@@ -178,7 +178,8 @@ func startReplica(t *testing.T, st store.ReplicaStore, c *ca.CA, id string, hold
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(context.Background(), store.Replica{APIAddr: "api-" + id}); err != nil {
+	if err := p.Start(context.Background(), store.Replica{APIAddr: "api-" + id,
+		Hubs: []string{id + ".example:7443"}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
@@ -209,6 +210,9 @@ func echoHold(t *testing.T) HoldFunc {
 
 type pipeStream struct{ net.Conn }
 
+// node is the store's record of node id, as the door passes it.
+func node(id string) store.Node { return store.Node{ID: id, Name: id} }
+
 func (p pipeStream) CloseWrite() error { return p.Close() }
 
 // A stream for a node held by replica b, entering at replica a, reaches
@@ -222,14 +226,14 @@ func TestPeerRouteForwards(t *testing.T) {
 	})
 	b := startReplica(t, st, c, "b", echoHold(t))
 	ctx := context.Background()
-	if r, ok, err := a.p.Route(ctx, "n1"); err != nil || ok {
+	if r, ok, err := a.p.Route(ctx, node("n1")); err != nil || ok {
 		t.Fatalf("route before any presence: %v, %v, %v", r, ok, err)
 	}
 	claim := b.p.Connected(ctx, "n1", nil)
-	if r, ok, _ := b.p.Route(ctx, "n1"); ok {
+	if r, ok, _ := b.p.Route(ctx, node("n1")); ok {
 		t.Fatalf("the holder routed its own node through a peer: %v", r)
 	}
-	r, ok, err := a.p.Route(ctx, "n1")
+	r, ok, err := a.p.Route(ctx, node("n1"))
 	if err != nil || !ok || r.String() != "peer b" {
 		t.Fatalf("route: %v, %v, %v; want peer b", r, ok, err)
 	}
@@ -262,7 +266,7 @@ func TestPeerRouteForwards(t *testing.T) {
 	}
 	// The holder refuses a node it does not hold; the error says why.
 	b.p.Connected(ctx, "n2", nil)
-	r2, ok, _ := a.p.Route(ctx, "n2")
+	r2, ok, _ := a.p.Route(ctx, node("n2"))
 	if !ok {
 		t.Fatal("no route to n2")
 	}
@@ -272,7 +276,7 @@ func TestPeerRouteForwards(t *testing.T) {
 	}
 	// Once b releases the node, a no longer routes to it.
 	b.p.Disconnected(claim)
-	if _, ok, _ := a.p.Route(ctx, "n1"); ok {
+	if _, ok, _ := a.p.Route(ctx, node("n1")); ok {
 		t.Fatal("route to a released node")
 	}
 }
@@ -290,7 +294,7 @@ func TestPresenceExpiresWithLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := startReplica(t, st, testCA(t), "a", echoHold(t))
-	if r, ok, err := a.p.Route(ctx, "n1"); ok || err != nil {
+	if r, ok, err := a.p.Route(ctx, node("n1")); ok || err != nil {
 		t.Fatalf("route through a replica whose lease ended: %v, %v", r, err)
 	}
 }
@@ -386,7 +390,7 @@ func TestMalformedPeerRequestClosesStream(t *testing.T) {
 		t.Errorf("malformed requests counted: %v, want 4", got)
 	}
 	b.p.Connected(ctx, "n1", nil)
-	r, ok, err := a.p.Route(ctx, "n1")
+	r, ok, err := a.p.Route(ctx, node("n1"))
 	if !ok || err != nil {
 		t.Fatalf("route: %v %v", ok, err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/tunnel"
 )
@@ -16,12 +17,15 @@ import (
 // peerRoute reaches a node through the replica holding its tunnel. The
 // caller (the bastion, a job) was authorized on this replica; the holder
 // checks only that the request comes from a replica and is for a node it
-// holds, and is the only one to touch the node's tunnel.
+// holds, and is the only one to touch the node's tunnel. A holder that
+// stopped answering fails the stream at once (*access.ReplicaGoneError)
+// rather than when the request times out.
 type peerRoute struct {
 	p       *Peers
 	replica string
 	addr    string
 	nodeID  string
+	node    string // the node's name, for errors
 }
 
 func (r peerRoute) String() string { return "peer " + r.replica }
@@ -29,10 +33,15 @@ func (r peerRoute) String() string { return "peer " + r.replica }
 func (r peerRoute) Dial(ctx context.Context, h tunnel.Header) (tunnel.Stream, error) {
 	st, err := r.dial(ctx, h)
 	result := "ok"
-	var refused *refusedError
+	var (
+		refused *refusedError
+		gone    *access.ReplicaGoneError
+	)
 	switch {
 	case errors.As(err, &refused):
 		result = "refused"
+	case errors.As(err, &gone):
+		result = "gone"
 	case err != nil:
 		result = "error"
 	}
@@ -48,22 +57,22 @@ func (r peerRoute) dial(ctx context.Context, h tunnel.Header) (tunnel.Stream, er
 	defer cancel()
 	sess, err := r.p.dial(ctx, r.replica, r.addr)
 	if err != nil {
-		return nil, err
+		return nil, r.gone(ctx, err)
 	}
 	st, err := sess.OpenStream(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("replica: open stream to replica %s: %w", r.replica, err)
+		return nil, r.lost(ctx, sess, fmt.Errorf("replica: open stream to replica %s: %w", r.replica, err))
 	}
 	deadline, _ := ctx.Deadline()
 	_ = st.SetDeadline(deadline)
 	if err := WriteRequest(st, Request{NodeID: r.nodeID, Header: h}); err != nil {
 		st.Close()
-		return nil, fmt.Errorf("replica: forward to replica %s: %w", r.replica, err)
+		return nil, r.lost(ctx, sess, fmt.Errorf("replica: forward to replica %s: %w", r.replica, err))
 	}
 	rep, err := tunnel.ReadReply(st)
 	if err != nil {
 		st.Close()
-		return nil, fmt.Errorf("replica: answer from replica %s: %w", r.replica, err)
+		return nil, r.lost(ctx, sess, fmt.Errorf("replica: answer from replica %s: %w", r.replica, err))
 	}
 	if !rep.OK {
 		st.Close()
@@ -71,6 +80,38 @@ func (r peerRoute) dial(ctx context.Context, h tunnel.Header) (tunnel.Stream, er
 	}
 	_ = st.SetDeadline(time.Time{})
 	return st, nil
+}
+
+// lost is err, from a stream on link sess: the holder is gone if the link
+// ended with it (a stream sees its link's end first, so a moment is given
+// for the link to say so).
+func (r peerRoute) lost(ctx context.Context, sess tunnel.Session, err error) error {
+	t := time.NewTimer(linkEndGrace)
+	defer t.Stop()
+	select {
+	case <-sess.Done():
+		return r.gone(ctx, err)
+	case <-t.C:
+		return err
+	}
+}
+
+// linkEndGrace is how long lost waits for a failed stream's link to end.
+const linkEndGrace = 200 * time.Millisecond
+
+// gone is the error for a holder the peer link cannot reach: the node's
+// agent is on its way to a live replica. A caller that gave up, or this
+// replica shutting down, says nothing of the holder: then err as it is.
+func (r peerRoute) gone(ctx context.Context, err error) error {
+	if ctx.Err() != nil || r.p.ctx.Err() != nil {
+		return err
+	}
+	since, first := r.p.lostSince(r.replica)
+	if first {
+		r.p.log.Warn("replica holding nodes stopped answering; streams to its nodes fail until they reconnect",
+			"replica", r.replica, "node", r.node, "since", since, "err", err)
+	}
+	return &access.ReplicaGoneError{Node: r.node, Replica: r.replica, Since: since, Err: err}
 }
 
 // refusedError is the holder's (or the agent's, relayed) refusal.
@@ -123,7 +164,7 @@ func newPeerMetrics(reg prometheus.Registerer) *peerMetrics {
 			[]string{"direction"}),
 		streams: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_peer_streams_total",
 			Help: "Streams forwarded over peer links, by direction (out: to the holder, in: from an entry replica) " +
-				"and result (ok, refused, error, malformed)."},
+				"and result (ok, refused, gone: the holder stopped answering, error, malformed)."},
 			[]string{"direction", "result"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tether_peer_bytes_total",
 			Help: "Payload bytes of forwarded streams on peer links, by direction (to_peer, from_peer)."},

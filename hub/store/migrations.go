@@ -114,6 +114,8 @@ var migrations = []string{
 	// v20: each running job's last sign of life, where a hub that died
 	// ends it (jobs.go).
 	migrationJobAlive,
+	// v21: the addresses agents dial for each hub replica (replicas.go).
+	migrationReplicaHubs,
 }
 
 // migrationJobAlive adds the time a running job's hub last said it was

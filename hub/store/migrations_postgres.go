@@ -116,6 +116,8 @@ var pgMigrations = []string{
 	pgTypes(migrationServices),
 	// v20: each running job's last sign of life.
 	pgTypes(migrationJobAlive),
+	// v21: the addresses agents dial for each hub replica.
+	pgTypes(migrationReplicaHubs),
 }
 
 var (

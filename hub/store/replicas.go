@@ -69,6 +69,10 @@ type Replica struct {
 	LeaseUntil time.Time
 	// Links are the replicas this one has a live peer link to (their IDs).
 	Links []string
+	// Hubs are the addresses agents dial for this replica (its
+	// --advertise, or its own listener): join strings and welcomes name
+	// every live replica's.
+	Hubs []string
 }
 
 // Presence is which replica holds a node's tunnel.
@@ -117,21 +121,27 @@ const migrationReplicas = `CREATE TABLE replicas (
 		created_at BIGINT NOT NULL
 	);`
 
+// migrationReplicaHubs adds the addresses agents dial for each replica.
+const migrationReplicaHubs = `ALTER TABLE replicas ADD COLUMN hubs TEXT NOT NULL DEFAULT '[]';`
+
 // HeartbeatReplica implements ReplicaStore.
 func (s *DB) HeartbeatReplica(ctx context.Context, r Replica) error {
 	links, _ := json.Marshal(nonNil(r.Links))
+	hubs, _ := json.Marshal(nonNil(r.Hubs))
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: heartbeat replica %s: %w", r.ID, err)
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx,
-		`INSERT INTO replicas (id, peer_addr, api_addr, ssh_addr, version, started, lease_until, links)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		`INSERT INTO replicas (id, peer_addr, api_addr, ssh_addr, version, started, lease_until, links, hubs)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET peer_addr = excluded.peer_addr, api_addr = excluded.api_addr, `+
 			`ssh_addr = excluded.ssh_addr,
-			version = excluded.version, started = excluded.started, lease_until = excluded.lease_until, links = excluded.links`,
-		r.ID, r.PeerAddr, r.APIAddr, r.SSHAddr, r.Version, unix(r.Started), unix(r.LeaseUntil), string(links)); err != nil {
+			version = excluded.version, started = excluded.started, lease_until = excluded.lease_until, links = excluded.links,
+			hubs = excluded.hubs`,
+		r.ID, r.PeerAddr, r.APIAddr, r.SSHAddr, r.Version, unix(r.Started), unix(r.LeaseUntil), string(links),
+		string(hubs)); err != nil {
 		return fmt.Errorf("store: heartbeat replica %s: %w", r.ID, err)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE presence SET lease_until = ? WHERE replica_id = ?`, unix(r.LeaseUntil),
@@ -154,7 +164,7 @@ func nonNil(s []string) []string {
 // ListReplicas implements ReplicaStore.
 func (s *DB) ListReplicas(ctx context.Context) ([]Replica, error) {
 	rows, err := s.db.QueryContext(ctx,
-		`SELECT id, peer_addr, api_addr, ssh_addr, version, started, lease_until, links FROM replicas ORDER BY id`)
+		`SELECT id, peer_addr, api_addr, ssh_addr, version, started, lease_until, links, hubs FROM replicas ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list replicas: %w", err)
 	}
@@ -164,14 +174,18 @@ func (s *DB) ListReplicas(ctx context.Context) ([]Replica, error) {
 		var (
 			r              Replica
 			started, lease int64
-			links          string
+			links, hubs    string
 		)
-		if err := rows.Scan(&r.ID, &r.PeerAddr, &r.APIAddr, &r.SSHAddr, &r.Version, &started, &lease, &links); err != nil {
+		if err := rows.Scan(&r.ID, &r.PeerAddr, &r.APIAddr, &r.SSHAddr, &r.Version, &started, &lease, &links,
+			&hubs); err != nil {
 			return nil, fmt.Errorf("store: list replicas: %w", err)
 		}
 		r.Started, r.LeaseUntil = fromUnix(started), fromUnix(lease)
 		if err := json.Unmarshal([]byte(links), &r.Links); err != nil {
 			return nil, fmt.Errorf("store: replica %s: links: %w", r.ID, err)
+		}
+		if err := json.Unmarshal([]byte(hubs), &r.Hubs); err != nil {
+			return nil, fmt.Errorf("store: replica %s: hubs: %w", r.ID, err)
 		}
 		out = append(out, r)
 	}

@@ -168,6 +168,7 @@ func testReplicas(t *testing.T, s ReplicaStore) {
 		Started:    now,
 		LeaseUntil: now.Add(time.Minute),
 		Links:      []string{"a"},
+		Hubs:       []string{"hub.example:7443"},
 	}
 	if err := s.HeartbeatReplica(ctx, Replica{ID: "a", LeaseUntil: now}); err != nil {
 		t.Fatal(err)
@@ -185,7 +186,10 @@ func testReplicas(t *testing.T, s ReplicaStore) {
 	}
 	got := all[1]
 	if got.ID != "b" || got.PeerAddr != "h2:7444" || got.APIAddr != r.APIAddr || !got.Started.Equal(now) ||
-		len(got.Links) != 1 || got.Links[0] != "a" {
+		len(got.Links) != 1 || got.Links[0] != "a" || len(got.Hubs) != 1 || got.Hubs[0] != r.Hubs[0] {
 		t.Fatalf("replica b: %+v, want %+v", got, r)
+	}
+	if a := all[0]; a.ID != "a" || a.Hubs == nil || len(a.Hubs) != 0 {
+		t.Fatalf("replica a, recorded without hub addresses: %+v, want an empty list", a)
 	}
 }

@@ -233,12 +233,25 @@ type Welcome struct {
 	// the shorter of the two sides', so the agent needs it to know when
 	// its own keepalive is due (tunnel.Config.PingAfter).
 	DeadPeerSeconds int `json:"dead_peer_seconds,omitempty"`
+	// ResumeWindowSeconds is how long the hub keeps a stream of this agent
+	// whose link went down (HubCapResume); the agent keeps its side as
+	// long. 0 from a hub without resumable streams.
+	ResumeWindowSeconds int `json:"resume_window_seconds,omitempty"`
 	// Capabilities are the HubCap* constants this hub supports; an agent
 	// ignores the ones it does not know, and an older hub sends none.
 	Capabilities []string `json:"capabilities,omitempty"`
 	// Site answers a site hub's hello.
 	Site *siteproto.Welcome `json:"site,omitempty"`
+	// Hubs are the addresses agents dial for the live hub replicas sharing
+	// this hub's store (join strings name the same); none from a hub that
+	// is no replica, or of an earlier version. An agent adds those it
+	// lacks to the ones it dials, so it learns of replicas added after it
+	// joined; it skips any that is not HOST:PORT.
+	Hubs []string `json:"hubs,omitempty"`
 }
+
+// MaxWelcomeHubs bounds Welcome.Hubs.
+const MaxWelcomeHubs = 16
 
 // Message is one control frame. Exactly the field matching Type is set.
 type Message struct {
@@ -427,7 +440,11 @@ func (m *Message) Validate() error {
 		for _, f := range []struct {
 			name string
 			v    int
-		}{{"heartbeat_seconds", m.Welcome.HeartbeatSeconds}, {"dead_peer_seconds", m.Welcome.DeadPeerSeconds}} {
+		}{
+			{"heartbeat_seconds", m.Welcome.HeartbeatSeconds},
+			{"dead_peer_seconds", m.Welcome.DeadPeerSeconds},
+			{"resume_window_seconds", m.Welcome.ResumeWindowSeconds},
+		} {
 			if f.v < 0 || f.v > maxLivenessSeconds {
 				return fmt.Errorf(
 					"%w: welcome %s %d is not between 0 and %d",
@@ -446,6 +463,14 @@ func (m *Message) Validate() error {
 		}
 		for _, c := range m.Welcome.Capabilities {
 			if err := wirecheck.String("hub capability", c, wirecheck.MaxShort); err != nil {
+				return err
+			}
+		}
+		if len(m.Welcome.Hubs) > MaxWelcomeHubs {
+			return fmt.Errorf("%w: more than %d hub addresses in the welcome", ErrBadMessage, MaxWelcomeHubs)
+		}
+		for _, h := range m.Welcome.Hubs {
+			if err := wirecheck.String("hub address", h, wirecheck.MaxShort); err != nil {
 				return err
 			}
 		}

@@ -45,6 +45,7 @@ func TestRoundTrip(t *testing.T) {
 			},
 		},
 		{Type: TypeWelcome, Welcome: &Welcome{NodeID: "id", Name: "n1", Capabilities: []string{HubCapSSHEvents}}},
+		{Type: TypeWelcome, Welcome: &Welcome{NodeID: "id", Name: "n1", Hubs: []string{"a:7443", "b:7443"}}},
 		{
 			Type: TypeSSHEvent,
 			SSHEvent: &SSHEvent{
@@ -107,6 +108,12 @@ func TestReadRejects(t *testing.T) {
 		),
 		"welcome heartbeat overflow": frame(
 			`{"type":"welcome","welcome":{"node_id":"id","heartbeat_seconds":9300000000}}`,
+		),
+		"welcome too many hubs": frame(
+			`{"type":"welcome","welcome":{"node_id":"id","hubs":["a:1"` + strings.Repeat(`,"a:1"`, MaxWelcomeHubs) + `]}}`,
+		),
+		"welcome long hub": frame(
+			`{"type":"welcome","welcome":{"node_id":"id","hubs":["` + strings.Repeat("h", 300) + `:1"]}}`,
 		),
 		"ssh_trust no body": frame(`{"type":"ssh_trust"}`),
 		"ssh_event no body": frame(`{"type":"ssh_event"}`),

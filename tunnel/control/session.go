@@ -56,7 +56,18 @@ const (
 	// transport's keepalives alone when the hub's welcome lists
 	// HubCapTransportLiveness, and then sends no heartbeats.
 	CapTransportLiveness = "transport-liveness"
+	// CapResume: the agent keeps the hub's streams across a reconnect
+	// (tunnel/resume) when the welcome lists HubCapResume: every stream the
+	// hub opens then carries a resume Open frame after its header, and
+	// after a reconnect the agent re-attaches the streams it still holds
+	// (tunnel.ServiceResume).
+	CapResume = "resume-streams"
 )
+
+// HubCapResume in Welcome.Capabilities: the hub keeps the streams of an
+// agent that announced CapResume across its reconnects, for its resume
+// window (Welcome.ResumeWindow).
+const HubCapResume = "resume-streams"
 
 // HubCapTransportLiveness in Welcome.Capabilities: the hub takes the
 // transport's keepalives as the agent's liveness, from an agent that

@@ -24,23 +24,6 @@ type Peer struct {
 	Refused error
 }
 
-// Dial opens a tunnel with d to the first of addrs that answers, giving
-// each DialTimeout. It returns the address that answered, or every
-// address's error.
-func Dial(ctx context.Context, d *tunnel.Dialer, addrs []string) (tunnel.Session, string, error) {
-	var errs []error
-	for _, addr := range addrs {
-		dctx, cancel := context.WithTimeout(ctx, DialTimeout)
-		tun, err := d.Dial(dctx, addr)
-		cancel()
-		if err == nil {
-			return tun, addr, nil
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
-	}
-	return nil, "", errors.Join(errs...)
-}
-
 // Conn is one session with the peer: the tunnel and its control stream
 // (see control's protocol: hello, welcome, then heartbeats, renewals and
 // whatever the role exchanges).

@@ -27,4 +27,7 @@ type Replica struct {
 	Links []string `json:"links"`
 	// Agents are the names of the nodes whose tunnel it holds.
 	Agents []string `json:"agents"`
+	// Hubs are the addresses agents dial for it (its --advertise, or its
+	// listener); join strings name those of every live replica.
+	Hubs []string `json:"hubs"`
 }

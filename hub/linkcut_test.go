@@ -1,0 +1,170 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/tether-dev/tether/edge"
+	"github.com/tether-dev/tether/hub/nodeconn"
+	"github.com/tether-dev/tether/internal/faultproxy"
+	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/resume"
+)
+
+// echoPort serves an echo on a loopback port for the test's life.
+func echoPort(t *testing.T) uint16 {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer conn.Close(); _, _ = io.Copy(conn, conn) }()
+		}
+	}()
+	return uint16(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// TestStreamOutlivesTheLink: a stream the hub opened to a node keeps
+// working across a cut of the node's link that ends the tunnel session
+// (the fault proxy resets TCP and rebinds UDP), on both transports: the
+// agent reconnects and re-attaches it, and what was written during the cut
+// arrives. On a hub that does not keep streams (--resume-window 0) the same
+// cut ends the stream, as for agents without resumable streams.
+func TestStreamOutlivesTheLink(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		transport tunnel.Transport
+		window    time.Duration
+	}{
+		{"quic", tunnel.TransportQUIC, 0},
+		{"tcp", tunnel.TransportTCP, 0},
+		{"tcp without resuming", tunnel.TransportTCP, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tun := &tunnel.Config{KeepAliveInterval: 200 * time.Millisecond, IdleTimeout: 800 * time.Millisecond}
+			s, c := testHubConfig(t, func(cfg *Config) { cfg.ResumeWindow, cfg.Tunnel = tc.window, tun })
+			id := joinNode(t, c, "flappy")
+			link, err := faultproxy.NewLink("127.0.0.1:0", id.Config.Hubs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = link.Close() })
+			id.Config.Hubs = []string{link.Addr()}
+			port := echoPort(t)
+			runAgent(t, context.Background(), edge.Config{Identity: id, Transport: tc.transport,
+				AllowPorts: []uint16{port}, Tunnel: tun, BackoffMin: 100 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+			conn := func() *nodeconn.Conn { cn, _ := s.conns.Get("flappy"); return cn }
+			waitFor(t, "the node online", func() bool { return conn() != nil })
+			first := conn()
+			st, err := first.Dial(context.Background(), tunnel.Header{Service: tunnel.ServiceTCP, Port: port})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			echo(t, st, "before the cut")
+
+			if err := link.Down(); err != nil {
+				t.Fatal(err)
+			}
+			// Written while the link is down: kept until the node is back.
+			if _, err := st.Write([]byte("during the cut")); err != nil {
+				t.Fatalf("write during the cut: %v", err)
+			}
+			waitFor(t, "the session to end", func() bool {
+				select {
+				case <-first.Session.Done():
+					return true
+				default:
+					return false
+				}
+			})
+			if err := link.Up(); err != nil {
+				t.Fatal(err)
+			}
+			_ = st.SetReadDeadline(time.Now().Add(10 * time.Second))
+			got := make([]byte, len("during the cut"))
+			_, err = io.ReadFull(st, got)
+			if tc.window < 0 {
+				if err == nil {
+					t.Fatal("a stream outlived its session on a hub that does not keep streams")
+				}
+				return
+			}
+			if err != nil || string(got) != "during the cut" {
+				t.Fatalf("echo of what was written during the cut: %q, %v", got, err)
+			}
+			if conn() == first {
+				t.Fatal("the stream works, but over the old session")
+			}
+			echo(t, st, "after the cut")
+		})
+	}
+}
+
+// TestResumeRefusedByAnotherHub: a stream whose node comes back to a hub
+// that does not know it (a restarted hub, another replica) ends on the
+// agent with the hub's reason; here the node's set is cleared as a removal
+// would, and the agent's re-attach is refused.
+func TestResumeRefusedByAnotherHub(t *testing.T) {
+	tun := &tunnel.Config{KeepAliveInterval: 200 * time.Millisecond, IdleTimeout: 800 * time.Millisecond}
+	s, c := testHubConfig(t, func(cfg *Config) { cfg.Tunnel = tun })
+	id := joinNode(t, c, "forgotten")
+	link, err := faultproxy.NewLink("127.0.0.1:0", id.Config.Hubs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = link.Close() })
+	id.Config.Hubs = []string{link.Addr()}
+	port := echoPort(t)
+	runAgent(t, context.Background(), edge.Config{Identity: id, Transport: tunnel.TransportTCP,
+		AllowPorts: []uint16{port}, Tunnel: tun, BackoffMin: 100 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	conn := func() *nodeconn.Conn { cn, _ := s.conns.Get("forgotten"); return cn }
+	waitFor(t, "the node online", func() bool { return conn() != nil })
+	first := conn()
+	st, err := first.Dial(context.Background(), tunnel.Header{Service: tunnel.ServiceTCP, Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	echo(t, st, "before")
+	if err := link.Down(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the session to end", func() bool { return conn() == nil })
+	// What a restarted hub would have: no stream of this node.
+	s.conns.CloseNode(first.NodeID, "forgotten by the test")
+	if err := link.Up(); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = st.Read(make([]byte, 1))
+	var ended *resume.EndedError
+	if !errors.As(err, &ended) {
+		t.Fatalf("read on the hub's side after the node's streams were dropped: %v", err)
+	}
+	waitFor(t, "the node back", func() bool { return conn() != nil })
+}
+
+func echo(t *testing.T, st tunnel.Stream, msg string) {
+	t.Helper()
+	_ = st.SetDeadline(time.Now().Add(10 * time.Second))
+	defer st.SetDeadline(time.Time{})
+	if _, err := st.Write([]byte(msg)); err != nil {
+		t.Fatalf("write %q: %v", msg, err)
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(st, got); err != nil || string(got) != msg {
+		t.Fatalf("echo of %q: %q, %v", msg, got, err)
+	}
+}

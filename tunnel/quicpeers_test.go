@@ -1,0 +1,188 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+// heal ends a blackhole: datagrams flow again.
+func (p *udpProxy) heal() { p.holed.Store(false) }
+
+// TestQUICPokeAfterRestart: a hub killed outright and restarted on the same
+// address pokes the agents of its previous run's QUIC sessions, and an
+// agent whose session it held closes it at once, long before its next
+// keepalive (10 s here): without the poke it waited for that keepalive,
+// and then for a heartbeat large enough to draw a stateless reset. A poke
+// with another session's token, a busy hint or junk change nothing.
+func TestQUICPokeAfterRestart(t *testing.T) {
+	cfg := &Config{KeepAliveInterval: 10 * time.Second, IdleTimeout: 30 * time.Second}
+	peers := filepath.Join(t.TempDir(), "quic_peers")
+	listen := func(addr string) *Listener {
+		l, err := Listen(t.Context(), addr, ListenConfig{TunnelTLS: tunnelServerTLS(), Config: cfg, PeersFile: peers})
+		if err != nil {
+			t.Fatalf("Listen %s: %v", addr, err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	l1 := listen("127.0.0.1:0")
+	// The kill: the proxy drops what the dying hub sends (its
+	// CONNECTION_CLOSE), as a hub killed by SIGKILL sends nothing.
+	p := newUDPProxy(t, l1.udp.LocalAddr().String())
+	agent, _ := dialAccept(t, l1, p.addr(), TransportQUIC, cfg, func(d *Dialer) { d.AckLiveness = true })
+	other, _ := dialAccept(t, l1, l1.udp.LocalAddr().String(), TransportQUIC, cfg)
+
+	// The file names both sessions within a second or so.
+	var entries []peerEntry
+	deadline := time.Now().Add(5 * time.Second)
+	for len(entries) < 2 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		b, err := os.ReadFile(peers)
+		if err == nil {
+			entries, _ = decodePeers(b)
+		}
+	}
+	if len(entries) != 2 {
+		t.Fatalf("peers file names %d sessions after 5 s, want 2", len(entries))
+	}
+
+	// What is not this session's poke leaves it alone.
+	agentSocket := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: agent.LocalAddr().(*net.UDPAddr).Port}
+	stranger, err := net.DialUDP("udp", nil, agentSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Close()
+	for _, junk := range [][]byte{
+		quicPokeRecord(other.(*quicSession).pokeToken()),
+		quicPokeRecord([pokeTokenLen]byte{1}),
+		quicBusyRecord(3),
+		append(quicPokeMagic[:], make([]byte, pokeTokenLen)...),
+		[]byte("TPOK"),
+	} {
+		if _, err := stranger.Write(junk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-agent.Done():
+		t.Fatalf("a poke that is not its own ended the session: %v", context.Cause(agent.(*quicSession).conn.Context()))
+	default:
+	}
+
+	p.blackhole()
+	addr := l1.Addr().String()
+	_ = l1.Close()
+	// The proxy drops the hub's last words as it reads them: let it read
+	// them all before it forwards again.
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-agent.Done():
+		t.Fatalf("the dying hub's close reached the agent: %v", context.Cause(agent.(*quicSession).conn.Context()))
+	default:
+	}
+	p.heal()
+	l2 := listen(addr)
+	restarted := time.Now()
+	accepted := make(chan Session, 1)
+	go func() { // the hub serves: pokes go
+		if s, err := l2.Accept(t.Context()); err == nil {
+			accepted <- s
+		}
+	}()
+	waitClosed(t, agent.Done(), 3*time.Second, "the agent's session after its hub restarted")
+	t.Logf("the agent's session ended %v after the restart", time.Since(restarted).Round(time.Millisecond))
+	var app *quic.ApplicationError
+	if err := context.Cause(agent.(*quicSession).conn.Context()); !errors.As(err, &app) ||
+		app.ErrorCode != quicCodeHubRestarted || app.Remote {
+		t.Errorf("the session ended with %v, want this side's close for a restarted hub", err)
+	}
+	// The agent is back: it is poked no more (its other session of the
+	// last run, with the same key, neither).
+	d := &Dialer{TLSConfig: clientTLS(true), Config: cfg, Transport: TransportQUIC}
+	again, err := d.Dial(t.Context(), p.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	select {
+	case s := <-accepted:
+		defer s.Close()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hub accepted no session from the returning agent")
+	}
+	l2.peers.mu.Lock()
+	left := len(l2.peers.pending)
+	l2.peers.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d agents still to poke after they came back", left)
+	}
+}
+
+// TestPeersFile: what a hub writes down it reads back after a restart, as
+// long as the file says the hub ran less than an idle timeout ago; a file
+// that is damaged, of another kind, or stale pokes nobody.
+func TestPeersFile(t *testing.T) {
+	entries := []peerEntry{
+		{key: [16]byte{1}, token: [pokeTokenLen]byte{2}, addr: netip.MustParseAddrPort("192.0.2.7:51000")},
+		{key: [16]byte{3}, token: [pokeTokenLen]byte{4}, addr: netip.MustParseAddrPort("[2001:db8::9]:443")},
+	}
+	good := encodePeers(entries)
+	got, err := decodePeers(good)
+	if err != nil || len(got) != 2 || got[0] != entries[0] || got[1] != entries[1] {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, entries)
+	}
+	flipped := append([]byte(nil), good...)
+	flipped[20] ^= 1
+	for name, b := range map[string][]byte{
+		"empty":        {},
+		"other magic":  append([]byte("TQPEERS\x02"), good[8:]...),
+		"truncated":    good[:len(good)-7],
+		"flipped byte": flipped,
+		"no port": encodePeers([]peerEntry{
+			{key: [16]byte{1}, addr: netip.AddrPortFrom(netip.MustParseAddr("192.0.2.7"), 0)},
+		}),
+	} {
+		if _, err := decodePeers(b); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+
+	dir := t.TempDir()
+	log := orDiscard(nil)
+	for _, tc := range []struct {
+		name    string
+		content []byte
+		age     time.Duration
+		want    int
+	}{
+		{"fresh", good, time.Second, 2},
+		{"older than the idle timeout", good, time.Minute, 0},
+		{"damaged", flipped, time.Second, 0},
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_"))
+		if err := os.WriteFile(path, tc.content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(-tc.age)
+		if err := os.Chtimes(path, at, at); err != nil {
+			t.Fatal(err)
+		}
+		if p := openQUICPeers(path, 30*time.Second, log); len(p.pending) != tc.want {
+			t.Errorf("%s: %d agents to poke, want %d", tc.name, len(p.pending), tc.want)
+		}
+	}
+	if p := openQUICPeers(filepath.Join(dir, "none"), time.Minute, log); len(p.pending) != 0 {
+		t.Errorf("no file: %d agents to poke", len(p.pending))
+	}
+}
