@@ -39,6 +39,7 @@ func main() {
 	flag.DurationVar(&cfg.NodeCertTTL, "node-cert-ttl", 0, "node certificate lifetime")
 	flag.DurationVar(&tc.KeepAliveInterval, "keepalive", tc.KeepAliveInterval, "tunnel keepalive interval")
 	flag.DurationVar(&tc.IdleTimeout, "dead-peer-timeout", tc.IdleTimeout, "dead peer timeout")
+	flag.DurationVar(&cfg.ResumeWindow, "resume-window", time.Minute, "as tether hub's (0 turns resuming off)")
 	level := flag.String("log-level", "warn", "debug, info, warn, error")
 	pprof := flag.String("pprof", envOr("HUBPROF_PPROF", "127.0.0.1:0"),
 		"net/http/pprof address (port 0: any; the bound address is written to DATA_DIR/hubprof.addr)")
@@ -51,6 +52,9 @@ func main() {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
 	cfg.Tunnel = tc
+	if cfg.ResumeWindow == 0 {
+		cfg.ResumeWindow = -1 // the flag's 0 turns resuming off; the Config's 0 is the default
+	}
 	// Mutex and block profiling only when asked: they cost CPU on every
 	// contended lock, which the idle-CPU figure must not include.
 	if *contention {

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -37,6 +35,7 @@ type jumpSetup struct {
 	stockSSH  string                   // sshConfig without the cipher pin (stockPath)
 	agents    map[string]*harness.Proc // transport -> agent
 	sink      *sink                    // P2's receiver; the agents allow its port
+	plain     *plainHub                // P1's and P2's hub with --resume-window 0 (startPlain)
 }
 
 // jump returns the jump setup P1-P3 share (started on first use, stopped
@@ -85,40 +84,18 @@ func newJumpSetup(ctx context.Context, b *bench) (*jumpSetup, error) {
 	if s.stockSSH, err = env.StockSSHConfig(ctx); err != nil {
 		return nil, err
 	}
-	if s.hub, err = env.StartHub(ctx, env.Path("hub")); err != nil {
-		return nil, err
-	}
 	key, _ := env.OperatorKey(ctx)
-	if _, err := s.hub.Tether(ctx, "operator", "add", "bench", "--key", key+".pub"); err != nil {
+	if s.hub, s.agents, err = startTetherHub(ctx, env, b.bin, key, s.node.Addr, s.sink.port()); err != nil {
 		return nil, err
-	}
-	join, err := s.hub.Token(ctx, len(transports))
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range transports {
-		args := []string{"run", "--join", join, "--state-dir", env.Path("n-" + t), "--name", "n-" + t,
-			"--ssh", s.node.Addr, "--transport", t, "--log-level", "warn", "--allow-port", strconv.Itoa(s.sink.port())}
-		p, err := env.Start("agent-"+t, filepath.Join(b.bin, "tether-edge"), args...)
-		if err != nil {
-			return nil, err
-		}
-		s.agents[t] = p
-	}
-	err = harness.WaitFor(ctx, 30*time.Second, "both agents to connect", func() bool {
-		q, err1 := s.hub.Connected(ctx, "quic")
-		t, err2 := s.hub.Connected(ctx, "tcp")
-		return err1 == nil && err2 == nil && q == 1 && t == 1
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w; quic agent: %s; tcp agent: %s", err, s.agents["quic"].Tail(500),
-			s.agents["tcp"].Tail(500))
 	}
 	ok = true
 	return s, nil
 }
 
 func (s *jumpSetup) Close() {
+	if s.plain != nil {
+		s.plain.env.Close()
+	}
 	s.env.Close()
 	if s.sink != nil {
 		s.sink.Close()
@@ -139,7 +116,9 @@ func (s *jumpSetup) jumpArgs(path string) []string {
 		return []string{"-F", config, "-J", login + "@" + s.bastion.Addr, "-p", strconv.Itoa(s.node.Port),
 			login + "@127.0.0.1"}
 	}
-	return []string{"-F", config, "-J", "bench@" + s.hub.SSH, login + "@n-" + path}
+	hub := s.hubOf(path)
+	path, _ = strings.CutSuffix(path, plainSuffix)
+	return []string{"-F", config, "-J", "bench@" + hub.SSH, login + "@n-" + path}
 }
 
 // stockSuffix names a path's run with an unconfigured ssh client (no
@@ -152,6 +131,9 @@ func stockPath(path string) string { return path + stockSuffix }
 func pathName(path string) string {
 	if p, ok := strings.CutSuffix(path, stockSuffix); ok {
 		return pathName(p) + ", stock ssh ciphers"
+	}
+	if p, ok := strings.CutSuffix(path, plainSuffix); ok {
+		return pathName(p) + ", plain streams (--resume-window 0)"
 	}
 	switch path {
 	case "openssh":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,24 +23,57 @@ func runP1(ctx context.Context, b *bench) error {
 	if err != nil {
 		return err
 	}
+	if err := s.startPlain(ctx, b); err != nil {
+		return err
+	}
 	cpu := relayCPU{}
+	cmp := newResumeCmp("P1")
+	// Both hubs' tether_resume_buffered_bytes are sampled alike, so that
+	// the scrapes cost both the same; the plain hub's stays 0.
+	const every = 500 * time.Millisecond
+	watched := map[*harness.Hub]*bufferedWatch{s.hub: {}, s.plain.hub: {}}
 	stockRef, stockTCP := stockPath("openssh"), stockPath("tcp")
+	rounds := max(b.sz.p1Runs, resumeRounds(b.sz))
 	for i, mib := range b.sz.p1MiB {
 		best := map[string]float64{}
-		paths := []string{"openssh", "quic", "tcp"}
-		if i == 0 {
-			paths = append(paths, stockRef, stockTCP)
-		}
+		cmp.reset()
 		// Interleave the paths so drifting background load hits all alike.
-		for range b.sz.p1Runs {
+		// The rounds past p1Runs copy only the resumable and plain paths.
+		for r := range rounds {
+			var paths []string
+			if r < b.sz.p1Runs {
+				paths = append(paths, "openssh")
+			}
+			for _, t := range transports {
+				paths = append(paths, resumeOrder(t, r)...)
+			}
+			if i == 0 && r < b.sz.p1Runs {
+				paths = append(paths, stockRef, stockTCP)
+			}
 			for _, path := range paths {
-				v, c, err := s.copy(ctx, path, mib)
+				var stop func()
+				if base, _ := strings.CutSuffix(path, stockSuffix); base != "openssh" {
+					stop = watched[s.hubOf(base)].watch(ctx, s.hubOf(base), every)
+				}
+				v, c, ac, err := s.copy(ctx, path, mib)
+				if stop != nil {
+					stop()
+				}
 				if err != nil {
 					return err
 				}
-				best[path] = max(best[path], v)
-				cpu.add(path, c, int64(mib)<<20)
+				bytes := int64(mib) << 20
+				if strings.HasSuffix(path, plainSuffix) || slices.Contains(transports, path) {
+					cmp.record(path, v, c, ac, bytes)
+				}
+				if r < b.sz.p1Runs {
+					best[path] = max(best[path], v)
+				}
+				if !strings.HasSuffix(path, plainSuffix) {
+					cpu.add(path, c, bytes)
+				}
 			}
+			cmp.endRound()
 		}
 		ref := best["openssh"]
 		b.report.Add(harness.Row{ID: "P1", What: fmt.Sprintf("%d MiB ssh -J copy, OpenSSH bastion (reference)", mib),
@@ -59,6 +93,9 @@ func runP1(ctx context.Context, b *bench) error {
 				Ratio:  harness.Ratio(v, ref),
 				Target: "≥ 0.75×", Met: harness.YesNo(v >= 0.75*ref)})
 		}
+		for _, row := range cmp.rows(fmt.Sprintf("%d MiB ssh -J copy", mib)) {
+			b.report.Add(row)
+		}
 	}
 	ref := cpu.perGiB("openssh")
 	for _, path := range []string{"quic", "tcp"} {
@@ -68,20 +105,34 @@ func runP1(ctx context.Context, b *bench) error {
 	b.report.Add(cpuRow("P1", fmt.Sprintf("ssh -J copy with stock ssh ciphers (the reference's too), relay CPU "+
 		"per GiB: the tether hub, %s agent (first size)", pathName("tcp")),
 		cpu.perGiB(stockTCP), cpu.perGiB(stockRef)))
+	for _, row := range cmp.cpuRows("ssh -J copy (all sizes and runs)") {
+		b.report.Add(row)
+	}
+	b.report.Add(bufferedRow(ctx, "P1", s.hub, watched[s.hub], every))
+	if w := watched[s.plain.hub]; w.peak > 0 || w.err != nil {
+		b.report.Note("P1: the hub with --resume-window 0 kept %.0f bytes for resumable streams (err %v): its "+
+			"streams were not plain, the comparison is void", w.peak, w.err)
+	}
 	return nil
 }
 
-// copy runs one bulk copy and returns MB/s and the CPU the relay (the
-// hub, or the OpenSSH bastion's sshd with its per-connection processes)
-// spent on it.
-func (s *jumpSetup) copy(ctx context.Context, path string, mib int) (float64, time.Duration, error) {
+// copy runs one bulk copy and returns MB/s, the CPU the relay (the hub, or
+// the OpenSSH bastion's sshd with its per-connection processes) spent on
+// it, and the agent's (0 for the OpenSSH bastion).
+func (s *jumpSetup) copy(ctx context.Context, path string, mib int) (float64, time.Duration, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	base, _ := strings.CutSuffix(path, stockSuffix)
-	relay := s.relayPID(base)
+	relay, agent := s.relayPID(base), s.agentPID(base)
 	cpu0, err := procCPU(relay)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
+	}
+	var agent0 time.Duration
+	if agent != 0 {
+		if agent0, err = procCPU(agent); err != nil {
+			return 0, 0, 0, err
+		}
 	}
 	ssh := "ssh " + strings.Join(quoteAll(s.jumpArgs(path)), " ") + " 'cat >/dev/null'"
 	cmd := exec.CommandContext(ctx, "sh", "-c", fmt.Sprintf("head -c %d /dev/zero | %s", int64(mib)<<20, ssh))
@@ -89,7 +140,7 @@ func (s *jumpSetup) copy(ctx context.Context, path string, mib int) (float64, ti
 	if base != "openssh" {
 		// The copy's expected length at the last MB/s seen is unknown;
 		// a few seconds of it is what the profile needs.
-		wait = profileHub(ctx, fmt.Sprintf("p1-ssh-J-%s-%dMiB", path, mib), 5*time.Second)
+		wait = profileHub(ctx, s.hubOf(base), fmt.Sprintf("p1-ssh-J-%s-%dMiB", path, mib), 5*time.Second)
 	}
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
@@ -98,27 +149,33 @@ func (s *jumpSetup) copy(ctx context.Context, path string, mib int) (float64, ti
 		wait()
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("P1 copy through %s: %w: %s", pathName(path), err, out)
+		return 0, 0, 0, fmt.Errorf("P1 copy through %s: %w: %s", pathName(path), err, out)
 	}
 	if base == "openssh" {
 		if err := waitChildrenGone(ctx, relay); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 	}
 	cpu1, err := procCPU(relay)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	return mbps(int64(mib)<<20, d), cpu1 - cpu0, nil
+	var agent1 time.Duration
+	if agent != 0 {
+		if agent1, err = procCPU(agent); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	return mbps(int64(mib)<<20, d), cpu1 - cpu0, agent1 - agent0, nil
 }
 
 // relayPID is the process relaying path's connections: the OpenSSH
-// bastion's sshd listener, or the hub.
+// bastion's sshd listener, or the hub (the plain one for a plainPath).
 func (s *jumpSetup) relayPID(path string) int {
 	if path == "openssh" {
 		return s.bastion.Cmd.Process.Pid
 	}
-	return s.hub.Cmd.Process.Pid
+	return s.hubOf(path).Cmd.Process.Pid
 }
 
 func quoteAll(args []string) []string {

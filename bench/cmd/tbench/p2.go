@@ -130,73 +130,80 @@ func runP2(ctx context.Context, b *bench) error {
 	}
 
 	// Through SSH bastions: a Go SSH client (aes128-gcm) opens direct-tcpip
-	// (what `ssh -L` and `ssh -W` do). The relay's CPU is measured over the
-	// whole connection: for the OpenSSH bastion, its listener and the
-	// processes it forks for the connection, once they exited.
-	cpu, agentCPU := relayCPU{}, relayCPU{}
-	viaSSH := func(path string) (float64, error) {
-		relay := s.relayPID(path)
-		cpu0, err := procCPU(relay)
-		if err != nil {
-			return 0, err
-		}
-		// The agent's half of the relay (TLS or QUIC decryption, the
-		// tunnel's flow control, the write to the service) runs on the same
-		// cores: reported beside the hub's.
-		agentPID, agent0 := 0, time.Duration(0)
-		if a := s.agents[path]; a != nil {
-			agentPID = a.Cmd.Process.Pid
-			agent0, _ = procCPU(agentPID)
-		}
-		c, err := s.goSSH(ctx, path)
-		if err != nil {
-			return 0, err
-		}
-		target := sinkAddr
-		if path != "openssh" {
-			target = net.JoinHostPort("n-"+path, strconv.Itoa(sk.port()))
-		}
-		var wait func()
-		if path != "openssh" {
-			wait = profileHub(ctx, "p2-ssh-L-"+path, runs*d)
-		}
-		v, n, err := measure(func() (net.Conn, error) { return c.Dial("tcp", target) })
-		c.Close()
-		if wait != nil {
-			wait()
-		}
-		if err != nil {
-			return 0, err
-		}
-		if path == "openssh" {
-			if err := waitChildrenGone(ctx, relay); err != nil {
-				return 0, err
-			}
-		}
-		cpu1, err := procCPU(relay)
-		if err != nil {
-			return 0, err
-		}
-		cpu.add(path, cpu1-cpu0, n)
-		if agentPID != 0 {
-			if agent1, err := procCPU(agentPID); err == nil {
-				agentCPU.add(path, agent1-agent0, n)
-			}
-		}
-		return v, nil
+	// (what `ssh -L` and `ssh -W` do). The OpenSSH bastion's CPU is measured
+	// over the whole connection: its listener and the processes it forks for
+	// the connection, once they exited.
+	relay := s.relayPID("openssh")
+	cpu0, err := procCPU(relay)
+	if err != nil {
+		return err
 	}
-	osshV, err := viaSSH("openssh")
+	c, err := s.goSSH(ctx, "openssh")
 	if err != nil {
 		return fmt.Errorf("P2 OpenSSH bastion: %w", err)
 	}
+	osshV, osshN, err := measure(func() (net.Conn, error) { return c.Dial("tcp", sinkAddr) })
+	c.Close()
+	if err == nil {
+		err = waitChildrenGone(ctx, relay)
+	}
+	if err != nil {
+		return fmt.Errorf("P2 OpenSSH bastion: %w", err)
+	}
+	cpu1, err := procCPU(relay)
+	if err != nil {
+		return err
+	}
+	cpu := relayCPU{}
+	cpu.add("openssh", cpu1-cpu0, osshN)
 	b.report.Add(harness.Row{ID: "P2", What: "single TCP stream, SSH direct-tcpip via OpenSSH bastion (reference)",
 		Value: mbs(osshV), Ref: mbs(ref) + " " + refName, Ratio: harness.Ratio(osshV, ref),
 		Comment: fmt.Sprintf("sshd %.2f CPU-s/GiB", cpu.perGiB("openssh"))})
-	for _, path := range transports {
-		v, err := viaSSH(path)
-		if err != nil {
-			return fmt.Errorf("P2 tether %s: %w", path, err)
+
+	// Through the tether bastion, each transport through the default hub
+	// (resumable streams) and through the hub with --resume-window 0 (plain
+	// streams): one push per path a round, interleaved, the hub's and the
+	// agent's CPU measured around each (channel open included). The default
+	// hub's own rows take its pushes of the first `runs` rounds, as before;
+	// the comparison may add rounds.
+	if err := s.startPlain(ctx, b); err != nil {
+		return fmt.Errorf("P2: %w", err)
+	}
+	clients := map[string]*gossh.Client{}
+	defer func() {
+		for _, c := range clients {
+			c.Close()
 		}
+	}()
+	for _, t := range transports {
+		for _, path := range []string{t, plainPath(t)} {
+			if clients[path], err = s.goSSH(ctx, path); err != nil {
+				return fmt.Errorf("P2 tether %s: %w", pathName(path), err)
+			}
+		}
+	}
+	cmp := newResumeCmp("P2")
+	best, agentCPU := map[string]float64{}, relayCPU{}
+	for r := range max(runs, resumeRounds(b.sz)) {
+		for _, t := range transports {
+			for _, path := range resumeOrder(t, r) {
+				target := net.JoinHostPort("n-"+t, strconv.Itoa(sk.port()))
+				v, n, hc, ac, err := s.pushVia(ctx, clients[path], path, target, d, r == 0)
+				if err != nil {
+					return fmt.Errorf("P2 tether %s: %w", pathName(path), err)
+				}
+				cmp.record(path, v, hc, ac, n)
+				if r < runs && path == t {
+					best[t] = max(best[t], v)
+					cpu.add(t, hc, n)
+					agentCPU.add(t, ac, n)
+				}
+			}
+		}
+		cmp.endRound()
+	}
+	for _, path := range transports {
+		v := best[path]
 		b.report.Add(p2Row("SSH direct-tcpip via tether bastion to the node's tcp service, "+pathName(path), path, v,
 			ref, refName, osshV))
 		for _, fr := range p2FRPTargets(path) {
@@ -210,6 +217,12 @@ func runP2(ctx context.Context, b *bench) error {
 		row := cpuRow("P2", fmt.Sprintf("ssh -L relay CPU per GiB: the tether hub, %s agent", pathName(path)),
 			cpu.perGiB(path), cpu.perGiB("openssh"))
 		row.Comment = fmt.Sprintf("agent %.2f CPU-s/GiB", agentCPU.perGiB(path))
+		b.report.Add(row)
+	}
+	for _, row := range cmp.rows("single TCP stream, ssh -L via tether bastion") {
+		b.report.Add(row)
+	}
+	for _, row := range cmp.cpuRows("ssh -L (all runs)") {
 		b.report.Add(row)
 	}
 	for _, tr := range []tunnel.Transport{tunnel.TransportQUIC, tunnel.TransportTCP} {
@@ -258,12 +271,49 @@ func p2Row(what, transport string, v, ref float64, refName string, ossh float64)
 	return row
 }
 
+// pushVia pushes one TCP stream for d through c (an SSH client connected
+// to path's hub) to target, and returns MB/s, the bytes moved, and the
+// CPU that path's hub and agent spent on it (the channel open included).
+func (s *jumpSetup) pushVia(ctx context.Context, c *gossh.Client, path, target string, d time.Duration,
+	profile bool) (v float64, n int64, hubCPU, agentCPU time.Duration, err error) {
+	hub, agent := s.relayPID(path), s.agentPID(path)
+	hub0, err := procCPU(hub)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	agent0, err := procCPU(agent)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	wait := func() {}
+	if profile {
+		wait = profileHub(ctx, s.hubOf(path), "p2-ssh-L-"+path, d)
+	}
+	conn, err := c.Dial("tcp", target)
+	if err == nil {
+		v, n, err = pushFor(conn, d)
+	}
+	wait()
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	hub1, err := procCPU(hub)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	agent1, err := procCPU(agent)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	return v, n, hub1 - hub0, agent1 - agent0, nil
+}
+
 func mbs(v float64) string {
 	return fmt.Sprintf("%.0f MB/s (%.2f Gbit/s)", v, v*8/1000)
 }
 
-// goSSH connects a Go SSH client (aes128-gcm) to the hub's bastion as the
-// operator, or to the OpenSSH bastion as the local login.
+// goSSH connects a Go SSH client (aes128-gcm) to path's hub's bastion as
+// the operator, or to the OpenSSH bastion as the local login.
 func (s *jumpSetup) goSSH(ctx context.Context, path string) (*gossh.Client, error) {
 	keyPath, _ := s.env.OperatorKey(ctx)
 	pem, err := os.ReadFile(keyPath)
@@ -274,9 +324,9 @@ func (s *jumpSetup) goSSH(ctx context.Context, path string) (*gossh.Client, erro
 	if err != nil {
 		return nil, err
 	}
-	user, addr := "bench", s.hub.SSH
-	if path == "openssh" {
-		user, addr = harness.Login(), s.bastion.Addr
+	user, addr := harness.Login(), s.bastion.Addr
+	if path != "openssh" {
+		user, addr = "bench", s.hubOf(path).SSH
 	}
 	cfg := &gossh.ClientConfig{User: user, Auth: []gossh.AuthMethod{gossh.PublicKeys(signer)},
 		HostKeyCallback: gossh.InsecureIgnoreHostKey(), // throwaway loopback bench

@@ -254,16 +254,20 @@ func cpuRow(id, what string, v, ref float64) harness.Row {
 }
 
 // profileHub, when TBENCH_PROFILE_DIR is set and the hub serves
-// net/http/pprof (TBENCH_HUB=bin/hubprof; TBENCH_HUB_PPROF names its
-// address, default 127.0.0.1:6060), records a CPU profile of the hub for d
-// into TBENCH_PROFILE_DIR/NAME.pb.gz. The returned wait blocks until the
+// net/http/pprof (TBENCH_HUB=bin/hubprof, which writes the address it
+// bound to DATA_DIR/hubprof.addr; else TBENCH_HUB_PPROF names it, default
+// 127.0.0.1:6060), records a CPU profile of hub for d into
+// TBENCH_PROFILE_DIR/NAME.pb.gz. The returned wait blocks until the
 // profile is written; it does nothing when profiling is off.
-func profileHub(ctx context.Context, name string, d time.Duration) (wait func()) {
+func profileHub(ctx context.Context, hub *harness.Hub, name string, d time.Duration) (wait func()) {
 	dir := os.Getenv("TBENCH_PROFILE_DIR")
 	if dir == "" || os.Getenv("TBENCH_HUB") == "" {
 		return func() {}
 	}
 	addr := envOr("TBENCH_HUB_PPROF", "127.0.0.1:6060")
+	if b, err := os.ReadFile(filepath.Join(hub.DataDir, "hubprof.addr")); err == nil {
+		addr = strings.TrimSpace(string(b))
+	}
 	secs := max(1, int(d.Round(time.Second)/time.Second))
 	done := make(chan struct{})
 	go func() {
