@@ -35,6 +35,31 @@ func echoPort(t *testing.T) uint16 {
 	return uint16(ln.Addr().(*net.TCPAddr).Port)
 }
 
+// nodeBehindLink runs an agent for a new node that reaches the hub through a
+// fault link, with short keepalives (a cut ends its session within a
+// second) and an echo port it allows; it returns the link, the port and
+// the node's live connection (nil while it has none).
+func nodeBehindLink(t *testing.T, s *Server, id *edge.Identity, transport tunnel.Transport,
+	tun *tunnel.Config) (*faultproxy.Link, uint16, func() *nodeconn.Conn) {
+	t.Helper()
+	link, err := faultproxy.NewLink("127.0.0.1:0", id.Config.Hubs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = link.Close() })
+	id.Config.Hubs = []string{link.Addr()}
+	port := echoPort(t)
+	runAgent(t, context.Background(), edge.Config{Identity: id, Transport: transport,
+		AllowPorts: []uint16{port}, Tunnel: tun, BackoffMin: 100 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	name := id.Config.Name
+	conn := func() *nodeconn.Conn { cn, _ := s.conns.Get(name); return cn }
+	waitFor(t, "the node online", func() bool { return conn() != nil })
+	return link, port, conn
+}
+
+// linkCutTunnel ends a session whose link is cut within a second.
+var linkCutTunnel = &tunnel.Config{KeepAliveInterval: 200 * time.Millisecond, IdleTimeout: 800 * time.Millisecond}
+
 // TestStreamOutlivesTheLink: a stream the hub opened to a node keeps
 // working across a cut of the node's link that ends the tunnel session
 // (the fault proxy resets TCP and rebinds UDP), on both transports: the
@@ -52,20 +77,8 @@ func TestStreamOutlivesTheLink(t *testing.T) {
 		{"tcp without resuming", tunnel.TransportTCP, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tun := &tunnel.Config{KeepAliveInterval: 200 * time.Millisecond, IdleTimeout: 800 * time.Millisecond}
-			s, c := testHubConfig(t, func(cfg *Config) { cfg.ResumeWindow, cfg.Tunnel = tc.window, tun })
-			id := joinNode(t, c, "flappy")
-			link, err := faultproxy.NewLink("127.0.0.1:0", id.Config.Hubs[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = link.Close() })
-			id.Config.Hubs = []string{link.Addr()}
-			port := echoPort(t)
-			runAgent(t, context.Background(), edge.Config{Identity: id, Transport: tc.transport,
-				AllowPorts: []uint16{port}, Tunnel: tun, BackoffMin: 100 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
-			conn := func() *nodeconn.Conn { cn, _ := s.conns.Get("flappy"); return cn }
-			waitFor(t, "the node online", func() bool { return conn() != nil })
+			s, c := testHubConfig(t, func(cfg *Config) { cfg.ResumeWindow, cfg.Tunnel = tc.window, linkCutTunnel })
+			link, port, conn := nodeBehindLink(t, s, joinNode(t, c, "flappy"), tc.transport, linkCutTunnel)
 			first := conn()
 			st, err := first.Dial(context.Background(), tunnel.Header{Service: tunnel.ServiceTCP, Port: port})
 			if err != nil {
@@ -117,20 +130,8 @@ func TestStreamOutlivesTheLink(t *testing.T) {
 // agent with the hub's reason; here the node's set is cleared as a removal
 // would, and the agent's re-attach is refused.
 func TestResumeRefusedByAnotherHub(t *testing.T) {
-	tun := &tunnel.Config{KeepAliveInterval: 200 * time.Millisecond, IdleTimeout: 800 * time.Millisecond}
-	s, c := testHubConfig(t, func(cfg *Config) { cfg.Tunnel = tun })
-	id := joinNode(t, c, "forgotten")
-	link, err := faultproxy.NewLink("127.0.0.1:0", id.Config.Hubs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = link.Close() })
-	id.Config.Hubs = []string{link.Addr()}
-	port := echoPort(t)
-	runAgent(t, context.Background(), edge.Config{Identity: id, Transport: tunnel.TransportTCP,
-		AllowPorts: []uint16{port}, Tunnel: tun, BackoffMin: 100 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
-	conn := func() *nodeconn.Conn { cn, _ := s.conns.Get("forgotten"); return cn }
-	waitFor(t, "the node online", func() bool { return conn() != nil })
+	s, c := testHubConfig(t, func(cfg *Config) { cfg.Tunnel = linkCutTunnel })
+	link, port, conn := nodeBehindLink(t, s, joinNode(t, c, "forgotten"), tunnel.TransportTCP, linkCutTunnel)
 	first := conn()
 	st, err := first.Dial(context.Background(), tunnel.Header{Service: tunnel.ServiceTCP, Port: port})
 	if err != nil {

@@ -3,7 +3,6 @@ package hub
 import (
 	"context"
 	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -45,21 +44,7 @@ func testMove(t *testing.T, resumable bool) {
 	}
 	id.Config.Hubs = []string{link.Addr()}
 
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { echo.Close() })
-	go func() {
-		for {
-			conn, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer conn.Close(); _, _ = io.Copy(conn, conn) }()
-		}
-	}()
-	port := uint16(echo.Addr().(*net.TCPAddr).Port)
+	port := echoPort(t)
 
 	var mu sync.Mutex
 	var why []string

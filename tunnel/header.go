@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/tether-dev/tether/tunnel/internal/wirecheck"
 )
 
 // The stream header is the first thing the hub writes on every stream it
@@ -202,22 +202,6 @@ type Reply struct {
 	Reason string
 }
 
-// validateReason checks the rules for Reply.Reason.
-func validateReason(s string) error {
-	if len(s) > MaxReasonLen {
-		return fmt.Errorf("%w: reason is %d bytes, max %d", ErrBadHeader, len(s), MaxReasonLen)
-	}
-	if !utf8.ValidString(s) {
-		return fmt.Errorf("%w: reason is not valid UTF-8", ErrBadHeader)
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: reason contains control character %U", ErrBadHeader, r)
-		}
-	}
-	return nil
-}
-
 // WriteReply writes rep as one version 1 frame, in a single Write. A reason
 // that breaks the rules of Reply.Reason is refused before anything is
 // written.
@@ -271,27 +255,10 @@ func ReadReply(r io.Reader) (Reply, error) {
 	return rep, nil
 }
 
-// readFull is io.ReadFull that marks a premature end of input as a
-// truncated frame (ErrBadHeader, still wrapping io.EOF or
-// io.ErrUnexpectedEOF so callers can tell a peer that sent nothing).
-func readFull(r io.Reader, b []byte) error {
-	if _, err := io.ReadFull(r, b); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("%w: truncated frame: %w", ErrBadHeader, err)
-		}
-		return err
-	}
-	return nil
-}
+// validateReason checks a Reply's reason (wirecheck.Reason).
+func validateReason(s string) error { return wirecheck.Reason(s, MaxReasonLen, ErrBadHeader) }
 
-// writeAll writes b with one Write call, turning a short write into an error.
-func writeAll(w io.Writer, b []byte) error {
-	n, err := w.Write(b)
-	if err != nil {
-		return err
-	}
-	if n != len(b) {
-		return io.ErrShortWrite
-	}
-	return nil
-}
+// readFull reads a whole frame part (wirecheck.ReadFull).
+func readFull(r io.Reader, b []byte) error { return wirecheck.ReadFull(r, b, ErrBadHeader) }
+
+func writeAll(w io.Writer, b []byte) error { return wirecheck.WriteAll(w, b) }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/tether-dev/tether/tunnel/internal/wirecheck"
 )
 
 // Frames on an attached stream (all integers big endian), each a type byte
@@ -190,24 +192,6 @@ func readRest(r io.Reader, b []byte) error {
 	return nil
 }
 
-// validateReason checks the rules for a Close or refusal reason: at most
-// MaxReasonLen bytes of UTF-8 without control characters. Reasons reach
-// operators' terminals, so escape sequences are refused.
-func validateReason(s string) error {
-	if len(s) > MaxReasonLen {
-		return fmt.Errorf("%w: reason is %d bytes, max %d", ErrProtocol, len(s), MaxReasonLen)
-	}
-	if !utf8.ValidString(s) {
-		return fmt.Errorf("%w: reason is not valid UTF-8", ErrProtocol)
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: reason contains control character %U", ErrProtocol, r)
-		}
-	}
-	return nil
-}
-
 // sanitizeReason makes s a valid reason: control characters and invalid
 // UTF-8 become '?', and it is cut at a rune boundary to MaxReasonLen bytes.
 func sanitizeReason(s string) string {
@@ -381,27 +365,11 @@ func ReadResumeAnswer(r io.Reader) (ResumeAnswer, error) {
 	return a, nil
 }
 
-// readHandshake is io.ReadFull that marks a premature end of input as a
-// truncated frame (ErrProtocol, still wrapping io.EOF or io.ErrUnexpectedEOF
-// so callers can tell a peer that sent nothing).
-func readHandshake(r io.Reader, b []byte) error {
-	if _, err := io.ReadFull(r, b); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("%w: truncated frame: %w", ErrProtocol, err)
-		}
-		return err
-	}
-	return nil
-}
+// validateReason checks a Close frame's or a refusal's reason
+// (wirecheck.Reason).
+func validateReason(s string) error { return wirecheck.Reason(s, MaxReasonLen, ErrProtocol) }
 
-// writeAll writes b with one Write call, turning a short write into an error.
-func writeAll(w io.Writer, b []byte) error {
-	n, err := w.Write(b)
-	if err != nil {
-		return err
-	}
-	if n != len(b) {
-		return io.ErrShortWrite
-	}
-	return nil
-}
+// readHandshake reads a whole handshake frame part (wirecheck.ReadFull).
+func readHandshake(r io.Reader, b []byte) error { return wirecheck.ReadFull(r, b, ErrProtocol) }
+
+func writeAll(w io.Writer, b []byte) error { return wirecheck.WriteAll(w, b) }
