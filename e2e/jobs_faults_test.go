@@ -84,9 +84,11 @@ func (v *victim) restart() {
 // TestAgentKilledMidUpload kills tether-edge with SIGKILL while the hub
 // uploads a large file to it: the job records the node's failure with a
 // reason, no partial file appears at the destination, the agent comes back
-// with a valid identity and a rerun completes.
+// with a valid identity and a rerun completes. The hub keeps the upload's
+// stream for its resume window (the node's link could come back), so the
+// node fails once that has passed: 5 s here.
 func TestAgentKilledMidUpload(t *testing.T) {
-	v := startVictim(t, "--keepalive", "1s", "--dead-peer-timeout", "4s")
+	v := startVictim(t, "--keepalive", "1s", "--dead-peer-timeout", "4s", "--resume-window", "5s")
 	h := v.h
 	{
 		dir := t.TempDir()

@@ -313,9 +313,11 @@ stat -c %a "$DEST" > "$OUT/$TETHER_NODE.mode"
 }
 
 // TestJobsSurviveHubCrash kills the hub with SIGKILL in the middle of a job:
-// after a restart the job and its live runs read interrupted (no silent
-// gap), the remote processes were killed with the lost connection, and a
-// rerun of the interrupted nodes completes.
+// the remote processes run on while the hub is away (their node holds the
+// job's connection for the resume window, as for a link that comes back),
+// and end once the restarted hub, which cannot resume them, refuses their
+// streams; the job and its live runs read interrupted (no silent gap), and
+// a rerun of the interrupted nodes completes.
 func TestJobsSurviveHubCrash(t *testing.T) {
 	// The agents must notice the killed hub (QUIC hears nothing from a
 	// SIGKILL) within the wait for their remote processes below: it is
@@ -344,10 +346,16 @@ func TestJobsSurviveHubCrash(t *testing.T) {
 		return j.Counts["ok"] == 1 && j.Counts["running"] == 3
 	})
 	h.p.Stop(syscall.SIGKILL, stopWait)
-	waitFor(t, "remote sleeps killed with the lost connections", 20*time.Second, func() bool {
+	// Past the agents' dead-peer timeout (quickDeadPeer: 15 s), well within
+	// the resume window (60 s): their sessions are gone, the commands not.
+	time.Sleep(17 * time.Second)
+	if exec.Command("pgrep", "-xf", "sleep "+marker).Run() != nil {
+		t.Fatal("the remote sleeps ended with the hub; they should run on for the resume window")
+	}
+	h.start()
+	waitFor(t, "remote sleeps killed once the restarted hub refused their streams", 30*time.Second, func() bool {
 		return exec.Command("pgrep", "-xf", "sleep "+marker).Run() != nil
 	})
-	h.start()
 	j := h.job(id)
 	if j.State != "interrupted" || j.Counts["ok"] != 1 || j.Counts["interrupted"] != 3 {
 		t.Fatalf("after the crash: %+v", j)
