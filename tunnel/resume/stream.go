@@ -1086,13 +1086,7 @@ func (s *Stream) Resume(ctx context.Context, under tunnel.Stream) error {
 	}
 
 	s.mu.Lock()
-	if s.att != a {
-		err := s.endErrLocked()
-		s.mu.Unlock()
-		_ = under.Close()
-		if err == nil {
-			err = fmt.Errorf("resume: stream %v: re-attached elsewhere meanwhile", s.id)
-		}
+	if err := s.supersededLocked(a, under); err != nil {
 		return err
 	}
 	if !ans.OK {
@@ -1207,13 +1201,7 @@ func (s *Stream) accept(r uint64, under tunnel.Stream, done func() error) error 
 		return s.abandon(a, fmt.Errorf("resume: accept stream %v: %w", s.id, err))
 	}
 	s.mu.Lock()
-	if s.att != a {
-		err := s.endErrLocked()
-		s.mu.Unlock()
-		_ = under.Close()
-		if err == nil {
-			err = fmt.Errorf("resume: stream %v: re-attached elsewhere meanwhile", s.id)
-		}
+	if err := s.supersededLocked(a, under); err != nil {
 		return err
 	}
 	s.ackSent = rseq
@@ -1236,4 +1224,20 @@ func bound(ctx context.Context, under tunnel.Stream) func() error {
 		_ = under.SetDeadline(time.Time{})
 		return nil
 	}
+}
+
+// supersededLocked handles a handshake that finished after a was replaced
+// (another re-attachment, or the stream ended meanwhile): it unlocks s,
+// closes under and says why; nil, with s still locked, if a is current.
+func (s *Stream) supersededLocked(a *attachment, under tunnel.Stream) error {
+	if s.att == a {
+		return nil
+	}
+	err := s.endErrLocked()
+	s.mu.Unlock()
+	_ = under.Close()
+	if err == nil {
+		err = fmt.Errorf("resume: stream %v: re-attached elsewhere meanwhile", s.id)
+	}
+	return err
 }
