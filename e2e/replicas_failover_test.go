@@ -25,12 +25,6 @@ import (
 // another one.
 const failoverBound = 10 * time.Second
 
-// quicNoticeFlags make a QUIC agent give a silent hub up within 4 s. A
-// killed hub resets a TCP agent's connection, so that agent hears of it at
-// once; a QUIC agent hears nothing and notices only by its dead-peer rule,
-// whose defaults are not what this test measures.
-var quicNoticeFlags = []string{"--keepalive", "1s", "--dead-peer-timeout", "4s"}
-
 // startPlainReplicas starts replicas on db with nothing but their own
 // listeners, IDs ids, as docs/replicas.md does on one machine.
 func startPlainReplicas(t *testing.T, db string, ids ...string) []*hub {
@@ -99,8 +93,12 @@ func agentLostAt(p *proc) (time.Time, bool) {
 
 // TestReplicaDeathFailover: two replicas on PostgreSQL, a QUIC and a TCP
 // agent and a node behind a real sshd, all joined with a join string made
-// on replica A (which names B too) and connected to A. kill -9 of A: both
-// agents are online on B within failoverBound; a stock ssh jump entering B
+// on replica A (which names B too) and connected to A, every agent at the
+// default keepalive and dead-peer timeout. kill -9 of A: both agents are
+// online on B within failoverBound (a killed hub resets a TCP agent's
+// connection; B finds A dead by its peer link and pokes the QUIC agent,
+// which would otherwise hear nothing until its dead-peer timeout, 50 s);
+// a stock ssh jump entering B
 // for the node A held, whose agent is stopped so it cannot come back yet,
 // fails at once saying so; once the agent runs again the same jump works.
 func TestReplicaDeathFailover(t *testing.T) {
@@ -121,7 +119,7 @@ func TestReplicaDeathFailover(t *testing.T) {
 	agents := map[string]*proc{}
 	defaultBackoff := []string{"--backoff-max", "30s"}
 	agents["fq"], _ = startAgent(t, join, "fq", slices.Concat([]string{"--ssh", "embedded", "--transport", "quic"},
-		defaultBackoff, quicNoticeFlags)...)
+		defaultBackoff)...)
 	agents["ft"], _ = startAgent(t, join, "ft",
 		slices.Concat([]string{"--ssh", "embedded", "--transport", "tcp"}, defaultBackoff)...)
 	agents["fs"], _ = startAgent(t, join, "fs", slices.Concat([]string{"--ssh", sd.Addr, "--transport", "tcp"},
@@ -183,6 +181,9 @@ func TestReplicaDeathFailover(t *testing.T) {
 			t.Errorf("%s was online on replica b %s after the kill, want within %s", n, back[n], failoverBound)
 		}
 	}
+	if !strings.Contains(b.p.Log(), "replica unreachable: asking its QUIC agents to reconnect now") {
+		t.Error("replica b's log does not say it poked a's QUIC agents")
+	}
 
 	j := <-jumped
 	t.Logf("jump through b to fs (held by the dead a, its agent stopped): exit %d after %s: %s", j.code,
@@ -236,5 +237,35 @@ func TestReplicaAddedLaterIsLearned(t *testing.T) {
 	t.Logf("late online on the replica it learned of %s after kill -9 of a", at.Sub(killed).Round(time.Millisecond))
 	if took := at.Sub(killed); took > failoverBound {
 		t.Errorf("late was online on replica b %s after the kill, want within %s", took, failoverBound)
+	}
+}
+
+// TestReplicaFrozenFailover: replica a's machine falls silent (SIGSTOP: its
+// sockets stay open, nothing answers, nothing is reset). Replica b finds
+// it dead by its peer link (silent for 5 s, then a 2 s dial unanswered)
+// and pokes a's QUIC agent, at the default keepalive and dead-peer
+// timeout, which is online on b within failoverBound: without the poke it
+// would wait out its dead-peer timeout (45–50 s).
+func TestReplicaFrozenFailover(t *testing.T) {
+	hubs := startPlainReplicas(t, pgtest.DSN(t), "a", "b")
+	a, b := hubs[0], hubs[1]
+	join := a.token()
+	agent, _ := startAgent(t, join, "fz", "--ssh", "embedded", "--transport", "quic", "--backoff-max", "30s")
+	waitFor(t, "fz connected to replica a", time.Minute, func() bool { return a.connects("fz") > 0 })
+	waitFor(t, "b's peer link to a", 30*time.Second, func() bool {
+		return regexp.MustCompile(`msg="peer link up" .*peer=a `).MatchString(b.p.Log())
+	})
+	if err := syscall.Kill(a.p.PID(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	frozen := time.Now()
+	t.Cleanup(func() { _ = syscall.Kill(a.p.PID(), syscall.SIGCONT) })
+	waitFor(t, "fz online on replica b", time.Minute, func() bool { return b.connects("fz") > 0 })
+	at, _ := loggedAt(b.p.Log(), "node connected", "fz")
+	lost, _ := agentLostAt(agent)
+	t.Logf("fz (quic) online on replica b %s after a froze (it dropped its session %s after)",
+		at.Sub(frozen).Round(time.Millisecond), lost.Sub(frozen).Round(time.Millisecond))
+	if took := at.Sub(frozen); took > failoverBound {
+		t.Errorf("fz was online on replica b %s after a froze, want within %s", took, failoverBound)
 	}
 }

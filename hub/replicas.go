@@ -12,6 +12,7 @@ import (
 	"github.com/tether-dev/tether/hub/replica"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/pki/ca"
+	"github.com/tether-dev/tether/tunnel"
 )
 
 // identityFiles are the data-dir files every replica presents alike: the
@@ -52,13 +53,16 @@ func createIdentity(dir string) error {
 // the door's routes through other replicas. apiAddr and sshAddr are this
 // replica's bound API and bastion listeners, recorded for `tether replicas`;
 // advertise are the addresses agents dial for it, which join strings and
-// welcomes name beside the other live replicas'. It returns the stop
-// function.
-func (s *Server) startPeers(ctx context.Context, apiAddr, sshAddr net.Addr, advertise []string) (func(), error) {
+// welcomes name beside the other live replicas'. poke asks the QUIC agents
+// of a replica found dead to reconnect (the tunnel listener's). It returns
+// the stop function.
+func (s *Server) startPeers(ctx context.Context, apiAddr, sshAddr net.Addr, advertise []string,
+	poke func([]tunnel.PokeTarget) int) (func(), error) {
 	self := store.Replica{APIAddr: ownAddr(apiAddr), SSHAddr: ownAddr(sshAddr), Version: Version, Hubs: advertise}
 	p, err := s.replicas.Join(ctx, replica.Config{
 		Store: s.store, CA: s.ca, Listen: s.cfg.PeerListen, Advertise: s.cfg.PeerAdvertise,
 		Hold: s.replicas.Hold(s.door), Tunnel: s.cfg.Tunnel, LeaseTTL: s.cfg.LeaseTTL, Registerer: s.metrics.Registry,
+		Poke:   poke,
 		Logger: s.log.With("component", "replica"),
 	}, self)
 	if err != nil {

@@ -257,7 +257,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 	if s.cfg.PeerListen != "" {
 		// Before sessions are accepted: each one records its presence.
-		stopPeers, err := s.startPeers(ctx, ln.Addr(), sshAddr, advertise)
+		stopPeers, err := s.startPeers(ctx, ln.Addr(), sshAddr, advertise, ln.Poke)
 		if err != nil {
 			return err
 		}

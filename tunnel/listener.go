@@ -85,7 +85,7 @@ type ListenConfig struct {
 	MaxHandshakes int
 
 	// PeersFile, if set, is where the listener writes down the address and
-	// poke token of each QUIC session's agent (rewritten within a second
+	// poke token of each QUIC session's agent (rewritten within 0.2 s
 	// of a change): a listener that starts and finds the file of a run
 	// that ended less than an idle timeout ago pokes those agents, so that
 	// they reconnect at once instead of at their next keepalive (25 s at
@@ -128,7 +128,7 @@ type Listener struct {
 	tickets   *ticketKeys    // nil without a StatelessResetKey
 	refuse    *refuser       // answers refused TCP connections with a retry hint
 	failed    *handshakeFailures
-	peers     *quicPeers    // nil without ListenConfig.PeersFile
+	peers     *quicPeers    // the QUIC sessions' agents, and those to poke
 	accepting chan struct{} // closed by the first Accept: pokes may go
 	firstOnce sync.Once
 
@@ -252,20 +252,16 @@ func Listen(ctx context.Context, addr string, lc ListenConfig) (*Listener, error
 			return httpTLS, nil
 		},
 	}
+	l.peers = openQUICPeers(lc.PeersFile, cfg.IdleTimeout+peersTouchEvery, l.log)
 	if lc.PeersFile != "" {
-		l.peers = openQUICPeers(lc.PeersFile, cfg.IdleTimeout+peersTouchEvery, l.log)
 		l.wg.Go(func() { l.peers.keep(l.done) })
-		l.wg.Go(func() {
-			select {
-			case <-l.accepting:
-				l.peers.poke(func(b []byte, to net.Addr) error {
-					_, err := qtr.WriteTo(b, to)
-					return err
-				}, l.done)
-			case <-l.done:
-			}
-		})
 	}
+	l.wg.Go(func() {
+		l.peers.pokes(func(b []byte, to net.Addr) error {
+			_, err := qtr.WriteTo(b, to)
+			return err
+		}, l.accepting, l.done)
+	})
 	l.wg.Go(l.acceptTCP)
 	for range quicAcceptors {
 		l.wg.Go(l.acceptQUIC)
@@ -308,6 +304,16 @@ func bindPair(ctx context.Context, addr string) (net.Listener, net.PacketConn, e
 			return nil, nil, fmt.Errorf("tunnel: %w", err)
 		}
 	}
+}
+
+// Poke asks the agents of targets, QUIC sessions another hub held, to
+// reconnect now: each gets a poke a second for three seconds from this
+// listener's UDP socket, unless it is connected here already. A hub
+// replica pokes the agents of a replica it found dead (their sessions die
+// with it, but a QUIC agent would notice only at its dead-peer timeout).
+// It reports how many targets it took; pokes go once the hub accepts.
+func (l *Listener) Poke(targets []PokeTarget) int {
+	return l.peers.enqueue(targets)
 }
 
 // Accept returns the next tunnel session from either transport, its TLS
@@ -417,10 +423,8 @@ func (l *Listener) acceptQUIC() {
 		admitted(conn.Context())
 		l.log.Debug("tunnel session accepted", "transport", "quic", "remote", conn.RemoteAddr().String())
 		s := newQUICSession(conn)
-		if l.peers != nil {
-			l.peers.add(s)
-			context.AfterFunc(conn.Context(), func() { l.peers.remove(s) })
-		}
+		l.peers.add(s)
+		context.AfterFunc(conn.Context(), func() { l.peers.remove(s) })
 		l.deliver(s)
 	}
 }

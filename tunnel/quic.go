@@ -214,11 +214,13 @@ func probeAfter(pingAfter, every time.Duration) time.Duration {
 }
 
 // poked ends a dialed session whose hub proved, with the session's poke
-// token, that it no longer holds it: the hub restarted (see quicPokeMagic).
-// Only the hub knows the token besides this end, so the session is closed
-// at once, and the agent reconnects now instead of at its next keepalive.
+// token, that it no longer holds it: the hub restarted, or a replica that
+// survived it pokes its agents (see quicPokeMagic). Only the hub knows the
+// token besides this end (and its replicas, from the presence it
+// recorded), so the session is closed at once, and the agent reconnects
+// now instead of at its dead-peer timeout.
 func (s *quicSession) poked() {
-	_ = s.conn.CloseWithError(quicCodeHubRestarted, "the hub restarted and no longer holds this session")
+	_ = s.conn.CloseWithError(quicCodeHubRestarted, "the hub no longer holds this session (it restarted or died)")
 }
 
 // pokeToken is the session's poke token: keying material exported from

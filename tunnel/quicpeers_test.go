@@ -40,12 +40,14 @@ func TestQUICPokeAfterRestart(t *testing.T) {
 	p := newUDPProxy(t, l1.udp.LocalAddr().String())
 	agent, _ := dialAccept(t, l1, p.addr(), TransportQUIC, cfg, func(d *Dialer) { d.AckLiveness = true })
 	other, _ := dialAccept(t, l1, l1.udp.LocalAddr().String(), TransportQUIC, cfg)
+	dialed := time.Now()
 
-	// The file names both sessions within a second or so.
+	// The file names both sessions at once (peersWriteEvery), so that a
+	// hub killed right after its agents connected pokes them too.
 	var entries []peerEntry
 	deadline := time.Now().Add(5 * time.Second)
 	for len(entries) < 2 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 		b, err := os.ReadFile(peers)
 		if err == nil {
 			entries, _ = decodePeers(b)
@@ -53,6 +55,9 @@ func TestQUICPokeAfterRestart(t *testing.T) {
 	}
 	if len(entries) != 2 {
 		t.Fatalf("peers file names %d sessions after 5 s, want 2", len(entries))
+	}
+	if took := time.Since(dialed); took > 700*time.Millisecond {
+		t.Errorf("the peers file named both sessions %v after they came, want within 0.7 s", took)
 	}
 
 	// What is not this session's poke leaves it alone.
@@ -134,8 +139,8 @@ func TestQUICPokeAfterRestart(t *testing.T) {
 // that is damaged, of another kind, or stale pokes nobody.
 func TestPeersFile(t *testing.T) {
 	entries := []peerEntry{
-		{key: [16]byte{1}, token: [pokeTokenLen]byte{2}, addr: netip.MustParseAddrPort("192.0.2.7:51000")},
-		{key: [16]byte{3}, token: [pokeTokenLen]byte{4}, addr: netip.MustParseAddrPort("[2001:db8::9]:443")},
+		{Key: [16]byte{1}, Token: [pokeTokenLen]byte{2}, Addr: netip.MustParseAddrPort("192.0.2.7:51000")},
+		{Key: [16]byte{3}, Token: [pokeTokenLen]byte{4}, Addr: netip.MustParseAddrPort("[2001:db8::9]:443")},
 	}
 	good := encodePeers(entries)
 	got, err := decodePeers(good)
@@ -150,7 +155,7 @@ func TestPeersFile(t *testing.T) {
 		"truncated":    good[:len(good)-7],
 		"flipped byte": flipped,
 		"no port": encodePeers([]peerEntry{
-			{key: [16]byte{1}, addr: netip.AddrPortFrom(netip.MustParseAddr("192.0.2.7"), 0)},
+			{Key: [16]byte{1}, Addr: netip.AddrPortFrom(netip.MustParseAddr("192.0.2.7"), 0)},
 		}),
 	} {
 		if _, err := decodePeers(b); err == nil {
@@ -185,4 +190,106 @@ func TestPeersFile(t *testing.T) {
 	if p := openQUICPeers(filepath.Join(dir, "none"), time.Minute, log); len(p.pending) != 0 {
 		t.Errorf("no file: %d agents to poke", len(p.pending))
 	}
+}
+
+// TestQUICPokeFromAnotherHub: a hub that was not the session's (a replica
+// that found the session's replica dead) pokes its agent with the target
+// the session's hub recorded, from its own socket, once it serves; the
+// agent ends the session at once. An agent connected to the poking hub
+// already is not poked.
+func TestQUICPokeFromAnotherHub(t *testing.T) {
+	cfg := &Config{KeepAliveInterval: 10 * time.Second, IdleTimeout: 30 * time.Second}
+	listen := func() *Listener {
+		l, err := Listen(t.Context(), "127.0.0.1:0", ListenConfig{TunnelTLS: tunnelServerTLS(), Config: cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	l1, l2 := listen(), listen()
+	agent, held := dialAccept(t, l1, l1.udp.LocalAddr().String(), TransportQUIC, cfg,
+		func(d *Dialer) { d.AckLiveness = true })
+	target, ok := PokeTargetOf(held)
+	if !ok {
+		t.Fatal("no poke target for an accepted QUIC session")
+	}
+	if _, ok := PokeTargetOf(agent); ok {
+		t.Error("a poke target for the dialing side's session")
+	}
+	if back, err := ParsePokeTarget(target.String()); err != nil || back != target {
+		t.Fatalf("ParsePokeTarget(%q) = %+v, %v; want %+v", target.String(), back, err, target)
+	}
+	if n := l2.Poke([]PokeTarget{target}); n != 1 {
+		t.Fatalf("Poke took %d targets, want 1", n)
+	}
+	time.Sleep(300 * time.Millisecond) // l2 does not serve yet: no poke goes
+	select {
+	case <-agent.Done():
+		t.Fatal("a hub that does not serve yet poked")
+	default:
+	}
+	accepted := make(chan Session, 1)
+	go func() {
+		if s, err := l2.Accept(t.Context()); err == nil {
+			accepted <- s
+		}
+	}()
+	start := time.Now()
+	waitClosed(t, agent.Done(), 3*time.Second, "the agent's session after another hub poked it")
+	t.Logf("poked after %v", time.Since(start).Round(time.Millisecond))
+	var app *quic.ApplicationError
+	if err := context.Cause(agent.(*quicSession).conn.Context()); !errors.As(err, &app) ||
+		app.ErrorCode != quicCodeHubRestarted || app.Remote {
+		t.Errorf("the session ended with %v, want this side's close for a hub that lost it", err)
+	}
+	d := &Dialer{TLSConfig: clientTLS(true), Config: cfg, Transport: TransportQUIC}
+	again, err := d.Dial(t.Context(), l2.udp.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	select {
+	case s := <-accepted:
+		defer s.Close()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the poking hub accepted no session from the agent")
+	}
+	if n := l2.Poke([]PokeTarget{target}); n != 0 {
+		t.Errorf("Poke took %d targets of an agent connected to it, want 0", n)
+	}
+}
+
+// TestParsePokeTarget: only what String writes is read.
+func TestParsePokeTarget(t *testing.T) {
+	good := PokeTarget{Key: [16]byte{1}, Token: [pokeTokenLen]byte{2},
+		Addr: netip.MustParseAddrPort("[2001:db8::9]:4433")}
+	if back, err := ParsePokeTarget(good.String()); err != nil || back != good {
+		t.Fatalf("round trip: %+v, %v", back, err)
+	}
+	s := good.String()
+	for _, bad := range []string{
+		"", "@", s[:len(s)-5], strings.Replace(s, "@", "", 1), strings.Replace(s, ".", "", 1),
+		strings.Replace(s, "01", "zz", 1), strings.Replace(s, ":4433", ":0", 1),
+		PokeTarget{Key: [16]byte{1}, Addr: good.Addr}.String(), "x" + s,
+	} {
+		if _, err := ParsePokeTarget(bad); err == nil {
+			t.Errorf("ParsePokeTarget(%q) accepted", bad)
+		}
+	}
+}
+
+func FuzzParsePokeTarget(f *testing.F) {
+	f.Add(PokeTarget{Key: [16]byte{1}, Token: [pokeTokenLen]byte{2},
+		Addr: netip.MustParseAddrPort("192.0.2.7:41000")}.String())
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := ParsePokeTarget(s)
+		if err != nil {
+			return
+		}
+		if back, err := ParsePokeTarget(p.String()); err != nil || back != p {
+			t.Fatalf("%q: round trip %+v, %v", s, back, err)
+		}
+	})
 }

@@ -68,11 +68,18 @@ type SessionInfo struct {
 	AgentVersion string                `json:"agent_version,omitempty"`
 	Arch         string                `json:"arch,omitempty"`
 	Upgrade      *upgradeproto.Support `json:"upgrade,omitempty"`
+	// Poke is the QUIC session's tunnel.PokeTarget, as text: a replica
+	// that finds this one dead pokes the agent over (watch.go).
+	Poke string `json:"poke,omitempty"`
 }
 
 // SessionInfoOf is c's SessionInfo.
 func SessionInfoOf(c *nodeconn.Conn) SessionInfo {
-	return SessionInfo{StateDir: c.StateDir, AgentVersion: c.AgentVersion, Arch: c.Arch, Upgrade: c.Upgrade}
+	info := SessionInfo{StateDir: c.StateDir, AgentVersion: c.AgentVersion, Arch: c.Arch, Upgrade: c.Upgrade}
+	if t, ok := tunnel.PokeTargetOf(c.Session); ok {
+		info.Poke = t.String()
+	}
+	return info
 }
 
 // StateDir is the state directory the node's connected agent reported,

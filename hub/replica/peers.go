@@ -61,7 +61,7 @@ const requestTimeout = 15 * time.Second
 // instead of dialing it one after another.
 const (
 	peerKeepAlive   = time.Second
-	peerDeadAfter   = 5 * time.Second
+	peerDeadAfter   = 4 * time.Second
 	peerHandshake   = 5 * time.Second
 	peerRedialAfter = time.Second
 )
@@ -92,6 +92,10 @@ type Config struct {
 	Tunnel *tunnel.Config
 	// LeaseTTL defaults to DefaultLeaseTTL.
 	LeaseTTL time.Duration
+	// Poke asks the QUIC agents of a replica found dead to reconnect now
+	// (the hub's tunnel.Listener.Poke); nil pokes none, and they notice
+	// at their dead-peer timeout.
+	Poke func(targets []tunnel.PokeTarget) int
 	// Registerer receives the tether_peer_* metrics; nil registers none.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -149,13 +153,18 @@ type Peers struct {
 type link struct {
 	mu   sync.Mutex // held while dialing, so one dial per peer at a time
 	sess tunnel.Session
+	// poked: the peer's agents were poked for its current loss (guarded
+	// by Peers.mu; cleared when a link is up again).
+	poked bool
 	// Guarded by Peers.mu: when the peer was found gone (its link ended
 	// or a dial failed; zero while it answers), and the last dial's
 	// failure.
 	lost       time.Time
 	failedAt   time.Time
 	failedWith error
-	told       bool // the loss was logged
+	failedAddr string    // the address of the failed dial
+	failedRun  time.Time // and the start of the replica's run it was for
+	told       bool      // the loss was logged
 }
 
 // New issues this replica's peer certificate and binds the peer listener.
@@ -228,9 +237,10 @@ func (p *Peers) Start(ctx context.Context, self store.Replica) error {
 	if err := p.heartbeat(ctx); err != nil {
 		return err
 	}
-	p.wg.Add(2)
+	p.wg.Add(3)
 	go func() { defer p.wg.Done(); p.heartbeats() }()
 	go func() { defer p.wg.Done(); p.accept() }()
+	go func() { defer p.wg.Done(); p.watch() }()
 	p.log.Info("replica serving peers", "replica", p.cfg.ID, "peer_listen", p.ln.Addr().String(), "peer_advertise", p.addr)
 	return nil
 }
@@ -421,7 +431,8 @@ func (p *Peers) Route(ctx context.Context, n store.Node) (access.Route, bool, er
 	}
 	for _, r := range reps {
 		if r.ID == pr.ReplicaID && r.LeaseUntil.After(now) && r.PeerAddr != "" {
-			return peerRoute{p: p, replica: r.ID, addr: r.PeerAddr, nodeID: nodeID, node: n.Name}, true, nil
+			return peerRoute{p: p, replica: r.ID, addr: r.PeerAddr, started: r.Started, nodeID: nodeID,
+				node: n.Name}, true, nil
 		}
 	}
 	return nil, false, nil
@@ -451,9 +462,12 @@ func checkPeer(cs tls.ConnectionState, want string) (string, error) {
 	return id.ID, nil
 }
 
-// dial returns the live link to replica id, dialing it if there is none
-// (unless a dial failed less than peerRedialAfter ago: then its error).
-func (p *Peers) dial(ctx context.Context, id, addr string) (tunnel.Session, error) {
+// dial returns the live link to replica id, started at started and
+// listening at addr (its store record), dialing it if there is none; unless
+// a dial to that same run of the replica failed less than peerRedialAfter
+// ago: then its error. A replica that restarted since (even on the same
+// address) is dialed anew.
+func (p *Peers) dial(ctx context.Context, id, addr string, started time.Time) (tunnel.Session, error) {
 	p.mu.Lock()
 	l := p.links[id]
 	if l == nil {
@@ -474,9 +488,9 @@ func (p *Peers) dial(ctx context.Context, id, addr string) (tunnel.Session, erro
 		return nil, errors.New("replica: shutting down")
 	}
 	p.mu.Lock()
-	failedAt, failedWith := l.failedAt, l.failedWith
+	failedAt, failedWith, failedAddr, failedRun := l.failedAt, l.failedWith, l.failedAddr, l.failedRun
 	p.mu.Unlock()
-	if time.Since(failedAt) < peerRedialAfter {
+	if time.Since(failedAt) < peerRedialAfter && failedAddr == addr && failedRun.Equal(started) {
 		return nil, failedWith
 	}
 	d := tunnel.Dialer{
@@ -501,7 +515,7 @@ func (p *Peers) dial(ctx context.Context, id, addr string) (tunnel.Session, erro
 			return nil, err
 		}
 		p.mu.Lock()
-		l.failedAt, l.failedWith = time.Now(), err
+		l.failedAt, l.failedWith, l.failedAddr, l.failedRun = time.Now(), err, addr, started
 		if l.lost.IsZero() {
 			l.lost = l.failedAt
 		}
@@ -510,6 +524,7 @@ func (p *Peers) dial(ctx context.Context, id, addr string) (tunnel.Session, erro
 	}
 	p.mu.Lock()
 	l.sess, l.lost, l.failedAt, l.failedWith, l.told = sess, time.Time{}, time.Time{}, nil, false
+	l.poked = false
 	p.mu.Unlock()
 	p.m.links.WithLabelValues("out").Inc()
 	p.log.Info("peer link up", "peer", id, "addr", addr, "transport", sess.Transport().String())
@@ -523,6 +538,7 @@ func (p *Peers) dial(ctx context.Context, id, addr string) (tunnel.Session, erro
 				l.lost = time.Now()
 			}
 			p.mu.Unlock()
+			p.linkLost(id)
 		case <-p.ctx.Done():
 			sess.Close()
 		}

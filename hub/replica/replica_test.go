@@ -162,11 +162,12 @@ type testReplica struct {
 	reg *prometheus.Registry
 }
 
-func startReplica(t *testing.T, st store.ReplicaStore, c *ca.CA, id string, hold HoldFunc) testReplica {
+func startReplica(t *testing.T, st store.ReplicaStore, c *ca.CA, id string, hold HoldFunc,
+	opts ...func(*Config)) testReplica {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	tc := tunnel.DefaultConfig()
-	p, err := New(context.Background(), Config{
+	cfg := Config{
 		ID:         id,
 		Store:      st,
 		CA:         c,
@@ -174,7 +175,11 @@ func startReplica(t *testing.T, st store.ReplicaStore, c *ca.CA, id string, hold
 		Hold:       hold,
 		Tunnel:     tc,
 		Registerer: reg,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	p, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +373,7 @@ func TestMalformedPeerRequestClosesStream(t *testing.T) {
 	b := startReplica(t, st, c, "b", echoHold(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	sess, err := a.p.dial(ctx, "b", b.p.addr)
+	sess, err := a.p.dial(ctx, "b", b.p.addr, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ type peerRoute struct {
 	p       *Peers
 	replica string
 	addr    string
+	started time.Time // the replica's run (store.Replica.Started)
 	nodeID  string
 	node    string // the node's name, for errors
 }
@@ -55,7 +56,7 @@ func (r peerRoute) Dial(ctx context.Context, h tunnel.Header) (tunnel.Stream, er
 func (r peerRoute) dial(ctx context.Context, h tunnel.Header) (tunnel.Stream, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	sess, err := r.p.dial(ctx, r.replica, r.addr)
+	sess, err := r.p.dial(ctx, r.replica, r.addr, r.started)
 	if err != nil {
 		return nil, r.gone(ctx, err)
 	}
@@ -153,6 +154,7 @@ type peerMetrics struct {
 	streams    *prometheus.CounterVec
 	bytes      *prometheus.CounterVec
 	dialErrors prometheus.Counter
+	poked      prometheus.Counter
 	once       sync.Once
 }
 
@@ -171,6 +173,8 @@ func newPeerMetrics(reg prometheus.Registerer) *peerMetrics {
 			[]string{"direction"}),
 		dialErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_peer_dial_errors_total",
 			Help: "Failed dials of a peer link to another hub replica."}),
+		poked: prometheus.NewCounter(prometheus.CounterOpts{Name: "tether_peer_agents_poked_total",
+			Help: "QUIC agents of hub replicas found dead that this replica asked to reconnect (pokes)."}),
 	}
 	for _, d := range []string{"in", "out"} {
 		m.links.WithLabelValues(d)
@@ -184,7 +188,7 @@ func newPeerMetrics(reg prometheus.Registerer) *peerMetrics {
 }
 
 func (m *peerMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.links, m.streams, m.bytes, m.dialErrors}
+	return []prometheus.Collector{m.links, m.streams, m.bytes, m.dialErrors, m.poked}
 }
 
 func (m *peerMetrics) unregister() {

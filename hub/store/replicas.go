@@ -45,6 +45,10 @@ type ReplicaStore interface {
 	GetPresence(ctx context.Context, nodeID string) (Presence, error)
 	// ListPresence returns every claim that has a replica.
 	ListPresence(ctx context.Context) ([]Presence, error)
+	// PresenceHeldBy returns replica id's claims with their Session, its
+	// lease expired or not: what a replica that found id dead needs to
+	// send id's agents over.
+	PresenceHeldBy(ctx context.Context, id string) ([]Presence, error)
 
 	// GetSecret returns the named shared secret (ErrNotFound if unset).
 	GetSecret(ctx context.Context, name string) ([]byte, error)
@@ -279,6 +283,33 @@ func (s *DB) ListPresence(ctx context.Context) ([]Presence, error) {
 			return nil, fmt.Errorf("store: list presence: %w", err)
 		}
 		p.LeaseUntil = fromUnix(lease)
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// PresenceHeldBy implements ReplicaStore.
+func (s *DB) PresenceHeldBy(ctx context.Context, id string) ([]Presence, error) {
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT node_id, epoch, lease_until, session FROM presence WHERE replica_id = ? ORDER BY node_id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("store: presence held by replica %s: %w", id, err)
+	}
+	defer rows.Close()
+	var out []Presence
+	for rows.Next() {
+		p := Presence{ReplicaID: id}
+		var (
+			lease   int64
+			session string
+		)
+		if err := rows.Scan(&p.NodeID, &p.Epoch, &lease, &session); err != nil {
+			return nil, fmt.Errorf("store: presence held by replica %s: %w", id, err)
+		}
+		p.LeaseUntil = fromUnix(lease)
+		if session != "" {
+			p.Session = []byte(session)
+		}
 		out = append(out, p)
 	}
 	return out, rows.Err()

@@ -22,6 +22,7 @@ func TestReplicaStore(t *testing.T) {
 var replicaStoreTests = map[string]func(*testing.T, ReplicaStore){
 	"PresenceEpochs":       testPresenceEpochs,
 	"PresenceLeases":       testPresenceLeases,
+	"PresenceHeldBy":       testPresenceHeldBy,
 	"SecretFirstWriteWins": testSecretFirstWriteWins,
 	"Replicas":             testReplicas,
 }
@@ -79,6 +80,42 @@ func testPresenceEpochs(t *testing.T, s ReplicaStore) {
 	}
 	if _, err := s.GetPresence(ctx, "never"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("presence of an unknown node: %v, want ErrNotFound", err)
+	}
+}
+
+// A replica's claims are listed with their sessions, expired or not, and
+// without the claims it released or another replica took over.
+func testPresenceHeldBy(t *testing.T, s ReplicaStore) {
+	ctx := context.Background()
+	past, future := time.Now().Add(-time.Minute), time.Now().Add(time.Minute)
+	claims := []Presence{
+		{NodeID: "n1", ReplicaID: "a", LeaseUntil: future, Session: []byte(`{"poke":"1"}`)},
+		{NodeID: "n2", ReplicaID: "a", LeaseUntil: past, Session: []byte(`{"poke":"2"}`)},
+		{NodeID: "n3", ReplicaID: "a", LeaseUntil: future},
+		{NodeID: "n3", ReplicaID: "b", LeaseUntil: future}, // taken over
+		{NodeID: "n4", ReplicaID: "a", LeaseUntil: future},
+	}
+	var n4 Presence
+	for _, c := range claims {
+		got, err := s.ClaimPresence(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n4 = got
+	}
+	if err := s.ReleasePresence(ctx, n4); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.PresenceHeldBy(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].NodeID != "n1" || string(got[0].Session) != `{"poke":"1"}` ||
+		got[1].NodeID != "n2" || string(got[1].Session) != `{"poke":"2"}` || got[1].Live(time.Now()) {
+		t.Fatalf("PresenceHeldBy(a) = %+v; want n1 and n2 (expired) with their sessions", got)
+	}
+	if got, err := s.PresenceHeldBy(ctx, "nobody"); err != nil || len(got) != 0 {
+		t.Fatalf("PresenceHeldBy(nobody) = %+v, %v", got, err)
 	}
 }
 
