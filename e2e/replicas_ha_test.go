@@ -255,6 +255,19 @@ func testKilledLeaderFailover(t *testing.T, rs *haReplicas) {
 			t.Fatalf("jump to %s: exit %d %q %q", node, code, out, errOut)
 		}
 	}
+	// Their rows are written as the hub sees each jump end, which may be a
+	// moment after ssh exits: wait for them, so that what the kill must
+	// not lose was committed.
+	jumpRows := func() int {
+		n := 0
+		for _, e := range a.audit("--operator", "alice") {
+			if e.Kind == "jump" && e.Result == "ok" {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "the three jumps' audit rows", 30*time.Second, func() bool { return jumpRows() == 3 })
 	// A jump live at the kill.
 	live := start(t, "ssh-live", "ssh", append(cl.jumpArgs("ha003", "-T"), "echo started; sleep 60")...)
 	waitFor(t, "the live jump", 30*time.Second, func() bool { return strings.Contains(live.Log(), "started") })
@@ -330,7 +343,7 @@ func testKilledLeaderFailover(t *testing.T, rs *haReplicas) {
 		t.Fatalf("rerun: %+v, not ok: %+v", rerun.Counts, notOK(rerun))
 	}
 
-	// Nothing written before the kill is lost: the three jumps' rows.
+	// Nothing committed before the kill is lost: the three jumps' rows.
 	got := map[string]bool{}
 	for _, e := range b.audit("--operator", "alice") {
 		if e.Kind == "jump" && e.Result == "ok" {

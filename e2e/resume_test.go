@@ -318,3 +318,27 @@ func TestResumeWindowEnds(t *testing.T) {
 	waitForState(t, "the jump's audit row", 30*time.Second, func() string { return f.h.cli("audit", "-o", "json") },
 		func(s string) bool { return strings.Contains(s, "res-win's link was down for") })
 }
+
+// TestResumeAgentRestartEndsAtOnce: an agent killed -9 and started again
+// says in its hello that it is another process (its resume instance), so
+// the hub ends at once the streams it kept for the one that died, with the
+// reason, instead of holding them for the whole resume window (60 s here):
+// their other side died with the process.
+func TestResumeAgentRestartEndsAtOnce(t *testing.T) {
+	v := startVictim(t, "--keepalive", "1s", "--dead-peer-timeout", "4s")
+	v.h.cli("operator", "add", "alice", "--key", opPub)
+	p := startPTY(t, newSSHClient(t, v.h), "victim")
+	p.expect(t, "before", 30*time.Second)
+	v.p.Stop(syscall.SIGKILL, stopWait)
+	v.restart()
+	back := time.Now()
+	select {
+	case <-p.s.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the session to the killed agent still up 20 s after the agent came back (60 s window)")
+	}
+	t.Logf("session ended %s after the agent came back (exit %d)", p.s.ended.Sub(back).Round(100*time.Millisecond),
+		p.s.exitCode)
+	waitForState(t, "the jump's audit row", 30*time.Second, func() string { return v.h.cli("audit", "-o", "json") },
+		func(s string) bool { return strings.Contains(s, "node victim's agent restarted; session ended") })
+}

@@ -159,7 +159,10 @@ func waitSteady(t *testing.T, h *hub, node string) {
 // minutes per transport). Over QUIC and over TCP.
 func TestSiteLossyLink(t *testing.T) {
 	for _, transport := range []string{"quic", "tcp"} {
-		t.Run(transport, func(t *testing.T) { testSiteLossyLink(t, transport) })
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel() // a minute of waiting each, on links of their own
+			testSiteLossyLink(t, transport)
+		})
 	}
 }
 

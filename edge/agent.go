@@ -156,8 +156,8 @@ type Agent struct {
 	// drains are the sessions a transport move left draining (their live
 	// streams go on); Run waits for them.
 	drains sync.WaitGroup
-	// held are the hub's streams kept across reconnects (resume.go).
-	held *heldStreams
+	// held are the streams kept across reconnects (resume.go).
+	held *uplink.Held
 
 	mu     sync.Mutex // guards the following fields
 	state  State      // changed only by setState
@@ -206,7 +206,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	a := &Agent{cfg: cfg, id: id, log: cfg.Logger.With("node", id.Config.Name), allow: map[uint16]bool{},
-		held: newHeldStreams()}
+		held: newHeld()}
 	for _, p := range cfg.AllowPorts {
 		a.allow[p] = true
 	}
@@ -260,9 +260,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer a.drains.Wait()
 	if a.held == nil { // an Agent made without New (tests)
-		a.held = newHeldStreams()
+		a.held = newHeld()
 	}
-	defer a.held.run(ctx)()
+	defer a.held.Run(ctx, "the node's agent is stopping")()
 	r := uplink.Retry{
 		BackoffMin: a.cfg.BackoffMin, BackoffMax: a.cfg.BackoffMax, RetryAfter: true,
 		Before: func() error {

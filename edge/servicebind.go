@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/resume"
 	"github.com/tether-dev/tether/tunnel/siteproto"
+	"github.com/tether-dev/tether/tunnel/uplink"
 )
 
 // connectTimeout bounds opening a service connect stream and waiting for
@@ -23,11 +25,18 @@ const connectTimeout = 30 * time.Second
 // address only. Each connection it accepts becomes a tunnel.ServiceConnect
 // stream to the hub, which carries it to the service's target. It lives as
 // long as one hub session: the hub pushes the bindings again on the next.
+// On a session whose streams are resumable (keep), a connection once
+// answered is held by the agent (held) rather than by the session, and so
+// outlives it.
 type serviceBinder struct {
 	ctx  context.Context // the session's: ends listeners and connections
 	open func(ctx context.Context) (tunnel.Stream, error)
 	log  *slog.Logger
 	wg   sync.WaitGroup // every listener's accept loop and every connection
+	// held and keep make the connections resumable; keep is nil on a
+	// session whose hub does not keep streams.
+	held *uplink.Held
+	keep *resume.Config
 
 	mu        sync.Mutex // guards listeners
 	listeners map[string]*serviceListener
@@ -40,11 +49,14 @@ type serviceListener struct {
 }
 
 // newServiceBinder returns a binder whose streams open is opens on the
-// session; everything it starts ends when ctx does (Wait waits for it).
+// session; everything it starts ends when ctx does (Wait waits for it),
+// but for the connections held (keep non-nil), which end with held's Run.
 func newServiceBinder(
-	ctx context.Context, open func(ctx context.Context) (tunnel.Stream, error), log *slog.Logger,
+	ctx context.Context, open func(ctx context.Context) (tunnel.Stream, error), held *uplink.Held,
+	keep *resume.Config, log *slog.Logger,
 ) *serviceBinder {
-	b := &serviceBinder{ctx: ctx, open: open, log: log, listeners: map[string]*serviceListener{}}
+	b := &serviceBinder{ctx: ctx, open: open, held: held, keep: keep, log: log,
+		listeners: map[string]*serviceListener{}}
 	context.AfterFunc(ctx, func() { b.apply(nil) })
 	return b
 }
@@ -141,7 +153,10 @@ func (b *serviceBinder) accept(l *serviceListener) {
 }
 
 // carry opens a service connect stream for one accepted connection, waits
-// for the hub's answer, then relays both ways (half-closes passed on).
+// for the hub's answer, then relays both ways (half-closes passed on): on
+// this goroutine, which the session waits for, or for a resumable stream on
+// one of the held streams', which outlives the session (the consumer's
+// connection stays open while the link is down).
 func (b *serviceBinder) carry(name string, c net.Conn) {
 	log := b.log.With("service", name, "client", c.RemoteAddr().String())
 	ctx, cancel := context.WithTimeout(b.ctx, connectTimeout)
@@ -152,10 +167,17 @@ func (b *serviceBinder) carry(name string, c net.Conn) {
 		c.Close()
 		return
 	}
-	stop := context.AfterFunc(b.ctx, func() { st.Close(); c.Close() })
-	defer stop()
-	n := tunnel.Pipe(c, st, nil)
-	log.Debug("service connection ended", "bytes_out", n.AtoB, "bytes_in", n.BtoA)
+	relay := func(ctx context.Context, st tunnel.Stream) {
+		stop := context.AfterFunc(ctx, func() { st.Close(); c.Close() })
+		defer stop()
+		n := tunnel.Pipe(c, st, nil)
+		log.Debug("service connection ended", "bytes_out", n.AtoB, "bytes_in", n.BtoA)
+	}
+	if _, ok := st.(*resume.Stream); ok {
+		b.held.Go(func(ctx context.Context) { relay(ctx, st) })
+		return
+	}
+	relay(b.ctx, st)
 }
 
 func (b *serviceBinder) connect(ctx context.Context, name string) (tunnel.Stream, error) {
@@ -173,6 +195,14 @@ func (b *serviceBinder) connect(ctx context.Context, name string) (tunnel.Stream
 	if err := tunnel.WriteHeader(st, tunnel.Header{Service: tunnel.ServiceConnect}); err != nil {
 		return fail(err)
 	}
+	var answered tunnel.Stream = st // what to carry the bytes on once answered
+	if b.keep != nil {
+		p, err := b.held.Open(st, *b.keep)
+		if err != nil {
+			return fail(err)
+		}
+		answered = p
+	}
 	if err := siteproto.WriteServiceConnect(st, &siteproto.ServiceConnectRequest{Name: name}); err != nil {
 		return fail(err)
 	}
@@ -186,5 +216,10 @@ func (b *serviceBinder) connect(ctx context.Context, name string) (tunnel.Stream
 	if !stop() {
 		return fail(ctx.Err())
 	}
-	return st, nil
+	kept, err := resume.Answered(answered)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return kept, nil
 }

@@ -122,7 +122,7 @@ func TestServiceBinderLifecycle(t *testing.T) {
 	hub := newFakeHub(t, "db")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	b := newServiceBinder(ctx, hub.open, slog.New(slog.DiscardHandler))
+	b := newServiceBinder(ctx, hub.open, nil, nil, slog.New(slog.DiscardHandler))
 	a1, a2, a3 := freePort(t), freePort(t), freePort(t)
 
 	b.apply([]siteproto.ServiceBinding{{Name: "db", Listen: a1}, {Name: "cache", Listen: a2},
@@ -165,7 +165,7 @@ func TestServiceBinderLifecycle(t *testing.T) {
 func TestServiceBinderCarries(t *testing.T) {
 	hub := newFakeHub(t, "db")
 	ctx, cancel := context.WithCancel(context.Background())
-	b := newServiceBinder(ctx, hub.open, slog.New(slog.DiscardHandler))
+	b := newServiceBinder(ctx, hub.open, nil, nil, slog.New(slog.DiscardHandler))
 	defer func() { cancel(); b.Wait() }()
 	dbAddr, otherAddr := freePort(t), freePort(t)
 	b.apply([]siteproto.ServiceBinding{{Name: "db", Listen: dbAddr}, {Name: "other", Listen: otherAddr}})

@@ -70,7 +70,7 @@ func (a *Agent) serveStream(ctx context.Context, st tunnel.Stream, trusted <-cha
 		return true
 	}
 	if keep != nil {
-		id, err := resume.ReadOpen(st)
+		pending, err := a.held.Accept(st, *keep)
 		if err != nil {
 			log.Warn("bad stream id; closing stream", "service", h.Service.String(), "err", err)
 			st.Close()
@@ -81,13 +81,12 @@ func (a *Agent) serveStream(ctx context.Context, st tunnel.Stream, trusted <-cha
 				st.Close()
 				return false
 			}
-			rs, err := a.hold(id, st, *keep)
+			rs, err := resume.Answered(pending)
 			if err != nil {
 				log.Warn("stream not held; closing it", "err", err)
 				return false
 			}
-			held := a.held.runCtx()
-			a.held.wg.Go(func() { relay(held, rs) })
+			a.held.Go(func(ctx context.Context) { relay(ctx, rs) })
 			return true
 		}
 	}

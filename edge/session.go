@@ -50,6 +50,9 @@ type session struct {
 	// live counts the hub's streams being served, for the drain after a
 	// transport move.
 	live atomic.Int64
+	// resumeConnects: the hub keeps this agent's service connects too
+	// (control.HubCapResumeConnect); set before serve.
+	resumeConnects bool
 }
 
 // runOnce makes one connection and serves it until it ends. connected
@@ -98,7 +101,8 @@ func (s *session) run(ctx context.Context, welcome *control.Welcome) (*moved, er
 	clearHub := a.hubSession(s, welcome)
 	clearUpgrade := a.upgradeSession(s, welcome)
 	a.setState(StateConnected, transition{hub: s.hub, transport: s.tun.Transport().String(), note: s.note})
-	next, finish, err := s.serve(ctx, control.AgentLiveness(a.cfg.Tunnel, welcome), s.keep(welcome))
+	s.resumeConnects = slices.Contains(welcome.Capabilities, control.HubCapResumeConnect)
+	next, finish, err := s.serve(ctx, control.AgentLiveness(a.cfg.Tunnel, welcome), a.keep(welcome, s.log))
 	clearUpgrade()
 	clearHub()
 	if next == nil {
@@ -153,7 +157,7 @@ func (a *Agent) newSession(tun tunnel.Session, addr string) *session {
 func (s *session) hello() *control.Message {
 	a := s.a
 	caps := []string{control.CapTCP, control.CapHeartbeat, siteproto.CapServiceConnect, control.CapTransportLiveness,
-		control.CapResume}
+		control.CapResume, control.CapResumeConnect}
 	up := a.upgradeSupport()
 	if up != nil {
 		caps = append(caps, upgradeproto.CapUpgrade)
@@ -171,6 +175,7 @@ func (s *session) hello() *control.Message {
 		Capabilities:    caps,
 		HostKey:         a.hostKeyLine(s.log),
 		StateDir:        absStateDir(a.cfg.StateDir),
+		ResumeInstance:  a.resumeInstance(),
 		Labels:          a.reportedLabels(s.log),
 		Upgrade:         up,
 	}}
@@ -212,10 +217,14 @@ func (s *session) serve(ctx context.Context, live control.Liveness, keep *resume
 	rctx, stopRenew := context.WithCancel(sctx)
 
 	renewed := make(chan struct{}, 1)
-	s.binds = newServiceBinder(sctx, s.tun.OpenStream, s.log)
+	connectKeep := keep // the service connects', if the hub keeps those too
+	if !s.resumeConnects {
+		connectKeep = nil
+	}
+	s.binds = newServiceBinder(sctx, s.tun.OpenStream, s.a.held, connectKeep, s.log)
 	if keep != nil {
-		held := s.a.held.set.Streams() // all of them from earlier sessions: this one has none yet
-		wg.Go(func() { s.a.resumeHeld(sctx, s.tun, held, s.log) })
+		held := s.a.held.Streams() // all of them from earlier sessions: this one has none yet
+		wg.Go(func() { s.a.held.Resume(sctx, s.tun, held, s.log) })
 	}
 	wg.Add(1)
 	go func() {
@@ -325,15 +334,4 @@ func absStateDir(dir string) string {
 		return ""
 	}
 	return abs
-}
-
-// keep is the configuration of the streams the hub opens on a session it
-// welcomed with w: resumable if the hub keeps them (HubCapResume), for the
-// window it names; nil if not.
-func (s *session) keep(w *control.Welcome) *resume.Config {
-	if !slices.Contains(w.Capabilities, control.HubCapResume) || w.ResumeWindowSeconds <= 0 {
-		return nil
-	}
-	cfg := s.a.resumeConfig(time.Duration(w.ResumeWindowSeconds)*time.Second, s.log)
-	return &cfg
 }

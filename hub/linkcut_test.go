@@ -5,10 +5,12 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/tether-dev/tether/edge"
+	"github.com/tether-dev/tether/hub/api/apitype"
 	"github.com/tether-dev/tether/hub/nodeconn"
 	"github.com/tether-dev/tether/internal/faultproxy"
 	"github.com/tether-dev/tether/tunnel"
@@ -87,34 +89,18 @@ func TestStreamOutlivesTheLink(t *testing.T) {
 			defer st.Close()
 			echo(t, st, "before the cut")
 
-			if err := link.Down(); err != nil {
-				t.Fatal(err)
-			}
-			// Written while the link is down: kept until the node is back.
-			if _, err := st.Write([]byte("during the cut")); err != nil {
-				t.Fatalf("write during the cut: %v", err)
-			}
-			waitFor(t, "the session to end", func() bool {
-				select {
-				case <-first.Session.Done():
-					return true
-				default:
-					return false
-				}
-			})
+			writeDuringCut(t, link, st, first.Session, "the session")
 			if err := link.Up(); err != nil {
 				t.Fatal(err)
 			}
-			_ = st.SetReadDeadline(time.Now().Add(10 * time.Second))
-			got := make([]byte, len("during the cut"))
-			_, err = io.ReadFull(st, got)
+			got, err := readAfterCut(st, 10*time.Second)
 			if tc.window < 0 {
 				if err == nil {
 					t.Fatal("a stream outlived its session on a hub that does not keep streams")
 				}
 				return
 			}
-			if err != nil || string(got) != "during the cut" {
+			if err != nil || got != duringCut {
 				t.Fatalf("echo of what was written during the cut: %q, %v", got, err)
 			}
 			if conn() == first {
@@ -168,4 +154,110 @@ func echo(t *testing.T, st tunnel.Stream, msg string) {
 	if _, err := io.ReadFull(st, got); err != nil || string(got) != msg {
 		t.Fatalf("echo of %q: %q, %v", msg, got, err)
 	}
+}
+
+// TestServiceConnectOutlivesTheLink: a service tunnel's connection, which
+// the consumer node's agent carries over a stream it opened itself, keeps
+// working across a cut of the consumer's link that ends its tunnel session
+// (both transports): the agent holds the consumer's local connection, and
+// re-attaches the stream once it is back; what was written during the cut
+// arrives. On a hub that does not keep streams (--resume-window 0) the same
+// cut ends the connection.
+func TestServiceConnectOutlivesTheLink(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		transport tunnel.Transport
+		window    time.Duration
+	}{
+		{"quic", tunnel.TransportQUIC, 0},
+		{"tcp", tunnel.TransportTCP, 0},
+		{"tcp without resuming", tunnel.TransportTCP, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, c := testHubConfig(t, func(cfg *Config) { cfg.ResumeWindow, cfg.Tunnel = tc.window, linkCutTunnel })
+			_, port, _ := nodeBehindLink(t, s, joinNode(t, c, "provider"), tunnel.TransportTCP, linkCutTunnel)
+			link, _, conn := nodeBehindLink(t, s, joinNode(t, c, "consumer"), tc.transport, linkCutTunnel)
+			ctx := context.Background()
+			if _, err := c.ExposeService(ctx, apitype.ServiceExposeRequest{Name: "echo", Target: "provider",
+				Port: port}); err != nil {
+				t.Fatal(err)
+			}
+			local := freeLoopbackPort(t)
+			if _, err := c.ConnectService(ctx, "echo", apitype.ServiceConnectRequest{Consumer: "consumer",
+				LocalPort: local}); err != nil {
+				t.Fatal(err)
+			}
+			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(local)))
+			var lc net.Conn
+			waitFor(t, "the consumer's service listener", func() bool {
+				var err error
+				lc, err = net.DialTimeout("tcp", addr, time.Second)
+				return err == nil
+			})
+			defer lc.Close()
+			st := lc.(*net.TCPConn)
+			echo(t, st, "before the cut")
+
+			first := conn()
+			writeDuringCut(t, link, st, first.Session, "the consumer's session")
+			if err := link.Up(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := readAfterCut(st, 10*time.Second)
+			if tc.window < 0 {
+				if err == nil {
+					t.Fatal("a service connection outlived its session on a hub that does not keep streams")
+				}
+				return
+			}
+			if err != nil || got != duringCut {
+				t.Fatalf("echo of what was written during the cut: %q, %v", got, err)
+			}
+			waitFor(t, "the consumer back", func() bool { cn := conn(); return cn != nil && cn != first })
+			echo(t, st, "after the cut")
+		})
+	}
+}
+
+// freeLoopbackPort is a TCP port on 127.0.0.1 that was free a moment ago.
+func freeLoopbackPort(t *testing.T) uint16 {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return uint16(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// duringCut is what the link-cut tests write while the link is down.
+const duringCut = "during the cut"
+
+// writeDuringCut takes link down, writes duringCut on st (kept until the
+// far end is back) and waits for the session that carried st to end
+// (sess, named what).
+func writeDuringCut(t *testing.T, link *faultproxy.Link, st io.Writer, sess tunnel.Session, what string) {
+	t.Helper()
+	if err := link.Down(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Write([]byte(duringCut)); err != nil {
+		t.Fatalf("write during the cut: %v", err)
+	}
+	waitFor(t, what+" to end", func() bool {
+		select {
+		case <-sess.Done():
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+// readAfterCut reads the echo of duringCut on st within d.
+func readAfterCut(st net.Conn, d time.Duration) (string, error) {
+	_ = st.SetReadDeadline(time.Now().Add(d))
+	got := make([]byte, len(duringCut))
+	_, err := io.ReadFull(st, got)
+	return string(got), err
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/resume"
 	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
@@ -292,4 +293,103 @@ func TestServicePolicy(t *testing.T) {
 	waitAudit(t, c, "the refused expose", func(e apitype.AuditEvent) bool {
 		return e.Kind == "service_expose" && e.Result == "refused" && strings.Contains(e.Detail, "apitoken:")
 	})
+}
+
+// TestServiceConnectResumeIDs: on a consumer's session that keeps streams
+// and its service connects (control.CapResume, CapResumeConnect), a
+// service connect carries a resume Open frame after
+// its header, and the hub refuses one whose ID another of the node's
+// streams holds: a reused ID never reaches someone else's stream.
+func TestServiceConnectResumeIDs(t *testing.T) {
+	_, c := testHub(t)
+	ctx := context.Background()
+	target, consumer := joinNode(t, c, "a"), joinNode(t, c, "b")
+	tSess := dialAs(t, target, tunnel.TransportTCP)
+	connectWith(t, tSess, "a", control.CapTCP)
+	echoTarget(t, tSess, 5432)
+	bSess := dialAs(t, consumer, tunnel.TransportTCP)
+	bCtrl := connectWith(t, bSess, "b", control.CapTCP, siteproto.CapServiceConnect, control.CapResume,
+		control.CapResumeConnect)
+	if _, err := c.ExposeService(ctx, apitype.ServiceExposeRequest{Name: "db", Target: "a", Port: 5432}); err != nil {
+		t.Fatal(err)
+	}
+	req := apitype.ServiceConnectRequest{Consumer: "b", LocalPort: 15433}
+	if _, err := c.ConnectService(ctx, "db", req); err != nil {
+		t.Fatal(err)
+	}
+	waitBindings(t, bCtrl, func(bs []siteproto.ServiceBinding) bool { return len(bs) == 1 })
+	id := resume.NewID()
+	open := func() (tunnel.Stream, tunnel.Reply) {
+		t.Helper()
+		st, err := bSess.OpenStream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		_ = st.SetDeadline(time.Now().Add(15 * time.Second))
+		if err := tunnel.WriteHeader(st, tunnel.Header{Service: tunnel.ServiceConnect}); err != nil {
+			t.Fatal(err)
+		}
+		if err := resume.WriteOpen(st, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := siteproto.WriteServiceConnect(st, &siteproto.ServiceConnectRequest{Name: "db"}); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := tunnel.ReadReply(st)
+		if err != nil {
+			t.Fatalf("service connect: reply: %v", err)
+		}
+		return st, rep
+	}
+	st, rep := open()
+	if !rep.OK {
+		t.Fatalf("the first stream of id %v refused: %s", id, rep.Reason)
+	}
+	// The hub speaks resume frames on it from the answer on.
+	rs := resume.New(id, st, resume.Config{})
+	defer rs.Abort("test over")
+	echo(t, rs, "framed both ways")
+	if _, rep := open(); rep.OK || !strings.Contains(rep.Reason, "already in use") {
+		t.Fatalf("a second stream with the same id: %+v, want it refused", rep)
+	}
+}
+
+// TestServiceConnectResumeStreamsOnly: an agent that keeps the hub's
+// streams (control.CapResume) but announced nothing of its service
+// connects (an agent of the version before CapResumeConnect) sends them
+// without an Open frame, and the hub carries them as before.
+func TestServiceConnectResumeStreamsOnly(t *testing.T) {
+	_, c := testHub(t)
+	ctx := context.Background()
+	target, consumer := joinNode(t, c, "a"), joinNode(t, c, "b")
+	tSess := dialAs(t, target, tunnel.TransportTCP)
+	connectWith(t, tSess, "a", control.CapTCP)
+	echoTarget(t, tSess, 5432)
+	bSess := dialAs(t, consumer, tunnel.TransportTCP)
+	bCtrl := connectWith(t, bSess, "b", control.CapTCP, siteproto.CapServiceConnect, control.CapResume)
+	if _, err := c.ExposeService(ctx, apitype.ServiceExposeRequest{Name: "db", Target: "a", Port: 5432}); err != nil {
+		t.Fatal(err)
+	}
+	req := apitype.ServiceConnectRequest{Consumer: "b", LocalPort: 15434}
+	if _, err := c.ConnectService(ctx, "db", req); err != nil {
+		t.Fatal(err)
+	}
+	waitBindings(t, bCtrl, func(bs []siteproto.ServiceBinding) bool { return len(bs) == 1 })
+	st, err := bSess.OpenStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_ = st.SetDeadline(time.Now().Add(15 * time.Second))
+	if err := tunnel.WriteHeader(st, tunnel.Header{Service: tunnel.ServiceConnect}); err != nil {
+		t.Fatal(err)
+	}
+	if err := siteproto.WriteServiceConnect(st, &siteproto.ServiceConnectRequest{Name: "db"}); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := tunnel.ReadReply(st); err != nil || !rep.OK {
+		t.Fatalf("service connect without an Open frame: %+v, %v; want carried", rep, err)
+	}
+	echo(t, st, "plain both ways")
 }

@@ -142,6 +142,10 @@ func TestSiteUplink(t *testing.T) {
 	if err := tunnel.WriteHeader(st, tunnel.Header{Service: tunnel.ServiceRoute}); err != nil {
 		t.Fatal(err)
 	}
+	// The site keeps its parent's streams: each carries a resume id.
+	if st, err = conn.OpenResumable(st); err != nil {
+		t.Fatal(err)
+	}
 	if err := siteproto.WriteRouteRequest(st, req); err != nil {
 		t.Fatal(err)
 	}
@@ -163,6 +167,9 @@ func TestSiteUplink(t *testing.T) {
 	}
 	defer st2.Close()
 	_ = tunnel.WriteHeader(st2, tunnel.Header{Service: tunnel.ServiceRoute})
+	if st2, err = conn.OpenResumable(st2); err != nil {
+		t.Fatal(err)
+	}
 	_ = siteproto.WriteRouteRequest(st2, req)
 	if rep, err := tunnel.ReadReply(st2); err != nil || !rep.OK {
 		t.Fatalf("route down with a server: %+v, %v", rep, err)

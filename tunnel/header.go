@@ -83,10 +83,12 @@ const (
 	// ServiceConnect is opened by an agent towards its hub (the only stream
 	// an agent opens besides the control stream): a connection accepted on
 	// the agent's local listener of a service tunnel. A service connect
-	// frame (tunnel/siteproto) follows the header. Header.Port must be 0.
+	// frame (tunnel/siteproto) follows the header, after a resume Open
+	// frame on a session whose streams are resumable (control.CapResume).
+	// Header.Port must be 0.
 	ServiceConnect Service = 4
-	// ServiceResume is opened by an agent that reconnected, once per
-	// resumable stream it still holds (tunnel/resume): a resume request
+	// ServiceResume is opened by an agent or a site hub that reconnected,
+	// once per resumable stream it still holds (tunnel/resume): a resume request
 	// frame follows the header, and the hub re-attaches the stream of that
 	// id to this new one. Only on sessions where both sides announced
 	// resumable streams (control.CapResume). Header.Port must be 0.

@@ -504,14 +504,17 @@ func (c *relayedChannel) Read(p []byte) (int, error) {
 
 var _ io.ReadWriteCloser = (*relayedChannel)(nil)
 
-// linkLost is why a resumable stream to a node ended because the node did
-// not come back within the resume window (tunnel/resume), or nil.
+// linkLost is why a resumable stream to a node ended because its other
+// side is gone (tunnel/resume): the node did not come back within the
+// resume window, its agent restarted, or it ended the stream itself (its
+// agent stopping); or nil.
 func linkLost(st tunnel.Stream) error {
 	rs, ok := st.(*resume.Stream)
 	if !ok {
 		return nil
 	}
-	if err := rs.Err(); errors.Is(err, resume.ErrExpired) || errors.Is(err, resume.ErrRefused) {
+	if err := rs.Err(); errors.Is(err, resume.ErrExpired) || errors.Is(err, resume.ErrRefused) ||
+		errors.Is(err, resume.ErrAborted) {
 		return err
 	}
 	return nil

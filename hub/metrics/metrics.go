@@ -30,7 +30,7 @@ type Metrics struct {
 	AccessPushes       *prometheus.CounterVec // kind: keys|trust, result: sent|error
 	AccessPushDuration prometheus.Histogram
 
-	// ResumeEvents: event detached|resumed|expired|refused (resumable
+	// ResumeEvents: event detached|resumed|expired|refused|ended (resumable
 	// streams, hub/nodeconn).
 	ResumeEvents *prometheus.CounterVec
 }
@@ -105,10 +105,11 @@ func New() *Metrics {
 	m.ResumeEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tether_resume_events_total",
 		Help: "Resumable streams to nodes: detached (the node's link went down), resumed (re-attached after its " +
-			"reconnect), expired (the resume window passed), refused (a resume request that matched no stream).",
+			"reconnect), expired (the resume window passed), refused (a resume request that matched no stream), " +
+			"ended (kept for an uplink process that restarted since).",
 	}, []string{"event"})
 	m.Registry.MustRegister(m.ResumeEvents)
-	for _, e := range []string{"detached", "resumed", "expired", "refused"} {
+	for _, e := range []string{"detached", "resumed", "expired", "refused", "ended"} {
 		m.ResumeEvents.WithLabelValues(e)
 	}
 	m.Registry.MustRegister(

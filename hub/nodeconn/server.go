@@ -76,6 +76,9 @@ type Sites interface {
 // Services serves service tunnels to the agents that consume them.
 type Services interface {
 	Connected(ctx context.Context, c *Conn) (gone func())
+	// ServeConnect serves a consumer's service connect stream; on a
+	// session whose streams are resumable st is a resume.Pending, and ctx
+	// the hub's, not the session's.
 	ServeConnect(ctx context.Context, st tunnel.Stream, consumer, remote string)
 }
 

@@ -120,8 +120,12 @@ func (s *Server) serveSession(ctx context.Context, sess tunnel.Session) {
 	conn := NewConn(node.ID, node.Name, sess, ctrl)
 	welcome := s.welcome(node.ID, node.Name)
 	if s.cfg.ResumeWindow > 0 && slices.Contains(msg.Hello.Capabilities, control.CapResume) {
-		s.enableResume(conn, s.cfg.ResumeWindow)
+		s.enableResume(conn, s.cfg.ResumeWindow, siteWelcome != nil, msg.Hello.ResumeInstance)
 		welcome.Capabilities = append(welcome.Capabilities, control.HubCapResume)
+		if slices.Contains(msg.Hello.Capabilities, control.CapResumeConnect) {
+			conn.resume.connects = true
+			welcome.Capabilities = append(welcome.Capabilities, control.HubCapResumeConnect)
+		}
 		welcome.ResumeWindowSeconds = int((s.cfg.ResumeWindow + time.Second - 1) / time.Second)
 	}
 	if siteWelcome != nil {
@@ -231,7 +235,7 @@ func (s *Server) holdSession(ctx context.Context, conn *Conn, ctrl tunnel.Stream
 	if siteWelcome != nil {
 		defer s.cfg.Sites.Connected(ctx, conn, hello, siteWelcome)()
 	} else {
-		waitStreams = s.serveAgentStreams(sctx, conn, serviceConnect, log)
+		waitStreams = s.serveAgentStreams(sctx, ctx, conn, serviceConnect, log)
 		if serviceConnect {
 			consumerGone = s.cfg.Services.Connected(ctx, conn)
 		}

@@ -20,11 +20,14 @@ const agentHeaderTimeout = 10 * time.Second
 // if it announced siteproto.CapServiceConnect (serviceConnect) and this hub
 // serves service tunnels, and a tunnel.ServiceResume stream on a session
 // whose streams are resumable (resume.go); anything else is refused and
-// audited. The
-// returned wait blocks until the loop and every stream it serves have
-// ended: call it after ctx is cancelled.
+// audited. On such a session a service connect carries a resume Open frame
+// after its header, and once answered is served under held (the hub's
+// context, not the session's) by a goroutine the Server waits for, so that
+// it outlives the session. The returned wait blocks until the loop and
+// every stream it serves for the session have ended: call it after ctx is
+// cancelled.
 func (s *Server) serveAgentStreams(
-	ctx context.Context,
+	ctx, held context.Context,
 	conn *Conn,
 	serviceConnect bool,
 	log *slog.Logger,
@@ -42,7 +45,7 @@ func (s *Server) serveAgentStreams(
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s.serveAgentStream(ctx, conn, st, serviceConnect, log)
+				s.serveAgentStream(ctx, held, conn, st, serviceConnect, log)
 			}()
 		}
 	}()
@@ -50,7 +53,7 @@ func (s *Server) serveAgentStreams(
 }
 
 func (s *Server) serveAgentStream(
-	ctx context.Context,
+	ctx, held context.Context,
 	conn *Conn,
 	st tunnel.Stream,
 	serviceConnect bool,
@@ -62,12 +65,28 @@ func (s *Server) serveAgentStream(
 	h, err := tunnel.ReadHeader(st)
 	_ = st.SetReadDeadline(time.Time{})
 	remote := conn.Session.RemoteAddr().String()
+	if err == nil && h.Service == tunnel.ServiceConnect && serviceConnect && conn.resume != nil &&
+		conn.resume.connects {
+		_ = st.SetReadDeadline(time.Now().Add(agentHeaderTimeout))
+		p, err := conn.acceptResumable(st)
+		_ = st.SetReadDeadline(time.Time{})
+		if err != nil {
+			log.Warn("agent stream refused", "err", err, "service", h.Service.String())
+			s.refuseAgentStream(conn, st, "bad stream id: "+err.Error(),
+				"the agent opened a service connect stream with a bad resume id: "+err.Error())
+			return
+		}
+		// Until it is answered the stream lives on the session's tunnel,
+		// and fails with it.
+		s.sessions.Go(func() { s.cfg.Services.ServeConnect(held, p, conn.Name, remote) })
+		return
+	}
 	if err == nil && h.Service == tunnel.ServiceConnect && serviceConnect {
 		s.cfg.Services.ServeConnect(ctx, st, conn.Name, remote)
 		return
 	}
 	if err == nil && h.Service == tunnel.ServiceResume && conn.resume != nil {
-		s.acceptResume(ctx, conn, st)
+		conn.AcceptResume(ctx, st)
 		return
 	}
 	why := "agents may not open streams to the hub, except service connects for the services they consume"
@@ -85,9 +104,15 @@ func (s *Server) serveAgentStream(
 		detail = "resume stream from an agent whose session does not keep streams (no resume-streams capability)"
 	}
 	log.Warn("agent stream refused", "err", err, "service", h.Service.String())
+	s.refuseAgentStream(conn, st, why, detail)
+}
+
+// refuseAgentStream answers st, a stream conn's agent opened, with a
+// refusal saying why, and audits it with detail.
+func (s *Server) refuseAgentStream(conn *Conn, st tunnel.Stream, why, detail string) {
 	s.cfg.Audit.Refusal(
 		"stream",
-		remote,
+		conn.Session.RemoteAddr().String(),
 		store.AuditEvent{Kind: "stream", Node: conn.Name, Result: "refused", Detail: detail},
 	)
 	_ = st.SetWriteDeadline(time.Now().Add(5 * time.Second))

@@ -233,13 +233,12 @@ func (c *Conn) Dial(ctx context.Context, h tunnel.Header) (tunnel.Stream, error)
 		st.Close()
 		return nil, fmt.Errorf("send stream header to %s: %w", c.Name, err)
 	}
-	var id resume.ID
-	if c.resume != nil {
-		if id, err = c.openResumable(st); err != nil {
-			st.Close()
-			return nil, fmt.Errorf("send stream id to %s: %w", c.Name, err)
-		}
+	p, err := c.OpenResumable(st)
+	if err != nil {
+		st.Close()
+		return nil, err
 	}
+	st = p
 	rep, err := tunnel.ReadReply(st)
 	if err != nil {
 		st.Close()
@@ -250,10 +249,11 @@ func (c *Conn) Dial(ctx context.Context, h tunnel.Header) (tunnel.Stream, error)
 		st.Close()
 		return nil, fmt.Errorf("%w: %s: %s", ErrRefused, c.Name, rep.Reason)
 	}
-	if c.resume != nil {
-		return c.keepResumable(id, st)
+	kept, err := resume.Answered(st)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Name, err)
 	}
-	return st, nil
+	return kept, nil
 }
 
 // ReportsLogins says whether node's connected agent reports the outcome of

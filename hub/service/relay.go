@@ -15,6 +15,7 @@ import (
 
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/resume"
 	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
@@ -111,7 +112,10 @@ func (r *Relay) Suffix(origin string) (string, bool) {
 // ServeConnect serves a tunnel.ServiceConnect stream (its header already
 // read) that this hub's own node consumer opened: it reads the request,
 // checks the node is a bound consumer of the service, reaches the target,
-// answers the agent, and relays until both sides end. It closes st.
+// answers the agent, and relays until both sides end. It closes st. A
+// stream that outlives the consumer's session (resume.Pending) is kept as
+// a resumable one from the answer on, as is one from the parent
+// (ServeFromParent).
 func (r *Relay) ServeConnect(ctx context.Context, st tunnel.Stream, consumer, remote string) {
 	_ = st.SetReadDeadline(time.Now().Add(requestTimeout))
 	req, err := siteproto.ReadServiceConnect(st)
@@ -230,6 +234,14 @@ func (r *Relay) carry(
 	}
 	if err := tunnel.WriteReply(st, tunnel.Reply{OK: true}); err != nil {
 		st.Close()
+		out.Close()
+		return
+	}
+	// A stream that outlives its tunnel session (resume.Pending) is kept
+	// as a resumable one from its answer on.
+	st, err = resume.Answered(st)
+	if err != nil {
+		r.cfg.Logger.Info("service stream not kept", "service", sv.Name, "from", from, "err", err)
 		out.Close()
 		return
 	}

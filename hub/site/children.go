@@ -528,13 +528,28 @@ func (c *Children) acceptStreams(ctx context.Context, conn *nodeconn.Conn) {
 }
 
 // serveStream reads a site's stream header and route request and hands
-// the stream on, or refuses it with a reason (audited).
+// the stream on, or refuses it with a reason (audited). A site back after
+// its uplink flapped re-attaches this hub's route streams to it
+// (tunnel.ServiceResume).
 func (c *Children) serveStream(ctx context.Context, conn *nodeconn.Conn, st tunnel.Stream) {
 	refuse := func(why string) {
 		c.cfg.Audit(store.AuditEvent{At: c.cfg.Now(), Kind: "stream", Node: conn.Name,
 			Remote: conn.Session.RemoteAddr().String(), Result: "refused", Detail: "site stream: " + why})
 		_ = tunnel.WriteReply(st, tunnel.Reply{OK: false, Reason: why})
 		st.Close()
+	}
+	_ = st.SetReadDeadline(time.Now().Add(routeReadTimeout))
+	h, err := tunnel.ReadHeader(st)
+	if err != nil {
+		refuse("bad stream header")
+		return
+	}
+	_ = st.SetReadDeadline(time.Time{})
+	if h.Service == tunnel.ServiceResume && conn.Resumable() {
+		// The site is back after its uplink flapped: one of the route
+		// streams this hub opened to it re-attaches.
+		conn.AcceptResume(ctx, st)
+		return
 	}
 	c.hmu.Lock()
 	f := c.onStreams
@@ -544,11 +559,6 @@ func (c *Children) serveStream(ctx context.Context, conn *nodeconn.Conn, st tunn
 		return
 	}
 	_ = st.SetReadDeadline(time.Now().Add(routeReadTimeout))
-	h, err := tunnel.ReadHeader(st)
-	if err != nil {
-		refuse("bad stream header")
-		return
-	}
 	if h.Service != tunnel.ServiceRoute {
 		refuse("a site may open only route streams, not " + h.String())
 		return

@@ -16,6 +16,7 @@ import (
 	"github.com/tether-dev/tether/hub/access"
 	"github.com/tether-dev/tether/hub/store"
 	"github.com/tether-dev/tether/tunnel"
+	"github.com/tether-dev/tether/tunnel/resume"
 	"github.com/tether-dev/tether/tunnel/siteproto"
 )
 
@@ -213,6 +214,14 @@ func (r *Routes) OpenRoute(ctx context.Context, child string, req *siteproto.Rou
 		st.Close()
 		return nil, failed("send the route header to", err)
 	}
+	// A site that keeps its parent's streams (control.CapResume) gets the
+	// resume Open frame, and the stream outlives a flap of its uplink.
+	p, err := conn.OpenResumable(st)
+	if err != nil {
+		st.Close()
+		return nil, failed("send the route stream's id to", err)
+	}
+	st = p
 	if err := siteproto.WriteRouteRequest(st, &sent); err != nil {
 		st.Close()
 		return nil, failed("send the route request to", err)
@@ -227,7 +236,11 @@ func (r *Routes) OpenRoute(ctx context.Context, child string, req *siteproto.Rou
 		st.Close()
 		return nil, fmt.Errorf("site %s refused: %s", child, rep.Reason)
 	}
-	return st, nil
+	kept, err := resume.Answered(st)
+	if err != nil {
+		return nil, fmt.Errorf("route to site %s: %w", child, err)
+	}
+	return kept, nil
 }
 
 // unreachable is the error for a route to child while it is down, since
@@ -333,6 +346,17 @@ func ServeParentRoute(ctx context.Context, st tunnel.Stream, req *siteproto.Rout
 		st.Close()
 		return
 	}
+	// Answered, a stream that outlives the uplink's session
+	// (resume.Pending) is held from here on.
+	if st, err = resume.Answered(st); err != nil {
+		cfg.Logger.Info("route from the parent not kept", "target", req.Target, "trace", req.Trace, "err", err)
+		out.Close()
+		return
+	}
+	// ctx ends with the uplink (a held stream outlives the session it
+	// came on): a route whose one way is done must not wait on the other.
+	stop := context.AfterFunc(ctx, func() { st.Close(); out.Close() })
+	defer stop()
 	ev.Node = n.Name
 	cfg.Logger.Debug("route from the parent", "node", n.Name, "operator", req.Operator, "purpose", req.Purpose,
 		"trace", req.Trace, "via", route.String())

@@ -24,6 +24,12 @@ const (
 	inventoryPage = 1000
 )
 
+// resumeSiteBudget bounds the bytes the site keeps unacknowledged for all
+// the parent's streams together (each keeps at most resume's Buffer): what
+// its nodes' output can have in flight towards a parent it cannot reach,
+// before their writes wait.
+const resumeSiteBudget = 64 << 20
+
 // ErrRefused: the parent refuses this site for good (removed, revoked, a
 // cycle); reconnecting cannot help.
 var ErrRefused = errors.New("site: the parent hub refused this site")
@@ -93,11 +99,18 @@ func (c *UplinkConfig) CheckAndSetDefaults() error {
 // heartbeats, certificate renewal, the status heartbeat and inventory up,
 // control messages and route streams down. Nothing of the site's own
 // serving waits on it: a site works alone while its uplink is down.
+//
+// The parent's route streams outlive the uplink's session when the parent
+// keeps them too (its welcome lists control.HubCapResume): the site holds
+// them (uplink.Held) with the route on below, and re-attaches them on its
+// next session, so a jump or a job through the site survives a flap of its
+// uplink shorter than the parent's resume window.
 type Uplink struct {
 	cfg  UplinkConfig
 	log  *slog.Logger
 	id   *identity
 	seqs *seqs
+	held *uplink.Held
 
 	hmu       sync.Mutex // guards the hooks
 	handlers  map[control.Type]func(ctx context.Context, m *control.Message)
@@ -130,6 +143,7 @@ func NewUplink(cfg UplinkConfig) (*Uplink, error) {
 		return nil, err
 	}
 	return &Uplink{cfg: cfg, log: cfg.Logger.With("component", "uplink", "site", id.cfg.Name), id: id, seqs: sq,
+		held:     uplink.NewHeld(resumeSiteBudget),
 		handlers: map[control.Type]func(context.Context, *control.Message){}, started: time.Now(),
 		kick: make(chan struct{}, 1)}, nil
 }
@@ -224,8 +238,10 @@ func (u *Uplink) AddStatus(f func(*siteproto.Status)) {
 }
 
 // ServeRoutes registers f for the tunnel.ServiceRoute streams the parent
-// opens: f owns st, answers with a tunnel.Reply and carries the bytes.
-// Without f such streams are refused with a reply saying so.
+// opens: f owns st, answers with a tunnel.Reply and carries the bytes on
+// resume.Answered(st) (a stream that outlives the uplink's session is a
+// resume.Pending until answered). Without f such streams are refused with
+// a reply saying so.
 func (u *Uplink) ServeRoutes(f func(ctx context.Context, st tunnel.Stream, req *siteproto.RouteRequest)) {
 	u.hmu.Lock()
 	defer u.hmu.Unlock()
@@ -299,6 +315,7 @@ func (u *Uplink) Err() error {
 // site for good (ErrRefused, ErrCycle): then it stops and says why. The
 // status heartbeat runs beside it.
 func (u *Uplink) Run(ctx context.Context) error {
+	defer u.held.Run(ctx, "site "+u.Name()+" is stopping")()
 	r := uplink.Retry{
 		BackoffMin: u.cfg.BackoffMin, BackoffMax: u.cfg.BackoffMax,
 		Stop: func(err error) error {

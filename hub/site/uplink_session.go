@@ -13,6 +13,7 @@ import (
 	"github.com/tether-dev/tether/pki"
 	"github.com/tether-dev/tether/tunnel"
 	"github.com/tether-dev/tether/tunnel/control"
+	"github.com/tether-dev/tether/tunnel/resume"
 	"github.com/tether-dev/tether/tunnel/siteproto"
 	"github.com/tether-dev/tether/tunnel/uplink"
 )
@@ -65,7 +66,11 @@ func (u *Uplink) runOnce(ctx context.Context) (connected bool, err error) {
 		u.sess, u.downSince = nil, time.Now()
 		u.mu.Unlock()
 	}()
-	return true, s.serve(ctx, live, queued)
+	keep := u.held.Keep(w, func(down time.Duration) string {
+		return fmt.Sprintf("site %s's uplink to its parent was down for %s; session ended", u.Name(),
+			down.Round(time.Second))
+	}, s.log)
+	return true, s.serve(ctx, live, queued, keep)
 }
 
 // dial opens a tunnel to the first of the parent's addresses that answers.
@@ -95,7 +100,8 @@ func (s *uplinkSession) hello() *control.Message {
 		Name:            u.id.snapshot().Name,
 		AgentVersion:    u.cfg.AgentVersion,
 		Facts:           uplink.GatherFacts(),
-		Capabilities:    []string{siteproto.CapSite, siteproto.CapSiteLiveness, control.CapHeartbeat},
+		Capabilities:    slices.Clone(siteCaps),
+		ResumeInstance:  u.held.Instance(),
 		Site: &siteproto.Hello{
 			Name:    u.id.snapshot().Name,
 			HubID:   u.cfg.HubID,
@@ -104,6 +110,11 @@ func (s *uplinkSession) hello() *control.Message {
 		},
 	}}
 }
+
+// siteCaps are what the site announces: it keeps the parent's streams across
+// its reconnects (control.CapResume) when the parent's welcome says the
+// parent does too.
+var siteCaps = []string{siteproto.CapSite, siteproto.CapSiteLiveness, control.CapHeartbeat, control.CapResume}
 
 // siteLiveness is the node's liveness rule (live) with the heartbeat the
 // parent's welcome asks of a site: the parent judges a site dead after a
@@ -118,15 +129,23 @@ func siteLiveness(live control.Liveness, w *siteproto.Welcome) control.Liveness 
 
 // serve runs a welcomed session: the parent's streams, heartbeats,
 // renewal, the status heartbeat and inventory, and the control reader,
-// until one ends. It returns only once everything it started has.
-func (s *uplinkSession) serve(ctx context.Context, live control.Liveness, queuedSince time.Time) error {
+// until one ends. It returns only once everything it started has, but for
+// the parent's streams when keep is set: those are resumable, and held by
+// the uplink rather than the session; the streams held from earlier
+// sessions are re-attached over this one first.
+func (s *uplinkSession) serve(ctx context.Context, live control.Liveness, queuedSince time.Time,
+	keep *resume.Config) error {
 	u := s.u
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	renewed := make(chan struct{}, 1)
-	wg.Go(func() { s.acceptStreams(sctx, &wg); cancel() })
+	if keep != nil {
+		held := u.held.Streams() // all of them from earlier sessions: this one has none yet
+		wg.Go(func() { u.held.Resume(sctx, s.tun, held, s.log) })
+	}
+	wg.Go(func() { s.acceptStreams(sctx, &wg, keep); cancel() })
 	waitRenewals := uplink.Renewals(sctx, uplink.Renewal{
 		Leaf:     func() *x509.Certificate { return u.id.cert().Leaf },
 		Identity: u.id.id, Send: s.send, Renewed: renewed, Log: s.log,
@@ -188,18 +207,25 @@ func (s *uplinkSession) readControl(ctx context.Context, silent time.Duration, r
 }
 
 // acceptStreams serves the streams the parent opens: route streams go to
-// the ServeRoutes callback; anything else is refused.
-func (s *uplinkSession) acceptStreams(ctx context.Context, wg *sync.WaitGroup) {
+// the ServeRoutes callback; anything else is refused. Resumable streams
+// (keep) are served by the uplink's held streams, under their context and
+// not the session's: once answered they outlive the session (until then
+// they fail with its tunnel).
+func (s *uplinkSession) acceptStreams(ctx context.Context, wg *sync.WaitGroup, keep *resume.Config) {
 	for {
 		st, err := s.tun.AcceptStream(ctx)
 		if err != nil {
 			return
 		}
-		wg.Go(func() { s.serveStream(ctx, st) })
+		if keep != nil {
+			s.u.held.Go(func(ctx context.Context) { s.serveStream(ctx, st, keep) })
+			continue
+		}
+		wg.Go(func() { s.serveStream(ctx, st, nil) })
 	}
 }
 
-func (s *uplinkSession) serveStream(ctx context.Context, st tunnel.Stream) {
+func (s *uplinkSession) serveStream(ctx context.Context, st tunnel.Stream, keep *resume.Config) {
 	_ = st.SetReadDeadline(time.Now().Add(routeTimeout))
 	h, err := tunnel.ReadHeader(st)
 	if err != nil {
@@ -212,6 +238,18 @@ func (s *uplinkSession) serveStream(ctx context.Context, st tunnel.Stream) {
 			st, tunnel.Reply{OK: false, Reason: "a site hub serves only route streams from its parent, not " + h.String()})
 		st.Close()
 		return
+	}
+	if keep != nil {
+		// The route stream's Open frame; f's answer makes it held
+		// (resume.Answered).
+		p, err := s.u.held.Accept(st, *keep)
+		if err != nil {
+			s.log.Info("bad route stream from the parent", "err", err)
+			_ = tunnel.WriteReply(st, tunnel.Reply{OK: false, Reason: "bad stream id"})
+			st.Close()
+			return
+		}
+		st = p
 	}
 	req, err := siteproto.ReadRouteRequest(st)
 	if err != nil {

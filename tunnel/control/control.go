@@ -140,6 +140,12 @@ type Hello struct {
 	// worth showing ("udp blocked, re-probing", "moved from tcp 12:03"):
 	// the hub shows it beside the transport in `tether nodes`.
 	TransportWhy string `json:"transport_why,omitempty"`
+	// ResumeInstance names the uplink process's held streams (with
+	// CapResume): 32 hex digits, new at every start. A hub that kept the
+	// node's streams for another instance ends them at once, since the
+	// process that held their other side is gone ("" from an older agent:
+	// they wait out the window).
+	ResumeInstance string `json:"resume_instance,omitempty"`
 }
 
 // SSHTrust tells the node's SSH server what to present and whom to trust.
@@ -354,6 +360,11 @@ func (m *Message) Validate() error {
 				ErrBadMessage,
 				maxTransportWhy,
 			)
+		}
+		if h.ResumeInstance != "" && (len(h.ResumeInstance) != 32 ||
+			strings.Trim(h.ResumeInstance, "0123456789abcdef") != "") {
+			return fmt.Errorf("%w: resume_instance %.40q is not 32 lowercase hex digits", ErrBadMessage,
+				h.ResumeInstance)
 		}
 		if h.MovedFrom != "" && h.MovedFrom != "tcp" && h.MovedFrom != "quic" {
 			return fmt.Errorf("%w: moved_from %.16q is not a transport (tcp, quic)", ErrBadMessage, h.MovedFrom)

@@ -29,6 +29,7 @@ func TestRoundTrip(t *testing.T) {
 				AgentVersion:    "v0",
 				Facts:           Facts{Hostname: "h", OS: "Debian", Arch: "amd64"},
 				Capabilities:    []string{"ssh-embedded"},
+				ResumeInstance:  "0123456789abcdef0123456789abcdef",
 			},
 		},
 		{Type: TypeWelcome, Welcome: &Welcome{NodeID: "id", Name: "n1", HeartbeatSeconds: 30}},
@@ -101,6 +102,11 @@ func TestReadRejects(t *testing.T) {
 		"long name": frame(
 			`{"type":"hello","hello":{"protocol_version":1,"name":"` + strings.Repeat("a", 300) + `"}}`,
 		),
+		"resume instance short": frame(
+			`{"type":"hello","hello":{"protocol_version":1,"name":"n","resume_instance":"abc"}}`,
+		),
+		"resume instance upper": frame(`{"type":"hello","hello":{"protocol_version":1,"name":"n",` +
+			`"resume_instance":"` + strings.Repeat("A", 32) + `"}}`),
 		"welcome no id":              frame(`{"type":"welcome","welcome":{}}`),
 		"welcome dead peer negative": frame(`{"type":"welcome","welcome":{"node_id":"id","dead_peer_seconds":-1}}`),
 		"welcome dead peer a year": frame(

@@ -56,18 +56,30 @@ const (
 	// transport's keepalives alone when the hub's welcome lists
 	// HubCapTransportLiveness, and then sends no heartbeats.
 	CapTransportLiveness = "transport-liveness"
-	// CapResume: the agent keeps the hub's streams across a reconnect
-	// (tunnel/resume) when the welcome lists HubCapResume: every stream the
-	// hub opens then carries a resume Open frame after its header, and
-	// after a reconnect the agent re-attaches the streams it still holds
-	// (tunnel.ServiceResume).
+	// CapResume: the agent (or site hub) keeps its streams with the hub
+	// across a reconnect (tunnel/resume) when the welcome lists
+	// HubCapResume: every stream the hub opens then carries a resume Open
+	// frame after its header (and the agent's service connects too, with
+	// CapResumeConnect), and after a reconnect the uplink re-attaches the
+	// streams it still holds (tunnel.ServiceResume).
 	CapResume = "resume-streams"
+	// CapResumeConnect: with CapResume, the agent's service connects are
+	// resumable too, when the welcome lists HubCapResumeConnect: each then
+	// carries a resume Open frame after its header. Agents that announce
+	// CapResume alone send none, and hubs that do not list
+	// HubCapResumeConnect read none.
+	CapResumeConnect = "resume-connects"
 )
 
 // HubCapResume in Welcome.Capabilities: the hub keeps the streams of an
 // agent that announced CapResume across its reconnects, for its resume
 // window (Welcome.ResumeWindow).
 const HubCapResume = "resume-streams"
+
+// HubCapResumeConnect in Welcome.Capabilities, beside HubCapResume: the hub
+// keeps the service connects of an agent that announced CapResumeConnect
+// too, and reads their Open frame.
+const HubCapResumeConnect = "resume-connects"
 
 // HubCapTransportLiveness in Welcome.Capabilities: the hub takes the
 // transport's keepalives as the agent's liveness, from an agent that

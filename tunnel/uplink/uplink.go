@@ -1,6 +1,7 @@
 // Package uplink is the one uplink client that agents and site hubs share: enrolment with a join string
 // (Enroll), the identity it yields, the connection to the hub above (Dial, then a Conn's control stream:
-// hello, welcome, heartbeats, the reader with its silence deadline), certificate renewal (Renewals) and the
+// hello, welcome, heartbeats, the reader with its silence deadline), certificate renewal (Renewals), the
+// streams that outlive a session (Held: held across a reconnect, re-attached on the next session) and the
 // reconnect loop with capped, jittered backoff (Retry).
 //
 // The node agent (edge) keeps itself connected to its hub with it, and a site hub (hub/site) to its parent.
