@@ -223,6 +223,7 @@ func (p *ptySession) expect(t *testing.T, mark string, limit time.Duration) {
 // survives a 30 s outage of the node's link, and the node's move from QUIC
 // to TCP when UDP stops getting through.
 func TestResumePTYOutageAndMove(t *testing.T) {
+	t.Parallel() // a 30 s outage on a link of its own: waiting, not working
 	f := newResumeFixture(t, nil, map[string]string{"res-pty": "auto"})
 	p := startPTY(t, f.c, "res-pty")
 	p.expect(t, "before", 30*time.Second)

@@ -34,7 +34,10 @@ var unreachableSince = regexp.MustCompile(`site (\S+) unreachable since (\S+) \(
 // Over QUIC and over TCP.
 func TestSiteKilled(t *testing.T) {
 	for _, transport := range []string{"quic", "tcp"} {
-		t.Run(transport, func(t *testing.T) { testSiteKilled(t, transport) })
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel() // trees of their own, mostly waiting on timeouts
+			testSiteKilled(t, transport)
+		})
 	}
 }
 

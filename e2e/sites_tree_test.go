@@ -47,6 +47,7 @@ const treeCut = 60 * time.Second
 //   - a site hub killed -9 mid-mission and restarted neither repeats nor
 //     loses the mission's runs.
 func TestSitesTree(t *testing.T) {
+	t.Parallel() // a minute's cut of its own tree's uplink: waiting, not working
 	ctx := context.Background()
 	echoPort := echoServer(t) // the service n3.berlin exposes
 	tr := testenv.StartTree(t, testenv.TreeConfig{
