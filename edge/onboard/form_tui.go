@@ -61,7 +61,10 @@ func (f *Form) run(title, desc string, answer func() string, fields ...huh.Field
 	if f.size != [2]int{} {
 		opts = append(opts, tea.WithWindowSize(f.size[0], f.size[1]))
 	}
-	m := &answeredForm{form: form, title: title, desc: desc, answer: answer}
+	// The width is known up front when the size is: an answer submitted
+	// before the program's first WindowSizeMsg (input already buffered,
+	// a loaded machine) still gets a last frame that fits.
+	m := &answeredForm{form: form, title: title, desc: desc, answer: answer, width: f.size[0]}
 	_, err := tea.NewProgram(m, opts...).Run()
 	f.lastFrame = m.View().Content
 	switch {
