@@ -107,11 +107,7 @@ func TestQUICPokeAfterRestart(t *testing.T) {
 	}()
 	waitClosed(t, agent.Done(), 3*time.Second, "the agent's session after its hub restarted")
 	t.Logf("the agent's session ended %v after the restart", time.Since(restarted).Round(time.Millisecond))
-	var app *quic.ApplicationError
-	if err := context.Cause(agent.(*quicSession).conn.Context()); !errors.As(err, &app) ||
-		app.ErrorCode != quicCodeHubRestarted || app.Remote {
-		t.Errorf("the session ended with %v, want this side's close for a restarted hub", err)
-	}
+	endedByPoke(t, agent)
 	// The agent is back: it is poked no more (its other session of the
 	// last run, with the same key, neither).
 	d := &Dialer{TLSConfig: clientTLS(true), Config: cfg, Transport: TransportQUIC}
@@ -238,11 +234,7 @@ func TestQUICPokeFromAnotherHub(t *testing.T) {
 	start := time.Now()
 	waitClosed(t, agent.Done(), 3*time.Second, "the agent's session after another hub poked it")
 	t.Logf("poked after %v", time.Since(start).Round(time.Millisecond))
-	var app *quic.ApplicationError
-	if err := context.Cause(agent.(*quicSession).conn.Context()); !errors.As(err, &app) ||
-		app.ErrorCode != quicCodeHubRestarted || app.Remote {
-		t.Errorf("the session ended with %v, want this side's close for a hub that lost it", err)
-	}
+	endedByPoke(t, agent)
 	d := &Dialer{TLSConfig: clientTLS(true), Config: cfg, Transport: TransportQUIC}
 	again, err := d.Dial(t.Context(), l2.udp.LocalAddr().String())
 	if err != nil {
@@ -292,4 +284,15 @@ func FuzzParsePokeTarget(f *testing.F) {
 			t.Fatalf("%q: round trip %+v, %v", s, back, err)
 		}
 	})
+}
+
+// endedByPoke checks that the agent's session ended by its own close for a
+// hub that no longer holds it (a poke), not by a timeout or the peer.
+func endedByPoke(t *testing.T, agent Session) {
+	t.Helper()
+	var app *quic.ApplicationError
+	if err := context.Cause(agent.(*quicSession).conn.Context()); !errors.As(err, &app) ||
+		app.ErrorCode != quicCodeHubRestarted || app.Remote {
+		t.Errorf("the session ended with %v, want this side's close for a hub that lost it", err)
+	}
 }
